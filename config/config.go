@@ -1,0 +1,273 @@
+// Package config reads the bridge's YAML (or JSON) configuration. Unknown
+// fields are errors naming the field; every source's block is decoded by that
+// source's own factory with the same strictness (DecodeStrict).
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Duration is a time.Duration written as a Go duration string ("50ms", "5s")
+// or a number of seconds.
+type Duration time.Duration
+
+// D returns the duration as time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("invalid duration %q (want e.g. \"50ms\", \"5s\")", s)
+		}
+		if v < 0 {
+			return fmt.Errorf("negative duration %q", s)
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var f float64
+	if err := json.Unmarshal(b, &f); err != nil {
+		return fmt.Errorf("invalid duration %s (want a string such as \"5s\" or a number of seconds)", b)
+	}
+	if f < 0 {
+		return fmt.Errorf("negative duration %v", f)
+	}
+	*d = Duration(f * float64(time.Second))
+	return nil
+}
+
+// Config is the whole configuration file.
+type Config struct {
+	XDS      XDS       `json:"xds"`
+	Admin    Admin     `json:"admin"`
+	Debounce Debounce  `json:"debounce"`
+	Logging  Logging   `json:"logging"`
+	Sources  []Source  `json:"sources"`
+	// BaseDir is the directory the config was read from (relative paths in
+	// source configs are relative to it). Not part of the file.
+	BaseDir string `json:"-"`
+}
+
+// XDS configures the xDS gRPC listener.
+type XDS struct {
+	Listen string `json:"listen"`
+}
+
+// Admin configures the admin HTTP listener (/healthz, /readyz, /metrics, /debug/...).
+type Admin struct {
+	Listen string `json:"listen"`
+}
+
+// Debounce configures how the merge loop batches bursts of source events.
+type Debounce struct {
+	// Quiet is how long the loop waits after the last event before it
+	// publishes (default 50ms).
+	Quiet Duration `json:"quiet"`
+	// Max is the longest an event waits while events keep coming (default 500ms).
+	Max Duration `json:"max"`
+}
+
+// Logging configures log/slog.
+type Logging struct {
+	Format string `json:"format"` // text (default) or json
+	Level  string `json:"level"`  // debug, info (default), warn, error
+}
+
+// Source is one entry of `sources`: a name and exactly one type block, e.g.
+//
+//	- name: static
+//	  file: {path: services.yaml}
+type Source struct {
+	Name string
+	Type string
+	// Raw is the type block, decoded by the source's factory.
+	Raw json.RawMessage
+}
+
+// UnmarshalJSON splits the entry into its name and its single type block.
+func (s *Source) UnmarshalJSON(b []byte) error {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return fmt.Errorf("want a mapping with a name and one source type: %w", err)
+	}
+	if n, ok := m["name"]; ok {
+		if err := json.Unmarshal(n, &s.Name); err != nil {
+			return fmt.Errorf("name: %w", err)
+		}
+		delete(m, "name")
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	switch len(keys) {
+	case 0:
+		return errors.New("no source type given (want one of the source type keys, e.g. file:)")
+	case 1:
+		s.Type, s.Raw = keys[0], m[keys[0]]
+		return nil
+	default:
+		return fmt.Errorf("more than one source type given (%s): one entry takes exactly one", strings.Join(keys, ", "))
+	}
+}
+
+// MarshalJSON writes the entry back in the file's form.
+func (s Source) MarshalJSON() ([]byte, error) {
+	return json.Marshal(map[string]any{"name": s.Name, s.Type: s.Raw})
+}
+
+// Defaults.
+const (
+	DefaultXDSListen     = "127.0.0.1:18000"
+	DefaultAdminListen   = "127.0.0.1:18001"
+	DefaultDebounceQuiet = 50 * time.Millisecond
+	DefaultDebounceMax   = 500 * time.Millisecond
+)
+
+// Parse reads a config document (YAML or JSON). baseDir is recorded for
+// relative paths. knownTypes lists the source types that exist.
+func Parse(data []byte, baseDir string, knownTypes []string) (*Config, error) {
+	var c Config
+	if err := DecodeStrict(data, &c); err != nil {
+		return nil, err
+	}
+	c.BaseDir = baseDir
+	c.applyDefaults()
+	if err := c.validate(knownTypes); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Load reads and parses the config file at path.
+func Load(path string, knownTypes []string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := Parse(data, filepath.Dir(abs), knownTypes)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+func (c *Config) applyDefaults() {
+	if c.XDS.Listen == "" {
+		c.XDS.Listen = DefaultXDSListen
+	}
+	if c.Admin.Listen == "" {
+		c.Admin.Listen = DefaultAdminListen
+	}
+	if c.Debounce.Quiet == 0 {
+		c.Debounce.Quiet = Duration(DefaultDebounceQuiet)
+	}
+	if c.Debounce.Max == 0 {
+		c.Debounce.Max = Duration(DefaultDebounceMax)
+	}
+	if c.Logging.Format == "" {
+		c.Logging.Format = "text"
+	}
+	if c.Logging.Level == "" {
+		c.Logging.Level = "info"
+	}
+}
+
+func (c *Config) validate(knownTypes []string) error {
+	switch c.Logging.Format {
+	case "text", "json":
+	default:
+		return fmt.Errorf("logging.format: %q is not one of text, json", c.Logging.Format)
+	}
+	switch strings.ToLower(c.Logging.Level) {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("logging.level: %q is not one of debug, info, warn, error", c.Logging.Level)
+	}
+	if c.Debounce.Max < c.Debounce.Quiet {
+		return fmt.Errorf("debounce.max (%s) is shorter than debounce.quiet (%s)", c.Debounce.Max.D(), c.Debounce.Quiet.D())
+	}
+	if len(c.Sources) == 0 {
+		return errors.New("sources: at least one source is needed")
+	}
+	seen := map[string]bool{}
+	for i, s := range c.Sources {
+		if s.Name == "" {
+			return fmt.Errorf("sources[%d].name: missing", i)
+		}
+		if seen[s.Name] {
+			return fmt.Errorf("sources[%d].name: %q used twice", i, s.Name)
+		}
+		seen[s.Name] = true
+		known := false
+		for _, t := range knownTypes {
+			known = known || t == s.Type
+		}
+		if !known {
+			return fmt.Errorf("sources[%d] (%s): unknown source type %q (known: %s)", i, s.Name, s.Type, strings.Join(knownTypes, ", "))
+		}
+	}
+	return nil
+}
+
+// DecodeStrict decodes YAML or JSON into v, rejecting unknown fields. Errors
+// name the field.
+func DecodeStrict(data []byte, v any) error {
+	j, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return err
+	}
+	return DecodeJSONStrict(j, v)
+}
+
+// DecodeJSONStrict decodes JSON into v, rejecting unknown fields and trailing
+// data. An empty or null document leaves v as it is.
+func DecodeJSONStrict(data []byte, v any) error {
+	if len(bytes.TrimSpace(data)) == 0 || bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fieldError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("unexpected data after the document")
+	}
+	return nil
+}
+
+// fieldError rewrites encoding/json's errors so they lead with the field.
+func fieldError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return fmt.Errorf("%s: cannot use a JSON %s here (want %s)", te.Field, te.Value, te.Type)
+	}
+	msg := err.Error()
+	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		return fmt.Errorf("unknown field %s", f)
+	}
+	return err
+}

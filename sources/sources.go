@@ -1,0 +1,267 @@
+// Package sources defines what a discovery source is and what it publishes.
+//
+// Data flows one way:
+//
+//	source.Run ──Publish/Fail──▶ bridge.Loop (one goroutine owns the state)
+//	                               │ merge with health checks (healthcheck)
+//	                               ▼
+//	                           translate (pure) ──▶ xds cache ──▶ Envoy / gRPC clients
+//
+// A source owns a set of service names. Each time that set or anything in it
+// changes, the source publishes the full set again (Publish). When it cannot
+// refresh (its registry is down, a file fails to parse), it reports the error
+// (Fail) and publishes nothing: the bridge keeps serving the last good set.
+package sources
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sort"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// HealthStatus is the health of one endpoint as a source (or the merge) sees it.
+// Its values map one to one onto Envoy's core.v3.HealthStatus.
+type HealthStatus int
+
+const (
+	HealthUnknown HealthStatus = iota
+	HealthHealthy
+	HealthUnhealthy
+	HealthDraining
+	HealthTimeout
+	HealthDegraded
+)
+
+var healthNames = [...]string{"UNKNOWN", "HEALTHY", "UNHEALTHY", "DRAINING", "TIMEOUT", "DEGRADED"}
+
+func (h HealthStatus) String() string {
+	if h >= 0 && int(h) < len(healthNames) {
+		return healthNames[h]
+	}
+	return fmt.Sprintf("HealthStatus(%d)", int(h))
+}
+
+// MarshalText writes the Envoy name of the status (HEALTHY, DRAINING, ...).
+func (h HealthStatus) MarshalText() ([]byte, error) { return []byte(h.String()), nil }
+
+// UnmarshalText accepts the Envoy names, case-insensitively.
+func (h *HealthStatus) UnmarshalText(b []byte) error {
+	v, err := ParseHealth(string(b))
+	if err != nil {
+		return err
+	}
+	*h = v
+	return nil
+}
+
+// ParseHealth parses an Envoy health status name (case-insensitive). The
+// empty string is UNKNOWN.
+func ParseHealth(s string) (HealthStatus, error) {
+	if s == "" {
+		return HealthUnknown, nil
+	}
+	for i, n := range healthNames {
+		if strings.EqualFold(s, n) {
+			return HealthStatus(i), nil
+		}
+	}
+	return HealthUnknown, fmt.Errorf("unknown health status %q (want one of %s)", s, strings.Join(healthNames[:], ", "))
+}
+
+// Locality is where an endpoint runs, as Envoy's core.v3.Locality.
+type Locality struct {
+	Region  string `json:"region,omitempty"`
+	Zone    string `json:"zone,omitempty"`
+	SubZone string `json:"sub_zone,omitempty"`
+}
+
+// Metadata is endpoint metadata as Envoy's filter_metadata: namespace → key →
+// value. Values must be JSON values (string, float64, bool, nil, []any,
+// map[string]any); sources are responsible for that.
+type Metadata map[string]map[string]any
+
+// Endpoint is one host of a service.
+type Endpoint struct {
+	// Address is an IP literal. Sources resolve names before publishing.
+	Address string `json:"address"`
+	Port    uint32 `json:"port"`
+	// Hostname is optional; Envoy uses it for auto host rewrite and logs.
+	Hostname string `json:"hostname,omitempty"`
+	// Weight is the load-balancing weight; 0 means unset (Envoy's default, 1).
+	Weight   uint32       `json:"weight,omitempty"`
+	Priority uint32       `json:"priority,omitempty"`
+	Locality Locality     `json:"locality"`
+	Health   HealthStatus `json:"health"`
+	Metadata Metadata     `json:"metadata,omitempty"`
+}
+
+// Key identifies an endpoint within a service: its address and port.
+func (e Endpoint) Key() HostKey { return HostKey{Address: e.Address, Port: e.Port} }
+
+// HostKey is an address:port pair.
+type HostKey struct {
+	Address string
+	Port    uint32
+}
+
+func (k HostKey) String() string {
+	if a, err := netip.ParseAddr(k.Address); err == nil {
+		return netip.AddrPortFrom(a, uint16(k.Port)).String()
+	}
+	return fmt.Sprintf("%s:%d", k.Address, k.Port)
+}
+
+// Service is one named service: it becomes one Envoy cluster and one
+// ClusterLoadAssignment of the same name.
+type Service struct {
+	Name      string     `json:"name"`
+	Endpoints []Endpoint `json:"endpoints"`
+}
+
+// Update is the full set of services a source owns, replacing what it
+// published before. A service the source published before and leaves out is
+// removed. The receiver owns the slice after Publish: the source must not
+// modify it.
+type Update struct {
+	Source   string
+	Services []Service
+}
+
+// Sink receives what sources publish. Implementations are safe for concurrent
+// use by several sources.
+type Sink interface {
+	// Publish replaces the source's full set of services. It blocks until the
+	// update is accepted or ctx is done.
+	Publish(ctx context.Context, u Update) error
+	// Fail reports that the source could not refresh. What it published last
+	// stays served ("fail static"); the error shows in readiness and metrics.
+	Fail(ctx context.Context, source string, err error)
+}
+
+// Source is one pluggable discovery source.
+type Source interface {
+	// Name is the configured name of this source instance.
+	Name() string
+	// Run watches the registry and publishes to sink until ctx is done. It
+	// returns nil on cancellation and an error only for failures it cannot
+	// recover from; transient errors go to sink.Fail and Run keeps trying.
+	Run(ctx context.Context, sink Sink) error
+}
+
+// StaticClaimer is implemented by sources that know the service names they
+// own before they run (from their config or file). The bridge checks those
+// claims for conflicts at start.
+type StaticClaimer interface {
+	ClaimedNames() ([]string, error)
+}
+
+// Debugger is implemented by sources with state worth showing on the admin
+// debug endpoint. DebugInfo must be safe to call concurrently with Run and
+// returns a value that encodes as JSON; it must never contain secrets.
+type Debugger interface {
+	DebugInfo() any
+}
+
+// Env is what a source constructor gets besides its own config.
+type Env struct {
+	// BaseDir is the directory of the config file; relative paths in a
+	// source's config are relative to it.
+	BaseDir string
+	Logger  *slog.Logger
+	// Metrics is where a source registers its own collectors, if any.
+	// Collectors must carry a "source" label or constant label with the
+	// source name, since several instances of one type may run.
+	Metrics prometheus.Registerer
+}
+
+// Factory builds a source from its config block (raw JSON, unknown fields are
+// errors). Factories do no I/O beyond reading files named in the config and
+// start no goroutines.
+type Factory func(name string, raw json.RawMessage, env Env) (Source, error)
+
+// Clone returns a deep copy of the service, sorted endpoints included.
+func (s Service) Clone() Service {
+	out := Service{Name: s.Name, Endpoints: make([]Endpoint, len(s.Endpoints))}
+	for i, e := range s.Endpoints {
+		out.Endpoints[i] = e.Clone()
+	}
+	return out
+}
+
+// Clone returns a deep copy of the endpoint.
+func (e Endpoint) Clone() Endpoint {
+	if e.Metadata != nil {
+		m := make(Metadata, len(e.Metadata))
+		for ns, kv := range e.Metadata {
+			c := make(map[string]any, len(kv))
+			for k, v := range kv {
+				c[k] = v
+			}
+			m[ns] = c
+		}
+		e.Metadata = m
+	}
+	return e
+}
+
+// SortEndpoints sorts endpoints by priority, locality, address and port, the
+// order translation emits them in.
+func SortEndpoints(eps []Endpoint) {
+	sort.SliceStable(eps, func(i, j int) bool {
+		a, b := eps[i], eps[j]
+		if a.Priority != b.Priority {
+			return a.Priority < b.Priority
+		}
+		if a.Locality != b.Locality {
+			if a.Locality.Region != b.Locality.Region {
+				return a.Locality.Region < b.Locality.Region
+			}
+			if a.Locality.Zone != b.Locality.Zone {
+				return a.Locality.Zone < b.Locality.Zone
+			}
+			return a.Locality.SubZone < b.Locality.SubZone
+		}
+		if a.Address != b.Address {
+			return a.Address < b.Address
+		}
+		return a.Port < b.Port
+	})
+}
+
+// ValidateEndpoint checks the fields every source must get right: an IP
+// address and a port in range. field names the endpoint in the error, e.g.
+// `services.web.endpoints[2]`.
+func ValidateEndpoint(field string, e Endpoint) error {
+	if e.Address == "" {
+		return fmt.Errorf("%s.address: missing", field)
+	}
+	if _, err := netip.ParseAddr(e.Address); err != nil {
+		return fmt.Errorf("%s.address: %q is not an IP address (names belong to the dns source)", field, e.Address)
+	}
+	if e.Port == 0 || e.Port > 65535 {
+		return fmt.Errorf("%s.port: %d is not in 1..65535", field, e.Port)
+	}
+	return nil
+}
+
+// ValidateServiceName checks a service (cluster) name.
+func ValidateServiceName(field, name string) error {
+	if name == "" {
+		return fmt.Errorf("%s: empty service name", field)
+	}
+	if len(name) > 255 {
+		return fmt.Errorf("%s: service name longer than 255 bytes", field)
+	}
+	for _, r := range name {
+		if r <= ' ' || r == 0x7f {
+			return fmt.Errorf("%s: service name %q contains whitespace or control characters", field, name)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,118 @@
+// Package sourcestest has helpers for testing sources: a Sink that records
+// what a source publishes and lets a test wait for it.
+package sourcestest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xdsbridge/xdsbridge/sources"
+)
+
+// Sink records Publish and Fail calls. It is safe for concurrent use.
+type Sink struct {
+	mu      sync.Mutex
+	updates []sources.Update
+	errs    []error
+	changed chan struct{}
+}
+
+var _ sources.Sink = (*Sink)(nil)
+
+// NewSink returns an empty recording sink.
+func NewSink() *Sink { return &Sink{changed: make(chan struct{})} }
+
+func (s *Sink) notify() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Publish records u.
+func (s *Sink) Publish(ctx context.Context, u sources.Update) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.updates = append(s.updates, u)
+	s.notify()
+	return ctx.Err()
+}
+
+// Fail records err.
+func (s *Sink) Fail(_ context.Context, _ string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.errs = append(s.errs, err)
+	s.notify()
+}
+
+// Updates returns every update so far.
+func (s *Sink) Updates() []sources.Update {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]sources.Update(nil), s.updates...)
+}
+
+// Errors returns every reported error so far.
+func (s *Sink) Errors() []error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]error(nil), s.errs...)
+}
+
+// Last returns the last update, if any.
+func (s *Sink) Last() (sources.Update, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.updates) == 0 {
+		return sources.Update{}, false
+	}
+	return s.updates[len(s.updates)-1], true
+}
+
+// WaitFor blocks until cond holds for the recorded updates and errors, or
+// fails the test after timeout.
+func (s *Sink) WaitFor(t testing.TB, timeout time.Duration, what string, cond func(updates []sources.Update, errs []error) bool) {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		ok := cond(s.updates, s.errs)
+		ch := s.changed
+		n, e := len(s.updates), len(s.errs)
+		s.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			t.Fatalf("timed out after %s waiting for %s (%d updates, %d errors; last: %s)", timeout, what, n, e, s.describeLast())
+		}
+	}
+}
+
+func (s *Sink) describeLast() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := ""
+	if len(s.updates) > 0 {
+		out += fmt.Sprintf("update %+v", s.updates[len(s.updates)-1])
+	}
+	if len(s.errs) > 0 {
+		out += fmt.Sprintf(" error %v", s.errs[len(s.errs)-1])
+	}
+	return out
+}
+
+// Service returns the named service from u, if present.
+func Service(u sources.Update, name string) (sources.Service, bool) {
+	for _, s := range u.Services {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return sources.Service{}, false
+}

@@ -1,0 +1,673 @@
+// Package bridge is the merge loop: the one goroutine that owns the merged
+// state of every source.
+//
+//	sources ──Publish/Fail (events)──▶ Loop.Run ──debounce──▶ merge with health checks
+//	                                                         │
+//	                                         translate (pure)▼
+//	                                            Publisher (the xDS cache)
+//
+// Sources only send events; the loop marks the services an event touches as
+// dirty, waits for a quiet period (bounded by a maximum hold, so a steady
+// stream cannot starve updates), then rebuilds only the dirty services and
+// publishes what changed.
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xdsbridge/xdsbridge/healthcheck"
+	"github.com/xdsbridge/xdsbridge/sources"
+	"github.com/xdsbridge/xdsbridge/translate"
+)
+
+// Publisher receives the translated resources. The xDS cache implements it.
+type Publisher interface {
+	// PublishServices publishes the resources of changed services and
+	// removes those of removed services. It must not keep or modify the
+	// slices past the call; the resources themselves are handed over.
+	PublishServices(changed []translate.Resources, removed []string) error
+	// MarkReady lets clients be answered. Called once, after the first
+	// publish that follows every source's first sync.
+	MarkReady()
+}
+
+// Options configure a Loop.
+type Options struct {
+	// Sources names every source that must sync before the bridge is ready.
+	Sources []string
+	// Quiet is how long the loop waits after the last event (default 50ms).
+	Quiet time.Duration
+	// MaxHold is the longest a dirty service waits while events keep coming
+	// (default 500ms).
+	MaxHold time.Duration
+	Logger  *slog.Logger
+	Metrics prometheus.Registerer
+	// Now is the clock, for tests. Default time.Now.
+	Now func() time.Time
+	// HealthChecks supplies active health-check verdicts; nil for none.
+	HealthChecks Checks
+}
+
+// Checks is what the loop asks of active health checking. Implementations
+// are safe for concurrent use.
+type Checks interface {
+	// Verdict is the active check's verdict for a host of a service.
+	Verdict(service string, host sources.HostKey) healthcheck.CheckVerdict
+	// SetHosts tells the checker which hosts each service has (discovered
+	// or retained), so it probes exactly those.
+	SetHosts(hosts map[string][]sources.HostKey)
+}
+
+type eventKind int
+
+const (
+	evPublish eventKind = iota
+	evFail
+	evCheck
+)
+
+type event struct {
+	kind    eventKind
+	update  sources.Update
+	source  string
+	err     error
+	service string // evCheck: the service whose check verdicts changed ("" = all)
+}
+
+// Loop is the merge loop. Create it with New, run it with Run; sources reach
+// it through its Sink methods (Publish, Fail), which are safe for concurrent
+// use. Every other field is owned by the Run goroutine, except the snapshots
+// behind mu that the admin handlers read.
+type Loop struct {
+	opts   Options
+	pub    Publisher
+	log    *slog.Logger
+	now    func() time.Time
+	events chan event
+	m      *loopMetrics
+
+	// Owned by Run.
+	bySource  map[string]map[string]sources.Service // source → service → last published
+	claims    map[string][]string                   // service → sources claiming it, first is owner
+	synced    map[string]bool
+	dirty     map[string]bool
+	published map[string]sources.Service // service → the merged input last translated
+	retained  map[string]map[sources.HostKey]*retainedHost
+	lastHosts map[string][]sources.HostKey
+	ready     bool
+
+	mu        sync.Mutex
+	status    map[string]*SourceStatus
+	hostInfo  map[string][]HostInfo
+	conflicts map[string][]string
+	readyFlag bool
+	diags     map[string][]translate.Diagnostic
+}
+
+type retainedHost struct {
+	endpoint    sources.Endpoint
+	absentSince time.Time
+	source      string
+}
+
+var _ sources.Sink = (*Loop)(nil)
+
+// New returns a loop publishing to pub. It starts nothing.
+func New(opts Options, pub Publisher) *Loop {
+	if opts.Quiet <= 0 {
+		opts.Quiet = 50 * time.Millisecond
+	}
+	if opts.MaxHold < opts.Quiet {
+		opts.MaxHold = 10 * opts.Quiet
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	l := &Loop{
+		opts:      opts,
+		pub:       pub,
+		log:       opts.Logger,
+		now:       opts.Now,
+		events:    make(chan event, 64),
+		bySource:  map[string]map[string]sources.Service{},
+		claims:    map[string][]string{},
+		synced:    map[string]bool{},
+		dirty:     map[string]bool{},
+		published: map[string]sources.Service{},
+		retained:  map[string]map[sources.HostKey]*retainedHost{},
+		lastHosts: map[string][]sources.HostKey{},
+		status:    map[string]*SourceStatus{},
+		hostInfo:  map[string][]HostInfo{},
+		conflicts: map[string][]string{},
+		diags:     map[string][]translate.Diagnostic{},
+	}
+	for _, s := range opts.Sources {
+		l.status[s] = &SourceStatus{Name: s}
+	}
+	l.m = newLoopMetrics(l, opts.Metrics)
+	return l
+}
+
+// Publish implements sources.Sink.
+func (l *Loop) Publish(ctx context.Context, u sources.Update) error {
+	select {
+	case l.events <- event{kind: evPublish, update: u, source: u.Source}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Fail implements sources.Sink.
+func (l *Loop) Fail(ctx context.Context, source string, err error) {
+	select {
+	case l.events <- event{kind: evFail, source: source, err: err}:
+	case <-ctx.Done():
+	}
+}
+
+// ChecksChanged tells the loop that active-check verdicts of a service
+// changed ("" for any service). Safe for concurrent use; never blocks for
+// long.
+func (l *Loop) ChecksChanged(ctx context.Context, service string) {
+	select {
+	case l.events <- event{kind: evCheck, service: service}:
+	case <-ctx.Done():
+	}
+}
+
+// Run owns the state until ctx is done.
+func (l *Loop) Run(ctx context.Context) error {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	var firstDirty time.Time
+	armed := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev := <-l.events:
+			if !l.handle(ev) {
+				continue
+			}
+			now := l.now()
+			if !armed {
+				firstDirty = now
+				armed = true
+			}
+			wait := l.opts.Quiet
+			if hold := firstDirty.Add(l.opts.MaxHold).Sub(now); hold < wait {
+				wait = max(hold, 0)
+			}
+			timer.Reset(wait)
+		case <-timer.C:
+			armed = false
+			l.flush()
+		}
+	}
+}
+
+// handle applies one event to the state and reports whether anything became
+// dirty.
+func (l *Loop) handle(ev event) bool {
+	switch ev.kind {
+	case evPublish:
+		return l.applyUpdate(ev.update)
+	case evFail:
+		l.m.sourceErrors.WithLabelValues(ev.source).Inc()
+		l.log.Warn("source failed to refresh; serving its last good state", "source", ev.source, "error", ev.err)
+		l.mu.Lock()
+		st := l.sourceStatus(ev.source)
+		st.LastError = ev.err.Error()
+		st.LastErrorTime = l.now()
+		st.Stale = true
+		l.mu.Unlock()
+		return false
+	case evCheck:
+		if ev.service == "" {
+			for s := range l.published {
+				l.dirty[s] = true
+			}
+			for s := range l.claims {
+				l.dirty[s] = true
+			}
+			return true
+		}
+		l.dirty[ev.service] = true
+		return true
+	}
+	return false
+}
+
+func (l *Loop) sourceStatus(name string) *SourceStatus {
+	st, ok := l.status[name]
+	if !ok {
+		st = &SourceStatus{Name: name}
+		l.status[name] = st
+	}
+	return st
+}
+
+func (l *Loop) applyUpdate(u sources.Update) bool {
+	src := u.Source
+	next := make(map[string]sources.Service, len(u.Services))
+	for _, s := range u.Services {
+		if _, dup := next[s.Name]; dup {
+			l.log.Warn("source published a service twice; the first is kept", "source", src, "service", s.Name)
+			continue
+		}
+		next[s.Name] = s
+	}
+	prev := l.bySource[src]
+	l.bySource[src] = next
+	dirty := false
+	for name, s := range next {
+		old, had := prev[name]
+		if !had {
+			l.claims[name] = append(l.claims[name], src)
+		}
+		if l.owner(name) == src && (!had || !reflect.DeepEqual(old, s)) {
+			l.dirty[name] = true
+			dirty = true
+		}
+	}
+	for name := range prev {
+		if _, still := next[name]; still {
+			continue
+		}
+		wasOwner := l.owner(name) == src
+		l.claims[name] = removeString(l.claims[name], src)
+		if len(l.claims[name]) == 0 {
+			delete(l.claims, name)
+		}
+		if wasOwner {
+			l.dirty[name] = true
+			dirty = true
+		}
+	}
+	l.synced[src] = true
+	l.m.sourceSyncs.WithLabelValues(src).Inc()
+
+	l.mu.Lock()
+	st := l.sourceStatus(src)
+	st.Synced = true
+	st.LastSync = l.now()
+	st.Stale = false
+	st.Services = len(next)
+	l.refreshConflictsLocked()
+	l.mu.Unlock()
+
+	if !l.ready && l.allSynced() {
+		return true // the first flush after every source synced marks ready
+	}
+	return dirty
+}
+
+func (l *Loop) owner(service string) string {
+	if c := l.claims[service]; len(c) > 0 {
+		return c[0]
+	}
+	return ""
+}
+
+func (l *Loop) refreshConflictsLocked() {
+	l.conflicts = map[string][]string{}
+	n := 0
+	for svc, c := range l.claims {
+		if len(c) > 1 {
+			l.conflicts[svc] = append([]string(nil), c...)
+			n++
+		}
+	}
+	l.m.conflicts.Set(float64(n))
+	for svc, c := range l.conflicts {
+		l.log.Warn("service claimed by more than one source; the first owner keeps it", "service", svc, "owner", c[0], "also_claimed_by", c[1:])
+	}
+}
+
+func (l *Loop) allSynced() bool {
+	for _, s := range l.opts.Sources {
+		if !l.synced[s] {
+			return false
+		}
+	}
+	return true
+}
+
+// flush rebuilds the dirty services and publishes what changed.
+func (l *Loop) flush() {
+	if !l.allSynced() {
+		return // keep the dirty set; nothing is served before every source synced
+	}
+	start := l.now()
+	names := make([]string, 0, len(l.dirty))
+	for n := range l.dirty {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+
+	var changed []translate.Resources
+	var removed []string
+	inputs := map[string]sources.Service{}
+	for _, name := range names {
+		svc, keep := l.merge(name)
+		if !keep {
+			if _, was := l.published[name]; was {
+				removed = append(removed, name)
+			}
+			continue
+		}
+		if old, was := l.published[name]; was && reflect.DeepEqual(old, svc) {
+			continue
+		}
+		res, diags := translate.Service(svc)
+		l.mu.Lock()
+		if len(diags) > 0 {
+			l.diags[name] = diags
+		} else {
+			delete(l.diags, name)
+		}
+		l.mu.Unlock()
+		for _, d := range diags {
+			l.log.Warn("translation diagnostic", "service", d.Service, "field", d.Field, "message", d.Message)
+		}
+		if err := res.Validate(); err != nil {
+			l.m.invalid.Inc()
+			l.log.Error("generated resource failed validation; serving the last valid one", "service", name, "error", err)
+			continue
+		}
+		changed = append(changed, res)
+		inputs[name] = svc
+	}
+	if len(changed) > 0 || len(removed) > 0 {
+		if err := l.pub.PublishServices(changed, removed); err != nil {
+			l.log.Error("publishing to the xDS cache failed; will retry", "error", err)
+			l.m.flushErrors.Inc()
+			return // dirty set kept; the next event retries
+		}
+	}
+	for n, s := range inputs {
+		l.published[n] = s
+	}
+	for _, n := range removed {
+		delete(l.published, n)
+		delete(l.retained, n)
+	}
+	clear(l.dirty)
+	l.updateChecks()
+	l.m.flushes.Inc()
+	l.m.flushSeconds.Observe(l.now().Sub(start).Seconds())
+	l.m.services.Set(float64(len(l.published)))
+	if !l.ready {
+		l.ready = true
+		l.pub.MarkReady()
+		l.mu.Lock()
+		l.readyFlag = true
+		l.mu.Unlock()
+		l.log.Info("every source synced; serving xDS", "services", len(l.published))
+	}
+	if len(changed) > 0 || len(removed) > 0 {
+		l.log.Debug("published", "changed", len(changed), "removed", len(removed))
+	}
+}
+
+// merge computes the service to publish from its owner's endpoints, active
+// health checks and retained hosts (the discovery × health matrix). keep is
+// false when the service is to be removed.
+func (l *Loop) merge(name string) (svc sources.Service, keep bool) {
+	owner := l.owner(name)
+	if owner == "" {
+		l.setHostInfo(name, nil)
+		return sources.Service{}, false
+	}
+	src := l.bySource[owner][name]
+	now := l.now()
+	out := sources.Service{Name: name, Endpoints: make([]sources.Endpoint, 0, len(src.Endpoints))}
+	infos := make([]HostInfo, 0, len(src.Endpoints))
+	seen := make(map[sources.HostKey]bool, len(src.Endpoints))
+	for _, e := range src.Endpoints {
+		k := e.Key()
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		v := l.verdict(name, k)
+		d := healthcheck.Decide(true, e.Health, v, 0, 0)
+		pe := e
+		pe.Health = d.Health
+		out.Endpoints = append(out.Endpoints, pe)
+		infos = append(infos, HostInfo{Host: k.String(), Discovered: true, Source: owner, SourceHealth: e.Health, Check: v, Published: d.Publish, Health: d.Health, Rule: d.Rule})
+	}
+	// Hosts published before and now absent: retained while their check passes.
+	ret := l.retained[name]
+	if ret == nil {
+		ret = map[sources.HostKey]*retainedHost{}
+	}
+	if prev, ok := l.published[name]; ok {
+		for _, e := range prev.Endpoints {
+			k := e.Key()
+			if seen[k] {
+				continue
+			}
+			if _, already := ret[k]; !already {
+				ret[k] = &retainedHost{endpoint: e, absentSince: now, source: owner}
+			}
+		}
+	}
+	for k, r := range ret {
+		if seen[k] {
+			delete(ret, k)
+			continue
+		}
+		v := l.verdict(name, k)
+		d := healthcheck.Decide(false, sources.HealthUnknown, v, now.Sub(r.absentSince), l.maxRetention(name))
+		info := HostInfo{Host: k.String(), Discovered: false, Source: r.source, Check: v, Published: d.Publish, Health: d.Health, Rule: d.Rule, AbsentSince: r.absentSince}
+		infos = append(infos, info)
+		if !d.Publish {
+			delete(ret, k)
+			continue
+		}
+		pe := r.endpoint
+		pe.Health = d.Health
+		out.Endpoints = append(out.Endpoints, pe)
+	}
+	if len(ret) > 0 {
+		l.retained[name] = ret
+	} else {
+		delete(l.retained, name)
+	}
+	sources.SortEndpoints(out.Endpoints)
+	l.setHostInfo(name, infos)
+	return out, true
+}
+
+func (l *Loop) verdict(service string, k sources.HostKey) healthcheck.CheckVerdict {
+	if l.opts.HealthChecks == nil {
+		return healthcheck.NoCheck
+	}
+	return l.opts.HealthChecks.Verdict(service, k)
+}
+
+func (l *Loop) maxRetention(string) time.Duration { return 0 }
+
+// updateChecks tells the checker which hosts to probe when that changed.
+func (l *Loop) updateChecks() {
+	if l.opts.HealthChecks == nil {
+		return
+	}
+	hosts := make(map[string][]sources.HostKey, len(l.published))
+	for name, s := range l.published {
+		ks := make([]sources.HostKey, 0, len(s.Endpoints))
+		for _, e := range s.Endpoints {
+			ks = append(ks, e.Key())
+		}
+		hosts[name] = ks
+	}
+	// Discovered hosts of services not published yet are probed too.
+	for name := range l.claims {
+		if _, ok := hosts[name]; ok {
+			continue
+		}
+		for _, e := range l.bySource[l.owner(name)][name].Endpoints {
+			hosts[name] = append(hosts[name], e.Key())
+		}
+	}
+	if reflect.DeepEqual(hosts, l.lastHosts) {
+		return
+	}
+	l.lastHosts = hosts
+	l.opts.HealthChecks.SetHosts(hosts)
+}
+
+func (l *Loop) setHostInfo(service string, infos []HostInfo) {
+	sort.Slice(infos, func(i, j int) bool { return infos[i].Host < infos[j].Host })
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if infos == nil {
+		delete(l.hostInfo, service)
+		return
+	}
+	l.hostInfo[service] = infos
+}
+
+func removeString(s []string, v string) []string {
+	out := s[:0]
+	for _, x := range s {
+		if x != v {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// SourceStatus is what the loop knows of one source.
+type SourceStatus struct {
+	Name          string    `json:"name"`
+	Synced        bool      `json:"synced"`
+	LastSync      time.Time `json:"last_sync,omitzero"`
+	LastError     string    `json:"last_error,omitempty"`
+	LastErrorTime time.Time `json:"last_error_time,omitzero"`
+	// Stale is true when the source's last refresh failed: its last good
+	// services are still served.
+	Stale bool `json:"stale"`
+	// DataAge is how old the served data of the source is.
+	DataAge  string `json:"data_age,omitempty"`
+	Services int    `json:"services"`
+}
+
+// HostInfo explains one host of a service: why it is published, or not.
+type HostInfo struct {
+	Host         string                   `json:"host"`
+	Discovered   bool                     `json:"discovered"`
+	Source       string                   `json:"source,omitempty"`
+	SourceHealth sources.HealthStatus     `json:"source_health"`
+	Check        healthcheck.CheckVerdict `json:"check"`
+	CheckState   any                      `json:"check_state,omitempty"`
+	Published    bool                     `json:"published"`
+	Health       sources.HealthStatus     `json:"health"`
+	Rule         healthcheck.Rule         `json:"rule"`
+	AbsentSince  time.Time                `json:"absent_since,omitzero"`
+}
+
+// Ready reports whether every source synced and the first state was
+// published. Safe for concurrent use.
+func (l *Loop) Ready() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.readyFlag
+}
+
+// Sources returns the status of every source, sorted by name. Safe for
+// concurrent use.
+func (l *Loop) Sources() []SourceStatus {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]SourceStatus, 0, len(l.status))
+	now := l.now()
+	for _, st := range l.status {
+		c := *st
+		if c.Synced {
+			c.DataAge = now.Sub(c.LastSync).Round(time.Millisecond).String()
+		}
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Hosts returns the explanation of every host of a service, or of all
+// services when service is "". Safe for concurrent use.
+func (l *Loop) Hosts(service string) map[string][]HostInfo {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string][]HostInfo{}
+	for s, hs := range l.hostInfo {
+		if service == "" || s == service {
+			out[s] = append([]HostInfo(nil), hs...)
+		}
+	}
+	return out
+}
+
+// Conflicts returns services claimed by more than one source: service →
+// claimants, owner first. Safe for concurrent use.
+func (l *Loop) Conflicts() map[string][]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string][]string, len(l.conflicts))
+	for k, v := range l.conflicts {
+		out[k] = append([]string(nil), v...)
+	}
+	return out
+}
+
+// Diagnostics returns translation diagnostics per service. Safe for
+// concurrent use.
+func (l *Loop) Diagnostics() map[string][]translate.Diagnostic {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string][]translate.Diagnostic, len(l.diags))
+	for k, v := range l.diags {
+		out[k] = append([]translate.Diagnostic(nil), v...)
+	}
+	return out
+}
+
+// CheckClaims returns an error when two sources claim the same service
+// name before running (from their configs or files).
+func CheckClaims(srcs []sources.Source) error {
+	owner := map[string]string{}
+	var errs []error
+	for _, s := range srcs {
+		c, ok := s.(sources.StaticClaimer)
+		if !ok {
+			continue
+		}
+		names, err := c.ClaimedNames()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("source %s: %w", s.Name(), err))
+			continue
+		}
+		for _, n := range names {
+			if o, taken := owner[n]; taken && o != s.Name() {
+				errs = append(errs, fmt.Errorf("service %q is claimed by sources %q and %q: a service name is owned by one source", n, o, s.Name()))
+				continue
+			}
+			owner[n] = s.Name()
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,155 @@
+// Package app assembles the bridge from its config: sources, the merge loop,
+// the xDS cache and server, and the admin HTTP server. The binary and the
+// end-to-end tests both use it.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/xdsbridge/xdsbridge/bridge"
+	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/sources"
+	"github.com/xdsbridge/xdsbridge/xds"
+)
+
+// App is one configured bridge.
+type App struct {
+	Config   *config.Config
+	Log      *slog.Logger
+	Registry *prometheus.Registry
+	Sources  []sources.Source
+	Loop     *bridge.Loop
+	Cache    *xds.Cache
+	XDS      *xds.Server
+
+	xdsLis, adminLis net.Listener
+}
+
+// NewLogger builds the slog logger the config asks for.
+func NewLogger(c config.Logging, w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(strings.ToUpper(c.Level)))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// BuildSources constructs every configured source; errors name the source
+// entry. Sources that know their service names up front are checked for
+// conflicting claims.
+func BuildSources(c *config.Config, log *slog.Logger, reg prometheus.Registerer) ([]sources.Source, error) {
+	var out []sources.Source
+	for i, sc := range c.Sources {
+		f := SourceTypes[sc.Type]
+		src, err := f(sc.Name, sc.Raw, sources.Env{BaseDir: c.BaseDir, Logger: log, Metrics: reg})
+		if err != nil {
+			return nil, fmt.Errorf("sources[%d] (%s).%s.%w", i, sc.Name, sc.Type, err)
+		}
+		out = append(out, src)
+	}
+	if err := bridge.CheckClaims(out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// New builds the bridge. It starts nothing and listens on nothing.
+func New(c *config.Config, log *slog.Logger) (*App, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srcs, err := BuildSources(c, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(srcs))
+	for i, s := range srcs {
+		names[i] = s.Name()
+	}
+	cache := xds.NewCache(xds.ClusterType, xds.EndpointType, xds.ListenerType, xds.RouteType)
+	loop := bridge.New(bridge.Options{
+		Sources: names,
+		Quiet:   c.Debounce.Quiet.D(),
+		MaxHold: c.Debounce.Max.D(),
+		Logger:  log,
+		Metrics: reg,
+	}, cache)
+	return &App{
+		Config:   c,
+		Log:      log,
+		Registry: reg,
+		Sources:  srcs,
+		Loop:     loop,
+		Cache:    cache,
+		XDS:      xds.NewServer(cache, xds.Options{Logger: log, Metrics: reg}),
+	}, nil
+}
+
+// Listen binds the xDS and admin listeners (so tests can use port 0 and ask
+// for the addresses before Run).
+func (a *App) Listen() error {
+	var err error
+	if a.xdsLis, err = net.Listen("tcp", a.Config.XDS.Listen); err != nil {
+		return fmt.Errorf("xds.listen: %w", err)
+	}
+	if a.adminLis, err = net.Listen("tcp", a.Config.Admin.Listen); err != nil {
+		a.xdsLis.Close()
+		return fmt.Errorf("admin.listen: %w", err)
+	}
+	return nil
+}
+
+// XDSAddr is the bound xDS address (after Listen).
+func (a *App) XDSAddr() string { return a.xdsLis.Addr().String() }
+
+// AdminAddr is the bound admin address (after Listen).
+func (a *App) AdminAddr() string { return a.adminLis.Addr().String() }
+
+// Run runs every part under one errgroup until ctx is done or a part fails.
+// It calls Listen first if needed.
+func (a *App) Run(ctx context.Context) error {
+	if a.xdsLis == nil {
+		if err := a.Listen(); err != nil {
+			return err
+		}
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return a.Loop.Run(ctx) })
+	for _, s := range a.Sources {
+		g.Go(func() error {
+			if err := s.Run(ctx, a.Loop); err != nil {
+				return fmt.Errorf("source %s: %w", s.Name(), err)
+			}
+			return nil
+		})
+	}
+	g.Go(func() error { return a.XDS.Run(ctx, a.xdsLis) })
+	srv := &http.Server{Handler: a.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
+	g.Go(func() error {
+		if err := srv.Serve(a.adminLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("admin server: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	})
+	a.Log.Info("xdsbridge running", "xds", a.XDSAddr(), "admin", a.AdminAddr(), "sources", len(a.Sources))
+	return g.Wait()
+}

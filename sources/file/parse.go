@@ -1,0 +1,171 @@
+package file
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"sort"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/sources"
+)
+
+// document is the file's format: concise services, Envoy
+// ClusterLoadAssignments, or both.
+type document struct {
+	Services map[string]serviceDoc `json:"services"`
+	// ClusterLoadAssignments are Envoy ClusterLoadAssignment documents, as
+	// in a static cluster's load_assignment; decoded with protojson.
+	ClusterLoadAssignments []json.RawMessage `json:"cluster_load_assignments"`
+}
+
+type serviceDoc struct {
+	Endpoints []endpointDoc `json:"endpoints"`
+}
+
+type endpointDoc struct {
+	Address  string           `json:"address"`
+	Port     uint32           `json:"port"`
+	Hostname string           `json:"hostname"`
+	Weight   uint32           `json:"weight"`
+	Priority uint32           `json:"priority"`
+	Locality sources.Locality `json:"locality"`
+	Health   string           `json:"health"`
+	Metadata sources.Metadata `json:"metadata"`
+}
+
+// Parse reads a services file (YAML or JSON). Errors name the field, and
+// YAML syntax errors the line.
+func Parse(data []byte) ([]sources.Service, error) {
+	var doc document
+	if err := config.DecodeStrict(data, &doc); err != nil {
+		return nil, err
+	}
+	byName := map[string]sources.Service{}
+	names := make([]string, 0, len(doc.Services))
+	for n := range doc.Services {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		field := "services." + name
+		if err := sources.ValidateServiceName(field, name); err != nil {
+			return nil, err
+		}
+		svc := sources.Service{Name: name, Endpoints: []sources.Endpoint{}}
+		for i, ed := range doc.Services[name].Endpoints {
+			ef := fmt.Sprintf("%s.endpoints[%d]", field, i)
+			h, err := sources.ParseHealth(ed.Health)
+			if err != nil {
+				return nil, fmt.Errorf("%s.health: %w", ef, err)
+			}
+			e := sources.Endpoint{
+				Address: ed.Address, Port: ed.Port, Hostname: ed.Hostname, Weight: ed.Weight,
+				Priority: ed.Priority, Locality: ed.Locality, Health: h, Metadata: ed.Metadata,
+			}
+			if err := sources.ValidateEndpoint(ef, e); err != nil {
+				return nil, err
+			}
+			svc.Endpoints = append(svc.Endpoints, e)
+		}
+		if err := checkDuplicates(field, svc.Endpoints); err != nil {
+			return nil, err
+		}
+		byName[name] = svc
+	}
+	for i, raw := range doc.ClusterLoadAssignments {
+		field := fmt.Sprintf("cluster_load_assignments[%d]", i)
+		svc, err := fromCLA(field, raw)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := byName[svc.Name]; dup {
+			return nil, fmt.Errorf("%s.cluster_name: service %q is defined twice in the file", field, svc.Name)
+		}
+		byName[svc.Name] = svc
+	}
+	out := make([]sources.Service, 0, len(byName))
+	for _, s := range byName {
+		sources.SortEndpoints(s.Endpoints)
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func checkDuplicates(field string, eps []sources.Endpoint) error {
+	seen := map[sources.HostKey]bool{}
+	for _, e := range eps {
+		if seen[e.Key()] {
+			return fmt.Errorf("%s.endpoints: %s is listed twice", field, e.Key())
+		}
+		seen[e.Key()] = true
+	}
+	return nil
+}
+
+// fromCLA converts an Envoy ClusterLoadAssignment document.
+func fromCLA(field string, raw json.RawMessage) (sources.Service, error) {
+	var cla endpoint.ClusterLoadAssignment
+	if err := protojson.Unmarshal(raw, &cla); err != nil {
+		return sources.Service{}, fmt.Errorf("%s: %w", field, err)
+	}
+	if err := cla.ValidateAll(); err != nil {
+		return sources.Service{}, fmt.Errorf("%s: %w", field, err)
+	}
+	if err := sources.ValidateServiceName(field+".cluster_name", cla.GetClusterName()); err != nil {
+		return sources.Service{}, err
+	}
+	svc := sources.Service{Name: cla.GetClusterName(), Endpoints: []sources.Endpoint{}}
+	for i, loc := range cla.GetEndpoints() {
+		lf := fmt.Sprintf("%s.endpoints[%d]", field, i)
+		var locality sources.Locality
+		if l := loc.GetLocality(); l != nil {
+			locality = sources.Locality{Region: l.GetRegion(), Zone: l.GetZone(), SubZone: l.GetSubZone()}
+		}
+		for j, lb := range loc.GetLbEndpoints() {
+			ef := fmt.Sprintf("%s.lb_endpoints[%d]", lf, j)
+			ep := lb.GetEndpoint()
+			if ep == nil {
+				return sources.Service{}, fmt.Errorf("%s.endpoint: missing (named endpoints are not supported)", ef)
+			}
+			sa := ep.GetAddress().GetSocketAddress()
+			if sa == nil {
+				return sources.Service{}, fmt.Errorf("%s.endpoint.address.socket_address: missing (only socket addresses are supported)", ef)
+			}
+			if _, ok := sa.GetPortSpecifier().(*core.SocketAddress_PortValue); !ok {
+				return sources.Service{}, fmt.Errorf("%s.endpoint.address.socket_address.port_value: missing (named ports are not supported)", ef)
+			}
+			if _, err := netip.ParseAddr(sa.GetAddress()); err != nil {
+				return sources.Service{}, fmt.Errorf("%s.endpoint.address.socket_address.address: %q is not an IP address (names belong to the dns source)", ef, sa.GetAddress())
+			}
+			e := sources.Endpoint{
+				Address:  sa.GetAddress(),
+				Port:     sa.GetPortValue(),
+				Hostname: ep.GetHostname(),
+				Weight:   lb.GetLoadBalancingWeight().GetValue(),
+				Priority: loc.GetPriority(),
+				Locality: locality,
+				Health:   sources.HealthStatus(lb.GetHealthStatus()),
+			}
+			if md := lb.GetMetadata().GetFilterMetadata(); len(md) > 0 {
+				e.Metadata = sources.Metadata{}
+				for ns, st := range md {
+					e.Metadata[ns] = st.AsMap()
+				}
+			}
+			if err := sources.ValidateEndpoint(ef+".endpoint.address.socket_address", e); err != nil {
+				return sources.Service{}, err
+			}
+			svc.Endpoints = append(svc.Endpoints, e)
+		}
+	}
+	if err := checkDuplicates(field, svc.Endpoints); err != nil {
+		return sources.Service{}, err
+	}
+	return svc, nil
+}

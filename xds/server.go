@@ -1,0 +1,293 @@
+// Package xds serves the bridge's resources over xDS: ADS in both delta and
+// state-of-the-world (sotw) variants plus the per-type CDS, EDS, LDS and RDS
+// services, on one gRPC listener. It is the only package that imports
+// go-control-plane.
+//
+//	bridge loop ──Publish(services)──▶ Cache (per-resource, marshal once)
+//	                                     │ watches
+//	                                     ▼
+//	                 go-control-plane server (ordered ADS) ──▶ streams
+package xds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"sync"
+	"time"
+
+	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
+	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
+	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+)
+
+// Type URLs served.
+const (
+	ClusterType  = resource.ClusterType
+	EndpointType = resource.EndpointType
+	ListenerType = resource.ListenerType
+	RouteType    = resource.RouteType
+)
+
+// Options configure a Server.
+type Options struct {
+	Logger *slog.Logger
+	// Metrics is where the server registers its collectors; nil for none.
+	Metrics prometheus.Registerer
+}
+
+// Server is the xDS gRPC server. Create it with NewServer, start it with Run.
+type Server struct {
+	cache *Cache
+	log   *slog.Logger
+	m     *metrics
+
+	mu        sync.Mutex
+	clients   map[streamKey]*clientInfo
+	nackTotal uint64
+}
+
+type streamKey struct {
+	delta bool
+	id    int64
+}
+
+type clientInfo struct {
+	Node      string    `json:"node"`
+	Cluster   string    `json:"cluster,omitempty"`
+	Mode      string    `json:"mode"`
+	TypeURL   string    `json:"type_url"`
+	Opened    time.Time `json:"opened"`
+	Responses uint64    `json:"responses"`
+	NACKs     uint64    `json:"nacks"`
+	LastNACK  string    `json:"last_nack,omitempty"`
+}
+
+// NewServer returns a server for the cache. It starts nothing.
+func NewServer(c *Cache, opts Options) *Server {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{cache: c, log: log, clients: map[streamKey]*clientInfo{}}
+	s.m = newMetrics(c, opts.Metrics)
+	return s
+}
+
+// Cache returns the server's cache.
+func (s *Server) Cache() *Cache { return s.cache }
+
+// Run serves xDS on lis until ctx is done, then closes every stream.
+func (s *Server) Run(ctx context.Context, lis net.Listener) error {
+	gs := grpc.NewServer(
+		grpc.MaxConcurrentStreams(1<<20),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+	)
+	xs := serverv3.NewServer(ctx, s.cache, s.callbacks(), sotw.WithOrderedADS())
+	discovery.RegisterAggregatedDiscoveryServiceServer(gs, xs)
+	clusterservice.RegisterClusterDiscoveryServiceServer(gs, xs)
+	endpointservice.RegisterEndpointDiscoveryServiceServer(gs, xs)
+	listenerservice.RegisterListenerDiscoveryServiceServer(gs, xs)
+	routeservice.RegisterRouteDiscoveryServiceServer(gs, xs)
+
+	errc := make(chan error, 1)
+	go func() { errc <- gs.Serve(lis) }()
+	select {
+	case <-ctx.Done():
+		gs.Stop()
+		<-errc
+		return nil
+	case err := <-errc:
+		if errors.Is(err, grpc.ErrServerStopped) {
+			return nil
+		}
+		return fmt.Errorf("xds server: %w", err)
+	}
+}
+
+func modeName(delta bool) string {
+	if delta {
+		return "delta"
+	}
+	return "sotw"
+}
+
+func typeLabel(typeURL string) string {
+	if typeURL == "" || typeURL == resource.AnyType {
+		return "ads"
+	}
+	return typeURL
+}
+
+func (s *Server) opened(delta bool, id int64, typeURL string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.clients[streamKey{delta, id}] = &clientInfo{Mode: modeName(delta), TypeURL: typeLabel(typeURL), Opened: time.Now()}
+	s.m.clients.WithLabelValues(typeLabel(typeURL), modeName(delta)).Inc()
+}
+
+func (s *Server) closed(delta bool, id int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := streamKey{delta, id}
+	if ci, ok := s.clients[k]; ok {
+		s.m.clients.WithLabelValues(ci.TypeURL, ci.Mode).Dec()
+		delete(s.clients, k)
+	}
+}
+
+// request records the node and, for a NACK, logs and counts it.
+func (s *Server) request(delta bool, id int64, node *core.Node, typeURL, nonce string, errDetail interface{ GetMessage() string }, hasErr bool) {
+	s.mu.Lock()
+	ci, ok := s.clients[streamKey{delta, id}]
+	if ok && node != nil && node.GetId() != "" {
+		ci.Node, ci.Cluster = node.GetId(), node.GetCluster()
+	}
+	if hasErr {
+		s.nackTotal++
+	}
+	var nodeID string
+	if ok {
+		nodeID = ci.Node
+		if hasErr {
+			ci.NACKs++
+			ci.LastNACK = errDetail.GetMessage()
+		}
+	}
+	s.mu.Unlock()
+	if !hasErr {
+		return
+	}
+	s.m.nacks.WithLabelValues(typeURL, modeName(delta)).Inc()
+	s.log.Warn("xDS client rejected an update (NACK); it keeps its previous config and the same content is not sent again",
+		"node", nodeID, "mode", modeName(delta), "type", typeURL, "nonce", nonce, "error", errDetail.GetMessage())
+}
+
+func (s *Server) responded(delta bool, id int64, typeURL string) {
+	s.mu.Lock()
+	if ci, ok := s.clients[streamKey{delta, id}]; ok {
+		ci.Responses++
+	}
+	s.mu.Unlock()
+	s.m.pushes.WithLabelValues(typeURL, modeName(delta)).Inc()
+}
+
+func (s *Server) callbacks() serverv3.Callbacks {
+	return serverv3.CallbackFuncs{
+		StreamOpenFunc: func(_ context.Context, id int64, typeURL string) error {
+			s.opened(false, id, typeURL)
+			return nil
+		},
+		StreamClosedFunc: func(id int64, _ *core.Node) { s.closed(false, id) },
+		DeltaStreamOpenFunc: func(_ context.Context, id int64, typeURL string) error {
+			s.opened(true, id, typeURL)
+			return nil
+		},
+		DeltaStreamClosedFunc: func(id int64, _ *core.Node) { s.closed(true, id) },
+		StreamRequestFunc: func(id int64, req *discovery.DiscoveryRequest) error {
+			s.request(false, id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail(), req.GetErrorDetail() != nil)
+			return nil
+		},
+		StreamResponseFunc: func(_ context.Context, id int64, req *discovery.DiscoveryRequest, _ *discovery.DiscoveryResponse) {
+			s.responded(false, id, req.GetTypeUrl())
+		},
+		StreamDeltaRequestFunc: func(id int64, req *discovery.DeltaDiscoveryRequest) error {
+			s.request(true, id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail(), req.GetErrorDetail() != nil)
+			return nil
+		},
+		StreamDeltaResponseFunc: func(id int64, req *discovery.DeltaDiscoveryRequest, _ *discovery.DeltaDiscoveryResponse) {
+			s.responded(true, id, req.GetTypeUrl())
+		},
+	}
+}
+
+// ClientInfo describes one connected xDS stream.
+type ClientInfo = clientInfo
+
+// Clients returns the connected streams, sorted by mode and open time.
+func (s *Server) Clients() []ClientInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]ClientInfo, 0, len(s.clients))
+	for _, ci := range s.clients {
+		out = append(out, *ci)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Mode != out[j].Mode {
+			return out[i].Mode < out[j].Mode
+		}
+		return out[i].Opened.Before(out[j].Opened)
+	})
+	return out
+}
+
+// NACKs returns the number of NACKs received since start.
+func (s *Server) NACKs() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nackTotal
+}
+
+type metrics struct {
+	clients *prometheus.GaugeVec
+	pushes  *prometheus.CounterVec
+	nacks   *prometheus.CounterVec
+}
+
+func newMetrics(c *Cache, reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		clients: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "xdsbridge_xds_clients", Help: "Connected xDS streams by type (ads for aggregated) and mode (delta or sotw).",
+		}, []string{"type", "mode"}),
+		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "xdsbridge_xds_pushes_total", Help: "xDS responses sent, by type and mode.",
+		}, []string{"type", "mode"}),
+		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "xdsbridge_xds_nacks_total", Help: "xDS updates rejected by clients (NACKs), by type and mode.",
+		}, []string{"type", "mode"}),
+	}
+	if reg == nil {
+		return m
+	}
+	reg.MustRegister(m.clients, m.pushes, m.nacks, &cacheCollector{c: c})
+	return m
+}
+
+// cacheCollector exports the cache's counters at scrape time.
+type cacheCollector struct{ c *Cache }
+
+var (
+	resourcesDesc = prometheus.NewDesc("xdsbridge_xds_resources", "Resources served, by type.", []string{"type"}, nil)
+	encodingsDesc = prometheus.NewDesc("xdsbridge_xds_resource_encodings_total", "Resource versions encoded (each is encoded once, however many clients receive it).", nil, nil)
+	watchesDesc   = prometheus.NewDesc("xdsbridge_xds_open_watches", "Watches waiting for a change, by type.", []string{"type"}, nil)
+)
+
+func (cc *cacheCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- resourcesDesc
+	ch <- encodingsDesc
+	ch <- watchesDesc
+}
+
+func (cc *cacheCollector) Collect(ch chan<- prometheus.Metric) {
+	st := cc.c.Stats()
+	for t, n := range st.Resources {
+		ch <- prometheus.MustNewConstMetric(resourcesDesc, prometheus.GaugeValue, float64(n), t)
+	}
+	for t, n := range st.Watches {
+		ch <- prometheus.MustNewConstMetric(watchesDesc, prometheus.GaugeValue, float64(n), t)
+	}
+	ch <- prometheus.MustNewConstMetric(encodingsDesc, prometheus.CounterValue, float64(st.Marshals))
+}

@@ -1,0 +1,500 @@
+package xds_test
+
+import (
+	"context"
+	"net"
+	"sort"
+	"testing"
+	"time"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/xdsbridge/xdsbridge/sources"
+	"github.com/xdsbridge/xdsbridge/translate"
+	"github.com/xdsbridge/xdsbridge/xds"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const (
+	cds = xds.ClusterType
+	eds = xds.EndpointType
+)
+
+// harness runs a cache and server on 127.0.0.1:0.
+type harness struct {
+	t     *testing.T
+	cache *xds.Cache
+	srv   *xds.Server
+	conn  *grpc.ClientConn
+}
+
+func newHarness(t *testing.T, ready bool) *harness {
+	t.Helper()
+	c := xds.NewCache(xds.ClusterType, xds.EndpointType, xds.ListenerType, xds.RouteType)
+	if ready {
+		c.MarkReady()
+	}
+	s := xds.NewServer(c, xds.Options{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server: %v", err)
+		}
+	})
+	return &harness{t: t, cache: c, srv: s, conn: conn}
+}
+
+func svc(name string, ports ...uint32) translate.Resources {
+	s := sources.Service{Name: name}
+	for _, p := range ports {
+		s.Endpoints = append(s.Endpoints, sources.Endpoint{Address: "127.0.0.1", Port: p})
+	}
+	r, _ := translate.Service(s)
+	return r
+}
+
+// waitWatches waits until the cache holds n open watches of each type, i.e.
+// the client's ACKs have arrived.
+func (h *harness) waitWatches(n int, types ...string) {
+	h.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st := h.cache.Stats()
+		ok := true
+		for _, t := range types {
+			ok = ok && st.Watches[t] >= n
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("timed out waiting for %d watches of %v: %v", n, types, st.Watches)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (h *harness) publish(changed []translate.Resources, removed ...string) {
+	h.t.Helper()
+	if err := h.cache.PublishServices(changed, removed); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// deltaClient is a raw delta ADS stream.
+type deltaClient struct {
+	t      *testing.T
+	stream discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
+	resp   chan *discovery.DeltaDiscoveryResponse
+	cancel context.CancelFunc
+}
+
+func (h *harness) delta(node string) *deltaClient {
+	h.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(h.conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	c := &deltaClient{t: h.t, stream: st, resp: make(chan *discovery.DeltaDiscoveryResponse, 100), cancel: cancel}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			r, err := st.Recv()
+			if err != nil {
+				return
+			}
+			c.resp <- r
+		}
+	}()
+	h.t.Cleanup(func() { cancel(); <-done })
+	return c
+}
+
+func (c *deltaClient) send(r *discovery.DeltaDiscoveryRequest) {
+	c.t.Helper()
+	if r.Node == nil {
+		r.Node = &core.Node{Id: "test-node"}
+	}
+	if err := c.stream.Send(r); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *deltaClient) recv() *discovery.DeltaDiscoveryResponse {
+	c.t.Helper()
+	select {
+	case r := <-c.resp:
+		return r
+	case <-time.After(5 * time.Second):
+		c.t.Fatal("timed out waiting for a delta response")
+		return nil
+	}
+}
+
+// none proves no response arrives for a while.
+func (c *deltaClient) none() {
+	c.t.Helper()
+	select {
+	case r := <-c.resp:
+		c.t.Fatalf("unexpected response: type %s, resources %v, removed %v", r.TypeUrl, names(r), r.RemovedResources)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+func (c *deltaClient) ack(r *discovery.DeltaDiscoveryResponse) {
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: r.TypeUrl, ResponseNonce: r.Nonce})
+}
+
+func names(r *discovery.DeltaDiscoveryResponse) []string {
+	var out []string
+	for _, res := range r.Resources {
+		out = append(out, res.Name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func versions(r *discovery.DeltaDiscoveryResponse) map[string]string {
+	out := map[string]string{}
+	for _, res := range r.Resources {
+		out[res.Name] = res.Version
+	}
+	return out
+}
+
+func eq(t *testing.T, what string, want, got any) {
+	t.Helper()
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("%s (-want +got):\n%s", what, d)
+	}
+}
+
+func TestDeltaWildcardCDSAndNamedEDS(t *testing.T) {
+	h := newHarness(t, true)
+	h.publish([]translate.Resources{svc("a", 1001), svc("b", 1002)})
+	c := h.delta("n1")
+
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+	r := c.recv()
+	eq(t, "wildcard CDS", []string{"a", "b"}, names(r))
+	c.ack(r)
+
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"a"}})
+	r = c.recv()
+	eq(t, "EDS a", []string{"a"}, names(r))
+	c.ack(r)
+	c.none()
+
+	// A change to b: the client is not subscribed to b's endpoints and b's
+	// cluster did not change, so nothing is sent.
+	h.publish([]translate.Resources{svc("b", 1002, 1003)})
+	c.none()
+
+	// A change to a: only a's endpoints, not its cluster.
+	h.publish([]translate.Resources{svc("a", 1001, 1004)})
+	r = c.recv()
+	eq(t, "type", eds, r.TypeUrl)
+	eq(t, "EDS a after change", []string{"a"}, names(r))
+	var cla endpoint.ClusterLoadAssignment
+	if err := r.Resources[0].Resource.UnmarshalTo(&cla); err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "endpoints of a", 2, len(cla.Endpoints[0].LbEndpoints))
+	c.ack(r)
+	c.none()
+
+	// Subscribe b, then unsubscribe a: changes to a no longer reach us.
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"b"}, ResourceNamesUnsubscribe: []string{"a"}})
+	r = c.recv()
+	eq(t, "EDS b", []string{"b"}, names(r))
+	c.ack(r)
+	h.publish([]translate.Resources{svc("a", 1001)})
+	c.none()
+}
+
+func TestDeltaRemovalOrderAndAdditionOrder(t *testing.T) {
+	h := newHarness(t, true)
+	h.publish([]translate.Resources{svc("a", 1001)})
+	c := h.delta("n1")
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+	c.ack(c.recv())
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"a", "b"}})
+	c.ack(c.recv())
+	h.waitWatches(1, cds, eds)
+
+	// Adding b: its cluster comes before its endpoints.
+	h.publish([]translate.Resources{svc("b", 1002)})
+	r1 := c.recv()
+	r2 := c.recv()
+	eq(t, "first push", cds, r1.TypeUrl)
+	eq(t, "second push", eds, r2.TypeUrl)
+	c.ack(r1)
+	c.ack(r2)
+	h.waitWatches(1, cds, eds)
+
+	// Removing a: endpoints first, the cluster last.
+	h.publish(nil, "a")
+	r1 = c.recv()
+	r2 = c.recv()
+	eq(t, "first removal", eds, r1.TypeUrl)
+	eq(t, "removed EDS", []string{"a"}, r1.RemovedResources)
+	eq(t, "last removal", cds, r2.TypeUrl)
+	eq(t, "removed CDS", []string{"a"}, r2.RemovedResources)
+}
+
+func TestDeltaClusterChangeResendsEndpoints(t *testing.T) {
+	h := newHarness(t, true)
+	h.publish([]translate.Resources{svc("a", 1001)})
+	c := h.delta("n1")
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+	c.ack(c.recv())
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"a"}})
+	first := c.recv()
+	c.ack(first)
+	h.waitWatches(1, cds, eds)
+
+	// Same endpoints, changed cluster: Envoy warms the new cluster and needs
+	// its endpoints again.
+	r := svc("a", 1001)
+	r.Cluster.ConnectTimeout.Seconds = 7
+	h.publish([]translate.Resources{r})
+	r1, r2 := c.recv(), c.recv()
+	eq(t, "cluster first", cds, r1.TypeUrl)
+	eq(t, "then endpoints", eds, r2.TypeUrl)
+	eq(t, "EDS a resent", []string{"a"}, names(r2))
+	if !proto.Equal(first.Resources[0].Resource, r2.Resources[0].Resource) {
+		t.Fatal("endpoint content changed; want the same content re-sent")
+	}
+	if first.Resources[0].Version == r2.Resources[0].Version {
+		t.Fatal("re-sent endpoints carry the same version")
+	}
+}
+
+func TestDeltaReconnectWithInitialVersions(t *testing.T) {
+	h := newHarness(t, true)
+	h.publish([]translate.Resources{svc("a", 1001), svc("b", 1002)})
+	c := h.delta("n1")
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+	cdsResp := c.recv()
+	c.ack(cdsResp)
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"a", "b"}})
+	edsResp := c.recv()
+	c.ack(edsResp)
+	c.cancel()
+
+	// A replica (or the same bridge restarted) with the same content has the
+	// same versions: a client reconnecting with them receives nothing it has.
+	h2 := newHarness(t, true)
+	h2.publish([]translate.Resources{svc("b", 1002), svc("a", 1001)})
+	c2 := h2.delta("n1")
+	c2.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds, InitialResourceVersions: versions(cdsResp)})
+	r := c2.recv() // the first wildcard request is always answered, here with nothing
+	eq(t, "resources resent on reconnect", 0, len(r.Resources))
+	c2.ack(r)
+	c2.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"a", "b"}, InitialResourceVersions: versions(edsResp)})
+	c2.none()
+
+	// One stale version: only that one is sent.
+	stale := versions(edsResp)
+	stale["a"] = "stale"
+	c3 := h2.delta("n2")
+	c3.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"a", "b"}, InitialResourceVersions: stale})
+	eq(t, "only the stale resource", []string{"a"}, names(c3.recv()))
+}
+
+func TestDeltaNACKIsNotAnsweredWithSameContent(t *testing.T) {
+	h := newHarness(t, true)
+	h.publish([]translate.Resources{svc("a", 1001)})
+	c := h.delta("n1")
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"a"}})
+	r := c.recv()
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResponseNonce: r.Nonce, ErrorDetail: &status.Status{Code: 3, Message: "rejected for the test"}})
+	c.none()
+	if n := h.srv.NACKs(); n != 1 {
+		t.Fatalf("NACKs counted = %d, want 1", n)
+	}
+	// New content is sent.
+	h.publish([]translate.Resources{svc("a", 1002)})
+	eq(t, "new content after NACK", []string{"a"}, names(c.recv()))
+}
+
+func TestNotServedBeforeReady(t *testing.T) {
+	h := newHarness(t, false)
+	h.publish([]translate.Resources{svc("a", 1001)})
+	c := h.delta("n1")
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+	c.none()
+	h.cache.MarkReady()
+	eq(t, "after ready", []string{"a"}, names(c.recv()))
+}
+
+// sotwClient is a raw state-of-the-world ADS stream.
+type sotwClient struct {
+	t      *testing.T
+	stream discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	resp   chan *discovery.DiscoveryResponse
+}
+
+func (h *harness) sotw() *sotwClient {
+	h.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(h.conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	c := &sotwClient{t: h.t, stream: st, resp: make(chan *discovery.DiscoveryResponse, 100)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			r, err := st.Recv()
+			if err != nil {
+				return
+			}
+			c.resp <- r
+		}
+	}()
+	h.t.Cleanup(func() { cancel(); <-done })
+	return c
+}
+
+func (c *sotwClient) send(r *discovery.DiscoveryRequest) {
+	c.t.Helper()
+	if r.Node == nil {
+		r.Node = &core.Node{Id: "grpc-client"}
+	}
+	if err := c.stream.Send(r); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *sotwClient) recv() *discovery.DiscoveryResponse {
+	c.t.Helper()
+	select {
+	case r := <-c.resp:
+		return r
+	case <-time.After(5 * time.Second):
+		c.t.Fatal("timed out waiting for a sotw response")
+		return nil
+	}
+}
+
+func (c *sotwClient) none() {
+	c.t.Helper()
+	select {
+	case r := <-c.resp:
+		c.t.Fatalf("unexpected response: type %s version %s, %d resources", r.TypeUrl, r.VersionInfo, len(r.Resources))
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+func sotwNames(t *testing.T, r *discovery.DiscoveryResponse) []string {
+	t.Helper()
+	var out []string
+	for _, a := range r.Resources {
+		switch r.TypeUrl {
+		case cds:
+			var c cluster.Cluster
+			if err := a.UnmarshalTo(&c); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, c.Name)
+		case eds:
+			var c endpoint.ClusterLoadAssignment
+			if err := a.UnmarshalTo(&c); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, c.ClusterName)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestSotwFullStateCDSAndIncrementalEDS(t *testing.T) {
+	h := newHarness(t, true)
+	h.publish([]translate.Resources{svc("a", 1001), svc("b", 1002)})
+	c := h.sotw()
+	c.send(&discovery.DiscoveryRequest{TypeUrl: cds})
+	r := c.recv()
+	eq(t, "CDS", []string{"a", "b"}, sotwNames(t, r))
+	c.send(&discovery.DiscoveryRequest{TypeUrl: cds, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce})
+	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"a", "b"}})
+	e := c.recv()
+	eq(t, "EDS", []string{"a", "b"}, sotwNames(t, e))
+	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"a", "b"}, VersionInfo: e.VersionInfo, ResponseNonce: e.Nonce})
+	c.none()
+
+	// Endpoint change of b: EDS carries only b; CDS is not resent.
+	h.publish([]translate.Resources{svc("b", 1003)})
+	e = c.recv()
+	eq(t, "EDS change", eds, e.TypeUrl)
+	eq(t, "EDS change", []string{"b"}, sotwNames(t, e))
+	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"a", "b"}, VersionInfo: e.VersionInfo, ResponseNonce: e.Nonce})
+	c.none()
+
+	// Removing a: the full-state CDS response no longer lists it.
+	h.publish(nil, "a")
+	r = c.recv()
+	eq(t, "CDS after removal", []string{"b"}, sotwNames(t, r))
+}
+
+func TestSotwNACKOfFirstResponseIsNotResent(t *testing.T) {
+	h := newHarness(t, true)
+	h.publish([]translate.Resources{svc("a", 1001)})
+	c := h.sotw()
+	c.send(&discovery.DiscoveryRequest{TypeUrl: cds})
+	r := c.recv()
+	// A NACK of the first response carries an empty version_info.
+	c.send(&discovery.DiscoveryRequest{TypeUrl: cds, ResponseNonce: r.Nonce, ErrorDetail: &status.Status{Code: 3, Message: "bad cluster"}})
+	c.none()
+	if n := h.srv.NACKs(); n != 1 {
+		t.Fatalf("NACKs = %d, want 1", n)
+	}
+	h.publish([]translate.Resources{svc("b", 1002)})
+	eq(t, "new state after NACK", []string{"a", "b"}, sotwNames(t, c.recv()))
+}
+
+func TestEachVersionEncodedOnce(t *testing.T) {
+	h := newHarness(t, true)
+	h.publish([]translate.Resources{svc("a", 1001)})
+	before := h.cache.Stats().Marshals
+	var clients []*deltaClient
+	for i := 0; i < 20; i++ {
+		c := h.delta("n")
+		c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"a"}})
+		c.ack(c.recv())
+		clients = append(clients, c)
+	}
+	h.publish([]translate.Resources{svc("a", 1001, 1002)})
+	for _, c := range clients {
+		eq(t, "update", []string{"a"}, names(c.recv()))
+	}
+	// One cluster and one endpoint resource were published again, whatever
+	// the number of clients.
+	eq(t, "encodings for 20 clients", uint64(2), h.cache.Stats().Marshals-before)
+}

@@ -1,0 +1,378 @@
+// Package e2e runs the whole bridge in-process against real Envoys and real
+// HTTP backends on loopback.
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/internal/app"
+)
+
+// requireIntegration: CI sets XDSBRIDGE_REQUIRE_INTEGRATION=1 so a missing
+// binary fails instead of skipping.
+func requireBinary(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err == nil {
+		return p
+	}
+	if os.Getenv("XDSBRIDGE_REQUIRE_INTEGRATION") == "1" {
+		t.Fatalf("%s not found on PATH (run .ci/install.sh)", name)
+	}
+	t.Skipf("%s not found on PATH; run .ci/install.sh", name)
+	return ""
+}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// bridge is the bridge under test, with a file source on a temp file.
+type bridge struct {
+	app      *app.App
+	services string // path of the services file
+	cancel   context.CancelFunc
+	done     chan error
+}
+
+func startBridge(t *testing.T, servicesYAML string, extraSources string) *bridge {
+	t.Helper()
+	dir := t.TempDir()
+	svcPath := filepath.Join(dir, "services.yaml")
+	if err := os.WriteFile(svcPath, []byte(servicesYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfgYAML := fmt.Sprintf(`
+xds: {listen: "127.0.0.1:0"}
+admin: {listen: "127.0.0.1:0"}
+debounce: {quiet: 10ms, max: 100ms}
+logging: {level: warn}
+sources:
+  - name: static
+    file: {path: services.yaml, settle: 10ms}
+%s`, extraSources)
+	cfg, err := config.Parse([]byte(cfgYAML), dir, app.SourceTypeNames())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := app.New(cfg, app.NewLogger(cfg.Logging, &testWriter{t: t}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &bridge{app: a, services: svcPath, cancel: cancel, done: make(chan error, 1)}
+	go func() { b.done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-b.done; err != nil {
+			t.Errorf("bridge: %v", err)
+		}
+	})
+	return b
+}
+
+// writeServices replaces the services file atomically, as an editor would.
+func (b *bridge) writeServices(t *testing.T, content string) {
+	t.Helper()
+	tmp := b.services + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, b.services); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type testWriter struct {
+	t  *testing.T
+	mu sync.Mutex
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// backend is a real HTTP server answering with its name.
+type backend struct {
+	name string
+	port uint32
+	srv  *http.Server
+}
+
+func startBackends(t *testing.T, n int) []*backend {
+	t.Helper()
+	var out []*backend
+	for i := 0; i < n; i++ {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := &backend{name: fmt.Sprintf("b%d", i+1), port: uint32(lis.Addr().(*net.TCPAddr).Port)}
+		b.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, b.name)
+		}), ReadHeaderTimeout: 5 * time.Second}
+		go b.srv.Serve(lis)
+		t.Cleanup(func() { b.srv.Close() })
+		out = append(out, b)
+	}
+	return out
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// envoy is a real Envoy started from one of the example bootstraps.
+type envoy struct {
+	admin    string
+	listener string
+	cmd      *exec.Cmd
+}
+
+var portLine = regexp.MustCompile(`port_value: (18000|10000|9901)\b`)
+
+// startEnvoy runs examples/<bootstrap> with its ports rewritten: the xDS
+// server's, and free ones for the admin and the listener.
+func startEnvoy(t *testing.T, bootstrap, xdsAddr string) *envoy {
+	t.Helper()
+	bin := requireBinary(t, "envoy")
+	src, err := os.ReadFile(filepath.Join(repoRoot(t), "examples", bootstrap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, xdsPort, _ := net.SplitHostPort(xdsAddr)
+	adminPort, lisPort := freePort(t), freePort(t)
+	cfg := portLine.ReplaceAllStringFunc(string(src), func(m string) string {
+		switch {
+		case strings.HasSuffix(m, "18000"):
+			return "port_value: " + xdsPort
+		case strings.HasSuffix(m, "10000"):
+			return "port_value: " + strconv.Itoa(lisPort)
+		default:
+			return "port_value: " + strconv.Itoa(adminPort)
+		}
+	})
+	path := filepath.Join(t.TempDir(), "envoy.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-c", path, "--use-dynamic-base-id", "-l", "warn", "--drain-time-s", "0")
+	logPath := filepath.Join(t.TempDir(), "envoy.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	e := &envoy{admin: fmt.Sprintf("127.0.0.1:%d", adminPort), listener: fmt.Sprintf("127.0.0.1:%d", lisPort), cmd: cmd}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("envoy log:\n%s", b)
+		}
+	})
+	waitFor(t, 20*time.Second, "envoy admin to answer", func() error {
+		_, err := e.get("/ready")
+		return err
+	})
+	return e
+}
+
+func (e *envoy) get(path string) (string, error) {
+	resp, err := http.Get("http://" + e.admin + path)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return string(b), fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return string(b), err
+}
+
+// stat returns the value of each counter or gauge matching filter.
+func (e *envoy) stats(t *testing.T, filter string) map[string]int64 {
+	t.Helper()
+	body, err := e.get("/stats?filter=" + filter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	sc := bufio.NewScanner(strings.NewReader(body))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ": ")
+		if !ok {
+			continue
+		}
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			out[k] = n
+		}
+	}
+	return out
+}
+
+// assertNoRejections fails the test if Envoy rejected any xDS update.
+func (e *envoy) assertNoRejections(t *testing.T) {
+	t.Helper()
+	for k, v := range e.stats(t, "update_rejected") {
+		if v != 0 {
+			t.Errorf("envoy rejected an xDS update: %s = %d", k, v)
+		}
+	}
+}
+
+// clusterHosts lists the hosts Envoy's admin /clusters shows for a cluster.
+func (e *envoy) clusterHosts(t *testing.T, cluster string) []string {
+	t.Helper()
+	body, err := e.get("/clusters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := map[string]bool{}
+	prefix := cluster + "::"
+	for _, line := range strings.Split(body, "\n") {
+		rest, ok := strings.CutPrefix(line, prefix)
+		if !ok {
+			continue
+		}
+		parts := strings.Split(rest, "::")
+		if len(parts) >= 2 && strings.Contains(parts[0], ":") && parts[1] == "cx_active" {
+			set[parts[0]] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for h := range set {
+		out = append(out, h)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// hit sends n requests through Envoy and returns which backends answered.
+func (e *envoy) hit(n int) (map[string]int, error) {
+	got := map[string]int{}
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for i := 0; i < n; i++ {
+		resp, err := client.Get("http://" + e.listener + "/")
+		if err != nil {
+			return got, err
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return got, fmt.Errorf("status %s: %s", resp.Status, b)
+		}
+		got[string(b)]++
+	}
+	return got, nil
+}
+
+// waitTraffic waits until n requests in a row reach exactly the backends
+// named.
+func (e *envoy) waitTraffic(t *testing.T, want ...string) {
+	t.Helper()
+	sort.Strings(want)
+	waitFor(t, 20*time.Second, fmt.Sprintf("traffic to exactly %v", want), func() error {
+		got, err := e.hit(10 * len(want))
+		if err != nil {
+			return err
+		}
+		names := make([]string, 0, len(got))
+		for n := range got {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		if strings.Join(names, ",") != strings.Join(want, ",") {
+			return fmt.Errorf("reached %v", got)
+		}
+		return nil
+	})
+}
+
+// waitFor polls cond until it returns nil.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for {
+		if err = cond(); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func servicesYAML(cluster string, bs ...*backend) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "services:\n  %s:\n    endpoints:\n", cluster)
+	if len(bs) == 0 {
+		sb.WriteString("      []\n")
+	}
+	for _, b := range bs {
+		fmt.Fprintf(&sb, "      - {address: 127.0.0.1, port: %d}\n", b.port)
+	}
+	return sb.String()
+}
+
+func hostsOf(bs ...*backend) []string {
+	out := make([]string, 0, len(bs))
+	for _, b := range bs {
+		out = append(out, fmt.Sprintf("127.0.0.1:%d", b.port))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// debugJSON fetches a bridge admin endpoint into v.
+func (b *bridge) debugJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	resp, err := http.Get("http://" + b.app.AdminAddr() + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,359 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+
+	"github.com/xdsbridge/xdsbridge/healthcheck"
+	"github.com/xdsbridge/xdsbridge/sources"
+	"github.com/xdsbridge/xdsbridge/translate"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// recorder is a Publisher that records each publish.
+type recorder struct {
+	mu      sync.Mutex
+	calls   []call
+	ready   int
+	changed chan struct{}
+	fail    error
+}
+
+type call struct {
+	changed []string
+	removed []string
+	loads   map[string]int // endpoints per changed service
+	at      time.Time
+}
+
+func newRecorder() *recorder { return &recorder{changed: make(chan struct{}, 100)} }
+
+func (r *recorder) PublishServices(changed []translate.Resources, removed []string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fail != nil {
+		return r.fail
+	}
+	c := call{removed: append([]string(nil), removed...), loads: map[string]int{}, at: time.Now()}
+	for _, res := range changed {
+		c.changed = append(c.changed, res.Cluster.GetName())
+		n := 0
+		for _, g := range res.Load.GetEndpoints() {
+			n += len(g.GetLbEndpoints())
+		}
+		c.loads[res.Cluster.GetName()] = n
+	}
+	sort.Strings(c.changed)
+	r.calls = append(r.calls, c)
+	r.changed <- struct{}{}
+	return nil
+}
+
+func (r *recorder) MarkReady() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ready++
+}
+
+func (r *recorder) next(t *testing.T) call {
+	t.Helper()
+	select {
+	case <-r.changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("timed out waiting for a publish")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.calls[len(r.calls)-1]
+}
+
+func (r *recorder) none(t *testing.T, d time.Duration) {
+	t.Helper()
+	select {
+	case <-r.changed:
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		t.Fatalf("unexpected publish %+v", r.calls[len(r.calls)-1])
+	case <-time.After(d):
+	}
+}
+
+func run(t *testing.T, opts Options, pub Publisher) *Loop {
+	t.Helper()
+	l := New(opts, pub)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return l
+}
+
+func service(name string, ports ...uint32) sources.Service {
+	s := sources.Service{Name: name}
+	for _, p := range ports {
+		s.Endpoints = append(s.Endpoints, sources.Endpoint{Address: "10.0.0.1", Port: p})
+	}
+	return s
+}
+
+func publish(t *testing.T, l *Loop, src string, svcs ...sources.Service) {
+	t.Helper()
+	if err := l.Publish(context.Background(), sources.Update{Source: src, Services: svcs}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReadyOnlyAfterEverySourceSynced(t *testing.T) {
+	rec := newRecorder()
+	l := run(t, Options{Sources: []string{"a", "b"}, Quiet: time.Millisecond}, rec)
+	publish(t, l, "a", service("x", 1))
+	rec.none(t, 100*time.Millisecond)
+	if l.Ready() {
+		t.Fatal("ready before source b synced")
+	}
+	publish(t, l, "b", service("y", 1))
+	c := rec.next(t)
+	if d := cmp.Diff([]string{"x", "y"}, c.changed); d != "" {
+		t.Fatalf("first publish (-want +got):\n%s", d)
+	}
+	waitTrue(t, l.Ready)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.ready != 1 {
+		t.Fatalf("MarkReady called %d times", rec.ready)
+	}
+}
+
+func TestReadyWithNoServices(t *testing.T) {
+	rec := newRecorder()
+	l := run(t, Options{Sources: []string{"a"}, Quiet: time.Millisecond}, rec)
+	publish(t, l, "a")
+	waitTrue(t, l.Ready)
+}
+
+func waitTrue(t *testing.T, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestOnlyChangedServicesRebuilt(t *testing.T) {
+	rec := newRecorder()
+	l := run(t, Options{Sources: []string{"a"}, Quiet: time.Millisecond}, rec)
+	publish(t, l, "a", service("x", 1), service("y", 1), service("z", 1))
+	rec.next(t)
+	publish(t, l, "a", service("x", 1), service("y", 1, 2), service("z", 1))
+	c := rec.next(t)
+	if d := cmp.Diff(call{changed: []string{"y"}, loads: map[string]int{"y": 2}}, c, cmp.AllowUnexported(call{}), cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".at" }, cmp.Ignore())); d != "" {
+		t.Fatalf("(-want +got):\n%s", d)
+	}
+	// The same set again publishes nothing.
+	publish(t, l, "a", service("x", 1), service("y", 1, 2), service("z", 1))
+	rec.none(t, 100*time.Millisecond)
+	// Dropping z removes it.
+	publish(t, l, "a", service("x", 1), service("y", 1, 2))
+	c = rec.next(t)
+	if d := cmp.Diff([]string{"z"}, c.removed); d != "" {
+		t.Fatalf("removed (-want +got):\n%s", d)
+	}
+}
+
+func TestDebounceBatchesBurstsAndMaxHoldBoundsThem(t *testing.T) {
+	rec := newRecorder()
+	l := run(t, Options{Sources: []string{"a"}, Quiet: 40 * time.Millisecond, MaxHold: 150 * time.Millisecond}, rec)
+	publish(t, l, "a", service("x", 1))
+	rec.next(t)
+
+	// A burst inside the quiet period becomes one publish.
+	for p := uint32(2); p < 7; p++ {
+		publish(t, l, "a", service("x", 1, p))
+	}
+	c := rec.next(t)
+	if c.loads["x"] != 2 {
+		t.Fatalf("burst published %d endpoints, want the last state (2)", c.loads["x"])
+	}
+	rec.none(t, 80*time.Millisecond)
+
+	// A steady stream faster than the quiet period still publishes within
+	// the max hold.
+	start := time.Now()
+	stop := make(chan struct{})
+	go func() {
+		tk := time.NewTicker(10 * time.Millisecond)
+		defer tk.Stop()
+		for p := uint32(100); ; p++ {
+			select {
+			case <-stop:
+				return
+			case <-tk.C:
+				_ = l.Publish(context.Background(), sources.Update{Source: "a", Services: []sources.Service{service("x", p)}})
+			}
+		}
+	}()
+	rec.next(t)
+	close(stop)
+	if waited := time.Since(start); waited > time.Second {
+		t.Fatalf("steady stream starved the publish for %s (max hold 150ms)", waited)
+	}
+}
+
+func TestOwnershipFirstSourceKeepsService(t *testing.T) {
+	rec := newRecorder()
+	l := run(t, Options{Sources: []string{"a", "b"}, Quiet: time.Millisecond}, rec)
+	publish(t, l, "a", service("x", 1))
+	publish(t, l, "b", service("x", 2, 3))
+	c := rec.next(t)
+	if c.loads["x"] != 1 {
+		t.Fatalf("x published with %d endpoints; the first owner (a, 1 endpoint) must keep it", c.loads["x"])
+	}
+	if d := cmp.Diff(map[string][]string{"x": {"a", "b"}}, l.Conflicts()); d != "" {
+		t.Fatalf("conflicts (-want +got):\n%s", d)
+	}
+	// b's changes to x are ignored while a owns it.
+	publish(t, l, "b", service("x", 4))
+	rec.none(t, 50*time.Millisecond)
+	// When a drops x, b's claim takes over.
+	publish(t, l, "a")
+	c = rec.next(t)
+	if c.loads["x"] != 1 || len(c.changed) != 1 {
+		t.Fatalf("after a dropped x: %+v", c)
+	}
+	if len(l.Conflicts()) != 0 {
+		t.Fatalf("conflicts remain: %v", l.Conflicts())
+	}
+}
+
+func TestFailKeepsLastStateAndMarksStale(t *testing.T) {
+	rec := newRecorder()
+	l := run(t, Options{Sources: []string{"a"}, Quiet: time.Millisecond}, rec)
+	publish(t, l, "a", service("x", 1))
+	rec.next(t)
+	l.Fail(context.Background(), "a", errors.New("registry down"))
+	rec.none(t, 50*time.Millisecond)
+	waitTrue(t, func() bool { return l.Sources()[0].Stale })
+	st := l.Sources()[0]
+	if st.LastError != "registry down" || !st.Synced {
+		t.Fatalf("status %+v", st)
+	}
+	publish(t, l, "a", service("x", 1))
+	waitTrue(t, func() bool { return !l.Sources()[0].Stale })
+}
+
+func TestPublishErrorIsRetried(t *testing.T) {
+	rec := newRecorder()
+	l := run(t, Options{Sources: []string{"a"}, Quiet: time.Millisecond}, rec)
+	publish(t, l, "a", service("x", 1))
+	rec.next(t)
+	rec.mu.Lock()
+	rec.fail = errors.New("cache full")
+	rec.mu.Unlock()
+	publish(t, l, "a", service("x", 1, 2))
+	time.Sleep(30 * time.Millisecond)
+	rec.mu.Lock()
+	rec.fail = nil
+	rec.mu.Unlock()
+	// Another source event (here: an unrelated service) retries the kept dirty set.
+	publish(t, l, "a", service("x", 1, 2), service("y", 1))
+	c := rec.next(t)
+	if d := cmp.Diff([]string{"x", "y"}, c.changed); d != "" {
+		t.Fatalf("retry (-want +got):\n%s", d)
+	}
+}
+
+// fakeChecks is a Checks with verdicts set by the test.
+type fakeChecks struct {
+	mu       sync.Mutex
+	verdicts map[sources.HostKey]healthcheck.CheckVerdict
+	hosts    map[string][]sources.HostKey
+}
+
+func (f *fakeChecks) Verdict(_ string, k sources.HostKey) healthcheck.CheckVerdict {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.verdicts[k]
+}
+
+func (f *fakeChecks) SetHosts(h map[string][]sources.HostKey) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hosts = h
+}
+
+func (f *fakeChecks) set(k sources.HostKey, v healthcheck.CheckVerdict) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.verdicts[k] = v
+}
+
+func TestMatrixRetainsAbsentHealthyHostAndDeletesWhenItFails(t *testing.T) {
+	rec := newRecorder()
+	fc := &fakeChecks{verdicts: map[sources.HostKey]healthcheck.CheckVerdict{}}
+	l := run(t, Options{Sources: []string{"a"}, Quiet: time.Millisecond, HealthChecks: fc}, rec)
+	h1 := sources.HostKey{Address: "10.0.0.1", Port: 1}
+	h2 := sources.HostKey{Address: "10.0.0.1", Port: 2}
+	fc.set(h1, healthcheck.CheckHealthy)
+	fc.set(h2, healthcheck.CheckHealthy)
+	publish(t, l, "a", service("x", 1, 2))
+	if c := rec.next(t); c.loads["x"] != 2 {
+		t.Fatalf("%+v", c)
+	}
+	// h2 absent from discovery but passing: retained.
+	publish(t, l, "a", service("x", 1))
+	rec.none(t, 50*time.Millisecond)
+	hosts := l.Hosts("x")["x"]
+	if len(hosts) != 2 || hosts[1].Rule != healthcheck.RuleRetained || hosts[1].AbsentSince.IsZero() {
+		t.Fatalf("hosts %+v", hosts)
+	}
+	// Its check fails: deleted.
+	fc.set(h2, healthcheck.CheckUnhealthy)
+	l.ChecksChanged(context.Background(), "x")
+	if c := rec.next(t); c.loads["x"] != 1 {
+		t.Fatalf("after the absent host failed: %+v", c)
+	}
+	// A discovered host failing its check stays published (UNHEALTHY).
+	fc.set(h1, healthcheck.CheckUnhealthy)
+	l.ChecksChanged(context.Background(), "x")
+	if c := rec.next(t); c.loads["x"] != 1 {
+		t.Fatalf("discovered failing host dropped: %+v", c)
+	}
+	if h := l.Hosts("x")["x"]; len(h) != 1 || h[0].Health != sources.HealthUnhealthy || h[0].Rule != healthcheck.RuleDiscoveredFailed {
+		t.Fatalf("hosts %+v", h)
+	}
+}
+
+func TestCheckClaims(t *testing.T) {
+	err := CheckClaims([]sources.Source{claimer{"a", []string{"x", "y"}}, claimer{"b", []string{"y"}}})
+	if err == nil || err.Error() != `service "y" is claimed by sources "a" and "b": a service name is owned by one source` {
+		t.Fatalf("err = %v", err)
+	}
+	if err := CheckClaims([]sources.Source{claimer{"a", []string{"x"}}, claimer{"b", []string{"y"}}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type claimer struct {
+	name  string
+	names []string
+}
+
+func (c claimer) Name() string                            { return c.name }
+func (c claimer) Run(context.Context, sources.Sink) error { return nil }
+func (c claimer) ClaimedNames() ([]string, error)         { return c.names, nil }

@@ -5,12 +5,14 @@ package config
 
 import (
 	"bytes"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"time"
@@ -55,11 +57,11 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 
 // Config is the whole configuration file.
 type Config struct {
-	XDS      XDS       `json:"xds"`
-	Admin    Admin     `json:"admin"`
-	Debounce Debounce  `json:"debounce"`
-	Logging  Logging   `json:"logging"`
-	Sources  []Source  `json:"sources"`
+	XDS      XDS      `json:"xds"`
+	Admin    Admin    `json:"admin"`
+	Debounce Debounce `json:"debounce"`
+	Logging  Logging  `json:"logging"`
+	Sources  []Source `json:"sources"`
 	// BaseDir is the directory the config was read from (relative paths in
 	// source configs are relative to it). Not part of the file.
 	BaseDir string `json:"-"`
@@ -92,8 +94,8 @@ type Logging struct {
 
 // Source is one entry of `sources`: a name and exactly one type block, e.g.
 //
-//	- name: static
-//	  file: {path: services.yaml}
+//   - name: static
+//     file: {path: services.yaml}
 type Source struct {
 	Name string
 	Type string
@@ -109,7 +111,7 @@ func (s *Source) UnmarshalJSON(b []byte) error {
 	}
 	if n, ok := m["name"]; ok {
 		if err := json.Unmarshal(n, &s.Name); err != nil {
-			return fmt.Errorf("name: %w", err)
+			return fmt.Errorf("name: want a string, not %s", n)
 		}
 		delete(m, "name")
 	}
@@ -185,7 +187,8 @@ func (c *Config) applyDefaults() {
 		c.Debounce.Quiet = Duration(DefaultDebounceQuiet)
 	}
 	if c.Debounce.Max == 0 {
-		c.Debounce.Max = Duration(DefaultDebounceMax)
+		// Never below an explicitly longer quiet period.
+		c.Debounce.Max = max(Duration(DefaultDebounceMax), c.Debounce.Quiet)
 	}
 	if c.Logging.Format == "" {
 		c.Logging.Format = "text"
@@ -243,7 +246,9 @@ func DecodeStrict(data []byte, v any) error {
 }
 
 // DecodeJSONStrict decodes JSON into v, rejecting unknown fields and trailing
-// data. An empty or null document leaves v as it is.
+// data. An empty or null document leaves v as it is. Errors name the field
+// with its full path: `unknown field "adress" in services.web.endpoints[0]`,
+// `debounce.quiet: invalid duration "bogus"`.
 func DecodeJSONStrict(data []byte, v any) error {
 	if len(bytes.TrimSpace(data)) == 0 || bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
 		return nil
@@ -251,6 +256,15 @@ func DecodeJSONStrict(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		var se *json.SyntaxError
+		if !errors.As(err, &se) && !errors.Is(err, io.ErrUnexpectedEOF) {
+			// encoding/json's errors carry no path (unknown fields, errors
+			// from UnmarshalJSON methods) or only its struct part (type
+			// errors); find the first offending value again, with its path.
+			if l := locate(reflect.TypeOf(v), data, ""); l != nil {
+				return l.error(err)
+			}
+		}
 		return fieldError(err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
@@ -270,4 +284,173 @@ func fieldError(err error) error {
 		return fmt.Errorf("unknown field %s", f)
 	}
 	return err
+}
+
+// located is a problem found by locate: an unknown field (unknown set, path
+// is the object holding it) or a value that fails to decode (err).
+type located struct {
+	path    string
+	unknown string
+	err     error
+}
+
+// error words the problem. decodeErr is encoding/json's own error, whose
+// wording is kept where callers may match on it.
+func (l *located) error(decodeErr error) error {
+	if l.unknown != "" {
+		if l.path == "" {
+			return fmt.Errorf("unknown field %q", l.unknown)
+		}
+		return fmt.Errorf("unknown field %q in %s", l.unknown, l.path)
+	}
+	// Only a plain type error; one wrapped by an UnmarshalJSON method
+	// keeps that method's wording.
+	if te, ok := l.err.(*json.UnmarshalTypeError); ok {
+		msg := fmt.Sprintf("cannot use a JSON %s here (want %s)", te.Value, te.Type)
+		// encoding/json names the struct fields only (services.endpoints.port);
+		// lead with that and add the full path if it says more.
+		var outer *json.UnmarshalTypeError
+		if errors.As(decodeErr, &outer) && outer.Field != "" {
+			if outer.Field == l.path {
+				return fmt.Errorf("%s: %s", outer.Field, msg)
+			}
+			return fmt.Errorf("%s: %s, at %s", outer.Field, msg, l.path)
+		}
+		if l.path == "" {
+			return errors.New(msg)
+		}
+		return fmt.Errorf("%s: %s", l.path, msg)
+	}
+	if l.path == "" {
+		return l.err
+	}
+	return fmt.Errorf("%s: %w", l.path, l.err)
+}
+
+var (
+	unmarshalerType     = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
+
+// locate walks the JSON document alongside the Go type it failed to decode
+// into and returns the first problem (in key order) with its path, or nil
+// if it finds none.
+func locate(t reflect.Type, data []byte, path string) *located {
+	if t == nil || bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
+		return nil
+	}
+	leaf := func() *located {
+		if err := json.Unmarshal(data, reflect.New(t).Interface()); err != nil {
+			return &located{path: path, err: err}
+		}
+		return nil
+	}
+	if t.Kind() != reflect.Pointer && (reflect.PointerTo(t).Implements(unmarshalerType) || reflect.PointerTo(t).Implements(textUnmarshalerType)) {
+		return leaf()
+	}
+	switch t.Kind() {
+	case reflect.Pointer:
+		return locate(t.Elem(), data, path)
+	case reflect.Interface:
+		return nil
+	case reflect.Struct:
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(data, &obj) != nil {
+			return leaf()
+		}
+		fields := jsonFields(t)
+		for _, k := range sortedKeys(obj) {
+			f, ok := fields[k]
+			if !ok {
+				for name, g := range fields {
+					if strings.EqualFold(name, k) {
+						f, ok = g, true
+						break
+					}
+				}
+			}
+			if !ok {
+				return &located{path: path, unknown: k}
+			}
+			if l := locate(f.Type, obj[k], join(path, k)); l != nil {
+				return l
+			}
+		}
+		return nil
+	case reflect.Map:
+		var obj map[string]json.RawMessage
+		if t.Key().Kind() != reflect.String || json.Unmarshal(data, &obj) != nil {
+			return leaf()
+		}
+		for _, k := range sortedKeys(obj) {
+			if l := locate(t.Elem(), obj[k], join(path, k)); l != nil {
+				return l
+			}
+		}
+		return nil
+	case reflect.Slice, reflect.Array:
+		var arr []json.RawMessage
+		if t.Elem().Kind() == reflect.Uint8 || json.Unmarshal(data, &arr) != nil {
+			return leaf()
+		}
+		for i, el := range arr {
+			if l := locate(t.Elem(), el, fmt.Sprintf("%s[%d]", path, i)); l != nil {
+				return l
+			}
+		}
+		return nil
+	}
+	return leaf()
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func sortedKeys(m map[string]json.RawMessage) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// jsonFields maps a struct's JSON field names to its fields, embedded
+// structs' fields included, as encoding/json sees them.
+func jsonFields(t reflect.Type) map[string]reflect.StructField {
+	out := map[string]reflect.StructField{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		if f.Anonymous && name == "" {
+			et := f.Type
+			if et.Kind() == reflect.Pointer {
+				et = et.Elem()
+			}
+			if et.Kind() == reflect.Struct {
+				for n, g := range jsonFields(et) {
+					if _, ok := out[n]; !ok {
+						out[n] = g
+					}
+				}
+				continue
+			}
+		}
+		if !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		out[name] = f
+	}
+	return out
 }

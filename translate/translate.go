@@ -8,7 +8,9 @@ package translate
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
+	"sort"
 	"time"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -71,32 +73,41 @@ type groupKey struct {
 // grouped by priority and locality, sorted. A service with no endpoints gets
 // an empty assignment, so a cluster never waits in warming.
 func LoadAssignment(s sources.Service) (*endpoint.ClusterLoadAssignment, []Diagnostic) {
-	eps := make([]sources.Endpoint, len(s.Endpoints))
-	copy(eps, s.Endpoints)
-	sources.SortEndpoints(eps)
-
 	var diags []Diagnostic
-	cla := &endpoint.ClusterLoadAssignment{ClusterName: s.Name}
-	var cur *endpoint.LocalityLbEndpoints
-	var curKey groupKey
-	seen := make(map[sources.HostKey]bool, len(eps))
-	for i, e := range eps {
+	// Drop invalid and duplicate endpoints in input order, so "first kept"
+	// means the first in the input whatever its priority or locality.
+	// Duplicates are compared on the parsed address, so 2001:db8::1 and
+	// 2001:DB8:0::1 are the same host.
+	eps := make([]sources.Endpoint, 0, len(s.Endpoints))
+	seen := make(map[netip.AddrPort]bool, len(s.Endpoints))
+	for _, e := range s.Endpoints {
 		field := fmt.Sprintf("endpoints[%s]", e.Key())
-		if _, err := netip.ParseAddr(e.Address); err != nil || e.Port == 0 || e.Port > 65535 {
+		a, err := netip.ParseAddr(e.Address)
+		if err != nil || e.Port == 0 || e.Port > 65535 {
 			diags = append(diags, Diagnostic{s.Name, field, "address must be an IP and port in 1..65535; endpoint dropped"})
 			continue
 		}
-		if seen[e.Key()] {
+		k := netip.AddrPortFrom(a, uint16(e.Port))
+		if seen[k] {
 			diags = append(diags, Diagnostic{s.Name, field, "duplicate address and port; first kept"})
 			continue
 		}
-		seen[e.Key()] = true
-		lb, d := lbEndpoint(e)
-		if d != "" {
-			diags = append(diags, Diagnostic{s.Name, field + ".metadata", d})
+		seen[k] = true
+		eps = append(eps, e)
+	}
+	sources.SortEndpoints(eps)
+
+	cla := &endpoint.ClusterLoadAssignment{ClusterName: s.Name}
+	var cur *endpoint.LocalityLbEndpoints
+	var curKey groupKey
+	for _, e := range eps {
+		field := fmt.Sprintf("endpoints[%s]", e.Key())
+		lb, ds := lbEndpoint(e)
+		for _, d := range ds {
+			diags = append(diags, Diagnostic{s.Name, field + d.field, d.msg})
 		}
 		k := groupKey{e.Priority, e.Locality}
-		if cur == nil || k != curKey || i == 0 {
+		if cur == nil || k != curKey {
 			cur = &endpoint.LocalityLbEndpoints{Priority: e.Priority}
 			if e.Locality != (sources.Locality{}) {
 				cur.Locality = &core.Locality{Region: e.Locality.Region, Zone: e.Locality.Zone, SubZone: e.Locality.SubZone}
@@ -109,7 +120,47 @@ func LoadAssignment(s sources.Service) (*endpoint.ClusterLoadAssignment, []Diagn
 	// Envoy requires priorities to be contiguous from 0; renumber densely
 	// while keeping their order.
 	diags = append(diags, densePriorities(s.Name, cla)...)
+	for _, g := range cla.Endpoints {
+		if d := capWeights(g); d != "" {
+			diags = append(diags, Diagnostic{s.Name, "weight", d})
+		}
+	}
 	return cla, diags
+}
+
+// capWeights scales down the weights of a locality whose sum exceeds
+// what Envoy accepts (it rejects the whole assignment otherwise), keeping
+// their proportions as far as integers allow and every weight at least 1.
+func capWeights(g *endpoint.LocalityLbEndpoints) string {
+	const limit = math.MaxUint32
+	weight := func(lb *endpoint.LbEndpoint) uint64 {
+		if w := lb.GetLoadBalancingWeight(); w != nil {
+			return uint64(w.GetValue())
+		}
+		return 1 // Envoy's default
+	}
+	var sum uint64
+	for _, lb := range g.LbEndpoints {
+		sum += weight(lb)
+	}
+	if sum <= limit {
+		return ""
+	}
+	// Every weight may be rounded up to 1, so aim n below the limit.
+	target := uint64(limit) - uint64(len(g.LbEndpoints))
+	for _, lb := range g.LbEndpoints {
+		w := max(weight(lb)*target/sum, 1)
+		lb.LoadBalancingWeight = wrapperspb.UInt32(uint32(w))
+	}
+	return fmt.Sprintf("weights of priority %d locality %q sum to %d, more than %d; scaled down",
+		g.GetPriority(), localityString(g.GetLocality()), sum, uint64(limit))
+}
+
+func localityString(l *core.Locality) string {
+	if l == nil {
+		return ""
+	}
+	return l.GetRegion() + "/" + l.GetZone() + "/" + l.GetSubZone()
 }
 
 func densePriorities(service string, cla *endpoint.ClusterLoadAssignment) []Diagnostic {
@@ -130,7 +181,15 @@ func densePriorities(service string, cla *endpoint.ClusterLoadAssignment) []Diag
 	return diags
 }
 
-func lbEndpoint(e sources.Endpoint) (*endpoint.LbEndpoint, string) {
+type fieldDiag struct{ field, msg string }
+
+func lbEndpoint(e sources.Endpoint) (*endpoint.LbEndpoint, []fieldDiag) {
+	var diags []fieldDiag
+	health := core.HealthStatus(e.Health)
+	if _, known := core.HealthStatus_name[int32(health)]; !known {
+		diags = append(diags, fieldDiag{".health", fmt.Sprintf("unknown health status %d; sent as UNKNOWN", int(e.Health))})
+		health = core.HealthStatus_UNKNOWN
+	}
 	lb := &endpoint.LbEndpoint{
 		HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
 			Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
@@ -140,36 +199,61 @@ func lbEndpoint(e sources.Endpoint) (*endpoint.LbEndpoint, string) {
 			}}},
 			Hostname: e.Hostname,
 		}},
-		HealthStatus: core.HealthStatus(e.Health),
+		HealthStatus: health,
 	}
 	if e.Weight > 0 {
 		lb.LoadBalancingWeight = wrapperspb.UInt32(e.Weight)
 	}
-	md, diag := metadata(e.Metadata)
+	md, mdDiags := metadata(e.Metadata)
 	lb.Metadata = md
-	return lb, diag
+	for _, d := range mdDiags {
+		diags = append(diags, fieldDiag{".metadata", d})
+	}
+	return lb, diags
 }
 
 // metadata converts filter metadata; namespaces whose values are not JSON
-// values are dropped with a diagnostic.
-func metadata(m sources.Metadata) (*core.Metadata, string) {
+// values are dropped with a diagnostic each, in namespace order.
+func metadata(m sources.Metadata) (*core.Metadata, []string) {
 	if len(m) == 0 {
-		return nil, ""
+		return nil, nil
 	}
+	namespaces := make([]string, 0, len(m))
+	for ns := range m {
+		namespaces = append(namespaces, ns)
+	}
+	sort.Strings(namespaces)
 	out := &core.Metadata{FilterMetadata: make(map[string]*structpb.Struct, len(m))}
-	var diag string
-	for ns, kv := range m {
-		st, err := structpb.NewStruct(kv)
+	var diags []string
+	for _, ns := range namespaces {
+		st, err := structpb.NewStruct(m[ns])
 		if err != nil {
-			diag = fmt.Sprintf("namespace %q dropped: %v", ns, err)
+			// protobuf's error text is deliberately unstable; name the
+			// first offending key instead.
+			diags = append(diags, fmt.Sprintf("namespace %q dropped: %s", ns, badValue(m[ns])))
 			continue
 		}
 		out.FilterMetadata[ns] = st
 	}
 	if len(out.FilterMetadata) == 0 {
-		return nil, diag
+		return nil, diags
 	}
-	return out, diag
+	return out, diags
+}
+
+// badValue describes the first key (in order) whose value is not a JSON value.
+func badValue(kv map[string]any) string {
+	keys := make([]string, 0, len(kv))
+	for k := range kv {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if _, err := structpb.NewValue(kv[k]); err != nil {
+			return fmt.Sprintf("key %q holds a %T, not a JSON value", k, kv[k])
+		}
+	}
+	return "not JSON values"
 }
 
 // Validate runs the Envoy protos' own validation on both resources.

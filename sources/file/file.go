@@ -124,9 +124,13 @@ func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
 	}
 
 	var last []byte
+	failed := false
 	reload := func() error {
 		data, err := os.ReadFile(s.path)
-		if err == nil && last != nil && bytes.Equal(data, last) {
+		// Unchanged content is not published again, unless a failure was
+		// reported since: then the publish is what clears it (a broken file
+		// reverted to its last valid content).
+		if err == nil && last != nil && !failed && bytes.Equal(data, last) {
 			return nil
 		}
 		var svcs []sources.Service
@@ -140,9 +144,10 @@ func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
 			s.setErr(err)
 			s.log.Warn("services file rejected; serving its last valid content", "error", err)
 			sink.Fail(ctx, s.name, err)
+			failed = true
 			return nil
 		}
-		last = data
+		last, failed = data, false
 		s.setLoaded(len(svcs))
 		return sink.Publish(ctx, sources.Update{Source: s.name, Services: svcs})
 	}

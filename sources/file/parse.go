@@ -143,6 +143,12 @@ func fromCLA(field string, raw json.RawMessage) (sources.Service, error) {
 			if _, err := netip.ParseAddr(sa.GetAddress()); err != nil {
 				return sources.Service{}, fmt.Errorf("%s.endpoint.address.socket_address.address: %q is not an IP address (names belong to the dns source)", ef, sa.GetAddress())
 			}
+			if p := sa.GetPortValue(); p == 0 || p > 65535 {
+				return sources.Service{}, fmt.Errorf("%s.endpoint.address.socket_address.port_value: %d is not in 1..65535", ef, p)
+			}
+			if _, ok := core.HealthStatus_name[int32(lb.GetHealthStatus())]; !ok {
+				return sources.Service{}, fmt.Errorf("%s.health_status: unknown health status %d", ef, lb.GetHealthStatus())
+			}
 			e := sources.Endpoint{
 				Address:  sa.GetAddress(),
 				Port:     sa.GetPortValue(),

@@ -1,0 +1,280 @@
+package config
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var known = []string{"dns", "file"}
+
+const minimal = "sources:\n  - name: static\n    file: {path: services.yaml}\n"
+
+func TestDefaults(t *testing.T) {
+	c, err := Parse([]byte(minimal), "/etc/xdsbridge", known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.XDS.Listen != DefaultXDSListen || c.Admin.Listen != DefaultAdminListen {
+		t.Errorf("listen defaults: %+v %+v", c.XDS, c.Admin)
+	}
+	if c.Debounce.Quiet.D() != DefaultDebounceQuiet || c.Debounce.Max.D() != DefaultDebounceMax {
+		t.Errorf("debounce defaults: %+v", c.Debounce)
+	}
+	if c.Logging.Format != "text" || c.Logging.Level != "info" {
+		t.Errorf("logging defaults: %+v", c.Logging)
+	}
+	if c.BaseDir != "/etc/xdsbridge" {
+		t.Errorf("BaseDir %q", c.BaseDir)
+	}
+	if len(c.Sources) != 1 || c.Sources[0].Name != "static" || c.Sources[0].Type != "file" {
+		t.Fatalf("sources: %+v", c.Sources)
+	}
+	var fc struct {
+		Path string `json:"path"`
+	}
+	if err := DecodeJSONStrict(c.Sources[0].Raw, &fc); err != nil || fc.Path != "services.yaml" {
+		t.Errorf("raw block %s: %v %+v", c.Sources[0].Raw, err, fc)
+	}
+}
+
+func TestFullConfig(t *testing.T) {
+	doc := `
+xds: {listen: "0.0.0.0:18000"}
+admin: {listen: ":9901"}
+debounce: {quiet: 10ms, max: 2}
+logging: {format: json, level: DEBUG}
+sources:
+  - name: a
+    file: {path: a.yaml}
+  - dns: {services: []}
+    name: b
+`
+	c, err := Parse([]byte(doc), "", known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.XDS.Listen != "0.0.0.0:18000" || c.Admin.Listen != ":9901" {
+		t.Errorf("listeners %+v %+v", c.XDS, c.Admin)
+	}
+	if c.Debounce.Quiet.D() != 10*time.Millisecond || c.Debounce.Max.D() != 2*time.Second {
+		t.Errorf("debounce %+v", c.Debounce)
+	}
+	if c.Logging.Format != "json" || c.Logging.Level != "DEBUG" {
+		t.Errorf("logging %+v", c.Logging)
+	}
+	if c.Sources[1].Name != "b" || c.Sources[1].Type != "dns" || string(c.Sources[1].Raw) != `{"services":[]}` {
+		t.Errorf("source b: %+v %s", c.Sources[1], c.Sources[1].Raw)
+	}
+	// Sources marshal back to the file's form and decode the same.
+	b, err := json.Marshal(c.Sources)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var again []Source
+	if err := DecodeJSONStrict(b, &again); err != nil || again[1].Type != "dns" || again[0].Name != "a" {
+		t.Errorf("round trip %s: %v %+v", b, err, again)
+	}
+}
+
+func TestJSONConfig(t *testing.T) {
+	c, err := Parse([]byte(`{"sources": [{"name": "s", "file": {"path": "x"}}], "debounce": {"quiet": "1s"}}`), "", known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// max defaults to no less than an explicit quiet.
+	if c.Debounce.Quiet.D() != time.Second || c.Debounce.Max.D() != time.Second {
+		t.Errorf("debounce %+v", c.Debounce)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	src := "\nsources: [{name: s, file: {}}]\n"
+	for _, tc := range []struct {
+		name, doc string
+		want      []string // substrings of the error
+	}{
+		{"unknown top-level field", "xdss: {}" + src, []string{`unknown field "xdss"`}},
+		{"unknown nested field", "xds: {lisen: ':1'}" + src, []string{`unknown field "lisen"`, "xds"}},
+		{"unknown debounce field", "debounce: {quite: 1s}" + src, []string{`unknown field "quite" in debounce`}},
+		{"unknown logging field", "logging: {formt: json}" + src, []string{`unknown field "formt" in logging`}},
+		{"wrong type of scalar", "xds: {listen: 18000}" + src, []string{"xds.listen", "cannot use a JSON number"}},
+		{"wrong type of block", "admin: [1]" + src, []string{"admin", "cannot use a JSON array"}},
+		{"wrong type of sources", "sources: {a: 1}", []string{"sources", "cannot use a JSON object"}},
+		{"source name not a string", "sources: [{name: [1], file: {}}]", []string{"sources[0]", "name"}},
+		{"source entry not a mapping", "sources: [file]", []string{"sources[0]", "want a mapping"}},
+		{"bogus duration", "debounce: {quiet: bogus}" + src, []string{"debounce.quiet", `invalid duration "bogus"`}},
+		{"negative duration", "debounce: {quiet: -5ms}" + src, []string{"debounce.quiet", "negative duration"}},
+		{"negative seconds", "debounce: {max: -1}" + src, []string{"debounce.max", "negative duration"}},
+		{"duration of wrong type", "debounce: {max: [1]}" + src, []string{"debounce.max", "invalid duration"}},
+		{"max shorter than quiet", "debounce: {quiet: 1s, max: 100ms}" + src, []string{"debounce.max", "shorter than debounce.quiet"}},
+		{"max shorter than default quiet", "debounce: {max: 10ms}" + src, []string{"debounce.max (10ms)", "debounce.quiet (50ms)"}},
+		{"logging format", "logging: {format: xml}" + src, []string{"logging.format", `"xml"`}},
+		{"logging level", "logging: {level: verbose}" + src, []string{"logging.level", `"verbose"`}},
+		{"no sources", "xds: {listen: ':1'}", []string{"sources: at least one source"}},
+		{"empty sources", "sources: []", []string{"sources: at least one source"}},
+		{"empty document", "", []string{"sources: at least one source"}},
+		{"source without type", "sources: [{name: s}]", []string{"sources[0]", "no source type given"}},
+		{"source with two types", "sources: [{name: s, file: {}, dns: {}}]", []string{"sources[0]", "more than one source type given (dns, file)"}},
+		{"source without name", "sources: [{file: {}}]", []string{"sources[0].name: missing"}},
+		{"duplicate source names", "sources: [{name: s, file: {}}, {name: s, dns: {}}]", []string{"sources[1].name", `"s" used twice`}},
+		{"unknown source type", "sources: [{name: s, consul: {}}]", []string{"sources[0] (s)", `unknown source type "consul"`, "known: dns, file"}},
+		{"yaml syntax error", "xds:\n  listen: [\n", []string{"line"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.doc), "", known)
+			if err == nil {
+				t.Fatalf("Parse(%q) succeeded", tc.doc)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestDuration(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    time.Duration
+		wantErr string
+	}{
+		{`"50ms"`, 50 * time.Millisecond, ""},
+		{`"1m30s"`, 90 * time.Second, ""},
+		{`2`, 2 * time.Second, ""},
+		{`0.25`, 250 * time.Millisecond, ""},
+		{`0`, 0, ""},
+		{`"0s"`, 0, ""},
+		{`"bogus"`, 0, `invalid duration "bogus"`},
+		{`"5"`, 0, `invalid duration "5"`},
+		{`"-1s"`, 0, `negative duration "-1s"`},
+		{`-2`, 0, "negative duration -2"},
+		{`true`, 0, "invalid duration true"},
+		{`{}`, 0, "invalid duration {}"},
+	} {
+		var d Duration
+		err := json.Unmarshal([]byte(tc.in), &d)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%s: error %v, want %q", tc.in, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || d.D() != tc.want {
+			t.Errorf("%s: got %v, %v; want %v", tc.in, d.D(), err, tc.want)
+		}
+	}
+	b, err := json.Marshal(Duration(1500 * time.Millisecond))
+	if err != nil || string(b) != `"1.5s"` {
+		t.Errorf("MarshalJSON = %s, %v", b, err)
+	}
+}
+
+func TestDecodeJSONStrict(t *testing.T) {
+	type inner struct {
+		Port uint32   `json:"port"`
+		Wait Duration `json:"wait"`
+	}
+	type doc struct {
+		Items map[string][]inner `json:"items"`
+		Name  string             `json:"name"`
+		Skip  string             `json:"-"`
+	}
+	for _, tc := range []struct {
+		in, want string
+	}{
+		{`{"bogus": 1}`, `unknown field "bogus"`},
+		{`{"items": {"a": [{"port": 1}, {"prot": 2}]}}`, `unknown field "prot" in items.a[1]`},
+		{`{"items": {"a": [{"port": 1}, {"port": -2}]}}`, `items.port: cannot use a JSON number -2 here (want uint32), at items.a[1].port`},
+		{`{"items": {"a": [{"wait": "soon"}]}}`, `items.a[0].wait: invalid duration "soon"`},
+		{`{"name": 1}`, `name: cannot use a JSON number here (want string)`},
+		{`{"Skip": "x"}`, `unknown field "Skip"`},
+		{`{"name": "a"} {"name": "b"}`, "unexpected data after the document"},
+		{`{"name": "a"`, "unexpected EOF"},
+		{`[1]`, "cannot use a JSON array here"},
+	} {
+		var d doc
+		err := DecodeJSONStrict([]byte(tc.in), &d)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.in, err, tc.want)
+		}
+	}
+	// Field names match case-insensitively, as encoding/json does, so a
+	// problem elsewhere is not blamed on them.
+	var d doc
+	err := DecodeJSONStrict([]byte(`{"NAME": "a", "items": {"x": [{"Port": 1, "bad": 1}]}}`), &d)
+	if err == nil || err.Error() != `unknown field "bad" in items.x[0]` {
+		t.Errorf("error %v", err)
+	}
+	// Empty and null documents leave v alone.
+	d = doc{Name: "kept"}
+	for _, in := range []string{"", "  \n", "null"} {
+		if err := DecodeJSONStrict([]byte(in), &d); err != nil || d.Name != "kept" {
+			t.Errorf("%q: %v %+v", in, err, d)
+		}
+	}
+}
+
+func TestDecodeStrictYAML(t *testing.T) {
+	var v struct {
+		A struct {
+			B []int `json:"b"`
+		} `json:"a"`
+	}
+	if err := DecodeStrict([]byte("a:\n  b: [1, 2]\n"), &v); err != nil || len(v.A.B) != 2 {
+		t.Fatalf("%v %+v", err, v)
+	}
+	err := DecodeStrict([]byte("a:\n  c: 1\n"), &v)
+	if err == nil || err.Error() != `unknown field "c" in a` {
+		t.Errorf("error %v", err)
+	}
+	err = DecodeStrict([]byte("a:\n  b: [1, x]\n"), &v)
+	if err == nil || !strings.Contains(err.Error(), "a.b[1]") {
+		t.Errorf("error %v, want the path a.b[1]", err)
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "conf", "xdsbridge.yaml")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(minimal), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path, known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "conf"); c.BaseDir != want {
+		t.Errorf("BaseDir %q, want %q", c.BaseDir, want)
+	}
+
+	// A relative path gives an absolute BaseDir.
+	t.Chdir(dir)
+	c, err = Load(filepath.Join("conf", "xdsbridge.yaml"), known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "conf"); c.BaseDir != want {
+		t.Errorf("BaseDir %q, want %q", c.BaseDir, want)
+	}
+
+	// Errors name the file.
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("xds: {lisen: x}\n"+minimal), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(bad, known); err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), `unknown field "lisen"`) {
+		t.Errorf("error %v", err)
+	}
+	if _, err := Load(filepath.Join(dir, "missing.yaml"), known); !os.IsNotExist(err) {
+		t.Errorf("missing file: %v", err)
+	}
+}

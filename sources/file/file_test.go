@@ -1,0 +1,426 @@
+package file
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/xdsbridge/xdsbridge/sources"
+	"github.com/xdsbridge/xdsbridge/sources/sourcestest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const wait = 5 * time.Second
+
+func doc(addrs ...string) []byte {
+	var b strings.Builder
+	b.WriteString("services:\n  web:\n    endpoints:\n")
+	for _, a := range addrs {
+		fmt.Fprintf(&b, "      - {address: %s, port: 8080}\n", a)
+	}
+	return []byte(b.String())
+}
+
+func write(t *testing.T, path string, data []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeAtomic replaces path the way editors and config tools do: a temp
+// file in the same directory renamed over it.
+func writeAtomic(t *testing.T, path string, data []byte) {
+	t.Helper()
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newSource(t *testing.T, path string) *Source {
+	t.Helper()
+	raw, _ := json.Marshal(map[string]any{"path": path, "settle": "10ms"})
+	src, err := New("static", raw, sources.Env{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src.(*Source)
+}
+
+// run starts the source and returns its sink; the source is stopped (and
+// checked to return nil promptly) when the test ends.
+func run(t *testing.T, src *Source) *sourcestest.Sink {
+	t.Helper()
+	sink := sourcestest.NewSink()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, sink) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run returned %v", err)
+			}
+		case <-time.After(2 * time.Second):
+			t.Error("Run did not return after cancel")
+		}
+	})
+	return sink
+}
+
+// addrs is the addresses of service web in an update.
+func addrs(u sources.Update) []string {
+	s, ok := sourcestest.Service(u, "web")
+	if !ok {
+		return nil
+	}
+	out := make([]string, len(s.Endpoints))
+	for i, e := range s.Endpoints {
+		out[i] = e.Address
+	}
+	return out
+}
+
+// lastIs waits until the last update publishes exactly these addresses of
+// web, and returns the number of updates then.
+func lastIs(t *testing.T, sink *sourcestest.Sink, want ...string) int {
+	t.Helper()
+	n := 0
+	sink.WaitFor(t, wait, fmt.Sprintf("web at %v", want), func(us []sources.Update, _ []error) bool {
+		if len(us) == 0 {
+			return false
+		}
+		n = len(us)
+		return fmt.Sprint(addrs(us[len(us)-1])) == fmt.Sprint(want)
+	})
+	return n
+}
+
+func errorsAtLeast(t *testing.T, sink *sourcestest.Sink, n int) error {
+	t.Helper()
+	sink.WaitFor(t, wait, fmt.Sprintf("%d errors", n), func(_ []sources.Update, errs []error) bool { return len(errs) >= n })
+	errs := sink.Errors()
+	return errs[len(errs)-1]
+}
+
+func TestInitialPublish(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "services.yaml")
+	write(t, path, doc("10.0.0.2", "10.0.0.1"))
+	src := newSource(t, path)
+
+	names, err := src.ClaimedNames()
+	if err != nil || fmt.Sprint(names) != "[web]" {
+		t.Fatalf("ClaimedNames = %v, %v", names, err)
+	}
+	sink := run(t, src)
+	lastIs(t, sink, "10.0.0.1", "10.0.0.2")
+	u, _ := sink.Last()
+	if u.Source != "static" {
+		t.Errorf("update source %q", u.Source)
+	}
+	info := src.DebugInfo().(map[string]any)
+	if info["path"] != path || info["services"] != 1 || info["last_error"] != "" {
+		t.Errorf("DebugInfo = %v", info)
+	}
+	if _, err := json.Marshal(info); err != nil {
+		t.Errorf("DebugInfo does not encode as JSON: %v", err)
+	}
+}
+
+func TestEditInPlace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "services.yaml")
+	write(t, path, doc("10.0.0.1"))
+	sink := run(t, newSource(t, path))
+	lastIs(t, sink, "10.0.0.1")
+	write(t, path, doc("10.0.0.1", "10.0.0.2"))
+	lastIs(t, sink, "10.0.0.1", "10.0.0.2")
+	if len(sink.Errors()) != 0 {
+		t.Errorf("errors: %v", sink.Errors())
+	}
+}
+
+func TestAtomicRenameReplace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "services.yaml")
+	write(t, path, doc("10.0.0.1"))
+	sink := run(t, newSource(t, path))
+	lastIs(t, sink, "10.0.0.1")
+	writeAtomic(t, path, doc("10.0.0.3"))
+	lastIs(t, sink, "10.0.0.3")
+	writeAtomic(t, path, doc("10.0.0.4"))
+	lastIs(t, sink, "10.0.0.4")
+}
+
+// TestKubernetesSymlinkSwap mimics a ConfigMap volume: the file is a
+// symlink through ..data, a symlink to a timestamped directory that the
+// kubelet replaces atomically.
+func TestKubernetesSymlinkSwap(t *testing.T) {
+	dir := t.TempDir()
+	mustDo := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustDo(os.Mkdir(filepath.Join(dir, "..2026_01"), 0o755))
+	write(t, filepath.Join(dir, "..2026_01", "services.yaml"), doc("10.0.0.1"))
+	mustDo(os.Symlink("..2026_01", filepath.Join(dir, "..data")))
+	mustDo(os.Symlink(filepath.Join("..data", "services.yaml"), filepath.Join(dir, "services.yaml")))
+
+	sink := run(t, newSource(t, filepath.Join(dir, "services.yaml")))
+	lastIs(t, sink, "10.0.0.1")
+
+	swap := func(ts string, data []byte) {
+		t.Helper()
+		mustDo(os.Mkdir(filepath.Join(dir, ts), 0o755))
+		write(t, filepath.Join(dir, ts, "services.yaml"), data)
+		mustDo(os.Symlink(ts, filepath.Join(dir, "..data_tmp")))
+		mustDo(os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")))
+	}
+	swap("..2026_02", doc("10.0.0.2"))
+	lastIs(t, sink, "10.0.0.2")
+	// The kubelet removes the old directory afterwards; nothing changes.
+	mustDo(os.RemoveAll(filepath.Join(dir, "..2026_01")))
+	swap("..2026_03", doc("10.0.0.3"))
+	lastIs(t, sink, "10.0.0.3")
+	if len(sink.Errors()) != 0 {
+		t.Errorf("errors: %v", sink.Errors())
+	}
+}
+
+func TestBrokenFileKeepsLastValid(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "services.yaml")
+	valid := doc("10.0.0.1")
+	write(t, path, valid)
+	src := newSource(t, path)
+	sink := run(t, src)
+	n := lastIs(t, sink, "10.0.0.1")
+
+	writeAtomic(t, path, []byte("services:\n  web:\n    endpoints: [\n"))
+	err := errorsAtLeast(t, sink, 1)
+	if !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "line") {
+		t.Errorf("error %q names neither the file nor the line", err)
+	}
+	if got := len(sink.Updates()); got != n {
+		t.Fatalf("%d updates after a broken file, want %d", got, n)
+	}
+	if info := src.DebugInfo().(map[string]any); info["last_error"] == "" {
+		t.Errorf("DebugInfo does not show the error: %v", info)
+	}
+
+	// An invalid value, reported with its field.
+	writeAtomic(t, path, doc("web.internal"))
+	err = errorsAtLeast(t, sink, 2)
+	if !strings.Contains(err.Error(), "services.web.endpoints[0].address") {
+		t.Errorf("error %q does not name the field", err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if got := len(sink.Updates()); got != n {
+		t.Fatalf("%d updates after broken files, want %d", got, n)
+	}
+
+	// Reverting to the last valid content publishes it again: that is what
+	// clears the failure.
+	writeAtomic(t, path, valid)
+	sink.WaitFor(t, wait, "republish of the reverted file", func(us []sources.Update, _ []error) bool { return len(us) == n+1 })
+	if info := src.DebugInfo().(map[string]any); info["last_error"] != "" {
+		t.Errorf("DebugInfo still shows an error: %v", info)
+	}
+
+	// And a later valid file publishes as usual.
+	writeAtomic(t, path, doc("10.0.0.9"))
+	lastIs(t, sink, "10.0.0.9")
+}
+
+func TestDeletedThenRecreated(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "services.yaml")
+	write(t, path, doc("10.0.0.1"))
+	sink := run(t, newSource(t, path))
+	n := lastIs(t, sink, "10.0.0.1")
+
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	err := errorsAtLeast(t, sink, 1)
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("error %v, want not-exist", err)
+	}
+	if got := len(sink.Updates()); got != n {
+		t.Fatalf("deleting the file published (%d updates, want %d): the last content must stay", got, n)
+	}
+
+	write(t, path, doc("10.0.0.5"))
+	lastIs(t, sink, "10.0.0.5")
+}
+
+func TestMissingAtStart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "services.yaml")
+	src := newSource(t, path)
+	if _, err := src.ClaimedNames(); err == nil {
+		t.Error("ClaimedNames succeeded without the file")
+	}
+	sink := run(t, src)
+	errorsAtLeast(t, sink, 1)
+	if len(sink.Updates()) != 0 {
+		t.Fatalf("published without a file: %v", sink.Updates())
+	}
+	writeAtomic(t, path, doc("10.0.0.1"))
+	lastIs(t, sink, "10.0.0.1")
+}
+
+func TestUnchangedRewriteNotPublished(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "services.yaml")
+	data := doc("10.0.0.1")
+	write(t, path, data)
+	sink := run(t, newSource(t, path))
+	n := lastIs(t, sink, "10.0.0.1")
+
+	write(t, path, data)
+	writeAtomic(t, path, data)
+	write(t, filepath.Join(dir, "other.txt"), []byte("unrelated"))
+	time.Sleep(200 * time.Millisecond)
+	if got := len(sink.Updates()); got != n {
+		t.Fatalf("%d updates after rewriting the same bytes, want %d", got, n)
+	}
+	// A real change after that is the next update.
+	write(t, path, doc("10.0.0.2"))
+	if got := lastIs(t, sink, "10.0.0.2"); got != n+1 {
+		t.Errorf("%d updates, want %d", got, n+1)
+	}
+}
+
+func TestBurstOfWrites(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "services.yaml")
+	write(t, path, doc("10.0.0.1"))
+	sink := run(t, newSource(t, path))
+	lastIs(t, sink, "10.0.0.1")
+	for i := 2; i <= 20; i++ {
+		write(t, path, doc(fmt.Sprintf("10.0.1.%d", i)))
+	}
+	lastIs(t, sink, "10.0.1.20")
+}
+
+// blockingSink accepts nothing: Publish waits for ctx like the bridge's
+// loop does when it is busy.
+type blockingSink struct{ entered chan struct{} }
+
+func (b blockingSink) Publish(ctx context.Context, _ sources.Update) error {
+	close(b.entered)
+	<-ctx.Done()
+	return ctx.Err()
+}
+func (blockingSink) Fail(context.Context, string, error) {}
+
+func TestCancel(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	path := filepath.Join(t.TempDir(), "services.yaml")
+	write(t, path, doc("10.0.0.1"))
+
+	for _, blocked := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(context.Background())
+		var sink sources.Sink = sourcestest.NewSink()
+		entered := make(chan struct{})
+		if blocked {
+			sink = blockingSink{entered}
+		}
+		done := make(chan error, 1)
+		go func() { done <- newSource(t, path).Run(ctx, sink) }()
+		if blocked {
+			<-entered
+		} else {
+			sink.(*sourcestest.Sink).WaitFor(t, wait, "first publish", func(us []sources.Update, _ []error) bool { return len(us) == 1 })
+		}
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("blocked=%v: Run returned %v, want nil", blocked, err)
+			}
+		case <-time.After(time.Second):
+			t.Fatalf("blocked=%v: Run did not return within 1s of cancel", blocked)
+		}
+	}
+}
+
+func TestRunWithoutDirectory(t *testing.T) {
+	src := newSource(t, filepath.Join(t.TempDir(), "nope", "services.yaml"))
+	err := src.Run(context.Background(), sourcestest.NewSink())
+	if err == nil || !strings.Contains(err.Error(), "nope") {
+		t.Errorf("Run = %v, want an error naming the directory", err)
+	}
+}
+
+func TestNew(t *testing.T) {
+	env := sources.Env{BaseDir: "/etc/xdsbridge"}
+	for _, tc := range []struct {
+		raw, wantPath string
+		wantSettle    time.Duration
+		wantErr       string
+	}{
+		{raw: `{"path": "services.yaml"}`, wantPath: "/etc/xdsbridge/services.yaml", wantSettle: 20 * time.Millisecond},
+		{raw: `{"path": "/srv/s.yaml", "settle": "1s"}`, wantPath: "/srv/s.yaml", wantSettle: time.Second},
+		{raw: `{"path": "sub/s.json", "settle": 0.5}`, wantPath: "/etc/xdsbridge/sub/s.json", wantSettle: 500 * time.Millisecond},
+		{raw: `{}`, wantErr: "path: missing"},
+		{raw: ``, wantErr: "path: missing"},
+		{raw: `{"pth": "x"}`, wantErr: `unknown field "pth"`},
+		{raw: `{"path": 1}`, wantErr: "path: cannot use a JSON number"},
+		{raw: `{"path": "x", "settle": "soon"}`, wantErr: `settle: invalid duration "soon"`},
+		{raw: `{"path": "x", "settle": "-1s"}`, wantErr: "settle: negative duration"},
+	} {
+		src, err := New("n", json.RawMessage(tc.raw), env)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("New(%s) = %v, want error %q", tc.raw, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("New(%s): %v", tc.raw, err)
+			continue
+		}
+		s := src.(*Source)
+		if s.Name() != "n" || s.Path() != tc.wantPath || s.settle != tc.wantSettle {
+			t.Errorf("New(%s) = name %q path %q settle %v", tc.raw, s.Name(), s.Path(), s.settle)
+		}
+	}
+	// Without a BaseDir a relative path stays relative to the working
+	// directory.
+	src, err := New("n", json.RawMessage(`{"path": "s.yaml"}`), sources.Env{})
+	if err != nil || src.(*Source).Path() != "s.yaml" {
+		t.Errorf("New without BaseDir: %v", err)
+	}
+}
+
+func TestServices(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "services.json")
+	write(t, path, []byte(`{"services": {"web": {"endpoints": [{"address": "10.0.0.1", "port": 80}]}}}`))
+	svcs, err := newSource(t, path).Services()
+	if err != nil || len(svcs) != 1 || svcs[0].Name != "web" {
+		t.Fatalf("Services = %v, %v", svcs, err)
+	}
+	write(t, path, []byte(`{"services": {"web": {"endpoints": [{"address": "10.0.0.1", "port": 0}]}}}`))
+	if _, err := newSource(t, path).Services(); err == nil || !strings.Contains(err.Error(), path+": services.web.endpoints[0].port") {
+		t.Errorf("error %v, want the file and field", err)
+	}
+}

@@ -1,0 +1,101 @@
+package healthcheck
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the checker's Prometheus collectors. They exist (and count)
+// even when no Registerer is given; they are just not exported then.
+type metrics struct {
+	probes      *prometheus.CounterVec
+	latency     *prometheus.HistogramVec
+	targets     prometheus.Gauge
+	transitions *prometheus.CounterVec
+	lag         prometheus.Histogram
+
+	// Pre-resolved children: type → [ok, fail].
+	probeCounts  map[string][2]prometheus.Counter
+	probeLatency map[string]prometheus.Observer
+}
+
+func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
+	m := &metrics{
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "xdsbridge_healthcheck_probes_total",
+			Help: "Active health check probes by check type and result (ok, fail).",
+		}, []string{"type", "result"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "xdsbridge_healthcheck_probe_duration_seconds",
+			Help:    "Duration of active health check probes by check type.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"type"}),
+		targets: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "xdsbridge_healthcheck_targets",
+			Help: "Distinct health check targets (address:port and check) being probed.",
+		}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "xdsbridge_healthcheck_transitions_total",
+			Help: "Verdict changes of health check targets caused by probes, by new verdict.",
+		}, []string{"verdict"}),
+		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "xdsbridge_healthcheck_schedule_lag_seconds",
+			Help:    "How late probes start compared to their schedule (all workers busy, or scheduler behind).",
+			Buckets: []float64{.0001, .001, .005, .01, .05, .1, .5, 1, 5},
+		}),
+		probeCounts:  map[string][2]prometheus.Counter{},
+		probeLatency: map[string]prometheus.Observer{},
+	}
+	for _, t := range []string{TypeTCP, TypeHTTP, TypeGRPC} {
+		m.probeCounts[t] = [2]prometheus.Counter{m.probes.WithLabelValues(t, "ok"), m.probes.WithLabelValues(t, "fail")}
+		m.probeLatency[t] = m.latency.WithLabelValues(t)
+	}
+	for _, v := range []Verdict{Healthy, Unhealthy} {
+		m.transitions.WithLabelValues(v.String())
+	}
+	if reg != nil {
+		m.probes = register(reg, m.probes, log)
+		m.latency = register(reg, m.latency, log)
+		m.targets = register(reg, m.targets, log)
+		m.transitions = register(reg, m.transitions, log)
+		m.lag = register(reg, m.lag, log)
+		for _, t := range []string{TypeTCP, TypeHTTP, TypeGRPC} {
+			m.probeCounts[t] = [2]prometheus.Counter{m.probes.WithLabelValues(t, "ok"), m.probes.WithLabelValues(t, "fail")}
+			m.probeLatency[t] = m.latency.WithLabelValues(t)
+		}
+	}
+	return m
+}
+
+// register registers c, or reuses the collector already registered under
+// the same description (a second Checker on one registry shares them).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C, log *slog.Logger) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+		log.Warn("health check metrics not registered", "error", err)
+	}
+	return c
+}
+
+func (m *metrics) observe(typ string, ok bool, latency time.Duration) {
+	i := 1
+	if ok {
+		i = 0
+	}
+	if c, found := m.probeCounts[typ]; found {
+		c[i].Inc()
+		m.probeLatency[typ].Observe(latency.Seconds())
+	}
+}
+
+func (m *metrics) setTargets(n int) { m.targets.Set(float64(n)) }
+
+func (m *metrics) transition(v Verdict) { m.transitions.WithLabelValues(v.String()).Inc() }

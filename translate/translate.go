@@ -16,6 +16,8 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -36,16 +38,21 @@ func (d Diagnostic) String() string { return fmt.Sprintf("%s: %s: %s", d.Service
 type Resources struct {
 	Cluster *cluster.Cluster
 	Load    *endpoint.ClusterLoadAssignment
+	// Listener and Route serve proxyless gRPC clients resolving
+	// xds:///<service> (see grpc.go); Envoys with static listeners never ask.
+	Listener *listener.Listener
+	Route    *route.RouteConfiguration
 }
 
 // DefaultConnectTimeout is the connect timeout of generated clusters.
 const DefaultConnectTimeout = 5 * time.Second
 
-// Service translates one service into its Cluster and ClusterLoadAssignment.
-// The service is not modified.
+// Service translates one service into its Cluster, ClusterLoadAssignment,
+// and the Listener and RouteConfiguration gRPC clients start from. The
+// service is not modified.
 func Service(s sources.Service) (Resources, []Diagnostic) {
 	cla, diags := LoadAssignment(s)
-	return Resources{Cluster: Cluster(s.Name), Load: cla}, diags
+	return Resources{Cluster: Cluster(s.Name), Load: cla, Listener: APIListener(s.Name), Route: RouteConfig(s.Name)}, diags
 }
 
 // Cluster is the EDS cluster for a service: its endpoints come over ADS.
@@ -124,6 +131,10 @@ func LoadAssignment(s sources.Service) (*endpoint.ClusterLoadAssignment, []Diagn
 		if d := capWeights(g); d != "" {
 			diags = append(diags, Diagnostic{s.Name, "weight", d})
 		}
+		// gRPC clients skip localities without a weight; Envoy uses locality
+		// weights only with locality_weighted_lb_config, which our clusters
+		// do not set. The endpoint count spreads gRPC's picks evenly.
+		g.LoadBalancingWeight = wrapperspb.UInt32(uint32(len(g.LbEndpoints)))
 	}
 	return cla, diags
 }
@@ -266,6 +277,16 @@ func (r Resources) Validate() error {
 	if r.Load != nil {
 		if err := r.Load.ValidateAll(); err != nil {
 			return fmt.Errorf("cluster load assignment %s: %w", r.Load.GetClusterName(), err)
+		}
+	}
+	if r.Listener != nil {
+		if err := r.Listener.ValidateAll(); err != nil {
+			return fmt.Errorf("listener %s: %w", r.Listener.GetName(), err)
+		}
+	}
+	if r.Route != nil {
+		if err := r.Route.ValidateAll(); err != nil {
+			return fmt.Errorf("route configuration %s: %w", r.Route.GetName(), err)
 		}
 	}
 	return nil

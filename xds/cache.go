@@ -151,6 +151,9 @@ func (c *Cache) Apply(changes ...Change) error {
 		}
 		changed := make([]string, 0, len(ch.Upserts)+len(ch.Deletes))
 		for _, r := range ch.Upserts {
+			if old, ok := ts.resources[r.Name]; ok && sameDep(old.dep, r.DependsOn) && proto.Equal(old.msg, r.Msg) {
+				continue // unchanged: not encoded again
+			}
 			e, err := c.newEntry(ch.TypeURL, r)
 			if err != nil {
 				return err
@@ -179,6 +182,13 @@ func (c *Cache) Apply(changes ...Change) error {
 		c.commit(ts, c.reversion(ts, pendingDeps[ts]))
 	}
 	return nil
+}
+
+func sameDep(a, b *Dep) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }
 
 func (c *Cache) put(ts *typeState, e *entry) {

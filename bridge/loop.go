@@ -55,6 +55,9 @@ type Options struct {
 	Now func() time.Time
 	// HealthChecks supplies active health-check verdicts; nil for none.
 	HealthChecks Checks
+	// MaxRetention bounds how long a host absent from discovery but passing
+	// its check is retained; 0 retains it as long as it passes.
+	MaxRetention time.Duration
 }
 
 // Checks is what the loop asks of active health checking. Implementations
@@ -64,7 +67,9 @@ type Checks interface {
 	Verdict(service string, host sources.HostKey) healthcheck.CheckVerdict
 	// SetHosts tells the checker which hosts each service has (discovered
 	// or retained), so it probes exactly those.
-	SetHosts(hosts map[string][]sources.HostKey)
+	SetHosts(hosts []healthcheck.ServiceHosts)
+	// Detail is the checker's state of a host, for /debug/hosts (nil if none).
+	Detail(service string, host sources.HostKey) any
 }
 
 type eventKind int
@@ -102,7 +107,7 @@ type Loop struct {
 	dirty     map[string]bool
 	published map[string]sources.Service // service → the merged input last translated
 	retained  map[string]map[sources.HostKey]*retainedHost
-	lastHosts map[string][]sources.HostKey
+	lastHosts []healthcheck.ServiceHosts
 	ready     bool
 
 	mu        sync.Mutex
@@ -147,7 +152,6 @@ func New(opts Options, pub Publisher) *Loop {
 		dirty:     map[string]bool{},
 		published: map[string]sources.Service{},
 		retained:  map[string]map[sources.HostKey]*retainedHost{},
-		lastHosts: map[string][]sources.HostKey{},
 		status:    map[string]*SourceStatus{},
 		hostInfo:  map[string][]HostInfo{},
 		conflicts: map[string][]string{},
@@ -449,7 +453,7 @@ func (l *Loop) merge(name string) (svc sources.Service, keep bool) {
 		pe := e
 		pe.Health = d.Health
 		out.Endpoints = append(out.Endpoints, pe)
-		infos = append(infos, HostInfo{Host: k.String(), Discovered: true, Source: owner, SourceHealth: e.Health, Check: v, Published: d.Publish, Health: d.Health, Rule: d.Rule})
+		infos = append(infos, HostInfo{Host: k.String(), Discovered: true, Source: owner, SourceHealth: e.Health, Check: v, CheckState: l.detail(name, k), Published: d.Publish, Health: d.Health, Rule: d.Rule})
 	}
 	// Hosts published before and now absent: retained while their check passes.
 	ret := l.retained[name]
@@ -474,7 +478,7 @@ func (l *Loop) merge(name string) (svc sources.Service, keep bool) {
 		}
 		v := l.verdict(name, k)
 		d := healthcheck.Decide(false, sources.HealthUnknown, v, now.Sub(r.absentSince), l.maxRetention(name))
-		info := HostInfo{Host: k.String(), Discovered: false, Source: r.source, Check: v, Published: d.Publish, Health: d.Health, Rule: d.Rule, AbsentSince: r.absentSince}
+		info := HostInfo{Host: k.String(), Discovered: false, Source: r.source, Check: v, CheckState: l.detail(name, k), Published: d.Publish, Health: d.Health, Rule: d.Rule, AbsentSince: r.absentSince}
 		infos = append(infos, info)
 		if !d.Publish {
 			delete(ret, k)
@@ -501,29 +505,43 @@ func (l *Loop) verdict(service string, k sources.HostKey) healthcheck.CheckVerdi
 	return l.opts.HealthChecks.Verdict(service, k)
 }
 
-func (l *Loop) maxRetention(string) time.Duration { return 0 }
+func (l *Loop) maxRetention(string) time.Duration { return l.opts.MaxRetention }
 
-// updateChecks tells the checker which hosts to probe when that changed.
+func (l *Loop) detail(service string, k sources.HostKey) any {
+	if l.opts.HealthChecks == nil {
+		return nil
+	}
+	return l.opts.HealthChecks.Detail(service, k)
+}
+
+// updateChecks tells the checker which hosts to probe when that changed:
+// the published hosts (discovered and retained) and the discovered hosts of
+// services not published yet.
 func (l *Loop) updateChecks() {
 	if l.opts.HealthChecks == nil {
 		return
 	}
-	hosts := make(map[string][]sources.HostKey, len(l.published))
-	for name, s := range l.published {
-		ks := make([]sources.HostKey, 0, len(s.Endpoints))
-		for _, e := range s.Endpoints {
-			ks = append(ks, e.Key())
-		}
-		hosts[name] = ks
-	}
-	// Discovered hosts of services not published yet are probed too.
+	names := make([]string, 0, len(l.claims))
 	for name := range l.claims {
-		if _, ok := hosts[name]; ok {
-			continue
+		names = append(names, name)
+	}
+	for name := range l.published {
+		if _, ok := l.claims[name]; !ok {
+			names = append(names, name)
 		}
-		for _, e := range l.bySource[l.owner(name)][name].Endpoints {
-			hosts[name] = append(hosts[name], e.Key())
+	}
+	sort.Strings(names)
+	hosts := make([]healthcheck.ServiceHosts, 0, len(names))
+	for _, name := range names {
+		sh := healthcheck.ServiceHosts{Service: name, Source: l.owner(name)}
+		eps := l.bySource[sh.Source][name].Endpoints
+		if p, ok := l.published[name]; ok {
+			eps = p.Endpoints
 		}
+		for _, e := range eps {
+			sh.Hosts = append(sh.Hosts, e.Key())
+		}
+		hosts = append(hosts, sh)
 	}
 	if reflect.DeepEqual(hosts, l.lastHosts) {
 		return

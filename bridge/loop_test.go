@@ -282,7 +282,7 @@ func TestPublishErrorIsRetried(t *testing.T) {
 type fakeChecks struct {
 	mu       sync.Mutex
 	verdicts map[sources.HostKey]healthcheck.CheckVerdict
-	hosts    map[string][]sources.HostKey
+	hosts    []healthcheck.ServiceHosts
 }
 
 func (f *fakeChecks) Verdict(_ string, k sources.HostKey) healthcheck.CheckVerdict {
@@ -291,7 +291,9 @@ func (f *fakeChecks) Verdict(_ string, k sources.HostKey) healthcheck.CheckVerdi
 	return f.verdicts[k]
 }
 
-func (f *fakeChecks) SetHosts(h map[string][]sources.HostKey) {
+func (f *fakeChecks) Detail(string, sources.HostKey) any { return nil }
+
+func (f *fakeChecks) SetHosts(h []healthcheck.ServiceHosts) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.hosts = h

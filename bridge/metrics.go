@@ -52,7 +52,9 @@ func newLoopMetrics(l *Loop, reg prometheus.Registerer) *loopMetrics {
 var (
 	staleDesc = prometheus.NewDesc("xdsbridge_source_stale", "1 when the source's last refresh failed and its last good state is served.", []string{"source"}, nil)
 	ageDesc   = prometheus.NewDesc("xdsbridge_source_data_age_seconds", "Age of the data served for the source (time since its last successful sync).", []string{"source"}, nil)
-	readyDesc = prometheus.NewDesc("xdsbridge_ready", "1 once every source synced and xDS is served.", nil, nil)
+	readyDesc    = prometheus.NewDesc("xdsbridge_ready", "1 once every source synced and xDS is served.", nil, nil)
+	hostsDesc    = prometheus.NewDesc("xdsbridge_hosts", "Hosts by published health status (NONE: left out).", []string{"health"}, nil)
+	retainedDesc = prometheus.NewDesc("xdsbridge_hosts_retained", "Hosts absent from discovery but retained because their health check passes.", nil, nil)
 )
 
 type staleCollector struct{ l *Loop }
@@ -61,6 +63,8 @@ func (c *staleCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- staleDesc
 	ch <- ageDesc
 	ch <- readyDesc
+	ch <- hostsDesc
+	ch <- retainedDesc
 }
 
 func (c *staleCollector) Collect(ch chan<- prometheus.Metric) {
@@ -80,4 +84,21 @@ func (c *staleCollector) Collect(ch chan<- prometheus.Metric) {
 		r = 1
 	}
 	ch <- prometheus.MustNewConstMetric(readyDesc, prometheus.GaugeValue, r)
+	byHealth := map[string]int{}
+	retained := 0
+	for _, hs := range c.l.Hosts("") {
+		for _, h := range hs {
+			k := h.Health.String()
+			if !h.Published {
+				k = "NONE"
+			} else if !h.Discovered {
+				retained++
+			}
+			byHealth[k]++
+		}
+	}
+	for k, n := range byHealth {
+		ch <- prometheus.MustNewConstMetric(hostsDesc, prometheus.GaugeValue, float64(n), k)
+	}
+	ch <- prometheus.MustNewConstMetric(retainedDesc, prometheus.GaugeValue, float64(retained))
 }

@@ -62,9 +62,24 @@ type Config struct {
 	Debounce Debounce `json:"debounce"`
 	Logging  Logging  `json:"logging"`
 	Sources  []Source `json:"sources"`
+	// HealthChecks configures active health checking per service.
+	HealthChecks HealthChecks `json:"health_checks"`
 	// BaseDir is the directory the config was read from (relative paths in
 	// source configs are relative to it). Not part of the file.
 	BaseDir string `json:"-"`
+}
+
+// HealthChecks configures active health checking (see healthcheck/README.md).
+// Check blocks are decoded by healthcheck.ParseConfig.
+type HealthChecks struct {
+	// Services maps a service name to its check; it overrides the check of
+	// the service's source (a source entry's health_check).
+	Services map[string]json.RawMessage `json:"services"`
+	// MaxRetention bounds how long a host absent from discovery but passing
+	// its check keeps being served; 0 (default) keeps it while it passes.
+	MaxRetention Duration `json:"max_retention"`
+	// Workers bounds concurrent probes (default 128).
+	Workers int `json:"workers"`
 }
 
 // XDS configures the xDS gRPC listener.
@@ -101,6 +116,9 @@ type Source struct {
 	Type string
 	// Raw is the type block, decoded by the source's factory.
 	Raw json.RawMessage
+	// HealthCheck is the optional `health_check:` block: the active check
+	// of every host of this source (healthcheck.ParseConfig decodes it).
+	HealthCheck json.RawMessage
 }
 
 // UnmarshalJSON splits the entry into its name and its single type block.
@@ -114,6 +132,10 @@ func (s *Source) UnmarshalJSON(b []byte) error {
 			return fmt.Errorf("name: want a string, not %s", n)
 		}
 		delete(m, "name")
+	}
+	if hc, ok := m["health_check"]; ok {
+		s.HealthCheck = hc
+		delete(m, "health_check")
 	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -133,7 +155,11 @@ func (s *Source) UnmarshalJSON(b []byte) error {
 
 // MarshalJSON writes the entry back in the file's form.
 func (s Source) MarshalJSON() ([]byte, error) {
-	return json.Marshal(map[string]any{"name": s.Name, s.Type: s.Raw})
+	m := map[string]any{"name": s.Name, s.Type: s.Raw}
+	if len(s.HealthCheck) > 0 {
+		m["health_check"] = s.HealthCheck
+	}
+	return json.Marshal(m)
 }
 
 // Defaults.

@@ -60,6 +60,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if _, err := app.BuildSources(cfg, app.NewLogger(cfg.Logging, io.Discard), nil); err != nil {
 			return err
 		}
+		if _, _, err := app.BuildHealthChecks(cfg); err != nil {
+			return err
+		}
 		fmt.Fprintln(stdout, "config ok")
 		return nil
 	case "dump":

@@ -20,6 +20,7 @@ import (
 
 	"github.com/xdsbridge/xdsbridge/bridge"
 	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/healthcheck"
 	"github.com/xdsbridge/xdsbridge/sources"
 	"github.com/xdsbridge/xdsbridge/xds"
 )
@@ -33,6 +34,8 @@ type App struct {
 	Loop     *bridge.Loop
 	Cache    *xds.Cache
 	XDS      *xds.Server
+	// Checks is nil when no health check is configured.
+	Checks *healthcheck.Manager
 
 	xdsLis, adminLis net.Listener
 }
@@ -57,7 +60,7 @@ func BuildSources(c *config.Config, log *slog.Logger, reg prometheus.Registerer)
 		f := SourceTypes[sc.Type]
 		src, err := f(sc.Name, sc.Raw, sources.Env{BaseDir: c.BaseDir, Logger: log, Metrics: reg})
 		if err != nil {
-			return nil, fmt.Errorf("sources[%d] (%s).%s.%w", i, sc.Name, sc.Type, err)
+			return nil, fmt.Errorf("sources[%d] (%s).%s: %w", i, sc.Name, sc.Type, err)
 		}
 		out = append(out, src)
 	}
@@ -65,6 +68,31 @@ func BuildSources(c *config.Config, log *slog.Logger, reg prometheus.Registerer)
 		return nil, err
 	}
 	return out, nil
+}
+
+// BuildHealthChecks parses the configured checks: per source (a source
+// entry's health_check) and per service (health_checks.services). Errors
+// name the field.
+func BuildHealthChecks(c *config.Config) (perSource, perService map[string]healthcheck.Config, err error) {
+	perSource, perService = map[string]healthcheck.Config{}, map[string]healthcheck.Config{}
+	for i, sc := range c.Sources {
+		if len(sc.HealthCheck) == 0 {
+			continue
+		}
+		hc, err := healthcheck.ParseConfig(sc.HealthCheck, fmt.Sprintf("sources[%d].health_check", i))
+		if err != nil {
+			return nil, nil, err
+		}
+		perSource[sc.Name] = hc
+	}
+	for name, raw := range c.HealthChecks.Services {
+		hc, err := healthcheck.ParseConfig(raw, "health_checks.services."+name)
+		if err != nil {
+			return nil, nil, err
+		}
+		perService[name] = hc
+	}
+	return perSource, perService, nil
 }
 
 // New builds the bridge. It starts nothing and listens on nothing.
@@ -79,15 +107,28 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	for i, s := range srcs {
 		names[i] = s.Name()
 	}
+	perSource, perService, err := BuildHealthChecks(c)
+	if err != nil {
+		return nil, err
+	}
+	var checks *healthcheck.Manager
+	opts := bridge.Options{
+		Sources:      names,
+		Quiet:        c.Debounce.Quiet.D(),
+		MaxHold:      c.Debounce.Max.D(),
+		Logger:       log,
+		Metrics:      reg,
+		MaxRetention: c.HealthChecks.MaxRetention.D(),
+	}
+	if len(perSource)+len(perService) > 0 {
+		checker := healthcheck.NewChecker(healthcheck.Options{Workers: c.HealthChecks.Workers, Logger: log, Metrics: reg})
+		checks = healthcheck.NewManager(checker, perSource, perService)
+		opts.HealthChecks = checks
+	}
 	cache := xds.NewCache(xds.ClusterType, xds.EndpointType, xds.ListenerType, xds.RouteType)
-	loop := bridge.New(bridge.Options{
-		Sources: names,
-		Quiet:   c.Debounce.Quiet.D(),
-		MaxHold: c.Debounce.Max.D(),
-		Logger:  log,
-		Metrics: reg,
-	}, cache)
+	loop := bridge.New(opts, cache)
 	return &App{
+		Checks:   checks,
 		Config:   c,
 		Log:      log,
 		Registry: reg,
@@ -128,6 +169,9 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return a.Loop.Run(ctx) })
+	if a.Checks != nil {
+		g.Go(func() error { return a.Checks.Run(ctx, a.Loop.ChecksChanged) })
+	}
 	for _, s := range a.Sources {
 		g.Go(func() error {
 			if err := s.Run(ctx, a.Loop); err != nil {

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,9 +121,10 @@ func (w *testWriter) Write(p []byte) (int, error) {
 
 // backend is a real HTTP server answering with its name.
 type backend struct {
-	name string
-	port uint32
-	srv  *http.Server
+	name      string
+	port      uint32
+	srv       *http.Server
+	unhealthy atomic.Bool // /healthz answers 503 when set
 }
 
 func startBackends(t *testing.T, n int) []*backend {
@@ -135,6 +137,10 @@ func startBackends(t *testing.T, n int) []*backend {
 		}
 		b := &backend{name: fmt.Sprintf("b%d", i+1), port: uint32(lis.Addr().(*net.TCPAddr).Port)}
 		b.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/healthz" && b.unhealthy.Load() {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return
+			}
 			io.WriteString(w, b.name)
 		}), ReadHeaderTimeout: 5 * time.Second}
 		go b.srv.Serve(lis)

@@ -1,0 +1,162 @@
+package healthcheck
+
+import (
+	"context"
+	"sort"
+	"sync"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/xdsbridge/xdsbridge/sources"
+)
+
+// ServiceHosts is the set of hosts of one service the merge loop publishes
+// (discovered or retained), with the source that owns the service.
+type ServiceHosts struct {
+	Service string
+	Source  string
+	Hosts   []sources.HostKey
+}
+
+// Manager connects a Checker to the merge loop: it turns the loop's hosts
+// into probe targets using the configured checks (per service, else per
+// source), answers verdict look-ups, and tells the loop which services a
+// verdict change affects. Safe for concurrent use.
+type Manager struct {
+	checker    *Checker
+	perService map[string]Config
+	perSource  map[string]Config
+
+	mu    sync.Mutex
+	keys  map[string]map[sources.HostKey]TargetKey // service → host → target
+	users map[TargetKey]map[string]struct{}        // target → services using it
+}
+
+// NewManager returns a manager for checker. perService checks take
+// precedence over perSource ones; a service with neither is not checked.
+// The maps must not be modified afterwards.
+func NewManager(checker *Checker, perSource, perService map[string]Config) *Manager {
+	return &Manager{
+		checker:    checker,
+		perService: perService,
+		perSource:  perSource,
+		keys:       map[string]map[sources.HostKey]TargetKey{},
+		users:      map[TargetKey]map[string]struct{}{},
+	}
+}
+
+// Enabled reports whether any check is configured.
+func (m *Manager) Enabled() bool { return len(m.perService)+len(m.perSource) > 0 }
+
+func (m *Manager) configFor(service, source string) (Config, bool) {
+	if c, ok := m.perService[service]; ok {
+		return c, true
+	}
+	c, ok := m.perSource[source]
+	return c, ok
+}
+
+// SetHosts replaces the probed hosts. The same address:port with the same
+// check under several services is one target, probed once.
+func (m *Manager) SetHosts(svcs []ServiceHosts) {
+	keys := map[string]map[sources.HostKey]TargetKey{}
+	users := map[TargetKey]map[string]struct{}{}
+	var targets []Target
+	for _, s := range svcs {
+		cfg, ok := m.configFor(s.Service, s.Source)
+		if !ok {
+			continue
+		}
+		hk := make(map[sources.HostKey]TargetKey, len(s.Hosts))
+		for _, h := range s.Hosts {
+			t := Target{Host: h, Check: cfg}
+			k := t.Key()
+			hk[h] = k
+			if _, seen := users[k]; !seen {
+				users[k] = map[string]struct{}{}
+				targets = append(targets, t)
+			}
+			users[k][s.Service] = struct{}{}
+		}
+		keys[s.Service] = hk
+	}
+	m.mu.Lock()
+	m.keys, m.users = keys, users
+	m.mu.Unlock()
+	_ = m.checker.SetTargets(targets) // invalid targets are skipped; configs were validated at start
+}
+
+func (m *Manager) key(service string, host sources.HostKey) (TargetKey, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k, ok := m.keys[service][host]
+	return k, ok
+}
+
+// Verdict is the check verdict of a host of a service, for the merge. A
+// host of a checked service that is not a target yet (just discovered) has
+// no verdict yet: CheckPending.
+func (m *Manager) Verdict(service string, host sources.HostKey) CheckVerdict {
+	m.mu.Lock()
+	hk, checked := m.keys[service]
+	k, ok := hk[host]
+	m.mu.Unlock()
+	if !checked {
+		return NoCheck
+	}
+	if !ok {
+		return CheckPending
+	}
+	switch m.checker.Verdict(k) {
+	case Healthy:
+		return CheckHealthy
+	case Unhealthy:
+		return CheckUnhealthy
+	default:
+		return CheckPending
+	}
+}
+
+// Detail is the checker's state of a host of a service, for /debug/hosts.
+func (m *Manager) Detail(service string, host sources.HostKey) any {
+	k, ok := m.key(service, host)
+	if !ok {
+		return nil
+	}
+	st, ok := m.checker.State(k)
+	if !ok {
+		return nil
+	}
+	return st
+}
+
+// Run runs the checker and calls changed (which must not block for long)
+// for every service a verdict change affects, until ctx is done.
+func (m *Manager) Run(ctx context.Context, changed func(ctx context.Context, service string)) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return m.checker.Run(ctx) })
+	g.Go(func() error {
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case tr := <-m.checker.Transitions():
+				for _, s := range m.servicesOf(tr.Key) {
+					changed(ctx, s)
+				}
+			}
+		}
+	})
+	return g.Wait()
+}
+
+func (m *Manager) servicesOf(k TargetKey) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]string, 0, len(m.users[k]))
+	for s := range m.users[k] {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}

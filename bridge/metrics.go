@@ -50,8 +50,8 @@ func newLoopMetrics(l *Loop, reg prometheus.Registerer) *loopMetrics {
 }
 
 var (
-	staleDesc = prometheus.NewDesc("xdsbridge_source_stale", "1 when the source's last refresh failed and its last good state is served.", []string{"source"}, nil)
-	ageDesc   = prometheus.NewDesc("xdsbridge_source_data_age_seconds", "Age of the data served for the source (time since its last successful sync).", []string{"source"}, nil)
+	staleDesc    = prometheus.NewDesc("xdsbridge_source_stale", "1 when the source's last refresh failed and its last good state is served.", []string{"source"}, nil)
+	ageDesc      = prometheus.NewDesc("xdsbridge_source_data_age_seconds", "Age of the data served for the source (time since its last successful sync).", []string{"source"}, nil)
 	readyDesc    = prometheus.NewDesc("xdsbridge_ready", "1 once every source synced and xDS is served.", nil, nil)
 	hostsDesc    = prometheus.NewDesc("xdsbridge_hosts", "Hosts by published health status (NONE: left out).", []string{"health"}, nil)
 	retainedDesc = prometheus.NewDesc("xdsbridge_hosts_retained", "Hosts absent from discovery but retained because their health check passes.", nil, nil)

@@ -4,12 +4,14 @@ import (
 	"sort"
 
 	"github.com/xdsbridge/xdsbridge/sources"
+	"github.com/xdsbridge/xdsbridge/sources/dns"
 	"github.com/xdsbridge/xdsbridge/sources/file"
 )
 
 // SourceTypes maps the key of a `sources:` entry in the config to the
 // factory of that source type. Adding a source type is one line here.
 var SourceTypes = map[string]sources.Factory{
+	"dns":  dns.New,
 	"file": file.New,
 }
 

@@ -131,23 +131,35 @@ func startBackends(t *testing.T, n int) []*backend {
 	t.Helper()
 	var out []*backend
 	for i := 0; i < n; i++ {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b := &backend{name: fmt.Sprintf("b%d", i+1), port: uint32(lis.Addr().(*net.TCPAddr).Port)}
-		b.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/healthz" && b.unhealthy.Load() {
-				w.WriteHeader(http.StatusServiceUnavailable)
-				return
-			}
-			io.WriteString(w, b.name)
-		}), ReadHeaderTimeout: 5 * time.Second}
-		go b.srv.Serve(lis)
-		t.Cleanup(func() { b.srv.Close() })
-		out = append(out, b)
+		out = append(out, startBackend(t, fmt.Sprintf("b%d", i+1), "127.0.0.1:0"))
 	}
 	return out
+}
+
+// startBackendAt starts a backend on addr and returns its name.
+func startBackendAt(t *testing.T, name, addr string) string {
+	t.Helper()
+	startBackend(t, name, addr)
+	return name
+}
+
+func startBackend(t *testing.T, name, addr string) *backend {
+	t.Helper()
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &backend{name: name, port: uint32(lis.Addr().(*net.TCPAddr).Port)}
+	b.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" && b.unhealthy.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, b.name)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go b.srv.Serve(lis)
+	t.Cleanup(func() { b.srv.Close() })
+	return b
 }
 
 func freePort(t *testing.T) int {

@@ -325,6 +325,20 @@ func (c *Cache) commit(ts *typeState, changed []string) {
 	}
 }
 
+// allWatches returns the open watches of the type, wildcard and named.
+func (ts *typeState) allWatches() map[*watch]struct{} {
+	all := make(map[*watch]struct{}, len(ts.wildcard))
+	for w := range ts.wildcard {
+		all[w] = struct{}{}
+	}
+	for _, ws := range ts.named {
+		for w := range ws {
+			all[w] = struct{}{}
+		}
+	}
+	return all
+}
+
 // sortedWatches gives a stable order (by creation), so responses leave in the
 // order clients asked and tests are repeatable.
 func sortedWatches(m map[*watch]struct{}) []*watch {
@@ -346,16 +360,7 @@ func (c *Cache) MarkReady() {
 	}
 	c.ready = true
 	for _, ts := range c.types {
-		all := map[*watch]struct{}{}
-		for w := range ts.wildcard {
-			all[w] = struct{}{}
-		}
-		for _, ws := range ts.named {
-			for w := range ws {
-				all[w] = struct{}{}
-			}
-		}
-		for _, w := range sortedWatches(all) {
+		for _, w := range sortedWatches(ts.allWatches()) {
 			c.tryRespond(w, nil, firstRequest(w))
 		}
 	}
@@ -689,16 +694,7 @@ func (c *Cache) Stats() Stats {
 	s := Stats{Marshals: c.marshals, Resources: map[string]int{}, Watches: map[string]int{}}
 	for u, ts := range c.types {
 		s.Resources[u] = len(ts.resources)
-		ws := map[*watch]struct{}{}
-		for w := range ts.wildcard {
-			ws[w] = struct{}{}
-		}
-		for _, set := range ts.named {
-			for w := range set {
-				ws[w] = struct{}{}
-			}
-		}
-		s.Watches[u] = len(ws)
+		s.Watches[u] = len(ts.allWatches())
 	}
 	return s
 }

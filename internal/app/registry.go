@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	"github.com/xdsbridge/xdsbridge/sources"
+	"github.com/xdsbridge/xdsbridge/sources/consul"
 	"github.com/xdsbridge/xdsbridge/sources/dns"
 	"github.com/xdsbridge/xdsbridge/sources/file"
 )
@@ -11,8 +12,9 @@ import (
 // SourceTypes maps the key of a `sources:` entry in the config to the
 // factory of that source type. Adding a source type is one line here.
 var SourceTypes = map[string]sources.Factory{
-	"dns":  dns.New,
-	"file": file.New,
+	"consul": consul.New,
+	"dns":    dns.New,
+	"file":   file.New,
 }
 
 // SourceTypeNames returns the known source types, sorted.

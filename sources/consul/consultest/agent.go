@@ -1,0 +1,197 @@
+// Package consultest runs real Consul agents (`consul agent -dev` on
+// loopback ports) for tests: the sources/consul tests and the end-to-end
+// tests share it.
+package consultest
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// ConsulVersion is the agent version the tests run (tools/consul pins it).
+const ConsulVersion = "1.14.11"
+
+// Binary finds the agent binary: $XDSBRIDGE_CONSUL_BIN, the CI cache
+// (.ci/install.d/consul.sh), or consul on PATH. Without one the test is
+// skipped, or fails when XDSBRIDGE_REQUIRE_INTEGRATION=1.
+func Binary(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("XDSBRIDGE_CONSUL_BIN"); p != "" {
+		return p
+	}
+	cache := os.Getenv("XDSBRIDGE_CACHE")
+	if cache == "" {
+		if home, err := os.UserHomeDir(); err == nil {
+			cache = filepath.Join(home, ".cache", "xdsbridge")
+		}
+	}
+	if cache != "" {
+		p := filepath.Join(cache, "bin", "consul-"+ConsulVersion)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("consul"); err == nil {
+		return p
+	}
+	msg := "no consul binary: set XDSBRIDGE_CONSUL_BIN or run .ci/install.d/consul.sh"
+	if os.Getenv("XDSBRIDGE_REQUIRE_INTEGRATION") == "1" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// Agent is a `consul agent -dev` on loopback ports of its own.
+type Agent struct {
+	T          testing.TB
+	Bin        string
+	DC         string
+	Node       string
+	Ports      map[string]int
+	Extra      []string
+	Log        bytes.Buffer
+	Client     *api.Client
+	cmd        *exec.Cmd
+	done       chan struct{}
+	registered []*api.AgentServiceRegistration
+}
+
+var agentSeq atomic.Int64
+
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// StartAgent starts a dev agent in datacenter dc and waits for its leader.
+// It is stopped at the end of the test.
+func StartAgent(t testing.TB, dc string, extra ...string) *Agent {
+	t.Helper()
+	a := &Agent{
+		T: t, Bin: Binary(t), DC: dc, Extra: extra,
+		Node:  fmt.Sprintf("xdsb-%d-%d", os.Getpid(), agentSeq.Add(1)),
+		Ports: map[string]int{},
+	}
+	for _, p := range []string{"http", "dns", "serf-lan", "serf-wan", "server", "grpc"} {
+		a.Ports[p] = FreePort(t)
+	}
+	a.Start()
+	t.Cleanup(a.Stop)
+	cfg := api.DefaultConfig()
+	cfg.Address = a.Addr()
+	cfg.Token = ""
+	c, err := api.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Client = c
+	a.WaitLeader()
+	return a
+}
+
+func (a *Agent) Addr() string { return "127.0.0.1:" + strconv.Itoa(a.Ports["http"]) }
+
+func (a *Agent) Start() {
+	a.T.Helper()
+	args := []string{"agent", "-dev", "-datacenter=" + a.DC, "-node=" + a.Node,
+		"-bind=127.0.0.1", "-client=127.0.0.1", "-data-dir=" + a.T.TempDir(),
+		"-grpc-tls-port=-1", "-hcl=check_update_interval = \"0s\"", "-log-level=warn", "-node-meta=zone:z-" + a.DC, "-node-meta=rack:r1"}
+	for _, p := range []string{"http", "dns", "serf-lan", "serf-wan", "server", "grpc"} {
+		args = append(args, fmt.Sprintf("-%s-port=%d", p, a.Ports[p]))
+	}
+	args = append(args, a.Extra...)
+	a.Log.Reset()
+	a.cmd = exec.Command(a.Bin, args...)
+	a.cmd.Stdout, a.cmd.Stderr = &a.Log, &a.Log
+	if err := a.cmd.Start(); err != nil {
+		a.T.Fatal(err)
+	}
+	a.done = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) {
+		_ = cmd.Wait()
+		close(done)
+	}(a.cmd, a.done)
+}
+
+// Stop kills the agent and waits for it to exit.
+func (a *Agent) Stop() {
+	if a.cmd == nil {
+		return
+	}
+	_ = a.cmd.Process.Kill()
+	<-a.done
+	a.cmd = nil
+}
+
+// Restart starts a new agent process with the same ports and node name;
+// a dev agent's data is gone, so services must be registered again.
+func (a *Agent) Restart() {
+	a.T.Helper()
+	a.Start()
+	a.WaitLeader()
+}
+
+func (a *Agent) WaitLeader() {
+	a.T.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if l, err := a.Client.Status().Leader(); err == nil && l != "" {
+			// The node's own registration (and its serfHealth check) lands
+			// shortly after the leader is elected.
+			if n, _, err := a.Client.Catalog().Node(a.Node, nil); err == nil && n != nil {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	a.T.Fatalf("consul agent %s did not become ready; log:\n%s", a.Node, a.Log.String())
+}
+
+func (a *Agent) Register(r *api.AgentServiceRegistration) {
+	a.T.Helper()
+	if err := a.Client.Agent().ServiceRegister(r); err != nil {
+		a.T.Fatalf("registering %s: %v", r.ID, err)
+	}
+	a.registered = append(a.registered, r)
+}
+
+func (a *Agent) Deregister(id string) {
+	a.T.Helper()
+	if err := a.Client.Agent().ServiceDeregister(id); err != nil {
+		a.T.Fatalf("deregistering %s: %v", id, err)
+	}
+}
+
+func (a *Agent) TTL(checkID, status string) {
+	a.T.Helper()
+	if err := a.Client.Agent().UpdateTTL(checkID, "test", status); err != nil {
+		a.T.Fatalf("updating %s: %v", checkID, err)
+	}
+}
+
+// ReRegister registers again everything registered so far (after restart).
+func (a *Agent) ReRegister() {
+	a.T.Helper()
+	regs := a.registered
+	a.registered = nil
+	for _, r := range regs {
+		a.Register(r)
+	}
+}
+

@@ -1,0 +1,112 @@
+package consul
+
+import (
+	"sort"
+	"time"
+)
+
+// Debug is what DebugInfo returns. It never contains the ACL token.
+type Debug struct {
+	Address     string     `json:"address"`
+	Consistency string     `json:"consistency"`
+	UseCache    bool       `json:"use_cache"`
+	Stale       bool       `json:"stale"`
+	DataAge     string     `json:"data_age,omitempty"`
+	Published   *time.Time `json:"last_published,omitempty"`
+	Datacenters []DebugDC  `json:"datacenters"`
+}
+
+// DebugDC is one datacenter.
+type DebugDC struct {
+	Name     string         `json:"name"`
+	Priority uint32         `json:"priority"`
+	Selected int            `json:"selected_services"`
+	List     DebugWatch     `json:"service_list"`
+	Feed     *DebugWatch    `json:"change_feed,omitempty"`
+	Services []DebugService `json:"services"`
+}
+
+// DebugService is one service's health watch.
+type DebugService struct {
+	Name      string     `json:"name"`
+	Instances int        `json:"instances"`
+	Published bool       `json:"published"`
+	Watch     DebugWatch `json:"watch"`
+}
+
+// DebugWatch is one watch's progress.
+type DebugWatch struct {
+	State       string     `json:"state"`
+	Index       uint64     `json:"index"`
+	IndexResets int        `json:"index_resets,omitempty"`
+	LastContact string     `json:"last_contact"`
+	DataAge     string     `json:"data_age,omitempty"`
+	LastError   string     `json:"last_error,omitempty"`
+	LastErrorAt *time.Time `json:"last_error_at,omitempty"`
+	Failing     bool       `json:"failing"`
+}
+
+// DebugInfo implements sources.Debugger. Safe for concurrent use.
+func (s *Source) DebugInfo() any {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := Debug{
+		Address:     s.set.apiConfig.Scheme + "://" + s.set.apiConfig.Address,
+		Consistency: s.set.consistency,
+		UseCache:    s.set.useCache,
+	}
+	if !s.published.IsZero() {
+		t := s.published
+		d.Published = &t
+	}
+	var oldest time.Time
+	note := func(w *watchInfo) DebugWatch {
+		dw := debugWatch(w, now)
+		if w.failing {
+			d.Stale = true
+			if !w.lastSuccess.IsZero() && (oldest.IsZero() || w.lastSuccess.Before(oldest)) {
+				oldest = w.lastSuccess
+			}
+		}
+		return dw
+	}
+	for _, dc := range s.dcs {
+		ddc := DebugDC{Name: dc.label, Priority: dc.priority, Selected: dc.selected, List: note(&dc.list), Services: []DebugService{}}
+		if dc.actual != "" {
+			ddc.Name = dc.actual
+		}
+		if dc.feed.state != "" && dc.feed.state != "off" {
+			f := note(&dc.feed)
+			ddc.Feed = &f
+		}
+		for name, st := range dc.services {
+			ddc.Services = append(ddc.Services, DebugService{Name: name, Instances: len(st.instances), Published: st.published, Watch: note(&st.info)})
+		}
+		sort.Slice(ddc.Services, func(i, j int) bool { return ddc.Services[i].Name < ddc.Services[j].Name })
+		d.Datacenters = append(d.Datacenters, ddc)
+	}
+	if d.Stale && !oldest.IsZero() {
+		d.DataAge = now.Sub(oldest).Round(time.Millisecond).String()
+	}
+	return d
+}
+
+func debugWatch(w *watchInfo, now time.Time) DebugWatch {
+	dw := DebugWatch{
+		State:       w.state,
+		Index:       w.index,
+		IndexResets: w.indexResets,
+		LastContact: w.lastContact.String(),
+		LastError:   w.lastError,
+		Failing:     w.failing,
+	}
+	if !w.lastSuccess.IsZero() {
+		dw.DataAge = now.Sub(w.lastSuccess).Round(time.Millisecond).String()
+	}
+	if !w.lastErrorAt.IsZero() {
+		t := w.lastErrorAt
+		dw.LastErrorAt = &t
+	}
+	return dw
+}

@@ -1,0 +1,85 @@
+package consul
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the source's Prometheus collectors, all with the constant
+// label source=<name>. They are safe for concurrent use.
+type metrics struct {
+	requests  *prometheus.CounterVec   // endpoint, result: ok, error, stale_retry
+	blocking  *prometheus.HistogramVec // endpoint
+	watches   prometheus.Gauge
+	publishes prometheus.Counter
+	staleness []prometheus.Collector // one GaugeFunc per datacenter
+}
+
+func newMetrics(source string, s *Source) *metrics {
+	cl := prometheus.Labels{"source": source}
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        "xdsbridge_consul_requests_total",
+			Help:        "Requests sent to the Consul agent, by endpoint (catalog_services, health_service, health_state) and result (ok, error; stale_retry counts stale reads redone in consistent mode).",
+			ConstLabels: cl,
+		}, []string{"endpoint", "result"}),
+		blocking: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:        "xdsbridge_consul_blocking_query_duration_seconds",
+			Help:        "Duration of successful blocking queries, by endpoint.",
+			ConstLabels: cl,
+			Buckets:     []float64{0.01, 0.1, 1, 10, 30, 60, 120, 300, 600},
+		}, []string{"endpoint"}),
+		watches: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name:        "xdsbridge_consul_open_watches",
+			Help:        "Service health watches running (one per selected service per datacenter).",
+			ConstLabels: cl,
+		}),
+		publishes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name:        "xdsbridge_consul_publishes_total",
+			Help:        "Full updates published to the bridge.",
+			ConstLabels: cl,
+		}),
+	}
+	for _, dc := range s.dcs {
+		m.staleness = append(m.staleness, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "xdsbridge_consul_staleness_seconds",
+			Help:        "Age of the datacenter's data being served: while a read fails, the time since its last success; otherwise the largest X-Consul-LastContact of the last reads.",
+			ConstLabels: prometheus.Labels{"source": source, "datacenter": dc.label},
+		}, func() float64 { return s.staleness(dc, time.Now()).Seconds() }))
+	}
+	return m
+}
+
+func (m *metrics) register(r prometheus.Registerer) error {
+	cs := []prometheus.Collector{m.requests, m.blocking, m.watches, m.publishes}
+	for _, c := range append(cs, m.staleness...) {
+		if err := r.Register(c); err != nil {
+			return fmt.Errorf("registering metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// staleness is the age of a datacenter's data (see the metric's help).
+func (s *Source) staleness(dc *dcState, now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var max time.Duration
+	consider := func(w *watchInfo) {
+		d := w.lastContact
+		if w.failing && !w.lastSuccess.IsZero() {
+			d = now.Sub(w.lastSuccess)
+		}
+		if d > max {
+			max = d
+		}
+	}
+	consider(&dc.list)
+	consider(&dc.feed)
+	for _, st := range dc.services {
+		consider(&st.info)
+	}
+	return max
+}

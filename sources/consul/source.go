@@ -1,0 +1,369 @@
+// Package consul is the Consul catalog source: it watches the service list
+// and the health of each selected service with blocking queries, in one or
+// more datacenters, and publishes their instances as endpoints. When Consul
+// cannot be read it reports the error and keeps the last endpoints ("fail
+// static"). README.md documents the configuration and the mapping rules.
+package consul
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/xdsbridge/xdsbridge/sources"
+)
+
+// Source watches a Consul catalog. Run may be called once; Name and
+// DebugInfo are safe for concurrent use with it.
+type Source struct {
+	name    string
+	set     *settings
+	log     *slog.Logger
+	metrics *metrics
+	mapper  *mapper
+
+	// Test hooks, set before Run: wrap the HTTP round tripper, wrap dialed
+	// connections.
+	wrapRoundTripper func(http.RoundTripper) http.RoundTripper
+	wrapConn         func(net.Conn) net.Conn
+
+	changed chan struct{} // capacity 1: "state changed, flush soon"
+
+	mu          sync.Mutex
+	dcs         []*dcState // local first, then failover order
+	pendingErrs []string
+	errsDropped int
+	published   time.Time
+}
+
+var (
+	_ sources.Source   = (*Source)(nil)
+	_ sources.Debugger = (*Source)(nil)
+)
+
+// dcState is what is known about one datacenter. Guarded by Source.mu.
+type dcState struct {
+	query    string // datacenter query parameter; "" is the agent's own
+	label    string // name for logs, metrics and debug output
+	priority uint32
+	actual   string // datacenter name as reported in results
+
+	list     watchInfo
+	feed     watchInfo // the change feed, in hinted mode
+	listSeen bool
+	selected int
+	services map[string]*svcState
+}
+
+// svcState is the last good health result of one service in one
+// datacenter. Guarded by Source.mu.
+type svcState struct {
+	info      watchInfo
+	ready     bool
+	published bool // false: every instance is an excluded proxy/gateway kind
+	instances []instance
+	nodes     map[string]bool
+}
+
+// watchInfo is one watch's progress, shown by DebugInfo.
+type watchInfo struct {
+	state       string // starting, blocking, waiting, backoff
+	index       uint64
+	indexResets int
+	lastContact time.Duration
+	lastSuccess time.Time
+	lastError   string
+	lastErrorAt time.Time
+	failing     bool
+}
+
+// New is the sources.Factory of the Consul source. It validates the config
+// block (unknown fields are errors) and reads the CONSUL_* environment; it
+// does no network I/O and starts no goroutines.
+func New(name string, raw json.RawMessage, env sources.Env) (sources.Source, error) {
+	set, err := parseConfig(raw, env.BaseDir)
+	if err != nil {
+		return nil, err
+	}
+	log := env.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("source", name)
+	s := &Source{
+		name:    name,
+		set:     set,
+		log:     log,
+		mapper:  &mapper{m: set.mapping, sel: set.sel, log: log},
+		changed: make(chan struct{}, 1),
+	}
+	s.dcs = append(s.dcs, newDCState(set.localDC, 0))
+	for i, dc := range set.failoverDCs {
+		s.dcs = append(s.dcs, newDCState(dc, uint32(i+1)))
+	}
+	s.metrics = newMetrics(name, s)
+	if env.Metrics != nil {
+		if err := s.metrics.register(env.Metrics); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func newDCState(query string, priority uint32) *dcState {
+	label := query
+	if label == "" {
+		label = "local"
+	}
+	return &dcState{query: query, label: label, priority: priority, actual: query, services: map[string]*svcState{}}
+}
+
+// Name implements sources.Source.
+func (s *Source) Name() string { return s.name }
+
+// Run implements sources.Source. It returns nil when ctx is done and an
+// error only when the Consul client cannot be built (bad TLS files, an
+// unreadable token file).
+func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
+	client, transport, err := s.newClient()
+	if err != nil {
+		return fmt.Errorf("consul source %s: %w", s.name, err)
+	}
+	defer transport.CloseIdleConnections()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r := newRunner(s, client)
+	var wg sync.WaitGroup
+	for _, dc := range s.dcs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.runDC(ctx, dc)
+		}()
+	}
+	s.coordinate(ctx, sink)
+	cancel()
+	wg.Wait()
+	return nil
+}
+
+// newClient builds the API client on a transport of its own whose
+// connections are bounded by max_concurrent_queries.
+func (s *Source) newClient() (*api.Client, *http.Transport, error) {
+	ac := *s.set.apiConfig
+	transport := newTransport(s.set.maxQueries, s.wrapConn)
+	hc, err := api.NewHttpClient(transport, ac.TLSConfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	if s.wrapRoundTripper != nil {
+		hc.Transport = s.wrapRoundTripper(hc.Transport)
+	}
+	ac.HttpClient = hc
+	ac.Transport = transport
+	c, err := api.NewClient(&ac)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, transport, nil
+}
+
+// newTransport is a pooled transport allowing at most maxConns connections
+// to the agent; the source never has more requests in flight than that.
+func newTransport(maxConns int, wrap func(net.Conn) net.Conn) *http.Transport {
+	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, addr)
+			if err == nil && wrap != nil {
+				c = wrap(c)
+			}
+			return c, err
+		},
+		MaxConnsPerHost:       maxConns,
+		MaxIdleConns:          maxConns,
+		MaxIdleConnsPerHost:   maxConns,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		ForceAttemptHTTP2:     true,
+	}
+}
+
+// signal asks the coordinator to flush soon. Never blocks.
+func (s *Source) signal() {
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+// coordinate batches state changes for the coalescing window, then reports
+// errors and publishes the full set when it changed. It returns when ctx is
+// done.
+func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
+	var (
+		last      []sources.Service
+		published bool
+		failed    bool // Fail was called since the last publish
+	)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.changed:
+		}
+		if sleep(ctx, s.set.coalesce) != nil {
+			return
+		}
+		errs, ready, failing, snap := s.takeFlush()
+		if errs != nil {
+			sink.Fail(ctx, s.name, errs)
+			failed = true
+		}
+		if !ready {
+			continue
+		}
+		recovered := failed && !failing
+		if published && !recovered && reflect.DeepEqual(snap, last) {
+			continue
+		}
+		if err := sink.Publish(ctx, sources.Update{Source: s.name, Services: snap}); err != nil {
+			return
+		}
+		s.metrics.publishes.Inc()
+		last, published, failed = snap, true, failing
+		s.mu.Lock()
+		s.published = time.Now()
+		s.mu.Unlock()
+	}
+}
+
+// takeFlush takes the pending errors and, when the initial reads are all
+// done, a snapshot of every service.
+func (s *Source) takeFlush() (errs error, ready, failing bool, snap []sources.Service) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pendingErrs) > 0 {
+		msg := strings.Join(s.pendingErrs, "; ")
+		if s.errsDropped > 0 {
+			msg += fmt.Sprintf("; and %d more", s.errsDropped)
+		}
+		errs = errors.New(msg)
+		s.pendingErrs, s.errsDropped = nil, 0
+	}
+	ready = s.readyLocked()
+	failing = s.failingLocked()
+	if ready {
+		snap = s.snapshotLocked()
+	}
+	return errs, ready, failing, snap
+}
+
+// readyLocked: every datacenter's list was read and every selected service's
+// first health read completed.
+func (s *Source) readyLocked() bool {
+	for _, dc := range s.dcs {
+		if !dc.listSeen {
+			return false
+		}
+		for _, st := range dc.services {
+			if !st.ready {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (s *Source) failingLocked() bool {
+	for _, dc := range s.dcs {
+		if dc.list.failing || dc.feed.failing {
+			return true
+		}
+		for _, st := range dc.services {
+			if st.info.failing {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// snapshotLocked builds the full set of services from the last good state:
+// instances grouped by cluster name, sorted, duplicates (same address and
+// port) dropped in favour of the lower priority.
+func (s *Source) snapshotLocked() []sources.Service {
+	byName := map[string][]sources.Endpoint{}
+	for _, dc := range s.dcs {
+		for name, st := range dc.services {
+			if !st.ready || !st.published {
+				continue
+			}
+			cn := clusterName(s.set.mapping.clusterName, name, dc.actual)
+			eps := byName[cn]
+			if eps == nil {
+				eps = []sources.Endpoint{}
+			}
+			for _, in := range st.instances {
+				eps = append(eps, in.endpoint.Clone())
+			}
+			byName[cn] = eps
+		}
+	}
+	out := make([]sources.Service, 0, len(byName))
+	for name, eps := range byName {
+		if err := sources.ValidateServiceName("cluster", name); err != nil {
+			s.log.Warn("skipping service with an unusable cluster name", "error", err)
+			continue
+		}
+		sources.SortEndpoints(eps)
+		out = append(out, sources.Service{Name: name, Endpoints: dedupe(eps)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// dedupe drops endpoints whose address and port appeared earlier in the
+// sorted slice (a lower priority wins).
+func dedupe(eps []sources.Endpoint) []sources.Endpoint {
+	seen := make(map[sources.HostKey]bool, len(eps))
+	out := eps[:0]
+	for _, e := range eps {
+		if seen[e.Key()] {
+			continue
+		}
+		seen[e.Key()] = true
+		out = append(out, e)
+	}
+	return out
+}
+
+// recordError notes a failed read for DebugInfo and queues it for
+// sink.Fail. Callers hold no lock.
+func (s *Source) recordError(info *watchInfo, what string, err error) {
+	s.mu.Lock()
+	info.failing = true
+	info.state = "backoff"
+	info.lastError = err.Error()
+	info.lastErrorAt = time.Now()
+	if len(s.pendingErrs) < 5 {
+		s.pendingErrs = append(s.pendingErrs, what+": "+err.Error())
+	} else {
+		s.errsDropped++
+	}
+	s.mu.Unlock()
+	s.signal()
+}

@@ -1,0 +1,533 @@
+package consul
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// Metric endpoint labels.
+const (
+	epServices    = "catalog_services"
+	epHealth      = "health_service"
+	epHealthState = "health_state"
+)
+
+// runner is the state of one Run: the client, the query slots and the
+// watch mode. Its methods are safe for concurrent use.
+type runner struct {
+	s      *Source
+	client *api.Client
+	slots  chan struct{} // one token per request in flight
+
+	// hinted is true when the selected services outnumber the slots left
+	// for service watches: they then wait for change hints instead of
+	// holding blocking queries.
+	hinted   atomic.Bool
+	modeMu   sync.Mutex
+	modeChan chan struct{} // closed and replaced when hinted flips
+	selected []atomic.Int64
+}
+
+func newRunner(s *Source, client *api.Client) *runner {
+	return &runner{
+		s:        s,
+		client:   client,
+		slots:    make(chan struct{}, s.set.maxQueries),
+		modeChan: make(chan struct{}),
+		selected: make([]atomic.Int64, len(s.dcs)),
+	}
+}
+
+// serviceSlots is how many service watches may hold blocking queries: the
+// slots less one list watch and one change feed per datacenter.
+func (r *runner) serviceSlots() int64 { return int64(r.s.set.maxQueries - 2*len(r.s.dcs)) }
+
+// setSelected records datacenter i's number of selected services and
+// flips the mode when the total crosses the slots.
+func (r *runner) setSelected(i int, n int) {
+	r.selected[i].Store(int64(n))
+	var total int64
+	for j := range r.selected {
+		total += r.selected[j].Load()
+	}
+	hinted := total > r.serviceSlots()
+	r.modeMu.Lock()
+	defer r.modeMu.Unlock()
+	if r.hinted.Load() != hinted {
+		r.hinted.Store(hinted)
+		close(r.modeChan)
+		r.modeChan = make(chan struct{})
+		r.s.log.Info("service watch mode changed", "hinted", hinted, "selected", total, "blocking_slots", r.serviceSlots())
+	}
+}
+
+// modeChanged returns a channel closed at the next mode flip.
+func (r *runner) modeChanged() <-chan struct{} {
+	r.modeMu.Lock()
+	defer r.modeMu.Unlock()
+	return r.modeChan
+}
+
+// queryOptions builds the options of one read.
+func (r *runner) queryOptions(dc *dcState, index uint64, consistent bool) *api.QueryOptions {
+	set := r.s.set
+	q := &api.QueryOptions{Datacenter: dc.query}
+	switch {
+	case consistent || set.consistency == "consistent":
+		q.RequireConsistent = true
+	case set.consistency == "stale":
+		q.AllowStale = true
+	}
+	q.UseCache = set.useCache && !q.RequireConsistent
+	if index > 0 {
+		q.WaitIndex = index
+		q.WaitTime = jitterDown(set.waitTime, 0.1)
+	}
+	return q
+}
+
+// fetchFunc performs one read with the given options.
+type fetchFunc[T any] func(q *api.QueryOptions) (T, *api.QueryMeta, error)
+
+// do runs one read in a query slot, with a deadline past the wait time, and
+// records its metrics.
+func do[T any](ctx context.Context, r *runner, endpoint string, q *api.QueryOptions, fetch fetchFunc[T]) (T, *api.QueryMeta, error) {
+	var zero T
+	select {
+	case r.slots <- struct{}{}:
+	case <-ctx.Done():
+		return zero, nil, ctx.Err()
+	}
+	defer func() { <-r.slots }()
+	timeout := q.WaitTime + q.WaitTime/16 + 15*time.Second
+	qctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	res, meta, err := fetch(q.WithContext(qctx))
+	m := r.s.metrics
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return zero, nil, ctx.Err()
+	case err != nil:
+		m.requests.WithLabelValues(endpoint, "error").Inc()
+		return zero, nil, err
+	case meta == nil:
+		m.requests.WithLabelValues(endpoint, "error").Inc()
+		return zero, nil, errors.New("no query metadata in response")
+	}
+	m.requests.WithLabelValues(endpoint, "ok").Inc()
+	if q.WaitIndex > 0 {
+		m.blocking.WithLabelValues(endpoint).Observe(time.Since(start).Seconds())
+	}
+	return res, meta, nil
+}
+
+// watch is one blocking-query loop's pacing and index. Owned by one
+// goroutine; info is guarded by Source.mu.
+type watch struct {
+	r        *runner
+	dc       *dcState
+	endpoint string
+	what     string // for error messages: "dc1: health web"
+	info     *watchInfo
+	bucket   *tokenBucket
+	back     backoff
+	index    uint64
+	// failed is set after a failed read: the next read does not block,
+	// since a restarted agent (or another server) may have lower indexes
+	// and would hold a blocking query on the old index for the whole wait.
+	failed bool
+}
+
+func (r *runner) newWatch(dc *dcState, endpoint, what string, info *watchInfo) *watch {
+	set := r.s.set
+	return &watch{
+		r: r, dc: dc, endpoint: endpoint, what: what, info: info,
+		bucket: newTokenBucket(set.rateLimit, set.rateBurst),
+		back:   backoff{min: set.retryMin, max: set.retryMax},
+	}
+}
+
+// read performs one rate-limited read: blocking on the current index when
+// block is set. A stale result older than max_stale is read again in
+// consistent mode. On error it records it, sleeps the backoff and returns
+// it; the caller retries.
+func read[T any](ctx context.Context, w *watch, block bool, fetch fetchFunc[T]) (T, error) {
+	var zero T
+	if err := w.bucket.wait(ctx); err != nil {
+		return zero, err
+	}
+	index := uint64(0)
+	if block && !w.failed {
+		index = w.index
+	}
+	w.setState(index)
+	res, meta, err := do(ctx, w.r, w.endpoint, w.r.queryOptions(w.dc, index, false), fetch)
+	if err == nil && w.r.s.set.consistency == "stale" && meta.LastContact > w.r.s.set.maxStale {
+		w.r.s.metrics.requests.WithLabelValues(w.endpoint, "stale_retry").Inc()
+		res, meta, err = do(ctx, w.r, w.endpoint, w.r.queryOptions(w.dc, 0, true), fetch)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return zero, ctx.Err()
+		}
+		w.failed = true
+		w.r.s.recordError(w.info, w.what, err)
+		_ = sleep(ctx, w.back.next())
+		return zero, err
+	}
+	w.back.reset()
+	w.failed = false
+	w.success(meta)
+	return res, nil
+}
+
+func (w *watch) setState(index uint64) {
+	state := "reading"
+	if index > 0 {
+		state = "blocking"
+	}
+	s := w.r.s
+	s.mu.Lock()
+	w.info.state = state
+	s.mu.Unlock()
+}
+
+// success applies the index rules and records the read.
+func (w *watch) success(meta *api.QueryMeta) {
+	next, reset := nextIndex(w.index, meta.LastIndex)
+	if reset {
+		w.r.s.log.Info("Consul index went backwards; re-reading from scratch", "watch", w.what, "previous", w.index, "returned", meta.LastIndex)
+	}
+	w.index = next
+	s := w.r.s
+	s.mu.Lock()
+	recovered := w.info.failing
+	w.info.failing = false
+	w.info.index = next
+	if reset {
+		w.info.indexResets++
+	}
+	w.info.lastContact = meta.LastContact
+	w.info.lastSuccess = time.Now()
+	w.info.state = "idle"
+	s.mu.Unlock()
+	if recovered {
+		s.signal()
+	}
+}
+
+// listResult is one read of the service list.
+type listResult struct {
+	services map[string][]string
+	index    uint64
+}
+
+// runDC watches one datacenter until ctx is done: the service list, the
+// change feed, and one watch per selected service. It owns the service
+// watches and stops them all before returning.
+func (r *runner) runDC(ctx context.Context, dc *dcState) {
+	lists := make(chan listResult)
+	hints := make(chan hint)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); r.watchList(ctx, dc, lists) }()
+	go func() { defer wg.Done(); r.changeFeed(ctx, dc, hints) }()
+	svcs := map[string]*serviceWatch{}
+	defer func() {
+		for _, sw := range svcs {
+			sw.cancel()
+		}
+		wg.Wait()
+	}()
+	var prev listResult
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case l := <-lists:
+			r.reconcile(ctx, dc, l, svcs, &wg)
+			if r.hinted.Load() && prev.index != 0 && l.index != prev.index && reflect.DeepEqual(l.services, prev.services) {
+				// Something changed that the list does not show (an
+				// instance without checks): re-read every service.
+				wakeAll(svcs)
+			}
+			prev = l
+		case h := <-hints:
+			r.applyHint(dc, h, svcs)
+		case <-r.modeChanged():
+			wakeAll(svcs)
+		}
+	}
+}
+
+// serviceWatch is the handle of one running service watch.
+type serviceWatch struct {
+	cancel context.CancelFunc
+	wake   chan struct{} // capacity 1
+}
+
+func (sw *serviceWatch) poke() {
+	select {
+	case sw.wake <- struct{}{}:
+	default:
+	}
+}
+
+func wakeAll(svcs map[string]*serviceWatch) {
+	for _, sw := range svcs {
+		sw.poke()
+	}
+}
+
+// watchList runs the blocking query on /v1/catalog/services and sends each
+// changed result to out.
+func (r *runner) watchList(ctx context.Context, dc *dcState, out chan<- listResult) {
+	w := r.newWatch(dc, epServices, dc.label+": catalog services", &dc.list)
+	w.bucket = newTokenBucket(r.s.set.feedRate, int(max(r.s.set.feedRate, 1)))
+	fetch := func(q *api.QueryOptions) (map[string][]string, *api.QueryMeta, error) {
+		return r.client.Catalog().Services(q)
+	}
+	for ctx.Err() == nil {
+		services, err := read(ctx, w, true, fetch)
+		if err != nil {
+			continue
+		}
+		select {
+		case out <- listResult{services: services, index: w.index}:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// reconcile starts watches for newly selected services and stops those of
+// services gone from the list (their state is dropped: that is a real
+// removal, not a failed read).
+func (r *runner) reconcile(ctx context.Context, dc *dcState, l listResult, svcs map[string]*serviceWatch, wg *sync.WaitGroup) {
+	s := r.s
+	want := map[string]bool{}
+	for name, tags := range l.services {
+		if s.set.sel.service(name, tags) {
+			want[name] = true
+		}
+	}
+	removed := false
+	for name, sw := range svcs {
+		if !want[name] {
+			sw.cancel()
+			delete(svcs, name)
+			removed = true
+		}
+	}
+	s.mu.Lock()
+	for name := range dc.services {
+		if !want[name] {
+			delete(dc.services, name)
+		}
+	}
+	for name := range want {
+		if _, ok := svcs[name]; ok {
+			continue
+		}
+		st := &svcState{info: watchInfo{state: "starting"}}
+		dc.services[name] = st
+		sctx, cancel := context.WithCancel(ctx)
+		sw := &serviceWatch{cancel: cancel, wake: make(chan struct{}, 1)}
+		svcs[name] = sw
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.watchService(sctx, dc, name, st, sw.wake)
+		}()
+	}
+	dc.selected = len(want)
+	first := !dc.listSeen
+	dc.listSeen = true // under the same lock as the new services' states
+	s.mu.Unlock()
+	r.setSelected(r.dcIndex(dc), len(want))
+	if removed || first {
+		s.signal()
+	}
+}
+
+func (r *runner) dcIndex(dc *dcState) int {
+	for i, d := range r.s.dcs {
+		if d == dc {
+			return i
+		}
+	}
+	panic("consul: unknown datacenter state")
+}
+
+// watchService keeps one service's health result current until ctx is
+// done. In blocking mode it holds a blocking query on
+// /v1/health/service/:name; in hinted mode it reads when woken by the change
+// feed (or every hinted_refresh).
+func (r *runner) watchService(ctx context.Context, dc *dcState, name string, st *svcState, wake <-chan struct{}) {
+	s := r.s
+	s.metrics.watches.Inc()
+	defer s.metrics.watches.Dec()
+	w := r.newWatch(dc, epHealth, fmt.Sprintf("%s: health %s", dc.label, name), &st.info)
+	fetch := func(q *api.QueryOptions) ([]*api.ServiceEntry, *api.QueryMeta, error) {
+		return r.client.Health().Service(name, "", false, q)
+	}
+	needRead := true
+	for ctx.Err() == nil {
+		hinted := r.hinted.Load()
+		if hinted && !needRead && !r.waitForHint(ctx, st, wake) {
+			return
+		}
+		entries, err := read(ctx, w, !hinted, fetch)
+		if err != nil {
+			needRead = true
+			continue
+		}
+		needRead = false
+		r.store(ctx, dc, name, st, entries)
+	}
+}
+
+// waitForHint waits in hinted mode for a wake-up, the refresh timer or a
+// mode flip. It reports false when ctx is done.
+func (r *runner) waitForHint(ctx context.Context, st *svcState, wake <-chan struct{}) bool {
+	r.s.mu.Lock()
+	st.info.state = "waiting"
+	r.s.mu.Unlock()
+	t := time.NewTimer(jitterDown(r.s.set.hintedRefresh, 0.2))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-wake:
+	case <-t.C:
+	case <-r.modeChanged():
+	}
+	return true
+}
+
+// store maps a health result and keeps it when it differs from the last.
+func (r *runner) store(ctx context.Context, dc *dcState, name string, st *svcState, entries []*api.ServiceEntry) {
+	s := r.s
+	s.mu.Lock()
+	info := dcInfo{name: dc.actual, priority: dc.priority}
+	s.mu.Unlock()
+	if len(entries) > 0 && entries[0].Node != nil && entries[0].Node.Datacenter != "" {
+		info.name = entries[0].Node.Datacenter
+	}
+	instances, publish := s.mapper.mapEntries(ctx, name, info, entries)
+	nodes := map[string]bool{}
+	for _, e := range entries {
+		if e != nil && e.Node != nil {
+			nodes[e.Node.Node] = true
+		}
+	}
+	s.mu.Lock()
+	if dc.services[name] != st { // removed from the list meanwhile
+		s.mu.Unlock()
+		return
+	}
+	dc.actual = info.name
+	changed := !st.ready || st.published != publish || !reflect.DeepEqual(st.instances, instances)
+	st.ready, st.published, st.instances, st.nodes = true, publish, instances, nodes
+	s.mu.Unlock()
+	if changed {
+		s.signal()
+	}
+}
+
+// hint names what the change feed saw change: services whose checks were
+// modified after the index of their last read, and nodes whose node-level
+// checks were.
+type hint struct {
+	services map[string]uint64 // service name → highest check ModifyIndex
+	nodes    map[string]uint64 // node name → highest node-check ModifyIndex
+}
+
+// changeFeed runs, in hinted mode only, a blocking query on
+// /v1/health/state/any (every check of the datacenter) and sends what it
+// saw to out.
+func (r *runner) changeFeed(ctx context.Context, dc *dcState, out chan<- hint) {
+	w := r.newWatch(dc, epHealthState, dc.label+": health state", &dc.feed)
+	w.bucket = newTokenBucket(r.s.set.feedRate, int(max(r.s.set.feedRate, 1)))
+	fetch := func(q *api.QueryOptions) (api.HealthChecks, *api.QueryMeta, error) {
+		return r.client.Health().State(api.HealthAny, q)
+	}
+	for ctx.Err() == nil {
+		if !r.hinted.Load() {
+			w.index = 0
+			r.s.mu.Lock()
+			dc.feed = watchInfo{state: "off"}
+			r.s.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-r.modeChanged():
+			}
+			continue
+		}
+		checks, err := read(ctx, w, true, fetch)
+		if err != nil {
+			continue
+		}
+		select {
+		case out <- hintOf(checks):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func hintOf(checks api.HealthChecks) hint {
+	h := hint{services: map[string]uint64{}, nodes: map[string]uint64{}}
+	for _, c := range checks {
+		if c == nil {
+			continue
+		}
+		m := h.services
+		key := c.ServiceName
+		if c.ServiceID == "" {
+			m, key = h.nodes, c.Node
+		}
+		if c.ModifyIndex > m[key] {
+			m[key] = c.ModifyIndex
+		}
+	}
+	return h
+}
+
+// applyHint wakes the service watches whose last read is older than a
+// check modification the change feed saw.
+func (r *runner) applyHint(dc *dcState, h hint, svcs map[string]*serviceWatch) {
+	s := r.s
+	s.mu.Lock()
+	var wake []string
+	for name, st := range dc.services {
+		if !st.ready {
+			continue
+		}
+		if idx, ok := h.services[name]; ok && idx > st.info.index {
+			wake = append(wake, name)
+			continue
+		}
+		for node := range st.nodes {
+			if idx, ok := h.nodes[node]; ok && idx > st.info.index {
+				wake = append(wake, name)
+				break
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, name := range wake {
+		if sw := svcs[name]; sw != nil {
+			sw.poke()
+		}
+	}
+}

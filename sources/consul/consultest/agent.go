@@ -194,4 +194,3 @@ func (a *Agent) ReRegister() {
 		a.Register(r)
 	}
 }
-

@@ -1,0 +1,454 @@
+package main
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+)
+
+const (
+	cdsType = resource.ClusterType
+	edsType = resource.EndpointType
+)
+
+// fleet is what the clients share: the service names and a decode cache
+// (every client receives the same encodings, so each is decoded once).
+type fleet struct {
+	services int
+	names    []string
+
+	mu      sync.RWMutex
+	decoded map[string]decodedCLA
+}
+
+type decodedCLA struct {
+	svc    int32
+	marker int32
+}
+
+func newFleet(services int) *fleet {
+	f := &fleet{services: services, names: make([]string, services), decoded: map[string]decodedCLA{}}
+	for i := range services {
+		f.names[i] = svcName(i)
+	}
+	return f
+}
+
+func (f *fleet) decode(b []byte) decodedCLA {
+	f.mu.RLock()
+	d, ok := f.decoded[string(b)]
+	f.mu.RUnlock()
+	if ok {
+		return d
+	}
+	var cla endpoint.ClusterLoadAssignment
+	d = decodedCLA{svc: -1}
+	if err := proto.Unmarshal(b, &cla); err == nil {
+		d = decodedCLA{svc: int32(svcIndex(cla.GetClusterName())), marker: markerOf(&cla)}
+	}
+	f.mu.Lock()
+	f.decoded[string(b)] = d
+	f.mu.Unlock()
+	return d
+}
+
+// obs is a client's observation of a change marker: it received a service's
+// assignment carrying marker (svc -1: a baseline snapshot version, which
+// carries every change up to marker) at recv and ACKed it at ack (unix ns).
+type obs struct {
+	svc, marker int32
+	recv, ack   int64
+}
+
+// client is one simulated xDS client on its own ADS stream.
+//
+// Delta clients behave like Envoy: wildcard CDS, then a delta EDS
+// subscription for the clusters learned, every response ACKed; on
+// reconnect they send their known versions (initial_resource_versions).
+//
+// SotW clients behave like grpc-go: CDS and EDS for the clusters they use
+// (subset; nil = every cluster, CDS wildcard), every response ACKed with its
+// version and nonce; on reconnect they send their last versions.
+type client struct {
+	id     int
+	delta  bool
+	node   string
+	conn   *grpc.ClientConn
+	fl     *fleet
+	subset []int  // sotw: the services used; nil = all
+	wants  []bool // services this client follows
+
+	mu        sync.Mutex
+	cdsVer    []string
+	cdsHave   []bool
+	nClusters int
+	edsVer    []string
+	edsHave   []bool
+	edsSub    []bool
+	nEDS      int
+	markers   []int32
+	global    int32
+	obs       []obs
+	sotwCDS   string
+	sotwEDS   string
+	streamErr error
+
+	bytes     atomic.Int64
+	responses atomic.Int64
+	ready     atomic.Bool // has the whole initial state
+	up        atomic.Bool // current stream sent its first requests
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func newClient(id int, delta bool, conn *grpc.ClientConn, fl *fleet, subset []int) *client {
+	n := fl.services
+	c := &client{
+		id: id, delta: delta, node: nodeID(id), conn: conn, fl: fl, subset: subset,
+		cdsVer: make([]string, n), cdsHave: make([]bool, n),
+		edsVer: make([]string, n), edsHave: make([]bool, n), edsSub: make([]bool, n),
+		markers: make([]int32, n), global: -1,
+	}
+	c.wants = make([]bool, n)
+	if subset == nil {
+		for i := range c.wants {
+			c.wants[i] = true
+		}
+	} else {
+		for _, s := range subset {
+			c.wants[s] = true
+		}
+	}
+	return c
+}
+
+func (c *client) expected() int {
+	if c.subset == nil {
+		return c.fl.services
+	}
+	return len(c.subset)
+}
+
+// start opens a stream; resume sends the known versions.
+func (c *client) start(resume bool) {
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	c.done = make(chan struct{})
+	c.up.Store(false)
+	go func() {
+		defer close(c.done)
+		var err error
+		if c.delta {
+			err = c.runDelta(ctx, resume)
+		} else {
+			err = c.runSotw(ctx, resume)
+		}
+		if ctx.Err() == nil && err != nil {
+			c.mu.Lock()
+			c.streamErr = err
+			c.mu.Unlock()
+		}
+	}()
+}
+
+// stop closes the stream and waits for its goroutine.
+func (c *client) stop() {
+	if c.cancel != nil {
+		c.cancel()
+		<-c.done
+	}
+}
+
+func (c *client) err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.streamErr
+}
+
+func (c *client) checkReady() {
+	if c.nClusters >= c.expected() && c.nEDS >= c.expected() {
+		c.ready.Store(true)
+	}
+}
+
+func (c *client) namesOf(idx []int) []string {
+	out := make([]string, len(idx))
+	for i, s := range idx {
+		out[i] = c.fl.names[s]
+	}
+	return out
+}
+
+func (c *client) runDelta(ctx context.Context, resume bool) error {
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(c.conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		return err
+	}
+	node := &core.Node{Id: c.node, Cluster: "xdsload"}
+	first := &discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: cdsType}
+	var edsResume *discovery.DeltaDiscoveryRequest
+	if resume {
+		c.mu.Lock()
+		first.InitialResourceVersions = map[string]string{}
+		edsResume = &discovery.DeltaDiscoveryRequest{TypeUrl: edsType, InitialResourceVersions: map[string]string{}}
+		for i := range c.cdsHave {
+			if c.cdsHave[i] {
+				first.InitialResourceVersions[c.fl.names[i]] = c.cdsVer[i]
+			}
+			if c.edsSub[i] {
+				edsResume.ResourceNamesSubscribe = append(edsResume.ResourceNamesSubscribe, c.fl.names[i])
+				if c.edsHave[i] {
+					edsResume.InitialResourceVersions[c.fl.names[i]] = c.edsVer[i]
+				}
+			}
+		}
+		c.mu.Unlock()
+	}
+	if err := st.Send(first); err != nil {
+		return err
+	}
+	if edsResume != nil && len(edsResume.ResourceNamesSubscribe) > 0 {
+		if err := st.Send(edsResume); err != nil {
+			return err
+		}
+	}
+	c.up.Store(true)
+	for {
+		r, err := st.Recv()
+		if err != nil {
+			return err
+		}
+		recv := time.Now().UnixNano()
+		c.bytes.Add(int64(proto.Size(r)))
+		c.responses.Add(1)
+		switch r.GetTypeUrl() {
+		case cdsType:
+			var sub, unsub []int
+			c.mu.Lock()
+			for _, res := range r.GetResources() {
+				i := svcIndex(res.GetName())
+				if i < 0 || i >= len(c.cdsHave) {
+					continue
+				}
+				if !c.cdsHave[i] {
+					c.cdsHave[i] = true
+					c.nClusters++
+				}
+				c.cdsVer[i] = res.GetVersion()
+				if !c.edsSub[i] {
+					c.edsSub[i] = true
+					sub = append(sub, i)
+				}
+			}
+			for _, n := range r.GetRemovedResources() {
+				i := svcIndex(n)
+				if i < 0 || i >= len(c.cdsHave) || !c.cdsHave[i] {
+					continue
+				}
+				c.cdsHave[i] = false
+				c.nClusters--
+				if c.edsSub[i] {
+					c.edsSub[i] = false
+					unsub = append(unsub, i)
+				}
+			}
+			c.checkReady()
+			c.mu.Unlock()
+			if err := st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: cdsType, ResponseNonce: r.GetNonce()}); err != nil {
+				return err
+			}
+			if len(sub) > 0 || len(unsub) > 0 {
+				if err := st.Send(&discovery.DeltaDiscoveryRequest{
+					TypeUrl: edsType, ResourceNamesSubscribe: c.namesOf(sub), ResourceNamesUnsubscribe: c.namesOf(unsub),
+				}); err != nil {
+					return err
+				}
+			}
+		case edsType:
+			got := make([]decodedCLA, 0, len(r.GetResources()))
+			for _, res := range r.GetResources() {
+				got = append(got, c.fl.decode(res.GetResource().GetValue()))
+			}
+			c.mu.Lock()
+			for k, res := range r.GetResources() {
+				i := int(got[k].svc)
+				if i < 0 || i >= len(c.edsHave) {
+					continue
+				}
+				if !c.edsHave[i] {
+					c.edsHave[i] = true
+					c.nEDS++
+				}
+				c.edsVer[i] = res.GetVersion()
+			}
+			for _, n := range r.GetRemovedResources() {
+				if i := svcIndex(n); i >= 0 && i < len(c.edsHave) && c.edsHave[i] {
+					c.edsHave[i] = false
+					c.nEDS--
+				}
+			}
+			c.mu.Unlock()
+			if err := st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: edsType, ResponseNonce: r.GetNonce()}); err != nil {
+				return err
+			}
+			c.record(got, recv, time.Now().UnixNano())
+		}
+	}
+}
+
+// record notes the markers received, once the response is ACKed.
+func (c *client) record(got []decodedCLA, recv, ack int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, d := range got {
+		if d.svc < 0 || int(d.svc) >= len(c.markers) {
+			continue
+		}
+		if d.marker > c.markers[d.svc] {
+			c.markers[d.svc] = d.marker
+			c.obs = append(c.obs, obs{svc: d.svc, marker: d.marker, recv: recv, ack: ack})
+		}
+	}
+	c.checkReady()
+}
+
+func (c *client) runSotw(ctx context.Context, resume bool) error {
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(c.conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		return err
+	}
+	node := &core.Node{Id: c.node, Cluster: "xdsload"}
+	var cdsNames, edsNames []string
+	if c.subset != nil {
+		cdsNames = c.namesOf(c.subset)
+		edsNames = cdsNames
+	} else {
+		edsNames = c.fl.names
+	}
+	c.mu.Lock()
+	cdsVer, edsVer := "", ""
+	if resume {
+		cdsVer, edsVer = c.sotwCDS, c.sotwEDS
+	}
+	c.mu.Unlock()
+	if err := st.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: cdsType, ResourceNames: cdsNames, VersionInfo: cdsVer}); err != nil {
+		return err
+	}
+	edsAsked := false
+	if resume {
+		if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: edsType, ResourceNames: edsNames, VersionInfo: edsVer}); err != nil {
+			return err
+		}
+		edsAsked = true
+	}
+	c.up.Store(true)
+	for {
+		r, err := st.Recv()
+		if err != nil {
+			return err
+		}
+		recv := time.Now().UnixNano()
+		c.bytes.Add(int64(proto.Size(r)))
+		c.responses.Add(1)
+		switch r.GetTypeUrl() {
+		case cdsType:
+			c.mu.Lock()
+			c.sotwCDS = r.GetVersionInfo()
+			// A sotw CDS response is the full set.
+			if n := len(r.GetResources()); n != c.nClusters {
+				c.nClusters = n
+			}
+			c.checkReady()
+			c.mu.Unlock()
+			if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: cdsType, VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce(), ResourceNames: cdsNames}); err != nil {
+				return err
+			}
+			if !edsAsked {
+				edsAsked = true
+				if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: edsType, ResourceNames: edsNames}); err != nil {
+					return err
+				}
+			}
+		case edsType:
+			v := r.GetVersionInfo()
+			var got []decodedCLA
+			var snapshot int64 = -1
+			if rest, ok := strings.CutPrefix(v, "s"); ok {
+				// The baseline's snapshot version is the last change it
+				// holds: no need to decode thousands of assignments.
+				snapshot, _ = strconv.ParseInt(rest, 10, 32)
+			} else {
+				for _, res := range r.GetResources() {
+					got = append(got, c.fl.decode(res.GetValue()))
+				}
+			}
+			c.mu.Lock()
+			c.sotwEDS = v
+			if snapshot >= 0 {
+				if n := len(r.GetResources()); n > c.nEDS {
+					c.nEDS = n
+				}
+			} else {
+				for _, d := range got {
+					if i := int(d.svc); i >= 0 && i < len(c.edsHave) && !c.edsHave[i] {
+						c.edsHave[i] = true
+						c.nEDS++
+					}
+				}
+			}
+			c.mu.Unlock()
+			if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: edsType, VersionInfo: v, ResponseNonce: r.GetNonce(), ResourceNames: edsNames}); err != nil {
+				return err
+			}
+			ack := time.Now().UnixNano()
+			if snapshot >= 0 {
+				c.mu.Lock()
+				if int32(snapshot) > c.global {
+					c.global = int32(snapshot)
+					c.obs = append(c.obs, obs{svc: -1, marker: c.global, recv: recv, ack: ack})
+				}
+				c.checkReady()
+				c.mu.Unlock()
+			} else {
+				c.record(got, recv, ack)
+			}
+		}
+	}
+}
+
+// holds reports whether the client holds change seq of service svc (or a
+// later one).
+func (c *client) holdsLocked(svc int, seq int32) bool {
+	return c.markers[svc] >= seq || c.global >= seq
+}
+
+// convergedTo reports whether the client holds the final change of every
+// service it follows among those changed.
+func (c *client) convergedTo(final []int32, changed []int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range changed {
+		if c.wants[s] && !c.holdsLocked(s, final[s]) {
+			return false
+		}
+	}
+	return true
+}
+
+// observations returns a copy of what the client observed, in order.
+func (c *client) observations() []obs {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]obs(nil), c.obs...)
+}

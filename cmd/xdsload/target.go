@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+)
+
+// target is the serving side as the harness drives it.
+type target interface {
+	Addr() string
+	Change(seq, svc int) error
+	Stats() (serverStats, error)
+	Close() error
+}
+
+type inProcess struct{ *server }
+
+func (p inProcess) Stats() (serverStats, error) {
+	st, err := p.server.Stats()
+	st.InProcess = true
+	return st, err
+}
+
+// childEnv makes a re-executed binary (the harness itself, or the test
+// binary) run "serve".
+const childEnv = "XDSLOAD_SERVE_CHILD"
+
+// child runs the serving side as "xdsload serve" in a child process.
+type child struct {
+	cmd  *exec.Cmd
+	addr string
+
+	mu  sync.Mutex
+	in  io.WriteCloser
+	out *bufio.Reader
+}
+
+func startChild(target string, services, endpoints, clients int, cpuprofile string) (*child, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"serve", "-target", target,
+		"-services", fmt.Sprint(services), "-endpoints", fmt.Sprint(endpoints), "-clients", fmt.Sprint(clients)}
+	if cpuprofile != "" {
+		args = append(args, "-cpuprofile", cpuprofile)
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	outp, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{cmd: cmd, in: in, out: bufio.NewReader(outp)}
+	line, err := c.out.ReadString('\n')
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("serve child: %w", err)
+	}
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "ADDR ")
+	if !ok {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("serve child: unexpected %q", line)
+	}
+	c.addr = addr
+	return c, nil
+}
+
+func (c *child) Addr() string { return c.addr }
+
+func (c *child) Change(seq, svc int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, err := fmt.Fprintf(c.in, "C %d %d\n", seq, svc)
+	return err
+}
+
+func (c *child) Stats() (serverStats, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var st serverStats
+	if _, err := io.WriteString(c.in, "S\n"); err != nil {
+		return st, err
+	}
+	line, err := c.out.ReadString('\n')
+	if err != nil {
+		return st, err
+	}
+	return st, json.Unmarshal([]byte(line), &st)
+}
+
+func (c *child) Close() error {
+	c.mu.Lock()
+	_, _ = io.WriteString(c.in, "Q\n")
+	c.in.Close()
+	c.mu.Unlock()
+	done := make(chan error, 1)
+	go func() { done <- c.cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(15 * time.Second):
+		_ = c.cmd.Process.Kill()
+		return <-done
+	}
+}

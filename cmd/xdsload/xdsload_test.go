@@ -1,0 +1,105 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// The serving side of the child-process mode is this test binary itself,
+// re-executed with childEnv set.
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		args := os.Args[1:]
+		if len(args) > 0 && args[0] == "serve" {
+			args = args[1:]
+		}
+		os.Exit(serveMain(args, os.Stdin, os.Stdout))
+	}
+	os.Exit(m.Run())
+}
+
+func smallScenario(inProcess bool) scenario {
+	return scenario{
+		Name: "smoke", Services: 20, Endpoints: 5, Clients: 20,
+		SotwShare: 0.25, SotwClusters: 4,
+		Rate: 20, Duration: 500 * time.Millisecond,
+		Storm: true, StormWindow: 200 * time.Millisecond,
+		StreamsPerConn: 8, InProcess: inProcess, Timeout: 30 * time.Second,
+	}
+}
+
+// TestSmallScenarioSmoke checks that the harness works, not how fast
+// anything is: every client of both targets converges to the final state,
+// each resource version is encoded once, and the report is well formed.
+func TestSmallScenarioSmoke(t *testing.T) {
+	for _, inProcess := range []bool{true, false} {
+		name := "child"
+		if inProcess {
+			name = "inprocess"
+		}
+		t.Run(name, func(t *testing.T) {
+			rep, err := run(smallScenario(inProcess), io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Targets) != 2 {
+				t.Fatalf("targets: %d, want 2", len(rep.Targets))
+			}
+			for _, tr := range rep.Targets {
+				if !tr.Converged || len(tr.Errors) > 0 {
+					t.Errorf("%s: converged %v, errors %v", tr.Target, tr.Converged, tr.Errors)
+				}
+				if tr.Changes == 0 || tr.Applied != int64(tr.Changes) {
+					t.Errorf("%s: %d changes made, %d applied", tr.Target, tr.Changes, tr.Applied)
+				}
+				if tr.Ack.Missing != 0 || tr.Ack.N == 0 {
+					t.Errorf("%s: %d (change, client) pairs observed, %d missing", tr.Target, tr.Ack.N, tr.Ack.Missing)
+				}
+				if len(tr.Modes) != 2 {
+					t.Errorf("%s: modes %v, want delta and sotw", tr.Target, tr.Modes)
+				}
+				if tr.Storm == nil || !tr.Storm.Converged {
+					t.Errorf("%s: storm %+v", tr.Target, tr.Storm)
+				}
+				if tr.Target == targetBridge {
+					if tr.EncPerVer != 1 {
+						t.Errorf("bridge: %d encodings for %d resource versions, want one each", tr.Encodings, tr.Versions)
+					}
+					// Delta clients that resume with matching versions
+					// get (almost) nothing again.
+					if f := tr.Storm.ResentFraction["delta"]; f > 0.05 {
+						t.Errorf("bridge: delta clients were resent %.2f of their initial bytes", f)
+					}
+				}
+			}
+			dir := t.TempDir()
+			jp := filepath.Join(dir, "report.json")
+			if err := writeJSON(jp, rep); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(jp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var back report
+			if err := json.Unmarshal(b, &back); err != nil {
+				t.Fatalf("report JSON: %v", err)
+			}
+			if len(back.Targets) != 2 || back.Ratios["cpu_per_change"] == 0 {
+				t.Errorf("report JSON round trip: %d targets, ratios %v", len(back.Targets), back.Ratios)
+			}
+			pp := filepath.Join(dir, "latency.png")
+			if err := writePlot(pp, rep); err != nil {
+				t.Fatal(err)
+			}
+			if st, err := os.Stat(pp); err != nil || st.Size() == 0 {
+				t.Errorf("plot: %v", err)
+			}
+			printTable(io.Discard, rep)
+		})
+	}
+}

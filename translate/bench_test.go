@@ -1,0 +1,40 @@
+package translate_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/xdsbridge/xdsbridge/sources"
+	"github.com/xdsbridge/xdsbridge/translate"
+)
+
+func benchService(endpoints int) sources.Service {
+	s := sources.Service{Name: "bench"}
+	for j := range endpoints {
+		s.Endpoints = append(s.Endpoints, sources.Endpoint{
+			Address:  fmt.Sprintf("10.%d.%d.%d", j>>16&255, j>>8&255, j&255),
+			Port:     8080,
+			Health:   sources.HealthHealthy,
+			Locality: sources.Locality{Region: "r1", Zone: fmt.Sprintf("z%d", j%3)},
+			Metadata: sources.Metadata{"envoy.lb": {"canary": j%10 == 0}},
+		})
+	}
+	return s
+}
+
+// BenchmarkService is the translator's cost for one dirty service: what the
+// merge loop pays per changed service before the cache sees it.
+func BenchmarkService(b *testing.B) {
+	for _, n := range []int{10, 1000} {
+		s := benchService(n)
+		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				r, _ := translate.Service(s)
+				if r.Load == nil {
+					b.Fatal("no load assignment")
+				}
+			}
+		})
+	}
+}

@@ -1,7 +1,6 @@
 package consul
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -48,21 +47,7 @@ func startSourceWith(t testing.TB, raw string, adjust func(*Source)) (*Source, *
 	if adjust != nil {
 		adjust(s)
 	}
-	sink := sourcestest.NewSink()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, sink) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run returned %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Errorf("Run did not return within 10s of cancellation")
-		}
-	})
+	sink := sourcestest.Run(t, s, 10*time.Second)
 	return s, sink
 }
 

@@ -71,22 +71,7 @@ func newSource(t *testing.T, path string) *Source {
 // checked to return nil promptly) when the test ends.
 func run(t *testing.T, src *Source) *sourcestest.Sink {
 	t.Helper()
-	sink := sourcestest.NewSink()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx, sink) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run returned %v", err)
-			}
-		case <-time.After(2 * time.Second):
-			t.Error("Run did not return after cancel")
-		}
-	})
-	return sink
+	return sourcestest.Run(t, src, 2*time.Second)
 }
 
 // addrs is the addresses of service web in an update.

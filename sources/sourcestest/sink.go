@@ -116,3 +116,26 @@ func Service(u sources.Update, name string) (sources.Service, bool) {
 	}
 	return sources.Service{}, false
 }
+
+// Run starts src with a new Sink and returns the sink. When the test ends
+// it cancels the source and fails the test unless Run returns nil within
+// stopWithin.
+func Run(t testing.TB, src sources.Source, stopWithin time.Duration) *Sink {
+	t.Helper()
+	sink := NewSink()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, sink) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("source %s: Run returned %v", src.Name(), err)
+			}
+		case <-time.After(stopWithin):
+			t.Errorf("source %s: Run did not return within %s of cancellation", src.Name(), stopWithin)
+		}
+	})
+	return sink
+}

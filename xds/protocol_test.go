@@ -2,6 +2,7 @@ package xds_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sort"
 	"testing"
@@ -103,22 +104,29 @@ func (h *harness) publish(changed []translate.Resources, removed ...string) {
 	}
 }
 
-// deltaClient is a raw delta ADS stream.
-type deltaClient struct {
-	t      *testing.T
-	stream discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
-	resp   chan *discovery.DeltaDiscoveryResponse
-	cancel context.CancelFunc
+// adsStream is a raw ADS stream of either variant: requests go out as sent,
+// responses are read in the background.
+type adsStream[Req, Resp any] struct {
+	t        *testing.T
+	sendFn   func(Req) error
+	resp     chan Resp
+	cancel   context.CancelFunc
+	describe func(Resp) string
 }
 
-func (h *harness) delta(node string) *deltaClient {
+type grpcStream[Req, Resp any] interface {
+	Send(Req) error
+	Recv() (Resp, error)
+}
+
+func openStream[Req, Resp any](h *harness, open func(context.Context) (grpcStream[Req, Resp], error), describe func(Resp) string) *adsStream[Req, Resp] {
 	h.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := discovery.NewAggregatedDiscoveryServiceClient(h.conn).DeltaAggregatedResources(ctx)
+	st, err := open(ctx)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	c := &deltaClient{t: h.t, stream: st, resp: make(chan *discovery.DeltaDiscoveryResponse, 100), cancel: cancel}
+	c := &adsStream[Req, Resp]{t: h.t, sendFn: st.Send, resp: make(chan Resp, 100), cancel: cancel, describe: describe}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -134,35 +142,55 @@ func (h *harness) delta(node string) *deltaClient {
 	return c
 }
 
-func (c *deltaClient) send(r *discovery.DeltaDiscoveryRequest) {
+func (c *adsStream[Req, Resp]) send(r Req) {
 	c.t.Helper()
-	if r.Node == nil {
-		r.Node = &core.Node{Id: "test-node"}
-	}
-	if err := c.stream.Send(r); err != nil {
+	if err := c.sendFn(r); err != nil {
 		c.t.Fatal(err)
 	}
 }
 
-func (c *deltaClient) recv() *discovery.DeltaDiscoveryResponse {
+func (c *adsStream[Req, Resp]) recv() Resp {
 	c.t.Helper()
 	select {
 	case r := <-c.resp:
 		return r
 	case <-time.After(5 * time.Second):
-		c.t.Fatal("timed out waiting for a delta response")
-		return nil
+		c.t.Fatal("timed out waiting for a response")
+		var zero Resp
+		return zero
 	}
 }
 
 // none proves no response arrives for a while.
-func (c *deltaClient) none() {
+func (c *adsStream[Req, Resp]) none() {
 	c.t.Helper()
 	select {
 	case r := <-c.resp:
-		c.t.Fatalf("unexpected response: type %s, resources %v, removed %v", r.TypeUrl, names(r), r.RemovedResources)
+		c.t.Fatalf("unexpected response: %s", c.describe(r))
 	case <-time.After(300 * time.Millisecond):
 	}
+}
+
+// deltaClient is a raw delta ADS stream.
+type deltaClient struct {
+	*adsStream[*discovery.DeltaDiscoveryRequest, *discovery.DeltaDiscoveryResponse]
+}
+
+func (h *harness) delta(node string) *deltaClient {
+	h.t.Helper()
+	return &deltaClient{openStream(h, func(ctx context.Context) (grpcStream[*discovery.DeltaDiscoveryRequest, *discovery.DeltaDiscoveryResponse], error) {
+		return discovery.NewAggregatedDiscoveryServiceClient(h.conn).DeltaAggregatedResources(ctx)
+	}, func(r *discovery.DeltaDiscoveryResponse) string {
+		return fmt.Sprintf("type %s, resources %v, removed %v", r.TypeUrl, names(r), r.RemovedResources)
+	})}
+}
+
+func (c *deltaClient) send(r *discovery.DeltaDiscoveryRequest) {
+	c.t.Helper()
+	if r.Node == nil {
+		r.Node = &core.Node{Id: "test-node"}
+	}
+	c.adsStream.send(r)
 }
 
 func (c *deltaClient) ack(r *discovery.DeltaDiscoveryResponse) {
@@ -354,32 +382,16 @@ func TestNotServedBeforeReady(t *testing.T) {
 
 // sotwClient is a raw state-of-the-world ADS stream.
 type sotwClient struct {
-	t      *testing.T
-	stream discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient
-	resp   chan *discovery.DiscoveryResponse
+	*adsStream[*discovery.DiscoveryRequest, *discovery.DiscoveryResponse]
 }
 
 func (h *harness) sotw() *sotwClient {
 	h.t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := discovery.NewAggregatedDiscoveryServiceClient(h.conn).StreamAggregatedResources(ctx)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	c := &sotwClient{t: h.t, stream: st, resp: make(chan *discovery.DiscoveryResponse, 100)}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			r, err := st.Recv()
-			if err != nil {
-				return
-			}
-			c.resp <- r
-		}
-	}()
-	h.t.Cleanup(func() { cancel(); <-done })
-	return c
+	return &sotwClient{openStream(h, func(ctx context.Context) (grpcStream[*discovery.DiscoveryRequest, *discovery.DiscoveryResponse], error) {
+		return discovery.NewAggregatedDiscoveryServiceClient(h.conn).StreamAggregatedResources(ctx)
+	}, func(r *discovery.DiscoveryResponse) string {
+		return fmt.Sprintf("type %s version %s, %d resources", r.TypeUrl, r.VersionInfo, len(r.Resources))
+	})}
 }
 
 func (c *sotwClient) send(r *discovery.DiscoveryRequest) {
@@ -387,29 +399,7 @@ func (c *sotwClient) send(r *discovery.DiscoveryRequest) {
 	if r.Node == nil {
 		r.Node = &core.Node{Id: "grpc-client"}
 	}
-	if err := c.stream.Send(r); err != nil {
-		c.t.Fatal(err)
-	}
-}
-
-func (c *sotwClient) recv() *discovery.DiscoveryResponse {
-	c.t.Helper()
-	select {
-	case r := <-c.resp:
-		return r
-	case <-time.After(5 * time.Second):
-		c.t.Fatal("timed out waiting for a sotw response")
-		return nil
-	}
-}
-
-func (c *sotwClient) none() {
-	c.t.Helper()
-	select {
-	case r := <-c.resp:
-		c.t.Fatalf("unexpected response: type %s version %s, %d resources", r.TypeUrl, r.VersionInfo, len(r.Resources))
-	case <-time.After(300 * time.Millisecond):
-	}
+	c.adsStream.send(r)
 }
 
 func sotwNames(t *testing.T, r *discovery.DiscoveryResponse) []string {

@@ -488,3 +488,60 @@ func TestEachVersionEncodedOnce(t *testing.T) {
 	// listener and route are not), once, whatever the number of clients.
 	eq(t, "encodings for 20 clients", uint64(1), h.cache.Stats().Marshals-before)
 }
+
+// TestDeltaLargeResponseSplit: above the size bound a delta response
+// carries part of what is pending; each ACK brings the next part, a change
+// made in between is not lost, and no version is sent twice.
+func TestDeltaLargeResponseSplit(t *testing.T) {
+	h := newHarness(t, true)
+	var all []translate.Resources
+	var want []string
+	for i := range 10 {
+		n := fmt.Sprintf("s%02d", i)
+		all = append(all, svc(n, 1000+uint32(i)))
+		want = append(want, n)
+	}
+	h.publish(all)
+	size := proto.Size(all[0].Load)
+	h.cache.SetMaxDeltaResponseBytes(3 * size) // three assignments a response
+
+	current := func() map[string]string {
+		m := map[string]string{}
+		for _, ri := range h.cache.List(eds) {
+			m[ri.Name] = ri.Version
+		}
+		return m
+	}
+	c := h.delta("n1")
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: want})
+	got := map[string]string{}
+	sent := map[string]bool{} // name@version
+	var parts int
+	for parts < 20 && !cmp.Equal(got, current()) {
+		r := c.recv()
+		parts++
+		if len(r.Resources) > 3 {
+			t.Fatalf("part %d carries %d resources, bound is 3", parts, len(r.Resources))
+		}
+		for n, v := range versions(r) {
+			if sent[n+"@"+v] {
+				t.Fatalf("%s@%s sent twice", n, v)
+			}
+			sent[n+"@"+v] = true
+			got[n] = v
+		}
+		if parts == 2 {
+			// s00 (already sent) and s09 (not yet) change mid-way.
+			h.publish([]translate.Resources{svc("s00", 2000), svc("s09", 2009)})
+		}
+		c.ack(r)
+	}
+	c.none()
+	eq(t, "versions held", current(), got)
+	eq(t, "resources sent", 11, len(sent)) // ten, and s00's second version
+
+	// A reconnect with every version known gets nothing back.
+	c2 := h.delta("n1")
+	c2.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: want, InitialResourceVersions: current()})
+	c2.none()
+}

@@ -299,7 +299,7 @@ func serveMain(args []string, in io.Reader, out io.Writer) int {
 	services := fs.Int("services", 100, "services")
 	endpoints := fs.Int("endpoints", 10, "endpoints per service")
 	clients := fs.Int("clients", 100, "clients (baseline: nodes to set snapshots for)")
-	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the serving process to this file")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the serving process to this file, and a heap profile (after a GC) next to it at each stats command: FILE.heapN")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -319,6 +319,7 @@ func serveMain(args []string, in io.Reader, out io.Writer) int {
 	fmt.Fprintf(w, "ADDR %s\n", s.Addr())
 	w.Flush()
 	sc := bufio.NewScanner(in)
+	heaps := 0
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
 		if len(f) == 0 {
@@ -335,6 +336,10 @@ func serveMain(args []string, in io.Reader, out io.Writer) int {
 			}
 		case "S":
 			st, _ := s.Stats()
+			if *cpuprofile != "" {
+				heaps++
+				writeHeapProfile(fmt.Sprintf("%s.heap%d", *cpuprofile, heaps))
+			}
 			b, _ := json.Marshal(st)
 			w.Write(b)
 			w.WriteString("\n")
@@ -358,4 +363,18 @@ func closeServer(s *server) int {
 	case <-time.After(10 * time.Second):
 	}
 	return 0
+}
+
+// writeHeapProfile writes the live heap (after a collection) to path.
+func writeHeapProfile(path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "xdsload serve:", err)
+		return
+	}
+	defer f.Close()
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		fmt.Fprintln(os.Stderr, "xdsload serve:", err)
+	}
 }

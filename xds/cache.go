@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -54,16 +56,28 @@ type entry struct {
 	delta    *discovery.Resource
 	verHash  uint64 // hash of (name, version), for the type's aggregate version
 	byteSize int
+	gen      uint64 // the type generation that committed this version
 }
 
-// genKey is a key the cache keeps in the returned-resources map it hands the
-// server: the type generation the response was computed at. Resource names
-// are never empty, so it cannot collide with one.
-const genKey = ""
+// Keys the cache keeps in the returned-resources map it hands the server.
+// Resource names are never empty and do not start with NUL, so these do not
+// collide with one.
+const (
+	// genKey: the type generation the response was computed at.
+	genKey = ""
+	// pendingPrefix+name: a delta client may hold an older version of name
+	// (the part of a split response not sent yet).
+	pendingPrefix = "\x00"
+)
 
-// changeLogSize is how many past generations of a type the cache remembers,
-// so that an ACK only needs to look at what changed since its response.
-const changeLogSize = 256
+// The change log is how much history of a type the cache keeps, so that an
+// ACK only needs to look at what changed since its response. A delta client
+// whose state is older than the log gets its stream reset and reconnects
+// with its versions.
+const (
+	maxLogGens  = 4096
+	maxLogNames = 1 << 18
+)
 
 type typeState struct {
 	url       string
@@ -71,7 +85,10 @@ type typeState struct {
 	resources map[string]*entry
 	aggregate uint64 // XOR of entries' verHash: the sotw version_info
 	gen       uint64
-	log       []genChange // ring of recent generations, oldest first
+	log       []genChange // recent generations, oldest first
+	logNames  int         // names in log
+	floor     uint64      // changes at or before this generation are forgotten
+	deletedAt map[string]uint64
 
 	// watches are the type's open watches. A change is offered to each:
 	// checking a watch's interest in the changed names costs a few map
@@ -95,7 +112,10 @@ type watch struct {
 	sub   cache.Subscription
 	sch   chan cache.Response
 	dch   chan cache.DeltaResponse
-	done  bool
+	// newSub: names the delta request subscribes to, which the client did
+	// not hold at its generation unless it says so.
+	newSub map[string]struct{}
+	done   bool
 }
 
 // Cache holds the resources served to xDS clients and answers
@@ -138,6 +158,7 @@ func NewCache(typeURLs ...string) *Cache {
 			url:       u,
 			fullState: cache.ResourceRequiresFullStateInSotw(u),
 			resources: map[string]*entry{},
+			deletedAt: map[string]uint64{},
 			watches:   map[*watch]struct{}{},
 		}
 	}
@@ -321,11 +342,26 @@ func (c *Cache) commit(ts *typeState, changed []string) {
 		return
 	}
 	ts.gen++
-	if len(ts.log) == changeLogSize {
-		copy(ts.log, ts.log[1:])
-		ts.log = ts.log[:changeLogSize-1]
+	for _, n := range changed {
+		if e, ok := ts.resources[n]; ok {
+			e.gen = ts.gen
+		} else {
+			ts.deletedAt[n] = ts.gen
+		}
 	}
 	ts.log = append(ts.log, genChange{gen: ts.gen, names: changed})
+	ts.logNames += len(changed)
+	for len(ts.log) > 1 && (len(ts.log) > maxLogGens || ts.logNames > maxLogNames) {
+		old := ts.log[0]
+		for _, n := range old.names {
+			if ts.deletedAt[n] == old.gen {
+				delete(ts.deletedAt, n)
+			}
+		}
+		ts.floor = old.gen
+		ts.logNames -= len(old.names)
+		ts.log = ts.log[1:]
+	}
 	if !c.ready {
 		return
 	}
@@ -405,12 +441,27 @@ func (c *Cache) create(w *watch) (func(), error) {
 	defer c.mu.Unlock()
 	c.nextID++
 	w.id = c.nextID
-	if c.ready {
-		names, full := c.pendingSince(w)
-		if full {
-			names = nil
+	if w.delta {
+		if subs := w.dreq.GetResourceNamesSubscribe(); len(subs) > 0 {
+			w.newSub = make(map[string]struct{}, len(subs))
+			for _, n := range subs {
+				w.newSub[n] = struct{}{}
+			}
 		}
-		if c.tryRespondScoped(w, names, full, firstRequest(w)) {
+	}
+	if c.ready {
+		var responded bool
+		if w.delta {
+			names, full, err := c.deltaScope(w)
+			if err != nil {
+				return nil, err
+			}
+			responded = c.respondDelta(w, names, full, firstRequest(w))
+		} else {
+			names, full := c.sotwScope(w)
+			responded = c.respondSotw(w, names, full, firstRequest(w))
+		}
+		if responded {
 			return func() {}, nil
 		}
 	}
@@ -422,56 +473,84 @@ func (c *Cache) create(w *watch) (func(), error) {
 	}, nil
 }
 
-// pendingSince returns the names to look at for a new watch: those changed
-// since the generation the client's state was computed at, plus, for a delta
-// request, the names it subscribes or unsubscribes. full is true when that
-// is not known (a new stream or type, a wildcard change, a generation too
-// old for the change log) and every subscribed resource must be checked.
-func (c *Cache) pendingSince(w *watch) (names []string, full bool) {
+// sinceLog returns the names changed after generation gen, which must not
+// be older than the log.
+func (ts *typeState) sinceLog(gen uint64) []string {
+	var names []string
+	for _, l := range ts.log {
+		if l.gen > gen {
+			names = append(names, l.names...)
+		}
+	}
+	return names
+}
+
+// sotwScope returns the names to look at for a new sotw watch: those
+// changed since the generation the client's state was computed at. full is
+// true when that is not known and every subscribed resource is checked. (A
+// sotw request that names resources drops genKey from the state: the
+// go-control-plane server removes returned entries that are not among the
+// request's names. Such a request is therefore always checked in full,
+// which is how a name added to the request is answered.)
+func (c *Cache) sotwScope(w *watch) (names []string, full bool) {
 	known := w.sub.ReturnedResources()
 	g, ok := known[genKey]
-	if !ok {
-		return nil, true
-	}
-	if w.delta {
-		if w.dreq.GetResponseNonce() == "" {
-			return nil, true
-		}
-		for _, l := range [][]string{w.dreq.GetResourceNamesSubscribe(), w.dreq.GetResourceNamesUnsubscribe()} {
-			for _, n := range l {
-				if n == "*" {
-					return nil, true
-				}
-			}
-		}
-	} else if w.sreq.GetResponseNonce() == "" {
+	if !ok || w.sreq.GetResponseNonce() == "" {
 		return nil, true
 	}
 	gen, err := strconv.ParseUint(g, 10, 64)
-	if err != nil {
+	if err != nil || gen > w.ts.gen || gen < w.ts.floor {
 		return nil, true
 	}
-	ts := w.ts
-	if gen != ts.gen {
-		if len(ts.log) == 0 || ts.log[0].gen > gen+1 || gen > ts.gen {
-			return nil, true
-		}
-		for _, l := range ts.log {
-			if l.gen > gen {
-				names = append(names, l.names...)
-			}
-		}
-	}
-	if w.delta {
-		names = append(names, w.dreq.GetResourceNamesSubscribe()...)
-		names = append(names, w.dreq.GetResourceNamesUnsubscribe()...)
-	}
-	return names, false
+	return w.ts.sinceLog(gen), false
 }
 
-func (c *Cache) track(w *watch) { w.ts.watches[w] = struct{}{} }
+// Delta client state. The returned-resources map the cache hands the
+// go-control-plane server for a delta stream is compact: genKey → G says
+// that the client holds, of every resource it was interested in at
+// generation G, the version current at G (and knows that the others do not
+// exist), except the names marked pendingPrefix+name. Any other entry is an
+// explicit version (initial_resource_versions of a reconnecting client,
+// before its first response, or "" where the server asks for a resend).
+// Keeping G instead of 5,000 name → version entries per Envoy is what
+// keeps a fleet of Envoys subscribed to every assignment within memory;
+// the versions at G are recovered from each resource's commit generation
+// (entry.gen) and the deletion generations (deletedAt).
 
-func (c *Cache) untrack(w *watch) { delete(w.ts.watches, w) }
+// deltaScope returns the names to look at for a new delta watch: those
+// changed since the client's generation, still pending, or subscribed or
+// unsubscribed by this request. full is true when the client's state is
+// explicit (a new stream) or its interest changed wholesale (wildcard
+// subscribed or unsubscribed). A client whose generation is older than the
+// change log is reset: the error ends the stream, and the client
+// reconnects with its versions.
+func (c *Cache) deltaScope(w *watch) (names []string, full bool, err error) {
+	known := w.sub.ReturnedResources()
+	g, ok := known[genKey]
+	if !ok || w.dreq.GetResponseNonce() == "" {
+		return nil, true, nil
+	}
+	subs, unsubs := w.dreq.GetResourceNamesSubscribe(), w.dreq.GetResourceNamesUnsubscribe()
+	if slices.Contains(subs, "*") || slices.Contains(unsubs, "*") {
+		return nil, true, nil
+	}
+	gen, perr := strconv.ParseUint(g, 10, 64)
+	if perr != nil || gen > w.ts.gen {
+		return nil, true, nil
+	}
+	if gen < w.ts.floor {
+		return nil, false, fmt.Errorf("xds cache: %s state of generation %d is older than the change log (from %d); reconnect", w.ts.url, gen, w.ts.floor)
+	}
+	names = w.ts.sinceLog(gen)
+	for k := range known {
+		if n, ok := strings.CutPrefix(k, pendingPrefix); ok {
+			names = append(names, n)
+		}
+	}
+	names = append(names, subs...)
+	names = append(names, unsubs...)
+	return names, false, nil
+}
 
 // tryRespond answers a tracked watch if anything among names (nil: all)
 // needs sending, and untracks it.
@@ -479,14 +558,159 @@ func (c *Cache) tryRespond(w *watch, names []string, evenIfEmpty bool) {
 	if w.done {
 		return
 	}
-	if c.tryRespondScoped(w, names, names == nil, evenIfEmpty) {
+	var responded bool
+	if w.delta {
+		responded = c.respondDelta(w, names, names == nil, evenIfEmpty)
+	} else {
+		responded = c.respondSotw(w, names, names == nil, evenIfEmpty)
+	}
+	if responded {
 		c.untrack(w)
 	}
 }
 
-// tryRespondScoped computes and sends the response for w, looking only at
-// names unless full. It reports whether a response was sent.
-func (c *Cache) tryRespondScoped(w *watch, names []string, full, evenIfEmpty bool) bool {
+func isStateKey(k string) bool { return k == genKey || strings.HasPrefix(k, pendingPrefix) }
+
+// respondDelta computes and sends the response for a delta watch, looking
+// only at names unless full. It reports whether a response was sent.
+func (c *Cache) respondDelta(w *watch, names []string, full, evenIfEmpty bool) bool {
+	ts := w.ts
+	known := w.sub.ReturnedResources()
+	subscribed := w.sub.SubscribedResources()
+	wild := w.sub.IsWildcard()
+
+	// In a full check the state is read as explicit versions only: the
+	// client's interest may have changed wholesale since G.
+	var g uint64
+	complete := false
+	if v, ok := known[genKey]; ok && !full {
+		var err error
+		g, err = strconv.ParseUint(v, 10, 64)
+		complete = err == nil
+	}
+	// held reports the version the client holds of n, if known (held), or
+	// whether it may hold an older one (maybe).
+	held := func(n string) (version string, held, maybe bool) {
+		if v, ok := known[n]; ok {
+			return v, true, false
+		}
+		if !complete {
+			return "", false, false
+		}
+		if _, ok := w.newSub[n]; ok {
+			return "", false, false // not of interest at G
+		}
+		if _, ok := known[pendingPrefix+n]; ok {
+			return "", false, true
+		}
+		e, exists := ts.resources[n]
+		if (exists && e.gen > g) || ts.deletedAt[n] > g {
+			return "", false, true
+		}
+		if exists {
+			return e.version, true, false
+		}
+		return "", false, false
+	}
+
+	var changed, removed []string
+	seen := make(map[string]struct{}, len(names))
+	consider := func(n string) {
+		if isStateKey(n) {
+			return
+		}
+		if _, dup := seen[n]; dup {
+			return
+		}
+		seen[n] = struct{}{}
+		e, exists := ts.resources[n]
+		_, isSub := subscribed[n]
+		switch {
+		case exists && (wild || isSub):
+			if v, h, _ := held(n); !h || v != e.version {
+				changed = append(changed, n)
+			}
+		case wild || isSub:
+			if _, h, maybe := held(n); h || maybe {
+				removed = append(removed, n)
+			}
+		default:
+			if _, ok := known[n]; ok {
+				removed = append(removed, n)
+			}
+		}
+	}
+	if full {
+		if wild {
+			for n := range ts.resources {
+				consider(n)
+			}
+		} else {
+			for n := range subscribed {
+				consider(n)
+			}
+		}
+		for n := range known {
+			consider(n)
+		}
+	} else {
+		for _, n := range names {
+			consider(n)
+		}
+	}
+	if len(changed) == 0 && len(removed) == 0 && !evenIfEmpty {
+		return false
+	}
+	sort.Strings(changed)
+	sort.Strings(removed)
+
+	// A response larger than the bound carries a first part; the rest is
+	// marked pending and follows the client's ACK.
+	var rest []string
+	if c.maxDeltaBytes > 0 {
+		total := 0
+		for i, n := range changed {
+			total += ts.resources[n].byteSize
+			if total > c.maxDeltaBytes && i > 0 {
+				changed, rest = changed[:i], changed[i:]
+				break
+			}
+		}
+	}
+	// What the client holds once it has this response, in the compact
+	// form: everything of interest as of now, but the rest. The map is new:
+	// the server installs it only when it sends the response.
+	next := make(map[string]string, 1+len(rest))
+	next[genKey] = strconv.FormatUint(ts.gen, 10)
+	for _, n := range rest {
+		next[pendingPrefix+n] = ""
+	}
+	w.done = true
+
+	res := make([]*discovery.Resource, 0, len(changed))
+	for _, n := range changed {
+		res = append(res, ts.resources[n].delta)
+	}
+	w.dch <- &cache.DeltaPassthroughResponse{
+		DeltaRequest:   w.dreq,
+		NextVersionMap: next,
+		DeltaDiscoveryResponse: &discovery.DeltaDiscoveryResponse{
+			TypeUrl:           ts.url,
+			Resources:         res,
+			RemovedResources:  removed,
+			SystemVersionInfo: strconv.FormatUint(ts.gen, 10),
+		},
+	}
+	return true
+}
+
+// respondSotw computes and sends the response for a sotw watch, looking
+// only at names unless full. It reports whether a response was sent. A sotw
+// client's state is explicit (name → version): the server drops a response
+// superseded by a request, and sotw clients subscribe by name to a few
+// resources, or to every cluster, which a full-state response carries
+// anyway.
+func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bool {
 	ts := w.ts
 	sub := w.sub
 	known := sub.ReturnedResources()
@@ -495,7 +719,7 @@ func (c *Cache) tryRespondScoped(w *watch, names []string, full, evenIfEmpty boo
 
 	var changed, removed []string
 	consider := func(n string) {
-		if n == genKey {
+		if isStateKey(n) {
 			return
 		}
 		e, exists := ts.resources[n]
@@ -538,81 +762,24 @@ func (c *Cache) tryRespondScoped(w *watch, names []string, full, evenIfEmpty boo
 			consider(n)
 		}
 	}
+	if len(changed) == 0 && !evenIfEmpty && (len(removed) == 0 || !ts.fullState) {
+		// Nothing to send; and sotw cannot express the removal of an
+		// EDS/RDS resource: the client keeps it until it unsubscribes.
+		return false
+	}
 	sort.Strings(changed)
 	sort.Strings(removed)
-	// A delta response larger than the bound carries a first part; the
-	// generation is then left out of the client's state, so the watch the
-	// client's ACK opens looks at everything again and sends the next part.
-	partial := false
-	if w.delta && c.maxDeltaBytes > 0 {
-		total := 0
-		for i, n := range changed {
-			total += ts.resources[n].byteSize
-			if total > c.maxDeltaBytes && i > 0 {
-				changed, partial = changed[:i], true
-				break
-			}
-		}
-	}
 
-	if len(changed) == 0 && len(removed) == 0 && !evenIfEmpty {
-		return false
-	}
-	if !w.delta && !ts.fullState && len(changed) == 0 && !evenIfEmpty {
-		// sotw cannot express the removal of an EDS/RDS resource: the
-		// client keeps what it has until it unsubscribes.
-		return false
-	}
-
-	// The versions the client will know once it has this response. A
-	// delta stream's map is updated in place: go-control-plane's delta
-	// server (v0.14.0, pinned) installs NextVersionMap as the
-	// subscription's returned resources after sending every response it
-	// takes from the channel, reads and changes that map only on the
-	// stream's goroutine after cancelling the watch (which takes c.mu), and
-	// never drops a response. Copying it instead costs O(subscribed) per
-	// response: 5,000 entries for every change, for every Envoy with 5,000
-	// clusters. (Subscription's doc asks caches not to alter the map; this
-	// is the one deliberate exception, covered by the protocol tests.) The
-	// sotw ADS server drops responses superseded by a request, so a sotw
-	// map is copied.
-	var next map[string]string
-	if w.delta && known != nil {
-		next = known
-	} else {
-		next = make(map[string]string, len(known)+len(changed)+1)
-		maps.Copy(next, known)
-	}
+	next := make(map[string]string, len(known)+len(changed)+1)
+	maps.Copy(next, known)
 	for _, n := range removed {
 		delete(next, n)
 	}
 	for _, n := range changed {
 		next[n] = ts.resources[n].version
 	}
-	if partial {
-		delete(next, genKey)
-	} else {
-		next[genKey] = strconv.FormatUint(ts.gen, 10)
-	}
+	next[genKey] = strconv.FormatUint(ts.gen, 10)
 	w.done = true
-
-	if w.delta {
-		res := make([]*discovery.Resource, 0, len(changed))
-		for _, n := range changed {
-			res = append(res, ts.resources[n].delta)
-		}
-		w.dch <- &cache.DeltaPassthroughResponse{
-			DeltaRequest:   w.dreq,
-			NextVersionMap: next,
-			DeltaDiscoveryResponse: &discovery.DeltaDiscoveryResponse{
-				TypeUrl:           ts.url,
-				Resources:         res,
-				RemovedResources:  removed,
-				SystemVersionInfo: strconv.FormatUint(ts.gen, 10),
-			},
-		}
-		return true
-	}
 
 	send := changed
 	if ts.fullState {
@@ -710,3 +877,7 @@ func (c *Cache) Stats() Stats {
 	}
 	return s
 }
+
+func (c *Cache) track(w *watch) { w.ts.watches[w] = struct{}{} }
+
+func (c *Cache) untrack(w *watch) { delete(w.ts.watches, w) }

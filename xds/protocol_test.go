@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"testing"
 	"time"
@@ -108,6 +109,8 @@ func (h *harness) publish(changed []translate.Resources, removed ...string) {
 // responses are read in the background.
 type adsStream[Req, Resp any] struct {
 	t        *testing.T
+	ended    chan struct{} // closed when the stream ends (err set)
+	err      error
 	sendFn   func(Req) error
 	resp     chan Resp
 	cancel   context.CancelFunc
@@ -126,13 +129,15 @@ func openStream[Req, Resp any](h *harness, open func(context.Context) (grpcStrea
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	c := &adsStream[Req, Resp]{t: h.t, sendFn: st.Send, resp: make(chan Resp, 100), cancel: cancel, describe: describe}
+	c := &adsStream[Req, Resp]{t: h.t, sendFn: st.Send, resp: make(chan Resp, 100), cancel: cancel, describe: describe, ended: make(chan struct{})}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for {
 			r, err := st.Recv()
 			if err != nil {
+				c.err = err
+				close(c.ended)
 				return
 			}
 			c.resp <- r
@@ -544,4 +549,133 @@ func TestDeltaLargeResponseSplit(t *testing.T) {
 	c2 := h.delta("n1")
 	c2.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: want, InitialResourceVersions: current()})
 	c2.none()
+}
+
+// TestSotwSubscriptionChange: a sotw client that adds a name to its request
+// (carrying the last nonce, as grpc-go does when it starts using another
+// cluster) gets the new resource; one that drops a name and adds it back
+// gets it again.
+func TestSotwSubscriptionChange(t *testing.T) {
+	h := newHarness(t, true)
+	h.publish([]translate.Resources{svc("a", 1001), svc("b", 1002)})
+	c := h.sotw()
+	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"a"}})
+	e := c.recv()
+	eq(t, "EDS a", []string{"a"}, sotwNames(t, e))
+	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"a"}, VersionInfo: e.VersionInfo, ResponseNonce: e.Nonce})
+	c.none()
+
+	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"a", "b"}, VersionInfo: e.VersionInfo, ResponseNonce: e.Nonce})
+	e = c.recv()
+	if got := sotwNames(t, e); !slices.Contains(got, "b") {
+		t.Fatalf("after subscribing b: got %v, want b among them", got)
+	}
+	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"a", "b"}, VersionInfo: e.VersionInfo, ResponseNonce: e.Nonce})
+	c.none()
+
+	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"a"}, VersionInfo: e.VersionInfo, ResponseNonce: e.Nonce})
+	c.none()
+	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"a", "b"}, VersionInfo: e.VersionInfo, ResponseNonce: e.Nonce})
+	e = c.recv()
+	if got := sotwNames(t, e); !slices.Contains(got, "b") {
+		t.Fatalf("after subscribing b again: got %v, want b among them", got)
+	}
+}
+
+// TestDeltaClientBehind: a delta client that has not ACKed while several
+// changes were made gets, on its ACK, only the net result: the changed and
+// created resources in their current versions, removals of deleted ones,
+// and nothing it already holds.
+func TestDeltaClientBehind(t *testing.T) {
+	h := newHarness(t, true)
+	h.publish([]translate.Resources{svc("a", 1001), svc("b", 1002), svc("c", 1003)})
+	c := h.delta("n1")
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+	c.ack(c.recv())
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"a", "b", "c", "d"}})
+	r := c.recv()
+	eq(t, "initial EDS", []string{"a", "b", "c"}, names(r))
+	// Not ACKed yet: a changes twice, b is deleted, d is created, c is
+	// deleted and created again with the same content.
+	h.publish([]translate.Resources{svc("a", 2001)})
+	h.publish([]translate.Resources{svc("a", 3001)}, "b")
+	h.publish([]translate.Resources{svc("d", 1004)}, "c")
+	h.publish([]translate.Resources{svc("c", 1003)})
+	c.ack(r)
+	// CDS is answered too (b, c removed; c, d added); look at EDS only.
+	var got *discovery.DeltaDiscoveryResponse
+	for got == nil {
+		r := c.recv()
+		if r.TypeUrl == eds {
+			got = r
+		}
+		c.ack(r)
+	}
+	// c's content is the same, but it was deleted in between: the client
+	// may have dropped it, so it comes again.
+	eq(t, "EDS sent after the ACK", []string{"a", "c", "d"}, names(got))
+	eq(t, "EDS removed after the ACK", []string{"b"}, got.RemovedResources)
+	now := map[string]string{}
+	for _, ri := range h.cache.List(eds) {
+		now[ri.Name] = ri.Version
+	}
+	eq(t, "a's version", now["a"], versions(got)["a"])
+	for {
+		select {
+		case r := <-c.resp:
+			if r.TypeUrl == eds {
+				t.Fatalf("unexpected EDS response: %v %v", names(r), r.RemovedResources)
+			}
+			c.ack(r)
+			continue
+		case <-time.After(300 * time.Millisecond):
+		}
+		break
+	}
+	// An unsubscribe and subscribe again brings the resource back.
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResponseNonce: got.Nonce, ResourceNamesUnsubscribe: []string{"d"}})
+	c.none()
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResponseNonce: got.Nonce, ResourceNamesSubscribe: []string{"d"}})
+	eq(t, "resubscribed", []string{"d"}, names(c.recv()))
+}
+
+// TestDeltaWildcardExplicitUnsubscribe: a wildcard client that unsubscribes
+// a name it also subscribed explicitly still gets it (wildcard), sent again
+// as the protocol asks.
+func TestDeltaWildcardExplicitUnsubscribe(t *testing.T) {
+	h := newHarness(t, true)
+	h.publish([]translate.Resources{svc("a", 1001), svc("b", 1002)})
+	c := h.delta("n1")
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds, ResourceNamesSubscribe: []string{"*", "a"}})
+	r := c.recv()
+	eq(t, "wildcard CDS", []string{"a", "b"}, names(r))
+	c.ack(r)
+	c.none()
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds, ResponseNonce: r.Nonce, ResourceNamesUnsubscribe: []string{"a"}})
+	eq(t, "a sent again", []string{"a"}, names(c.recv()))
+}
+
+// TestDeltaStateOlderThanLogResets: a client that stays silent while more
+// generations pass than the change log keeps has its stream ended on its
+// next request, and reconnecting with its versions it gets what changed.
+func TestDeltaStateOlderThanLogResets(t *testing.T) {
+	h := newHarness(t, true)
+	h.publish([]translate.Resources{svc("a", 1001), svc("b", 1)})
+	c := h.delta("n1")
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"a", "b"}})
+	r := c.recv()
+	held := versions(r)
+	for i := range 4100 { // more than maxLogGens
+		h.publish([]translate.Resources{svc("b", uint32(2+i%2))})
+	}
+	h.publish([]translate.Resources{svc("a", 2001)})
+	c.ack(r)
+	select {
+	case <-c.ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("stream not ended")
+	}
+	c2 := h.delta("n1")
+	c2.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"a", "b"}, InitialResourceVersions: held})
+	eq(t, "after reconnect", []string{"a", "b"}, names(c2.recv()))
 }

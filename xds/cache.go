@@ -11,8 +11,8 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
+	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -65,10 +65,19 @@ type entry struct {
 const (
 	// genKey: the type generation the response was computed at.
 	genKey = ""
-	// pendingPrefix+name: a delta client may hold an older version of name
-	// (the part of a split response not sent yet).
-	pendingPrefix = "\x00"
+	// partKey: the id of the rest of a split delta response, names the
+	// client may hold older versions of, kept by the cache (Cache.parts).
+	partKey = "\x00part"
 )
+
+// A split response's rest is kept this long for the client's ACK; a client
+// that comes back later is reset.
+const partTTL = 5 * time.Minute
+
+type part struct {
+	names []string // sorted
+	made  time.Time
+}
 
 // The change log is how much history of a type the cache keeps, so that an
 // ACK only needs to look at what changed since its response. A delta client
@@ -115,7 +124,10 @@ type watch struct {
 	// newSub: names the delta request subscribes to, which the client did
 	// not hold at its generation unless it says so.
 	newSub map[string]struct{}
-	done   bool
+	// pending: sorted names the delta client may hold older versions of
+	// (the rest of a split response).
+	pending []string
+	done    bool
 }
 
 // Cache holds the resources served to xDS clients and answers
@@ -140,6 +152,10 @@ type Cache struct {
 	nextID   uint64
 
 	maxDeltaBytes int // resource bytes per delta response; 0: no limit
+
+	parts     map[uint64]*part // rests of split delta responses, by id
+	nextPart  uint64
+	partSweep time.Time
 }
 
 // DefaultMaxDeltaResponseBytes bounds the resource bytes of one delta
@@ -152,7 +168,7 @@ var _ cache.Cache = (*Cache)(nil)
 
 // NewCache returns an empty cache serving the given types.
 func NewCache(typeURLs ...string) *Cache {
-	c := &Cache{types: make(map[string]*typeState, len(typeURLs)), maxDeltaBytes: DefaultMaxDeltaResponseBytes}
+	c := &Cache{types: make(map[string]*typeState, len(typeURLs)), maxDeltaBytes: DefaultMaxDeltaResponseBytes, parts: map[uint64]*part{}}
 	for _, u := range typeURLs {
 		c.types[u] = &typeState{
 			url:       u,
@@ -341,6 +357,8 @@ func (c *Cache) commit(ts *typeState, changed []string) {
 	if len(changed) == 0 {
 		return
 	}
+	slices.Sort(changed)
+	changed = slices.Compact(changed)
 	ts.gen++
 	for _, n := range changed {
 		if e, ok := ts.resources[n]; ok {
@@ -509,7 +527,7 @@ func (c *Cache) sotwScope(w *watch) (names []string, full bool) {
 // go-control-plane server for a delta stream is compact: genKey → G says
 // that the client holds, of every resource it was interested in at
 // generation G, the version current at G (and knows that the others do not
-// exist), except the names marked pendingPrefix+name. Any other entry is an
+// exist), except the names of the part partKey refers to. Any other entry is an
 // explicit version (initial_resource_versions of a reconnecting client,
 // before its first response, or "" where the server asks for a resend).
 // Keeping G instead of 5,000 name → version entries per Envoy is what
@@ -542,14 +560,54 @@ func (c *Cache) deltaScope(w *watch) (names []string, full bool, err error) {
 		return nil, false, fmt.Errorf("xds cache: %s state of generation %d is older than the change log (from %d); reconnect", w.ts.url, gen, w.ts.floor)
 	}
 	names = w.ts.sinceLog(gen)
-	for k := range known {
-		if n, ok := strings.CutPrefix(k, pendingPrefix); ok {
-			names = append(names, n)
+	if id, ok := known[partKey]; ok {
+		p := c.lookupPart(id)
+		if p == nil {
+			return nil, false, fmt.Errorf("xds cache: %s: the rest of a split response is no longer kept (%s); reconnect", w.ts.url, partTTL)
 		}
+		w.pending = p.names
+		names = append(names, p.names...)
 	}
 	names = append(names, subs...)
 	names = append(names, unsubs...)
-	return names, false, nil
+	slices.Sort(names)
+	return slices.Compact(names), false, nil
+}
+
+func (c *Cache) lookupPart(id string) *part {
+	n, err := strconv.ParseUint(id, 10, 64)
+	if err != nil {
+		return nil
+	}
+	return c.parts[n]
+}
+
+// keepPart keeps the rest of a split response and returns its id. Parts
+// older than partTTL are dropped (their streams are gone, or reset when
+// they come back).
+func (c *Cache) keepPart(names []string) string {
+	now := time.Now()
+	if now.Sub(c.partSweep) > partTTL/5 {
+		c.partSweep = now
+		for id, p := range c.parts {
+			if now.Sub(p.made) > partTTL {
+				delete(c.parts, id)
+			}
+		}
+	}
+	c.nextPart++
+	c.parts[c.nextPart] = &part{names: names, made: now}
+	return strconv.FormatUint(c.nextPart, 10)
+}
+
+// dropPart forgets the part a delta client's state referred to, once a
+// response has superseded that state.
+func (c *Cache) dropPart(known map[string]string) {
+	if id, ok := known[partKey]; ok {
+		if n, err := strconv.ParseUint(id, 10, 64); err == nil {
+			delete(c.parts, n)
+		}
+	}
 }
 
 // tryRespond answers a tracked watch if anything among names (nil: all)
@@ -569,7 +627,7 @@ func (c *Cache) tryRespond(w *watch, names []string, evenIfEmpty bool) {
 	}
 }
 
-func isStateKey(k string) bool { return k == genKey || strings.HasPrefix(k, pendingPrefix) }
+func isStateKey(k string) bool { return k == genKey || k == partKey }
 
 // respondDelta computes and sends the response for a delta watch, looking
 // only at names unless full. It reports whether a response was sent.
@@ -600,7 +658,7 @@ func (c *Cache) respondDelta(w *watch, names []string, full, evenIfEmpty bool) b
 		if _, ok := w.newSub[n]; ok {
 			return "", false, false // not of interest at G
 		}
-		if _, ok := known[pendingPrefix+n]; ok {
+		if _, ok := slices.BinarySearch(w.pending, n); ok {
 			return "", false, true
 		}
 		e, exists := ts.resources[n]
@@ -613,16 +671,13 @@ func (c *Cache) respondDelta(w *watch, names []string, full, evenIfEmpty bool) b
 		return "", false, false
 	}
 
+	// Each name is considered once: names are unique, and a full check
+	// looks at known names only where the first pass did not.
 	var changed, removed []string
-	seen := make(map[string]struct{}, len(names))
 	consider := func(n string) {
 		if isStateKey(n) {
 			return
 		}
-		if _, dup := seen[n]; dup {
-			return
-		}
-		seen[n] = struct{}{}
 		e, exists := ts.resources[n]
 		_, isSub := subscribed[n]
 		switch {
@@ -651,7 +706,11 @@ func (c *Cache) respondDelta(w *watch, names []string, full, evenIfEmpty bool) b
 			}
 		}
 		for n := range known {
-			consider(n)
+			_, exists := ts.resources[n]
+			_, isSub := subscribed[n]
+			if covered := (wild && exists) || (!wild && isSub); !covered {
+				consider(n)
+			}
 		}
 	} else {
 		for _, n := range names {
@@ -680,10 +739,10 @@ func (c *Cache) respondDelta(w *watch, names []string, full, evenIfEmpty bool) b
 	// What the client holds once it has this response, in the compact
 	// form: everything of interest as of now, but the rest. The map is new:
 	// the server installs it only when it sends the response.
-	next := make(map[string]string, 1+len(rest))
-	next[genKey] = strconv.FormatUint(ts.gen, 10)
-	for _, n := range rest {
-		next[pendingPrefix+n] = ""
+	c.dropPart(known)
+	next := map[string]string{genKey: strconv.FormatUint(ts.gen, 10)}
+	if len(rest) > 0 {
+		next[partKey] = c.keepPart(rest)
 	}
 	w.done = true
 

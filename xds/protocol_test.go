@@ -679,3 +679,21 @@ func TestDeltaStateOlderThanLogResets(t *testing.T) {
 	c2.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"a", "b"}, InitialResourceVersions: held})
 	eq(t, "after reconnect", []string{"a", "b"}, names(c2.recv()))
 }
+
+// TestDeltaReconnectRemovesWhatIsGone: a client reconnecting with versions
+// of resources that no longer exist is told they are removed, whether it
+// names them or holds them through its wildcard subscription.
+func TestDeltaReconnectRemovesWhatIsGone(t *testing.T) {
+	h := newHarness(t, true)
+	h.publish([]translate.Resources{svc("a", 1001), svc("b", 1002)})
+	a := h.cache.List(cds)[0]
+	c := h.delta("n1")
+	c.send(&discovery.DeltaDiscoveryRequest{
+		TypeUrl:                 cds,
+		ResourceNamesSubscribe:  []string{"*", "x"},
+		InitialResourceVersions: map[string]string{a.Name: a.Version, "x": "old", "y": "old"},
+	})
+	r := c.recv()
+	eq(t, "sent", []string{"b"}, names(r))
+	eq(t, "removed", []string{"x", "y"}, r.RemovedResources)
+}

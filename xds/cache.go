@@ -459,14 +459,6 @@ func (c *Cache) create(w *watch) (func(), error) {
 	defer c.mu.Unlock()
 	c.nextID++
 	w.id = c.nextID
-	if w.delta {
-		if subs := w.dreq.GetResourceNamesSubscribe(); len(subs) > 0 {
-			w.newSub = make(map[string]struct{}, len(subs))
-			for _, n := range subs {
-				w.newSub[n] = struct{}{}
-			}
-		}
-	}
 	if c.ready {
 		var responded bool
 		if w.delta {
@@ -567,6 +559,12 @@ func (c *Cache) deltaScope(w *watch) (names []string, full bool, err error) {
 		}
 		w.pending = p.names
 		names = append(names, p.names...)
+	}
+	if len(subs) > 0 {
+		w.newSub = make(map[string]struct{}, len(subs))
+		for _, n := range subs {
+			w.newSub[n] = struct{}{}
+		}
 	}
 	names = append(names, subs...)
 	names = append(names, unsubs...)
@@ -674,6 +672,7 @@ func (c *Cache) respondDelta(w *watch, names []string, full, evenIfEmpty bool) b
 	// Each name is considered once: names are unique, and a full check
 	// looks at known names only where the first pass did not.
 	var changed, removed []string
+	size := 0
 	consider := func(n string) {
 		if isStateKey(n) {
 			return
@@ -684,6 +683,7 @@ func (c *Cache) respondDelta(w *watch, names []string, full, evenIfEmpty bool) b
 		case exists && (wild || isSub):
 			if v, h, _ := held(n); !h || v != e.version {
 				changed = append(changed, n)
+				size += e.byteSize
 			}
 		case wild || isSub:
 			if _, h, maybe := held(n); h || maybe {
@@ -695,7 +695,13 @@ func (c *Cache) respondDelta(w *watch, names []string, full, evenIfEmpty bool) b
 			}
 		}
 	}
+	// A response larger than the bound carries a first part (a resource
+	// larger than the bound goes alone); the rest is kept as a part the
+	// client may hold older versions of, and follows its ACK.
+	over := func() bool { return c.maxDeltaBytes > 0 && size > c.maxDeltaBytes && len(changed) > 1 }
+	var rest []string
 	if full {
+		changed = make([]string, 0, len(ts.resources))
 		if wild {
 			for n := range ts.resources {
 				consider(n)
@@ -712,30 +718,34 @@ func (c *Cache) respondDelta(w *watch, names []string, full, evenIfEmpty bool) b
 				consider(n)
 			}
 		}
+		sort.Strings(changed)
+		if over() {
+			total := 0
+			for i, n := range changed {
+				total += ts.resources[n].byteSize
+				if total > c.maxDeltaBytes && i > 0 {
+					changed, rest = changed[:i], changed[i:]
+					break
+				}
+			}
+		}
 	} else {
-		for _, n := range names {
+		// names are sorted: stop at the bound, the names not looked at
+		// are the rest. (Each of them that exists and is of interest would
+		// be sent: it changed since G, is pending or newly subscribed.)
+		for i, n := range names {
 			consider(n)
+			if over() {
+				changed = changed[:len(changed)-1]
+				rest = names[i:]
+				break
+			}
 		}
 	}
 	if len(changed) == 0 && len(removed) == 0 && !evenIfEmpty {
 		return false
 	}
-	sort.Strings(changed)
 	sort.Strings(removed)
-
-	// A response larger than the bound carries a first part; the rest is
-	// marked pending and follows the client's ACK.
-	var rest []string
-	if c.maxDeltaBytes > 0 {
-		total := 0
-		for i, n := range changed {
-			total += ts.resources[n].byteSize
-			if total > c.maxDeltaBytes && i > 0 {
-				changed, rest = changed[:i], changed[i:]
-				break
-			}
-		}
-	}
 	// What the client holds once it has this response, in the compact
 	// form: everything of interest as of now, but the rest. The map is new:
 	// the server installs it only when it sends the response.

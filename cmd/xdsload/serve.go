@@ -10,6 +10,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	_ "net/http/pprof" // XDSLOAD_PPROF: profiles of the serving process while it runs
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -307,6 +309,9 @@ func serveMain(args []string, in io.Reader, out io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "xdsload serve:", err)
 		return 1
+	}
+	if addr := os.Getenv("XDSLOAD_PPROF"); addr != "" {
+		go func() { fmt.Fprintln(os.Stderr, "xdsload serve: pprof:", http.ListenAndServe(addr, nil)) }()
 	}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)

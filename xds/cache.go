@@ -425,8 +425,11 @@ func (c *Cache) Ready() bool {
 func firstRequest(w *watch) bool {
 	if w.delta {
 		// Envoy expects an answer to its first wildcard request to finish
-		// initialising, even when there is nothing.
-		return w.sub.IsWildcard() && w.dreq.GetResponseNonce() == ""
+		// initialising, even when there is nothing. A reconnecting client's
+		// first request (initial_resource_versions) is answered too, even
+		// if it holds everything: the answer replaces its explicit versions
+		// (5,000 for an Envoy with 5,000 clusters) with the compact state.
+		return w.dreq.GetResponseNonce() == "" && (w.sub.IsWildcard() || len(w.sub.ReturnedResources()) > 0)
 	}
 	// A sotw client's first request on a stream is answered even when empty.
 	// (Not version_info == "": a NACK of the first response also carries an

@@ -349,6 +349,9 @@ func TestDeltaReconnectWithInitialVersions(t *testing.T) {
 	eq(t, "resources resent on reconnect", 0, len(r.Resources))
 	c2.ack(r)
 	c2.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"a", "b"}, InitialResourceVersions: versions(edsResp)})
+	r = c2.recv() // answered, with nothing: the client's state is taken as it is
+	eq(t, "resources resent on reconnect", 0, len(r.Resources)+len(r.RemovedResources))
+	c2.ack(r)
 	c2.none()
 
 	// One stale version: only that one is sent.
@@ -548,7 +551,13 @@ func TestDeltaLargeResponseSplit(t *testing.T) {
 	// A reconnect with every version known gets nothing back.
 	c2 := h.delta("n1")
 	c2.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: want, InitialResourceVersions: current()})
+	r := c2.recv()
+	eq(t, "resent on reconnect", 0, len(r.Resources)+len(r.RemovedResources))
+	c2.ack(r)
 	c2.none()
+	// ... and its state is the compact one: a change sends only itself.
+	h.publish([]translate.Resources{svc("s05", 3005)})
+	eq(t, "after a change", []string{"s05"}, names(c2.recv()))
 }
 
 // TestSotwSubscriptionChange: a sotw client that adds a name to its request

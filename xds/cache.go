@@ -137,9 +137,14 @@ type watch struct {
 // shared by every response that carries it. A resource's version is a hash of
 // that encoding, so the same content has the same version across restarts
 // and replicas. Responses are computed per resource: a change to one resource
-// wakes only the watches subscribed to it (and wildcard ones) and sends only
-// that resource to delta clients. Until MarkReady is called, watches are held
-// without an answer, so no client sees a partial first state.
+// answers only the watches interested in it and sends only that resource to
+// delta clients. Until MarkReady is called, watches are held without an
+// answer, so no client sees a partial first state.
+//
+// The returned-resources maps the cache hands the server are new for each
+// response and never changed afterwards (go-control-plane's Subscription
+// contract); for delta streams they hold the compact state described at
+// deltaScope, not every subscribed name.
 //
 // Cache is safe for concurrent use. Resources passed to Apply are owned by
 // the cache afterwards and must not be modified.

@@ -13,6 +13,8 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 	"google.golang.org/genproto/googleapis/rpc/status"
@@ -705,4 +707,57 @@ func TestDeltaReconnectRemovesWhatIsGone(t *testing.T) {
 	r := c.recv()
 	eq(t, "sent", []string{"b"}, names(r))
 	eq(t, "removed", []string{"x", "y"}, r.RemovedResources)
+}
+
+// TestDeltaStateIsCompact: once synced, what the server keeps of a delta
+// client subscribed to many resources is a generation, not a version per
+// name; with the state the client still gets exactly what changes.
+func TestDeltaStateIsCompact(t *testing.T) {
+	c := xds.NewCache(xds.ClusterType, xds.EndpointType, xds.ListenerType, xds.RouteType)
+	var all []translate.Resources
+	var subscribe []string
+	for i := range 2000 {
+		r := svc(fmt.Sprintf("s%04d", i), 1000)
+		all = append(all, r)
+		subscribe = append(subscribe, r.Cluster.GetName())
+	}
+	if err := c.PublishServices(all, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.MarkReady()
+	sub := stream.NewDeltaSubscription(subscribe, nil, nil, false)
+	ch := make(chan cache.DeltaResponse, 1)
+	got := map[string]string{}
+	nonce := ""
+	take := func() bool {
+		select {
+		case r := <-ch:
+			dr, _ := r.GetDeltaDiscoveryResponse()
+			for _, res := range dr.Resources {
+				got[res.Name] = res.Version
+			}
+			sub.SetReturnedResources(r.GetNextVersionMap())
+			nonce = "n"
+			return true
+		default:
+			return false
+		}
+	}
+	arm := func() {
+		if _, err := c.CreateDeltaWatch(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResponseNonce: nonce}, &sub, ch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for arm(); take(); arm() {
+	}
+	eq(t, "resources received", len(subscribe), len(got))
+	if n := len(sub.ReturnedResources()); n > 2 {
+		t.Fatalf("state of a synced client has %d entries, want at most 2", n)
+	}
+	if err := c.PublishServices([]translate.Resources{svc("s0042", 2000)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := <-ch
+	dr, _ := r.GetDeltaDiscoveryResponse()
+	eq(t, "after one change", []string{"s0042"}, names(dr))
 }

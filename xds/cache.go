@@ -124,10 +124,14 @@ type watch struct {
 	// newSub: names the delta request subscribes to, which the client did
 	// not hold at its generation unless it says so.
 	newSub map[string]struct{}
-	// pending: sorted names the delta client may hold older versions of
-	// (the rest of a split response).
-	pending []string
-	done    bool
+	// How a delta client's compact state reads (see deltaScope): complete
+	// at generation gen, but pending (sorted: the rest of a split
+	// response); wholesale: its interest changed, so only what changed since
+	// gen is known not to be held; stale: gen is older than the change log.
+	complete, wholesale, stale bool
+	gen                        uint64
+	pending                    []string
+	done                       bool
 }
 
 // Cache holds the resources served to xDS clients and answers
@@ -204,25 +208,39 @@ func (c *Cache) Apply(changes ...Change) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	pendingDeps := map[*typeState][]string{}
+	// On an error, the steps before the failing one stay applied and
+	// committed (with the dependents they re-versioned); nothing of the
+	// failing step is stored.
+	flushDeps := func() {
+		for _, ts := range sortedTypes(pendingDeps) {
+			c.commit(ts, c.reversion(ts, pendingDeps[ts]))
+		}
+	}
 	for _, ch := range changes {
 		ts, ok := c.types[ch.TypeURL]
 		if !ok {
+			flushDeps()
 			return fmt.Errorf("xds cache: type %s is not served", ch.TypeURL)
 		}
-		changed := make([]string, 0, len(ch.Upserts)+len(ch.Deletes))
+		entries := make([]*entry, 0, len(ch.Upserts))
 		for _, r := range ch.Upserts {
 			if old, ok := ts.resources[r.Name]; ok && sameDep(old.dep, r.DependsOn) && proto.Equal(old.msg, r.Msg) {
 				continue // unchanged: not encoded again
 			}
 			e, err := c.newEntry(ch.TypeURL, r)
 			if err != nil {
+				flushDeps()
 				return err
 			}
-			if old, ok := ts.resources[r.Name]; ok && old.version == e.version {
+			entries = append(entries, e)
+		}
+		changed := make([]string, 0, len(entries)+len(ch.Deletes))
+		for _, e := range entries {
+			if old, ok := ts.resources[e.name]; ok && old.version == e.version {
 				continue
 			}
 			c.put(ts, e)
-			changed = append(changed, r.Name)
+			changed = append(changed, e.name)
 		}
 		for _, n := range ch.Deletes {
 			if old, ok := ts.resources[n]; ok {
@@ -238,9 +256,7 @@ func (c *Cache) Apply(changes ...Change) error {
 		c.markDependents(ts, changed, pendingDeps)
 		c.commit(ts, changed)
 	}
-	for _, ts := range sortedTypes(pendingDeps) {
-		c.commit(ts, c.reversion(ts, pendingDeps[ts]))
-	}
+	flushDeps()
 	return nil
 }
 
@@ -374,6 +390,7 @@ func (c *Cache) commit(ts *typeState, changed []string) {
 	}
 	ts.log = append(ts.log, genChange{gen: ts.gen, names: changed})
 	ts.logNames += len(changed)
+	c.sweepParts()
 	for len(ts.log) > 1 && (len(ts.log) > maxLogGens || ts.logNames > maxLogNames) {
 		old := ts.log[0]
 		for _, n := range old.names {
@@ -535,38 +552,44 @@ func (c *Cache) sotwScope(w *watch) (names []string, full bool) {
 // the versions at G are recovered from each resource's commit generation
 // (entry.gen) and the deletion generations (deletedAt).
 
-// deltaScope returns the names to look at for a new delta watch: those
-// changed since the client's generation, still pending, or subscribed or
-// unsubscribed by this request. full is true when the client's state is
-// explicit (a new stream) or its interest changed wholesale (wildcard
-// subscribed or unsubscribed). A client whose generation is older than the
-// change log is reset: the error ends the stream, and the client
-// reconnects with its versions.
+// deltaScope reads a delta client's state for a new watch (into w) and
+// returns the names to look at: those changed since the client's
+// generation, still pending, or subscribed or unsubscribed by this request.
+// full is true when every resource of interest must be looked at: the
+// state is explicit (a new stream), the client's interest changed
+// wholesale (wildcard subscribed or unsubscribed), the rest of a split
+// response is no longer kept, or the generation is older than the change
+// log. A wildcard client older than the change log is reset (the error
+// ends the stream; it reconnects with its versions): the names deleted in
+// the forgotten generations are not known any more.
 func (c *Cache) deltaScope(w *watch) (names []string, full bool, err error) {
+	ts := w.ts
 	known := w.sub.ReturnedResources()
 	g, ok := known[genKey]
 	if !ok || w.dreq.GetResponseNonce() == "" {
 		return nil, true, nil
 	}
+	gen, perr := strconv.ParseUint(g, 10, 64)
+	if perr != nil || gen > ts.gen {
+		return nil, true, nil
+	}
+	w.complete, w.gen = true, gen
+	if id, ok := known[partKey]; ok {
+		if p := c.lookupPart(id); p != nil {
+			w.pending = p.names
+		} else {
+			w.wholesale = true
+		}
+	}
 	subs, unsubs := w.dreq.GetResourceNamesSubscribe(), w.dreq.GetResourceNamesUnsubscribe()
 	if slices.Contains(subs, "*") || slices.Contains(unsubs, "*") {
-		return nil, true, nil
+		w.wholesale = true
 	}
-	gen, perr := strconv.ParseUint(g, 10, 64)
-	if perr != nil || gen > w.ts.gen {
-		return nil, true, nil
-	}
-	if gen < w.ts.floor {
-		return nil, false, fmt.Errorf("xds cache: %s state of generation %d is older than the change log (from %d); reconnect", w.ts.url, gen, w.ts.floor)
-	}
-	names = w.ts.sinceLog(gen)
-	if id, ok := known[partKey]; ok {
-		p := c.lookupPart(id)
-		if p == nil {
-			return nil, false, fmt.Errorf("xds cache: %s: the rest of a split response is no longer kept (%s); reconnect", w.ts.url, partTTL)
+	if gen < ts.floor {
+		if w.sub.IsWildcard() {
+			return nil, false, fmt.Errorf("xds cache: %s state of generation %d is older than the change log (from %d); reconnect", ts.url, gen, ts.floor)
 		}
-		w.pending = p.names
-		names = append(names, p.names...)
+		w.stale = true
 	}
 	if len(subs) > 0 {
 		w.newSub = make(map[string]struct{}, len(subs))
@@ -574,6 +597,11 @@ func (c *Cache) deltaScope(w *watch) (names []string, full bool, err error) {
 			w.newSub[n] = struct{}{}
 		}
 	}
+	if w.wholesale || w.stale {
+		return nil, true, nil
+	}
+	names = ts.sinceLog(gen)
+	names = append(names, w.pending...)
 	names = append(names, subs...)
 	names = append(names, unsubs...)
 	slices.Sort(names)
@@ -588,10 +616,18 @@ func (c *Cache) lookupPart(id string) *part {
 	return c.parts[n]
 }
 
-// keepPart keeps the rest of a split response and returns its id. Parts
-// older than partTTL are dropped (their streams are gone, or reset when
-// they come back).
+// keepPart keeps the rest of a split response and returns its id.
 func (c *Cache) keepPart(names []string) string {
+	now := c.sweepParts()
+	c.nextPart++
+	c.parts[c.nextPart] = &part{names: names, made: now}
+	return strconv.FormatUint(c.nextPart, 10)
+}
+
+// sweepParts drops parts older than partTTL, at most every partTTL/5: their
+// streams are gone, or get everything of interest checked when they come
+// back. It returns the time.
+func (c *Cache) sweepParts() time.Time {
 	now := time.Now()
 	if now.Sub(c.partSweep) > partTTL/5 {
 		c.partSweep = now
@@ -601,9 +637,7 @@ func (c *Cache) keepPart(names []string) string {
 			}
 		}
 	}
-	c.nextPart++
-	c.parts[c.nextPart] = &part{names: names, made: now}
-	return strconv.FormatUint(c.nextPart, 10)
+	return now
 }
 
 // dropPart forgets the part a delta client's state referred to, once a
@@ -643,22 +677,14 @@ func (c *Cache) respondDelta(w *watch, names []string, full, evenIfEmpty bool) b
 	subscribed := w.sub.SubscribedResources()
 	wild := w.sub.IsWildcard()
 
-	// In a full check the state is read as explicit versions only: the
-	// client's interest may have changed wholesale since G.
-	var g uint64
-	complete := false
-	if v, ok := known[genKey]; ok && !full {
-		var err error
-		g, err = strconv.ParseUint(v, 10, 64)
-		complete = err == nil
-	}
 	// held reports the version the client holds of n, if known (held), or
-	// whether it may hold an older one (maybe).
+	// whether it may hold another one (maybe). The state's own keys are not
+	// names: a client naming a resource "" or partKey is ignored.
 	held := func(n string) (version string, held, maybe bool) {
 		if v, ok := known[n]; ok {
 			return v, true, false
 		}
-		if !complete {
+		if !w.complete {
 			return "", false, false
 		}
 		if _, ok := w.newSub[n]; ok {
@@ -668,17 +694,20 @@ func (c *Cache) respondDelta(w *watch, names []string, full, evenIfEmpty bool) b
 			return "", false, true
 		}
 		e, exists := ts.resources[n]
-		if (exists && e.gen > g) || ts.deletedAt[n] > g {
+		if (exists && e.gen > w.gen) || ts.deletedAt[n] > w.gen || (w.stale && !exists) {
 			return "", false, true
 		}
-		if exists {
-			return e.version, true, false
+		if !exists {
+			return "", false, false
 		}
-		return "", false, false
+		if w.wholesale {
+			return "", false, true // of interest at G or not: unknown
+		}
+		return e.version, true, false
 	}
 
-	// Each name is considered once: names are unique, and a full check
-	// looks at known names only where the first pass did not.
+	// Each name is considered once (names are unique; a full check
+	// dedupes).
 	var changed, removed []string
 	size := 0
 	consider := func(n string) {
@@ -710,21 +739,34 @@ func (c *Cache) respondDelta(w *watch, names []string, full, evenIfEmpty bool) b
 	var rest []string
 	if full {
 		changed = make([]string, 0, len(ts.resources))
-		if wild {
-			for n := range ts.resources {
-				consider(n)
-			}
-		} else {
-			for n := range subscribed {
+		seen := map[string]struct{}{}
+		once := func(n string) {
+			if _, dup := seen[n]; !dup {
+				seen[n] = struct{}{}
 				consider(n)
 			}
 		}
-		for n := range known {
-			_, exists := ts.resources[n]
-			_, isSub := subscribed[n]
-			if covered := (wild && exists) || (!wild && isSub); !covered {
-				consider(n)
+		if wild {
+			for n := range ts.resources {
+				once(n)
 			}
+		} else {
+			for n := range subscribed {
+				once(n)
+			}
+		}
+		for n := range known {
+			once(n)
+		}
+		// Of a compact state, what may be held besides: names changed
+		// since G (deleted ones among them) and the pending rest.
+		if w.complete && !w.stale {
+			for _, n := range ts.sinceLog(w.gen) {
+				once(n)
+			}
+		}
+		for _, n := range w.pending {
+			once(n)
 		}
 		sort.Strings(changed)
 		if over() {
@@ -757,7 +799,9 @@ func (c *Cache) respondDelta(w *watch, names []string, full, evenIfEmpty bool) b
 	// What the client holds once it has this response, in the compact
 	// form: everything of interest as of now, but the rest. The map is new:
 	// the server installs it only when it sends the response.
-	c.dropPart(known)
+	if w.complete {
+		c.dropPart(known)
+	}
 	next := map[string]string{genKey: strconv.FormatUint(ts.gen, 10)}
 	if len(rest) > 0 {
 		next[partKey] = c.keepPart(rest)
@@ -768,6 +812,8 @@ func (c *Cache) respondDelta(w *watch, names []string, full, evenIfEmpty bool) b
 	for _, n := range changed {
 		res = append(res, ts.resources[n].delta)
 	}
+	// Sent under c.mu: this does not block, as a watch sends once and the
+	// server's response channel holds two per type.
 	w.dch <- &cache.DeltaPassthroughResponse{
 		DeltaRequest:   w.dreq,
 		NextVersionMap: next,

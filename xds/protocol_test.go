@@ -666,20 +666,23 @@ func TestDeltaWildcardExplicitUnsubscribe(t *testing.T) {
 	eq(t, "a sent again", []string{"a"}, names(c.recv()))
 }
 
-// TestDeltaStateOlderThanLogResets: a client that stays silent while more
-// generations pass than the change log keeps has its stream ended on its
-// next request, and reconnecting with its versions it gets what changed.
-func TestDeltaStateOlderThanLogResets(t *testing.T) {
+// TestDeltaWildcardStateOlderThanLogResets: a wildcard client that stays
+// silent while more generations pass than the change log keeps has its
+// stream ended on its next request (what was deleted meanwhile is no longer
+// known), and reconnecting with its versions it gets what changed.
+func TestDeltaWildcardStateOlderThanLogResets(t *testing.T) {
 	h := newHarness(t, true)
 	h.publish([]translate.Resources{svc("a", 1001), svc("b", 1)})
 	c := h.delta("n1")
-	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"a", "b"}})
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
 	r := c.recv()
 	held := versions(r)
 	for i := range 4100 { // more than maxLogGens
-		h.publish([]translate.Resources{svc("b", uint32(2+i%2))})
+		b := svc("b", 1)
+		b.Cluster.ConnectTimeout.Seconds = int64(2 + i%2)
+		h.publish([]translate.Resources{b})
 	}
-	h.publish([]translate.Resources{svc("a", 2001)})
+	h.publish(nil, "a")
 	c.ack(r)
 	select {
 	case <-c.ended:
@@ -687,8 +690,10 @@ func TestDeltaStateOlderThanLogResets(t *testing.T) {
 		t.Fatal("stream not ended")
 	}
 	c2 := h.delta("n1")
-	c2.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"a", "b"}, InitialResourceVersions: held})
-	eq(t, "after reconnect", []string{"a", "b"}, names(c2.recv()))
+	c2.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds, InitialResourceVersions: held})
+	r = c2.recv()
+	eq(t, "sent after reconnect", []string{"b"}, names(r))
+	eq(t, "removed after reconnect", []string{"a"}, r.RemovedResources)
 }
 
 // TestDeltaReconnectRemovesWhatIsGone: a client reconnecting with versions

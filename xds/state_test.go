@@ -1,0 +1,171 @@
+package xds_test
+
+import (
+	"fmt"
+	"testing"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
+
+	"github.com/xdsbridge/xdsbridge/xds"
+)
+
+// rsim drives the cache for one delta stream and type as go-control-plane's
+// delta server does (its Subscription, updated and installed the same way),
+// and keeps what the client holds.
+type rsim struct {
+	t      *testing.T
+	c      *xds.Cache
+	typ    string
+	sub    stream.Subscription
+	ch     chan cache.DeltaResponse
+	cancel func()
+	nonce  string
+	n      int
+	held   map[string]string // what the client holds
+	err    error
+}
+
+func newSim(t *testing.T, c *xds.Cache, typ string) *rsim {
+	return &rsim{t: t, c: c, typ: typ, ch: make(chan cache.DeltaResponse, 10), held: map[string]string{}}
+}
+
+func (s *rsim) req(subs, unsubs []string, initial map[string]string) {
+	if s.cancel == nil && s.nonce == "" {
+		s.sub = stream.NewDeltaSubscription(subs, unsubs, initial, true)
+	} else {
+		if s.cancel != nil {
+			s.cancel()
+		}
+		s.sub.UpdateResourceSubscriptions(subs, unsubs)
+	}
+	cancel, err := s.c.CreateDeltaWatch(&discovery.DeltaDiscoveryRequest{TypeUrl: s.typ, ResponseNonce: s.nonce,
+		ResourceNamesSubscribe: subs, ResourceNamesUnsubscribe: unsubs, InitialResourceVersions: initial}, &s.sub, s.ch)
+	s.cancel, s.err = cancel, err
+	if err != nil {
+		s.t.Logf("stream reset: %v", err)
+	}
+}
+
+// take applies a pending response, if any.
+func (s *rsim) take() *discovery.DeltaDiscoveryResponse {
+	select {
+	case r := <-s.ch:
+		dr, _ := r.GetDeltaDiscoveryResponse()
+		for _, res := range dr.Resources {
+			s.held[res.Name] = res.Version
+		}
+		for _, n := range dr.RemovedResources {
+			delete(s.held, n)
+		}
+		s.sub.SetReturnedResources(r.GetNextVersionMap())
+		s.n++
+		s.nonce = fmt.Sprint(s.n)
+		s.cancel = nil
+		return dr
+	default:
+		return nil
+	}
+}
+
+func (s *rsim) sync() {
+	for i := 0; i < 100; i++ {
+		if s.take() == nil {
+			return
+		}
+		s.req(nil, nil, nil)
+	}
+}
+
+func cl(name string, t uint32) xds.Resource {
+	return xds.Resource{Name: name, Msg: &cluster.Cluster{Name: name, ConnectTimeout: nil, PerConnectionBufferLimitBytes: nil, LbPolicy: cluster.Cluster_LbPolicy(t)}}
+}
+
+func current(c *xds.Cache, typ string) map[string]string {
+	m := map[string]string{}
+	for _, ri := range c.List(typ) {
+		m[ri.Name] = ri.Version
+	}
+	return m
+}
+
+// TestFailedApplyStoresNothingOfTheStep: an Apply whose step fails stores
+// nothing of that step, so a retry is a change that reaches every client.
+func TestFailedApplyStoresNothingOfTheStep(t *testing.T) {
+	c := xds.NewCache(xds.ClusterType)
+	c.MarkReady()
+	c.Apply(xds.Change{TypeURL: xds.ClusterType, Upserts: []xds.Resource{cl("a", 0)}})
+	s := newSim(t, c, xds.ClusterType)
+	s.req(nil, nil, nil) // legacy wildcard
+	s.sync()
+	bad := xds.Resource{Name: "bad", Msg: &cluster.Cluster{Name: "\xff"}}
+	if err := c.Apply(xds.Change{TypeURL: xds.ClusterType, Upserts: []xds.Resource{cl("a", 1), bad}}); err == nil {
+		t.Fatal("expected error")
+	}
+	// the caller retries without the bad one
+	if err := c.Apply(xds.Change{TypeURL: xds.ClusterType, Upserts: []xds.Resource{cl("a", 1)}}); err != nil {
+		t.Fatal(err)
+	}
+	// and another, unrelated change happens
+	c.Apply(xds.Change{TypeURL: xds.ClusterType, Upserts: []xds.Resource{cl("z", 0)}})
+	s.sync()
+	if s.held["a"] != current(c, xds.ClusterType)["a"] {
+		t.Fatalf("client holds a@%s, cache has a@%s", s.held["a"], current(c, xds.ClusterType)["a"])
+	}
+}
+
+// TestWildcardToggleKeepsRemovals: a wildcard subscribe or unsubscribe
+// ("*") is checked in full, and a deletion made since the client's last
+// response still reaches it.
+func TestWildcardToggleKeepsRemovals(t *testing.T) {
+	for _, mode := range []string{"subscribe *", "unsubscribe *"} {
+		t.Run(mode, func(t *testing.T) {
+			c := xds.NewCache(xds.ClusterType)
+			c.MarkReady()
+			c.Apply(xds.Change{TypeURL: xds.ClusterType, Upserts: []xds.Resource{cl("a", 0), cl("b", 0)}})
+			s := newSim(t, c, xds.ClusterType)
+			if mode == "subscribe *" {
+				s.req([]string{"a"}, nil, nil)
+			} else {
+				s.req([]string{"*", "a"}, nil, nil)
+			}
+			s.take() // response received; client has not ACKed yet
+			c.Apply(xds.Change{TypeURL: xds.ClusterType, Deletes: []string{"a"}})
+			if mode == "subscribe *" {
+				s.req([]string{"*"}, nil, nil)
+			} else {
+				s.req(nil, []string{"*"}, nil)
+			}
+			s.sync()
+			if _, ok := s.held["a"]; ok {
+				t.Fatalf("client still holds deleted a: %v", s.held)
+			}
+		})
+	}
+}
+
+// TestQuietNamedClientOlderThanLog: a client subscribed by name whose
+// resources stay quiet while the type churns past the change log is not
+// reset; it gets what it subscribes to next, and what changed meanwhile.
+func TestQuietNamedClientOlderThanLog(t *testing.T) {
+	c := xds.NewCache(xds.ClusterType)
+	c.MarkReady()
+	c.Apply(xds.Change{TypeURL: xds.ClusterType, Upserts: []xds.Resource{cl("a", 0), cl("b", 0), cl("c", 0)}})
+	s := newSim(t, c, xds.ClusterType)
+	s.req([]string{"a"}, nil, nil)
+	s.sync()
+	for i := range 4100 {
+		c.Apply(xds.Change{TypeURL: xds.ClusterType, Upserts: []xds.Resource{cl("b", uint32(1+i%2))}})
+	}
+	c.Apply(xds.Change{TypeURL: xds.ClusterType, Upserts: []xds.Resource{cl("a", 1)}})
+	s.req([]string{"c"}, nil, nil)
+	if s.err != nil {
+		t.Fatalf("up-to-date client reset: %v", s.err)
+	}
+	s.sync()
+	want := current(c, xds.ClusterType)
+	delete(want, "b")
+	eq(t, "held", want, s.held)
+}

@@ -739,34 +739,40 @@ func (c *Cache) respondDelta(w *watch, names []string, full, evenIfEmpty bool) b
 	var rest []string
 	if full {
 		changed = make([]string, 0, len(ts.resources))
-		seen := map[string]struct{}{}
-		once := func(n string) {
-			if _, dup := seen[n]; !dup {
-				seen[n] = struct{}{}
-				consider(n)
-			}
+		// Everything of interest, then what else may be held: explicit
+		// names, and of a compact state the names changed since G
+		// (deleted ones among them) and the pending rest; each once.
+		covered := func(n string) bool {
+			_, exists := ts.resources[n]
+			_, isSub := subscribed[n]
+			return (wild && exists) || (!wild && isSub)
 		}
 		if wild {
 			for n := range ts.resources {
-				once(n)
+				consider(n)
 			}
 		} else {
 			for n := range subscribed {
-				once(n)
+				consider(n)
 			}
 		}
 		for n := range known {
-			once(n)
-		}
-		// Of a compact state, what may be held besides: names changed
-		// since G (deleted ones among them) and the pending rest.
-		if w.complete && !w.stale {
-			for _, n := range ts.sinceLog(w.gen) {
-				once(n)
+			if !covered(n) {
+				consider(n)
 			}
 		}
-		for _, n := range w.pending {
-			once(n)
+		if w.complete {
+			var extra []string
+			if !w.stale {
+				extra = ts.sinceLog(w.gen)
+			}
+			extra = append(extra, w.pending...)
+			slices.Sort(extra)
+			for _, n := range slices.Compact(extra) {
+				if _, isKnown := known[n]; !isKnown && !covered(n) {
+					consider(n)
+				}
+			}
 		}
 		sort.Strings(changed)
 		if over() {

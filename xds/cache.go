@@ -601,6 +601,11 @@ func (c *Cache) deltaScope(w *watch) (names []string, full bool, err error) {
 		return nil, true, nil
 	}
 	names = ts.sinceLog(gen)
+	if len(names) == 0 && len(subs) == 0 && len(unsubs) == 0 {
+		// The ACK of one part of a split response: the rest, as kept
+		// (sorted, not copied: a new Envoy goes through ~20 of them).
+		return w.pending, false, nil
+	}
 	names = append(names, w.pending...)
 	names = append(names, subs...)
 	names = append(names, unsubs...)

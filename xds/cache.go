@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"strconv"
@@ -163,7 +164,6 @@ type Cache struct {
 	maxDeltaBytes int // resource bytes per delta response; 0: no limit
 
 	parts     map[uint64]*part // rests of split delta responses, by id
-	nextPart  uint64
 	partSweep time.Time
 }
 
@@ -446,12 +446,17 @@ func (c *Cache) Ready() bool {
 
 func firstRequest(w *watch) bool {
 	if w.delta {
+		// The first request of a type on a stream is the one before the
+		// cache's state is installed. (Not response_nonce == "": a delta
+		// request that changes the subscription carries no nonce either.)
 		// Envoy expects an answer to its first wildcard request to finish
 		// initialising, even when there is nothing. A reconnecting client's
 		// first request (initial_resource_versions) is answered too, even
 		// if it holds everything: the answer replaces its explicit versions
 		// (5,000 for an Envoy with 5,000 clusters) with the compact state.
-		return w.dreq.GetResponseNonce() == "" && (w.sub.IsWildcard() || len(w.sub.ReturnedResources()) > 0)
+		known := w.sub.ReturnedResources()
+		_, installed := known[genKey]
+		return !installed && (w.sub.IsWildcard() || len(known) > 0)
 	}
 	// A sotw client's first request on a stream is answered even when empty.
 	// (Not version_info == "": a NACK of the first response also carries an
@@ -566,8 +571,8 @@ func (c *Cache) deltaScope(w *watch) (names []string, full bool, err error) {
 	ts := w.ts
 	known := w.sub.ReturnedResources()
 	g, ok := known[genKey]
-	if !ok || w.dreq.GetResponseNonce() == "" {
-		return nil, true, nil
+	if !ok {
+		return nil, true, nil // explicit: a new stream or type
 	}
 	gen, perr := strconv.ParseUint(g, 10, 64)
 	if perr != nil || gen > ts.gen {
@@ -614,7 +619,7 @@ func (c *Cache) deltaScope(w *watch) (names []string, full bool, err error) {
 }
 
 func (c *Cache) lookupPart(id string) *part {
-	n, err := strconv.ParseUint(id, 10, 64)
+	n, err := strconv.ParseUint(id, 16, 64)
 	if err != nil {
 		return nil
 	}
@@ -624,9 +629,14 @@ func (c *Cache) lookupPart(id string) *part {
 // keepPart keeps the rest of a split response and returns its id.
 func (c *Cache) keepPart(names []string) string {
 	now := c.sweepParts()
-	c.nextPart++
-	c.parts[c.nextPart] = &part{names: names, made: now}
-	return strconv.FormatUint(c.nextPart, 10)
+	// Random ids: a client cannot name another stream's part (in
+	// initial_resource_versions) and have it dropped.
+	id := rand.Uint64()
+	for c.parts[id] != nil {
+		id = rand.Uint64()
+	}
+	c.parts[id] = &part{names: names, made: now}
+	return strconv.FormatUint(id, 16)
 }
 
 // sweepParts drops parts older than partTTL, at most every partTTL/5: their
@@ -649,7 +659,7 @@ func (c *Cache) sweepParts() time.Time {
 // response has superseded that state.
 func (c *Cache) dropPart(known map[string]string) {
 	if id, ok := known[partKey]; ok {
-		if n, err := strconv.ParseUint(id, 10, 64); err == nil {
+		if n, err := strconv.ParseUint(id, 16, 64); err == nil {
 			delete(c.parts, n)
 		}
 	}
@@ -998,13 +1008,14 @@ type Stats struct {
 	Marshals  uint64         // resource encodings since start
 	Resources map[string]int // per type URL
 	Watches   map[string]int // open watches per type URL
+	Parts     int            // rests of split delta responses kept
 }
 
 // Stats returns the cache's counters.
 func (c *Cache) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := Stats{Marshals: c.marshals, Resources: map[string]int{}, Watches: map[string]int{}}
+	s := Stats{Marshals: c.marshals, Resources: map[string]int{}, Watches: map[string]int{}, Parts: len(c.parts)}
 	for u, ts := range c.types {
 		s.Resources[u] = len(ts.resources)
 		s.Watches[u] = len(ts.watches)

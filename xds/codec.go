@@ -9,11 +9,11 @@ import (
 )
 
 // codec is gRPC's proto codec with one difference: a message is encoded
-// into a buffer of its own size, not one from gRPC's default buffer pool.
-// That pool hands any message over 32 KiB a 1 MiB buffer and keeps it
-// across a garbage collection; a thousand Envoys receiving their first
-// state in parts would hold a gigabyte of such buffers. Incoming messages
-// are read with the server's (tiered) pool.
+// into a buffer from the server's own pool, whose tiers are powers of two.
+// gRPC's default pool hands any message over 32 KiB a 1 MiB buffer and
+// keeps it across a garbage collection; a thousand Envoys receiving their
+// first state in parts would hold a gigabyte of such buffers. Pooling
+// still matters: those first states are ~2 GB of encoded responses.
 type codec struct{}
 
 var _ encoding.CodecV2 = codec{}
@@ -25,11 +25,23 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 	if !ok {
 		return nil, fmt.Errorf("xds codec: cannot encode %T", v)
 	}
-	b, err := proto.Marshal(m)
+	size := proto.Size(m)
+	opts := proto.MarshalOptions{UseCachedSize: true} // size was just computed
+	if mem.IsBelowBufferPoolingThreshold(size) {
+		b, err := opts.Marshal(m)
+		if err != nil {
+			return nil, err
+		}
+		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	}
+	buf := bufferPool.Get(size)
+	b, err := opts.MarshalAppend((*buf)[:0], m)
 	if err != nil {
+		bufferPool.Put(buf)
 		return nil, err
 	}
-	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	*buf = b
+	return mem.BufferSlice{mem.NewBuffer(buf, bufferPool)}, nil
 }
 
 func (codec) Unmarshal(data mem.BufferSlice, v any) error {

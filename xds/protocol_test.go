@@ -766,3 +766,22 @@ func TestDeltaStateIsCompact(t *testing.T) {
 	dr, _ := r.GetDeltaDiscoveryResponse()
 	eq(t, "after one change", []string{"s0042"}, names(dr))
 }
+
+// TestDeltaSubscribeMoreSendsOnlyTheNew: a delta request that only changes
+// the subscription carries no response_nonce (the protocol says to omit
+// it); the client still gets only what it does not hold.
+func TestDeltaSubscribeMoreSendsOnlyTheNew(t *testing.T) {
+	h := newHarness(t, true)
+	h.publish([]translate.Resources{svc("a", 1001), svc("b", 1002), svc("c", 1003)})
+	c := h.delta("n1")
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"a", "b"}})
+	r := c.recv()
+	eq(t, "first", []string{"a", "b"}, names(r))
+	c.ack(r)
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"c"}})
+	eq(t, "after subscribing c", []string{"c"}, names(c.recv()))
+	c.none()
+	if n := h.cache.Stats().Parts; n != 0 {
+		t.Fatalf("parts kept: %d", n)
+	}
+}

@@ -169,3 +169,33 @@ func TestQuietNamedClientOlderThanLog(t *testing.T) {
 	delete(want, "b")
 	eq(t, "held", want, s.held)
 }
+
+// TestSplitPartsAreDropped: the rests of split responses are dropped once
+// the client has gone through them, also when it subscribes more names
+// while a split is under way (as an Envoy does while clusters arrive).
+func TestSplitPartsAreDropped(t *testing.T) {
+	c := xds.NewCache(xds.ClusterType)
+	c.SetMaxDeltaResponseBytes(200)
+	var all []xds.Resource
+	var names []string
+	for i := range 300 {
+		n := fmt.Sprintf("c%03d", i)
+		all = append(all, cl(n, 0))
+		names = append(names, n)
+	}
+	if err := c.Apply(xds.Change{TypeURL: xds.ClusterType, Upserts: all}); err != nil {
+		t.Fatal(err)
+	}
+	c.MarkReady()
+	s := newSim(t, c, xds.ClusterType)
+	s.req(names[:100], nil, nil)
+	for i := 1; i < 3; i++ {
+		if s.take() == nil {
+			t.Fatal("no response")
+		}
+		s.req(names[i*100:(i+1)*100], nil, nil) // subscribe more, instead of a bare ACK
+	}
+	s.sync()
+	eq(t, "held", current(c, xds.ClusterType), s.held)
+	eq(t, "parts kept", 0, c.Stats().Parts)
+}

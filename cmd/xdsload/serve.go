@@ -58,6 +58,8 @@ type serverStats struct {
 	// each resource of each response) plus the resources hashed for delta
 	// version maps (one encoding each, per snapshot).
 	Encodings uint64 `json:"encodings"`
+	// Parts: rests of split responses the bridge cache keeps.
+	Parts int `json:"parts,omitempty"`
 }
 
 // server is the serving side: the bridge's cache and xDS server, or the
@@ -258,7 +260,8 @@ func (s *server) Stats() (serverStats, error) {
 	runtime.ReadMemStats(&ms)
 	st.HeapBytes = ms.HeapAlloc
 	if s.bc != nil {
-		st.Encodings = s.bc.Stats().Marshals
+		cs := s.bc.Stats()
+		st.Encodings, st.Parts = cs.Marshals, cs.Parts
 	} else {
 		st.Encodings = s.sent.Load() + s.hashed.Load()
 	}

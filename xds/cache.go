@@ -171,7 +171,7 @@ type Cache struct {
 // response. A new Envoy subscribed to 5,000 assignments would otherwise get
 // them in one 2 MB message, encoded and held by gRPC for every stream that
 // connects at once; above the bound the rest follows each ACK.
-const DefaultMaxDeltaResponseBytes = 64 << 10
+const DefaultMaxDeltaResponseBytes = 32 << 10
 
 var _ cache.Cache = (*Cache)(nil)
 

@@ -516,11 +516,12 @@ func (c *Cache) create(w *watch) (func(), error) {
 // sinceLog returns the names changed after generation gen, which must not
 // be older than the log.
 func (ts *typeState) sinceLog(gen uint64) []string {
+	// The log is in generation order; an ACK of a recent response looks
+	// at its tail only, not at up to maxLogGens entries.
+	i := sort.Search(len(ts.log), func(i int) bool { return ts.log[i].gen > gen })
 	var names []string
-	for _, l := range ts.log {
-		if l.gen > gen {
-			names = append(names, l.names...)
-		}
+	for _, l := range ts.log[i:] {
+		names = append(names, l.names...)
 	}
 	return names
 }

@@ -683,6 +683,34 @@ func (c *Cache) tryRespond(w *watch, names []string, evenIfEmpty bool) {
 	}
 }
 
+// fullCheck calls fn once for each name a full check of a subscription
+// looks at: every resource of interest (all of the type for a wildcard
+// subscription, else the subscribed names), then each name the client is
+// known to hold besides. It returns whether a name was among the first.
+func (ts *typeState) fullCheck(sub cache.Subscription, fn func(n string)) (covered func(n string) bool) {
+	subscribed, wild := sub.SubscribedResources(), sub.IsWildcard()
+	covered = func(n string) bool {
+		_, exists := ts.resources[n]
+		_, isSub := subscribed[n]
+		return (wild && exists) || (!wild && isSub)
+	}
+	if wild {
+		for n := range ts.resources {
+			fn(n)
+		}
+	} else {
+		for n := range subscribed {
+			fn(n)
+		}
+	}
+	for n := range sub.ReturnedResources() {
+		if !covered(n) {
+			fn(n)
+		}
+	}
+	return covered
+}
+
 func isStateKey(k string) bool { return k == genKey || k == partKey }
 
 // respondDelta computes and sends the response for a delta watch, looking
@@ -758,25 +786,7 @@ func (c *Cache) respondDelta(w *watch, names []string, full, evenIfEmpty bool) b
 		// Everything of interest, then what else may be held: explicit
 		// names, and of a compact state the names changed since G
 		// (deleted ones among them) and the pending rest; each once.
-		covered := func(n string) bool {
-			_, exists := ts.resources[n]
-			_, isSub := subscribed[n]
-			return (wild && exists) || (!wild && isSub)
-		}
-		if wild {
-			for n := range ts.resources {
-				consider(n)
-			}
-		} else {
-			for n := range subscribed {
-				consider(n)
-			}
-		}
-		for n := range known {
-			if !covered(n) {
-				consider(n)
-			}
-		}
+		covered := ts.fullCheck(w.sub, consider)
 		if w.complete {
 			var extra []string
 			if !w.stale {
@@ -881,22 +891,7 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 		}
 	}
 	if full {
-		if wild {
-			for n := range ts.resources {
-				consider(n)
-			}
-		} else {
-			for n := range subscribed {
-				consider(n)
-			}
-		}
-		for n := range known {
-			if _, ok := ts.resources[n]; !ok {
-				consider(n)
-			} else if _, ok := subscribed[n]; !ok && !wild {
-				consider(n)
-			}
-		}
+		ts.fullCheck(sub, consider)
 	} else {
 		seen := make(map[string]struct{}, len(names))
 		for _, n := range names {

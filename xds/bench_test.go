@@ -26,6 +26,23 @@ func benchResources(i, endpoints int, port uint32) translate.Resources {
 	return r
 }
 
+// benchCache returns a ready cache serving n services of 10 endpoints, and
+// their names.
+func benchCache(b *testing.B, n int) (*xds.Cache, []string) {
+	c := xds.NewCache(xds.ClusterType, xds.EndpointType, xds.ListenerType, xds.RouteType)
+	all := make([]translate.Resources, n)
+	names := make([]string, n)
+	for i := range all {
+		all[i] = benchResources(i, 10, 80)
+		names[i] = all[i].Cluster.GetName()
+	}
+	if err := c.PublishServices(all, nil); err != nil {
+		b.Fatal(err)
+	}
+	c.MarkReady()
+	return c, names
+}
+
 // benchWatch is an Envoy-like delta EDS stream as the go-control-plane
 // server drives the cache: one open watch, re-created after each response
 // with the versions it returned.
@@ -73,17 +90,7 @@ func BenchmarkPublishSingleEndpointChange(b *testing.B) {
 	const services = 5000
 	for _, watches := range []int{0, 100, 1000} {
 		b.Run(fmt.Sprintf("watches=%d", watches), func(b *testing.B) {
-			c := xds.NewCache(xds.ClusterType, xds.EndpointType, xds.ListenerType, xds.RouteType)
-			all := make([]translate.Resources, services)
-			names := make([]string, services)
-			for i := range all {
-				all[i] = benchResources(i, 10, 80)
-				names[i] = all[i].Cluster.GetName()
-			}
-			if err := c.PublishServices(all, nil); err != nil {
-				b.Fatal(err)
-			}
-			c.MarkReady()
+			c, names := benchCache(b, services)
 			ws := make([]*benchWatch, watches)
 			for i := range ws {
 				w := &benchWatch{ch: make(chan cache.DeltaResponse, 1)}
@@ -119,17 +126,7 @@ func BenchmarkPublishSingleEndpointChange(b *testing.B) {
 // response it acknowledges: the watch is held, nothing is scanned.
 func BenchmarkDeltaACK(b *testing.B) {
 	const services = 5000
-	c := xds.NewCache(xds.ClusterType, xds.EndpointType, xds.ListenerType, xds.RouteType)
-	all := make([]translate.Resources, services)
-	names := make([]string, services)
-	for i := range all {
-		all[i] = benchResources(i, 10, 80)
-		names[i] = all[i].Cluster.GetName()
-	}
-	if err := c.PublishServices(all, nil); err != nil {
-		b.Fatal(err)
-	}
-	c.MarkReady()
+	c, names := benchCache(b, services)
 	w := &benchWatch{ch: make(chan cache.DeltaResponse, 1)}
 	w.sub = stream.NewDeltaSubscription(names, nil, nil, false)
 	w.arm(b, c, "")

@@ -48,11 +48,12 @@ type Resources struct {
 const DefaultConnectTimeout = 5 * time.Second
 
 // Service translates one service into its Cluster, ClusterLoadAssignment,
-// and the Listener and RouteConfiguration gRPC clients start from. The
-// service is not modified.
+// and the Listener and RouteConfiguration gRPC clients start from, within
+// DefaultLimits (see ServiceWithin; a refused service has no resources).
+// The service is not modified.
 func Service(s sources.Service) (Resources, []Diagnostic) {
-	cla, diags := LoadAssignment(s)
-	return Resources{Cluster: Cluster(s.Name), Load: cla, Listener: APIListener(s.Name), Route: RouteConfig(s.Name)}, diags
+	r := ServiceWithin(s, DefaultLimits())
+	return r.Resources, r.Diagnostics
 }
 
 // Cluster is the EDS cluster for a service: its endpoints come over ADS.

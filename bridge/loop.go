@@ -58,6 +58,11 @@ type Options struct {
 	// MaxRetention bounds how long a host absent from discovery but passing
 	// its check is retained; 0 retains it as long as it passes.
 	MaxRetention time.Duration
+	// Limits bound what a service's resources carry (zero fields:
+	// translate's defaults). A service over them is published without
+	// what is over (metadata namespaces, hostnames) or, when nothing can
+	// be dropped, not published: its last published version stays.
+	Limits translate.Limits
 }
 
 // Checks is what the loop asks of active health checking. Implementations
@@ -106,6 +111,10 @@ type Loop struct {
 	synced    map[string]bool
 	dirty     map[string]bool
 	published map[string]sources.Service // service → the merged input last translated
+	// refused holds the services whose latest input was refused (over the
+	// limits, or failing validation): what is served is an older version
+	// (published) or nothing.
+	refused   map[string]bool
 	retained  map[string]map[sources.HostKey]*retainedHost
 	lastHosts []healthcheck.ServiceHosts
 	ready     bool
@@ -140,6 +149,7 @@ func New(opts Options, pub Publisher) *Loop {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	opts.Limits = opts.Limits.WithDefaults()
 	l := &Loop{
 		opts:      opts,
 		pub:       pub,
@@ -151,6 +161,7 @@ func New(opts Options, pub Publisher) *Loop {
 		synced:    map[string]bool{},
 		dirty:     map[string]bool{},
 		published: map[string]sources.Service{},
+		refused:   map[string]bool{},
 		retained:  map[string]map[sources.HostKey]*retainedHost{},
 		status:    map[string]*SourceStatus{},
 		hostInfo:  map[string][]HostInfo{},
@@ -372,28 +383,38 @@ func (l *Loop) flush() {
 			if _, was := l.published[name]; was {
 				removed = append(removed, name)
 			}
+			delete(l.refused, name)
+			l.setDiags(name, nil)
 			continue
 		}
-		if old, was := l.published[name]; was && reflect.DeepEqual(old, svc) {
+		// Unchanged since published, unless a refused input came in
+		// between: translating it again puts back its diagnostics.
+		if old, was := l.published[name]; was && !l.refused[name] && reflect.DeepEqual(old, svc) {
 			continue
 		}
-		res, diags := translate.Service(svc)
-		l.mu.Lock()
-		if len(diags) > 0 {
-			l.diags[name] = diags
-		} else {
-			delete(l.diags, name)
-		}
-		l.mu.Unlock()
-		for _, d := range diags {
+		r := translate.ServiceWithin(svc, l.opts.Limits)
+		l.setDiags(name, r.Diagnostics)
+		for _, d := range r.Diagnostics {
 			l.log.Warn("translation diagnostic", "service", d.Service, "field", d.Field, "message", d.Message)
 		}
-		if err := res.Validate(); err != nil {
+		for limit, n := range r.Exceeded {
+			l.m.limitExceeded.WithLabelValues(limit).Add(float64(n))
+		}
+		if r.Refused {
+			l.m.refused.Inc()
+			l.refused[name] = true
+			_, was := l.published[name]
+			l.log.Error("service over the translation limits; serving its last published version", "service", name, "has_published_version", was)
+			continue
+		}
+		if err := r.Validate(); err != nil {
 			l.m.invalid.Inc()
+			l.refused[name] = true
 			l.log.Error("generated resource failed validation; serving the last valid one", "service", name, "error", err)
 			continue
 		}
-		changed = append(changed, res)
+		delete(l.refused, name)
+		changed = append(changed, r.Resources)
 		inputs[name] = svc
 	}
 	if len(changed) > 0 || len(removed) > 0 {
@@ -415,6 +436,7 @@ func (l *Loop) flush() {
 	l.m.flushes.Inc()
 	l.m.flushSeconds.Observe(l.now().Sub(start).Seconds())
 	l.m.services.Set(float64(len(l.published)))
+	l.m.refusedServices.Set(float64(len(l.refused)))
 	if !l.ready {
 		l.ready = true
 		l.pub.MarkReady()
@@ -425,6 +447,16 @@ func (l *Loop) flush() {
 	}
 	if len(changed) > 0 || len(removed) > 0 {
 		l.log.Debug("published", "changed", len(changed), "removed", len(removed))
+	}
+}
+
+func (l *Loop) setDiags(service string, diags []translate.Diagnostic) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(diags) > 0 {
+		l.diags[service] = diags
+	} else {
+		delete(l.diags, service)
 	}
 }
 

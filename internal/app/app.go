@@ -119,6 +119,7 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		Logger:       log,
 		Metrics:      reg,
 		MaxRetention: c.HealthChecks.MaxRetention.D(),
+		Limits:       c.Limits,
 	}
 	if len(perSource)+len(perService) > 0 {
 		checker := healthcheck.NewChecker(healthcheck.Options{Workers: c.HealthChecks.Workers, Logger: log, Metrics: reg})

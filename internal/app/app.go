@@ -125,7 +125,7 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		checks = healthcheck.NewManager(checker, perSource, perService)
 		opts.HealthChecks = checks
 	}
-	cache := xds.NewCache(xds.ClusterType, xds.EndpointType, xds.ListenerType, xds.RouteType)
+	cache := xds.NewCache()
 	loop := bridge.New(opts, cache)
 	return &App{
 		Checks:   checks,

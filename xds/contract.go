@@ -32,7 +32,10 @@ import (
 //     requests, so the sotw state that must survive (what to roll back on
 //     a NACK) rides in the values of the names.
 //  4. The sotw server ignores a request whose nonce is not the latest
-//     response's: a sotw NACK the cache sees is of the latest response.
+//     response's while that response is unanswered (once it takes a
+//     request it takes the next whatever its nonce): a sotw NACK the cache
+//     sees is of the latest response, or a late duplicate, which then costs
+//     a resend, never a lost update.
 //  5. A watch is cancelled before the next watch of its stream and type is
 //     created, and a watch is answered at most once. The delta server's
 //     response channel holds two responses per type and the sotw ADS

@@ -39,7 +39,7 @@ type sotwState struct {
 }
 
 // readSotwState reads the state for a new sotw watch: applies the request's
-// answer to the last response (contract 4: it is the latest), and decides
+// answer to the last response (contract 4), and decides
 // the names to look at: those changed since the state's generation. It
 // looks at everything of interest when that is not known (a sotw request
 // that names resources drops genKey from the state: the server removes

@@ -58,6 +58,10 @@ type Options struct {
 	// MaxRetention bounds how long a host absent from discovery but passing
 	// its check is retained; 0 retains it as long as it passes.
 	MaxRetention time.Duration
+	// DefaultLocality maps a source name to the locality given to the
+	// endpoints without one of the services it owns (translate.Options); a
+	// source not in the map gives them an empty locality.
+	DefaultLocality map[string]sources.Locality
 }
 
 // Checks is what the loop asks of active health checking. Implementations
@@ -105,7 +109,8 @@ type Loop struct {
 	claims    map[string][]string                   // service → sources claiming it, first is owner
 	synced    map[string]bool
 	dirty     map[string]bool
-	published map[string]sources.Service // service → the merged input last translated
+	published map[string]sources.Service   // service → the merged input last translated
+	pubOpts   map[string]translate.Options // service → the options it was translated with
 	retained  map[string]map[sources.HostKey]*retainedHost
 	lastHosts []healthcheck.ServiceHosts
 	ready     bool
@@ -151,6 +156,7 @@ func New(opts Options, pub Publisher) *Loop {
 		synced:    map[string]bool{},
 		dirty:     map[string]bool{},
 		published: map[string]sources.Service{},
+		pubOpts:   map[string]translate.Options{},
 		retained:  map[string]map[sources.HostKey]*retainedHost{},
 		status:    map[string]*SourceStatus{},
 		hostInfo:  map[string][]HostInfo{},
@@ -366,6 +372,7 @@ func (l *Loop) flush() {
 	var changed []translate.Resources
 	var removed []string
 	inputs := map[string]sources.Service{}
+	inputOpts := map[string]translate.Options{}
 	for _, name := range names {
 		svc, keep := l.merge(name)
 		if !keep {
@@ -374,10 +381,13 @@ func (l *Loop) flush() {
 			}
 			continue
 		}
-		if old, was := l.published[name]; was && reflect.DeepEqual(old, svc) {
+		// The owner's default locality: a service that passes to another
+		// owner with the same endpoints may still change.
+		opts := translate.Options{DefaultLocality: l.opts.DefaultLocality[l.owner(name)]}
+		if old, was := l.published[name]; was && reflect.DeepEqual(old, svc) && l.pubOpts[name] == opts {
 			continue
 		}
-		res, diags := translate.Service(svc)
+		res, diags := opts.Service(svc)
 		l.mu.Lock()
 		if len(diags) > 0 {
 			l.diags[name] = diags
@@ -395,6 +405,7 @@ func (l *Loop) flush() {
 		}
 		changed = append(changed, res)
 		inputs[name] = svc
+		inputOpts[name] = opts
 	}
 	if len(changed) > 0 || len(removed) > 0 {
 		if err := l.pub.PublishServices(changed, removed); err != nil {
@@ -405,9 +416,11 @@ func (l *Loop) flush() {
 	}
 	for n, s := range inputs {
 		l.published[n] = s
+		l.pubOpts[n] = inputOpts[n]
 	}
 	for _, n := range removed {
 		delete(l.published, n)
+		delete(l.pubOpts, n)
 		delete(l.retained, n)
 	}
 	clear(l.dirty)

@@ -102,21 +102,9 @@ func (p *poisonClient) rejects(res map[string]string) bool {
 // of it goes through.
 func TestDeltaNACKIsolatesTheBadResource(t *testing.T) {
 	h := newHarness(t, true)
-	var all []translate.Resources
-	var subscribe []string
-	for i := range 40 {
-		n := fmt.Sprintf("s%02d", i)
-		all = append(all, svc(n, 1000+uint32(i)))
-		subscribe = append(subscribe, n)
-	}
+	all, subscribe := services(40)
 	h.publish(all)
-	cur := func() map[string]string {
-		m := map[string]string{}
-		for _, ri := range h.cache.List(eds) {
-			m[ri.Name] = ri.Version
-		}
-		return m
-	}
+	cur := func() map[string]string { return current(h.cache, eds) }
 	p := &poisonClient{name: "s17", version: cur()["s17"], held: map[string]string{}, sentAt: map[string]int{}}
 	c := h.delta("n1")
 	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: subscribe})
@@ -175,21 +163,9 @@ func TestDeltaNACKIsolatesTheBadResource(t *testing.T) {
 // named assignments (Envoy rejects such a response whole).
 func TestSotwNACKIsolatesTheBadResource(t *testing.T) {
 	h := newHarness(t, true)
-	var all []translate.Resources
-	var subscribe []string
-	for i := range 20 {
-		n := fmt.Sprintf("s%02d", i)
-		all = append(all, svc(n, 1000+uint32(i)))
-		subscribe = append(subscribe, n)
-	}
+	all, subscribe := services(20)
 	h.publish(all)
-	cur := func() map[string]string {
-		m := map[string]string{}
-		for _, ri := range h.cache.List(eds) {
-			m[ri.Name] = ri.Version
-		}
-		return m
-	}
+	cur := func() map[string]string { return current(h.cache, eds) }
 	poison := "s05"
 	pv := cur()[poison]
 	held := map[string]string{}

@@ -100,6 +100,18 @@ func (h *harness) waitWatches(n int, types ...string) {
 	}
 }
 
+// services are n services s00, s01, ... with one endpoint each, and their names.
+func services(n int) ([]translate.Resources, []string) {
+	var all []translate.Resources
+	var names []string
+	for i := range n {
+		name := fmt.Sprintf("s%02d", i)
+		all = append(all, svc(name, 1000+uint32(i)))
+		names = append(names, name)
+	}
+	return all, names
+}
+
 func (h *harness) publish(changed []translate.Resources, removed ...string) {
 	h.t.Helper()
 	if err := h.cache.PublishServices(changed, removed); err != nil {
@@ -503,24 +515,11 @@ func TestEachVersionEncodedOnce(t *testing.T) {
 // carries part of what is pending; each ACK brings the next part, a change
 // made in between is not lost, and no version is sent twice.
 func TestDeltaLargeResponseSplit(t *testing.T) {
-	var all []translate.Resources
-	var want []string
-	for i := range 10 {
-		n := fmt.Sprintf("s%02d", i)
-		all = append(all, svc(n, 1000+uint32(i)))
-		want = append(want, n)
-	}
+	all, want := services(10)
 	size := proto.Size(all[0].Load)
 	h := newHarness(t, true, xds.WithMaxResponseBytes(3*size)) // three assignments a response
 	h.publish(all)
-
-	current := func() map[string]string {
-		m := map[string]string{}
-		for _, ri := range h.cache.List(eds) {
-			m[ri.Name] = ri.Version
-		}
-		return m
-	}
+	current := func() map[string]string { return current(h.cache, eds) }
 	c := h.delta("n1")
 	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: want})
 	got := map[string]string{}

@@ -172,23 +172,30 @@ func TestQuietNamedClientOlderThanLog(t *testing.T) {
 	eq(t, "held", want, s.held)
 }
 
-// TestSplitRestGoesWithTheStream: the rest of a split response is part of
-// the stream's state, so it is gone with the stream: 300 streams that end
-// after their first part leave nothing behind in the cache. (The rests were
-// kept cache-side until a publish swept them, 5 minutes later.)
-func TestSplitRestGoesWithTheStream(t *testing.T) {
+// splitCache serves n clusters, about two to a response.
+func splitCache(t *testing.T, n int) (*xds.Cache, []string) {
+	t.Helper()
 	c := xds.NewCache(xds.WithTypes(xds.ClusterType), xds.WithMaxResponseBytes(200))
 	var all []xds.Resource
 	var names []string
-	for i := range 3000 {
-		n := fmt.Sprintf("c%04d", i)
-		all = append(all, cl(n, 0))
-		names = append(names, n)
+	for i := range n {
+		name := fmt.Sprintf("c%05d", i)
+		all = append(all, cl(name, 0))
+		names = append(names, name)
 	}
 	if err := c.Apply(xds.Change{TypeURL: xds.ClusterType, Upserts: all}); err != nil {
 		t.Fatal(err)
 	}
 	c.MarkReady()
+	return c, names
+}
+
+// TestSplitRestGoesWithTheStream: the rest of a split response is part of
+// the stream's state, so it is gone with the stream: 300 streams that end
+// after their first part leave nothing behind in the cache. (The rests were
+// kept cache-side until a publish swept them, 5 minutes later.)
+func TestSplitRestGoesWithTheStream(t *testing.T) {
+	c, names := splitCache(t, 3000)
 	heap := func() uint64 {
 		runtime.GC()
 		var m runtime.MemStats
@@ -215,18 +222,7 @@ func TestSplitRestGoesWithTheStream(t *testing.T) {
 // more names while a split is under way (as an Envoy does while clusters
 // arrive) gets everything, and a synced state is compact again.
 func TestSplitRestKeptAcrossSubscriptionChanges(t *testing.T) {
-	c := xds.NewCache(xds.WithTypes(xds.ClusterType), xds.WithMaxResponseBytes(200))
-	var all []xds.Resource
-	var names []string
-	for i := range 300 {
-		n := fmt.Sprintf("c%03d", i)
-		all = append(all, cl(n, 0))
-		names = append(names, n)
-	}
-	if err := c.Apply(xds.Change{TypeURL: xds.ClusterType, Upserts: all}); err != nil {
-		t.Fatal(err)
-	}
-	c.MarkReady()
+	c, names := splitCache(t, 300)
 	s := newSim(t, c, xds.ClusterType)
 	s.req(names[:100], nil, nil)
 	for i := 1; i < 3; i++ {

@@ -59,9 +59,10 @@ const (
 	// rejectedKey → name sep version pairs: resources the client rejected
 	// alone, at that version, which are not sent again at that version.
 	rejectedKey = "\x00rejected"
-	// sentPrefix + nonce → what the response of that nonce carried (name
-	// sep version pairs; a removal has an empty version), kept until the
-	// client answers it, so that a NACK puts it back to be sent again.
+	// sentPrefix + nonce → what the response of that nonce carried: its
+	// generation, the number of resources, their names and then the names
+	// it removed, joined by sep; kept until the client answers it, so that
+	// a NACK puts it back to be sent again.
 	sentPrefix = "\x00sent\x00"
 )
 
@@ -76,7 +77,7 @@ func isStateKey(k string) bool { return k == genKey || (len(k) > 0 && k[0] == 0)
 // server gave it (contract 2) and what it carried.
 type deltaResponse struct {
 	*cache.DeltaPassthroughResponse
-	sent string // pairs of name, version
+	sent string // see sentPrefix
 }
 
 func (r *deltaResponse) GetNextVersionMap() map[string]string {

@@ -127,7 +127,7 @@ func TestContractDeltaStateRoundTrip(t *testing.T) {
 		t.Fatalf("state not handed back: %q", got)
 	}
 	sent, ok := got[sentPrefix+r.Nonce]
-	if !ok || !strings.HasPrefix(sent, "a"+sep) {
+	if !ok || !strings.HasSuffix(sent, "a"+sep+"b") {
 		t.Fatalf("the state does not record the response of nonce %s: %q", r.Nonce, got)
 	}
 

@@ -99,7 +99,7 @@ func (c *Cache) readDeltaState(w *watch) error {
 		case nonce == "" || nonceBefore(nonce, sentNonce):
 			ds.carry = append(ds.carry, k)
 		case sentNonce == nonce && nack:
-			nacked = ds.rejectResponse(v)
+			nacked = ds.rejectResponse(ts, v)
 		}
 	}
 	subs, unsubs := w.dreq.GetResourceNamesSubscribe(), w.dreq.GetResourceNamesUnsubscribe()
@@ -153,24 +153,24 @@ func (c *Cache) readDeltaState(w *watch) error {
 }
 
 // rejectResponse takes what a rejected response carried back from the
-// client's state: its names are sent again, and the next response carries
-// at most half of its resources; a resource rejected alone is remembered.
-func (ds *deltaState) rejectResponse(sent string) (names []string) {
-	var count int
-	var name, version string
-	pairs(sent, func(n, v string) {
-		names = append(names, n)
-		if v != "" {
-			count++
-			name, version = n, v
-		}
-	})
+// client's state: its names are sent again, in responses of at most half
+// its resources; a resource rejected alone is remembered, at the version it
+// was sent at if that is still the current one (a newer one is sent as
+// usual).
+func (ds *deltaState) rejectResponse(ts *typeState, sent string) (names []string) {
+	g, sent, _ := strings.Cut(sent, sep)
+	k, sent, _ := strings.Cut(sent, sep)
+	gen, _ := strconv.ParseUint(g, 10, 64)
+	count, _ := strconv.Atoi(k)
+	names = strings.Split(sent, sep)
 	switch {
 	case count == 1:
-		if ds.rejected == nil {
-			ds.rejected = map[string]string{}
+		if e, ok := ts.resources[names[0]]; ok && e.gen <= gen {
+			if ds.rejected == nil {
+				ds.rejected = map[string]string{}
+			}
+			ds.rejected[e.name] = e.version
 		}
-		ds.rejected[name] = version
 		ds.limit = 0 // found: the rest goes as usual
 	case count > 1:
 		ds.limit = (count + 1) / 2
@@ -331,15 +331,13 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 	for _, k := range ds.carry {
 		next[k] = known[k]
 	}
-	var sent strings.Builder
 	res := make([]*discovery.Resource, 0, len(changed))
 	for _, n := range changed {
-		e := ts.resources[n]
-		res = append(res, e.delta)
-		sent.WriteString(n + sep + e.version + sep)
+		res = append(res, ts.resources[n].delta)
 	}
-	for _, n := range removed {
-		sent.WriteString(n + sep + sep)
+	var sent string
+	if len(changed)+len(removed) > 0 {
+		sent = next[genKey] + sep + strconv.Itoa(len(changed)) + sep + strings.Join(append(changed, removed...), sep)
 	}
 	w.done = true
 	// Sent under c.mu: this does not block (contract 5).
@@ -354,7 +352,7 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 				SystemVersionInfo: strconv.FormatUint(ts.gen, 10),
 			},
 		},
-		sent: sent.String(),
+		sent: sent,
 	}
 	return true
 }

@@ -58,6 +58,10 @@ type Options struct {
 	// MaxRetention bounds how long a host absent from discovery but passing
 	// its check is retained; 0 retains it as long as it passes.
 	MaxRetention time.Duration
+	// DefaultLocality maps a source name to the locality given to the
+	// endpoints without one of the services it owns (translate.Options); a
+	// source not in the map gives them an empty locality.
+	DefaultLocality map[string]sources.Locality
 	// Limits bound what a service's resources carry (zero fields:
 	// translate's defaults). A service over them is published without
 	// what is over (metadata namespaces, hostnames) or, when nothing can
@@ -110,7 +114,8 @@ type Loop struct {
 	claims    map[string][]string                   // service → sources claiming it, first is owner
 	synced    map[string]bool
 	dirty     map[string]bool
-	published map[string]sources.Service // service → the merged input last translated
+	published map[string]sources.Service   // service → the merged input last translated
+	pubOpts   map[string]translate.Options // service → the options it was translated with
 	// refused holds the services whose latest input was refused (over the
 	// limits, or failing validation): what is served is an older version
 	// (published) or nothing.
@@ -161,6 +166,7 @@ func New(opts Options, pub Publisher) *Loop {
 		synced:    map[string]bool{},
 		dirty:     map[string]bool{},
 		published: map[string]sources.Service{},
+		pubOpts:   map[string]translate.Options{},
 		refused:   map[string]bool{},
 		retained:  map[string]map[sources.HostKey]*retainedHost{},
 		status:    map[string]*SourceStatus{},
@@ -377,6 +383,7 @@ func (l *Loop) flush() {
 	var changed []translate.Resources
 	var removed []string
 	inputs := map[string]sources.Service{}
+	inputOpts := map[string]translate.Options{}
 	for _, name := range names {
 		svc, keep := l.merge(name)
 		if !keep {
@@ -387,12 +394,15 @@ func (l *Loop) flush() {
 			l.setDiags(name, nil)
 			continue
 		}
-		// Unchanged since published, unless a refused input came in
-		// between: translating it again puts back its diagnostics.
-		if old, was := l.published[name]; was && !l.refused[name] && reflect.DeepEqual(old, svc) {
+		// The owner's default locality: a service that passes to another
+		// owner with the same endpoints may still change. Unchanged since
+		// published, unless a refused input came in between: translating
+		// it again puts back its diagnostics.
+		opts := translate.Options{DefaultLocality: l.opts.DefaultLocality[l.owner(name)]}
+		if old, was := l.published[name]; was && !l.refused[name] && reflect.DeepEqual(old, svc) && l.pubOpts[name] == opts {
 			continue
 		}
-		r := translate.ServiceWithin(svc, l.opts.Limits)
+		r := opts.ServiceWithin(svc, l.opts.Limits)
 		l.setDiags(name, r.Diagnostics)
 		for _, d := range r.Diagnostics {
 			l.log.Warn("translation diagnostic", "service", d.Service, "field", d.Field, "message", d.Message)
@@ -416,6 +426,7 @@ func (l *Loop) flush() {
 		delete(l.refused, name)
 		changed = append(changed, r.Resources)
 		inputs[name] = svc
+		inputOpts[name] = opts
 	}
 	if len(changed) > 0 || len(removed) > 0 {
 		if err := l.pub.PublishServices(changed, removed); err != nil {
@@ -426,9 +437,11 @@ func (l *Loop) flush() {
 	}
 	for n, s := range inputs {
 		l.published[n] = s
+		l.pubOpts[n] = inputOpts[n]
 	}
 	for _, n := range removed {
 		delete(l.published, n)
+		delete(l.pubOpts, n)
 		delete(l.retained, n)
 	}
 	clear(l.dirty)

@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"errors"
+	"maps"
 	"sort"
 	"sync"
 	"testing"
@@ -25,6 +26,7 @@ type recorder struct {
 	ready   int
 	changed chan struct{}
 	fail    error
+	zones   map[string][]string // service → the zone of each locality group, last published
 }
 
 type call struct {
@@ -34,7 +36,9 @@ type call struct {
 	at      time.Time
 }
 
-func newRecorder() *recorder { return &recorder{changed: make(chan struct{}, 100)} }
+func newRecorder() *recorder {
+	return &recorder{changed: make(chan struct{}, 100), zones: map[string][]string{}}
+}
 
 func (r *recorder) PublishServices(changed []translate.Resources, removed []string) error {
 	r.mu.Lock()
@@ -46,9 +50,12 @@ func (r *recorder) PublishServices(changed []translate.Resources, removed []stri
 	for _, res := range changed {
 		c.changed = append(c.changed, res.Cluster.GetName())
 		n := 0
+		var zones []string
 		for _, g := range res.Load.GetEndpoints() {
 			n += len(g.GetLbEndpoints())
+			zones = append(zones, g.GetLocality().GetZone())
 		}
+		r.zones[res.Cluster.GetName()] = zones
 		c.loads[res.Cluster.GetName()] = n
 	}
 	sort.Strings(c.changed)
@@ -61,6 +68,12 @@ func (r *recorder) MarkReady() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.ready++
+}
+
+func (r *recorder) lastZones() map[string][]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.zones)
 }
 
 func (r *recorder) next(t *testing.T) call {
@@ -238,6 +251,31 @@ func TestOwnershipFirstSourceKeepsService(t *testing.T) {
 	}
 	if len(l.Conflicts()) != 0 {
 		t.Fatalf("conflicts remain: %v", l.Conflicts())
+	}
+}
+
+// TestDefaultLocalityOfTheOwner: endpoints without a locality take the
+// default locality of the source that owns their service, also when the
+// service passes to another owner with the same endpoints.
+func TestDefaultLocalityOfTheOwner(t *testing.T) {
+	rec := newRecorder()
+	l := run(t, Options{Sources: []string{"a", "b"}, Quiet: time.Millisecond,
+		DefaultLocality: map[string]sources.Locality{"a": {Zone: "za"}}}, rec)
+	y := service("y", 2)
+	y.Endpoints[0].Locality = sources.Locality{Zone: "zy"}
+	publish(t, l, "a", service("x", 1), y)
+	publish(t, l, "b", service("x", 1))
+	rec.next(t)
+	if d := cmp.Diff(map[string][]string{"x": {"za"}, "y": {"zy"}}, rec.lastZones()); d != "" {
+		t.Fatalf("zones (-want +got):\n%s", d)
+	}
+	// b has no default locality: the same endpoints change.
+	publish(t, l, "a", y)
+	if c := rec.next(t); len(c.changed) != 1 || c.changed[0] != "x" {
+		t.Fatalf("after x passed to b: %+v", c)
+	}
+	if d := cmp.Diff(map[string][]string{"x": {""}, "y": {"zy"}}, rec.lastZones()); d != "" {
+		t.Fatalf("after x passed to b, zones (-want +got):\n%s", d)
 	}
 }
 

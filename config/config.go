@@ -66,6 +66,9 @@ type Config struct {
 	Sources  []Source `json:"sources"`
 	// HealthChecks configures active health checking per service.
 	HealthChecks HealthChecks `json:"health_checks"`
+	// DefaultLocality is the locality of endpoints that have none, for
+	// sources that do not set their own. Zero: an empty locality.
+	DefaultLocality Locality `json:"default_locality"`
 	// Limits bound what one service's resources may carry (see
 	// translate.Limits for each field, its default and its range; 0 or
 	// absent is the default).
@@ -86,6 +89,14 @@ type HealthChecks struct {
 	MaxRetention Duration `json:"max_retention"`
 	// Workers bounds concurrent probes (default 128).
 	Workers int `json:"workers"`
+}
+
+// Locality is where endpoints run, as Envoy's core.v3.Locality. Every
+// field may be empty.
+type Locality struct {
+	Region  string `json:"region,omitempty"`
+	Zone    string `json:"zone,omitempty"`
+	SubZone string `json:"sub_zone,omitempty"`
 }
 
 // XDS configures the xDS gRPC listener.
@@ -125,6 +136,19 @@ type Source struct {
 	// HealthCheck is the optional `health_check:` block: the active check
 	// of every host of this source (healthcheck.ParseConfig decodes it).
 	HealthCheck json.RawMessage
+	// DefaultLocality is the optional `default_locality:` block: the
+	// locality of this source's endpoints that have none, instead of the
+	// top-level default_locality. Nil when not given.
+	DefaultLocality *Locality
+}
+
+// Locality returns the default locality of the source's endpoints: its
+// own if given, else the config's.
+func (c *Config) Locality(source Source) Locality {
+	if source.DefaultLocality != nil {
+		return *source.DefaultLocality
+	}
+	return c.DefaultLocality
 }
 
 // UnmarshalJSON splits the entry into its name and its single type block.
@@ -142,6 +166,13 @@ func (s *Source) UnmarshalJSON(b []byte) error {
 	if hc, ok := m["health_check"]; ok {
 		s.HealthCheck = hc
 		delete(m, "health_check")
+	}
+	if dl, ok := m["default_locality"]; ok {
+		s.DefaultLocality = &Locality{}
+		if err := DecodeJSONStrict(dl, s.DefaultLocality); err != nil {
+			return fmt.Errorf("default_locality: %w", err)
+		}
+		delete(m, "default_locality")
 	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -164,6 +195,9 @@ func (s Source) MarshalJSON() ([]byte, error) {
 	m := map[string]any{"name": s.Name, s.Type: s.Raw}
 	if len(s.HealthCheck) > 0 {
 		m["health_check"] = s.HealthCheck
+	}
+	if s.DefaultLocality != nil {
+		m["default_locality"] = s.DefaultLocality
 	}
 	return json.Marshal(m)
 }

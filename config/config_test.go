@@ -138,6 +138,10 @@ func TestErrors(t *testing.T) {
 		{"resource limit too small", "limits: {max_resource_bytes: 100}" + src, []string{"limits.max_resource_bytes: 100 is not in 4096..4177920"}},
 		{"metadata over the resource limit", "limits: {max_resource_bytes: 10000, max_metadata_bytes: 20000}" + src, []string{"limits.max_metadata_bytes: 20000 is not in 1..10000"}},
 		{"hostname over the resource limit", "limits: {max_hostname_bytes: 2000000}" + src, []string{"limits.max_hostname_bytes: 2000000 is not in 1..1048576"}},
+		{"unknown default_locality field", "default_locality: {regoin: r}" + src, []string{`unknown field "regoin" in default_locality`}},
+		{"default_locality of wrong type", "default_locality: {zone: 1}" + src, []string{"default_locality.zone", "cannot use a JSON number"}},
+		{"unknown source default_locality field", "sources: [{name: s, file: {}, default_locality: {subzone: a}}]", []string{"sources[0]", "default_locality", `unknown field "subzone"`}},
+		{"source default_locality not a mapping", "sources: [{name: s, file: {}, default_locality: r1}]", []string{"sources[0]", "default_locality"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.doc), "", known)
@@ -313,5 +317,54 @@ func TestLimits(t *testing.T) {
 	want.MaxResourceBytes, want.MaxMetadataBytes = 8192, 8192
 	if c.Limits != want {
 		t.Errorf("limits %+v, want %+v", c.Limits, want)
+	}
+}
+
+func TestDefaultLocality(t *testing.T) {
+	c, err := Parse([]byte(minimal), "", known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := c.Locality(c.Sources[0]); l != (Locality{}) {
+		t.Errorf("default locality %+v, want the empty one", l)
+	}
+
+	doc := `
+default_locality: {region: r1, zone: z1, sub_zone: s1}
+sources:
+  - name: inherits
+    file: {path: a.yaml}
+  - name: own
+    default_locality: {zone: z2}
+    dns: {services: []}
+  - name: none
+    default_locality: {}
+    file: {path: b.yaml}
+`
+	if c, err = Parse([]byte(doc), "", known); err != nil {
+		t.Fatal(err)
+	}
+	want := []Locality{{Region: "r1", Zone: "z1", SubZone: "s1"}, {Zone: "z2"}, {}}
+	for i, w := range want {
+		if l := c.Locality(c.Sources[i]); l != w {
+			t.Errorf("%s: locality %+v, want %+v", c.Sources[i].Name, l, w)
+		}
+	}
+	if c.Sources[1].Type != "dns" || string(c.Sources[1].Raw) != `{"services":[]}` {
+		t.Errorf("source own: %+v %s", c.Sources[1], c.Sources[1].Raw)
+	}
+	// Sources marshal back to the file's form and decode the same.
+	b, err := json.Marshal(c.Sources)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var again []Source
+	if err := DecodeJSONStrict(b, &again); err != nil {
+		t.Fatalf("round trip %s: %v", b, err)
+	}
+	for i, w := range want[1:] {
+		if l := c.Locality(again[i+1]); l != w {
+			t.Errorf("round trip %s: locality %+v, want %+v", b, l, w)
+		}
 	}
 }

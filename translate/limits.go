@@ -167,11 +167,15 @@ type Result struct {
 	Refused bool
 }
 
+// ServiceWithin translates one service within lim, with the default
+// Options.
+func ServiceWithin(s sources.Service, lim Limits) Result { return Options{}.ServiceWithin(s, lim) }
+
 // ServiceWithin translates one service as Service does, within lim (zero
 // fields are defaults): what a client would reject is dropped with a
 // Diagnostic naming the service and field, and a service that cannot be
 // served within the limits is refused. The service is not modified.
-func ServiceWithin(s sources.Service, lim Limits) Result {
+func (o Options) ServiceWithin(s sources.Service, lim Limits) Result {
 	lim = lim.WithDefaults()
 	var r Result
 	if n := len(s.Name); n > lim.MaxNameBytes || !utf8.ValidString(s.Name) {
@@ -183,7 +187,7 @@ func ServiceWithin(s sources.Service, lim Limits) Result {
 		}
 		return r
 	}
-	cla, diags := LoadAssignment(s)
+	cla, diags := o.LoadAssignment(s)
 	r.Diagnostics = diags
 	r.limitEndpoints(s.Name, cla, lim)
 	if r.Refused {

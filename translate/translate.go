@@ -47,12 +47,25 @@ type Resources struct {
 // DefaultConnectTimeout is the connect timeout of generated clusters.
 const DefaultConnectTimeout = 5 * time.Second
 
+// Options configure a translation. The zero value is the default.
+type Options struct {
+	// DefaultLocality is the locality of endpoints that have none (region,
+	// zone and sub_zone all empty). Endpoints with any of them set keep
+	// theirs as it is: fields are not filled in one by one. The zero value
+	// publishes such endpoints under an empty Locality, which Envoy treats
+	// as no locality at all.
+	DefaultLocality sources.Locality
+}
+
+// Service translates one service with the default Options.
+func Service(s sources.Service) (Resources, []Diagnostic) { return Options{}.Service(s) }
+
 // Service translates one service into its Cluster, ClusterLoadAssignment,
 // and the Listener and RouteConfiguration gRPC clients start from, within
 // DefaultLimits (see ServiceWithin; a refused service has no resources).
 // The service is not modified.
-func Service(s sources.Service) (Resources, []Diagnostic) {
-	r := ServiceWithin(s, DefaultLimits())
+func (o Options) Service(s sources.Service) (Resources, []Diagnostic) {
+	r := o.ServiceWithin(s, DefaultLimits())
 	return r.Resources, r.Diagnostics
 }
 
@@ -77,10 +90,20 @@ type groupKey struct {
 	locality sources.Locality
 }
 
+// LoadAssignment builds a ClusterLoadAssignment with the default Options.
+func LoadAssignment(s sources.Service) (*endpoint.ClusterLoadAssignment, []Diagnostic) {
+	return Options{}.LoadAssignment(s)
+}
+
 // LoadAssignment builds the ClusterLoadAssignment of a service: endpoints
 // grouped by priority and locality, sorted. A service with no endpoints gets
 // an empty assignment, so a cluster never waits in warming.
-func LoadAssignment(s sources.Service) (*endpoint.ClusterLoadAssignment, []Diagnostic) {
+//
+// Every group carries a Locality message, empty if need be: gRPC clients
+// reject an assignment with a group that has none ("EDS response contains
+// a locality without ID"), while Envoy reads an absent and an empty
+// Locality alike.
+func (o Options) LoadAssignment(s sources.Service) (*endpoint.ClusterLoadAssignment, []Diagnostic) {
 	var diags []Diagnostic
 	// Drop invalid and duplicate endpoints in input order, so "first kept"
 	// means the first in the input whatever its priority or locality.
@@ -101,6 +124,9 @@ func LoadAssignment(s sources.Service) (*endpoint.ClusterLoadAssignment, []Diagn
 			continue
 		}
 		seen[k] = true
+		if e.Locality == (sources.Locality{}) {
+			e.Locality = o.DefaultLocality // e is a copy; the input is not modified
+		}
 		eps = append(eps, e)
 	}
 	sources.SortEndpoints(eps)
@@ -116,9 +142,9 @@ func LoadAssignment(s sources.Service) (*endpoint.ClusterLoadAssignment, []Diagn
 		}
 		k := groupKey{e.Priority, e.Locality}
 		if cur == nil || k != curKey {
-			cur = &endpoint.LocalityLbEndpoints{Priority: e.Priority}
-			if e.Locality != (sources.Locality{}) {
-				cur.Locality = &core.Locality{Region: e.Locality.Region, Zone: e.Locality.Zone, SubZone: e.Locality.SubZone}
+			cur = &endpoint.LocalityLbEndpoints{
+				Priority: e.Priority,
+				Locality: &core.Locality{Region: e.Locality.Region, Zone: e.Locality.Zone, SubZone: e.Locality.SubZone},
 			}
 			cla.Endpoints = append(cla.Endpoints, cur)
 			curKey = k
@@ -169,7 +195,7 @@ func capWeights(g *endpoint.LocalityLbEndpoints) string {
 }
 
 func localityString(l *core.Locality) string {
-	if l == nil {
+	if l.GetRegion() == "" && l.GetZone() == "" && l.GetSubZone() == "" {
 		return ""
 	}
 	return l.GetRegion() + "/" + l.GetZone() + "/" + l.GetSubZone()

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"testing"
 
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -40,6 +41,7 @@ func health(e sources.Endpoint, h sources.HealthStatus) sources.Endpoint { e.Hea
 
 type goldenCase struct {
 	name  string
+	opts  Options
 	in    sources.Service
 	diags []Diagnostic
 }
@@ -71,6 +73,20 @@ func goldenCases() []goldenCase {
 				at(ep("10.3.0.2", 80), 3, "us-west-2", "us-west-2a", ""),
 			}},
 			diags: []Diagnostic{{"api", "priority", "priorities must be contiguous from 0; 3 renumbered to 1"}},
+		},
+		{
+			// Endpoints without a locality take the default, and share a
+			// group with those that name it; one that sets only a zone
+			// keeps it as it is (fields are not filled in one by one).
+			name: "default-locality",
+			opts: Options{DefaultLocality: sources.Locality{Region: "r0", Zone: "z0"}},
+			in: sources.Service{Name: "dflt", Endpoints: []sources.Endpoint{
+				ep("10.0.0.3", 80),
+				at(ep("10.0.0.2", 80), 0, "r0", "z0", ""),
+				ep("10.0.0.1", 80),
+				at(ep("10.0.1.1", 80), 0, "", "z1", ""),
+				at(ep("10.0.2.1", 80), 1, "", "", ""),
+			}},
 		},
 		{
 			name: "weights",
@@ -239,7 +255,7 @@ func TestGolden(t *testing.T) {
 	for _, tc := range goldenCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			before := tc.in.Clone()
-			res, diags := Service(tc.in)
+			res, diags := tc.opts.Service(tc.in)
 
 			if d := cmp.Diff(before, tc.in, cmpopts.EquateEmpty()); d != "" {
 				t.Errorf("input service modified (-before +after):\n%s", d)
@@ -268,7 +284,8 @@ func TestGolden(t *testing.T) {
 }
 
 // checkDensePriorities checks what Envoy insists on: priorities contiguous
-// from 0 and in order, and each (priority, locality) group appearing once.
+// from 0 and in order, and each (priority, locality) group appearing once;
+// and what gRPC clients insist on: every group has a Locality.
 func checkDensePriorities(t *testing.T, res Resources) {
 	t.Helper()
 	var last uint32
@@ -286,6 +303,9 @@ func checkDensePriorities(t *testing.T, res Resources) {
 			t.Errorf("priority %d follows %d", p, last)
 		}
 		last = p
+		if g.GetLocality() == nil {
+			t.Errorf("group priority %d has no locality: gRPC clients reject that", p)
+		}
 		k := key{p, g.GetLocality().String()}
 		if groups[k] {
 			t.Errorf("group priority %d locality %v appears twice", p, g.GetLocality())
@@ -315,12 +335,12 @@ func TestDeterministic(t *testing.T) {
 			continue
 		}
 		t.Run(tc.name, func(t *testing.T) {
-			want, wantDiags := Service(tc.in)
+			want, wantDiags := tc.opts.Service(tc.in)
 			r := rand.New(rand.NewPCG(1, uint64(len(tc.name))))
 			for i := 0; i < 50; i++ {
 				in := tc.in.Clone()
 				r.Shuffle(len(in.Endpoints), func(i, j int) { in.Endpoints[i], in.Endpoints[j] = in.Endpoints[j], in.Endpoints[i] })
-				got, gotDiags := Service(in)
+				got, gotDiags := tc.opts.Service(in)
 				if d := cmp.Diff(want.Cluster, got.Cluster, protocmp.Transform()); d != "" {
 					t.Fatalf("cluster differs after shuffle (-want +got):\n%s", d)
 				}
@@ -417,5 +437,40 @@ func TestDiagnosticString(t *testing.T) {
 	d := Diagnostic{"web", "endpoints[1.2.3.4:0]", "dropped"}
 	if got, want := d.String(), "web: endpoints[1.2.3.4:0]: dropped"; got != want {
 		t.Errorf("String() = %q, want %q", got, want)
+	}
+}
+
+// TestEmptyLocalityOnTheWire: an endpoint without a locality is sent with
+// an empty Locality message, which survives encoding (grpc-go checks
+// GetLocality() != nil on the decoded message), and the default locality
+// is used when one is given.
+func TestEmptyLocalityOnTheWire(t *testing.T) {
+	in := sources.Service{Name: "s", Endpoints: []sources.Endpoint{ep("10.0.0.1", 80), ep("10.0.0.2", 80)}}
+	for _, tc := range []struct {
+		opts Options
+		want sources.Locality
+	}{
+		{Options{}, sources.Locality{}},
+		{Options{DefaultLocality: sources.Locality{SubZone: "default"}}, sources.Locality{SubZone: "default"}},
+	} {
+		cla, _ := tc.opts.LoadAssignment(in)
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(cla)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got endpoint.ClusterLoadAssignment
+		if err := proto.Unmarshal(b, &got); err != nil {
+			t.Fatal(err)
+		}
+		if len(got.GetEndpoints()) != 1 {
+			t.Fatalf("%+v: %d groups, want 1", tc.opts, len(got.GetEndpoints()))
+		}
+		l := got.GetEndpoints()[0].GetLocality()
+		if l == nil {
+			t.Fatalf("%+v: decoded group has no locality", tc.opts)
+		}
+		if g := (sources.Locality{Region: l.GetRegion(), Zone: l.GetZone(), SubZone: l.GetSubZone()}); g != tc.want {
+			t.Errorf("%+v: locality %+v, want %+v", tc.opts, g, tc.want)
+		}
 	}
 }

@@ -29,7 +29,7 @@ func benchResources(i, endpoints int, port uint32) translate.Resources {
 // benchCache returns a ready cache serving n services of 10 endpoints, and
 // their names.
 func benchCache(b *testing.B, n int) (*xds.Cache, []string) {
-	c := xds.NewCache(xds.ClusterType, xds.EndpointType, xds.ListenerType, xds.RouteType)
+	c := xds.NewCache()
 	all := make([]translate.Resources, n)
 	names := make([]string, n)
 	for i := range all {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/yaml"
 )
 
@@ -30,6 +31,8 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"sources: [{name: s, fil: {path: s.yaml}}]\n", `unknown source type "fil"`},
 		{"sources: [{name: s, dns: {services: [{name: a, hosts: [{name: '', port: 80}]}]}}]\n", "hosts[0].name"},
 		{"sources: [{name: s, file: {path: ok.yaml}, health_check: {type: htp}}]\n", "sources[0].health_check"},
+		{"default_locality: {zon: a}\nsources: [{name: s, file: {path: ok.yaml}}]\n", `unknown field "zon" in default_locality`},
+		{"sources: [{name: s, file: {path: ok.yaml}, default_locality: {zon: a}}]\n", `sources[0]: default_locality: unknown field "zon"`},
 	} {
 		os.WriteFile(filepath.Join(dir, "ok.yaml"), []byte("services: {}\n"), 0o644)
 		p := filepath.Join(dir, "c.yaml")
@@ -67,5 +70,54 @@ func TestDumpPrintsResources(t *testing.T) {
 	}
 	if len(got["cds"]) != 3 || len(got["lds"]) != 3 || len(got["rds"]) != 3 {
 		t.Fatalf("cds %d lds %d rds %d, want 3 each", len(got["cds"]), len(got["lds"]), len(got["rds"]))
+	}
+}
+
+// TestDumpDefaultLocality: endpoints without a locality are served in the
+// source's default locality, else the config's; others keep theirs.
+func TestDumpDefaultLocality(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{
+		"a.yaml": "services: {a: {endpoints: [{address: 10.0.0.1, port: 80}, {address: 10.0.0.2, port: 80, locality: {zone: own}}]}}\n",
+		"b.yaml": "services: {b: {endpoints: [{address: 10.0.0.1, port: 80}]}}\n",
+		"c.yaml": `
+default_locality: {region: r0, zone: z0}
+sources:
+  - {name: a, file: {path: a.yaml}}
+  - {name: b, file: {path: b.yaml}, default_locality: {sub_zone: s9}}
+`,
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out, errOut bytes.Buffer
+	if err := run([]string{"dump", "-format", "json", "-config", filepath.Join(dir, "c.yaml")}, &out, &errOut); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	var got map[string][]struct {
+		Name string `json:"name"`
+		Res  struct {
+			Endpoints []struct {
+				Locality map[string]string `json:"locality"`
+			} `json:"endpoints"`
+		} `json:"resource"`
+	}
+	if err := yaml.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	localities := map[string][]map[string]string{}
+	for _, r := range got["eds"] {
+		for _, g := range r.Res.Endpoints {
+			localities[r.Name] = append(localities[r.Name], g.Locality)
+		}
+	}
+	want := map[string][]map[string]string{
+		"a": {{"zone": "own"}, {"region": "r0", "zone": "z0"}},
+		"b": {{"sub_zone": "s9"}},
+	}
+	if d := cmp.Diff(want, localities); d != "" {
+		t.Errorf("localities (-want +got):\n%s\n%s", d, out.String())
 	}
 }

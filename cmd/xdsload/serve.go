@@ -58,8 +58,6 @@ type serverStats struct {
 	// each resource of each response) plus the resources hashed for delta
 	// version maps (one encoding each, per snapshot).
 	Encodings uint64 `json:"encodings"`
-	// Parts: rests of split responses the bridge cache keeps.
-	Parts int `json:"parts,omitempty"`
 }
 
 // server is the serving side: the bridge's cache and xDS server, or the
@@ -109,7 +107,7 @@ func startServer(target string, services, endpoints, clients int) (*server, erro
 	}
 	switch target {
 	case targetBridge:
-		s.bc = xds.NewCache(xds.ClusterType, xds.EndpointType, xds.ListenerType, xds.RouteType)
+		s.bc = xds.NewCache()
 		all := make([]translate.Resources, services)
 		for i := range services {
 			all[i], _ = translate.Service(service(i, endpoints, 0))
@@ -261,7 +259,7 @@ func (s *server) Stats() (serverStats, error) {
 	st.HeapBytes = ms.HeapAlloc
 	if s.bc != nil {
 		cs := s.bc.Stats()
-		st.Encodings, st.Parts = cs.Marshals, cs.Parts
+		st.Encodings = cs.Marshals
 	} else {
 		st.Encodings = s.sent.Load() + s.hashed.Load()
 	}

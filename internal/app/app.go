@@ -95,6 +95,17 @@ func BuildHealthChecks(c *config.Config) (perSource, perService map[string]healt
 	return perSource, perService, nil
 }
 
+// DefaultLocalities maps each source to the locality of its endpoints that
+// have none: its own default_locality, else the config's.
+func DefaultLocalities(c *config.Config) map[string]sources.Locality {
+	out := make(map[string]sources.Locality, len(c.Sources))
+	for _, sc := range c.Sources {
+		l := c.Locality(sc)
+		out[sc.Name] = sources.Locality{Region: l.Region, Zone: l.Zone, SubZone: l.SubZone}
+	}
+	return out
+}
+
 // New builds the bridge. It starts nothing and listens on nothing.
 func New(c *config.Config, log *slog.Logger) (*App, error) {
 	reg := prometheus.NewRegistry()
@@ -113,20 +124,21 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	}
 	var checks *healthcheck.Manager
 	opts := bridge.Options{
-		Sources:      names,
-		Quiet:        c.Debounce.Quiet.D(),
-		MaxHold:      c.Debounce.Max.D(),
-		Logger:       log,
-		Metrics:      reg,
-		MaxRetention: c.HealthChecks.MaxRetention.D(),
-		Limits:       c.Limits,
+		Sources:         names,
+		Quiet:           c.Debounce.Quiet.D(),
+		MaxHold:         c.Debounce.Max.D(),
+		Logger:          log,
+		Metrics:         reg,
+		MaxRetention:    c.HealthChecks.MaxRetention.D(),
+		DefaultLocality: DefaultLocalities(c),
+		Limits:          c.Limits,
 	}
 	if len(perSource)+len(perService) > 0 {
 		checker := healthcheck.NewChecker(healthcheck.Options{Workers: c.HealthChecks.Workers, Logger: log, Metrics: reg})
 		checks = healthcheck.NewManager(checker, perSource, perService)
 		opts.HealthChecks = checks
 	}
-	cache := xds.NewCache(xds.ClusterType, xds.EndpointType, xds.ListenerType, xds.RouteType)
+	cache := xds.NewCache()
 	loop := bridge.New(opts, cache)
 	return &App{
 		Checks:   checks,

@@ -27,17 +27,23 @@ func startGRPCBackends(t *testing.T, n int) []grpcBackend {
 	t.Helper()
 	var out []grpcBackend
 	for i := 0; i < n; i++ {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := grpc.NewServer()
-		healthpb.RegisterHealthServer(s, health.NewServer())
-		go s.Serve(lis)
-		t.Cleanup(s.Stop)
-		out = append(out, grpcBackend{port: uint32(lis.Addr().(*net.TCPAddr).Port), addr: lis.Addr().String()})
+		out = append(out, startGRPCBackend(t, "127.0.0.1:0"))
 	}
 	return out
+}
+
+// startGRPCBackend starts a gRPC server on addr (port 0 for any).
+func startGRPCBackend(t *testing.T, addr string) grpcBackend {
+	t.Helper()
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	go s.Serve(lis)
+	t.Cleanup(s.Stop)
+	return grpcBackend{port: uint32(lis.Addr().(*net.TCPAddr).Port), addr: lis.Addr().String()}
 }
 
 func grpcServicesYAML(name string, bs ...grpcBackend) string {
@@ -49,11 +55,15 @@ func grpcServicesYAML(name string, bs ...grpcBackend) string {
 	return sb.String()
 }
 
-// TestProxylessGRPCClient resolves xds:///greeter through grpc-go's own xDS
-// client (SotW ADS: LDS → RDS → CDS → EDS) and follows endpoint changes.
-func TestProxylessGRPCClient(t *testing.T) {
-	bs := startGRPCBackends(t, 3)
-	br := startBridge(t, grpcServicesYAML("greeter", bs[0], bs[1]), "")
+// xdsClient is a grpc-go client of xds:///<service>, resolved by grpc-go's
+// own xDS client (SotW ADS: LDS → RDS → CDS → EDS) against the bridge.
+type xdsClient struct {
+	br     *bridge
+	health healthpb.HealthClient
+}
+
+func dialXDS(t *testing.T, br *bridge, service string) *xdsClient {
+	t.Helper()
 	bootstrap := fmt.Sprintf(`{
   "xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
   "node": {"id": "grpc-client-1", "cluster": "e2e"}
@@ -62,53 +72,81 @@ func TestProxylessGRPCClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient("xds:///greeter", grpc.WithResolvers(builder), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("xds:///"+service, grpc.WithResolvers(builder), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	client := healthpb.NewHealthClient(conn)
+	t.Cleanup(func() { conn.Close() })
+	return &xdsClient{br: br, health: healthpb.NewHealthClient(conn)}
+}
 
-	reached := func(n int) ([]string, error) {
-		set := map[string]bool{}
-		for i := 0; i < n; i++ {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			var p peer.Peer
-			_, err := client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p), grpc.WaitForReady(true))
-			cancel()
-			if err != nil {
-				return nil, err
-			}
-			set[p.Addr.String()] = true
+// reached sends n RPCs and returns the backend addresses that answered.
+func (c *xdsClient) reached(n int) ([]string, error) {
+	set := map[string]bool{}
+	for i := 0; i < n; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		var p peer.Peer
+		_, err := c.health.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p), grpc.WaitForReady(true))
+		cancel()
+		if err != nil {
+			return nil, err
 		}
-		out := make([]string, 0, len(set))
-		for a := range set {
-			out = append(out, a)
-		}
-		sort.Strings(out)
-		return out, nil
+		set[p.Addr.String()] = true
 	}
-	expect := func(want ...grpcBackend) {
-		t.Helper()
-		var ws []string
-		for _, b := range want {
-			ws = append(ws, b.addr)
-		}
-		sort.Strings(ws)
-		waitFor(t, 20*time.Second, fmt.Sprintf("RPCs to exactly %v", ws), func() error {
-			got, err := reached(20)
-			if err != nil {
-				return err
-			}
-			if strings.Join(got, ",") != strings.Join(ws, ",") {
-				return fmt.Errorf("reached %v", got)
-			}
-			return nil
-		})
+	out := make([]string, 0, len(set))
+	for a := range set {
+		out = append(out, a)
 	}
-	expect(bs[0], bs[1])
+	sort.Strings(out)
+	return out, nil
+}
+
+// expect waits until RPCs reach exactly the backends given. A NACK from
+// the client fails the test at once, with grpc-go's reason.
+func (c *xdsClient) expect(t *testing.T, want ...grpcBackend) {
+	t.Helper()
+	var ws []string
+	for _, b := range want {
+		ws = append(ws, b.addr)
+	}
+	sort.Strings(ws)
+	waitFor(t, 20*time.Second, fmt.Sprintf("RPCs to exactly %v", ws), func() error {
+		assertNoNACKs(t, c.br)
+		got, err := c.reached(20)
+		if err != nil {
+			return err
+		}
+		if strings.Join(got, ",") != strings.Join(ws, ",") {
+			return fmt.Errorf("reached %v", got)
+		}
+		return nil
+	})
+	assertNoNACKs(t, c.br)
+}
+
+// assertNoNACKs fails the test if any xDS client rejected an update.
+func assertNoNACKs(t *testing.T, br *bridge) {
+	t.Helper()
+	if n := br.app.XDS.NACKs(); n != 0 {
+		var reasons []string
+		for _, c := range br.app.XDS.Clients() {
+			if c.LastNACK != "" {
+				reasons = append(reasons, c.TypeURL+": "+c.LastNACK)
+			}
+		}
+		t.Fatalf("xDS clients NACKed %d updates: %s", n, strings.Join(reasons, "; "))
+	}
+}
+
+// TestProxylessGRPCClient resolves xds:///greeter through grpc-go's own xDS
+// client and follows endpoint changes.
+func TestProxylessGRPCClient(t *testing.T) {
+	bs := startGRPCBackends(t, 3)
+	br := startBridge(t, grpcServicesYAML("greeter", bs[0], bs[1]), "")
+	c := dialXDS(t, br, "greeter")
+	c.expect(t, bs[0], bs[1])
 	br.writeServices(t, grpcServicesYAML("greeter", bs[2]))
-	expect(bs[2])
+	c.expect(t, bs[2])
 	if n := br.app.XDS.NACKs(); n != 0 {
 		t.Fatalf("grpc-go NACKed %d updates", n)
 	}

@@ -1,0 +1,371 @@
+package xds
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+)
+
+// Delta client state. The returned-resources map the cache hands the
+// go-control-plane server for a delta stream is compact: genKey → G says
+// that the client holds, of every resource it was interested in at
+// generation G, the version current at G (and knows that the others do not
+// exist), except the names of the rest (restKey). Any other entry is an
+// explicit version (initial_resource_versions of a reconnecting client,
+// before its first response, or "" where the server asks for a resend).
+// Keeping G instead of 5,000 name → version entries per Envoy is what
+// keeps a fleet of Envoys subscribed to every assignment within memory;
+// the versions at G are recovered from each resource's commit generation
+// (entry.gen) and the deletion generations (deletedAt).
+//
+// The state also records what each response not yet answered carried
+// (sentPrefix + nonce). A response counts as held once it is sent, and
+// stops counting if the client rejects it (NACK): what it carried joins the
+// rest, to be sent again in responses of at most half its size (limitKey),
+// halved again at each rejection, until the resource the client refuses is
+// alone: log2(n) rejections for one bad resource among n. That resource, at that version, is then remembered (rejectedKey)
+// and not sent again; a bad resource costs only itself, and a new version of
+// it is sent as usual. Everything lives in the stream's own map, so it goes
+// with the stream.
+
+// nameSeq is a sorted list of names to look at: a slice, or names joined by
+// sep (a kept rest, read without copying).
+type nameSeq struct {
+	list   []string
+	joined string
+}
+
+// deltaState is a delta client's state as read when its watch is created.
+type deltaState struct {
+	// complete: the state is compact, at generation gen; wholesale: the
+	// client's interest changed (wildcard toggled), so only what changed
+	// since gen is known not to be held; stale: gen is older than the
+	// change log.
+	complete, wholesale, stale bool
+	gen                        uint64
+	// newSub: names the request subscribes to. The client may hold them or
+	// not; the protocol asks to send them (or report them removed) either way.
+	newSub   map[string]struct{}
+	rest     []string // sorted: names the client may hold older versions of
+	allRest  bool     // every name looked at is of the rest (the ACK of a part)
+	limit    int      // resources in the next response (halving a rejected one); 0: no limit
+	rejected map[string]string
+	carry    []string // sentPrefix keys of responses this request does not answer
+
+	seq  nameSeq // the names to look at
+	full bool    // look at everything of interest instead
+}
+
+// readDeltaState reads a delta client's state for a new watch and decides
+// the names to look at: those changed since the client's generation, of
+// the rest, of a rejected response, or subscribed or unsubscribed by this
+// request. It looks at everything of interest when the state is explicit
+// (a new stream), the client's interest changed wholesale, or the
+// generation is older than the change log. A wildcard client older than
+// the change log is reset (the error ends the stream; it reconnects with
+// its versions): the names deleted in the forgotten generations are not
+// known any more.
+func (c *Cache) readDeltaState(w *watch) error {
+	ts, ds := w.ts, &w.ds
+	known := w.sub.ReturnedResources()
+	g, ok := known[genKey]
+	if !ok {
+		ds.full = true // explicit: a new stream or type
+		return nil
+	}
+	gen, err := strconv.ParseUint(g, 10, 64)
+	if err != nil || gen > ts.gen {
+		ds.full = true
+		return nil
+	}
+	ds.complete, ds.gen = true, gen
+	ds.limit, _ = strconv.Atoi(known[limitKey])
+	if r := known[rejectedKey]; r != "" {
+		ds.rejected = map[string]string{}
+		pairs(r, func(n, v string) { ds.rejected[n] = v })
+	}
+	// The responses this request answers, and the one it rejects.
+	var nacked []string
+	nonce, nack := w.dreq.GetResponseNonce(), w.dreq.GetErrorDetail() != nil
+	for k, v := range known {
+		sentNonce, ok := strings.CutPrefix(k, sentPrefix)
+		switch {
+		case !ok:
+		case nonce == "" || nonceBefore(nonce, sentNonce):
+			ds.carry = append(ds.carry, k)
+		case sentNonce == nonce && nack:
+			nacked = ds.rejectResponse(ts, v)
+		}
+	}
+	subs, unsubs := w.dreq.GetResourceNamesSubscribe(), w.dreq.GetResourceNamesUnsubscribe()
+	if slices.Contains(subs, "*") || slices.Contains(unsubs, "*") {
+		ds.wholesale = true
+	}
+	if gen < ts.floor {
+		if w.sub.IsWildcard() {
+			return fmt.Errorf("xds cache: %s state of generation %d is older than the change log (from %d); reconnect", ts.url, gen, ts.floor)
+		}
+		ds.stale = true
+	}
+	if len(subs) > 0 {
+		ds.newSub = make(map[string]struct{}, len(subs))
+		for _, n := range subs {
+			ds.newSub[n] = struct{}{}
+		}
+	}
+	rest := known[restKey]
+	quiet := len(nacked) == 0 && !ds.wholesale && !ds.stale && len(subs) == 0 && len(unsubs) == 0
+	var since []string
+	if quiet {
+		if since = ts.sinceLog(gen); len(since) == 0 {
+			// The ACK of one part of a split response: the rest, as kept
+			// (not copied: a new Envoy goes through ~20 of them).
+			ds.allRest, ds.seq = true, nameSeq{joined: rest}
+			return nil
+		}
+	}
+	if rest != "" {
+		ds.rest = strings.Split(rest, sep)
+	}
+	if len(nacked) > 0 {
+		ds.rest = append(ds.rest, nacked...)
+		slices.Sort(ds.rest)
+		ds.rest = slices.Compact(ds.rest)
+	}
+	if ds.wholesale || ds.stale {
+		ds.full = true
+		return nil
+	}
+	if !quiet {
+		since = ts.sinceLog(gen)
+	}
+	names := append(since, ds.rest...)
+	names = append(names, subs...)
+	names = append(names, unsubs...)
+	slices.Sort(names)
+	ds.seq = nameSeq{list: slices.Compact(names)}
+	return nil
+}
+
+// rejectResponse takes what a rejected response carried back from the
+// client's state: its names are sent again, in responses of at most half
+// its resources; a resource rejected alone is remembered, at the version it
+// was sent at if that is still the current one (a newer one is sent as
+// usual).
+func (ds *deltaState) rejectResponse(ts *typeState, sent string) (names []string) {
+	g, sent, _ := strings.Cut(sent, sep)
+	k, sent, _ := strings.Cut(sent, sep)
+	gen, _ := strconv.ParseUint(g, 10, 64)
+	count, _ := strconv.Atoi(k)
+	names = strings.Split(sent, sep)
+	switch {
+	case count == 1:
+		if e, ok := ts.resources[names[0]]; ok && e.gen <= gen {
+			if ds.rejected == nil {
+				ds.rejected = map[string]string{}
+			}
+			ds.rejected[e.name] = e.version
+		}
+		ds.limit = 0 // found: the rest goes as usual
+	case count > 1:
+		ds.limit = (count + 1) / 2
+	}
+	return names
+}
+
+// respondDelta computes and sends the response for a delta watch, looking
+// only at seq unless full. It reports whether a response was sent.
+func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool {
+	ts, ds := w.ts, &w.ds
+	known := w.sub.ReturnedResources()
+	subscribed := w.sub.SubscribedResources()
+	wild := w.sub.IsWildcard()
+
+	// held reports the version the client holds of n, if known (held), or
+	// whether it may hold another one (maybe).
+	held := func(n string) (version string, held, maybe bool) {
+		e, exists := ts.resources[n]
+		if v, ok := ds.rejected[n]; ok && exists && e.version == v {
+			return v, true, false // rejected alone: as good as held
+		}
+		if v, ok := known[n]; ok {
+			return v, true, false
+		}
+		if !ds.complete {
+			return "", false, false
+		}
+		if _, ok := ds.newSub[n]; ok {
+			return "", false, true
+		}
+		if ds.allRest {
+			return "", false, true
+		}
+		if _, ok := slices.BinarySearch(ds.rest, n); ok {
+			return "", false, true
+		}
+		if (exists && e.gen > ds.gen) || ts.deletedAt[n] > ds.gen || (ds.stale && !exists) {
+			return "", false, true
+		}
+		if !exists {
+			return "", false, false
+		}
+		if ds.wholesale {
+			return "", false, true // of interest at G or not: unknown
+		}
+		return e.version, true, false
+	}
+
+	// Each name is considered once (names are unique; a full check
+	// dedupes). State keys are not names: a client naming a resource
+	// with one is ignored.
+	var changed, removed []string
+	size := 0
+	consider := func(n string) {
+		if isStateKey(n) {
+			return
+		}
+		e, exists := ts.resources[n]
+		_, isSub := subscribed[n]
+		switch {
+		case exists && (wild || isSub):
+			if v, h, _ := held(n); !h || v != e.version {
+				changed = append(changed, n)
+				size += e.byteSize
+			}
+		case wild || isSub:
+			if _, h, maybe := held(n); h || maybe {
+				removed = append(removed, n)
+			}
+		default:
+			if _, ok := known[n]; ok {
+				removed = append(removed, n)
+			}
+		}
+	}
+	// A response above the size bound, or above the limit while a
+	// rejected response is halved, carries a first part (a resource larger
+	// than the bound goes alone); the rest is kept in the state, and
+	// follows the ACK.
+	over := func(count, size int) bool {
+		return count > 1 && ((c.maxBytes > 0 && size > c.maxBytes) || (ds.limit > 0 && count > ds.limit))
+	}
+	var rest string
+	switch {
+	case full:
+		changed = make([]string, 0, len(ts.resources))
+		// Everything of interest, then what else may be held: explicit
+		// names, and of a compact state the names changed since G
+		// (deleted ones among them) and the rest; each once.
+		covered := ts.fullCheck(w.sub, known, consider)
+		if ds.complete {
+			var extra []string
+			if !ds.stale {
+				extra = ts.sinceLog(ds.gen)
+			}
+			extra = append(extra, ds.rest...)
+			slices.Sort(extra)
+			for _, n := range slices.Compact(extra) {
+				if _, isKnown := known[n]; !isKnown && !covered(n) {
+					consider(n)
+				}
+			}
+		}
+		sort.Strings(changed)
+		total := 0
+		for i, n := range changed {
+			total += ts.resources[n].byteSize
+			if over(i+1, total) {
+				rest = strings.Join(changed[i:], sep)
+				changed = changed[:i]
+				break
+			}
+		}
+	case seq.list != nil:
+		// Sorted: stop at the bound, the names not looked at are the
+		// rest. (Each of them that exists and is of interest would be
+		// sent: it changed since G, is of the rest or newly subscribed.)
+		for i, n := range seq.list {
+			consider(n)
+			if over(len(changed), size) {
+				changed = changed[:len(changed)-1]
+				rest = strings.Join(seq.list[i:], sep)
+				break
+			}
+		}
+	default:
+		for s := seq.joined; s != ""; {
+			n, tail, _ := strings.Cut(s, sep)
+			consider(n)
+			if over(len(changed), size) {
+				changed = changed[:len(changed)-1]
+				rest = s
+				break
+			}
+			s = tail
+		}
+	}
+	if len(changed) == 0 && len(removed) == 0 && !evenIfEmpty {
+		return false
+	}
+	sort.Strings(removed)
+
+	// What the client holds once it has this response, in the compact
+	// form: everything of interest as of now, but the rest; and what this
+	// response carries, until the client answers. The map is new: the
+	// server installs it only when it sends the response.
+	next := map[string]string{genKey: strconv.FormatUint(ts.gen, 10)}
+	if rest != "" {
+		next[restKey] = rest
+		if ds.limit > 0 {
+			next[limitKey] = strconv.Itoa(ds.limit)
+		}
+	}
+	if rej := ds.stillRejected(ts); rej != "" {
+		next[rejectedKey] = rej
+	}
+	for _, k := range ds.carry {
+		next[k] = known[k]
+	}
+	res := make([]*discovery.Resource, 0, len(changed))
+	for _, n := range changed {
+		res = append(res, ts.resources[n].delta)
+	}
+	var sent string
+	if len(changed)+len(removed) > 0 {
+		sent = next[genKey] + sep + strconv.Itoa(len(changed)) + sep + strings.Join(append(changed, removed...), sep)
+	}
+	w.done = true
+	// Sent under c.mu: this does not block (contract 5).
+	w.dch <- &deltaResponse{
+		DeltaPassthroughResponse: &cache.DeltaPassthroughResponse{
+			DeltaRequest:   w.dreq,
+			NextVersionMap: next,
+			DeltaDiscoveryResponse: &discovery.DeltaDiscoveryResponse{
+				TypeUrl:           ts.url,
+				Resources:         res,
+				RemovedResources:  removed,
+				SystemVersionInfo: strconv.FormatUint(ts.gen, 10),
+			},
+		},
+		sent: sent,
+	}
+	return true
+}
+
+// stillRejected encodes the rejected resources that are still served at
+// the version the client rejected; a new version or a deletion ends the
+// record.
+func (ds *deltaState) stillRejected(ts *typeState) string {
+	var b strings.Builder
+	for n, v := range ds.rejected {
+		if e, ok := ts.resources[n]; ok && e.version == v {
+			b.WriteString(n + sep + v + sep)
+		}
+	}
+	return b.String()
+}

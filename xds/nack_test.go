@@ -1,0 +1,216 @@
+package xds_test
+
+import (
+	"fmt"
+	"math/bits"
+	"testing"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
+
+	"github.com/xdsbridge/xdsbridge/translate"
+	"github.com/xdsbridge/xdsbridge/xds"
+)
+
+// TestDeltaResubscribedDeletedNameIsRemoved: a client that re-subscribes a
+// name it holds, after that resource was deleted, is told it is removed
+// (it used to get nothing about it, ever).
+func TestDeltaResubscribedDeletedNameIsRemoved(t *testing.T) {
+	t.Run("named EDS", func(t *testing.T) {
+		h := newHarness(t, true)
+		h.publish([]translate.Resources{svc("a", 1001), svc("b", 1002), svc("c", 1003)})
+		c := h.delta("n1")
+		c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"a", "b"}})
+		r := c.recv()
+		eq(t, "first", []string{"a", "b"}, names(r))
+		h.publish(nil, "a") // before the client's ACK
+		c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResponseNonce: r.Nonce, ResourceNamesSubscribe: []string{"a", "c"}})
+		r = c.recv()
+		eq(t, "sent", []string{"c"}, names(r))
+		eq(t, "removed", []string{"a"}, r.RemovedResources)
+		c.ack(r)
+		c.none()
+	})
+	t.Run("wildcard CDS re-listing held names", func(t *testing.T) {
+		h := newHarness(t, true)
+		h.publish([]translate.Resources{svc("a", 1001), svc("b", 1002)})
+		c := h.delta("n1")
+		c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+		r := c.recv()
+		eq(t, "first", []string{"a", "b"}, names(r))
+		h.publish(nil, "a")
+		// On-demand CDS over the same stream names clusters the wildcard
+		// already brought.
+		c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds, ResponseNonce: r.Nonce, ResourceNamesSubscribe: []string{"a", "b"}})
+		r = c.recv()
+		eq(t, "resent (the protocol asks for re-subscribed names)", []string{"b"}, names(r))
+		eq(t, "removed", []string{"a"}, r.RemovedResources)
+	})
+	t.Run("a subscribed name that does not exist", func(t *testing.T) {
+		h := newHarness(t, true)
+		h.publish([]translate.Resources{svc("a", 1001)})
+		c := h.delta("n1")
+		c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds, ResourceNamesSubscribe: []string{"a"}})
+		c.ack(c.recv())
+		c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds, ResourceNamesSubscribe: []string{"nope"}})
+		r := c.recv()
+		eq(t, "answered at once as removed", []string{"nope"}, r.RemovedResources)
+	})
+}
+
+// TestReadyAnswersClustersFirst: clients held until the cache is ready
+// get their clusters before their endpoints, whatever order they asked in
+// (held watches were answered in map order: EDS before CDS about 1 start
+// in 10).
+func TestReadyAnswersClustersFirst(t *testing.T) {
+	for i := range 20 {
+		h := newHarness(t, false)
+		h.publish([]translate.Resources{svc("a", 1001)})
+		c := h.delta(fmt.Sprint("n", i))
+		c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"a"}})
+		c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: xds.ListenerType, ResourceNamesSubscribe: []string{"a"}})
+		c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+		h.waitWatches(1, cds, eds, xds.ListenerType)
+		h.cache.MarkReady()
+		var order []string
+		for range 3 {
+			order = append(order, c.recv().TypeUrl)
+		}
+		eq(t, "order", []string{cds, eds, xds.ListenerType}, order)
+	}
+}
+
+// poisonClient plays a client that rejects a whole response when it
+// carries one resource at one version (as Envoy does with an assignment it
+// cannot unpack), and counts what it is sent.
+type poisonClient struct {
+	name, version string
+	held          map[string]string
+	nacks         int
+	sentAt        map[string]int // name@version → times sent
+}
+
+func (p *poisonClient) rejects(res map[string]string) bool {
+	v, ok := res[p.name]
+	return ok && v == p.version
+}
+
+// TestDeltaNACKIsolatesTheBadResource: one poison assignment among 40 in
+// one response costs only itself: the client gets the other 39 after a few
+// halving steps, the poison version is not sent again, and a good version
+// of it goes through.
+func TestDeltaNACKIsolatesTheBadResource(t *testing.T) {
+	h := newHarness(t, true)
+	all, subscribe := services(40)
+	h.publish(all)
+	cur := func() map[string]string { return current(h.cache, eds) }
+	p := &poisonClient{name: "s17", version: cur()["s17"], held: map[string]string{}, sentAt: map[string]int{}}
+	c := h.delta("n1")
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: subscribe})
+	drain := func() {
+		t.Helper()
+		for {
+			var r *discovery.DeltaDiscoveryResponse
+			select {
+			case r = <-c.resp:
+			case <-c.ended:
+				t.Fatalf("stream ended: %v", c.err)
+			case <-timeAfter():
+				return
+			}
+			res := versions(r)
+			for n, v := range res {
+				p.sentAt[n+"@"+v]++
+			}
+			if p.rejects(res) {
+				p.nacks++
+				c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResponseNonce: r.Nonce, ErrorDetail: &status.Status{Code: 3, Message: "Unable to unpack"}})
+				continue
+			}
+			for n, v := range res {
+				p.held[n] = v
+			}
+			for _, n := range r.RemovedResources {
+				delete(p.held, n)
+			}
+			c.ack(r)
+		}
+	}
+	drain()
+	want := cur()
+	delete(want, "s17")
+	eq(t, "held: everything but the poison", want, p.held)
+	if max := bits.Len(40) + 1; p.nacks > max {
+		t.Fatalf("%d NACKs to isolate one resource among 40; want at most %d", p.nacks, max)
+	}
+	if n := p.sentAt["s17@"+p.version]; n != p.nacks {
+		t.Fatalf("poison sent %d times, NACKed %d: sent again after it was isolated", n, p.nacks)
+	}
+	if h.srv.NACKs() != uint64(p.nacks) {
+		t.Fatalf("server counted %d NACKs, client sent %d", h.srv.NACKs(), p.nacks)
+	}
+	t.Logf("isolated with %d NACKs", p.nacks)
+
+	// A good version of the bad resource goes through; so does a later change
+	// of the others.
+	h.publish([]translate.Resources{svc("s17", 2017), svc("s03", 2003)})
+	drain()
+	eq(t, "held after the fix", cur(), p.held)
+}
+
+// TestSotwNACKIsolatesTheBadResource: the same with a sotw client of
+// named assignments (Envoy rejects such a response whole).
+func TestSotwNACKIsolatesTheBadResource(t *testing.T) {
+	h := newHarness(t, true)
+	all, subscribe := services(20)
+	h.publish(all)
+	cur := func() map[string]string { return current(h.cache, eds) }
+	poison := "s05"
+	pv := cur()[poison]
+	held := map[string]string{}
+	nacks, poisonSent := 0, 0
+	c := h.sotw()
+	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: subscribe})
+	version := ""
+	drain := func() {
+		t.Helper()
+		for {
+			var r *discovery.DiscoveryResponse
+			select {
+			case r = <-c.resp:
+			case <-timeAfter():
+				return
+			}
+			got := map[string]string{}
+			for _, n := range sotwNames(t, r) {
+				got[n] = cur()[n] // content is current: the cache sends only current versions
+			}
+			if _, ok := got[poison]; ok && cur()[poison] == pv {
+				nacks++
+				poisonSent++
+				c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: subscribe, VersionInfo: version, ResponseNonce: r.Nonce,
+					ErrorDetail: &status.Status{Code: 3, Message: "Unable to unpack"}})
+				continue
+			}
+			for n, v := range got {
+				held[n] = v
+			}
+			version = r.VersionInfo
+			c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: subscribe, VersionInfo: version, ResponseNonce: r.Nonce})
+		}
+	}
+	drain()
+	want := cur()
+	delete(want, poison)
+	eq(t, "held: everything but the poison", want, held)
+	if max := bits.Len(20) + 1; nacks > max {
+		t.Fatalf("%d NACKs to isolate one resource among 20; want at most %d", nacks, max)
+	}
+	h.publish([]translate.Resources{svc(poison, 2005)})
+	drain()
+	eq(t, "held after the fix", cur(), held)
+}
+
+// timeAfter is how long a drain waits for one more response.
+func timeAfter() <-chan time.Time { return time.After(300 * time.Millisecond) }

@@ -1,0 +1,236 @@
+package xds
+
+import (
+	"maps"
+	"sort"
+	"strconv"
+	"strings"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// Sotw client state is explicit (name → version): the server drops a
+// response superseded by a request, and sotw clients subscribe by name to a
+// few resources, or to every cluster, which a full-state response carries
+// anyway. genKey → G, when present, says the state was computed at G, so an
+// ACK looks only at what changed since.
+//
+// For the types whose responses need not carry every resource (EDS, RDS),
+// a response's names have "version sep previous" until the client answers:
+// a NACK restores what it held before, and the next response carries at
+// most half of what was rejected, until the resource the client refuses is
+// alone; that one is marked "held sep rejectedMark version" and not sent
+// again at that version. (Envoy rejects such a response whole when one
+// resource cannot be decoded.) A full-state response (CDS, LDS) cannot
+// leave a resource out without removing it; Envoy and grpc-go apply the
+// valid clusters and listeners of one they NACK, so there a NACKed response
+// counts as held and is not sent again.
+
+// sotwState is a sotw client's state as read when its watch is created.
+type sotwState struct {
+	held     map[string]string // name → version held (the state, or a view of it with answers applied)
+	rejected map[string]string // name → version rejected alone
+	limit    int               // resources in the next response (halving a rejected one); 0: no limit
+	suspects []string          // names of a rejected response not sent again yet
+	names    []string          // the names to look at
+	full     bool              // look at everything of interest instead
+}
+
+// readSotwState reads the state for a new sotw watch: applies the request's
+// answer to the last response (contract 4), and decides
+// the names to look at: those changed since the state's generation. It
+// looks at everything of interest when that is not known (a sotw request
+// that names resources drops genKey from the state: the server removes
+// returned entries that are not among the request's names; such a request
+// is therefore always checked in full, which is how a name added to the
+// request is answered), and after a rejection.
+func (c *Cache) readSotwState(w *watch) {
+	ts, ss := w.ts, &w.ss
+	known := w.sub.ReturnedResources()
+	ss.held = known
+	nack := w.sreq.GetErrorDetail() != nil && w.sreq.GetResponseNonce() != ""
+	var rejected []string // of the response this request rejects
+	cloned := false
+	for n, v := range known {
+		cur, prev, ok := strings.Cut(v, sep)
+		if isStateKey(n) || !ok {
+			continue
+		}
+		if !cloned {
+			ss.held, cloned = maps.Clone(known), true
+		}
+		switch {
+		case strings.HasPrefix(prev, rejectedMark):
+			if ss.rejected == nil {
+				ss.rejected = map[string]string{}
+			}
+			ss.rejected[n] = prev[len(rejectedMark):]
+		case strings.HasPrefix(prev, limitMark):
+			ss.limit, _ = strconv.Atoi(prev[len(limitMark):])
+			ss.suspects = append(ss.suspects, n)
+		case nack:
+			rejected = append(rejected, n)
+			if ss.rejected == nil {
+				ss.rejected = map[string]string{}
+			}
+			ss.rejected[n], cur = cur, prev // undone below unless alone
+		}
+		if cur == "" {
+			delete(ss.held, n)
+		} else {
+			ss.held[n] = cur
+		}
+	}
+	switch {
+	case len(rejected) == 1:
+		ss.limit = 0 // found: the rest goes as usual
+	case len(rejected) > 1:
+		for _, n := range rejected {
+			delete(ss.rejected, n)
+		}
+		ss.limit = (len(rejected) + 1) / 2
+		ss.suspects = append(ss.suspects, rejected...)
+	}
+	g, ok := known[genKey]
+	if !ok || w.sreq.GetResponseNonce() == "" || len(rejected) > 0 || len(ss.suspects) > 0 {
+		ss.full = true
+		return
+	}
+	gen, err := strconv.ParseUint(g, 10, 64)
+	if err != nil || gen > ts.gen || gen < ts.floor {
+		ss.full = true
+		return
+	}
+	ss.names = ts.sinceLog(gen)
+}
+
+// respondSotw computes and sends the response for a sotw watch, looking
+// only at names unless full. It reports whether a response was sent.
+func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bool {
+	ts, ss := w.ts, &w.ss
+	sub := w.sub
+	subscribed := sub.SubscribedResources()
+	wild := sub.IsWildcard()
+
+	var changed, removed []string
+	consider := func(n string) {
+		if isStateKey(n) {
+			return
+		}
+		e, exists := ts.resources[n]
+		_, isSub := subscribed[n]
+		interested := wild || isSub
+		kv, isKnown := ss.held[n]
+		switch {
+		case exists && interested:
+			if rv, ok := ss.rejected[n]; ok && rv == e.version {
+				return // rejected alone: not sent again
+			}
+			if !isKnown || kv != e.version {
+				changed = append(changed, n)
+			}
+		case isKnown && (!exists || !interested):
+			removed = append(removed, n)
+		}
+	}
+	if full {
+		ts.fullCheck(sub, ss.held, consider)
+	} else {
+		seen := make(map[string]struct{}, len(names))
+		for _, n := range names {
+			if _, dup := seen[n]; dup {
+				continue
+			}
+			seen[n] = struct{}{}
+			consider(n)
+		}
+	}
+	if len(changed) == 0 && !evenIfEmpty && (len(removed) == 0 || !ts.fullState) {
+		// Nothing to send; and sotw cannot express the removal of an
+		// EDS/RDS resource: the client keeps it until it unsubscribes.
+		return false
+	}
+	sort.Strings(changed)
+	sort.Strings(removed)
+	// A response of a type that need not carry everything is bounded like
+	// a delta one; what it leaves out is found by the next full check.
+	cut := false
+	if !ts.fullState {
+		total := 0
+		for i, n := range changed {
+			total += ts.resources[n].byteSize
+			if i > 0 && ((c.maxBytes > 0 && total > c.maxBytes) || (ss.limit > 0 && i >= ss.limit)) {
+				changed, cut = changed[:i], true
+				break
+			}
+		}
+	}
+
+	next := make(map[string]string, len(ss.held)+len(changed)+1)
+	maps.Copy(next, ss.held)
+	for _, n := range removed {
+		delete(next, n)
+	}
+	for n, v := range ss.rejected {
+		if e, ok := ts.resources[n]; ok && e.version == v {
+			next[n] = ss.held[n] + sep + rejectedMark + v
+		}
+	}
+	if ss.limit > 0 {
+		// Suspects not sent yet keep the limit for the next response.
+		for _, n := range ss.suspects {
+			if e, ok := ts.resources[n]; ok && e.version != ss.held[n] {
+				next[n] = ss.held[n] + sep + limitMark + strconv.Itoa(ss.limit)
+			}
+		}
+	}
+	for _, n := range changed {
+		if ts.fullState {
+			next[n] = ts.resources[n].version
+		} else {
+			next[n] = ts.resources[n].version + sep + ss.held[n]
+		}
+	}
+	if !cut {
+		next[genKey] = strconv.FormatUint(ts.gen, 10)
+	} else {
+		delete(next, genKey)
+	}
+	w.done = true
+
+	send := changed
+	if ts.fullState {
+		send = send[:0:0]
+		if wild {
+			for n := range ts.resources {
+				send = append(send, n)
+			}
+		} else {
+			for n := range subscribed {
+				if _, ok := ts.resources[n]; ok {
+					send = append(send, n)
+				}
+			}
+		}
+		sort.Strings(send)
+		for _, n := range send {
+			next[n] = ts.resources[n].version
+		}
+	}
+	anys := make([]*anypb.Any, 0, len(send))
+	for _, n := range send {
+		anys = append(anys, ts.resources[n].any)
+	}
+	w.sch <- &cache.PassthroughResponse{
+		Request:           w.sreq,
+		ReturnedResources: next,
+		DiscoveryResponse: &discovery.DiscoveryResponse{
+			VersionInfo: strconv.FormatUint(ts.aggregate, 16),
+			TypeUrl:     ts.url,
+			Resources:   anys,
+		},
+	}
+	return true
+}

@@ -1,0 +1,168 @@
+package xds
+
+import (
+	"sort"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+)
+
+// watch is one request's wait for a response: the server creates one per
+// request of a stream and type, and the cache answers it at most once.
+type watch struct {
+	id    uint64
+	ts    *typeState
+	delta bool
+	sreq  *cache.Request
+	dreq  *cache.DeltaRequest
+	sub   cache.Subscription
+	sch   chan cache.Response
+	dch   chan cache.DeltaResponse
+	ds    deltaState // read from the delta client's state at creation
+	ss    sotwState  // likewise for sotw
+	done  bool
+}
+
+func (c *Cache) create(w *watch) (func(), error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nextID++
+	w.id = c.nextID
+	if w.delta {
+		if err := c.readDeltaState(w); err != nil {
+			return nil, err
+		}
+	} else {
+		c.readSotwState(w)
+	}
+	if c.ready && c.respond(w, false, firstRequest(w)) {
+		return func() {}, nil
+	}
+	w.ts.watches[w] = struct{}{}
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		delete(w.ts.watches, w)
+	}, nil
+}
+
+// respond answers w if anything needs sending (or evenIfEmpty). A watch
+// just created looks at what its state says may have changed; a watch
+// woken by a commit looks at the changed names only (changed != nil).
+func (c *Cache) respond(w *watch, woken bool, evenIfEmpty bool, changed ...string) bool {
+	if w.done {
+		return false
+	}
+	var responded bool
+	if w.delta {
+		seq, full := w.ds.seq, w.ds.full
+		if woken {
+			seq, full = nameSeq{list: changed}, false
+		}
+		responded = c.respondDelta(w, seq, full, evenIfEmpty)
+	} else {
+		names, full := w.ss.names, w.ss.full
+		if woken {
+			names, full = changed, false
+		}
+		responded = c.respondSotw(w, names, full, evenIfEmpty)
+	}
+	if responded {
+		delete(w.ts.watches, w)
+	}
+	return responded
+}
+
+// tryRespond answers a tracked watch if anything among the changed names
+// needs sending.
+func (c *Cache) tryRespond(w *watch, changed []string) {
+	c.respond(w, true, false, changed...)
+}
+
+// sortedWatches gives a stable order (by creation), so responses leave in the
+// order clients asked and tests are repeatable.
+func sortedWatches(m map[*watch]struct{}) []*watch {
+	out := make([]*watch, 0, len(m))
+	for w := range m {
+		out = append(out, w)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
+	return out
+}
+
+// MarkReady lets the cache answer clients. Watches held until now are
+// answered from the current state, type by type in make-before-break
+// order (every held CDS watch before any EDS watch), so that a client held
+// since it connected gets its clusters before their assignments.
+func (c *Cache) MarkReady() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ready {
+		return
+	}
+	c.ready = true
+	types := make([]*typeState, 0, len(c.types))
+	for _, ts := range c.types {
+		types = append(types, ts)
+	}
+	sort.Slice(types, func(i, j int) bool { return typeBefore(types[i], types[j]) })
+	for _, ts := range types {
+		for _, w := range sortedWatches(ts.watches) {
+			c.respond(w, false, firstRequest(w))
+		}
+	}
+}
+
+// Ready reports whether MarkReady was called.
+func (c *Cache) Ready() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ready
+}
+
+func firstRequest(w *watch) bool {
+	if w.delta {
+		// The first request of a type on a stream is the one before the
+		// cache's state is installed. (Not response_nonce == "": a delta
+		// request that changes the subscription carries no nonce either.)
+		// Envoy expects an answer to its first wildcard request to finish
+		// initialising, even when there is nothing. A reconnecting client's
+		// first request (initial_resource_versions) is answered too, even
+		// if it holds everything: the answer replaces its explicit versions
+		// (5,000 for an Envoy with 5,000 clusters) with the compact state.
+		known := w.sub.ReturnedResources()
+		_, installed := known[genKey]
+		return !installed && (w.sub.IsWildcard() || len(known) > 0)
+	}
+	// A sotw client's first request on a stream is answered even when empty.
+	// (Not version_info == "": a NACK of the first response also carries an
+	// empty version, and answering it would resend what was rejected.)
+	return w.sreq.GetResponseNonce() == ""
+}
+
+// fullCheck calls fn once for each name a full check of a subscription
+// looks at: every resource of interest (all of the type for a wildcard
+// subscription, else the subscribed names), then each name the client is
+// known to hold besides. It returns whether a name was among the first.
+func (ts *typeState) fullCheck(sub cache.Subscription, known map[string]string, fn func(n string)) (covered func(n string) bool) {
+	subscribed, wild := sub.SubscribedResources(), sub.IsWildcard()
+	covered = func(n string) bool {
+		_, exists := ts.resources[n]
+		_, isSub := subscribed[n]
+		return (wild && exists) || (!wild && isSub)
+	}
+	if wild {
+		for n := range ts.resources {
+			fn(n)
+		}
+	} else {
+		for n := range subscribed {
+			fn(n)
+		}
+	}
+	for n := range known {
+		if !isStateKey(n) && !covered(n) {
+			fn(n)
+		}
+	}
+	return covered
+}

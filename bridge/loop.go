@@ -62,6 +62,11 @@ type Options struct {
 	// endpoints without one of the services it owns (translate.Options); a
 	// source not in the map gives them an empty locality.
 	DefaultLocality map[string]sources.Locality
+	// Limits bound what a service's resources carry (zero fields:
+	// translate's defaults). A service over them is published without
+	// what is over (metadata namespaces, hostnames) or, when nothing can
+	// be dropped, not published: its last published version stays.
+	Limits translate.Limits
 }
 
 // Checks is what the loop asks of active health checking. Implementations
@@ -111,6 +116,10 @@ type Loop struct {
 	dirty     map[string]bool
 	published map[string]sources.Service   // service → the merged input last translated
 	pubOpts   map[string]translate.Options // service → the options it was translated with
+	// refused holds the services whose latest input was refused (over the
+	// limits, or failing validation): what is served is an older version
+	// (published) or nothing.
+	refused   map[string]bool
 	retained  map[string]map[sources.HostKey]*retainedHost
 	lastHosts []healthcheck.ServiceHosts
 	ready     bool
@@ -145,6 +154,7 @@ func New(opts Options, pub Publisher) *Loop {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	opts.Limits = opts.Limits.WithDefaults()
 	l := &Loop{
 		opts:      opts,
 		pub:       pub,
@@ -157,6 +167,7 @@ func New(opts Options, pub Publisher) *Loop {
 		dirty:     map[string]bool{},
 		published: map[string]sources.Service{},
 		pubOpts:   map[string]translate.Options{},
+		refused:   map[string]bool{},
 		retained:  map[string]map[sources.HostKey]*retainedHost{},
 		status:    map[string]*SourceStatus{},
 		hostInfo:  map[string][]HostInfo{},
@@ -379,31 +390,41 @@ func (l *Loop) flush() {
 			if _, was := l.published[name]; was {
 				removed = append(removed, name)
 			}
+			delete(l.refused, name)
+			l.setDiags(name, nil)
 			continue
 		}
 		// The owner's default locality: a service that passes to another
-		// owner with the same endpoints may still change.
+		// owner with the same endpoints may still change. Unchanged since
+		// published, unless a refused input came in between: translating
+		// it again puts back its diagnostics.
 		opts := translate.Options{DefaultLocality: l.opts.DefaultLocality[l.owner(name)]}
-		if old, was := l.published[name]; was && reflect.DeepEqual(old, svc) && l.pubOpts[name] == opts {
+		if old, was := l.published[name]; was && !l.refused[name] && reflect.DeepEqual(old, svc) && l.pubOpts[name] == opts {
 			continue
 		}
-		res, diags := opts.Service(svc)
-		l.mu.Lock()
-		if len(diags) > 0 {
-			l.diags[name] = diags
-		} else {
-			delete(l.diags, name)
-		}
-		l.mu.Unlock()
-		for _, d := range diags {
+		r := opts.ServiceWithin(svc, l.opts.Limits)
+		l.setDiags(name, r.Diagnostics)
+		for _, d := range r.Diagnostics {
 			l.log.Warn("translation diagnostic", "service", d.Service, "field", d.Field, "message", d.Message)
 		}
-		if err := res.Validate(); err != nil {
+		for limit, n := range r.Exceeded {
+			l.m.limitExceeded.WithLabelValues(limit).Add(float64(n))
+		}
+		if r.Refused {
+			l.m.refused.Inc()
+			l.refused[name] = true
+			_, was := l.published[name]
+			l.log.Error("service over the translation limits; serving its last published version", "service", name, "has_published_version", was)
+			continue
+		}
+		if err := r.Validate(); err != nil {
 			l.m.invalid.Inc()
+			l.refused[name] = true
 			l.log.Error("generated resource failed validation; serving the last valid one", "service", name, "error", err)
 			continue
 		}
-		changed = append(changed, res)
+		delete(l.refused, name)
+		changed = append(changed, r.Resources)
 		inputs[name] = svc
 		inputOpts[name] = opts
 	}
@@ -428,6 +449,7 @@ func (l *Loop) flush() {
 	l.m.flushes.Inc()
 	l.m.flushSeconds.Observe(l.now().Sub(start).Seconds())
 	l.m.services.Set(float64(len(l.published)))
+	l.m.refusedServices.Set(float64(len(l.refused)))
 	if !l.ready {
 		l.ready = true
 		l.pub.MarkReady()
@@ -438,6 +460,16 @@ func (l *Loop) flush() {
 	}
 	if len(changed) > 0 || len(removed) > 0 {
 		l.log.Debug("published", "changed", len(changed), "removed", len(removed))
+	}
+}
+
+func (l *Loop) setDiags(service string, diags []translate.Diagnostic) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(diags) > 0 {
+		l.diags[service] = diags
+	} else {
+		delete(l.diags, service)
 	}
 }
 

@@ -12,7 +12,12 @@ type loopMetrics struct {
 	flushes      prometheus.Counter
 	flushErrors  prometheus.Counter
 	invalid      prometheus.Counter
-	flushSeconds prometheus.Histogram
+	// Translation limits: what each limit dropped or refused, refused
+	// translations, and the services whose latest input is refused.
+	limitExceeded   *prometheus.CounterVec
+	refused         prometheus.Counter
+	refusedServices prometheus.Gauge
+	flushSeconds    prometheus.Histogram
 }
 
 func newLoopMetrics(l *Loop, reg prometheus.Registerer) *loopMetrics {
@@ -38,13 +43,22 @@ func newLoopMetrics(l *Loop, reg prometheus.Registerer) *loopMetrics {
 		invalid: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "xdsbridge_translate_invalid_total", Help: "Generated resources that failed validation (the last valid one stays served).",
 		}),
+		limitExceeded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "xdsbridge_translate_limit_exceeded_total", Help: "Input over a translation limit: metadata namespaces, hostnames or services dropped or refused, by limit (max_metadata_depth, max_metadata_bytes, max_hostname_bytes, max_name_bytes, max_resource_bytes, encoding).",
+		}, []string{"limit"}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "xdsbridge_translate_refused_total", Help: "Translations of a service refused as over the limits (its last published version stays served).",
+		}),
+		refusedServices: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "xdsbridge_services_refused", Help: "Services whose latest input is refused (over the limits or failing validation): an older version, or nothing, is served.",
+		}),
 		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "xdsbridge_merge_flush_seconds", Help: "Time to rebuild and publish dirty services.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.sourceSyncs, m.sourceErrors, m.conflicts, m.services, m.flushes, m.flushErrors, m.invalid, m.flushSeconds, &staleCollector{l})
+		reg.MustRegister(m.sourceSyncs, m.sourceErrors, m.conflicts, m.services, m.flushes, m.flushErrors, m.invalid, m.limitExceeded, m.refused, m.refusedServices, m.flushSeconds, &staleCollector{l})
 	}
 	return m
 }

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/xdsbridge/xdsbridge/translate"
 )
 
 // Duration is a time.Duration written as a Go duration string ("50ms", "5s")
@@ -67,6 +69,10 @@ type Config struct {
 	// DefaultLocality is the locality of endpoints that have none, for
 	// sources that do not set their own. Zero: an empty locality.
 	DefaultLocality Locality `json:"default_locality"`
+	// Limits bound what one service's resources may carry (see
+	// translate.Limits for each field, its default and its range; 0 or
+	// absent is the default).
+	Limits translate.Limits `json:"limits"`
 	// BaseDir is the directory the config was read from (relative paths in
 	// source configs are relative to it). Not part of the file.
 	BaseDir string `json:"-"`
@@ -256,6 +262,7 @@ func (c *Config) applyDefaults() {
 	if c.Logging.Level == "" {
 		c.Logging.Level = "info"
 	}
+	c.Limits = c.Limits.WithDefaults()
 }
 
 func (c *Config) validate(knownTypes []string) error {
@@ -268,6 +275,9 @@ func (c *Config) validate(knownTypes []string) error {
 	case "debug", "info", "warn", "error":
 	default:
 		return fmt.Errorf("logging.level: %q is not one of debug, info, warn, error", c.Logging.Level)
+	}
+	if err := c.Limits.Check(); err != nil {
+		return fmt.Errorf("limits.%w", err)
 	}
 	if c.Debounce.Max < c.Debounce.Quiet {
 		return fmt.Errorf("debounce.max (%s) is shorter than debounce.quiet (%s)", c.Debounce.Max.D(), c.Debounce.Quiet.D())

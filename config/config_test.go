@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/xdsbridge/xdsbridge/translate"
 )
 
 var known = []string{"dns", "file"}
@@ -26,6 +28,9 @@ func TestDefaults(t *testing.T) {
 	}
 	if c.Logging.Format != "text" || c.Logging.Level != "info" {
 		t.Errorf("logging defaults: %+v", c.Logging)
+	}
+	if c.Limits != translate.DefaultLimits() {
+		t.Errorf("limits defaults: %+v", c.Limits)
 	}
 	if c.BaseDir != "/etc/xdsbridge" {
 		t.Errorf("BaseDir %q", c.BaseDir)
@@ -123,6 +128,16 @@ func TestErrors(t *testing.T) {
 		{"duplicate source names", "sources: [{name: s, file: {}}, {name: s, dns: {}}]", []string{"sources[1].name", `"s" used twice`}},
 		{"unknown source type", "sources: [{name: s, consul: {}}]", []string{"sources[0] (s)", `unknown source type "consul"`, "known: dns, file"}},
 		{"yaml syntax error", "xds:\n  listen: [\n", []string{"line"}},
+		{"unknown limits field", "limits: {max_depth: 3}" + src, []string{`unknown field "max_depth" in limits`}},
+		{"limit of wrong type", "limits: {max_metadata_depth: deep}" + src, []string{"limits.max_metadata_depth", "cannot use a JSON string"}},
+		{"fractional limit", "limits: {max_hostname_bytes: 2.5}" + src, []string{"limits.max_hostname_bytes", "cannot use a JSON number"}},
+		{"metadata depth over what Envoy unpacks", "limits: {max_metadata_depth: 33}" + src, []string{"limits.max_metadata_depth: 33 is not in 1..32", "Envoy"}},
+		{"negative limit", "limits: {max_metadata_depth: -1}" + src, []string{"limits.max_metadata_depth: -1 is not in 1..32"}},
+		{"name over what sources accept", "limits: {max_name_bytes: 300}" + src, []string{"limits.max_name_bytes: 300 is not in 1..255"}},
+		{"resource over grpc-go's limit", "limits: {max_resource_bytes: 4194304}" + src, []string{"limits.max_resource_bytes: 4194304 is not in 4096..4177920", "grpc-go"}},
+		{"resource limit too small", "limits: {max_resource_bytes: 100}" + src, []string{"limits.max_resource_bytes: 100 is not in 4096..4177920"}},
+		{"metadata over the resource limit", "limits: {max_resource_bytes: 10000, max_metadata_bytes: 20000}" + src, []string{"limits.max_metadata_bytes: 20000 is not in 1..10000"}},
+		{"hostname over the resource limit", "limits: {max_hostname_bytes: 2000000}" + src, []string{"limits.max_hostname_bytes: 2000000 is not in 1..1048576"}},
 		{"unknown default_locality field", "default_locality: {regoin: r}" + src, []string{`unknown field "regoin" in default_locality`}},
 		{"default_locality of wrong type", "default_locality: {zone: 1}" + src, []string{"default_locality.zone", "cannot use a JSON number"}},
 		{"unknown source default_locality field", "sources: [{name: s, file: {}, default_locality: {subzone: a}}]", []string{"sources[0]", "default_locality", `unknown field "subzone"`}},
@@ -280,6 +295,28 @@ func TestLoad(t *testing.T) {
 	}
 	if _, err := Load(filepath.Join(dir, "missing.yaml"), known); !os.IsNotExist(err) {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	c, err := Parse([]byte(minimal+"limits: {max_metadata_depth: 32, max_metadata_bytes: 1000, max_hostname_bytes: 63, max_name_bytes: 100, max_resource_bytes: 4177920}\n"), "", known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := translate.Limits{MaxMetadataDepth: 32, MaxMetadataBytes: 1000, MaxHostnameBytes: 63, MaxNameBytes: 100, MaxResourceBytes: 4177920}
+	if c.Limits != want {
+		t.Errorf("limits %+v, want %+v", c.Limits, want)
+	}
+	// Absent fields are defaults; the metadata default is no more than a
+	// lower resource limit.
+	c, err = Parse([]byte(minimal+"limits: {max_resource_bytes: 8192}\n"), "", known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = translate.DefaultLimits()
+	want.MaxResourceBytes, want.MaxMetadataBytes = 8192, 8192
+	if c.Limits != want {
+		t.Errorf("limits %+v, want %+v", c.Limits, want)
 	}
 }
 

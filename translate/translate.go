@@ -61,11 +61,12 @@ type Options struct {
 func Service(s sources.Service) (Resources, []Diagnostic) { return Options{}.Service(s) }
 
 // Service translates one service into its Cluster, ClusterLoadAssignment,
-// and the Listener and RouteConfiguration gRPC clients start from. The
-// service is not modified.
+// and the Listener and RouteConfiguration gRPC clients start from, within
+// DefaultLimits (see ServiceWithin; a refused service has no resources).
+// The service is not modified.
 func (o Options) Service(s sources.Service) (Resources, []Diagnostic) {
-	cla, diags := o.LoadAssignment(s)
-	return Resources{Cluster: Cluster(s.Name), Load: cla, Listener: APIListener(s.Name), Route: RouteConfig(s.Name)}, diags
+	r := o.ServiceWithin(s, DefaultLimits())
+	return r.Resources, r.Diagnostics
 }
 
 // Cluster is the EDS cluster for a service: its endpoints come over ADS.

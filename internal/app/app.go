@@ -131,6 +131,7 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		Metrics:         reg,
 		MaxRetention:    c.HealthChecks.MaxRetention.D(),
 		DefaultLocality: DefaultLocalities(c),
+		Limits:          c.Limits,
 	}
 	if len(perSource)+len(perService) > 0 {
 		checker := healthcheck.NewChecker(healthcheck.Options{Workers: c.HealthChecks.Workers, Logger: log, Metrics: reg})

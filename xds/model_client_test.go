@@ -714,7 +714,7 @@ func (r *mrun) rejected(c *mclient, ts *tstate, items []item, bad []string) *vio
 		nc.n++
 		nc.maxSize = max(nc.maxSize, len(items))
 		if bound := 2*int(math.Ceil(math.Log2(float64(nc.maxSize)))) + 2; nc.n > bound {
-			return r.fail("nack-loop", c, ts, "%s rejected %d times (bound %d for responses of up to %d resources)", it, nc.n, bound, nc.maxSize)
+			return r.fail("nack-loop"+ts.context(), c, ts, "%s rejected %d times (bound %d for responses of up to %d resources)", it, nc.n, bound, nc.maxSize)
 		}
 	}
 	return nil
@@ -799,7 +799,7 @@ func (r *mrun) checkHeld(c *mclient) *violation {
 			return r.fail(kind+ts.context(), c, ts, "holds %s; interest %s: missing %v, stale %v, deleted but held %v", fmtHeld(ts.held), &ts.in, missing, stale, extra)
 		}
 		if len(unoffered) > 0 {
-			return r.fail("poison-not-offered", c, ts, "current poison versions %v never sent to the client", unoffered)
+			return r.fail("poison-not-offered"+ts.context(), c, ts, "current poison versions %v never sent to the client", unoffered)
 		}
 		if len(ts.owed) > 0 {
 			return r.fail("not-resent", c, ts, "re-subscribed %v not sent again", sortedKeys(ts.owed))

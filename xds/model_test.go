@@ -17,7 +17,11 @@ package xds_test
 // version rejected more often than isolating it takes. Checked at
 // quiescence after every step: each client holds exactly what is served
 // within its interest (sotw EDS: at least that, as sotw cannot remove an
-// assignment), poison versions excepted, which must have been offered.
+// assignment), poison versions excepted, which must have been offered;
+// a held name a delta client re-subscribed was sent again; every
+// (stream, type) has an open watch (Stats().Watches).
+// A failure prints the seed, the steps and the events up to the first
+// violation; a minimised history can be kept in model_cases_test.go.
 //
 // Environment:
 //
@@ -346,8 +350,13 @@ func runHistory(h *mhistory) (*failure, error) {
 
 func (f *failure) report(logLines int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d: after step %d of %d: [%s] %s\n", f.h.seed, f.step, len(f.h.steps), f.v.kind, f.v.msg)
-	fmt.Fprintf(&b, "replay: XDSBRIDGE_MODEL_SEED=%d go test -race -run 'TestModel$' ./xds/\n", f.h.seed)
+	if f.h.seed != 0 {
+		fmt.Fprintf(&b, "seed %d: ", f.h.seed)
+	}
+	fmt.Fprintf(&b, "after step %d of %d: [%s] %s\n", f.step, len(f.h.steps), f.v.kind, f.v.msg)
+	if f.h.seed != 0 {
+		fmt.Fprintf(&b, "replay: XDSBRIDGE_MODEL_SEED=%d go test -race -run 'TestModel$' ./xds/\n", f.h.seed)
+	}
 	b.WriteString("history:\n")
 	b.WriteString(f.h.String())
 	for i, s := range f.h.steps {
@@ -603,4 +612,141 @@ func TestModel(t *testing.T) {
 		b.WriteString(f.report(logLines))
 	}
 	t.Fatal(b.String())
+}
+
+// --- recorded cases ----------------------------------------------------
+
+// parseHistory reads a history as a failure report prints it (the lines
+// under "history:", step numbers and the ">" mark optional), so that a
+// minimised failure can be kept as a case.
+func parseHistory(text string) (*mhistory, error) {
+	h := &mhistory{names: 10}
+	parseSub := func(s string) (initSub, error) {
+		switch s {
+		case "none":
+			return initSub{}, nil
+		case "*(legacy)":
+			return initSub{mode: subLegacy}, nil
+		case "[*]":
+			return initSub{mode: subStar}, nil
+		}
+		if !strings.HasPrefix(s, "[") || !strings.HasSuffix(s, "]") {
+			return initSub{}, fmt.Errorf("subscription %q", s)
+		}
+		return initSub{mode: subNamed, names: strings.Fields(strings.Trim(s, "[]"))}, nil
+	}
+	parseOps := func(s string) ([]op, error) {
+		var ops []op
+		for _, f := range strings.Fields(strings.Trim(s, "[]")) {
+			kind, rest, _ := strings.Cut(f, ":")
+			o := op{}
+			if rest, o.poison = strings.CutSuffix(rest, "☠"); kind == "del" {
+				o.kind, o.name = opDelete, rest
+			} else {
+				name, v, _ := strings.Cut(rest, "/")
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					return nil, fmt.Errorf("operation %q", f)
+				}
+				o.name, o.variant = name, n
+				switch kind {
+				case "cds":
+					o.kind = opCluster
+				case "eds":
+					o.kind = opCLA
+				default:
+					return nil, fmt.Errorf("operation %q", f)
+				}
+			}
+			ops = append(ops, o)
+		}
+		return ops, nil
+	}
+	typeOf := map[string]string{"CDS": cds, "EDS": eds}
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), ">"))
+		if line == "" {
+			continue
+		}
+		if f := strings.Fields(line); len(f) > 1 {
+			if _, err := strconv.Atoi(f[0]); err == nil {
+				line = strings.TrimSpace(strings.TrimPrefix(line, f[0]))
+			}
+		}
+		var s mstep
+		line, s.noWait = strings.CutSuffix(line, "(then at once:)")
+		line = strings.TrimSpace(line)
+		f := strings.Fields(line)
+		switch {
+		case strings.HasPrefix(line, "names "):
+			if i := strings.Index(line, "at most "); i >= 0 {
+				if n, err := strconv.Atoi(strings.Fields(line[i+len("at most "):])[0]); err == nil && !strings.Contains(line, "KiB") {
+					h.maxBytes = n
+				}
+			}
+		case strings.HasPrefix(line, "before connecting: publish "):
+			ops, err := parseOps(strings.TrimPrefix(line, "before connecting: publish "))
+			if err != nil {
+				return nil, err
+			}
+			h.pre = ops
+		case strings.HasPrefix(line, "publish "):
+			ops, err := parseOps(strings.TrimPrefix(line, "publish "))
+			if err != nil {
+				return nil, err
+			}
+			s.kind, s.ops = stPublish, ops
+			h.steps = append(h.steps, s)
+		case len(f) >= 2 && (f[1] == "delta" || f[1] == "sotw"):
+			// c0 delta CDS <sub> EDS <sub>
+			i := strings.Index(line, " CDS ")
+			j := strings.Index(line, " EDS ")
+			if i < 0 || j < i {
+				return nil, fmt.Errorf("client %q", line)
+			}
+			cs := clientSpec{delta: f[1] == "delta"}
+			var err error
+			if cs.cds, err = parseSub(strings.TrimSpace(line[i+5 : j])); err != nil {
+				return nil, err
+			}
+			if cs.eds, err = parseSub(strings.TrimSpace(line[j+5:])); err != nil {
+				return nil, err
+			}
+			h.clients = append(h.clients, cs)
+		case len(f) >= 2 && strings.HasPrefix(f[0], "c"):
+			n, err := strconv.Atoi(f[0][1:])
+			if err != nil {
+				return nil, fmt.Errorf("step %q", line)
+			}
+			s.client = n
+			switch {
+			case f[1] == "reconnect":
+				s.kind = stReconnect
+			case len(f) >= 4 && (f[1] == "subscribe" || f[1] == "unsubscribe"):
+				s.typ = typeOf[f[2]]
+				if s.typ == "" {
+					return nil, fmt.Errorf("type in %q", line)
+				}
+				if f[3] == "*" {
+					s.kind, s.on = stWild, f[1] == "subscribe"
+				} else {
+					s.kind, s.names = stSub, strings.Fields(strings.Trim(strings.Join(f[3:], " "), "[]"))
+					if f[1] == "unsubscribe" {
+						s.kind = stUnsub
+					}
+				}
+			default:
+				return nil, fmt.Errorf("step %q", line)
+			}
+			h.steps = append(h.steps, s)
+		default:
+			return nil, fmt.Errorf("line %q", line)
+		}
+	}
+	for _, s := range h.steps {
+		if s.kind != stPublish && s.client >= len(h.clients) {
+			return nil, fmt.Errorf("step %s: no such client", &s)
+		}
+	}
+	return h, nil
 }

@@ -76,6 +76,15 @@ var modelCases = []struct {
 		1 c0 unsubscribe EDS *`,
 	},
 	{
+		name: "nack/rejected-version-resent-on-star-unsubscribe", seed: "2004956",
+		what: "each (phantom) * unsubscribe resends the poison s2 the client rejected: a NACK loop",
+		history: `
+		c0 delta CDS [s0] EDS [s2]
+		before connecting: publish [eds:s2/1☠]
+		1 c0 unsubscribe EDS *
+		2 c0 unsubscribe EDS *`,
+	},
+	{
 		name: "resend/deleted-and-recreated-while-behind", seed: "14",
 		what: "s5 deleted and created again with the same version while a response is unacknowledged: resent at the version held",
 		history: `

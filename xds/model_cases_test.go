@@ -1,0 +1,152 @@
+package xds_test
+
+import "testing"
+
+// modelCases are minimised histories of TestModel failures (the history
+// part of a failure report, pasted), one per distinct violation found on
+// the cache as of this test's writing. Each runs ten times: some depend
+// on a request crossing a response. The seed is where it was found.
+var modelCases = []struct {
+	name, seed, what, history string
+}{
+	{
+		name: "nack/delta-good-resources-lost", seed: "1",
+		what: "a NACKed response counts as held: s5, sent with the poison s3, is never sent again",
+		history: `
+		c0 delta CDS [s4 s5] EDS [s1 s2 s3 s5]
+		before connecting: publish [eds:s3/4☠ eds:s5/6]`,
+	},
+	{
+		name: "nack/sotw-good-resources-lost", seed: "3",
+		what: "a NACKed sotw response counts as held: s1, sent with the poison s3, is never sent again",
+		history: `
+		c0 sotw  CDS [*] EDS [*]
+		before connecting: publish [eds:s1/1 eds:s3/6☠]`,
+	},
+	{
+		name: "resubscribe/deleted-held-name-never-removed-cds", seed: "40",
+		what: "s5, held through the wildcard, re-subscribed by name as it is deleted: never reported removed",
+		history: `
+		c0 delta CDS *(legacy) EDS [s1 s3 s5 s9]
+		1 publish [cds:s5/1]
+		2 c0 subscribe CDS [s5 s7 s9]   (then at once:)
+		3 publish [del:s5 cds:s9/2]`,
+	},
+	{
+		name: "resubscribe/deleted-held-name-never-removed-eds", seed: "1024",
+		what: "s0, held, re-subscribed as it is deleted: never reported removed (or, by timing, s6 resent at the version held)",
+		history: `
+		c0 delta CDS *(legacy) EDS *(legacy)
+		before connecting: publish [eds:s0/4 eds:s3/2]
+		1 c0 subscribe EDS [s0 s3 s4]   (then at once:)
+		2 publish [del:s0 eds:s6/7]`,
+	},
+	{
+		name: "sotw/wildcard-added-across-a-response", seed: "413",
+		what: "* added to a named sotw subscription while a response is on its way (the request is dropped for its stale nonce, the ACK carries *): s4 is never sent",
+		history: `
+		c0 sotw  CDS [*] EDS [s2]
+		before connecting: publish [eds:s2/3]
+		1 publish [cds:s2/2 eds:s4/5]   (then at once:)
+		2 c0 subscribe EDS *`,
+	},
+	{
+		name: "order/delta-eds-before-its-cluster", seed: "16",
+		what: "cluster s3 waits for the ACK of a CDS response, its re-versioned assignment does not",
+		history: `
+		c0 delta CDS [*] EDS [s0 s1 s2 s3]
+		before connecting: publish [eds:s3/7]
+		1 publish [cds:s4/0]   (then at once:)
+		2 publish [cds:s3/0]`,
+	},
+	{
+		name: "order/sotw-eds-before-its-cluster", seed: "31",
+		what: "cluster s6 waits for the ACK of a CDS response, its assignment does not",
+		history: `
+		c0 sotw  CDS *(legacy) EDS [s3 s5 s6]
+		1 publish [cds:s7/0]   (then at once:)
+		2 publish [cds:s6/0 eds:s6/7]`,
+	},
+	{
+		name: "resend/star-unsubscribe", seed: "17",
+		what: "unsubscribing * (here never subscribed) makes the cache check everything wholesale: s2 is resent at the version held",
+		history: `
+		c0 delta CDS [s3 s5] EDS [s2 s7]
+		before connecting: publish [eds:s2/0]
+		1 c0 unsubscribe EDS *`,
+	},
+	{
+		name: "nack/rejected-version-resent-on-star-unsubscribe", seed: "2004956",
+		what: "each (phantom) * unsubscribe resends the poison s2 the client rejected: a NACK loop",
+		history: `
+		c0 delta CDS [s0] EDS [s2]
+		before connecting: publish [eds:s2/1☠]
+		1 c0 unsubscribe EDS *
+		2 c0 unsubscribe EDS *`,
+	},
+	{
+		name: "resend/deleted-and-recreated-while-behind", seed: "14",
+		what: "s5 deleted and created again with the same version while a response is unacknowledged: resent at the version held",
+		history: `
+		c0 delta CDS *(legacy) EDS [s0 s3]
+		1 publish [cds:s5/0]   (then at once:)
+		2 publish [del:s5]   (then at once:)
+		3 publish [cds:s5/0]`,
+	},
+	{
+		name: "resend/request-crossing-a-response", seed: "493",
+		what: "a subscription change processed while the previous watch's response is queued (not yet installed) is answered from the state before it: s4 resent at the version held",
+		history: `
+		c0 delta CDS [s1 s2 s5] EDS [s4]
+		1 c0 subscribe EDS [s2 s3 s5]   (then at once:)
+		2 publish [cds:s3/2 eds:s3/2 eds:s4/0]`,
+	},
+	{
+		name: "removed/never-sent-rest-of-split-response", seed: "47",
+		what: "s3, in the unsent rest of a split response, deleted: reported removed though never sent",
+		history: `
+		names s0..s9, delta responses of at most 73 B, poison false
+		c0 delta CDS *(legacy) EDS [*]
+		1 publish [eds:s0/1 eds:s3/6]   (then at once:)
+		2 publish [del:s3]`,
+	},
+	{
+		name: "removed/created-and-deleted-while-behind", seed: "670",
+		what: "s3 created and deleted while a response is unacknowledged: reported removed though never sent",
+		history: `
+		c0 delta CDS [*] EDS none
+		1 publish [cds:s0/1]   (then at once:)
+		2 publish [cds:s3/0]   (then at once:)
+		3 publish [del:s3]`,
+	},
+	{
+		name: "removed/star-subscribe", seed: "90",
+		what: "subscribing * checks wholesale: s5, deleted before and never held, is reported removed",
+		history: `
+		c0 delta CDS [s0 s2 s6 s7] EDS [s1]
+		before connecting: publish [cds:s5/0]
+		1 publish [cds:s2/0 del:s5]
+		2 c0 subscribe CDS *`,
+	},
+}
+
+// TestModelCases replays the recorded failures of TestModel.
+func TestModelCases(t *testing.T) {
+	for _, mc := range modelCases {
+		t.Run(mc.name, func(t *testing.T) {
+			h, err := parseHistory(mc.history)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 10 {
+				f, err := runHistory(h)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if f != nil {
+					t.Fatalf("%s (found with seed %s)\n%s", mc.what, mc.seed, f.report(0))
+				}
+			}
+		})
+	}
+}

@@ -43,6 +43,8 @@ type Cache struct {
 	nextID   uint64
 
 	maxBytes int // resource bytes per response (see WithMaxResponseBytes); 0: no limit
+
+	inflight map[inflightKey]inflight // see Cache.cancel
 }
 
 // DefaultMaxResponseBytes bounds the resource bytes of one delta response
@@ -82,7 +84,7 @@ var _ cache.Cache = (*Cache)(nil)
 
 // NewCache returns an empty cache. It starts nothing.
 func NewCache(opts ...Option) *Cache {
-	c := &Cache{maxBytes: DefaultMaxResponseBytes}
+	c := &Cache{maxBytes: DefaultMaxResponseBytes, inflight: map[inflightKey]inflight{}}
 	WithTypes(DefaultTypes...)(c)
 	for _, o := range opts {
 		o(c)

@@ -41,14 +41,23 @@ import (
 //     response channel holds two responses per type and the sotw ADS
 //     channel one per type, so the cache sends under its lock without
 //     blocking.
+//  6. The delta server processes (installs) the responses queued on a
+//     stream before it cancels the watch a new request replaces, and it
+//     does both, and creates the next watch, in the stream's goroutine; a
+//     response queued after that is installed before any later one. A
+//     stream's response channel is shared by its types and is its
+//     identity. (The sotw servers drop a queued response of the type a new
+//     request is for: there the next watch's state is the right one.)
 
 // Keys of the cache's state in a delta stream's returned-resources map.
 const (
 	// genKey → G: the client holds, of every resource it was interested in
 	// at type generation G, the version current at G, and knows that the
 	// others do not exist; except the names of restKey, and what the
-	// responses under sentPrefix carried if they are rejected.
-	genKey = ""
+	// responses under sentPrefix carried if they are rejected. G is
+	// followed by wildMark when the client was subscribed to the wildcard.
+	genKey   = ""
+	wildMark = "w"
 	// restKey → sorted names joined by sep: names the client may hold older
 	// versions of (the rest of a split response, the content of a rejected
 	// response), which the next responses check and send.
@@ -77,10 +86,14 @@ func isStateKey(k string) bool { return k == genKey || (len(k) > 0 && k[0] == 0)
 // server gave it (contract 2) and what it carried.
 type deltaResponse struct {
 	*cache.DeltaPassthroughResponse
+	w    *watch
 	sent string // see sentPrefix
 }
 
+// GetNextVersionMap is called by the server when it installs the state,
+// in its own goroutine, as is the watch's cancel function (contract 6).
 func (r *deltaResponse) GetNextVersionMap() map[string]string {
+	r.w.installed = true
 	if nonce := r.DeltaDiscoveryResponse.GetNonce(); nonce != "" && r.sent != "" {
 		r.NextVersionMap[sentPrefix+nonce] = r.sent
 	}

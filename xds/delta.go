@@ -42,12 +42,12 @@ type nameSeq struct {
 
 // deltaState is a delta client's state as read when its watch is created.
 type deltaState struct {
-	// complete: the state is compact, at generation gen; wholesale: the
-	// client's interest changed (wildcard toggled), so only what changed
-	// since gen is known not to be held; stale: gen is older than the
+	// complete: the state is compact, at generation gen; wildOn: the
+	// client subscribed to the wildcard since gen, so of the names it does
+	// not subscribe by name it held none; stale: gen is older than the
 	// change log.
-	complete, wholesale, stale bool
-	gen                        uint64
+	complete, wildOn, stale bool
+	gen                     uint64
 	// newSub: names the request subscribes to. The client may hold them or
 	// not; the protocol asks to send them (or report them removed) either way.
 	newSub   map[string]struct{}
@@ -65,25 +65,37 @@ type deltaState struct {
 // the names to look at: those changed since the client's generation, of
 // the rest, of a rejected response, or subscribed or unsubscribed by this
 // request. It looks at everything of interest when the state is explicit
-// (a new stream), the client's interest changed wholesale, or the
+// (a new stream), the client subscribed to the wildcard, or the
 // generation is older than the change log. A wildcard client older than
 // the change log is reset (the error ends the stream; it reconnects with
 // its versions): the names deleted in the forgotten generations are not
 // known any more.
 func (c *Cache) readDeltaState(w *watch) error {
 	ts, ds := w.ts, &w.ds
-	known := w.sub.ReturnedResources()
+	w.known = w.sub.ReturnedResources()
+	if p, ok := c.inflight[inflightKey{w.dch, ts.url}]; ok {
+		// The previous watch's response is queued but not installed
+		// (contract 6): it will be, before this watch's response.
+		delete(c.inflight, inflightKey{w.dch, ts.url})
+		w.known = p.next
+	}
+	known := w.known
 	g, ok := known[genKey]
 	if !ok {
 		ds.full = true // explicit: a new stream or type
 		return nil
 	}
+	g, wasWild := strings.CutSuffix(g, wildMark)
 	gen, err := strconv.ParseUint(g, 10, 64)
 	if err != nil || gen > ts.gen {
 		ds.full = true
 		return nil
 	}
 	ds.complete, ds.gen = true, gen
+	// A wildcard subscribed since G widens the interest; one unsubscribed
+	// narrows it (the client drops what it no longer wants), and a "*"
+	// that changes nothing (legacy wildcard) is no change.
+	ds.wildOn = !wasWild && w.sub.IsWildcard()
 	ds.limit, _ = strconv.Atoi(known[limitKey])
 	if r := known[rejectedKey]; r != "" {
 		ds.rejected = map[string]string{}
@@ -103,9 +115,6 @@ func (c *Cache) readDeltaState(w *watch) error {
 		}
 	}
 	subs, unsubs := w.dreq.GetResourceNamesSubscribe(), w.dreq.GetResourceNamesUnsubscribe()
-	if slices.Contains(subs, "*") || slices.Contains(unsubs, "*") {
-		ds.wholesale = true
-	}
 	if gen < ts.floor {
 		if w.sub.IsWildcard() {
 			return fmt.Errorf("xds cache: %s state of generation %d is older than the change log (from %d); reconnect", ts.url, gen, ts.floor)
@@ -119,7 +128,7 @@ func (c *Cache) readDeltaState(w *watch) error {
 		}
 	}
 	rest := known[restKey]
-	quiet := len(nacked) == 0 && !ds.wholesale && !ds.stale && len(subs) == 0 && len(unsubs) == 0
+	quiet := len(nacked) == 0 && !ds.wildOn && !ds.stale && len(subs) == 0 && len(unsubs) == 0
 	var since []string
 	if quiet {
 		if since = ts.sinceLog(gen); len(since) == 0 {
@@ -137,7 +146,7 @@ func (c *Cache) readDeltaState(w *watch) error {
 		slices.Sort(ds.rest)
 		ds.rest = slices.Compact(ds.rest)
 	}
-	if ds.wholesale || ds.stale {
+	if ds.wildOn || ds.stale {
 		ds.full = true
 		return nil
 	}
@@ -170,6 +179,7 @@ func (ds *deltaState) rejectResponse(ts *typeState, sent string) (names []string
 				ds.rejected = map[string]string{}
 			}
 			ds.rejected[e.name] = e.version
+			names = names[1:] // not to be sent again
 		}
 		ds.limit = 0 // found: the rest goes as usual
 	case count > 1:
@@ -182,16 +192,25 @@ func (ds *deltaState) rejectResponse(ts *typeState, sent string) (names []string
 // only at seq unless full. It reports whether a response was sent.
 func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool {
 	ts, ds := w.ts, &w.ds
-	known := w.sub.ReturnedResources()
+	known := w.known
 	subscribed := w.sub.SubscribedResources()
 	wild := w.sub.IsWildcard()
 
 	// held reports the version the client holds of n, if known (held), or
 	// whether it may hold another one (maybe).
 	held := func(n string) (version string, held, maybe bool) {
+		// Subscribed by this request, or still to be sent (of the rest),
+		// it is sent, or reported removed; a resource rejected alone is
+		// not, while it is at the version rejected.
+		if _, ok := ds.newSub[n]; ok && ds.complete {
+			return "", false, true
+		}
+		if _, ok := slices.BinarySearch(ds.rest, n); ok || ds.allRest {
+			return "", false, true
+		}
 		e, exists := ts.resources[n]
 		if v, ok := ds.rejected[n]; ok && exists && e.version == v {
-			return v, true, false // rejected alone: as good as held
+			return v, true, false
 		}
 		if v, ok := known[n]; ok {
 			return v, true, false
@@ -199,14 +218,8 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 		if !ds.complete {
 			return "", false, false
 		}
-		if _, ok := ds.newSub[n]; ok {
-			return "", false, true
-		}
-		if ds.allRest {
-			return "", false, true
-		}
-		if _, ok := slices.BinarySearch(ds.rest, n); ok {
-			return "", false, true
+		if _, isSub := subscribed[n]; ds.wildOn && !isSub {
+			return "", false, false // not of interest at G
 		}
 		if (exists && e.gen > ds.gen) || ts.deletedAt[n] > ds.gen || (ds.stale && !exists) {
 			return "", false, true
@@ -214,19 +227,16 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 		if !exists {
 			return "", false, false
 		}
-		if ds.wholesale {
-			return "", false, true // of interest at G or not: unknown
-		}
 		return e.version, true, false
 	}
 
 	// Each name is considered once (names are unique; a full check
-	// dedupes). State keys are not names: a client naming a resource
-	// with one is ignored.
+	// dedupes). State keys and "*" are not names: a client naming a
+	// resource with one is ignored.
 	var changed, removed []string
 	size := 0
 	consider := func(n string) {
-		if isStateKey(n) {
+		if isStateKey(n) || n == "*" {
 			return
 		}
 		e, exists := ts.resources[n]
@@ -318,7 +328,11 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 	// form: everything of interest as of now, but the rest; and what this
 	// response carries, until the client answers. The map is new: the
 	// server installs it only when it sends the response.
-	next := map[string]string{genKey: strconv.FormatUint(ts.gen, 10)}
+	g := strconv.FormatUint(ts.gen, 10)
+	if wild {
+		g += wildMark
+	}
+	next := map[string]string{genKey: g}
 	if rest != "" {
 		next[restKey] = rest
 		if ds.limit > 0 {
@@ -337,11 +351,12 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 	}
 	var sent string
 	if len(changed)+len(removed) > 0 {
-		sent = next[genKey] + sep + strconv.Itoa(len(changed)) + sep + strings.Join(append(changed, removed...), sep)
+		sent = strconv.FormatUint(ts.gen, 10) + sep + strconv.Itoa(len(changed)) + sep + strings.Join(append(changed, removed...), sep)
 	}
-	w.done = true
+	w.done, w.next = true, next
 	// Sent under c.mu: this does not block (contract 5).
 	w.dch <- &deltaResponse{
+		w: w,
 		DeltaPassthroughResponse: &cache.DeltaPassthroughResponse{
 			DeltaRequest:   w.dreq,
 			NextVersionMap: next,

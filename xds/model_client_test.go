@@ -140,7 +140,14 @@ type tstate struct {
 	owed        map[string]bool    // held names re-subscribed, not yet answered (delta)
 	dropped     map[string]heldRes // sotw: unsubscribed in the window, as held
 
-	budget map[string]int        // removals the client may be told of, per name (delta)
+	budget map[string]int // removals the client may be told of, per name (delta)
+	// heard: the publish count when the client last received a name or was
+	// told it is removed (delta). The compact state cannot tell whether a
+	// client that is behind holds a name that changed since: a name that
+	// changed after it was last heard of may be resent at the version held
+	// (it went away and came back the same) or reported removed though not
+	// held (it came and went); anything else may not.
+	heard  map[string]int
 	nacks  map[string]*nackCount // NACKs of a poison version since (re)subscribing it
 	nacked map[string]bool       // poison versions rejected, ever
 }
@@ -148,7 +155,7 @@ type tstate struct {
 func newTstate(typ string) *tstate {
 	return &tstate{typ: typ, held: map[string]heldRes{}, in: interest{names: map[string]bool{}},
 		stable: interest{names: map[string]bool{}}, winNames: map[string]bool{}, resendOK: map[string]bool{},
-		owed: map[string]bool{}, dropped: map[string]heldRes{}, budget: map[string]int{}, nacks: map[string]*nackCount{}, nacked: map[string]bool{}}
+		owed: map[string]bool{}, dropped: map[string]heldRes{}, budget: map[string]int{}, nacks: map[string]*nackCount{}, nacked: map[string]bool{}, heard: map[string]int{}}
 }
 
 // context qualifies a failure's kind by what happened in the window.
@@ -529,7 +536,7 @@ func (r *mrun) onDelta(c *mclient, resp *discovery.DeltaDiscoveryResponse) *viol
 		case !ts.inWindow(it.name):
 			return r.fail("unrequested", c, ts, "%s sent, not subscribed (interest %s)", it, &ts.in)
 		}
-		if h, ok := ts.held[it.name]; ok && h.version == it.version && !ts.resendOK[it.name] && !ts.resendAll {
+		if h, ok := ts.held[it.name]; ok && h.version == it.version && !ts.resendOK[it.name] && !ts.resendAll && r.w.changed[ts.typ][it.name] < ts.heard[it.name] {
 			return r.fail("resend"+ts.context(), c, ts, "%s resent at the version the client holds (in #%s)", it, resp.Nonce)
 		}
 		if ts.typ == eds {
@@ -539,7 +546,7 @@ func (r *mrun) onDelta(c *mclient, resp *discovery.DeltaDiscoveryResponse) *viol
 		}
 	}
 	for _, n := range resp.RemovedResources {
-		if ts.budget[n] < 1 {
+		if ts.budget[n] < 1 && r.w.changed[ts.typ][n] < ts.heard[n] {
 			_, held := ts.held[n]
 			return r.fail("removed"+ts.context(), c, ts, "%s reported removed in #%s: held=%v, subscribed=%v; not held since its last removal (or never)", n, resp.Nonce, held, ts.in.names[n])
 		}
@@ -568,9 +575,11 @@ func (r *mrun) onDelta(c *mclient, resp *discovery.DeltaDiscoveryResponse) *viol
 		if ts.in.has(it.name) {
 			ts.held[it.name] = heldRes{version: it.version, content: it.content}
 		}
+		ts.heard[it.name] = r.w.seq
 	}
 	for _, n := range resp.RemovedResources {
 		delete(ts.held, n)
+		ts.heard[n] = r.w.seq
 	}
 	return r.sendDelta(c, &discovery.DeltaDiscoveryRequest{TypeUrl: ts.typ, ResponseNonce: resp.Nonce}, "ACK #"+resp.Nonce)
 }

@@ -94,10 +94,11 @@ type mrun struct {
 var quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func newRun(h *mhistory) (*mrun, error) {
-	c := xds.NewCache(cds, eds, lds)
+	opts := []xds.Option{xds.WithTypes(cds, eds, lds)}
 	if h.maxBytes > 0 {
-		c.SetMaxDeltaResponseBytes(h.maxBytes)
+		opts = append(opts, xds.WithMaxResponseBytes(h.maxBytes))
 	}
+	c := xds.NewCache(opts...)
 	if err := c.Apply(xds.Change{TypeURL: lds, Upserts: []xds.Resource{
 		{Name: barrierNames[0], Msg: &listener.Listener{Name: barrierNames[0]}},
 		{Name: barrierNames[1], Msg: &listener.Listener{Name: barrierNames[1]}},

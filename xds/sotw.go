@@ -41,11 +41,9 @@ type sotwState struct {
 // readSotwState reads the state for a new sotw watch: applies the request's
 // answer to the last response (contract 4), and decides
 // the names to look at: those changed since the state's generation. It
-// looks at everything of interest when that is not known (a sotw request
-// that names resources drops genKey from the state: the server removes
-// returned entries that are not among the request's names; such a request
-// is therefore always checked in full, which is how a name added to the
-// request is answered), and after a rejection.
+// looks at everything of interest when the request lists names (the
+// interest may have changed; the server drops genKey from the state for
+// such a request unless it lists "*"), and after a rejection.
 func (c *Cache) readSotwState(w *watch) {
 	ts, ss := w.ts, &w.ss
 	known := w.sub.ReturnedResources()
@@ -93,8 +91,10 @@ func (c *Cache) readSotwState(w *watch) {
 		ss.limit = (len(rejected) + 1) / 2
 		ss.suspects = append(ss.suspects, rejected...)
 	}
+	// A request that lists names (even only "*", which keeps genKey) may
+	// have changed the interest: checked in full.
 	g, ok := known[genKey]
-	if !ok || w.sreq.GetResponseNonce() == "" || len(rejected) > 0 || len(ss.suspects) > 0 {
+	if !ok || w.sreq.GetResponseNonce() == "" || len(w.sreq.GetResourceNames()) > 0 || len(rejected) > 0 || len(ss.suspects) > 0 {
 		ss.full = true
 		return
 	}

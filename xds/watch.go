@@ -2,6 +2,7 @@ package xds
 
 import (
 	"sort"
+	"time"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 )
@@ -20,7 +21,30 @@ type watch struct {
 	ds    deltaState // read from the delta client's state at creation
 	ss    sotwState  // likewise for sotw
 	done  bool
+
+	// Delta: the client's state as read at creation; the state this
+	// watch's response installs, and whether the server installed it.
+	known, next map[string]string
+	installed   bool
 }
+
+// inflightKey names a delta stream's subscription to a type: the stream's
+// response channel is the stream's identity.
+type inflightKey struct {
+	ch  chan cache.DeltaResponse
+	typ string
+}
+
+// inflight is the state of a response queued on a stream but not yet
+// installed when the server replaced its watch.
+type inflight struct {
+	next map[string]string
+	at   time.Time
+}
+
+// An inflight state is taken by the next watch of its stream and type at
+// once; one left behind (its stream ended) is dropped after this long.
+const inflightTTL = time.Minute
 
 func (c *Cache) create(w *watch) (func(), error) {
 	c.mu.Lock()
@@ -38,11 +62,30 @@ func (c *Cache) create(w *watch) (func(), error) {
 		return func() {}, nil
 	}
 	w.ts.watches[w] = struct{}{}
-	return func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		delete(w.ts.watches, w)
-	}, nil
+	return func() { c.cancel(w) }, nil
+}
+
+// cancel ends a tracked watch. The server cancels a watch right before it
+// creates the next one of the stream and type (contract 5), having first
+// processed the responses queued until then. A delta watch answered after
+// that (by a commit, from another goroutine) has its response queued but
+// not installed: the next watch must start from the state that response
+// installs, not from the one the server hands it, or what that response
+// carried is forgotten (a removal of a resource it delivered is lost).
+func (c *Cache) cancel(w *watch) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(w.ts.watches, w)
+	if !w.delta || !w.done || w.installed {
+		return
+	}
+	now := time.Now()
+	for k, p := range c.inflight {
+		if now.Sub(p.at) > inflightTTL {
+			delete(c.inflight, k)
+		}
+	}
+	c.inflight[inflightKey{w.dch, w.ts.url}] = inflight{next: w.next, at: now}
 }
 
 // respond answers w if anything needs sending (or evenIfEmpty). A watch
@@ -129,8 +172,8 @@ func firstRequest(w *watch) bool {
 		// first request (initial_resource_versions) is answered too, even
 		// if it holds everything: the answer replaces its explicit versions
 		// (5,000 for an Envoy with 5,000 clusters) with the compact state.
-		known := w.sub.ReturnedResources()
-		_, installed := known[genKey]
+		_, installed := w.known[genKey]
+		known := w.known
 		return !installed && (w.sub.IsWildcard() || len(known) > 0)
 	}
 	// A sotw client's first request on a stream is answered even when empty.

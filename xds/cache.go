@@ -45,6 +45,8 @@ type Cache struct {
 	maxBytes int // resource bytes per response (see WithMaxResponseBytes); 0: no limit
 
 	inflight map[inflightKey]inflight // see Cache.cancel
+	requests map[any]noted            // see order.go
+	streams  map[streamKey]*streamState
 }
 
 // DefaultMaxResponseBytes bounds the resource bytes of one delta response
@@ -84,7 +86,8 @@ var _ cache.Cache = (*Cache)(nil)
 
 // NewCache returns an empty cache. It starts nothing.
 func NewCache(opts ...Option) *Cache {
-	c := &Cache{maxBytes: DefaultMaxResponseBytes, inflight: map[inflightKey]inflight{}}
+	c := &Cache{maxBytes: DefaultMaxResponseBytes, inflight: map[inflightKey]inflight{},
+		requests: map[any]noted{}, streams: map[streamKey]*streamState{}}
 	WithTypes(DefaultTypes...)(c)
 	for _, o := range opts {
 		o(c)

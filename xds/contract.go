@@ -88,14 +88,30 @@ type deltaResponse struct {
 	*cache.DeltaPassthroughResponse
 	w    *watch
 	sent string // see sentPrefix
+	// pred: a response queued before this one whose state this one was
+	// computed from before the server installed it (see Cache.cancel); its
+	// nonce, and so its record, is known once it is installed.
+	pred *deltaResponse
 }
 
 // GetNextVersionMap is called by the server when it installs the state,
-// in its own goroutine, as is the watch's cancel function (contract 6).
+// in its own goroutine, as is the watch's cancel function (contract 6),
+// after the responses queued before (pred among them) were installed.
 func (r *deltaResponse) GetNextVersionMap() map[string]string {
 	r.w.installed = true
 	if nonce := r.DeltaDiscoveryResponse.GetNonce(); nonce != "" && r.sent != "" {
 		r.NextVersionMap[sentPrefix+nonce] = r.sent
+	}
+	if p := r.pred; p != nil {
+		// What pred's state recorded once installed (its own record,
+		// and those it took over). One the client has answered since is
+		// dropped at its next answer.
+		for k, v := range p.NextVersionMap {
+			if _, ok := r.NextVersionMap[k]; !ok && strings.HasPrefix(k, sentPrefix) {
+				r.NextVersionMap[k] = v
+			}
+		}
+		r.pred = nil
 	}
 	return r.NextVersionMap
 }

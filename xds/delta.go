@@ -2,6 +2,7 @@ package xds
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -56,6 +57,9 @@ type deltaState struct {
 	limit    int      // resources in the next response (halving a rejected one); 0: no limit
 	rejected map[string]string
 	carry    []string // sentPrefix keys of responses this request does not answer
+	// pred: the response queued before this watch, whose state it starts
+	// from (see Cache.cancel); its record joins this watch's state.
+	pred *deltaResponse
 
 	seq  nameSeq // the names to look at
 	full bool    // look at everything of interest instead
@@ -76,8 +80,10 @@ func (c *Cache) readDeltaState(w *watch) error {
 	if p, ok := c.inflight[inflightKey{w.dch, ts.url}]; ok {
 		// The previous watch's response is queued but not installed
 		// (contract 6): it will be, before this watch's response.
+		// (A copy: the server adds the response's record to its map
+		// when it installs it, while this watch may be read by a commit.)
 		delete(c.inflight, inflightKey{w.dch, ts.url})
-		w.known = p.next
+		w.known, ds.pred = maps.Clone(p.resp.NextVersionMap), p.resp
 	}
 	known := w.known
 	g, ok := known[genKey]
@@ -233,8 +239,9 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 	// Each name is considered once (names are unique; a full check
 	// dedupes). State keys and "*" are not names: a client naming a
 	// resource with one is ignored.
-	var changed, removed []string
+	var changed, removed, later []string
 	size := 0
+	hold := c.holder(w)
 	consider := func(n string) {
 		if isStateKey(n) || n == "*" {
 			return
@@ -244,6 +251,10 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 		switch {
 		case exists && (wild || isSub):
 			if v, h, _ := held(n); !h || v != e.version {
+				if hold != nil && hold(e) {
+					later = append(later, n)
+					return
+				}
 				changed = append(changed, n)
 				size += e.byteSize
 			}
@@ -319,9 +330,13 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 			s = tail
 		}
 	}
+	slices.Sort(later)
+	w.heldBack = later
+
 	if len(changed) == 0 && len(removed) == 0 && !evenIfEmpty {
 		return false
 	}
+	rest = withRest(rest, w.heldBack)
 	sort.Strings(removed)
 
 	// What the client holds once it has this response, in the compact
@@ -354,9 +369,9 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 		sent = strconv.FormatUint(ts.gen, 10) + sep + strconv.Itoa(len(changed)) + sep + strings.Join(append(changed, removed...), sep)
 	}
 	w.done, w.next = true, next
-	// Sent under c.mu: this does not block (contract 5).
-	w.dch <- &deltaResponse{
-		w: w,
+	w.resp = &deltaResponse{
+		w:    w,
+		pred: ds.pred,
 		DeltaPassthroughResponse: &cache.DeltaPassthroughResponse{
 			DeltaRequest:   w.dreq,
 			NextVersionMap: next,
@@ -368,6 +383,11 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 			},
 		},
 		sent: sent,
+	}
+	// Sent under c.mu: this does not block (contract 5).
+	w.dch <- w.resp
+	if ts.url == ClusterType {
+		c.sentCDS(w, rest, nil)
 	}
 	return true
 }

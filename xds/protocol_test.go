@@ -611,36 +611,45 @@ func TestDeltaClientBehind(t *testing.T) {
 	h.publish([]translate.Resources{svc("d", 1004)}, "c")
 	h.publish([]translate.Resources{svc("c", 1003)})
 	c.ack(r)
-	// CDS is answered too (b, c removed; c, d added); look at EDS only.
+	// CDS is answered too (b, c removed; c, d added). The assignments of
+	// c and d wait for their clusters: the CDS response that carries them
+	// waits for the ACK of the one that removed b and c.
+	sentEDS, removedEDS := map[string]string{}, []string{}
+	clusters := map[string]bool{}
 	var got *discovery.DeltaDiscoveryResponse
-	for got == nil {
-		r := c.recv()
-		if r.TypeUrl == eds {
+	for {
+		var r *discovery.DeltaDiscoveryResponse
+		select {
+		case r = <-c.resp:
+		case <-time.After(300 * time.Millisecond):
+		}
+		if r == nil {
+			break
+		}
+		switch r.TypeUrl {
+		case cds:
+			for _, n := range names(r) {
+				clusters[n] = true
+			}
+		case eds:
 			got = r
+			for n, v := range versions(r) {
+				if (n == "c" || n == "d") && !clusters[n] {
+					t.Fatalf("assignment %s sent before its cluster", n)
+				}
+				if _, twice := sentEDS[n]; twice {
+					t.Fatalf("assignment %s sent twice", n)
+				}
+				sentEDS[n] = v
+			}
+			removedEDS = append(removedEDS, r.RemovedResources...)
 		}
 		c.ack(r)
 	}
 	// c's content is the same, but it was deleted in between: the client
 	// may have dropped it, so it comes again.
-	eq(t, "EDS sent after the ACK", []string{"a", "c", "d"}, names(got))
-	eq(t, "EDS removed after the ACK", []string{"b"}, got.RemovedResources)
-	now := map[string]string{}
-	for _, ri := range h.cache.List(eds) {
-		now[ri.Name] = ri.Version
-	}
-	eq(t, "a's version", now["a"], versions(got)["a"])
-	for {
-		select {
-		case r := <-c.resp:
-			if r.TypeUrl == eds {
-				t.Fatalf("unexpected EDS response: %v %v", names(r), r.RemovedResources)
-			}
-			c.ack(r)
-			continue
-		case <-time.After(300 * time.Millisecond):
-		}
-		break
-	}
+	eq(t, "EDS sent after the ACK", current(h.cache, eds), sentEDS)
+	eq(t, "EDS removed after the ACK", []string{"b"}, removedEDS)
 	// An unsubscribe and subscribe again brings the resource back.
 	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResponseNonce: got.Nonce, ResourceNamesUnsubscribe: []string{"d"}})
 	c.none()

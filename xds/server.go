@@ -208,20 +208,23 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			s.opened(false, id, typeURL)
 			return nil
 		},
-		StreamClosedFunc: func(id int64, _ *core.Node) { s.closed(false, id) },
+		StreamClosedFunc: func(id int64, _ *core.Node) { s.closed(false, id); s.cache.streamClosed(streamKey{false, id}) },
 		DeltaStreamOpenFunc: func(_ context.Context, id int64, typeURL string) error {
 			s.opened(true, id, typeURL)
 			return nil
 		},
-		DeltaStreamClosedFunc: func(id int64, _ *core.Node) { s.closed(true, id) },
+		DeltaStreamClosedFunc: func(id int64, _ *core.Node) { s.closed(true, id); s.cache.streamClosed(streamKey{true, id}) },
 		StreamRequestFunc: func(id int64, req *discovery.DiscoveryRequest) error {
+			s.cache.noteRequest(req, streamKey{false, id})
 			s.request(false, id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail(), req.GetErrorDetail() != nil)
 			return nil
 		},
-		StreamResponseFunc: func(_ context.Context, id int64, req *discovery.DiscoveryRequest, _ *discovery.DiscoveryResponse) {
+		StreamResponseFunc: func(_ context.Context, id int64, req *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+			s.cache.sotwSent(streamKey{false, id}, resp)
 			s.responded(false, id, req.GetTypeUrl())
 		},
 		StreamDeltaRequestFunc: func(id int64, req *discovery.DeltaDiscoveryRequest) error {
+			s.cache.noteRequest(req, streamKey{true, id})
 			s.request(true, id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail(), req.GetErrorDetail() != nil)
 			return nil
 		},

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -115,6 +116,8 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 	wild := sub.IsWildcard()
 
 	var changed, removed []string
+	w.heldBack = nil
+	hold := c.holder(w)
 	consider := func(n string) {
 		if isStateKey(n) {
 			return
@@ -129,6 +132,10 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 				return // rejected alone: not sent again
 			}
 			if !isKnown || kv != e.version {
+				if hold != nil && hold(e) {
+					w.heldBack = append(w.heldBack, n)
+					return
+				}
 				changed = append(changed, n)
 			}
 		case isKnown && (!exists || !interested):
@@ -147,6 +154,7 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 			consider(n)
 		}
 	}
+	slices.Sort(w.heldBack)
 	if len(changed) == 0 && !evenIfEmpty && (len(removed) == 0 || !ts.fullState) {
 		// Nothing to send; and sotw cannot express the removal of an
 		// EDS/RDS resource: the client keeps it until it unsubscribes.
@@ -193,10 +201,10 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 			next[n] = ts.resources[n].version + sep + ss.held[n]
 		}
 	}
-	if !cut {
+	if !cut && len(w.heldBack) == 0 {
 		next[genKey] = strconv.FormatUint(ts.gen, 10)
 	} else {
-		delete(next, genKey)
+		delete(next, genKey) // the next request checks in full
 	}
 	w.done = true
 
@@ -223,14 +231,14 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 	for _, n := range send {
 		anys = append(anys, ts.resources[n].any)
 	}
-	w.sch <- &cache.PassthroughResponse{
-		Request:           w.sreq,
-		ReturnedResources: next,
-		DiscoveryResponse: &discovery.DiscoveryResponse{
-			VersionInfo: strconv.FormatUint(ts.aggregate, 16),
-			TypeUrl:     ts.url,
-			Resources:   anys,
-		},
+	resp := &discovery.DiscoveryResponse{
+		VersionInfo: strconv.FormatUint(ts.aggregate, 16),
+		TypeUrl:     ts.url,
+		Resources:   anys,
+	}
+	w.sch <- &cache.PassthroughResponse{Request: w.sreq, ReturnedResources: next, DiscoveryResponse: resp}
+	if ts.url == ClusterType {
+		c.sentCDS(w, "", resp)
 	}
 	return true
 }

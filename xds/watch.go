@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"slices"
 	"sort"
 	"time"
 
@@ -26,6 +27,10 @@ type watch struct {
 	// watch's response installs, and whether the server installed it.
 	known, next map[string]string
 	installed   bool
+	resp        *deltaResponse // the response sent
+
+	stream   *streamState // nil: not known (see order.go)
+	heldBack []string     // sorted: assignments held back until their cluster is sent
 }
 
 // inflightKey names a delta stream's subscription to a type: the stream's
@@ -38,7 +43,7 @@ type inflightKey struct {
 // inflight is the state of a response queued on a stream but not yet
 // installed when the server replaced its watch.
 type inflight struct {
-	next map[string]string
+	resp *deltaResponse
 	at   time.Time
 }
 
@@ -51,6 +56,7 @@ func (c *Cache) create(w *watch) (func(), error) {
 	defer c.mu.Unlock()
 	c.nextID++
 	w.id = c.nextID
+	w.stream = c.stream(w)
 	if w.delta {
 		if err := c.readDeltaState(w); err != nil {
 			return nil, err
@@ -58,10 +64,16 @@ func (c *Cache) create(w *watch) (func(), error) {
 	} else {
 		c.readSotwState(w)
 	}
+	if w.ts.url == ClusterType && c.ready {
+		c.cdsInterest(w)
+	}
 	if c.ready && c.respond(w, false, firstRequest(w)) {
 		return func() {}, nil
 	}
 	w.ts.watches[w] = struct{}{}
+	if w.stream != nil && w.ts.url == EndpointType {
+		w.stream.eds = w
+	}
 	return func() { c.cancel(w) }, nil
 }
 
@@ -75,7 +87,7 @@ func (c *Cache) create(w *watch) (func(), error) {
 func (c *Cache) cancel(w *watch) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(w.ts.watches, w)
+	c.untrack(w)
 	if !w.delta || !w.done || w.installed {
 		return
 	}
@@ -85,7 +97,7 @@ func (c *Cache) cancel(w *watch) {
 			delete(c.inflight, k)
 		}
 	}
-	c.inflight[inflightKey{w.dch, w.ts.url}] = inflight{next: w.next, at: now}
+	c.inflight[inflightKey{w.dch, w.ts.url}] = inflight{resp: w.resp, at: now}
 }
 
 // respond answers w if anything needs sending (or evenIfEmpty). A watch
@@ -94,6 +106,11 @@ func (c *Cache) cancel(w *watch) {
 func (c *Cache) respond(w *watch, woken bool, evenIfEmpty bool, changed ...string) bool {
 	if w.done {
 		return false
+	}
+	if woken && len(w.heldBack) > 0 {
+		changed = append(slices.Clone(changed), w.heldBack...)
+		slices.Sort(changed)
+		changed = slices.Compact(changed)
 	}
 	var responded bool
 	if w.delta {
@@ -110,9 +127,16 @@ func (c *Cache) respond(w *watch, woken bool, evenIfEmpty bool, changed ...strin
 		responded = c.respondSotw(w, names, full, evenIfEmpty)
 	}
 	if responded {
-		delete(w.ts.watches, w)
+		c.untrack(w)
 	}
 	return responded
+}
+
+func (c *Cache) untrack(w *watch) {
+	delete(w.ts.watches, w)
+	if w.stream != nil && w.stream.eds == w {
+		w.stream.eds = nil
+	}
 }
 
 // tryRespond answers a tracked watch if anything among the changed names

@@ -1,0 +1,220 @@
+package xds
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+)
+
+// Clusters before their assignments, per stream.
+//
+// Each type of an ADS stream has its own watch, and a type waits for the
+// ACK of its last response before it gets the next (xDS flow control). A
+// cluster change can therefore find the stream's CDS watch waiting for an
+// ACK while its EDS watch is open; the assignment, re-versioned with its
+// cluster, would reach the client before the cluster, and a cluster that
+// warms after it waits for an assignment it already has. So the cache
+// follows, per stream, which cluster versions it has sent, and holds back
+// an assignment whose cluster it has not sent yet; it goes with the first
+// EDS response after that cluster's CDS response.
+//
+// The stream of a watch is known from the request: Server's callbacks note
+// each request's stream before go-control-plane creates its watch, and
+// tell the cache when a stream ends. A cache served otherwise (tests
+// driving it directly) does no holding back.
+
+// streamState is what the cache follows of one stream.
+type streamState struct {
+	// cds: the clusters sent on the stream (nil: it has no CDS
+	// subscription, so nothing is held back).
+	cds *sentClusters
+	// eds: the stream's open EDS watch, to wake with what it held back
+	// when the clusters are sent.
+	eds *watch
+	// A sotw CDS response handed to the server, until it is sent.
+	pendingCDS  *sentClusters
+	pendingResp *discovery.DiscoveryResponse
+}
+
+// sentClusters says which cluster versions a stream was sent: every
+// cluster of interest current at generation gen, except those of rest.
+type sentClusters struct {
+	gen   uint64
+	rest  string              // sorted names joined by sep
+	wild  bool                // interest: every cluster
+	names map[string]struct{} // interest, when not wild (copied)
+}
+
+// noted is a request whose stream the server noted, until its watch is
+// created.
+type noted struct {
+	key streamKey
+	at  time.Time
+}
+
+// noteRequest records the stream of a request; the watch go-control-plane
+// creates for it next takes it. (Requests the server then ignores are
+// dropped after a minute.)
+func (c *Cache) noteRequest(req any, key streamKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	if len(c.requests) >= 1024 {
+		for r, n := range c.requests {
+			if now.Sub(n.at) > time.Minute {
+				delete(c.requests, r)
+			}
+		}
+	}
+	c.requests[req] = noted{key, now}
+}
+
+// streamClosed forgets a stream.
+func (c *Cache) streamClosed(key streamKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.streams, key)
+}
+
+// stream returns the state of the stream of w's request, if noted.
+func (c *Cache) stream(w *watch) *streamState {
+	var req any = w.sreq
+	if w.delta {
+		req = w.dreq
+	}
+	n, ok := c.requests[req]
+	if !ok {
+		return nil
+	}
+	delete(c.requests, req)
+	st := c.streams[n.key]
+	if st == nil {
+		st = &streamState{}
+		c.streams[n.key] = st
+	}
+	return st
+}
+
+// sentCDS records a CDS response to w: on a delta stream it is as good as
+// sent (the delta server sends every response it is handed, in order), so
+// the stream's EDS watch may be woken at once. The sotw server drops a
+// queued response when a request of its type comes first: there the
+// response counts once the server tells it sent it (sotwSent).
+func (c *Cache) sentCDS(w *watch, rest string, resp *discovery.DiscoveryResponse) {
+	st := w.stream
+	if st == nil {
+		return
+	}
+	sc := &sentClusters{gen: w.ts.gen, rest: rest}
+	sc.interest(w)
+	if !w.delta {
+		st.pendingCDS, st.pendingResp = sc, resp
+		return
+	}
+	st.cds = sc
+	c.wakeEDS(st)
+}
+
+// sotwSent is told by the server of each sotw response it sends.
+func (c *Cache) sotwSent(key streamKey, resp *discovery.DiscoveryResponse) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.streams[key]
+	if st == nil || st.pendingResp != resp {
+		return
+	}
+	st.cds, st.pendingCDS, st.pendingResp = st.pendingCDS, nil, nil
+	c.wakeEDS(st)
+}
+
+// cdsInterest notes the CDS interest of w's stream as of w's request:
+// assignments held back for clusters it no longer wants may go.
+func (c *Cache) cdsInterest(w *watch) {
+	if st := w.stream; st != nil && st.cds != nil {
+		st.cds.interest(w)
+		c.wakeEDS(st)
+	}
+}
+
+func (sc *sentClusters) interest(w *watch) {
+	sc.wild, sc.names = w.sub.IsWildcard(), nil
+	if !sc.wild {
+		sc.names = make(map[string]struct{}, len(w.sub.SubscribedResources()))
+		for n := range w.sub.SubscribedResources() {
+			sc.names[n] = struct{}{}
+		}
+	}
+}
+
+// wakeEDS answers the stream's open EDS watch if it held assignments back.
+func (c *Cache) wakeEDS(st *streamState) {
+	if e := st.eds; e != nil && len(e.heldBack) > 0 {
+		c.tryRespond(e, e.heldBack)
+	}
+}
+
+// holder returns what w's response must hold back: the assignments whose
+// cluster its stream has not been sent; nil when nothing is held back.
+func (c *Cache) holder(w *watch) func(*entry) bool {
+	st := w.stream
+	clusters := c.types[ClusterType]
+	if st == nil || st.cds == nil || w.ts.url != EndpointType || clusters == nil {
+		return nil
+	}
+	return func(e *entry) bool {
+		if e.dep == nil || e.dep.TypeURL != ClusterType {
+			return false
+		}
+		cl := clusters.resources[e.dep.Name]
+		return cl != nil && !st.cds.sent(cl)
+	}
+}
+
+// sent reports whether the stream was sent cluster e at its version, or
+// does not want it.
+func (sc *sentClusters) sent(e *entry) bool {
+	if _, ok := sc.names[e.name]; !sc.wild && !ok {
+		return true
+	}
+	return e.gen <= sc.gen && !inJoined(sc.rest, e.name)
+}
+
+// inJoined reports whether name is among the sorted names joined by sep,
+// by binary search over the string.
+func inJoined(s, name string) bool {
+	lo, hi := 0, len(s) // s[lo:hi] is whole names
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		start := lo + strings.LastIndexByte(s[lo:mid], 0) + 1
+		end := strings.IndexByte(s[mid:hi], 0)
+		if end < 0 {
+			end = hi
+		} else {
+			end += mid
+		}
+		switch n := s[start:end]; {
+		case n == name:
+			return true
+		case n < name:
+			lo = end + 1
+		default:
+			hi = start - 1
+		}
+	}
+	return false
+}
+
+// withRest adds names to a rest (sorted names joined by sep).
+func withRest(rest string, names []string) string {
+	if len(names) == 0 {
+		return rest
+	}
+	all := names
+	if rest != "" {
+		all = append(strings.Split(rest, sep), names...)
+	}
+	slices.Sort(all)
+	return strings.Join(slices.Compact(all), sep)
+}

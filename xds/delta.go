@@ -48,6 +48,7 @@ type deltaState struct {
 	// not subscribe by name it held none; stale: gen is older than the
 	// change log.
 	complete, wildOn, stale bool
+	wildChanged             bool
 	gen                     uint64
 	// newSub: names the request subscribes to. The client may hold them or
 	// not; the protocol asks to send them (or report them removed) either way.
@@ -102,6 +103,10 @@ func (c *Cache) readDeltaState(w *watch) error {
 	// narrows it (the client drops what it no longer wants), and a "*"
 	// that changes nothing (legacy wildcard) is no change.
 	ds.wildOn = !wasWild && w.sub.IsWildcard()
+	// A change of the wildcard is answered, even with nothing, so that
+	// the state records it: a client that drops the wildcard drops what it
+	// held through it, and must get it all again if it takes it back.
+	ds.wildChanged = wasWild != w.sub.IsWildcard()
 	ds.limit, _ = strconv.Atoi(known[limitKey])
 	if r := known[rejectedKey]; r != "" {
 		ds.rejected = map[string]string{}
@@ -387,7 +392,7 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 	// Sent under c.mu: this does not block (contract 5).
 	w.dch <- w.resp
 	if ts.url == ClusterType {
-		c.sentCDS(w, rest, nil)
+		c.sentCDS(w, rest, nil, nil)
 	}
 	return true
 }

@@ -3,9 +3,11 @@ package xds_test
 import "testing"
 
 // modelCases are minimised histories of TestModel failures (the history
-// part of a failure report, pasted), one per distinct violation found on
-// the cache as of this test's writing. Each runs ten times: some depend
-// on a request crossing a response. The seed is where it was found.
+// part of a failure report, pasted), one per distinct violation the model
+// found on the cache as it was when the model was written; each is fixed,
+// and kept as a regression case. Each runs ten times: some depend on a
+// request crossing a response. The seed is where it was found; "what" says
+// what went wrong then.
 var modelCases = []struct {
 	name, seed, what, history string
 }{

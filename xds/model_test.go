@@ -11,8 +11,10 @@ package xds_test
 //
 // Checked on every response as it arrives: no name both sent and removed;
 // no resource resent at the version the client holds (except names it
-// re-subscribed, and those of a response it rejected); a removal only of a
-// name the client holds or subscribed to, and once; an assignment only
+// re-subscribed, those of a response it rejected, and, for delta, a name
+// that changed since the client last heard of it: the compact state only
+// knows that such a name may be held); a removal only of a name the client
+// holds or subscribed to, and once (the same slack for delta); an assignment only
 // after its cluster (when the client wants that cluster); no poison
 // version rejected more often than isolating it takes. Checked at
 // quiescence after every step: each client holds exactly what is served

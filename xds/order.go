@@ -39,12 +39,14 @@ type streamState struct {
 }
 
 // sentClusters says which cluster versions a stream was sent: every
-// cluster of interest current at generation gen, except those of rest.
+// cluster of interest current at generation gen, except those of rest
+// (delta); those of versions (sotw, whose responses carry every cluster).
 type sentClusters struct {
-	gen   uint64
-	rest  string              // sorted names joined by sep
-	wild  bool                // interest: every cluster
-	names map[string]struct{} // interest, when not wild (copied)
+	gen      uint64
+	rest     string              // sorted names joined by sep
+	versions map[string]string   // sotw: name → version sent
+	wild     bool                // interest: every cluster
+	names    map[string]struct{} // interest, when not wild (copied)
 }
 
 // noted is a request whose stream the server noted, until its watch is
@@ -102,12 +104,12 @@ func (c *Cache) stream(w *watch) *streamState {
 // the stream's EDS watch may be woken at once. The sotw server drops a
 // queued response when a request of its type comes first: there the
 // response counts once the server tells it sent it (sotwSent).
-func (c *Cache) sentCDS(w *watch, rest string, resp *discovery.DiscoveryResponse) {
+func (c *Cache) sentCDS(w *watch, rest string, resp *discovery.DiscoveryResponse, versions map[string]string) {
 	st := w.stream
 	if st == nil {
 		return
 	}
-	sc := &sentClusters{gen: w.ts.gen, rest: rest}
+	sc := &sentClusters{gen: w.ts.gen, rest: rest, versions: versions}
 	sc.interest(w)
 	if !w.delta {
 		st.pendingCDS, st.pendingResp = sc, resp
@@ -167,8 +169,11 @@ func (c *Cache) holder(w *watch) func(*entry) bool {
 		if e.dep == nil || e.dep.TypeURL != ClusterType {
 			return false
 		}
+		// A sotw CDS response still queued is sent before this one, or
+		// dropped (then the client keeps what it was sent): the cluster
+		// must be in both.
 		cl := clusters.resources[e.dep.Name]
-		return cl != nil && !st.cds.sent(cl)
+		return cl != nil && (!st.cds.sent(cl) || (st.pendingCDS != nil && !st.pendingCDS.sent(cl)))
 	}
 }
 
@@ -177,6 +182,9 @@ func (c *Cache) holder(w *watch) func(*entry) bool {
 func (sc *sentClusters) sent(e *entry) bool {
 	if _, ok := sc.names[e.name]; !sc.wild && !ok {
 		return true
+	}
+	if sc.versions != nil {
+		return sc.versions[e.name] == e.version
 	}
 	return e.gen <= sc.gen && !inJoined(sc.rest, e.name)
 }

@@ -237,8 +237,12 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 		Resources:   anys,
 	}
 	w.sch <- &cache.PassthroughResponse{Request: w.sreq, ReturnedResources: next, DiscoveryResponse: resp}
-	if ts.url == ClusterType {
-		c.sentCDS(w, "", resp)
+	if ts.url == ClusterType && w.stream != nil {
+		versions := make(map[string]string, len(send))
+		for _, n := range send {
+			versions[n] = ts.resources[n].version
+		}
+		c.sentCDS(w, "", resp, versions)
 	}
 	return true
 }

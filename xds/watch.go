@@ -67,7 +67,7 @@ func (c *Cache) create(w *watch) (func(), error) {
 	if w.ts.url == ClusterType && c.ready {
 		c.cdsInterest(w)
 	}
-	if c.ready && c.respond(w, false, firstRequest(w)) {
+	if c.ready && c.respond(w, false, mustAnswer(w)) {
 		return func() {}, nil
 	}
 	w.ts.watches[w] = struct{}{}
@@ -174,7 +174,7 @@ func (c *Cache) MarkReady() {
 	sort.Slice(types, func(i, j int) bool { return typeBefore(types[i], types[j]) })
 	for _, ts := range types {
 		for _, w := range sortedWatches(ts.watches) {
-			c.respond(w, false, firstRequest(w))
+			c.respond(w, false, mustAnswer(w))
 		}
 	}
 }
@@ -184,6 +184,13 @@ func (c *Cache) Ready() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.ready
+}
+
+// mustAnswer reports whether a new watch is answered even with nothing:
+// the first request of a stream and type, and a delta request that
+// changes the wildcard subscription.
+func mustAnswer(w *watch) bool {
+	return firstRequest(w) || (w.delta && w.ds.wildChanged)
 }
 
 func firstRequest(w *watch) bool {

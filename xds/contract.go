@@ -62,8 +62,8 @@ const (
 	// versions of (the rest of a split response, the content of a rejected
 	// response), which the next responses check and send.
 	restKey = "\x00rest"
-	// limitKey → n: at most n resources a response, while a rejected
-	// response is being bisected to find the resource the client refuses.
+	// limitKey → n,m,...: the sizes of the next responses, while a
+	// rejected response is halved to find the resource the client refuses.
 	limitKey = "\x00limit"
 	// rejectedKey → name sep version pairs: resources the client rejected
 	// alone, at that version, which are not sent again at that version.

@@ -27,12 +27,14 @@ import (
 // The state also records what each response not yet answered carried
 // (sentPrefix + nonce). A response counts as held once it is sent, and
 // stops counting if the client rejects it (NACK): what it carried joins the
-// rest, to be sent again in responses of at most half its size (limitKey),
-// halved again at each rejection, until the resource the client refuses is
-// alone: log2(n) rejections for one bad resource among n. That resource, at that version, is then remembered (rejectedKey)
-// and not sent again; a bad resource costs only itself, and a new version of
-// it is sent as usual. Everything lives in the stream's own map, so it goes
-// with the stream.
+// rest, to be sent again in two halves (limitKey holds the plan: the
+// sizes of the next responses), a rejected half halved again, until the
+// resource the client refuses is alone: log2(n)+1 rejections for one bad
+// resource among n, and the search goes on where it was for the next one.
+// That resource, at that version, is then remembered (rejectedKey) and not
+// sent again; a bad resource costs only itself, and a new version of it is
+// sent as usual. Everything lives in the stream's own map, so it goes with
+// the stream.
 
 // nameSeq is a sorted list of names to look at: a slice, or names joined by
 // sep (a kept rest, read without copying).
@@ -55,7 +57,8 @@ type deltaState struct {
 	newSub   map[string]struct{}
 	rest     []string // sorted: names the client may hold older versions of
 	allRest  bool     // every name looked at is of the rest (the ACK of a part)
-	limit    int      // resources in the next response (halving a rejected one); 0: no limit
+	plan     []int    // sizes of the next responses, while a rejected one is halved
+	limit    int      // plan[0]: resources in the next response; 0: no limit
 	rejected map[string]string
 	carry    []string // sentPrefix keys of responses this request does not answer
 	// pred: the response queued before this watch, whose state it starts
@@ -107,13 +110,14 @@ func (c *Cache) readDeltaState(w *watch) error {
 	// the state records it: a client that drops the wildcard drops what it
 	// held through it, and must get it all again if it takes it back.
 	ds.wildChanged = wasWild != w.sub.IsWildcard()
-	ds.limit, _ = strconv.Atoi(known[limitKey])
+	ds.plan = parsePlan(known[limitKey])
 	if r := known[rejectedKey]; r != "" {
 		ds.rejected = map[string]string{}
 		pairs(r, func(n, v string) { ds.rejected[n] = v })
 	}
 	// The responses this request answers, and the one it rejects.
 	var nacked []string
+	var isolated string // rejected alone
 	nonce, nack := w.dreq.GetResponseNonce(), w.dreq.GetErrorDetail() != nil
 	for k, v := range known {
 		sentNonce, ok := strings.CutPrefix(k, sentPrefix)
@@ -122,8 +126,13 @@ func (c *Cache) readDeltaState(w *watch) error {
 		case nonce == "" || nonceBefore(nonce, sentNonce):
 			ds.carry = append(ds.carry, k)
 		case sentNonce == nonce && nack:
-			nacked = ds.rejectResponse(ts, v)
+			nacked, isolated = ds.rejectResponse(ts, v)
+		case sentNonce == nonce:
+			ds.accepted(v)
 		}
+	}
+	if len(ds.plan) > 0 {
+		ds.limit = ds.plan[0]
 	}
 	subs, unsubs := w.dreq.GetResourceNamesSubscribe(), w.dreq.GetResourceNamesUnsubscribe()
 	if gen < ts.floor {
@@ -139,7 +148,7 @@ func (c *Cache) readDeltaState(w *watch) error {
 		}
 	}
 	rest := known[restKey]
-	quiet := len(nacked) == 0 && !ds.wildOn && !ds.stale && len(subs) == 0 && len(unsubs) == 0
+	quiet := len(nacked) == 0 && isolated == "" && !ds.wildOn && !ds.stale && len(subs) == 0 && len(unsubs) == 0
 	var since []string
 	if quiet {
 		if since = ts.sinceLog(gen); len(since) == 0 {
@@ -156,6 +165,10 @@ func (c *Cache) readDeltaState(w *watch) error {
 		ds.rest = append(ds.rest, nacked...)
 		slices.Sort(ds.rest)
 		ds.rest = slices.Compact(ds.rest)
+	}
+	if isolated != "" {
+		// Also out of the rest, where an earlier rejection put it.
+		ds.rest = slices.DeleteFunc(ds.rest, func(n string) bool { return n == isolated })
 	}
 	if ds.wildOn || ds.stale {
 		ds.full = true
@@ -177,7 +190,7 @@ func (c *Cache) readDeltaState(w *watch) error {
 // its resources; a resource rejected alone is remembered, at the version it
 // was sent at if that is still the current one (a newer one is sent as
 // usual).
-func (ds *deltaState) rejectResponse(ts *typeState, sent string) (names []string) {
+func (ds *deltaState) rejectResponse(ts *typeState, sent string) (names []string, isolated string) {
 	g, sent, _ := strings.Cut(sent, sep)
 	k, sent, _ := strings.Cut(sent, sep)
 	gen, _ := strconv.ParseUint(g, 10, 64)
@@ -190,13 +203,60 @@ func (ds *deltaState) rejectResponse(ts *typeState, sent string) (names []string
 				ds.rejected = map[string]string{}
 			}
 			ds.rejected[e.name] = e.version
-			names = names[1:] // not to be sent again
+			names, isolated = names[1:], e.name // not to be sent again
 		}
-		ds.limit = 0 // found: the rest goes as usual
+		ds.took(1)
 	case count > 1:
-		ds.limit = (count + 1) / 2
+		// The two halves, then what the plan had after the rejected part.
+		ds.took(count)
+		ds.plan = append([]int{(count + 1) / 2, count / 2}, ds.plan...)
 	}
-	return names
+	return names, isolated
+}
+
+// accepted notes the ACK of a response: its resources are done with.
+func (ds *deltaState) accepted(sent string) {
+	if len(ds.plan) == 0 {
+		return
+	}
+	_, sent, _ = strings.Cut(sent, sep)
+	k, _, _ := strings.Cut(sent, sep)
+	count, _ := strconv.Atoi(k)
+	ds.took(count)
+}
+
+// took takes n resources off the plan.
+func (ds *deltaState) took(n int) {
+	for n > 0 && len(ds.plan) > 0 {
+		m := min(n, ds.plan[0])
+		n -= m
+		if ds.plan[0] -= m; ds.plan[0] == 0 {
+			ds.plan = ds.plan[1:]
+		}
+	}
+}
+
+func parsePlan(s string) []int {
+	var plan []int
+	for s != "" {
+		var f string
+		f, s, _ = strings.Cut(s, ",")
+		if n, err := strconv.Atoi(f); err == nil && n > 0 {
+			plan = append(plan, n)
+		}
+	}
+	return plan
+}
+
+func formatPlan(plan []int) string {
+	var b strings.Builder
+	for i, n := range plan {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(n))
+	}
+	return b.String()
 }
 
 // respondDelta computes and sends the response for a delta watch, looking
@@ -355,9 +415,9 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 	next := map[string]string{genKey: g}
 	if rest != "" {
 		next[restKey] = rest
-		if ds.limit > 0 {
-			next[limitKey] = strconv.Itoa(ds.limit)
-		}
+	}
+	if len(ds.plan) > 0 {
+		next[limitKey] = formatPlan(ds.plan)
 	}
 	if rej := ds.stillRejected(ts); rej != "" {
 		next[rejectedKey] = rej

@@ -141,7 +141,7 @@ func nonceBefore(a, b string) bool {
 // held before ("" for nothing), restored if the client rejects the
 // response. A resource the client rejected alone has "held sep
 // rejectedMark version"; a name of a rejected response not sent again yet
-// has "held sep limitMark n" (at most n resources a response).
+// has "held sep limitMark plan" (the sizes of the next responses).
 const (
 	rejectedMark = "\x01"
 	limitMark    = "\x02"

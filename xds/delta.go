@@ -57,7 +57,7 @@ type deltaState struct {
 	newSub   map[string]struct{}
 	rest     []string // sorted: names the client may hold older versions of
 	allRest  bool     // every name looked at is of the rest (the ACK of a part)
-	plan     []int    // sizes of the next responses, while a rejected one is halved
+	plan     plan     // sizes of the next responses, while a rejected one is halved
 	limit    int      // plan[0]: resources in the next response; 0: no limit
 	rejected map[string]string
 	carry    []string // sentPrefix keys of responses this request does not answer
@@ -205,11 +205,11 @@ func (ds *deltaState) rejectResponse(ts *typeState, sent string) (names []string
 			ds.rejected[e.name] = e.version
 			names, isolated = names[1:], e.name // not to be sent again
 		}
-		ds.took(1)
+		ds.plan.took(1)
 	case count > 1:
 		// The two halves, then what the plan had after the rejected part.
-		ds.took(count)
-		ds.plan = append([]int{(count + 1) / 2, count / 2}, ds.plan...)
+		ds.plan.took(count)
+		ds.plan = append(plan{(count + 1) / 2, count / 2}, ds.plan...)
 	}
 	return names, isolated
 }
@@ -222,35 +222,39 @@ func (ds *deltaState) accepted(sent string) {
 	_, sent, _ = strings.Cut(sent, sep)
 	k, _, _ := strings.Cut(sent, sep)
 	count, _ := strconv.Atoi(k)
-	ds.took(count)
+	ds.plan.took(count)
 }
 
+// plan is the sizes of the next responses while a rejected response is
+// halved: the halves of each rejected part, in order.
+type plan []int
+
 // took takes n resources off the plan.
-func (ds *deltaState) took(n int) {
-	for n > 0 && len(ds.plan) > 0 {
-		m := min(n, ds.plan[0])
+func (p *plan) took(n int) {
+	for n > 0 && len(*p) > 0 {
+		m := min(n, (*p)[0])
 		n -= m
-		if ds.plan[0] -= m; ds.plan[0] == 0 {
-			ds.plan = ds.plan[1:]
+		if (*p)[0] -= m; (*p)[0] == 0 {
+			*p = (*p)[1:]
 		}
 	}
 }
 
-func parsePlan(s string) []int {
-	var plan []int
+func parsePlan(s string) plan {
+	var p plan
 	for s != "" {
 		var f string
 		f, s, _ = strings.Cut(s, ",")
 		if n, err := strconv.Atoi(f); err == nil && n > 0 {
-			plan = append(plan, n)
+			p = append(p, n)
 		}
 	}
-	return plan
+	return p
 }
 
-func formatPlan(plan []int) string {
+func (p plan) String() string {
 	var b strings.Builder
-	for i, n := range plan {
+	for i, n := range p {
 		if i > 0 {
 			b.WriteByte(',')
 		}
@@ -417,7 +421,7 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 		next[restKey] = rest
 	}
 	if len(ds.plan) > 0 {
-		next[limitKey] = formatPlan(ds.plan)
+		next[limitKey] = ds.plan.String()
 	}
 	if rej := ds.stillRejected(ts); rej != "" {
 		next[rejectedKey] = rej

@@ -33,7 +33,8 @@ import (
 type sotwState struct {
 	held     map[string]string // name → version held (the state, or a view of it with answers applied)
 	rejected map[string]string // name → version rejected alone
-	limit    int               // resources in the next response (halving a rejected one); 0: no limit
+	plan     plan              // sizes of the next responses, while a rejected one is halved
+	limit    int               // plan[0]: resources in the next response; 0: no limit
 	suspects []string          // names of a rejected response not sent again yet
 	names    []string          // the names to look at
 	full     bool              // look at everything of interest instead
@@ -51,6 +52,7 @@ func (c *Cache) readSotwState(w *watch) {
 	ss.held = known
 	nack := w.sreq.GetErrorDetail() != nil && w.sreq.GetResponseNonce() != ""
 	var rejected []string // of the response this request rejects
+	accepted := 0         // resources of the response this request accepts
 	cloned := false
 	for n, v := range known {
 		cur, prev, ok := strings.Cut(v, sep)
@@ -67,8 +69,10 @@ func (c *Cache) readSotwState(w *watch) {
 			}
 			ss.rejected[n] = prev[len(rejectedMark):]
 		case strings.HasPrefix(prev, limitMark):
-			ss.limit, _ = strconv.Atoi(prev[len(limitMark):])
+			ss.plan = parsePlan(prev[len(limitMark):])
 			ss.suspects = append(ss.suspects, n)
+		case !nack:
+			accepted++
 		case nack:
 			rejected = append(rejected, n)
 			if ss.rejected == nil {
@@ -82,15 +86,22 @@ func (c *Cache) readSotwState(w *watch) {
 			ss.held[n] = cur
 		}
 	}
-	switch {
-	case len(rejected) == 1:
-		ss.limit = 0 // found: the rest goes as usual
-	case len(rejected) > 1:
+	// The plan of halving a rejected response goes on as for delta.
+	switch k := len(rejected); {
+	case k == 1:
+		ss.plan.took(1)
+	case k > 1:
 		for _, n := range rejected {
 			delete(ss.rejected, n)
 		}
-		ss.limit = (len(rejected) + 1) / 2
+		ss.plan.took(k)
+		ss.plan = append(plan{(k + 1) / 2, k / 2}, ss.plan...)
 		ss.suspects = append(ss.suspects, rejected...)
+	default:
+		ss.plan.took(accepted)
+	}
+	if len(ss.plan) > 0 {
+		ss.limit = ss.plan[0]
 	}
 	// A request that lists names (even only "*", which keeps genKey) may
 	// have changed the interest: checked in full.
@@ -186,11 +197,12 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 			next[n] = ss.held[n] + sep + rejectedMark + v
 		}
 	}
-	if ss.limit > 0 {
-		// Suspects not sent yet keep the limit for the next response.
+	if len(ss.plan) > 0 {
+		// Suspects not sent yet keep the plan for the next responses.
+		p := ss.plan.String()
 		for _, n := range ss.suspects {
 			if e, ok := ts.resources[n]; ok && e.version != ss.held[n] {
-				next[n] = ss.held[n] + sep + limitMark + strconv.Itoa(ss.limit)
+				next[n] = ss.held[n] + sep + limitMark + p
 			}
 		}
 	}

@@ -64,8 +64,15 @@ func (c *Cache) create(w *watch) (func(), error) {
 	} else {
 		c.readSotwState(w)
 	}
-	if w.ts.url == ClusterType && c.ready {
-		c.cdsInterest(w)
+	if w.ts.url == ClusterType && w.stream != nil {
+		if !w.delta {
+			// A sotw CDS response still queued was dropped by the server
+			// for this request (contract 4): it will not be sent.
+			w.stream.pendingCDS, w.stream.pendingResp = nil, nil
+		}
+		if c.ready {
+			c.cdsInterest(w)
+		}
 	}
 	if c.ready && c.respond(w, false, mustAnswer(w)) {
 		return func() {}, nil

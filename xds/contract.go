@@ -137,9 +137,9 @@ func nonceBefore(a, b string) bool {
 }
 
 // Sotw versions in the returned map (contract 3): a name a response carried
-// has "version sep previous" until the client answers; previous is what it
-// held before ("" for nothing), restored if the client rejects the
-// response. A resource the client rejected alone has "held sep
+// has "version sep previous sep count" until the client answers; previous
+// is what it held before ("" for nothing), restored if the client rejects
+// the response, and count the number of resources the response carried. A resource the client rejected alone has "held sep
 // rejectedMark version"; a name of a rejected response not sent again yet
 // has "held sep limitMark plan" (the sizes of the next responses).
 const (

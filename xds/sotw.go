@@ -53,6 +53,7 @@ func (c *Cache) readSotwState(w *watch) {
 	nack := w.sreq.GetErrorDetail() != nil && w.sreq.GetResponseNonce() != ""
 	var rejected []string // of the response this request rejects
 	accepted := 0         // resources of the response this request accepts
+	sentCount := 0        // resources of the response this request rejects
 	cloned := false
 	for n, v := range known {
 		cur, prev, ok := strings.Cut(v, sep)
@@ -74,6 +75,12 @@ func (c *Cache) readSotwState(w *watch) {
 		case !nack:
 			accepted++
 		case nack:
+			// "version sep previous sep count": the server drops the
+			// names a request no longer lists, so the count of the
+			// response is kept in each.
+			var k string
+			prev, k, _ = strings.Cut(prev, sep)
+			sentCount, _ = strconv.Atoi(k)
 			rejected = append(rejected, n)
 			if ss.rejected == nil {
 				ss.rejected = map[string]string{}
@@ -87,7 +94,7 @@ func (c *Cache) readSotwState(w *watch) {
 		}
 	}
 	// The plan of halving a rejected response goes on as for delta.
-	switch k := len(rejected); {
+	switch k := max(len(rejected), sentCount); {
 	case k == 1:
 		ss.plan.took(1)
 	case k > 1:
@@ -210,7 +217,7 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 		if ts.fullState {
 			next[n] = ts.resources[n].version
 		} else {
-			next[n] = ts.resources[n].version + sep + ss.held[n]
+			next[n] = ts.resources[n].version + sep + ss.held[n] + sep + strconv.Itoa(len(changed))
 		}
 	}
 	if !cut && len(w.heldBack) == 0 {

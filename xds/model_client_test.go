@@ -142,20 +142,23 @@ type tstate struct {
 
 	budget map[string]int // removals the client may be told of, per name (delta)
 	// heard: the publish count when the client last received a name or was
-	// told it is removed (delta). The compact state cannot tell whether a
-	// client that is behind holds a name that changed since: a name that
-	// changed after it was last heard of may be resent at the version held
-	// (it went away and came back the same) or reported removed though not
-	// held (it came and went); anything else may not.
-	heard  map[string]int
-	nacks  map[string]*nackCount // NACKs of a poison version since (re)subscribing it
-	nacked map[string]bool       // poison versions rejected, ever
+	// told it is removed; heardWin: the count at the start of that window
+	// (the response was computed at or after it). The compact state cannot
+	// tell whether a delta client that is behind holds a name that changed
+	// since: a name that changed after the response it last heard of it
+	// was computed may be resent at the version held (it went away and
+	// came back the same); one that changed after it heard of it may be
+	// reported removed though not held (it came and went). Nothing else
+	// may be.
+	heard, heardWin map[string]int
+	nacks           map[string]*nackCount // NACKs of a poison version since (re)subscribing it
+	nacked          map[string]bool       // poison versions rejected, ever
 }
 
 func newTstate(typ string) *tstate {
 	return &tstate{typ: typ, held: map[string]heldRes{}, in: interest{names: map[string]bool{}},
 		stable: interest{names: map[string]bool{}}, winNames: map[string]bool{}, resendOK: map[string]bool{},
-		owed: map[string]bool{}, dropped: map[string]heldRes{}, budget: map[string]int{}, nacks: map[string]*nackCount{}, nacked: map[string]bool{}, heard: map[string]int{}}
+		owed: map[string]bool{}, dropped: map[string]heldRes{}, budget: map[string]int{}, nacks: map[string]*nackCount{}, nacked: map[string]bool{}, heard: map[string]int{}, heardWin: map[string]int{}}
 }
 
 // context qualifies a failure's kind by what happened in the window.
@@ -536,7 +539,7 @@ func (r *mrun) onDelta(c *mclient, resp *discovery.DeltaDiscoveryResponse) *viol
 		case !ts.inWindow(it.name):
 			return r.fail("unrequested", c, ts, "%s sent, not subscribed (interest %s)", it, &ts.in)
 		}
-		if h, ok := ts.held[it.name]; ok && h.version == it.version && !ts.resendOK[it.name] && !ts.resendAll && r.w.changed[ts.typ][it.name] < ts.heard[it.name] {
+		if h, ok := ts.held[it.name]; ok && h.version == it.version && !ts.resendOK[it.name] && !ts.resendAll && r.w.changed[ts.typ][it.name] < ts.heardWin[it.name] {
 			return r.fail("resend"+ts.context(), c, ts, "%s resent at the version the client holds (in #%s)", it, resp.Nonce)
 		}
 		if ts.typ == eds {
@@ -575,11 +578,11 @@ func (r *mrun) onDelta(c *mclient, resp *discovery.DeltaDiscoveryResponse) *viol
 		if ts.in.has(it.name) {
 			ts.held[it.name] = heldRes{version: it.version, content: it.content}
 		}
-		ts.heard[it.name] = r.w.seq
+		ts.heard[it.name], ts.heardWin[it.name] = r.w.seq, r.winSeq
 	}
 	for _, n := range resp.RemovedResources {
 		delete(ts.held, n)
-		ts.heard[n] = r.w.seq
+		ts.heard[n], ts.heardWin[n] = r.w.seq, r.winSeq
 	}
 	return r.sendDelta(c, &discovery.DeltaDiscoveryRequest{TypeUrl: ts.typ, ResponseNonce: resp.Nonce}, "ACK #"+resp.Nonce)
 }

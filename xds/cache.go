@@ -25,12 +25,16 @@ import (
 // explicit for sotw streams (sotw.go). A response the client rejects (NACK)
 // does not count as held: its resources are sent again, in halves until the
 // one the client refuses is alone, and that one is not sent again at the
-// same version. The maps handed to the server are new for each response and
-// never changed after it is sent.
+// same version. The maps handed to the server are new for each response;
+// the cache adds the response's record when the server installs it, and
+// never changes them afterwards.
 //
 // The files: store.go (resources, versions, change log, Apply), watch.go
-// (watches, readiness), delta.go, sotw.go, inspect.go (Get, List, Stats),
-// contract.go (what the cache relies on in go-control-plane's servers).
+// (watches, readiness), delta.go, sotw.go, order.go (what the cache follows
+// per stream: clusters before their assignments), inspect.go (Get, List,
+// Stats), contract.go (what the cache relies on in go-control-plane's
+// servers), server.go (the gRPC server, whose callbacks tell the cache each
+// request's stream and when a stream ends).
 //
 // Cache is safe for concurrent use. Resources passed to Apply are owned by
 // the cache afterwards and must not be modified.
@@ -44,8 +48,7 @@ type Cache struct {
 
 	maxBytes int // resource bytes per response (see WithMaxResponseBytes); 0: no limit
 
-	inflight map[inflightKey]inflight // see Cache.cancel
-	requests map[any]noted            // see order.go
+	requests map[any]*streamState // see order.go
 	streams  map[streamKey]*streamState
 }
 
@@ -86,8 +89,7 @@ var _ cache.Cache = (*Cache)(nil)
 
 // NewCache returns an empty cache. It starts nothing.
 func NewCache(opts ...Option) *Cache {
-	c := &Cache{maxBytes: DefaultMaxResponseBytes, inflight: map[inflightKey]inflight{},
-		requests: map[any]noted{}, streams: map[streamKey]*streamState{}}
+	c := &Cache{maxBytes: DefaultMaxResponseBytes, requests: map[any]*streamState{}, streams: map[streamKey]*streamState{}}
 	WithTypes(DefaultTypes...)(c)
 	for _, o := range opts {
 		o(c)

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 )
 
@@ -85,7 +86,7 @@ func isStateKey(k string) bool { return k == genKey || (len(k) > 0 && k[0] == 0)
 // deltaResponse is a delta response whose state records the nonce the
 // server gave it (contract 2) and what it carried.
 type deltaResponse struct {
-	*cache.DeltaPassthroughResponse
+	cache.DeltaPassthroughResponse
 	w    *watch
 	sent string // see sentPrefix
 	// pred: a response queued before this one whose state this one was
@@ -117,6 +118,10 @@ func (r *deltaResponse) GetNextVersionMap() map[string]string {
 }
 
 func (r *deltaResponse) GetReturnedResources() map[string]string { return r.GetNextVersionMap() }
+
+func (r *deltaResponse) GetDeltaDiscoveryResponse() (*discovery.DeltaDiscoveryResponse, error) {
+	return r.DeltaDiscoveryResponse, nil
+}
 
 // pairs iterates name, version pairs joined by sep.
 func pairs(s string, fn func(name, version string)) {

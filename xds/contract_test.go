@@ -201,3 +201,56 @@ func TestContractSotwStateRoundTrip(t *testing.T) {
 		t.Fatalf("%d watches: the request with a stale nonce was not ignored", n)
 	}
 }
+
+// TestStreamStateGoesWithTheStream: what the cache follows per stream
+// (noted requests, in-flight states, clusters sent) is dropped when the
+// stream ends, including requests the sotw server ignored.
+func TestStreamStateGoesWithTheStream(t *testing.T) {
+	c := NewCache()
+	c.MarkReady()
+	s := NewServer(c, Options{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, lis) }()
+	defer func() { cancel(); <-done }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := discovery.NewAggregatedDiscoveryServiceClient(conn)
+	for range 20 {
+		sctx, scancel := context.WithCancel(context.Background())
+		st, err := client.StreamAggregatedResources(sctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Send(&discovery.DiscoveryRequest{TypeUrl: ClusterType})
+		st.Recv()
+		st.Send(&discovery.DiscoveryRequest{TypeUrl: ClusterType, ResponseNonce: "stale"}) // ignored by the server
+		dst, err := client.DeltaAggregatedResources(sctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType})
+		dst.Recv()
+		scancel()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c.mu.Lock()
+		streams, requests := len(c.streams), len(c.requests)
+		c.mu.Unlock()
+		if streams == 0 && requests == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after every stream ended: %d streams, %d noted requests kept", streams, requests)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -50,7 +50,7 @@ type deltaState struct {
 	// not subscribe by name it held none; stale: gen is older than the
 	// change log.
 	complete, wildOn, stale bool
-	wildChanged             bool
+	wildChanged, changed    bool
 	gen                     uint64
 	// newSub: names the request subscribes to. The client may hold them or
 	// not; the protocol asks to send them (or report them removed) either way.
@@ -81,18 +81,41 @@ type deltaState struct {
 func (c *Cache) readDeltaState(w *watch) error {
 	ts, ds := w.ts, &w.ds
 	w.known = w.sub.ReturnedResources()
-	if p, ok := c.inflight[inflightKey{w.dch, ts.url}]; ok {
-		// The previous watch's response is queued but not installed
-		// (contract 6): it will be, before this watch's response.
-		// (A copy: the server adds the response's record to its map
-		// when it installs it, while this watch may be read by a commit.)
-		delete(c.inflight, inflightKey{w.dch, ts.url})
-		w.known, ds.pred = maps.Clone(p.resp.NextVersionMap), p.resp
+	var heldBack []string
+	if st := w.stream; st != nil {
+		if p := st.inflight[ts.url]; p != nil {
+			// The previous watch's response is queued but not installed
+			// (contract 6): it will be, before this watch's response. A
+			// copy: the server adds the response's record to its map when
+			// it installs it, while this watch may be read by a commit;
+			// and the request's unsubscriptions, which the server applied
+			// to the state it had, apply to this one.
+			delete(st.inflight, ts.url)
+			w.known, ds.pred = maps.Clone(p.NextVersionMap), p
+			for _, n := range w.dreq.GetResourceNamesUnsubscribe() {
+				if _, sub := w.sub.SubscribedResources()[n]; sub || w.sub.IsWildcard() {
+					w.known[n] = ""
+				} else {
+					delete(w.known, n)
+				}
+			}
+		}
+		heldBack = st.held[ts.url]
+		delete(st.held, ts.url)
 	}
 	known := w.known
 	g, ok := known[genKey]
 	if !ok {
-		ds.full = true // explicit: a new stream or type
+		// Explicit: a new stream or type. Keys a client may have sent
+		// in initial_resource_versions that read as state are dropped.
+		for k := range known {
+			if isStateKey(k) {
+				w.known = maps.Clone(known)
+				maps.DeleteFunc(w.known, func(k, _ string) bool { return isStateKey(k) })
+				break
+			}
+		}
+		ds.full = true
 		return nil
 	}
 	g, wasWild := strings.CutSuffix(g, wildMark)
@@ -148,6 +171,11 @@ func (c *Cache) readDeltaState(w *watch) error {
 		}
 	}
 	rest := known[restKey]
+	nacked = append(nacked, heldBack...)
+	// A request whose answer changes the state (what a rejection brings
+	// back, a resource found bad) is answered even with nothing to send,
+	// so that the state is installed.
+	ds.changed = len(nacked) > len(heldBack) || isolated != ""
 	quiet := len(nacked) == 0 && isolated == "" && !ds.wildOn && !ds.stale && len(subs) == 0 && len(unsubs) == 0
 	var since []string
 	if quiet {
@@ -290,8 +318,8 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 		if v, ok := known[n]; ok {
 			return v, true, false
 		}
-		if !ds.complete {
-			return "", false, false
+		if _, isSub := subscribed[n]; !ds.complete {
+			return "", false, isSub && !exists // a first request is told what does not exist
 		}
 		if _, isSub := subscribed[n]; ds.wildOn && !isSub {
 			return "", false, false // not of interest at G
@@ -412,7 +440,8 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 	// form: everything of interest as of now, but the rest; and what this
 	// response carries, until the client answers. The map is new: the
 	// server installs it only when it sends the response.
-	g := strconv.FormatUint(ts.gen, 10)
+	gen := strconv.FormatUint(ts.gen, 10)
+	g := gen
 	if wild {
 		g += wildMark
 	}
@@ -435,20 +464,40 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 	}
 	var sent string
 	if len(changed)+len(removed) > 0 {
-		sent = strconv.FormatUint(ts.gen, 10) + sep + strconv.Itoa(len(changed)) + sep + strings.Join(append(changed, removed...), sep)
+		var b strings.Builder
+		n := len(gen) + 24
+		for _, s := range changed {
+			n += len(s) + 1
+		}
+		for _, s := range removed {
+			n += len(s) + 1
+		}
+		b.Grow(n)
+		b.WriteString(gen)
+		b.WriteString(sep)
+		b.WriteString(strconv.Itoa(len(changed)))
+		for _, s := range changed {
+			b.WriteString(sep)
+			b.WriteString(s)
+		}
+		for _, s := range removed {
+			b.WriteString(sep)
+			b.WriteString(s)
+		}
+		sent = b.String()
 	}
-	w.done, w.next = true, next
+	w.done = true
 	w.resp = &deltaResponse{
 		w:    w,
 		pred: ds.pred,
-		DeltaPassthroughResponse: &cache.DeltaPassthroughResponse{
+		DeltaPassthroughResponse: cache.DeltaPassthroughResponse{
 			DeltaRequest:   w.dreq,
 			NextVersionMap: next,
 			DeltaDiscoveryResponse: &discovery.DeltaDiscoveryResponse{
 				TypeUrl:           ts.url,
 				Resources:         res,
 				RemovedResources:  removed,
-				SystemVersionInfo: strconv.FormatUint(ts.gen, 10),
+				SystemVersionInfo: gen,
 			},
 		},
 		sent: sent,
@@ -456,7 +505,7 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 	// Sent under c.mu: this does not block (contract 5).
 	w.dch <- w.resp
 	if ts.url == ClusterType {
-		c.sentCDS(w, rest, nil, nil)
+		c.sentCDS(w, rest, nil)
 	}
 	return true
 }

@@ -47,6 +47,15 @@ func TestDeltaResubscribedDeletedNameIsRemoved(t *testing.T) {
 		eq(t, "resent (the protocol asks for re-subscribed names)", []string{"b"}, names(r))
 		eq(t, "removed", []string{"a"}, r.RemovedResources)
 	})
+	t.Run("a first request naming a name that does not exist", func(t *testing.T) {
+		h := newHarness(t, true)
+		h.publish([]translate.Resources{svc("a", 1001)})
+		c := h.delta("n1")
+		c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"a", "nope"}})
+		r := c.recv()
+		eq(t, "sent", []string{"a"}, names(r))
+		eq(t, "answered at once as removed", []string{"nope"}, r.RemovedResources)
+	})
 	t.Run("a subscribed name that does not exist", func(t *testing.T) {
 		h := newHarness(t, true)
 		h.publish([]translate.Resources{svc("a", 1001)})

@@ -3,7 +3,6 @@ package xds
 import (
 	"slices"
 	"strings"
-	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 )
@@ -27,8 +26,9 @@ import (
 
 // streamState is what the cache follows of one stream.
 type streamState struct {
-	// cds: the clusters sent on the stream (nil: it has no CDS
-	// subscription, so nothing is held back).
+	key streamKey
+	// cds: the clusters sent on the stream (nil: none yet, so nothing is
+	// held back unless a CDS response is pending).
 	cds *sentClusters
 	// eds: the stream's open EDS watch, to wake with what it held back
 	// when the clusters are sent.
@@ -36,48 +36,54 @@ type streamState struct {
 	// A sotw CDS response handed to the server, until it is sent.
 	pendingCDS  *sentClusters
 	pendingResp *discovery.DiscoveryResponse
+	// noted: per type, the request noted and not yet taken by a watch.
+	noted map[string]any
+	// inflight: per type, a delta response queued but not installed when
+	// the server replaced its watch; held: per type, what a delta watch
+	// the server replaced had held back (see Cache.cancel).
+	inflight map[string]*deltaResponse
+	held     map[string][]string
 }
 
 // sentClusters says which cluster versions a stream was sent: every
 // cluster of interest current at generation gen, except those of rest
-// (delta); those of versions (sotw, whose responses carry every cluster).
+// (delta; a sotw response carries every cluster).
 type sentClusters struct {
-	gen      uint64
-	rest     string              // sorted names joined by sep
-	versions map[string]string   // sotw: name → version sent
-	wild     bool                // interest: every cluster
-	names    map[string]struct{} // interest, when not wild (copied)
-}
-
-// noted is a request whose stream the server noted, until its watch is
-// created.
-type noted struct {
-	key streamKey
-	at  time.Time
+	gen   uint64
+	rest  string              // sorted names joined by sep
+	wild  bool                // interest: every cluster
+	names map[string]struct{} // interest, when not wild (copied)
 }
 
 // noteRequest records the stream of a request; the watch go-control-plane
-// creates for it next takes it. (Requests the server then ignores are
-// dropped after a minute.)
-func (c *Cache) noteRequest(req any, key streamKey) {
+// creates for it next takes it. A request the server ignores (a sotw
+// request with a stale nonce) is replaced by the next of its type, and
+// all go with the stream.
+func (c *Cache) noteRequest(req any, key streamKey, typeURL string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := time.Now()
-	if len(c.requests) >= 1024 {
-		for r, n := range c.requests {
-			if now.Sub(n.at) > time.Minute {
-				delete(c.requests, r)
-			}
-		}
+	st := c.streams[key]
+	if st == nil {
+		st = &streamState{key: key, noted: map[string]any{}, inflight: map[string]*deltaResponse{}, held: map[string][]string{}}
+		c.streams[key] = st
 	}
-	c.requests[req] = noted{key, now}
+	if old, ok := st.noted[typeURL]; ok {
+		delete(c.requests, old)
+	}
+	st.noted[typeURL] = req
+	c.requests[req] = st
 }
 
 // streamClosed forgets a stream.
 func (c *Cache) streamClosed(key streamKey) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.streams, key)
+	if st := c.streams[key]; st != nil {
+		for _, req := range st.noted {
+			delete(c.requests, req)
+		}
+		delete(c.streams, key)
+	}
 }
 
 // stream returns the state of the stream of w's request, if noted.
@@ -86,15 +92,15 @@ func (c *Cache) stream(w *watch) *streamState {
 	if w.delta {
 		req = w.dreq
 	}
-	n, ok := c.requests[req]
+	st, ok := c.requests[req]
 	if !ok {
 		return nil
 	}
 	delete(c.requests, req)
-	st := c.streams[n.key]
-	if st == nil {
-		st = &streamState{}
-		c.streams[n.key] = st
+	for t, r := range st.noted {
+		if r == req {
+			delete(st.noted, t)
+		}
 	}
 	return st
 }
@@ -104,12 +110,12 @@ func (c *Cache) stream(w *watch) *streamState {
 // the stream's EDS watch may be woken at once. The sotw server drops a
 // queued response when a request of its type comes first: there the
 // response counts once the server tells it sent it (sotwSent).
-func (c *Cache) sentCDS(w *watch, rest string, resp *discovery.DiscoveryResponse, versions map[string]string) {
+func (c *Cache) sentCDS(w *watch, rest string, resp *discovery.DiscoveryResponse) {
 	st := w.stream
 	if st == nil {
 		return
 	}
-	sc := &sentClusters{gen: w.ts.gen, rest: rest, versions: versions}
+	sc := &sentClusters{gen: w.ts.gen, rest: rest}
 	sc.interest(w)
 	if !w.delta {
 		st.pendingCDS, st.pendingResp = sc, resp
@@ -119,8 +125,24 @@ func (c *Cache) sentCDS(w *watch, rest string, resp *discovery.DiscoveryResponse
 	c.wakeEDS(st)
 }
 
+// cdsCurrent notes that w, a CDS watch left open, has nothing to send:
+// its stream holds every cluster of interest as of now.
+func (c *Cache) cdsCurrent(w *watch) {
+	st := w.stream
+	if st == nil || w.done || !c.ready || (!w.delta && st.pendingCDS != nil) {
+		return
+	}
+	sc := &sentClusters{gen: w.ts.gen}
+	sc.interest(w)
+	st.cds = sc
+	c.wakeEDS(st)
+}
+
 // sotwSent is told by the server of each sotw response it sends.
 func (c *Cache) sotwSent(key streamKey, resp *discovery.DiscoveryResponse) {
+	if resp.GetTypeUrl() != ClusterType {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := c.streams[key]
@@ -162,7 +184,7 @@ func (c *Cache) wakeEDS(st *streamState) {
 func (c *Cache) holder(w *watch) func(*entry) bool {
 	st := w.stream
 	clusters := c.types[ClusterType]
-	if st == nil || st.cds == nil || w.ts.url != EndpointType || clusters == nil {
+	if st == nil || (st.cds == nil && st.pendingCDS == nil) || w.ts.url != EndpointType || clusters == nil {
 		return nil
 	}
 	return func(e *entry) bool {
@@ -173,7 +195,7 @@ func (c *Cache) holder(w *watch) func(*entry) bool {
 		// dropped (then the client keeps what it was sent): the cluster
 		// must be in both.
 		cl := clusters.resources[e.dep.Name]
-		return cl != nil && (!st.cds.sent(cl) || (st.pendingCDS != nil && !st.pendingCDS.sent(cl)))
+		return cl != nil && ((st.cds != nil && !st.cds.sent(cl)) || (st.pendingCDS != nil && !st.pendingCDS.sent(cl)))
 	}
 }
 
@@ -182,9 +204,6 @@ func (c *Cache) holder(w *watch) func(*entry) bool {
 func (sc *sentClusters) sent(e *entry) bool {
 	if _, ok := sc.names[e.name]; !sc.wild && !ok {
 		return true
-	}
-	if sc.versions != nil {
-		return sc.versions[e.name] == e.version
 	}
 	return e.gen <= sc.gen && !inJoined(sc.rest, e.name)
 }

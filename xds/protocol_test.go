@@ -383,6 +383,10 @@ func TestDeltaNACKIsNotAnsweredWithSameContent(t *testing.T) {
 	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"a"}})
 	r := c.recv()
 	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResponseNonce: r.Nonce, ErrorDetail: &status.Status{Code: 3, Message: "rejected for the test"}})
+	// The answer installs the state that remembers the rejection: empty.
+	e := c.recv()
+	eq(t, "answer to the NACK", 0, len(e.Resources)+len(e.RemovedResources))
+	c.ack(e)
 	c.none()
 	if n := h.srv.NACKs(); n != 1 {
 		t.Fatalf("NACKs counted = %d, want 1", n)

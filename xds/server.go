@@ -215,7 +215,7 @@ func (s *Server) callbacks() serverv3.Callbacks {
 		},
 		DeltaStreamClosedFunc: func(id int64, _ *core.Node) { s.closed(true, id); s.cache.streamClosed(streamKey{true, id}) },
 		StreamRequestFunc: func(id int64, req *discovery.DiscoveryRequest) error {
-			s.cache.noteRequest(req, streamKey{false, id})
+			s.cache.noteRequest(req, streamKey{false, id}, req.GetTypeUrl())
 			s.request(false, id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail(), req.GetErrorDetail() != nil)
 			return nil
 		},
@@ -224,7 +224,7 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			s.responded(false, id, req.GetTypeUrl())
 		},
 		StreamDeltaRequestFunc: func(id int64, req *discovery.DeltaDiscoveryRequest) error {
-			s.cache.noteRequest(req, streamKey{true, id})
+			s.cache.noteRequest(req, streamKey{true, id}, req.GetTypeUrl())
 			s.request(true, id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail(), req.GetErrorDetail() != nil)
 			return nil
 		},

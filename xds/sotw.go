@@ -19,7 +19,8 @@ import (
 // ACK looks only at what changed since.
 //
 // For the types whose responses need not carry every resource (EDS, RDS),
-// a response's names have "version sep previous" until the client answers:
+// a response's names have "version sep previous sep count" until the
+// client answers:
 // a NACK restores what it held before, and the next response carries at
 // most half of what was rejected, until the resource the client refuses is
 // alone; that one is marked "held sep rejectedMark version" and not sent
@@ -256,12 +257,8 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 		Resources:   anys,
 	}
 	w.sch <- &cache.PassthroughResponse{Request: w.sreq, ReturnedResources: next, DiscoveryResponse: resp}
-	if ts.url == ClusterType && w.stream != nil {
-		versions := make(map[string]string, len(send))
-		for _, n := range send {
-			versions[n] = ts.resources[n].version
-		}
-		c.sentCDS(w, "", resp, versions)
+	if ts.url == ClusterType {
+		c.sentCDS(w, "", resp)
 	}
 	return true
 }

@@ -296,6 +296,9 @@ func (c *Cache) commit(ts *typeState, changed []string) {
 	}
 	for _, w := range sortedWatches(ts.watches) {
 		c.tryRespond(w, changed)
+		if ts.url == ClusterType && !w.done {
+			c.cdsCurrent(w) // nothing of interest changed for it
+		}
 	}
 }
 

@@ -3,7 +3,6 @@ package xds
 import (
 	"slices"
 	"sort"
-	"time"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 )
@@ -25,31 +24,13 @@ type watch struct {
 
 	// Delta: the client's state as read at creation; the state this
 	// watch's response installs, and whether the server installed it.
-	known, next map[string]string
-	installed   bool
-	resp        *deltaResponse // the response sent
+	known     map[string]string
+	installed bool
+	resp      *deltaResponse // the response sent
 
 	stream   *streamState // nil: not known (see order.go)
 	heldBack []string     // sorted: assignments held back until their cluster is sent
 }
-
-// inflightKey names a delta stream's subscription to a type: the stream's
-// response channel is the stream's identity.
-type inflightKey struct {
-	ch  chan cache.DeltaResponse
-	typ string
-}
-
-// inflight is the state of a response queued on a stream but not yet
-// installed when the server replaced its watch.
-type inflight struct {
-	resp *deltaResponse
-	at   time.Time
-}
-
-// An inflight state is taken by the next watch of its stream and type at
-// once; one left behind (its stream ended) is dropped after this long.
-const inflightTTL = time.Minute
 
 func (c *Cache) create(w *watch) (func(), error) {
 	c.mu.Lock()
@@ -78,8 +59,13 @@ func (c *Cache) create(w *watch) (func(), error) {
 		return func() {}, nil
 	}
 	w.ts.watches[w] = struct{}{}
-	if w.stream != nil && w.ts.url == EndpointType {
-		w.stream.eds = w
+	if w.stream != nil {
+		switch w.ts.url {
+		case EndpointType:
+			w.stream.eds = w
+		case ClusterType:
+			c.cdsCurrent(w)
+		}
 	}
 	return func() { c.cancel(w) }, nil
 }
@@ -90,21 +76,23 @@ func (c *Cache) create(w *watch) (func(), error) {
 // that (by a commit, from another goroutine) has its response queued but
 // not installed: the next watch must start from the state that response
 // installs, not from the one the server hands it, or what that response
-// carried is forgotten (a removal of a resource it delivered is lost).
+// carried is forgotten (a removal of a resource it delivered is lost). And
+// what a delta watch held back for its clusters, it hands to the next
+// watch, as it installed no state that says so.
 func (c *Cache) cancel(w *watch) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.untrack(w)
-	if !w.delta || !w.done || w.installed {
+	st := w.stream
+	if !w.delta || st == nil {
 		return
 	}
-	now := time.Now()
-	for k, p := range c.inflight {
-		if now.Sub(p.at) > inflightTTL {
-			delete(c.inflight, k)
-		}
+	switch {
+	case w.done && !w.installed:
+		st.inflight[w.ts.url] = w.resp
+	case !w.done && len(w.heldBack) > 0:
+		st.held[w.ts.url] = append(st.held[w.ts.url], w.heldBack...)
 	}
-	c.inflight[inflightKey{w.dch, w.ts.url}] = inflight{resp: w.resp, at: now}
 }
 
 // respond answers w if anything needs sending (or evenIfEmpty). A watch
@@ -195,9 +183,9 @@ func (c *Cache) Ready() bool {
 
 // mustAnswer reports whether a new watch is answered even with nothing:
 // the first request of a stream and type, and a delta request that
-// changes the wildcard subscription.
+// changes the wildcard subscription or whose answer changes the state.
 func mustAnswer(w *watch) bool {
-	return firstRequest(w) || (w.delta && w.ds.wildChanged)
+	return firstRequest(w) || (w.delta && (w.ds.wildChanged || w.ds.changed))
 }
 
 func firstRequest(w *watch) bool {

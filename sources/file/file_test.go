@@ -409,3 +409,26 @@ func TestServices(t *testing.T) {
 		t.Errorf("error %v, want the file and field", err)
 	}
 }
+
+// An editor that truncates then writes leaves an empty file for a moment:
+// that is an error, and the services stay; `services: {}` empties the set.
+func TestEmptyFileKeepsLastValid(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "services.yaml")
+	write(t, path, doc("10.0.0.1"))
+	src := newSource(t, path)
+	sink := run(t, src)
+	n := lastIs(t, sink, "10.0.0.1")
+	for i, empty := range []string{"", "  \n", "# being edited\n", "null\n"} {
+		write(t, path, []byte(empty))
+		if err := errorsAtLeast(t, sink, i+1); !errors.Is(err, ErrEmpty) || !strings.Contains(err.Error(), path) {
+			t.Errorf("%q: error %v, want ErrEmpty naming the file", empty, err)
+		}
+	}
+	if us := sink.Updates(); len(us) != n {
+		t.Fatalf("an empty file published: %+v", us[len(us)-1])
+	}
+	write(t, path, []byte("services: {}\n"))
+	sink.WaitFor(t, wait, "an empty set", func(us []sources.Update, _ []error) bool {
+		return len(us) > n && len(us[len(us)-1].Services) == 0
+	})
+}

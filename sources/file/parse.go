@@ -2,6 +2,7 @@ package file
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sort"
@@ -38,12 +39,22 @@ type endpointDoc struct {
 	Metadata sources.Metadata `json:"metadata"`
 }
 
+// ErrEmpty is Parse's error for a document with neither section.
+var ErrEmpty = errors.New("empty document: no services: or cluster_load_assignments: (write `services: {}` to serve no services)")
+
 // Parse reads a services file (YAML or JSON). Errors name the field, and
 // YAML syntax errors the line.
 func Parse(data []byte) ([]sources.Service, error) {
 	var doc document
 	if err := config.DecodeStrict(data, &doc); err != nil {
 		return nil, err
+	}
+	// An empty document (0 bytes, whitespace, comments, `null`, `{}`, or
+	// sections that are null) is what a truncate-then-write editor leaves
+	// for a moment: it is an error, not "zero services". Serving none takes
+	// an explicit empty section.
+	if doc.Services == nil && doc.ClusterLoadAssignments == nil {
+		return nil, ErrEmpty
 	}
 	byName := map[string]sources.Service{}
 	names := make([]string, 0, len(doc.Services))

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -29,6 +28,9 @@ type Config struct {
 	// Settle is how long to wait after a change before re-reading, so a
 	// burst of writes is read once (default 20ms).
 	Settle config.Duration `json:"settle"`
+	// MaxBytes caps the file's size; a larger file is refused (default
+	// 64 MiB).
+	MaxBytes int64 `json:"max_bytes"`
 }
 
 // Source watches one services file.
@@ -36,6 +38,7 @@ type Source struct {
 	name   string
 	path   string
 	settle time.Duration
+	max    int64
 	log    *slog.Logger
 
 	mu      sync.Mutex
@@ -67,11 +70,18 @@ func New(name string, raw json.RawMessage, env sources.Env) (sources.Source, err
 	if settle == 0 {
 		settle = 20 * time.Millisecond
 	}
+	if c.MaxBytes < 0 {
+		return nil, fmt.Errorf("max_bytes: %d is negative", c.MaxBytes)
+	}
+	max := c.MaxBytes
+	if max == 0 {
+		max = DefaultMaxBytes
+	}
 	log := env.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Source{name: name, path: p, settle: settle, log: log.With("source", name)}, nil
+	return &Source{name: name, path: p, settle: settle, max: max, log: log.With("source", name)}, nil
 }
 
 // Name implements sources.Source.
@@ -83,7 +93,7 @@ func (s *Source) Path() string { return s.path }
 // ClaimedNames reads the file and returns its service names; an invalid
 // file is an error.
 func (s *Source) ClaimedNames() ([]string, error) {
-	svcs, err := s.load()
+	svcs, err := s.load(context.Background())
 	if err != nil {
 		return nil, err
 	}
@@ -95,12 +105,12 @@ func (s *Source) ClaimedNames() ([]string, error) {
 }
 
 // Load reads and parses the file once.
-func (s *Source) load() ([]sources.Service, error) {
-	data, err := os.ReadFile(s.path)
+func (s *Source) load(ctx context.Context) ([]sources.Service, error) {
+	data, err := readFile(ctx, s.path, s.max)
 	if err != nil {
 		return nil, err
 	}
-	svcs, err := Parse(data)
+	svcs, err := ParseContext(ctx, data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.path, err)
 	}
@@ -108,7 +118,7 @@ func (s *Source) load() ([]sources.Service, error) {
 }
 
 // Services reads and parses the file once, for `xdsbridge dump` and tests.
-func (s *Source) Services() ([]sources.Service, error) { return s.load() }
+func (s *Source) Services() ([]sources.Service, error) { return s.load(context.Background()) }
 
 // Run publishes the file's services and again after every change.
 func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
@@ -126,7 +136,10 @@ func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
 	var last []byte
 	failed := false
 	reload := func() error {
-		data, err := os.ReadFile(s.path)
+		data, err := readFile(ctx, s.path, s.max)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		// Unchanged content is not published again, unless a failure was
 		// reported since: then the publish is what clears it (a broken file
 		// reverted to its last valid content).
@@ -135,7 +148,10 @@ func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
 		}
 		var svcs []sources.Service
 		if err == nil {
-			svcs, err = Parse(data)
+			svcs, err = ParseContext(ctx, data)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 			if err != nil {
 				err = fmt.Errorf("%s: %w", s.path, err)
 			}

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -372,6 +374,7 @@ func TestNew(t *testing.T) {
 		{raw: `{"path": 1}`, wantErr: "path: cannot use a JSON number"},
 		{raw: `{"path": "x", "settle": "soon"}`, wantErr: `settle: invalid duration "soon"`},
 		{raw: `{"path": "x", "settle": "-1s"}`, wantErr: "settle: negative duration"},
+		{raw: `{"path": "x", "max_bytes": -1}`, wantErr: "max_bytes: -1 is negative"},
 	} {
 		src, err := New("n", json.RawMessage(tc.raw), env)
 		if tc.wantErr != "" {
@@ -385,6 +388,9 @@ func TestNew(t *testing.T) {
 			continue
 		}
 		s := src.(*Source)
+		if s.max != DefaultMaxBytes {
+			t.Errorf("New(%s): max_bytes %d, want the default", tc.raw, s.max)
+		}
 		if s.Name() != "n" || s.Path() != tc.wantPath || s.settle != tc.wantSettle {
 			t.Errorf("New(%s) = name %q path %q settle %v", tc.raw, s.Name(), s.Path(), s.settle)
 		}
@@ -431,4 +437,97 @@ func TestEmptyFileKeepsLastValid(t *testing.T) {
 	sink.WaitFor(t, wait, "an empty set", func(us []sources.Update, _ []error) bool {
 		return len(us) > n && len(us[len(us)-1].Services) == 0
 	})
+}
+
+// Only regular files are read: a FIFO would block the open (and the read
+// forever), /dev/zero would fill memory. Each is refused with an error
+// naming the path, from ClaimedNames and from Run, without hanging.
+func TestOnlyRegularFiles(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	zero := filepath.Join(dir, "zero.yaml")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(dir, "dir.yaml")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "sock.yaml")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for path, kind := range map[string]string{fifo: "named pipe", zero: "character device", sub: "directory", sock: "socket"} {
+		src := newSource(t, path)
+		done := make(chan error, 1)
+		go func() { _, err := src.ClaimedNames(); done <- err }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), kind) || !strings.Contains(err.Error(), "not a regular file") {
+				t.Errorf("%s: ClaimedNames error %v, want one naming the path and %q", kind, err, kind)
+			}
+		case <-time.After(wait):
+			t.Fatalf("%s: ClaimedNames hangs", kind)
+		}
+		sink := run(t, src)
+		if err := errorsAtLeast(t, sink, 1); !strings.Contains(err.Error(), kind) {
+			t.Errorf("%s: Run reported %v", kind, err)
+		}
+		if info := src.DebugInfo().(map[string]any); !strings.Contains(info["last_error"].(string), path) {
+			t.Errorf("%s: debug last_error %q", kind, info["last_error"])
+		}
+	}
+}
+
+func TestMaxBytes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "services.yaml")
+	data := doc("10.0.0.1")
+	write(t, path, data)
+	raw, _ := json.Marshal(map[string]any{"path": path, "settle": "10ms", "max_bytes": len(data)})
+	s, err := New("static", raw, sources.Env{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := s.(*Source)
+	sink := run(t, src)
+	n := lastIs(t, sink, "10.0.0.1") // exactly max_bytes is read
+	write(t, path, doc("10.0.0.12")) // one byte more
+	if err := errorsAtLeast(t, sink, 1); !strings.Contains(err.Error(), "larger than max_bytes") || !strings.Contains(err.Error(), path) {
+		t.Errorf("error %v", err)
+	}
+	if len(sink.Updates()) != n {
+		t.Error("a file over max_bytes was published")
+	}
+	// A file that grows after its size was looked at is still read only to
+	// the cap plus one byte.
+	ctx := context.Background()
+	if _, err := readFile(ctx, "/dev/zero", 10); err == nil {
+		t.Error("readFile(/dev/zero) succeeded")
+	}
+	big := filepath.Join(t.TempDir(), "big")
+	write(t, big, make([]byte, 3*readChunk+5))
+	if _, err := readFile(ctx, big, 3*readChunk+4); err == nil || !strings.Contains(err.Error(), "larger than max_bytes") {
+		t.Errorf("readFile over the cap: %v", err)
+	}
+	if got, err := readFile(ctx, big, 3*readChunk+5); err != nil || len(got) != 3*readChunk+5 {
+		t.Errorf("readFile at the cap: %d bytes, %v", len(got), err)
+	}
+}
+
+func TestReadAndParseObserveContext(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "services.yaml")
+	write(t, path, doc("10.0.0.1"))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := readFile(ctx, path, DefaultMaxBytes); !errors.Is(err, context.Canceled) {
+		t.Errorf("readFile after cancel: %v", err)
+	}
+	if _, err := ParseContext(ctx, doc("10.0.0.1")); !errors.Is(err, context.Canceled) {
+		t.Errorf("ParseContext after cancel: %v", err)
+	}
 }

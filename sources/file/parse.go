@@ -1,6 +1,7 @@
 package file
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -45,6 +46,16 @@ var ErrEmpty = errors.New("empty document: no services: or cluster_load_assignme
 // Parse reads a services file (YAML or JSON). Errors name the field, and
 // YAML syntax errors the line.
 func Parse(data []byte) ([]sources.Service, error) {
+	return ParseContext(context.Background(), data)
+}
+
+// ParseContext is Parse that stops with ctx's error when ctx is done: it
+// looks at ctx between the decode and each service. (The YAML decode
+// itself is one call; the file's size cap bounds it.)
+func ParseContext(ctx context.Context, data []byte) ([]sources.Service, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	var doc document
 	if err := config.DecodeStrict(data, &doc); err != nil {
 		return nil, err
@@ -63,6 +74,9 @@ func Parse(data []byte) ([]sources.Service, error) {
 	}
 	sort.Strings(names)
 	for _, name := range names {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		field := "services." + name
 		if err := sources.ValidateServiceName(field, name); err != nil {
 			return nil, err
@@ -89,6 +103,9 @@ func Parse(data []byte) ([]sources.Service, error) {
 		byName[name] = svc
 	}
 	for i, raw := range doc.ClusterLoadAssignments {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		field := fmt.Sprintf("cluster_load_assignments[%d]", i)
 		svc, err := fromCLA(field, raw)
 		if err != nil {

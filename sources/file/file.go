@@ -11,7 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +30,9 @@ type Config struct {
 	// Settle is how long to wait after a change before re-reading, so a
 	// burst of writes is read once (default 20ms).
 	Settle config.Duration `json:"settle"`
+	// MaxSettle bounds the hold: a stream of changes closer than Settle
+	// is read at most MaxSettle after the first (default 10 × Settle).
+	MaxSettle config.Duration `json:"max_settle"`
 	// MaxBytes caps the file's size; a larger file is refused (default
 	// 64 MiB).
 	MaxBytes int64 `json:"max_bytes"`
@@ -38,13 +43,20 @@ type Source struct {
 	name   string
 	path   string
 	settle time.Duration
-	max    int64
-	log    *slog.Logger
+	// maxSettle bounds how long a stream of changes holds a reload back.
+	maxSettle time.Duration
+	max       int64
+	log       *slog.Logger
 
 	mu      sync.Mutex
 	lastErr string
 	loaded  time.Time
 	count   int
+
+	watchErr      string
+	watchGaps     int
+	watchLost     time.Time
+	watchRestored time.Time
 }
 
 var (
@@ -70,6 +82,13 @@ func New(name string, raw json.RawMessage, env sources.Env) (sources.Source, err
 	if settle == 0 {
 		settle = 20 * time.Millisecond
 	}
+	maxSettle := c.MaxSettle.D()
+	if maxSettle == 0 {
+		maxSettle = 10 * settle
+	}
+	if maxSettle < settle {
+		return nil, fmt.Errorf("max_settle: %v is less than settle (%v)", maxSettle, settle)
+	}
 	if c.MaxBytes < 0 {
 		return nil, fmt.Errorf("max_bytes: %d is negative", c.MaxBytes)
 	}
@@ -81,7 +100,7 @@ func New(name string, raw json.RawMessage, env sources.Env) (sources.Source, err
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Source{name: name, path: p, settle: settle, max: max, log: log.With("source", name)}, nil
+	return &Source{name: name, path: p, settle: settle, maxSettle: maxSettle, max: max, log: log.With("source", name)}, nil
 }
 
 // Name implements sources.Source.
@@ -129,8 +148,9 @@ func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
 	defer w.Close()
 	// Watch the directory, not the file: rename-replace swaps the inode, and
 	// Kubernetes swaps a symlink beside it.
-	if err := w.Add(filepath.Dir(s.path)); err != nil {
-		return fmt.Errorf("file source %s: watching %s: %w", s.name, filepath.Dir(s.path), err)
+	dir := filepath.Dir(s.path)
+	if err := w.Add(dir); err != nil {
+		return fmt.Errorf("file source %s: watching %s: %w", s.name, dir, err)
 	}
 
 	var last []byte
@@ -171,9 +191,54 @@ func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
 		return nil // ctx done
 	}
 
+	// The settle timer is re-armed by each relevant event, but holds a
+	// reload back at most maxSettle after the first one.
 	settle := time.NewTimer(time.Hour)
 	settle.Stop()
 	defer settle.Stop()
+	var deadline time.Time
+	arm := func() {
+		now := time.Now()
+		if deadline.IsZero() {
+			deadline = now.Add(s.maxSettle)
+		}
+		settle.Reset(min(s.settle, deadline.Sub(now)))
+	}
+
+	// The directory deleted (or renamed away) loses its watch: the parent
+	// is watched for its return and adding it is retried with backoff.
+	parent := filepath.Dir(dir)
+	watching := true
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	backoff := time.Duration(0)
+	lose := func() {
+		_ = w.Remove(dir)
+		watching = false
+		s.setWatch(false, fmt.Errorf("directory %s removed or renamed; waiting for it to return", dir))
+		if parent != dir {
+			_ = w.Add(parent)
+		}
+		backoff = 10 * time.Millisecond
+		retry.Reset(backoff)
+	}
+	restore := func() {
+		if err := w.Add(dir); err != nil {
+			backoff = min(2*backoff, time.Second)
+			retry.Reset(backoff)
+			return
+		}
+		retry.Stop()
+		if parent != dir {
+			_ = w.Remove(parent)
+		}
+		watching = true
+		s.setWatch(true, nil)
+		s.log.Info("watching the services file's directory again", "dir", dir)
+		arm()
+	}
+	relevant := s.chain()
 	for {
 		select {
 		case <-ctx.Done():
@@ -182,22 +247,81 @@ func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
 			if !ok {
 				return nil
 			}
-			if ev.Op == fsnotify.Chmod {
-				continue
+			switch {
+			case filepath.Clean(ev.Name) == dir:
+				if watching && ev.Op&(fsnotify.Remove|fsnotify.Rename) != 0 {
+					s.log.Warn("services file directory removed; watching for its return", "dir", dir)
+					lose()
+					arm() // reports the file gone
+				} else if !watching && ev.Op&(fsnotify.Create|fsnotify.Rename) != 0 {
+					restore()
+				}
+			case !watching || ev.Op == fsnotify.Chmod || filepath.Dir(ev.Name) != dir:
+			case relevant[filepath.Base(ev.Name)]:
+				arm()
 			}
-			settle.Reset(s.settle)
 		case err, ok := <-w.Errors:
 			if !ok {
 				return nil
 			}
 			s.log.Warn("file watch error", "error", err)
-			settle.Reset(s.settle)
+			arm()
+		case <-retry.C:
+			if !watching {
+				restore()
+			}
 		case <-settle.C:
+			deadline = time.Time{}
 			if err := reload(); err != nil {
 				return nil
 			}
+			relevant = s.chain()
 		}
 	}
+}
+
+// chain is the names in the file's directory whose change can change what
+// path reads: the file's own name and, when it is a symlink, the first
+// element of each link target inside the directory (Kubernetes' `..data`
+// and the timestamped directory it points to).
+func (s *Source) chain() map[string]bool {
+	dir := filepath.Dir(s.path)
+	names := map[string]bool{filepath.Base(s.path): true}
+	p := s.path
+	for range 40 {
+		target, err := os.Readlink(p)
+		if err != nil {
+			break
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(p), target)
+		}
+		rel, err := filepath.Rel(dir, target)
+		if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			break
+		}
+		first, _, _ := strings.Cut(rel, string(filepath.Separator))
+		names[first] = true
+		next := filepath.Join(dir, first)
+		if next == p {
+			break
+		}
+		p = next
+	}
+	return names
+}
+
+func (s *Source) setWatch(ok bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ok {
+		s.watchErr = ""
+		s.watchRestored = time.Now()
+		return
+	}
+	s.watchErr = err.Error()
+	s.watchLost = time.Now()
+	s.watchGaps++
 }
 
 func (s *Source) setErr(err error) {
@@ -223,5 +347,12 @@ func (s *Source) DebugInfo() any {
 		"services":   s.count,
 		"loaded_at":  s.loaded,
 		"last_error": s.lastErr,
+		// watch is "ok", or "lost" while the directory is gone;
+		// watch_gaps counts the losses, watch_lost_at is the last.
+		"watch":             map[bool]string{true: "lost", false: "ok"}[s.watchErr != ""],
+		"watch_error":       s.watchErr,
+		"watch_gaps":        s.watchGaps,
+		"watch_lost_at":     s.watchLost,
+		"watch_restored_at": s.watchRestored,
 	}
 }

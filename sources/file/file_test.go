@@ -374,6 +374,7 @@ func TestNew(t *testing.T) {
 		{raw: `{"path": 1}`, wantErr: "path: cannot use a JSON number"},
 		{raw: `{"path": "x", "settle": "soon"}`, wantErr: `settle: invalid duration "soon"`},
 		{raw: `{"path": "x", "settle": "-1s"}`, wantErr: "settle: negative duration"},
+		{raw: `{"path": "x", "settle": "1s", "max_settle": "500ms"}`, wantErr: "max_settle: 500ms is less than settle"},
 		{raw: `{"path": "x", "max_bytes": -1}`, wantErr: "max_bytes: -1 is negative"},
 	} {
 		src, err := New("n", json.RawMessage(tc.raw), env)
@@ -388,6 +389,9 @@ func TestNew(t *testing.T) {
 			continue
 		}
 		s := src.(*Source)
+		if s.maxSettle != 10*s.settle {
+			t.Errorf("New(%s): max_settle %v, want 10 × settle", tc.raw, s.maxSettle)
+		}
 		if s.max != DefaultMaxBytes {
 			t.Errorf("New(%s): max_bytes %d, want the default", tc.raw, s.max)
 		}
@@ -529,5 +533,118 @@ func TestReadAndParseObserveContext(t *testing.T) {
 	}
 	if _, err := ParseContext(ctx, doc("10.0.0.1")); !errors.Is(err, context.Canceled) {
 		t.Errorf("ParseContext after cancel: %v", err)
+	}
+}
+
+// Deleting and recreating the watched directory: the watch comes back and
+// the recreated file is published; /debug/sources shows the gap.
+func TestDirectoryDeletedAndRecreated(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "conf")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "services.yaml")
+	write(t, path, doc("10.0.0.1"))
+	src := newSource(t, path)
+	sink := run(t, src)
+	lastIs(t, sink, "10.0.0.1")
+	for i, addr := range []string{"10.0.0.2", "10.0.0.3"} {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+		errorsAtLeast(t, sink, i+1)
+		sink.WaitFor(t, wait, "watch lost in debug info", func([]sources.Update, []error) bool {
+			info := src.DebugInfo().(map[string]any)
+			return info["watch"] == "lost" && info["watch_gaps"] == i+1
+		})
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		write(t, path, doc(addr))
+		lastIs(t, sink, addr)
+		write(t, path, doc(addr, "10.0.1.1")) // and later edits are seen
+		lastIs(t, sink, addr, "10.0.1.1")
+		if info := src.DebugInfo().(map[string]any); info["watch"] != "ok" || info["watch_gaps"] != i+1 || info["watch_error"] != "" {
+			t.Errorf("DebugInfo after the return = %v", info)
+		}
+	}
+}
+
+// writeEvery writes to path every 10ms until the test ends.
+func writeEvery(t *testing.T, path string, content func(i int) []byte) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			_ = os.WriteFile(path, content(i), 0o644)
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+}
+
+func newSettleSource(t *testing.T, path, settle string) *Source {
+	t.Helper()
+	raw, _ := json.Marshal(map[string]any{"path": path, "settle": settle})
+	src, err := New("static", raw, sources.Env{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src.(*Source)
+}
+
+// Writes to other files in the directory (a log, an editor's swap file)
+// every 10ms, more often than settle, do not hold the reload back.
+func TestUnrelatedWritesDoNotDelay(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "services.yaml")
+	write(t, path, doc("10.0.0.1"))
+	sink := run(t, newSettleSource(t, path, "50ms"))
+	lastIs(t, sink, "10.0.0.1")
+	var log []byte
+	writeEvery(t, filepath.Join(dir, "other.log"), func(i int) []byte { log = fmt.Appendf(log, "%d\n", i); return log })
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	write(t, path, doc("10.0.0.2"))
+	lastIs(t, sink, "10.0.0.2")
+	t.Logf("published %v after the change, unrelated writes every 10ms, settle 50ms", time.Since(start))
+}
+
+// The services file itself rewritten every 10ms, more often than settle:
+// a reload still happens at most max_settle (10 × settle) after the first.
+func TestSettleIsBounded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "services.yaml")
+	write(t, path, doc("10.0.0.1"))
+	sink := run(t, newSettleSource(t, path, "50ms"))
+	n := lastIs(t, sink, "10.0.0.1")
+	writeEvery(t, path, func(i int) []byte { return doc(fmt.Sprintf("10.0.2.%d", i%250+1)) })
+	start := time.Now()
+	sink.WaitFor(t, wait, "a publish while the file keeps changing", func(us []sources.Update, _ []error) bool { return len(us) > n })
+	t.Logf("published %v after changes began every 10ms, settle 50ms, max_settle 500ms", time.Since(start))
+}
+
+func TestChain(t *testing.T) {
+	dir := t.TempDir()
+	ts := filepath.Join(dir, "..2026_01_02")
+	if err := os.Mkdir(ts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(ts, "services.yaml"), doc("10.0.0.1"))
+	if err := os.Symlink("..2026_01_02", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "services.yaml")
+	if err := os.Symlink("..data/services.yaml", path); err != nil {
+		t.Fatal(err)
+	}
+	got := newSource(t, path).chain()
+	if fmt.Sprint(got) != "map[..2026_01_02:true ..data:true services.yaml:true]" {
+		t.Errorf("chain = %v", got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -646,5 +647,48 @@ func TestChain(t *testing.T) {
 	got := newSource(t, path).chain()
 	if fmt.Sprint(got) != "map[..2026_01_02:true ..data:true services.yaml:true]" {
 		t.Errorf("chain = %v", got)
+	}
+}
+
+// TestLoadCost prints (does not assert) the time and memory to read and
+// parse a realistic 5,000-service file (3 endpoints each); with
+// XDSBRIDGE_FILE_BIG=1 also a file near the 64 MiB default cap.
+func TestLoadCost(t *testing.T) {
+	gen := func(limit int64) []byte {
+		var b strings.Builder
+		b.WriteString("services:\n")
+		for i := 0; ; i++ {
+			if limit == 0 && i == 5000 || limit > 0 && int64(b.Len()) > limit-300 {
+				break
+			}
+			fmt.Fprintf(&b, "  svc-%d:\n    endpoints:\n", i)
+			for j := 1; j <= 3; j++ {
+				fmt.Fprintf(&b, "      - {address: 10.%d.%d.%d, port: %d, locality: {zone: z%d}}\n", i/65536%256, i/256%256, i%256, 8080+j, j)
+			}
+		}
+		return []byte(b.String())
+	}
+	cases := map[string]int64{"5000 services": 0}
+	if os.Getenv("XDSBRIDGE_FILE_BIG") != "" {
+		cases["near max_bytes"] = DefaultMaxBytes
+	}
+	for name, limit := range cases {
+		path := filepath.Join(t.TempDir(), "services.yaml")
+		write(t, path, gen(limit))
+		src := newSource(t, path)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		start := time.Now()
+		svcs, err := src.Services()
+		d := time.Since(start)
+		runtime.ReadMemStats(&after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, _ := os.Stat(path)
+		t.Logf("%s: %d bytes, %d services: loaded in %v, %d MiB allocated, heap reserved %d MiB",
+			name, fi.Size(), len(svcs), d.Round(time.Millisecond),
+			(after.TotalAlloc-before.TotalAlloc)>>20, after.HeapSys>>20)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,6 +30,12 @@ type Config struct {
 	// Settle is how long to wait after a change before re-reading, so a
 	// burst of writes is read once (default 20ms).
 	Settle config.Duration `json:"settle"`
+	// MaxSettle bounds the hold: a stream of changes closer than Settle
+	// is read at most MaxSettle after the first (default 10 × Settle).
+	MaxSettle config.Duration `json:"max_settle"`
+	// MaxBytes caps the file's size; a larger file is refused (default
+	// 64 MiB).
+	MaxBytes int64 `json:"max_bytes"`
 }
 
 // Source watches one services file.
@@ -36,12 +43,20 @@ type Source struct {
 	name   string
 	path   string
 	settle time.Duration
-	log    *slog.Logger
+	// maxSettle bounds how long a stream of changes holds a reload back.
+	maxSettle time.Duration
+	max       int64
+	log       *slog.Logger
 
 	mu      sync.Mutex
 	lastErr string
 	loaded  time.Time
 	count   int
+
+	watchErr      string
+	watchGaps     int
+	watchLost     time.Time
+	watchRestored time.Time
 }
 
 var (
@@ -67,11 +82,25 @@ func New(name string, raw json.RawMessage, env sources.Env) (sources.Source, err
 	if settle == 0 {
 		settle = 20 * time.Millisecond
 	}
+	maxSettle := c.MaxSettle.D()
+	if maxSettle == 0 {
+		maxSettle = 10 * settle
+	}
+	if maxSettle < settle {
+		return nil, fmt.Errorf("max_settle: %v is less than settle (%v)", maxSettle, settle)
+	}
+	if c.MaxBytes < 0 {
+		return nil, fmt.Errorf("max_bytes: %d is negative", c.MaxBytes)
+	}
+	max := c.MaxBytes
+	if max == 0 {
+		max = DefaultMaxBytes
+	}
 	log := env.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Source{name: name, path: p, settle: settle, log: log.With("source", name)}, nil
+	return &Source{name: name, path: p, settle: settle, maxSettle: maxSettle, max: max, log: log.With("source", name)}, nil
 }
 
 // Name implements sources.Source.
@@ -83,7 +112,7 @@ func (s *Source) Path() string { return s.path }
 // ClaimedNames reads the file and returns its service names; an invalid
 // file is an error.
 func (s *Source) ClaimedNames() ([]string, error) {
-	svcs, err := s.load()
+	svcs, err := s.load(context.Background())
 	if err != nil {
 		return nil, err
 	}
@@ -95,12 +124,12 @@ func (s *Source) ClaimedNames() ([]string, error) {
 }
 
 // Load reads and parses the file once.
-func (s *Source) load() ([]sources.Service, error) {
-	data, err := os.ReadFile(s.path)
+func (s *Source) load(ctx context.Context) ([]sources.Service, error) {
+	data, err := readFile(ctx, s.path, s.max)
 	if err != nil {
 		return nil, err
 	}
-	svcs, err := Parse(data)
+	svcs, err := ParseContext(ctx, data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.path, err)
 	}
@@ -108,7 +137,7 @@ func (s *Source) load() ([]sources.Service, error) {
 }
 
 // Services reads and parses the file once, for `xdsbridge dump` and tests.
-func (s *Source) Services() ([]sources.Service, error) { return s.load() }
+func (s *Source) Services() ([]sources.Service, error) { return s.load(context.Background()) }
 
 // Run publishes the file's services and again after every change.
 func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
@@ -119,14 +148,18 @@ func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
 	defer w.Close()
 	// Watch the directory, not the file: rename-replace swaps the inode, and
 	// Kubernetes swaps a symlink beside it.
-	if err := w.Add(filepath.Dir(s.path)); err != nil {
-		return fmt.Errorf("file source %s: watching %s: %w", s.name, filepath.Dir(s.path), err)
+	dir := filepath.Dir(s.path)
+	if err := w.Add(dir); err != nil {
+		return fmt.Errorf("file source %s: watching %s: %w", s.name, dir, err)
 	}
 
 	var last []byte
 	failed := false
 	reload := func() error {
-		data, err := os.ReadFile(s.path)
+		data, err := readFile(ctx, s.path, s.max)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		// Unchanged content is not published again, unless a failure was
 		// reported since: then the publish is what clears it (a broken file
 		// reverted to its last valid content).
@@ -135,7 +168,10 @@ func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
 		}
 		var svcs []sources.Service
 		if err == nil {
-			svcs, err = Parse(data)
+			svcs, err = ParseContext(ctx, data)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 			if err != nil {
 				err = fmt.Errorf("%s: %w", s.path, err)
 			}
@@ -155,9 +191,54 @@ func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
 		return nil // ctx done
 	}
 
+	// The settle timer is re-armed by each relevant event, but holds a
+	// reload back at most maxSettle after the first one.
 	settle := time.NewTimer(time.Hour)
 	settle.Stop()
 	defer settle.Stop()
+	var deadline time.Time
+	arm := func() {
+		now := time.Now()
+		if deadline.IsZero() {
+			deadline = now.Add(s.maxSettle)
+		}
+		settle.Reset(min(s.settle, deadline.Sub(now)))
+	}
+
+	// The directory deleted (or renamed away) loses its watch: the parent
+	// is watched for its return and adding it is retried with backoff.
+	parent := filepath.Dir(dir)
+	watching := true
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	backoff := time.Duration(0)
+	lose := func() {
+		_ = w.Remove(dir)
+		watching = false
+		s.setWatch(false, fmt.Errorf("directory %s removed or renamed; waiting for it to return", dir))
+		if parent != dir {
+			_ = w.Add(parent)
+		}
+		backoff = 10 * time.Millisecond
+		retry.Reset(backoff)
+	}
+	restore := func() {
+		if err := w.Add(dir); err != nil {
+			backoff = min(2*backoff, time.Second)
+			retry.Reset(backoff)
+			return
+		}
+		retry.Stop()
+		if parent != dir {
+			_ = w.Remove(parent)
+		}
+		watching = true
+		s.setWatch(true, nil)
+		s.log.Info("watching the services file's directory again", "dir", dir)
+		arm()
+	}
+	relevant := s.chain()
 	for {
 		select {
 		case <-ctx.Done():
@@ -166,22 +247,81 @@ func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
 			if !ok {
 				return nil
 			}
-			if ev.Op == fsnotify.Chmod {
-				continue
+			switch {
+			case filepath.Clean(ev.Name) == dir:
+				if watching && ev.Op&(fsnotify.Remove|fsnotify.Rename) != 0 {
+					s.log.Warn("services file directory removed; watching for its return", "dir", dir)
+					lose()
+					arm() // reports the file gone
+				} else if !watching && ev.Op&(fsnotify.Create|fsnotify.Rename) != 0 {
+					restore()
+				}
+			case !watching || ev.Op == fsnotify.Chmod || filepath.Dir(ev.Name) != dir:
+			case relevant[filepath.Base(ev.Name)]:
+				arm()
 			}
-			settle.Reset(s.settle)
 		case err, ok := <-w.Errors:
 			if !ok {
 				return nil
 			}
 			s.log.Warn("file watch error", "error", err)
-			settle.Reset(s.settle)
+			arm()
+		case <-retry.C:
+			if !watching {
+				restore()
+			}
 		case <-settle.C:
+			deadline = time.Time{}
 			if err := reload(); err != nil {
 				return nil
 			}
+			relevant = s.chain()
 		}
 	}
+}
+
+// chain is the names in the file's directory whose change can change what
+// path reads: the file's own name and, when it is a symlink, the first
+// element of each link target inside the directory (Kubernetes' `..data`
+// and the timestamped directory it points to).
+func (s *Source) chain() map[string]bool {
+	dir := filepath.Dir(s.path)
+	names := map[string]bool{filepath.Base(s.path): true}
+	p := s.path
+	for range 40 {
+		target, err := os.Readlink(p)
+		if err != nil {
+			break
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(p), target)
+		}
+		rel, err := filepath.Rel(dir, target)
+		if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			break
+		}
+		first, _, _ := strings.Cut(rel, string(filepath.Separator))
+		names[first] = true
+		next := filepath.Join(dir, first)
+		if next == p {
+			break
+		}
+		p = next
+	}
+	return names
+}
+
+func (s *Source) setWatch(ok bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ok {
+		s.watchErr = ""
+		s.watchRestored = time.Now()
+		return
+	}
+	s.watchErr = err.Error()
+	s.watchLost = time.Now()
+	s.watchGaps++
 }
 
 func (s *Source) setErr(err error) {
@@ -207,5 +347,12 @@ func (s *Source) DebugInfo() any {
 		"services":   s.count,
 		"loaded_at":  s.loaded,
 		"last_error": s.lastErr,
+		// watch is "ok", or "lost" while the directory is gone;
+		// watch_gaps counts the losses, watch_lost_at is the last.
+		"watch":             map[bool]string{true: "lost", false: "ok"}[s.watchErr != ""],
+		"watch_error":       s.watchErr,
+		"watch_gaps":        s.watchGaps,
+		"watch_lost_at":     s.watchLost,
+		"watch_restored_at": s.watchRestored,
 	}
 }

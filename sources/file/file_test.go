@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -372,6 +375,8 @@ func TestNew(t *testing.T) {
 		{raw: `{"path": 1}`, wantErr: "path: cannot use a JSON number"},
 		{raw: `{"path": "x", "settle": "soon"}`, wantErr: `settle: invalid duration "soon"`},
 		{raw: `{"path": "x", "settle": "-1s"}`, wantErr: "settle: negative duration"},
+		{raw: `{"path": "x", "settle": "1s", "max_settle": "500ms"}`, wantErr: "max_settle: 500ms is less than settle"},
+		{raw: `{"path": "x", "max_bytes": -1}`, wantErr: "max_bytes: -1 is negative"},
 	} {
 		src, err := New("n", json.RawMessage(tc.raw), env)
 		if tc.wantErr != "" {
@@ -385,6 +390,12 @@ func TestNew(t *testing.T) {
 			continue
 		}
 		s := src.(*Source)
+		if s.maxSettle != 10*s.settle {
+			t.Errorf("New(%s): max_settle %v, want 10 × settle", tc.raw, s.maxSettle)
+		}
+		if s.max != DefaultMaxBytes {
+			t.Errorf("New(%s): max_bytes %d, want the default", tc.raw, s.max)
+		}
 		if s.Name() != "n" || s.Path() != tc.wantPath || s.settle != tc.wantSettle {
 			t.Errorf("New(%s) = name %q path %q settle %v", tc.raw, s.Name(), s.Path(), s.settle)
 		}
@@ -407,5 +418,277 @@ func TestServices(t *testing.T) {
 	write(t, path, []byte(`{"services": {"web": {"endpoints": [{"address": "10.0.0.1", "port": 0}]}}}`))
 	if _, err := newSource(t, path).Services(); err == nil || !strings.Contains(err.Error(), path+": services.web.endpoints[0].port") {
 		t.Errorf("error %v, want the file and field", err)
+	}
+}
+
+// An editor that truncates then writes leaves an empty file for a moment:
+// that is an error, and the services stay; `services: {}` empties the set.
+func TestEmptyFileKeepsLastValid(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "services.yaml")
+	write(t, path, doc("10.0.0.1"))
+	src := newSource(t, path)
+	sink := run(t, src)
+	n := lastIs(t, sink, "10.0.0.1")
+	for i, empty := range []string{"", "  \n", "# being edited\n", "null\n"} {
+		write(t, path, []byte(empty))
+		if err := errorsAtLeast(t, sink, i+1); !errors.Is(err, ErrEmpty) || !strings.Contains(err.Error(), path) {
+			t.Errorf("%q: error %v, want ErrEmpty naming the file", empty, err)
+		}
+	}
+	if us := sink.Updates(); len(us) != n {
+		t.Fatalf("an empty file published: %+v", us[len(us)-1])
+	}
+	write(t, path, []byte("services: {}\n"))
+	sink.WaitFor(t, wait, "an empty set", func(us []sources.Update, _ []error) bool {
+		return len(us) > n && len(us[len(us)-1].Services) == 0
+	})
+}
+
+// Only regular files are read: a FIFO would block the open (and the read
+// forever), /dev/zero would fill memory. Each is refused with an error
+// naming the path, from ClaimedNames and from Run, without hanging.
+func TestOnlyRegularFiles(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	zero := filepath.Join(dir, "zero.yaml")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(dir, "dir.yaml")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "sock.yaml")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for path, kind := range map[string]string{fifo: "named pipe", zero: "character device", sub: "directory", sock: "socket"} {
+		src := newSource(t, path)
+		done := make(chan error, 1)
+		go func() { _, err := src.ClaimedNames(); done <- err }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), kind) || !strings.Contains(err.Error(), "not a regular file") {
+				t.Errorf("%s: ClaimedNames error %v, want one naming the path and %q", kind, err, kind)
+			}
+		case <-time.After(wait):
+			t.Fatalf("%s: ClaimedNames hangs", kind)
+		}
+		sink := run(t, src)
+		if err := errorsAtLeast(t, sink, 1); !strings.Contains(err.Error(), kind) {
+			t.Errorf("%s: Run reported %v", kind, err)
+		}
+		if info := src.DebugInfo().(map[string]any); !strings.Contains(info["last_error"].(string), path) {
+			t.Errorf("%s: debug last_error %q", kind, info["last_error"])
+		}
+	}
+}
+
+func TestMaxBytes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "services.yaml")
+	data := doc("10.0.0.1")
+	write(t, path, data)
+	raw, _ := json.Marshal(map[string]any{"path": path, "settle": "10ms", "max_bytes": len(data)})
+	s, err := New("static", raw, sources.Env{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := s.(*Source)
+	sink := run(t, src)
+	n := lastIs(t, sink, "10.0.0.1") // exactly max_bytes is read
+	write(t, path, doc("10.0.0.12")) // one byte more
+	if err := errorsAtLeast(t, sink, 1); !strings.Contains(err.Error(), "larger than max_bytes") || !strings.Contains(err.Error(), path) {
+		t.Errorf("error %v", err)
+	}
+	if len(sink.Updates()) != n {
+		t.Error("a file over max_bytes was published")
+	}
+	// A file that grows after its size was looked at is still read only to
+	// the cap plus one byte.
+	ctx := context.Background()
+	if _, err := readFile(ctx, "/dev/zero", 10); err == nil {
+		t.Error("readFile(/dev/zero) succeeded")
+	}
+	big := filepath.Join(t.TempDir(), "big")
+	write(t, big, make([]byte, 3*readChunk+5))
+	if _, err := readFile(ctx, big, 3*readChunk+4); err == nil || !strings.Contains(err.Error(), "larger than max_bytes") {
+		t.Errorf("readFile over the cap: %v", err)
+	}
+	if got, err := readFile(ctx, big, 3*readChunk+5); err != nil || len(got) != 3*readChunk+5 {
+		t.Errorf("readFile at the cap: %d bytes, %v", len(got), err)
+	}
+}
+
+func TestReadAndParseObserveContext(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "services.yaml")
+	write(t, path, doc("10.0.0.1"))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := readFile(ctx, path, DefaultMaxBytes); !errors.Is(err, context.Canceled) {
+		t.Errorf("readFile after cancel: %v", err)
+	}
+	if _, err := ParseContext(ctx, doc("10.0.0.1")); !errors.Is(err, context.Canceled) {
+		t.Errorf("ParseContext after cancel: %v", err)
+	}
+}
+
+// Deleting and recreating the watched directory: the watch comes back and
+// the recreated file is published; /debug/sources shows the gap.
+func TestDirectoryDeletedAndRecreated(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "conf")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "services.yaml")
+	write(t, path, doc("10.0.0.1"))
+	src := newSource(t, path)
+	sink := run(t, src)
+	lastIs(t, sink, "10.0.0.1")
+	for i, addr := range []string{"10.0.0.2", "10.0.0.3"} {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+		errorsAtLeast(t, sink, i+1)
+		sink.WaitFor(t, wait, "watch lost in debug info", func([]sources.Update, []error) bool {
+			info := src.DebugInfo().(map[string]any)
+			return info["watch"] == "lost" && info["watch_gaps"] == i+1
+		})
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		write(t, path, doc(addr))
+		lastIs(t, sink, addr)
+		write(t, path, doc(addr, "10.0.1.1")) // and later edits are seen
+		lastIs(t, sink, addr, "10.0.1.1")
+		if info := src.DebugInfo().(map[string]any); info["watch"] != "ok" || info["watch_gaps"] != i+1 || info["watch_error"] != "" {
+			t.Errorf("DebugInfo after the return = %v", info)
+		}
+	}
+}
+
+// writeEvery writes to path every 10ms until the test ends.
+func writeEvery(t *testing.T, path string, content func(i int) []byte) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			_ = os.WriteFile(path, content(i), 0o644)
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+}
+
+func newSettleSource(t *testing.T, path, settle string) *Source {
+	t.Helper()
+	raw, _ := json.Marshal(map[string]any{"path": path, "settle": settle})
+	src, err := New("static", raw, sources.Env{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src.(*Source)
+}
+
+// Writes to other files in the directory (a log, an editor's swap file)
+// every 10ms, more often than settle, do not hold the reload back.
+func TestUnrelatedWritesDoNotDelay(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "services.yaml")
+	write(t, path, doc("10.0.0.1"))
+	sink := run(t, newSettleSource(t, path, "50ms"))
+	lastIs(t, sink, "10.0.0.1")
+	var log []byte
+	writeEvery(t, filepath.Join(dir, "other.log"), func(i int) []byte { log = fmt.Appendf(log, "%d\n", i); return log })
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	write(t, path, doc("10.0.0.2"))
+	lastIs(t, sink, "10.0.0.2")
+	t.Logf("published %v after the change, unrelated writes every 10ms, settle 50ms", time.Since(start))
+}
+
+// The services file itself rewritten every 10ms, more often than settle:
+// a reload still happens at most max_settle (10 × settle) after the first.
+func TestSettleIsBounded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "services.yaml")
+	write(t, path, doc("10.0.0.1"))
+	sink := run(t, newSettleSource(t, path, "50ms"))
+	n := lastIs(t, sink, "10.0.0.1")
+	writeEvery(t, path, func(i int) []byte { return doc(fmt.Sprintf("10.0.2.%d", i%250+1)) })
+	start := time.Now()
+	sink.WaitFor(t, wait, "a publish while the file keeps changing", func(us []sources.Update, _ []error) bool { return len(us) > n })
+	t.Logf("published %v after changes began every 10ms, settle 50ms, max_settle 500ms", time.Since(start))
+}
+
+func TestChain(t *testing.T) {
+	dir := t.TempDir()
+	ts := filepath.Join(dir, "..2026_01_02")
+	if err := os.Mkdir(ts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(ts, "services.yaml"), doc("10.0.0.1"))
+	if err := os.Symlink("..2026_01_02", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "services.yaml")
+	if err := os.Symlink("..data/services.yaml", path); err != nil {
+		t.Fatal(err)
+	}
+	got := newSource(t, path).chain()
+	if fmt.Sprint(got) != "map[..2026_01_02:true ..data:true services.yaml:true]" {
+		t.Errorf("chain = %v", got)
+	}
+}
+
+// TestLoadCost prints (does not assert) the time and memory to read and
+// parse a realistic 5,000-service file (3 endpoints each); with
+// XDSBRIDGE_FILE_BIG=1 also a file near the 64 MiB default cap.
+func TestLoadCost(t *testing.T) {
+	gen := func(limit int64) []byte {
+		var b strings.Builder
+		b.WriteString("services:\n")
+		for i := 0; ; i++ {
+			if limit == 0 && i == 5000 || limit > 0 && int64(b.Len()) > limit-300 {
+				break
+			}
+			fmt.Fprintf(&b, "  svc-%d:\n    endpoints:\n", i)
+			for j := 1; j <= 3; j++ {
+				fmt.Fprintf(&b, "      - {address: 10.%d.%d.%d, port: %d, locality: {zone: z%d}}\n", i/65536%256, i/256%256, i%256, 8080+j, j)
+			}
+		}
+		return []byte(b.String())
+	}
+	cases := map[string]int64{"5000 services": 0}
+	if os.Getenv("XDSBRIDGE_FILE_BIG") != "" {
+		cases["near max_bytes"] = DefaultMaxBytes
+	}
+	for name, limit := range cases {
+		path := filepath.Join(t.TempDir(), "services.yaml")
+		write(t, path, gen(limit))
+		src := newSource(t, path)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		start := time.Now()
+		svcs, err := src.Services()
+		d := time.Since(start)
+		runtime.ReadMemStats(&after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, _ := os.Stat(path)
+		t.Logf("%s: %d bytes, %d services: loaded in %v, %d MiB allocated, heap reserved %d MiB",
+			name, fi.Size(), len(svcs), d.Round(time.Millisecond),
+			(after.TotalAlloc-before.TotalAlloc)>>20, after.HeapSys>>20)
 	}
 }

@@ -1,7 +1,9 @@
 package file
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sort"
@@ -38,12 +40,32 @@ type endpointDoc struct {
 	Metadata sources.Metadata `json:"metadata"`
 }
 
+// ErrEmpty is Parse's error for a document with neither section.
+var ErrEmpty = errors.New("empty document: no services: or cluster_load_assignments: (write `services: {}` to serve no services)")
+
 // Parse reads a services file (YAML or JSON). Errors name the field, and
 // YAML syntax errors the line.
 func Parse(data []byte) ([]sources.Service, error) {
+	return ParseContext(context.Background(), data)
+}
+
+// ParseContext is Parse that stops with ctx's error when ctx is done: it
+// looks at ctx between the decode and each service. (The YAML decode
+// itself is one call; the file's size cap bounds it.)
+func ParseContext(ctx context.Context, data []byte) ([]sources.Service, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	var doc document
 	if err := config.DecodeStrict(data, &doc); err != nil {
 		return nil, err
+	}
+	// An empty document (0 bytes, whitespace, comments, `null`, `{}`, or
+	// sections that are null) is what a truncate-then-write editor leaves
+	// for a moment: it is an error, not "zero services". Serving none takes
+	// an explicit empty section.
+	if doc.Services == nil && doc.ClusterLoadAssignments == nil {
+		return nil, ErrEmpty
 	}
 	byName := map[string]sources.Service{}
 	names := make([]string, 0, len(doc.Services))
@@ -52,6 +74,9 @@ func Parse(data []byte) ([]sources.Service, error) {
 	}
 	sort.Strings(names)
 	for _, name := range names {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		field := "services." + name
 		if err := sources.ValidateServiceName(field, name); err != nil {
 			return nil, err
@@ -78,6 +103,9 @@ func Parse(data []byte) ([]sources.Service, error) {
 		byName[name] = svc
 	}
 	for i, raw := range doc.ClusterLoadAssignments {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		field := fmt.Sprintf("cluster_load_assignments[%d]", i)
 		svc, err := fromCLA(field, raw)
 		if err != nil {

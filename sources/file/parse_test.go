@@ -73,8 +73,8 @@ func TestParseValid(t *testing.T) {
 		doc  string
 		want []sources.Service
 	}{
-		{"empty file", "", []sources.Service{}},
-		{"comment only", "# nothing yet\n", []sources.Service{}},
+		{"empty services", "services: {}\n", []sources.Service{}},
+		{"empty assignments", "cluster_load_assignments: []\n", []sources.Service{}},
 		{"empty sections", "services: {}\ncluster_load_assignments: []\n", []sources.Service{}},
 		{"service without endpoints", "services:\n  idle: {}\n  idle2: {endpoints: []}\n", []sources.Service{
 			{Name: "idle", Endpoints: []sources.Endpoint{}},
@@ -170,6 +170,14 @@ func TestParseErrors(t *testing.T) {
 		doc  string
 		want []string
 	}{
+		{"empty file", "", []string{"empty document", "services: {}"}},
+		{"whitespace only", " \n   \n\n", []string{"empty document"}},
+		{"comment only", "# nothing yet\n", []string{"empty document"}},
+		{"null", "null\n", []string{"empty document"}},
+		{"tilde", "~\n", []string{"empty document"}},
+		{"empty mapping", "{}\n", []string{"empty document"}},
+		{"null sections", "services:\ncluster_load_assignments: null\n", []string{"empty document"}},
+		{"empty JSON document", " {} ", []string{"empty document"}},
 		{"non-IP address", svc("{address: web.internal, port: 80}"), []string{`services.web.endpoints[0].address: "web.internal" is not an IP address`}},
 		{"missing address", svc("{port: 80}"), []string{"services.web.endpoints[0].address: missing"}},
 		{"port 0", svc("{address: 10.0.0.1, port: 0}"), []string{"services.web.endpoints[0].port: 0 is not in 1..65535"}},

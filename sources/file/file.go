@@ -34,7 +34,7 @@ type Config struct {
 	// is read at most MaxSettle after the first (default 10 × Settle).
 	MaxSettle config.Duration `json:"max_settle"`
 	// MaxBytes caps the file's size; a larger file is refused (default
-	// 64 MiB).
+	// DefaultMaxBytes, 8 MiB).
 	MaxBytes int64 `json:"max_bytes"`
 }
 

@@ -652,7 +652,7 @@ func TestChain(t *testing.T) {
 
 // TestLoadCost prints (does not assert) the time and memory to read and
 // parse a realistic 5,000-service file (3 endpoints each); with
-// XDSBRIDGE_FILE_BIG=1 also a file near the 64 MiB default cap.
+// XDSBRIDGE_FILE_BIG=1 also a file near the default cap.
 func TestLoadCost(t *testing.T) {
 	gen := func(limit int64) []byte {
 		var b strings.Builder

@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"reflect"
 	"runtime"
 	"strings"
@@ -270,4 +273,72 @@ func TestAdminTimeoutsDefaults(t *testing.T) {
 	if got != want {
 		t.Fatalf("AdminTimeouts = %+v, want %+v", got, want)
 	}
+}
+
+// The whole app stops promptly and without error with admin clients
+// connected: idle keep-alives and one that stopped reading a response.
+func TestRunStopsWithAdminClients(t *testing.T) {
+	dir := t.TempDir()
+	var svcs strings.Builder
+	svcs.WriteString("services:\n")
+	for i := range 500 {
+		fmt.Fprintf(&svcs, "  svc-%d:\n    endpoints:\n", i)
+		for j := range 10 {
+			fmt.Fprintf(&svcs, "      - {address: 10.%d.%d.%d, port: 8080, metadata: {m: {k: %s}}}\n", i>>8, i&255, j+1, strings.Repeat("v", 200))
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "services.yaml"), []byte(svcs.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse([]byte(`
+xds: {listen: "127.0.0.1:0"}
+admin: {listen: "127.0.0.1:0", shutdown_timeout: 300ms}
+logging: {level: error}
+sources:
+  - name: static
+    file: {path: services.yaml}
+`), dir, SourceTypeNames())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !a.Cache.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("not ready")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for range 3 {
+		conn := rawGet(t, a.AdminAddr(), "/healthz")
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	rawGet(t, a.AdminAddr(), "/debug/resources")
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return within 5s of the cancel")
+	}
+	t.Logf("stopped in %s", time.Since(start))
 }

@@ -107,6 +107,15 @@ type XDS struct {
 // Admin configures the admin HTTP listener (/healthz, /readyz, /metrics, /debug/...).
 type Admin struct {
 	Listen string `json:"listen"`
+	// Timeouts of the admin HTTP server; 0 or absent: the default (see
+	// internal/app: 5s, 10s, 30s, 60s, 5s).
+	ReadHeaderTimeout Duration `json:"read_header_timeout"`
+	ReadTimeout       Duration `json:"read_timeout"`
+	WriteTimeout      Duration `json:"write_timeout"`
+	IdleTimeout       Duration `json:"idle_timeout"`
+	// ShutdownTimeout is how long a shutdown waits for requests in flight
+	// before it closes their connections.
+	ShutdownTimeout Duration `json:"shutdown_timeout"`
 }
 
 // Debounce configures how the merge loop batches bursts of source events.

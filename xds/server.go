@@ -16,8 +16,10 @@ import (
 	"log/slog"
 	"net"
 	"sort"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
@@ -171,17 +173,32 @@ func (s *Server) request(delta bool, id int64, node *core.Node, typeURL, nonce s
 	s.mu.Lock()
 	ci, ok := s.clients[streamKey{delta, id}]
 	if ok && node != nil && node.GetId() != "" {
-		ci.Node, ci.Cluster = node.GetId(), node.GetCluster()
+		var cut bool
+		ci.Node, cut = bound(node.GetId(), ci.Node, MaxClientStringBytes)
+		if cut {
+			s.m.truncated.WithLabelValues("node_id").Inc()
+		}
+		ci.Cluster, cut = bound(node.GetCluster(), ci.Cluster, MaxClientStringBytes)
+		if cut {
+			s.m.truncated.WithLabelValues("node_cluster").Inc()
+		}
 	}
 	if hasErr {
 		s.nackTotal++
 	}
-	var nodeID string
+	var nodeID, msg string
+	if hasErr {
+		var cut bool
+		msg, cut = bound(errDetail.GetMessage(), "", MaxNACKMessageBytes)
+		if cut {
+			s.m.truncated.WithLabelValues("nack_message").Inc()
+		}
+	}
 	if ok {
 		nodeID = ci.Node
 		if hasErr {
 			ci.NACKs++
-			ci.LastNACK = errDetail.GetMessage()
+			ci.LastNACK = msg
 		}
 	}
 	s.mu.Unlock()
@@ -189,8 +206,39 @@ func (s *Server) request(delta bool, id int64, node *core.Node, typeURL, nonce s
 		return
 	}
 	s.m.nacks.WithLabelValues(typeURL, modeName(delta)).Inc()
+	nonce, _ = bound(nonce, "", MaxClientStringBytes)
 	s.log.Warn("xDS client rejected an update (NACK); it keeps its previous config and the same content is not sent again",
-		"node", nodeID, "mode", modeName(delta), "type", typeURL, "nonce", nonce, "error", errDetail.GetMessage())
+		"node", nodeID, "mode", modeName(delta), "type", typeURL, "nonce", nonce, "error", msg)
+}
+
+// MaxClientStringBytes bounds what a client's request can make the server
+// store and echo (/debug/clients, logs): a node id or cluster longer than
+// this is kept as its first MaxClientStringBytes bytes (cut at a UTF-8
+// boundary) followed by "…".
+const MaxClientStringBytes = 256
+
+// MaxNACKMessageBytes bounds a NACK's error message as stored (last_nack in
+// /debug/clients) and logged, the same way.
+const MaxNACKMessageBytes = 1024
+
+// bound returns v cut to MaxClientStringBytes, and whether it was cut. A
+// value equal to the one stored (prev) is returned as stored, so a client
+// repeating its long id on every request is counted once per stream and
+// stores no new string.
+func bound(v, prev string, limit int) (string, bool) {
+	if len(v) <= limit {
+		return v, false
+	}
+	cut := limit
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut--
+	}
+	b := v[:cut] + "…"
+	if b == prev {
+		return prev, false
+	}
+	// A copy: the stored string must not keep the request's buffer alive.
+	return strings.Clone(b), true
 }
 
 func (s *Server) responded(delta bool, id int64, typeURL string) {
@@ -265,6 +313,8 @@ type metrics struct {
 	clients *prometheus.GaugeVec
 	pushes  *prometheus.CounterVec
 	nacks   *prometheus.CounterVec
+	// truncated counts client strings cut to MaxClientStringBytes, by field.
+	truncated *prometheus.CounterVec
 }
 
 func newMetrics(c *Cache, reg prometheus.Registerer) *metrics {
@@ -278,11 +328,14 @@ func newMetrics(c *Cache, reg prometheus.Registerer) *metrics {
 		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "xdsbridge_xds_nacks_total", Help: "xDS updates rejected by clients (NACKs), by type and mode.",
 		}, []string{"type", "mode"}),
+		truncated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "xdsbridge_xds_client_strings_truncated_total", Help: "Node ids and clusters sent by xDS clients longer than 256 bytes, stored and shown truncated, by field (node_id, node_cluster; nack_message: NACK error messages over 1024 bytes).",
+		}, []string{"field"}),
 	}
 	if reg == nil {
 		return m
 	}
-	reg.MustRegister(m.clients, m.pushes, m.nacks, &cacheCollector{c: c})
+	reg.MustRegister(m.clients, m.pushes, m.nacks, m.truncated, &cacheCollector{c: c})
 	return m
 }
 

@@ -1,13 +1,23 @@
 package app
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/xdsbridge/xdsbridge/config"
 	"github.com/xdsbridge/xdsbridge/sources"
 	"github.com/xdsbridge/xdsbridge/xds"
 )
@@ -28,7 +38,25 @@ func (a *App) AdminHandler() http.Handler {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /debug/resources", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, Resources(a.Cache, r.URL.Query().Get("type"), r.URL.Query().Get("name")))
+		q := r.URL.Query()
+		limit := -1
+		if l := q.Get("limit"); l != "" {
+			n, err := strconv.Atoi(l)
+			if err != nil || n < 0 {
+				http.Error(w, "limit: want a number >= 0", http.StatusBadRequest)
+				return
+			}
+			limit = n
+		}
+		lists, truncated := listResources(a.Cache, q.Get("type"), q.Get("name"), limit)
+		w.Header().Set("Content-Type", "application/json")
+		if truncated {
+			w.Header().Set("X-Xdsbridge-Truncated", "true")
+		}
+		w.WriteHeader(http.StatusOK)
+		// A write error (the client went away, the write timeout passed)
+		// ends the response; nothing more is encoded.
+		_ = streamResources(w, lists)
 	})
 	mux.HandleFunc("GET /debug/sources", func(w http.ResponseWriter, _ *http.Request) {
 		out := []map[string]any{}
@@ -78,26 +106,183 @@ type ResourceDump struct {
 	Resource json.RawMessage `json:"resource"`
 }
 
-// Resources renders the served resources, by type short name (cds, eds, lds,
-// rds), optionally filtered by type and name.
-func Resources(c *xds.Cache, typ, name string) map[string][]ResourceDump {
-	out := map[string][]ResourceDump{}
-	for short, url := range map[string]string{"cds": xds.ClusterType, "eds": xds.EndpointType, "lds": xds.ListenerType, "rds": xds.RouteType} {
-		if typ != "" && typeAliases[strings.ToLower(typ)] != url {
+// resourceTypes are the dumped types by short name, in output order.
+var resourceTypes = []struct{ short, url string }{
+	{"cds", xds.ClusterType}, {"eds", xds.EndpointType}, {"lds", xds.ListenerType}, {"rds", xds.RouteType},
+}
+
+type typeList struct {
+	short string
+	infos []xds.ResourceInfo
+}
+
+// listResources selects the resources to dump: by type (a short name or
+// alias; empty: every type), by exact name (empty: every name), at most
+// limit per type (first by name; negative: no limit). truncated tells
+// whether the limit left some out. Nothing is encoded yet.
+func listResources(c *xds.Cache, typ, name string, limit int) (out []typeList, truncated bool) {
+	for _, t := range resourceTypes {
+		if typ != "" && typeAliases[strings.ToLower(typ)] != t.url {
 			continue
 		}
-		list := []ResourceDump{}
-		for _, ri := range c.List(url) {
+		var infos []xds.ResourceInfo
+		for _, ri := range c.List(t.url) {
 			if name != "" && ri.Name != name {
 				continue
 			}
-			b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(ri.Msg)
-			if err != nil {
-				b, _ = json.Marshal(err.Error())
+			if limit >= 0 && len(infos) >= limit {
+				truncated = true
+				break
 			}
-			list = append(list, ResourceDump{Name: ri.Name, Version: ri.Version, Bytes: ri.Bytes, Resource: b})
+			infos = append(infos, ri)
 		}
-		out[short] = list
+		out = append(out, typeList{short: t.short, infos: infos})
+	}
+	return out, truncated
+}
+
+func dumpOf(ri xds.ResourceInfo) ResourceDump {
+	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(ri.Msg)
+	if err != nil {
+		b, _ = json.Marshal(err.Error())
+	}
+	return ResourceDump{Name: ri.Name, Version: ri.Version, Bytes: ri.Bytes, Resource: b}
+}
+
+// streamResources writes the lists as one JSON object, short type name to
+// list of ResourceDump (indented as writeJSON does), encoding one resource
+// at a time: memory is bounded by the largest resource plus a 32 KiB
+// buffer, however many resources there are. It stops at the first write
+// error.
+func streamResources(w io.Writer, lists []typeList) error {
+	var buf bytes.Buffer
+	flush := func(force bool) error {
+		if buf.Len() < 32<<10 && !force {
+			return nil
+		}
+		_, err := w.Write(buf.Bytes())
+		buf.Reset()
+		return err
+	}
+	buf.WriteString("{")
+	for i, tl := range lists {
+		if i > 0 {
+			buf.WriteString(",")
+		}
+		fmt.Fprintf(&buf, "\n  %q: [", tl.short)
+		for j, ri := range tl.infos {
+			if j > 0 {
+				buf.WriteString(",")
+			}
+			buf.WriteString("\n    ")
+			b, err := json.Marshal(dumpOf(ri))
+			if err != nil {
+				return err
+			}
+			if err := json.Indent(&buf, b, "    ", "  "); err != nil {
+				return err
+			}
+			if err := flush(false); err != nil {
+				return err
+			}
+		}
+		if len(tl.infos) > 0 {
+			buf.WriteString("\n  ")
+		}
+		buf.WriteString("]")
+	}
+	if len(lists) > 0 {
+		buf.WriteString("\n")
+	}
+	buf.WriteString("}\n")
+	return flush(true)
+}
+
+// Resources renders the served resources, by type short name (cds, eds, lds,
+// rds), optionally filtered by type and name. It holds the whole dump in
+// memory (for `xdsbridge dump`); /debug/resources streams instead.
+func Resources(c *xds.Cache, typ, name string) map[string][]ResourceDump {
+	out := map[string][]ResourceDump{}
+	lists, _ := listResources(c, typ, name, -1)
+	for _, tl := range lists {
+		list := make([]ResourceDump, 0, len(tl.infos))
+		for _, ri := range tl.infos {
+			list = append(list, dumpOf(ri))
+		}
+		out[tl.short] = list
 	}
 	return out
+}
+
+// Admin server defaults (config `admin:`; 0 or absent is the default).
+const (
+	DefaultAdminReadHeaderTimeout = 5 * time.Second
+	DefaultAdminReadTimeout       = 10 * time.Second
+	DefaultAdminWriteTimeout      = 30 * time.Second
+	DefaultAdminIdleTimeout       = 60 * time.Second
+	DefaultAdminShutdownTimeout   = 5 * time.Second
+)
+
+// AdminTimeoutSet is the admin server's timeouts with defaults applied.
+type AdminTimeoutSet struct {
+	ReadHeader, Read, Write, Idle, Shutdown time.Duration
+}
+
+// AdminTimeouts applies the defaults to the configured timeouts.
+func AdminTimeouts(c config.Admin) AdminTimeoutSet {
+	or := func(d config.Duration, def time.Duration) time.Duration {
+		if d <= 0 {
+			return def
+		}
+		return d.D()
+	}
+	return AdminTimeoutSet{
+		ReadHeader: or(c.ReadHeaderTimeout, DefaultAdminReadHeaderTimeout),
+		Read:       or(c.ReadTimeout, DefaultAdminReadTimeout),
+		Write:      or(c.WriteTimeout, DefaultAdminWriteTimeout),
+		Idle:       or(c.IdleTimeout, DefaultAdminIdleTimeout),
+		Shutdown:   or(c.ShutdownTimeout, DefaultAdminShutdownTimeout),
+	}
+}
+
+// NewAdminServer is the admin HTTP server with its timeouts: a client that
+// stops reading holds a connection (and what the handler has buffered, a
+// few KiB: responses are streamed) for at most the write timeout; an idle
+// keep-alive connection is closed after the idle timeout.
+func NewAdminServer(c config.Admin, h http.Handler) *http.Server {
+	t := AdminTimeouts(c)
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: t.ReadHeader,
+		ReadTimeout:       t.Read,
+		WriteTimeout:      t.Write,
+		IdleTimeout:       t.Idle,
+		MaxHeaderBytes:    64 << 10,
+	}
+}
+
+// ServeAdmin serves srv on lis until ctx is done, then shuts it down: idle
+// connections are closed at once, requests in flight get up to grace to
+// finish, and whatever is left is then closed. A shutdown is not an error.
+func ServeAdmin(ctx context.Context, srv *http.Server, lis net.Listener, grace time.Duration, log *slog.Logger) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(lis) }()
+	select {
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return fmt.Errorf("admin server: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		if log != nil {
+			log.Warn("admin server: requests still in flight after the shutdown timeout; closing their connections", "timeout", grace)
+		}
+		srv.Close()
+	}
+	<-errc
+	return nil
 }

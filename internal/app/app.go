@@ -5,14 +5,11 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -194,19 +191,8 @@ func (a *App) Run(ctx context.Context) error {
 		})
 	}
 	g.Go(func() error { return a.XDS.Run(ctx, a.xdsLis) })
-	srv := &http.Server{Handler: a.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
-	g.Go(func() error {
-		if err := srv.Serve(a.adminLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("admin server: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		return srv.Shutdown(sctx)
-	})
+	srv := NewAdminServer(a.Config.Admin, a.AdminHandler())
+	g.Go(func() error { return ServeAdmin(ctx, srv, a.adminLis, AdminTimeouts(a.Config.Admin).Shutdown, a.Log) })
 	a.Log.Info("xdsbridge running", "xds", a.XDSAddr(), "admin", a.AdminAddr(), "sources", len(a.Sources))
 	return g.Wait()
 }

@@ -51,6 +51,9 @@ type resolver struct {
 	servers []string // "ip:port"
 	timeout time.Duration
 	metrics *metrics
+	// exchangeFn, when set, answers every query instead of the network
+	// (fuzz and unit tests).
+	exchangeFn func(ctx context.Context, server string, m *mdns.Msg) (*mdns.Msg, error)
 }
 
 // rcodeError is a response whose rcode means failure (SERVFAIL, REFUSED...).
@@ -132,7 +135,7 @@ func (r *resolver) resolveFamily(ctx context.Context, fqdn string, fam Family) (
 
 // resolveSRV looks up SRV records and then each target's addresses. Priorities
 // are ranked into Envoy priorities 0, 1, ...; a target of "." (service not
-// available) is skipped. Any failed target lookup fails the resolution.
+// available) and a record with port 0 are skipped. Any failed target lookup fails the resolution.
 func (r *resolver) resolveSRV(ctx context.Context, spec lookupSpec) ([]hostAddr, error) {
 	resp, err := r.query(ctx, spec.fqdn, mdns.TypeSRV)
 	if err != nil || resp == nil {
@@ -141,7 +144,9 @@ func (r *resolver) resolveSRV(ctx context.Context, spec lookupSpec) ([]hostAddr,
 	cnameTTL := minCNAMETTL(resp)
 	var srvs []*mdns.SRV
 	for _, rr := range resp.Answer {
-		if s, ok := rr.(*mdns.SRV); ok && s.Target != "." {
+		// Port 0 cannot be connected to: such a record is skipped like a
+		// target of ".".
+		if s, ok := rr.(*mdns.SRV); ok && s.Target != "." && s.Port != 0 {
 			srvs = append(srvs, s)
 		}
 	}
@@ -252,6 +257,9 @@ func (r *resolver) query(ctx context.Context, fqdn string, qtype uint16) (*mdns.
 
 // exchange sends m over UDP and repeats it over TCP if the answer is truncated.
 func (r *resolver) exchange(ctx context.Context, server string, m *mdns.Msg) (*mdns.Msg, error) {
+	if r.exchangeFn != nil {
+		return r.exchangeFn(ctx, server, m)
+	}
 	resp, err := r.exchangeNet(ctx, "udp", server, m)
 	if err == nil && resp.Truncated {
 		r.metrics.tcpFallbacks.Inc()

@@ -305,11 +305,14 @@ func (c *Config) validate(knownTypes []string) error {
 	return nil
 }
 
-// DecodeStrict decodes YAML or JSON into v, rejecting unknown fields. Errors
-// name the field.
+// DecodeStrict decodes YAML or JSON into v, rejecting unknown fields and
+// keys given twice. Errors name the field (and both lines of a duplicate).
 func DecodeStrict(data []byte, v any) error {
 	j, err := yaml.YAMLToJSON(data)
 	if err != nil {
+		return err
+	}
+	if err := checkDuplicateKeys(data); err != nil {
 		return err
 	}
 	return DecodeJSONStrict(j, v)

@@ -368,3 +368,20 @@ sources:
 		}
 	}
 }
+
+func TestDuplicateKeys(t *testing.T) {
+	for _, tc := range []struct{ name, doc, want string }{
+		{"yaml top level", "sources:\n  - name: a\n    file: {path: a.yaml}\nsources:\n  - name: b\n    file: {path: b.yaml}\n", `duplicate key "sources": lines 1 and 4`},
+		{"yaml nested", minimal + "debounce:\n  quiet: 1s\n  quiet: 2s\n", `duplicate key in debounce "quiet": lines 5 and 6`},
+		{"yaml flow", minimal + "xds: {listen: \"127.0.0.1:1\", listen: \"127.0.0.1:2\"}\n", `duplicate key in xds "listen": lines 4 and 4`},
+		{"yaml in source block", "sources:\n  - name: a\n    file:\n      path: a.yaml\n      path: b.yaml\n", `duplicate key in sources[0].file "path": lines 4 and 5`},
+		{"json", "{\"sources\": [{\"name\": \"a\", \"file\": {\"path\": \"a\"}}],\n \"logging\": {\"level\": \"info\"},\n \"logging\": {\"level\": \"debug\"}}", `duplicate key "logging": lines 2 and 3`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.doc), "/", known)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+		})
+	}
+}

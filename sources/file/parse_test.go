@@ -190,6 +190,26 @@ func TestParseErrors(t *testing.T) {
 		},
 		{"bad service name", "services:\n  \"my web\": {}\n", []string{`services.my web: service name "my web" contains whitespace`}},
 		{
+			"two services blocks (YAML)",
+			"services:\n  a:\n    endpoints: [{address: 10.0.0.1, port: 80}]\nservices:\n  b:\n    endpoints: [{address: 10.0.0.2, port: 80}]\n",
+			[]string{`duplicate key "services": lines 1 and 4`},
+		},
+		{
+			"service given twice (YAML)",
+			"services:\n  web: {endpoints: [{address: 10.0.0.1, port: 80}]}\n  web: {endpoints: [{address: 10.0.0.2, port: 80}]}\n",
+			[]string{`duplicate key in services "web": lines 2 and 3`},
+		},
+		{
+			"endpoint field given twice (JSON)",
+			"{\"services\": {\"web\": {\"endpoints\": [\n  {\"address\": \"10.0.0.1\",\n   \"address\": \"10.0.0.2\", \"port\": 80}]}}}",
+			[]string{`duplicate key in services.web.endpoints[0] "address": lines 2 and 3`},
+		},
+		{
+			"assignment field given twice (JSON)",
+			"{\"cluster_load_assignments\": [{\"cluster_name\": \"a\",\n \"cluster_name\": \"b\"}]}",
+			[]string{`duplicate key in cluster_load_assignments[0] "cluster_name": lines 1 and 2`},
+		},
+		{
 			"service in both sections",
 			"services:\n  c: {}\n" + cla("endpoint: {address: {socket_address: {address: 10.0.0.1, port_value: 80}}}"),
 			[]string{`cluster_load_assignments[0].cluster_name: service "c" is defined twice in the file`},

@@ -10,10 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -279,6 +281,14 @@ func (c *Config) validate(knownTypes []string) error {
 	if err := c.Limits.Check(); err != nil {
 		return fmt.Errorf("limits.%w", err)
 	}
+	for _, l := range []struct{ field, addr string }{{"xds.listen", c.XDS.Listen}, {"admin.listen", c.Admin.Listen}} {
+		if err := checkListen(l.addr); err != nil {
+			return fmt.Errorf("%s: %w", l.field, err)
+		}
+	}
+	if c.XDS.Listen == c.Admin.Listen && !strings.HasSuffix(c.XDS.Listen, ":0") {
+		return fmt.Errorf("admin.listen: %q is also xds.listen", c.Admin.Listen)
+	}
 	if c.Debounce.Max < c.Debounce.Quiet {
 		return fmt.Errorf("debounce.max (%s) is shorter than debounce.quiet (%s)", c.Debounce.Max.D(), c.Debounce.Quiet.D())
 	}
@@ -301,6 +311,24 @@ func (c *Config) validate(knownTypes []string) error {
 		if !known {
 			return fmt.Errorf("sources[%d] (%s): unknown source type %q (known: %s)", i, s.Name, s.Type, strings.Join(knownTypes, ", "))
 		}
+	}
+	return nil
+}
+
+// checkListen checks a listen address as net.Listen("tcp") would take it,
+// short of binding: host:port, the host empty, an IP address or a name,
+// the port a number in 0..65535.
+func checkListen(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port (e.g. \"127.0.0.1:18000\", \":18000\")", addr)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || strconv.FormatUint(p, 10) != port {
+		return fmt.Errorf("%q: port %q is not a number in 0..65535", addr, port)
+	}
+	if strings.ContainsAny(host, "@/ ") {
+		return fmt.Errorf("%q: %q is not an IP address or host name", addr, host)
 	}
 	return nil
 }

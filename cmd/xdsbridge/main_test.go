@@ -27,7 +27,11 @@ func TestValidateNamesTheField(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range []struct{ config, want string }{
 		{"xds: {lisen: x}\nsources: [{name: s, file: {path: s.yaml}}]\n", `unknown field "lisen"`},
-		{"sources: [{name: s, file: {path: s.yaml}}]\n", "s.yaml"}, // the services file is missing
+		{"sources: [{name: s, file: {path: bad.yaml}}]\n", "bad.yaml"}, // the services file is invalid
+		{"xds: {listen: not-an-addr}\nsources: [{name: s, file: {path: ok.yaml}}]\n", `xds.listen: "not-an-addr" is not host:port`},
+		{"admin: {listen: \"127.0.0.1:99999\"}\nsources: [{name: s, file: {path: ok.yaml}}]\n", `admin.listen: "127.0.0.1:99999": port "99999" is not a number in 0..65535`},
+		{"xds: {listen: \"127.0.0.1:http\"}\nsources: [{name: s, file: {path: ok.yaml}}]\n", `xds.listen: "127.0.0.1:http": port "http"`},
+		{"xds: {listen: \"127.0.0.1:7000\"}\nadmin: {listen: \"127.0.0.1:7000\"}\nsources: [{name: s, file: {path: ok.yaml}}]\n", `admin.listen: "127.0.0.1:7000" is also xds.listen`},
 		{"sources: [{name: s, fil: {path: s.yaml}}]\n", `unknown source type "fil"`},
 		{"sources: [{name: s, dns: {services: [{name: a, hosts: [{name: '', port: 80}]}]}}]\n", "hosts[0].name"},
 		{"sources: [{name: s, file: {path: ok.yaml}, health_check: {type: htp}}]\n", "sources[0].health_check"},
@@ -35,6 +39,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"sources: [{name: s, file: {path: ok.yaml}, default_locality: {zon: a}}]\n", `sources[0]: default_locality: unknown field "zon"`},
 	} {
 		os.WriteFile(filepath.Join(dir, "ok.yaml"), []byte("services: {}\n"), 0o644)
+		os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte("services: {web: {endpoints: [{address: x, port: 80}]}}\n"), 0o644)
 		p := filepath.Join(dir, "c.yaml")
 		os.WriteFile(p, []byte(tc.config), 0o644)
 		var out bytes.Buffer
@@ -42,6 +47,18 @@ func TestValidateNamesTheField(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("config %q: error %v, want it to mention %q", tc.config, err, tc.want)
 		}
+	}
+}
+
+// A services file that does not exist yet is allowed at start (the source
+// waits for it, not yet synced), in validate as in run.
+func TestValidateMissingServicesFile(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "c.yaml")
+	os.WriteFile(p, []byte("sources: [{name: s, file: {path: later.yaml}}]\n"), 0o644)
+	var out bytes.Buffer
+	if err := run([]string{"validate", "-config", p}, &out, &out); err != nil {
+		t.Fatal(err)
 	}
 }
 

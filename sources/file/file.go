@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -81,9 +82,13 @@ func (s *Source) Name() string { return s.name }
 func (s *Source) Path() string { return s.path }
 
 // ClaimedNames reads the file and returns its service names; an invalid
-// file is an error.
+// file is an error. A file that does not exist yet claims nothing: the
+// source waits for it (not yet synced), as Run does.
 func (s *Source) ClaimedNames() ([]string, error) {
 	svcs, err := s.load()
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -337,6 +337,9 @@ func (c *Config) Validate(field string) error {
 		if err := checkToken(c.GRPC.Authority, false); err != nil {
 			return fmt.Errorf("%s.grpc.authority: %v", field, err)
 		}
+		if strings.Contains(c.GRPC.Authority, "@") {
+			return fmt.Errorf("%s.grpc.authority: user information (user:password@) is not supported (the value is not shown)", field)
+		}
 	}
 	return nil
 }
@@ -353,6 +356,9 @@ func (h *HTTPConfig) validate(field string) error {
 	}
 	if err := checkToken(h.Host, false); err != nil {
 		return fmt.Errorf("%s.host: %v", field, err)
+	}
+	if strings.Contains(h.Host, "@") {
+		return fmt.Errorf("%s.host: user information (user:password@) is not supported (the value is not shown)", field)
 	}
 	if len(h.ExpectedStatuses) == 0 {
 		return fmt.Errorf("%s.expected_statuses: empty", field)

@@ -138,3 +138,44 @@ sources:
 		t.Errorf("localities (-want +got):\n%s\n%s", d, out.String())
 	}
 }
+
+// A secret planted in any source type's config (and a health check's) is
+// not echoed by the error that refuses it: config errors end up in logs.
+func TestConfigErrorsDoNotEchoSecrets(t *testing.T) {
+	const secret = "s3cr3tPASSw0rd"
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "ok.yaml"), []byte("services: {}\n"), 0o644)
+	for _, src := range []string{
+		// consul: userinfo in the address, as a URL and as host:port
+		"consul: {address: \"http://user:" + secret + "@127.0.0.1:8500\"}",
+		"consul: {address: \"user:" + secret + "@127.0.0.1:8500\"}",
+		"consul: {address: \"https://user:" + secret + "@consul.internal\", scheme: https}",
+		// consul: a token next to a broken field, and an unknown field holding one
+		"consul: {token: " + secret + ", token_file: t}",
+		"consul: {tokn: " + secret + "}",
+		"consul: {token: {value: " + secret + "}}",
+		// dns: userinfo in a resolver, an unknown field holding a secret
+		"dns: {resolvers: [\"user:" + secret + "@127.0.0.1:53\"], services: [{name: a, hosts: [{name: a.example, port: 80}]}]}",
+		"dns: {password: " + secret + ", services: []}",
+		// file: an unknown field holding a secret
+		"file: {path: ok.yaml, password: " + secret + "}",
+		"file: {path: {secret: " + secret + "}}",
+		// a health check's HTTP host with userinfo, and an unknown field
+		"file: {path: ok.yaml}, health_check: {type: http, http: {path: /, host: \"user:" + secret + "@h\"}}",
+		"file: {path: ok.yaml}, health_check: {type: grpc, grpc: {authority: \"user:" + secret + "@h\"}}",
+		"file: {path: ok.yaml}, health_check: {type: tcp, password: " + secret + "}",
+	} {
+		p := filepath.Join(dir, "c.yaml")
+		cfg := "sources: [{name: s, " + src + "}]\n"
+		os.WriteFile(p, []byte(cfg), 0o644)
+		var out bytes.Buffer
+		err := run([]string{"validate", "-config", p}, &out, &out)
+		if err == nil {
+			t.Errorf("%s: validate passed", cfg)
+			continue
+		}
+		if strings.Contains(err.Error(), secret) || strings.Contains(out.String(), secret) {
+			t.Errorf("%s: the error shows the secret: %v", cfg, err)
+		}
+	}
+}

@@ -240,10 +240,32 @@ func (c *Config) apiConfig(baseDir string) (*api.Config, error) {
 	if t.InsecureSkipVerify {
 		ac.TLSConfig.InsecureSkipVerify = true
 	}
+	if hasUserinfo(ac.Address) {
+		// Not echoed: the address holds a password. The HTTP client would
+		// take it as part of the host name, and it would show in logs,
+		// /debug/sources and /readyz.
+		field := "address"
+		if c.Address == "" {
+			field = "address (from CONSUL_HTTP_ADDR)"
+		}
+		return nil, fmt.Errorf("%s: user:password@ in the address is not supported (it is not shown here); give an ACL token with token or token_file", field)
+	}
 	if strings.HasPrefix(ac.Address, "unix://") {
 		return nil, fmt.Errorf("address: unix sockets are not supported (the source needs its own bounded HTTP transport)")
 	}
 	return ac, nil
+}
+
+// hasUserinfo reports whether an address (host:port or a URL) carries
+// user information (user@ or user:password@) before its host.
+func hasUserinfo(addr string) bool {
+	if _, rest, ok := strings.Cut(addr, "://"); ok {
+		addr = rest
+	}
+	if i := strings.IndexAny(addr, "/?#"); i >= 0 {
+		addr = addr[:i]
+	}
+	return strings.Contains(addr, "@")
 }
 
 func (c *Config) validateDatacenters() error {

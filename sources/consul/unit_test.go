@@ -93,11 +93,17 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{`{"mapping": {"cluster_name": "{datacenter}"}}`, "mapping.cluster_name"},
 		{`{"mapping": {"cluster_name": "{service}.{zone}"}}`, "mapping.cluster_name"},
 		{`{"address": "unix:///tmp/consul.sock"}`, "address"},
+		{`{"address": "http://user:PASS@127.0.0.1:8500"}`, "address: user:password@"},
+		{`{"address": "user:PASS@127.0.0.1:8500"}`, "address: user:password@"},
+		{`{"address": "https://user@consul.internal/"}`, "address: user:password@"},
 	}
 	for _, tt := range tests {
 		_, err := New("c", json.RawMessage(tt.raw), sources.Env{})
 		if err == nil || !strings.Contains(err.Error(), tt.field) {
 			t.Errorf("New(%s) error = %v; want one naming %s", tt.raw, err, tt.field)
+		}
+		if err != nil && strings.Contains(err.Error(), "PASS") {
+			t.Errorf("New(%s) error = %v shows the password", tt.raw, err)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package dns
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -204,6 +205,10 @@ func (h HostConfig) validate(field string, srv bool) error {
 
 // resolverAddr parses "ip", "ip:port" or "[ipv6]:port" into "ip:port".
 func resolverAddr(s string) (string, error) {
+	if strings.Contains(s, "@") {
+		// Not echoed: it may hold a password.
+		return "", errors.New("user information (user:password@) is not supported (the value is not shown); give ip or ip:port")
+	}
 	if ap, err := netip.ParseAddrPort(s); err == nil {
 		if ap.Port() == 0 {
 			return "", fmt.Errorf("%q: port 0", s)

@@ -190,6 +190,21 @@ func TestParseErrors(t *testing.T) {
 		},
 		{"bad service name", "services:\n  \"my web\": {}\n", []string{`services.my web: service name "my web" contains whitespace`}},
 		{
+			"one IPv6 host spelled twice",
+			"services:\n  web:\n    endpoints:\n      - {address: \"2001:db8::1\", port: 80}\n      - {address: \"2001:DB8:0::1\", port: 80}\n",
+			[]string{"services.web.endpoints: [2001:db8::1]:80 is listed twice"},
+		},
+		{
+			"IPv4 and its mapped IPv6",
+			"services:\n  web:\n    endpoints:\n      - {address: 127.0.0.1, port: 80}\n      - {address: \"::ffff:127.0.0.1\", port: 80}\n",
+			[]string{"services.web.endpoints: 127.0.0.1:80 is listed twice"},
+		},
+		{
+			"IPv4 and its mapped IPv6 (assignment)",
+			cla("endpoint: {address: {socket_address: {address: 10.0.0.1, port_value: 80}}}\n    - endpoint: {address: {socket_address: {address: \"::ffff:10.0.0.1\", port_value: 80}}}"),
+			[]string{"cluster_load_assignments[0].endpoints: 10.0.0.1:80 is listed twice"},
+		},
+		{
 			"two services blocks (YAML)",
 			"services:\n  a:\n    endpoints: [{address: 10.0.0.1, port: 80}]\nservices:\n  b:\n    endpoints: [{address: 10.0.0.2, port: 80}]\n",
 			[]string{`duplicate key "services": lines 1 and 4`},
@@ -270,5 +285,20 @@ func TestParseDeterministic(t *testing.T) {
 		if d := cmp.Diff(first, again); d != "" {
 			t.Fatalf("Parse is not deterministic:\n%s", d)
 		}
+	}
+}
+
+// Addresses are published in their canonical form.
+func TestParseCanonicalAddresses(t *testing.T) {
+	svcs, err := Parse([]byte("services:\n  web:\n    endpoints:\n      - {address: \"2001:DB8:0::1\", port: 80}\n      - {address: \"::ffff:10.0.0.1\", port: 80}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range svcs[0].Endpoints {
+		got = append(got, e.Address)
+	}
+	if strings.Join(got, " ") != "10.0.0.1 2001:db8::1" {
+		t.Errorf("addresses %q, want the canonical forms", got)
 	}
 }

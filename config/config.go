@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -55,8 +56,42 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	if f < 0 {
 		return fmt.Errorf("negative duration %v", f)
 	}
+	// float64(math.MaxInt64) rounds up to 2^63, itself out of range.
+	if ns := f * float64(time.Second); ns >= float64(math.MaxInt64) {
+		return fmt.Errorf("duration %v seconds is out of range (at most %s)", f, time.Duration(math.MaxInt64))
+	}
 	*d = Duration(f * float64(time.Second))
 	return nil
+}
+
+// CheckRange checks a duration against its documented range, min..max
+// (inclusive). The error names the field and the range:
+// "debounce.quiet: 1h0m0s is not in 1ms..5s".
+func CheckRange(field string, d, min, max time.Duration) error {
+	if d < min || d > max {
+		return fmt.Errorf("%s: %s is not in %s..%s", field, fmtRange(d), fmtRange(min), fmtRange(max))
+	}
+	return nil
+}
+
+// CheckCount checks a count against its documented range, min..max.
+func CheckCount(field string, n, min, max int) error {
+	if n < min || n > max {
+		return fmt.Errorf("%s: %d is not in %d..%d", field, n, min, max)
+	}
+	return nil
+}
+
+// fmtRange writes a range bound the short way: 5s, 1h, 100ms, not 1h0m0s.
+func fmtRange(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // Config is the whole configuration file.
@@ -212,6 +247,15 @@ const (
 	DefaultDebounceMax   = 500 * time.Millisecond
 )
 
+// Ranges, checked at load (README, "Bad input and limits").
+const (
+	MinDebounce      = time.Millisecond
+	MaxDebounceQuiet = 5 * time.Second  // the bridge is unready until the first publish
+	MaxDebounceMax   = 30 * time.Second // an event waits at most this long
+	MaxRetention     = 7 * 24 * time.Hour
+	MaxWorkers       = 4096 // health_checks.workers; 0 is the default (128)
+)
+
 // Parse reads a config document (YAML or JSON). baseDir is recorded for
 // relative paths. knownTypes lists the source types that exist.
 func Parse(data []byte, baseDir string, knownTypes []string) (*Config, error) {
@@ -288,6 +332,22 @@ func (c *Config) validate(knownTypes []string) error {
 	}
 	if c.XDS.Listen == c.Admin.Listen && !strings.HasSuffix(c.XDS.Listen, ":0") {
 		return fmt.Errorf("admin.listen: %q is also xds.listen", c.Admin.Listen)
+	}
+	for _, r := range []struct {
+		field    string
+		d        Duration
+		min, max time.Duration
+	}{
+		{"debounce.quiet", c.Debounce.Quiet, MinDebounce, MaxDebounceQuiet},
+		{"debounce.max", c.Debounce.Max, MinDebounce, MaxDebounceMax},
+		{"health_checks.max_retention", c.HealthChecks.MaxRetention, 0, MaxRetention},
+	} {
+		if err := CheckRange(r.field, r.d.D(), r.min, r.max); err != nil {
+			return err
+		}
+	}
+	if err := CheckCount("health_checks.workers", c.HealthChecks.Workers, 0, MaxWorkers); err != nil {
+		return err
 	}
 	if c.Debounce.Max < c.Debounce.Quiet {
 		return fmt.Errorf("debounce.max (%s) is shorter than debounce.quiet (%s)", c.Debounce.Max.D(), c.Debounce.Quiet.D())

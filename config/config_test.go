@@ -385,3 +385,28 @@ func TestDuplicateKeys(t *testing.T) {
 		})
 	}
 }
+
+func TestRanges(t *testing.T) {
+	src := "\nsources: [{name: s, file: {path: s.yaml}}]\n"
+	for _, tc := range []struct{ doc, want string }{
+		{"debounce: {quiet: 1e10}", "out of range"},
+		{"debounce: {quiet: 9223372036.854775807}", "out of range"},
+		{"debounce: {quiet: 1h}", "debounce.quiet: 1h is not in 1ms..5s"},
+		{"debounce: {quiet: 1us}", "debounce.quiet: 1µs is not in 1ms..5s"},
+		{"debounce: {max: 1h}", "debounce.max: 1h is not in 1ms..30s"},
+		{"debounce: {quiet: \"3000000h\"}", "debounce.quiet"},
+		{"health_checks: {max_retention: 1000h}", "health_checks.max_retention: 1000h is not in 0s..168h"},
+		{"health_checks: {workers: -1}", "health_checks.workers: -1 is not in 0..4096"},
+		{"health_checks: {workers: 100000}", "health_checks.workers: 100000 is not in 0..4096"},
+	} {
+		_, err := Parse([]byte(tc.doc+src), "/", known)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.doc, err, tc.want)
+		}
+	}
+	for _, ok := range []string{"debounce: {quiet: 5s, max: 30s}", "debounce: {quiet: 1ms, max: 1ms}", "health_checks: {max_retention: 168h, workers: 4096}"} {
+		if _, err := Parse([]byte(ok+src), "/", known); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+}

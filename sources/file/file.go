@@ -65,6 +65,9 @@ func New(name string, raw json.RawMessage, env sources.Env) (sources.Source, err
 		p = filepath.Join(env.BaseDir, p)
 	}
 	settle := c.Settle.D()
+	if err := config.CheckRange("settle", settle, 0, 10*time.Second); err != nil {
+		return nil, err
+	}
 	if settle == 0 {
 		settle = 20 * time.Millisecond
 	}

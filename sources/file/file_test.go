@@ -374,6 +374,8 @@ func TestNew(t *testing.T) {
 		{raw: `{"path": 1}`, wantErr: "path: cannot use a JSON number"},
 		{raw: `{"path": "x", "settle": "soon"}`, wantErr: `settle: invalid duration "soon"`},
 		{raw: `{"path": "x", "settle": "-1s"}`, wantErr: "settle: negative duration"},
+		{raw: `{"path": "x", "settle": "1h"}`, wantErr: "settle: 1h is not in 0s..10s"},
+		{raw: `{"path": "x", "settle": 1e10}`, wantErr: "settle: duration 1e+10 seconds is out of range"},
 	} {
 		src, err := New("n", json.RawMessage(tc.raw), env)
 		if tc.wantErr != "" {

@@ -10,10 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -53,8 +56,42 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	if f < 0 {
 		return fmt.Errorf("negative duration %v", f)
 	}
+	// float64(math.MaxInt64) rounds up to 2^63, itself out of range.
+	if ns := f * float64(time.Second); ns >= float64(math.MaxInt64) {
+		return fmt.Errorf("duration %v seconds is out of range (at most %s)", f, time.Duration(math.MaxInt64))
+	}
 	*d = Duration(f * float64(time.Second))
 	return nil
+}
+
+// CheckRange checks a duration against its documented range, min..max
+// (inclusive). The error names the field and the range:
+// "debounce.quiet: 1h0m0s is not in 1ms..5s".
+func CheckRange(field string, d, min, max time.Duration) error {
+	if d < min || d > max {
+		return fmt.Errorf("%s: %s is not in %s..%s", field, fmtRange(d), fmtRange(min), fmtRange(max))
+	}
+	return nil
+}
+
+// CheckCount checks a count against its documented range, min..max.
+func CheckCount(field string, n, min, max int) error {
+	if n < min || n > max {
+		return fmt.Errorf("%s: %d is not in %d..%d", field, n, min, max)
+	}
+	return nil
+}
+
+// fmtRange writes a range bound the short way: 5s, 1h, 100ms, not 1h0m0s.
+func fmtRange(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // Config is the whole configuration file.
@@ -219,6 +256,15 @@ const (
 	DefaultDebounceMax   = 500 * time.Millisecond
 )
 
+// Ranges, checked at load (README, "Bad input and limits").
+const (
+	MinDebounce      = time.Millisecond
+	MaxDebounceQuiet = 5 * time.Second  // the bridge is unready until the first publish
+	MaxDebounceMax   = 30 * time.Second // an event waits at most this long
+	MaxRetention     = 7 * 24 * time.Hour
+	MaxWorkers       = 4096 // health_checks.workers; 0 is the default (128)
+)
+
 // Parse reads a config document (YAML or JSON). baseDir is recorded for
 // relative paths. knownTypes lists the source types that exist.
 func Parse(data []byte, baseDir string, knownTypes []string) (*Config, error) {
@@ -288,6 +334,30 @@ func (c *Config) validate(knownTypes []string) error {
 	if err := c.Limits.Check(); err != nil {
 		return fmt.Errorf("limits.%w", err)
 	}
+	for _, l := range []struct{ field, addr string }{{"xds.listen", c.XDS.Listen}, {"admin.listen", c.Admin.Listen}} {
+		if err := checkListen(l.addr); err != nil {
+			return fmt.Errorf("%s: %w", l.field, err)
+		}
+	}
+	if c.XDS.Listen == c.Admin.Listen && !strings.HasSuffix(c.XDS.Listen, ":0") {
+		return fmt.Errorf("admin.listen: %q is also xds.listen", c.Admin.Listen)
+	}
+	for _, r := range []struct {
+		field    string
+		d        Duration
+		min, max time.Duration
+	}{
+		{"debounce.quiet", c.Debounce.Quiet, MinDebounce, MaxDebounceQuiet},
+		{"debounce.max", c.Debounce.Max, MinDebounce, MaxDebounceMax},
+		{"health_checks.max_retention", c.HealthChecks.MaxRetention, 0, MaxRetention},
+	} {
+		if err := CheckRange(r.field, r.d.D(), r.min, r.max); err != nil {
+			return err
+		}
+	}
+	if err := CheckCount("health_checks.workers", c.HealthChecks.Workers, 0, MaxWorkers); err != nil {
+		return err
+	}
 	if c.Debounce.Max < c.Debounce.Quiet {
 		return fmt.Errorf("debounce.max (%s) is shorter than debounce.quiet (%s)", c.Debounce.Max.D(), c.Debounce.Quiet.D())
 	}
@@ -314,11 +384,32 @@ func (c *Config) validate(knownTypes []string) error {
 	return nil
 }
 
-// DecodeStrict decodes YAML or JSON into v, rejecting unknown fields. Errors
-// name the field.
+// checkListen checks a listen address as net.Listen("tcp") would take it,
+// short of binding: host:port, the host empty, an IP address or a name,
+// the port a number in 0..65535.
+func checkListen(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port (e.g. \"127.0.0.1:18000\", \":18000\")", addr)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || strconv.FormatUint(p, 10) != port {
+		return fmt.Errorf("%q: port %q is not a number in 0..65535", addr, port)
+	}
+	if strings.ContainsAny(host, "@/ ") {
+		return fmt.Errorf("%q: %q is not an IP address or host name", addr, host)
+	}
+	return nil
+}
+
+// DecodeStrict decodes YAML or JSON into v, rejecting unknown fields and
+// keys given twice. Errors name the field (and both lines of a duplicate).
 func DecodeStrict(data []byte, v any) error {
 	j, err := yaml.YAMLToJSON(data)
 	if err != nil {
+		return err
+	}
+	if err := checkDuplicateKeys(data); err != nil {
 		return err
 	}
 	return DecodeJSONStrict(j, v)

@@ -368,3 +368,45 @@ sources:
 		}
 	}
 }
+
+func TestDuplicateKeys(t *testing.T) {
+	for _, tc := range []struct{ name, doc, want string }{
+		{"yaml top level", "sources:\n  - name: a\n    file: {path: a.yaml}\nsources:\n  - name: b\n    file: {path: b.yaml}\n", `duplicate key "sources": lines 1 and 4`},
+		{"yaml nested", minimal + "debounce:\n  quiet: 1s\n  quiet: 2s\n", `duplicate key in debounce "quiet": lines 5 and 6`},
+		{"yaml flow", minimal + "xds: {listen: \"127.0.0.1:1\", listen: \"127.0.0.1:2\"}\n", `duplicate key in xds "listen": lines 4 and 4`},
+		{"yaml in source block", "sources:\n  - name: a\n    file:\n      path: a.yaml\n      path: b.yaml\n", `duplicate key in sources[0].file "path": lines 4 and 5`},
+		{"json", "{\"sources\": [{\"name\": \"a\", \"file\": {\"path\": \"a\"}}],\n \"logging\": {\"level\": \"info\"},\n \"logging\": {\"level\": \"debug\"}}", `duplicate key "logging": lines 2 and 3`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.doc), "/", known)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestRanges(t *testing.T) {
+	src := "\nsources: [{name: s, file: {path: s.yaml}}]\n"
+	for _, tc := range []struct{ doc, want string }{
+		{"debounce: {quiet: 1e10}", "out of range"},
+		{"debounce: {quiet: 9223372036.854775807}", "out of range"},
+		{"debounce: {quiet: 1h}", "debounce.quiet: 1h is not in 1ms..5s"},
+		{"debounce: {quiet: 1us}", "debounce.quiet: 1µs is not in 1ms..5s"},
+		{"debounce: {max: 1h}", "debounce.max: 1h is not in 1ms..30s"},
+		{"debounce: {quiet: \"3000000h\"}", "debounce.quiet"},
+		{"health_checks: {max_retention: 1000h}", "health_checks.max_retention: 1000h is not in 0s..168h"},
+		{"health_checks: {workers: -1}", "health_checks.workers: -1 is not in 0..4096"},
+		{"health_checks: {workers: 100000}", "health_checks.workers: 100000 is not in 0..4096"},
+	} {
+		_, err := Parse([]byte(tc.doc+src), "/", known)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.doc, err, tc.want)
+		}
+	}
+	for _, ok := range []string{"debounce: {quiet: 5s, max: 30s}", "debounce: {quiet: 1ms, max: 1ms}", "health_checks: {max_retention: 168h, workers: 4096}"} {
+		if _, err := Parse([]byte(ok+src), "/", known); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+}

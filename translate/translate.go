@@ -107,8 +107,9 @@ func (o Options) LoadAssignment(s sources.Service) (*endpoint.ClusterLoadAssignm
 	var diags []Diagnostic
 	// Drop invalid and duplicate endpoints in input order, so "first kept"
 	// means the first in the input whatever its priority or locality.
-	// Duplicates are compared on the parsed address, so 2001:db8::1 and
-	// 2001:DB8:0::1 are the same host.
+	// Duplicates are compared on the parsed address, IPv4-mapped IPv6
+	// unmapped, so 2001:db8::1 and 2001:DB8:0::1 are the same host, and so
+	// are 127.0.0.1 and ::ffff:127.0.0.1; the canonical form is published.
 	eps := make([]sources.Endpoint, 0, len(s.Endpoints))
 	seen := make(map[netip.AddrPort]bool, len(s.Endpoints))
 	for _, e := range s.Endpoints {
@@ -118,12 +119,15 @@ func (o Options) LoadAssignment(s sources.Service) (*endpoint.ClusterLoadAssignm
 			diags = append(diags, Diagnostic{s.Name, field, "address must be an IP and port in 1..65535; endpoint dropped"})
 			continue
 		}
+		a = a.Unmap()
 		k := netip.AddrPortFrom(a, uint16(e.Port))
 		if seen[k] {
-			diags = append(diags, Diagnostic{s.Name, field, "duplicate address and port; first kept"})
+			// Named by the canonical form: the same whichever spelling came first.
+			diags = append(diags, Diagnostic{s.Name, fmt.Sprintf("endpoints[%s]", k), "duplicate address and port; first kept"})
 			continue
 		}
 		seen[k] = true
+		e.Address = a.String() // e is a copy; the input is not modified
 		if e.Locality == (sources.Locality{}) {
 			e.Locality = o.DefaultLocality // e is a copy; the input is not modified
 		}

@@ -144,6 +144,9 @@ func goldenCases() []goldenCase {
 				ep("::ffff:10.0.0.1", 443),
 				ep("10.0.0.1", 443),
 			}},
+			// An IPv4-mapped IPv6 address is its IPv4 host: one endpoint,
+			// published as 10.0.0.1.
+			diags: []Diagnostic{{"v6", "endpoints[10.0.0.1:443]", "duplicate address and port; first kept"}},
 		},
 		{
 			// The first of each duplicate in input order is kept, whatever
@@ -471,6 +474,35 @@ func TestEmptyLocalityOnTheWire(t *testing.T) {
 		}
 		if g := (sources.Locality{Region: l.GetRegion(), Zone: l.GetZone(), SubZone: l.GetSubZone()}); g != tc.want {
 			t.Errorf("%+v: locality %+v, want %+v", tc.opts, g, tc.want)
+		}
+	}
+}
+
+// Two spellings of one host are one host (IPv6 case and zeros, IPv4-mapped
+// IPv6), and the canonical form is what is published.
+func TestDuplicateSpellingsOfOneHost(t *testing.T) {
+	for _, tc := range []struct {
+		in   []string
+		want string
+	}{
+		{[]string{"2001:DB8:0::1", "2001:db8::1"}, "2001:db8::1"},
+		{[]string{"::ffff:127.0.0.1", "127.0.0.1"}, "127.0.0.1"},
+		{[]string{"::FFFF:10.0.0.1"}, "10.0.0.1"},
+	} {
+		var in []sources.Endpoint
+		for _, a := range tc.in {
+			in = append(in, ep(a, 80))
+		}
+		res, diags := Service(sources.Service{Name: "s", Endpoints: in})
+		if len(diags) != len(tc.in)-1 {
+			t.Errorf("%v: diags = %v", tc.in, diags)
+		}
+		eps := res.Load.GetEndpoints()
+		if len(eps) != 1 || len(eps[0].GetLbEndpoints()) != 1 {
+			t.Fatalf("%v: endpoints = %v", tc.in, eps)
+		}
+		if got := eps[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetAddress(); got != tc.want {
+			t.Errorf("%v: published %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }

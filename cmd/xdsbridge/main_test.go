@@ -27,7 +27,11 @@ func TestValidateNamesTheField(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range []struct{ config, want string }{
 		{"xds: {lisen: x}\nsources: [{name: s, file: {path: s.yaml}}]\n", `unknown field "lisen"`},
-		{"sources: [{name: s, file: {path: s.yaml}}]\n", "s.yaml"}, // the services file is missing
+		{"sources: [{name: s, file: {path: bad.yaml}}]\n", "bad.yaml"}, // the services file is invalid
+		{"xds: {listen: not-an-addr}\nsources: [{name: s, file: {path: ok.yaml}}]\n", `xds.listen: "not-an-addr" is not host:port`},
+		{"admin: {listen: \"127.0.0.1:99999\"}\nsources: [{name: s, file: {path: ok.yaml}}]\n", `admin.listen: "127.0.0.1:99999": port "99999" is not a number in 0..65535`},
+		{"xds: {listen: \"127.0.0.1:http\"}\nsources: [{name: s, file: {path: ok.yaml}}]\n", `xds.listen: "127.0.0.1:http": port "http"`},
+		{"xds: {listen: \"127.0.0.1:7000\"}\nadmin: {listen: \"127.0.0.1:7000\"}\nsources: [{name: s, file: {path: ok.yaml}}]\n", `admin.listen: "127.0.0.1:7000" is also xds.listen`},
 		{"sources: [{name: s, fil: {path: s.yaml}}]\n", `unknown source type "fil"`},
 		{"sources: [{name: s, dns: {services: [{name: a, hosts: [{name: '', port: 80}]}]}}]\n", "hosts[0].name"},
 		{"sources: [{name: s, file: {path: ok.yaml}, health_check: {type: htp}}]\n", "sources[0].health_check"},
@@ -35,6 +39,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"sources: [{name: s, file: {path: ok.yaml}, default_locality: {zon: a}}]\n", `sources[0]: default_locality: unknown field "zon"`},
 	} {
 		os.WriteFile(filepath.Join(dir, "ok.yaml"), []byte("services: {}\n"), 0o644)
+		os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte("services: {web: {endpoints: [{address: x, port: 80}]}}\n"), 0o644)
 		p := filepath.Join(dir, "c.yaml")
 		os.WriteFile(p, []byte(tc.config), 0o644)
 		var out bytes.Buffer
@@ -42,6 +47,18 @@ func TestValidateNamesTheField(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("config %q: error %v, want it to mention %q", tc.config, err, tc.want)
 		}
+	}
+}
+
+// A services file that does not exist yet is allowed at start (the source
+// waits for it, not yet synced), in validate as in run.
+func TestValidateMissingServicesFile(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "c.yaml")
+	os.WriteFile(p, []byte("sources: [{name: s, file: {path: later.yaml}}]\n"), 0o644)
+	var out bytes.Buffer
+	if err := run([]string{"validate", "-config", p}, &out, &out); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -119,5 +136,46 @@ sources:
 	}
 	if d := cmp.Diff(want, localities); d != "" {
 		t.Errorf("localities (-want +got):\n%s\n%s", d, out.String())
+	}
+}
+
+// A secret planted in any source type's config (and a health check's) is
+// not echoed by the error that refuses it: config errors end up in logs.
+func TestConfigErrorsDoNotEchoSecrets(t *testing.T) {
+	const secret = "s3cr3tPASSw0rd"
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "ok.yaml"), []byte("services: {}\n"), 0o644)
+	for _, src := range []string{
+		// consul: userinfo in the address, as a URL and as host:port
+		"consul: {address: \"http://user:" + secret + "@127.0.0.1:8500\"}",
+		"consul: {address: \"user:" + secret + "@127.0.0.1:8500\"}",
+		"consul: {address: \"https://user:" + secret + "@consul.internal\", scheme: https}",
+		// consul: a token next to a broken field, and an unknown field holding one
+		"consul: {token: " + secret + ", token_file: t}",
+		"consul: {tokn: " + secret + "}",
+		"consul: {token: {value: " + secret + "}}",
+		// dns: userinfo in a resolver, an unknown field holding a secret
+		"dns: {resolvers: [\"user:" + secret + "@127.0.0.1:53\"], services: [{name: a, hosts: [{name: a.example, port: 80}]}]}",
+		"dns: {password: " + secret + ", services: []}",
+		// file: an unknown field holding a secret
+		"file: {path: ok.yaml, password: " + secret + "}",
+		"file: {path: {secret: " + secret + "}}",
+		// a health check's HTTP host with userinfo, and an unknown field
+		"file: {path: ok.yaml}, health_check: {type: http, http: {path: /, host: \"user:" + secret + "@h\"}}",
+		"file: {path: ok.yaml}, health_check: {type: grpc, grpc: {authority: \"user:" + secret + "@h\"}}",
+		"file: {path: ok.yaml}, health_check: {type: tcp, password: " + secret + "}",
+	} {
+		p := filepath.Join(dir, "c.yaml")
+		cfg := "sources: [{name: s, " + src + "}]\n"
+		os.WriteFile(p, []byte(cfg), 0o644)
+		var out bytes.Buffer
+		err := run([]string{"validate", "-config", p}, &out, &out)
+		if err == nil {
+			t.Errorf("%s: validate passed", cfg)
+			continue
+		}
+		if strings.Contains(err.Error(), secret) || strings.Contains(out.String(), secret) {
+			t.Errorf("%s: the error shows the secret: %v", cfg, err)
+		}
 	}
 }

@@ -240,10 +240,32 @@ func (c *Config) apiConfig(baseDir string) (*api.Config, error) {
 	if t.InsecureSkipVerify {
 		ac.TLSConfig.InsecureSkipVerify = true
 	}
+	if hasUserinfo(ac.Address) {
+		// Not echoed: the address holds a password. The HTTP client would
+		// take it as part of the host name, and it would show in logs,
+		// /debug/sources and /readyz.
+		field := "address"
+		if c.Address == "" {
+			field = "address (from CONSUL_HTTP_ADDR)"
+		}
+		return nil, fmt.Errorf("%s: user:password@ in the address is not supported (it is not shown here); give an ACL token with token or token_file", field)
+	}
 	if strings.HasPrefix(ac.Address, "unix://") {
 		return nil, fmt.Errorf("address: unix sockets are not supported (the source needs its own bounded HTTP transport)")
 	}
 	return ac, nil
+}
+
+// hasUserinfo reports whether an address (host:port or a URL) carries
+// user information (user@ or user:password@) before its host.
+func hasUserinfo(addr string) bool {
+	if _, rest, ok := strings.Cut(addr, "://"); ok {
+		addr = rest
+	}
+	if i := strings.IndexAny(addr, "/?#"); i >= 0 {
+		addr = addr[:i]
+	}
+	return strings.Contains(addr, "@")
 }
 
 func (c *Config) validateDatacenters() error {
@@ -274,6 +296,9 @@ func (c *Config) queryOptions(s *settings) error {
 		return fmt.Errorf("use_cache: cannot be combined with consistency: consistent")
 	}
 	s.maxStale = orDefault(c.MaxStale.D(), 10*time.Second)
+	if err := config.CheckRange("max_stale", s.maxStale, 0, time.Hour); err != nil {
+		return err
+	}
 	s.waitTime = orDefault(c.WaitTime.D(), 5*time.Minute)
 	if s.waitTime < 100*time.Millisecond || s.waitTime > 10*time.Minute {
 		return fmt.Errorf("wait_time: %s is not within 100ms..10m", s.waitTime)
@@ -303,12 +328,21 @@ func (c *Config) pacing(s *settings) error {
 	if s.rateBurst < 0 {
 		return fmt.Errorf("rate_burst: %d is negative", s.rateBurst)
 	}
+	if err := config.CheckCount("rate_burst", s.rateBurst, 1, 10000); err != nil {
+		return err
+	}
 	s.feedRate = orDefault(c.FeedRateLimit, 10)
 	if s.feedRate < 0 {
 		return fmt.Errorf("feed_rate_limit: %v is negative", s.feedRate)
 	}
 	s.retryMin = orDefault(c.RetryMin.D(), 500*time.Millisecond)
 	s.retryMax = orDefault(c.RetryMax.D(), 30*time.Second)
+	if err := config.CheckRange("retry_min", s.retryMin, time.Millisecond, time.Minute); err != nil {
+		return err
+	}
+	if err := config.CheckRange("retry_max", s.retryMax, time.Millisecond, time.Hour); err != nil {
+		return err
+	}
 	if s.retryMax < s.retryMin {
 		return fmt.Errorf("retry_max: %s is shorter than retry_min (%s)", s.retryMax, s.retryMin)
 	}
@@ -319,6 +353,9 @@ func (c *Config) pacing(s *settings) error {
 	s.hintedRefresh = orDefault(c.HintedRefresh.D(), 5*time.Minute)
 	if s.hintedRefresh < time.Second {
 		return fmt.Errorf("hinted_refresh: %s is shorter than 1s", s.hintedRefresh)
+	}
+	if err := config.CheckRange("hinted_refresh", s.hintedRefresh, time.Second, 24*time.Hour); err != nil {
+		return err
 	}
 	return nil
 }
@@ -333,6 +370,9 @@ func (m Mapping) settings() (mappingSettings, error) {
 		subZoneKey:     orDefault(m.SubZoneMetaKey, "sub_zone"),
 		namespace:      orDefault(m.MetadataNamespace, "consul"),
 		clusterName:    orDefault(m.ClusterName, "{service}"),
+	}
+	if err := config.CheckRange("mapping.resolve_timeout", out.resolveTimeout, time.Millisecond, time.Minute); err != nil {
+		return out, err
 	}
 	if out.failoverTagged == "" {
 		out.failoverTagged = out.localTagged

@@ -93,11 +93,24 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{`{"mapping": {"cluster_name": "{datacenter}"}}`, "mapping.cluster_name"},
 		{`{"mapping": {"cluster_name": "{service}.{zone}"}}`, "mapping.cluster_name"},
 		{`{"address": "unix:///tmp/consul.sock"}`, "address"},
+		{`{"max_stale": "2h"}`, "max_stale: 2h is not in 0s..1h"},
+		{`{"retry_min": "1us"}`, "retry_min: 1µs is not in 1ms..1m"},
+		{`{"retry_max": "2h"}`, "retry_max: 2h is not in 1ms..1h"},
+		{`{"retry_max": 1e10}`, "retry_max: duration 1e+10 seconds is out of range"},
+		{`{"hinted_refresh": "1000h"}`, "hinted_refresh: 1000h is not in 1s..24h"},
+		{`{"rate_burst": 1000000}`, "rate_burst: 1000000 is not in 1..10000"},
+		{`{"mapping": {"resolve_timeout": "1h"}}`, "mapping.resolve_timeout: 1h is not in 1ms..1m"},
+		{`{"address": "http://user:PASS@127.0.0.1:8500"}`, "address: user:password@"},
+		{`{"address": "user:PASS@127.0.0.1:8500"}`, "address: user:password@"},
+		{`{"address": "https://user@consul.internal/"}`, "address: user:password@"},
 	}
 	for _, tt := range tests {
 		_, err := New("c", json.RawMessage(tt.raw), sources.Env{})
 		if err == nil || !strings.Contains(err.Error(), tt.field) {
 			t.Errorf("New(%s) error = %v; want one naming %s", tt.raw, err, tt.field)
+		}
+		if err != nil && strings.Contains(err.Error(), "PASS") {
+			t.Errorf("New(%s) error = %v shows the password", tt.raw, err)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package dns
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -21,6 +22,10 @@ const (
 	DefaultRefreshRate    = 5000 * time.Millisecond
 	// minRefreshRate is Envoy's lower bound for dns_refresh_rate (> 1ms).
 	minRefreshRate = time.Millisecond
+	// maxRefreshRate bounds the refresh rates and the jitter.
+	maxRefreshRate = 24 * time.Hour
+	// maxConcurrency bounds max_concurrency.
+	maxConcurrency = 1024
 )
 
 // Cluster discovery types, as Envoy names them.
@@ -129,6 +134,15 @@ func (c *Config) validate() error {
 	if c.MaxConcurrency < 0 {
 		return fmt.Errorf("max_concurrency: %d is negative", c.MaxConcurrency)
 	}
+	// Ranges (README); 0 is the default.
+	if c.Timeout != 0 {
+		if err := config.CheckRange("timeout", c.Timeout.D(), time.Millisecond, time.Minute); err != nil {
+			return err
+		}
+	}
+	if err := config.CheckCount("max_concurrency", c.MaxConcurrency, 0, maxConcurrency); err != nil {
+		return err
+	}
 	if len(c.Services) == 0 {
 		return fmt.Errorf("services: none configured")
 	}
@@ -165,6 +179,19 @@ func (s ServiceConfig) validate(field string) error {
 	}
 	if s.DNSFailureRefreshRate != 0 && s.DNSFailureRefreshRate.D() < minRefreshRate {
 		return fmt.Errorf("%s.dns_failure_refresh_rate: %s is less than %s", field, s.DNSFailureRefreshRate.D(), minRefreshRate)
+	}
+	for _, r := range []struct {
+		name string
+		d    config.Duration
+	}{{"dns_refresh_rate", s.DNSRefreshRate}, {"dns_failure_refresh_rate", s.DNSFailureRefreshRate}} {
+		if err := config.CheckRange(field+"."+r.name, r.d.D(), 0, maxRefreshRate); err != nil {
+			return err
+		}
+	}
+	if s.DNSJitter != nil {
+		if err := config.CheckRange(field+".dns_jitter", s.DNSJitter.D(), 0, maxRefreshRate); err != nil {
+			return err
+		}
 	}
 	if len(s.Hosts) == 0 {
 		return fmt.Errorf("%s.hosts: empty (want at least one DNS name)", field)
@@ -204,6 +231,10 @@ func (h HostConfig) validate(field string, srv bool) error {
 
 // resolverAddr parses "ip", "ip:port" or "[ipv6]:port" into "ip:port".
 func resolverAddr(s string) (string, error) {
+	if strings.Contains(s, "@") {
+		// Not echoed: it may hold a password.
+		return "", errors.New("user information (user:password@) is not supported (the value is not shown); give ip or ip:port")
+	}
 	if ap, err := netip.ParseAddrPort(s); err == nil {
 		if ap.Port() == 0 {
 			return "", fmt.Errorf("%q: port 0", s)

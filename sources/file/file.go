@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -79,6 +80,9 @@ func New(name string, raw json.RawMessage, env sources.Env) (sources.Source, err
 		p = filepath.Join(env.BaseDir, p)
 	}
 	settle := c.Settle.D()
+	if err := config.CheckRange("settle", settle, 0, 10*time.Second); err != nil {
+		return nil, err
+	}
 	if settle == 0 {
 		settle = 20 * time.Millisecond
 	}
@@ -110,9 +114,13 @@ func (s *Source) Name() string { return s.name }
 func (s *Source) Path() string { return s.path }
 
 // ClaimedNames reads the file and returns its service names; an invalid
-// file is an error.
+// file is an error. A file that does not exist yet claims nothing: the
+// source waits for it (not yet synced), as Run does.
 func (s *Source) ClaimedNames() ([]string, error) {
 	svcs, err := s.load(context.Background())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}

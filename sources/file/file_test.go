@@ -264,8 +264,10 @@ func TestDeletedThenRecreated(t *testing.T) {
 func TestMissingAtStart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "services.yaml")
 	src := newSource(t, path)
-	if _, err := src.ClaimedNames(); err == nil {
-		t.Error("ClaimedNames succeeded without the file")
+	// A missing file is allowed at start (the README): it claims nothing,
+	// and the source waits for it.
+	if names, err := src.ClaimedNames(); err != nil || len(names) != 0 {
+		t.Errorf("ClaimedNames without the file: %v, %v; want none, no error", names, err)
 	}
 	sink := run(t, src)
 	errorsAtLeast(t, sink, 1)
@@ -377,6 +379,8 @@ func TestNew(t *testing.T) {
 		{raw: `{"path": "x", "settle": "-1s"}`, wantErr: "settle: negative duration"},
 		{raw: `{"path": "x", "settle": "1s", "max_settle": "500ms"}`, wantErr: "max_settle: 500ms is less than settle"},
 		{raw: `{"path": "x", "max_bytes": -1}`, wantErr: "max_bytes: -1 is negative"},
+		{raw: `{"path": "x", "settle": "1h"}`, wantErr: "settle: 1h is not in 0s..10s"},
+		{raw: `{"path": "x", "settle": 1e10}`, wantErr: "settle: duration 1e+10 seconds is out of range"},
 	} {
 		src, err := New("n", json.RawMessage(tc.raw), env)
 		if tc.wantErr != "" {

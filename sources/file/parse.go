@@ -89,7 +89,7 @@ func ParseContext(ctx context.Context, data []byte) ([]sources.Service, error) {
 				return nil, fmt.Errorf("%s.health: %w", ef, err)
 			}
 			e := sources.Endpoint{
-				Address: ed.Address, Port: ed.Port, Hostname: ed.Hostname, Weight: ed.Weight,
+				Address: canonicalAddr(ed.Address), Port: ed.Port, Hostname: ed.Hostname, Weight: ed.Weight,
 				Priority: ed.Priority, Locality: ed.Locality, Health: h, Metadata: ed.Metadata,
 			}
 			if err := sources.ValidateEndpoint(ef, e); err != nil {
@@ -123,6 +123,18 @@ func ParseContext(ctx context.Context, data []byte) ([]sources.Service, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// canonicalAddr returns an IP address in its canonical form (lower case,
+// zeros compressed, IPv4-mapped IPv6 unmapped), so the "listed once" rule
+// and the published endpoint see one spelling of each host. Anything else
+// is returned as it is, for ValidateEndpoint to refuse.
+func canonicalAddr(s string) string {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return s
+	}
+	return a.Unmap().String()
 }
 
 func checkDuplicates(field string, eps []sources.Endpoint) error {
@@ -178,7 +190,7 @@ func fromCLA(field string, raw json.RawMessage) (sources.Service, error) {
 				return sources.Service{}, fmt.Errorf("%s.health_status: unknown health status %d", ef, lb.GetHealthStatus())
 			}
 			e := sources.Endpoint{
-				Address:  sa.GetAddress(),
+				Address:  canonicalAddr(sa.GetAddress()),
 				Port:     sa.GetPortValue(),
 				Hostname: ep.GetHostname(),
 				Weight:   lb.GetLoadBalancingWeight().GetValue(),

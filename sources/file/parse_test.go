@@ -198,6 +198,41 @@ func TestParseErrors(t *testing.T) {
 		},
 		{"bad service name", "services:\n  \"my web\": {}\n", []string{`services.my web: service name "my web" contains whitespace`}},
 		{
+			"one IPv6 host spelled twice",
+			"services:\n  web:\n    endpoints:\n      - {address: \"2001:db8::1\", port: 80}\n      - {address: \"2001:DB8:0::1\", port: 80}\n",
+			[]string{"services.web.endpoints: [2001:db8::1]:80 is listed twice"},
+		},
+		{
+			"IPv4 and its mapped IPv6",
+			"services:\n  web:\n    endpoints:\n      - {address: 127.0.0.1, port: 80}\n      - {address: \"::ffff:127.0.0.1\", port: 80}\n",
+			[]string{"services.web.endpoints: 127.0.0.1:80 is listed twice"},
+		},
+		{
+			"IPv4 and its mapped IPv6 (assignment)",
+			cla("endpoint: {address: {socket_address: {address: 10.0.0.1, port_value: 80}}}\n    - endpoint: {address: {socket_address: {address: \"::ffff:10.0.0.1\", port_value: 80}}}"),
+			[]string{"cluster_load_assignments[0].endpoints: 10.0.0.1:80 is listed twice"},
+		},
+		{
+			"two services blocks (YAML)",
+			"services:\n  a:\n    endpoints: [{address: 10.0.0.1, port: 80}]\nservices:\n  b:\n    endpoints: [{address: 10.0.0.2, port: 80}]\n",
+			[]string{`duplicate key "services": lines 1 and 4`},
+		},
+		{
+			"service given twice (YAML)",
+			"services:\n  web: {endpoints: [{address: 10.0.0.1, port: 80}]}\n  web: {endpoints: [{address: 10.0.0.2, port: 80}]}\n",
+			[]string{`duplicate key in services "web": lines 2 and 3`},
+		},
+		{
+			"endpoint field given twice (JSON)",
+			"{\"services\": {\"web\": {\"endpoints\": [\n  {\"address\": \"10.0.0.1\",\n   \"address\": \"10.0.0.2\", \"port\": 80}]}}}",
+			[]string{`duplicate key in services.web.endpoints[0] "address": lines 2 and 3`},
+		},
+		{
+			"assignment field given twice (JSON)",
+			"{\"cluster_load_assignments\": [{\"cluster_name\": \"a\",\n \"cluster_name\": \"b\"}]}",
+			[]string{`duplicate key in cluster_load_assignments[0] "cluster_name": lines 1 and 2`},
+		},
+		{
 			"service in both sections",
 			"services:\n  c: {}\n" + cla("endpoint: {address: {socket_address: {address: 10.0.0.1, port_value: 80}}}"),
 			[]string{`cluster_load_assignments[0].cluster_name: service "c" is defined twice in the file`},
@@ -258,5 +293,20 @@ func TestParseDeterministic(t *testing.T) {
 		if d := cmp.Diff(first, again); d != "" {
 			t.Fatalf("Parse is not deterministic:\n%s", d)
 		}
+	}
+}
+
+// Addresses are published in their canonical form.
+func TestParseCanonicalAddresses(t *testing.T) {
+	svcs, err := Parse([]byte("services:\n  web:\n    endpoints:\n      - {address: \"2001:DB8:0::1\", port: 80}\n      - {address: \"::ffff:10.0.0.1\", port: 80}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range svcs[0].Endpoints {
+		got = append(got, e.Address)
+	}
+	if strings.Join(got, " ") != "10.0.0.1 2001:db8::1" {
+		t.Errorf("addresses %q, want the canonical forms", got)
 	}
 }

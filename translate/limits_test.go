@@ -1,7 +1,6 @@
 package translate
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -9,7 +8,6 @@ import (
 
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/xdsbridge/xdsbridge/sources"
@@ -76,17 +74,7 @@ func limitGoldenCases() []goldenCase {
 func TestLimitsGolden(t *testing.T) {
 	for _, tc := range limitGoldenCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			before := tc.in.Clone()
-			res, diags := Service(tc.in)
-			if d := cmp.Diff(before, tc.in, cmpopts.EquateEmpty()); d != "" {
-				t.Errorf("input service modified (-before +after):\n%s", d)
-			}
-			if d := cmp.Diff(tc.diags, diags); d != "" {
-				t.Errorf("diagnostics (-want +got):\n%s", d)
-			}
-			if err := res.Validate(); err != nil {
-				t.Errorf("Validate: %v", err)
-			}
+			res, diags := checkGolden(t, tc)
 			if err := unpacksLikeEnvoy(t, res.Load); err != nil {
 				t.Errorf("unpack: %v", err)
 			}
@@ -95,14 +83,6 @@ func TestLimitsGolden(t *testing.T) {
 					t.Errorf("encoding: %v", err)
 				}
 			}
-			doc, err := json.Marshal(struct {
-				Cluster json.RawMessage `json:"cluster"`
-				Load    json.RawMessage `json:"cluster_load_assignment"`
-			}{marshal(t, res.Cluster), marshal(t, res.Load)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			golden(t, tc.name, normalise(t, doc))
 
 			// The same diagnostics whatever the input order.
 			r := rand.New(rand.NewPCG(2, 3))

@@ -254,34 +254,40 @@ func golden(t *testing.T, name string, got []byte) {
 	}
 }
 
+// checkGolden translates a golden case and checks what every case must
+// hold: the input untouched, the diagnostics, Validate(), the golden file.
+func checkGolden(t *testing.T, tc goldenCase) (Resources, []Diagnostic) {
+	t.Helper()
+	before := tc.in.Clone()
+	res, diags := tc.opts.Service(tc.in)
+	if d := cmp.Diff(before, tc.in, cmpopts.EquateEmpty()); d != "" {
+		t.Errorf("input service modified (-before +after):\n%s", d)
+	}
+	if d := cmp.Diff(tc.diags, diags); d != "" {
+		t.Errorf("diagnostics (-want +got):\n%s", d)
+	}
+	if err := res.Validate(); err != nil {
+		t.Errorf("Validate: %v", err)
+	}
+	doc, err := json.Marshal(struct {
+		Cluster json.RawMessage `json:"cluster"`
+		Load    json.RawMessage `json:"cluster_load_assignment"`
+	}{marshal(t, res.Cluster), marshal(t, res.Load)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, tc.name, normalise(t, doc))
+	return res, diags
+}
+
 func TestGolden(t *testing.T) {
 	for _, tc := range goldenCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			before := tc.in.Clone()
-			res, diags := tc.opts.Service(tc.in)
-
-			if d := cmp.Diff(before, tc.in, cmpopts.EquateEmpty()); d != "" {
-				t.Errorf("input service modified (-before +after):\n%s", d)
-			}
-			if d := cmp.Diff(tc.diags, diags); d != "" {
-				t.Errorf("diagnostics (-want +got):\n%s", d)
-			}
-			if err := res.Validate(); err != nil {
-				t.Errorf("Validate: %v", err)
-			}
+			res, _ := checkGolden(t, tc)
 			if res.Cluster.GetName() != tc.in.Name || res.Load.GetClusterName() != tc.in.Name {
 				t.Errorf("names: cluster %q, load assignment %q, want %q", res.Cluster.GetName(), res.Load.GetClusterName(), tc.in.Name)
 			}
 			checkDensePriorities(t, res)
-
-			doc, err := json.Marshal(struct {
-				Cluster json.RawMessage `json:"cluster"`
-				Load    json.RawMessage `json:"cluster_load_assignment"`
-			}{marshal(t, res.Cluster), marshal(t, res.Load)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			golden(t, tc.name, normalise(t, doc))
 		})
 	}
 }

@@ -45,6 +45,12 @@ func (in *interest) deltaUpdate(subs, unsubs []string) {
 		}
 		in.legacy = false
 	}
+	in.apply(subs, unsubs)
+}
+
+// apply subscribes and unsubscribes names; unsubscribing "*" does not end
+// a legacy wildcard.
+func (in *interest) apply(subs, unsubs []string) {
 	for _, n := range subs {
 		if n == "*" {
 			in.wild = true
@@ -53,10 +59,10 @@ func (in *interest) deltaUpdate(subs, unsubs []string) {
 		}
 	}
 	for _, n := range unsubs {
-		if n == "*" {
-			in.wild = false
-		} else {
+		if n != "*" {
 			delete(in.names, n)
+		} else if !in.legacy {
+			in.wild = false
 		}
 	}
 }
@@ -397,22 +403,7 @@ func (r *mrun) changeSub(c *mclient, ts *tstate, subs, unsubs []string) *violati
 	if next.legacy && next.wild && len(subs) > 0 {
 		next = interest{wild: true, names: map[string]bool{}} // keep the wildcard explicitly
 	}
-	for _, n := range subs {
-		if n == "*" {
-			next.wild = true
-		} else {
-			next.names[n] = true
-		}
-	}
-	for _, n := range unsubs {
-		if n == "*" {
-			if !next.legacy {
-				next.wild = false
-			}
-		} else {
-			delete(next.names, n)
-		}
-	}
+	next.apply(subs, unsubs)
 	list := next.sotwList()
 	if len(list) == 0 && (ts.in.legacy || ts.stable.legacy) {
 		// To a server still in legacy mode, an empty list is a

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/xdsbridge/xdsbridge/translate"
+	"github.com/xdsbridge/xdsbridge/xds"
 )
 
 // Duration is a time.Duration written as a Go duration string ("50ms", "5s")
@@ -139,6 +140,88 @@ type Locality struct {
 // XDS configures the xDS gRPC listener.
 type XDS struct {
 	Listen string `json:"listen"`
+	// TLS, when set, serves xDS over TLS (mTLS with client_ca_file).
+	// Absent: plaintext.
+	TLS *TLS `json:"tls"`
+	// Authorization, when set, allows only clients whose verified
+	// certificate matches a rule, and limits what each may read. It needs
+	// tls.client_ca_file.
+	Authorization *xds.Authorization `json:"authorization"`
+	// Limits bound what one client can make the server hold or do (see
+	// xds.Limits for each field, its default and its range).
+	Limits xds.Limits `json:"limits"`
+	// Keepalive is the server's HTTP/2 keepalive (see xds.Keepalive).
+	Keepalive Keepalive `json:"keepalive"`
+}
+
+// Keepalive is xds.Keepalive as written in the file; 0 or absent is the
+// default (30s, 10s, 5s).
+type Keepalive struct {
+	Time    Duration `json:"time"`
+	Timeout Duration `json:"timeout"`
+	MinTime Duration `json:"min_time"`
+}
+
+// TLS configures a listener's TLS. The files are PEM; they are read at
+// start (an unreadable or invalid file is an error naming the field) and
+// again whenever they change on disk, without dropping connections: a
+// change that does not load is logged and counted, and the last good
+// certificate stays in use.
+type TLS struct {
+	// CertFile and KeyFile are the server's certificate chain and key.
+	CertFile string `json:"cert_file"`
+	KeyFile  string `json:"key_file"`
+	// ClientCAFile, when set, turns on mTLS: a client must present a
+	// certificate that chains to one of these CAs, or the handshake fails.
+	ClientCAFile string `json:"client_ca_file"`
+	// ReloadInterval is how often the files are checked for change
+	// (default 10s; 100ms..1h).
+	ReloadInterval Duration `json:"reload_interval"`
+	// MinVersion is the lowest TLS version accepted: "1.2" (default) or
+	// "1.3".
+	MinVersion string `json:"min_version"`
+}
+
+// Defaults and ranges of TLS.
+const (
+	DefaultTLSReloadInterval = 10 * time.Second
+	MinTLSReloadInterval     = 100 * time.Millisecond
+	MaxTLSReloadInterval     = time.Hour
+)
+
+// Path resolves a file path of the config against its directory.
+func (c *Config) Path(p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(c.BaseDir, p)
+}
+
+func (t *TLS) applyDefaults() {
+	if t == nil {
+		return
+	}
+	if t.ReloadInterval == 0 {
+		t.ReloadInterval = Duration(DefaultTLSReloadInterval)
+	}
+	if t.MinVersion == "" {
+		t.MinVersion = "1.2"
+	}
+}
+
+func (t *TLS) check(field string) error {
+	if t == nil {
+		return nil
+	}
+	if t.CertFile == "" || t.KeyFile == "" {
+		return fmt.Errorf("%s.cert_file, %s.key_file: both are needed", field, field)
+	}
+	switch t.MinVersion {
+	case "1.2", "1.3":
+	default:
+		return fmt.Errorf("%s.min_version: %q is not one of 1.2, 1.3", field, t.MinVersion)
+	}
+	return CheckRange(field+".reload_interval", t.ReloadInterval.D(), MinTLSReloadInterval, MaxTLSReloadInterval)
 }
 
 // Admin configures the admin HTTP listener (/healthz, /readyz, /metrics, /debug/...).
@@ -153,6 +236,15 @@ type Admin struct {
 	// ShutdownTimeout is how long a shutdown waits for requests in flight
 	// before it closes their connections.
 	ShutdownTimeout Duration `json:"shutdown_timeout"`
+	// TLS, when set, serves the admin listener over TLS (mTLS with
+	// client_ca_file: then every path needs a client certificate,
+	// probes included).
+	TLS *TLS `json:"tls"`
+	// TokenFile, when set, is a file holding a bearer token that /debug/*
+	// requests must carry (Authorization: Bearer <token>). /healthz,
+	// /readyz and /metrics stay open. The file is re-read when it changes;
+	// the token is never logged.
+	TokenFile string `json:"token_file"`
 }
 
 // Debounce configures how the merge loop batches bursts of source events.
@@ -318,6 +410,9 @@ func (c *Config) applyDefaults() {
 		c.Logging.Level = "info"
 	}
 	c.Limits = c.Limits.WithDefaults()
+	c.XDS.Limits = c.XDS.Limits.WithDefaults()
+	c.XDS.TLS.applyDefaults()
+	c.Admin.TLS.applyDefaults()
 }
 
 func (c *Config) validate(knownTypes []string) error {
@@ -333,6 +428,23 @@ func (c *Config) validate(knownTypes []string) error {
 	}
 	if err := c.Limits.Check(); err != nil {
 		return fmt.Errorf("limits.%w", err)
+	}
+	if err := c.XDS.Limits.Check(); err != nil {
+		return fmt.Errorf("xds.limits.%w", err)
+	}
+	if err := c.XDS.TLS.check("xds.tls"); err != nil {
+		return err
+	}
+	if err := c.Admin.TLS.check("admin.tls"); err != nil {
+		return err
+	}
+	if a := c.XDS.Authorization; a != nil {
+		if c.XDS.TLS == nil || c.XDS.TLS.ClientCAFile == "" {
+			return errors.New("xds.authorization: needs xds.tls.client_ca_file (clients are authorized by their verified certificate)")
+		}
+		if err := a.Check(); err != nil {
+			return fmt.Errorf("xds.authorization.%w", err)
+		}
 	}
 	for _, l := range []struct{ field, addr string }{{"xds.listen", c.XDS.Listen}, {"admin.listen", c.Admin.Listen}} {
 		if err := checkListen(l.addr); err != nil {
@@ -350,6 +462,9 @@ func (c *Config) validate(knownTypes []string) error {
 		{"debounce.quiet", c.Debounce.Quiet, MinDebounce, MaxDebounceQuiet},
 		{"debounce.max", c.Debounce.Max, MinDebounce, MaxDebounceMax},
 		{"health_checks.max_retention", c.HealthChecks.MaxRetention, 0, MaxRetention},
+		{"xds.keepalive.time", c.XDS.Keepalive.Time, 0, 24 * time.Hour},
+		{"xds.keepalive.timeout", c.XDS.Keepalive.Timeout, 0, time.Hour},
+		{"xds.keepalive.min_time", c.XDS.Keepalive.MinTime, 0, time.Hour},
 	} {
 		if err := CheckRange(r.field, r.d.D(), r.min, r.max); err != nil {
 			return err

@@ -1,0 +1,155 @@
+package xds
+
+import (
+	"fmt"
+	"time"
+)
+
+// Limits bound what one xDS client can make the server hold or do, so that
+// no client (a bug, or an attacker that can reach the port) exhausts the
+// bridge. A zero field means its default. The JSON names are the config
+// file's (`xds.limits:` block). Every refusal is counted in
+// xdsbridge_xds_limit_refusals_total{limit} under the field's JSON name.
+type Limits struct {
+	// MaxStreams bounds the xDS streams open at once, over every
+	// connection. A stream over it is refused (ResourceExhausted).
+	// Default 65,536.
+	MaxStreams int `json:"max_streams"`
+	// MaxStreamsPerConnection bounds the streams open at once on one
+	// connection (Envoy's ADS and grpc-go use one per server; Envoy
+	// without ADS one per type). A stream over it is refused
+	// (ResourceExhausted). Default 64.
+	MaxStreamsPerConnection int `json:"max_streams_per_connection"`
+	// MaxNamesPerStream bounds the resource names a stream subscribes to,
+	// per type. A request that takes a stream over it ends the stream
+	// (ResourceExhausted). Default 50,000 (an Envoy with 5,000 clusters
+	// subscribes to 5,000 assignments).
+	MaxNamesPerStream int `json:"max_names_per_stream"`
+	// MaxNameBytesPerStream bounds the bytes of those names, per stream
+	// (every type). Default 2 MiB.
+	MaxNameBytesPerStream int `json:"max_name_bytes_per_stream"`
+	// MaxNamesPerConnection and MaxNameBytesPerConnection bound the same
+	// over every stream of one connection. Defaults 100,000 and 4 MiB.
+	MaxNamesPerConnection     int `json:"max_names_per_connection"`
+	MaxNameBytesPerConnection int `json:"max_name_bytes_per_connection"`
+	// MaxNodeBytes bounds the encoded size of a request's node (id,
+	// cluster, metadata, extensions...). A request over it ends the
+	// stream (InvalidArgument). Default 64 KiB.
+	MaxNodeBytes int `json:"max_node_bytes"`
+	// MaxRecvMessageBytes bounds one request message; gRPC refuses a
+	// larger one (ResourceExhausted) before decoding it. Default 4 MiB
+	// (gRPC's own default).
+	MaxRecvMessageBytes int `json:"max_recv_message_bytes"`
+	// RequestsPerSecond and RequestBurst pace each stream's requests (a
+	// token bucket): a client that sends faster is read slower, not
+	// refused. Defaults 100 and 1,000.
+	RequestsPerSecond float64 `json:"requests_per_second"`
+	RequestBurst      int     `json:"request_burst"`
+	// NACKLogsPerMinute bounds the NACKs logged per stream per minute; the
+	// rest are counted, and the next line logged says how many were not.
+	// Default 6.
+	NACKLogsPerMinute int `json:"nack_logs_per_minute"`
+}
+
+// Defaults of Limits.
+const (
+	DefaultMaxStreams                = 65536
+	DefaultMaxStreamsPerConnection   = 64
+	DefaultMaxNamesPerStream         = 50000
+	DefaultMaxNameBytesPerStream     = 2 << 20
+	DefaultMaxNamesPerConnection     = 100000
+	DefaultMaxNameBytesPerConnection = 4 << 20
+	DefaultMaxNodeBytes              = 64 << 10
+	DefaultMaxRecvMessageBytes       = 4 << 20
+	DefaultRequestsPerSecond         = 100
+	DefaultRequestBurst              = 1000
+	DefaultNACKLogsPerMinute         = 6
+)
+
+// WithDefaults returns l with every zero field set to its default.
+func (l Limits) WithDefaults() Limits {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&l.MaxStreams, DefaultMaxStreams)
+	def(&l.MaxStreamsPerConnection, DefaultMaxStreamsPerConnection)
+	def(&l.MaxNamesPerStream, DefaultMaxNamesPerStream)
+	def(&l.MaxNameBytesPerStream, DefaultMaxNameBytesPerStream)
+	def(&l.MaxNamesPerConnection, DefaultMaxNamesPerConnection)
+	def(&l.MaxNameBytesPerConnection, DefaultMaxNameBytesPerConnection)
+	def(&l.MaxNodeBytes, DefaultMaxNodeBytes)
+	def(&l.MaxRecvMessageBytes, DefaultMaxRecvMessageBytes)
+	def(&l.RequestBurst, DefaultRequestBurst)
+	def(&l.NACKLogsPerMinute, DefaultNACKLogsPerMinute)
+	if l.RequestsPerSecond == 0 {
+		l.RequestsPerSecond = DefaultRequestsPerSecond
+	}
+	return l
+}
+
+// Check reports the first field out of its range; the error starts with
+// the field's JSON name. Call it on WithDefaults' result.
+func (l Limits) Check() error {
+	for _, f := range []struct {
+		name     string
+		v        int
+		min, max int
+	}{
+		{"max_streams", l.MaxStreams, 1, 1 << 24},
+		{"max_streams_per_connection", l.MaxStreamsPerConnection, 1, 1 << 16},
+		{"max_names_per_stream", l.MaxNamesPerStream, 1, 1 << 24},
+		{"max_name_bytes_per_stream", l.MaxNameBytesPerStream, 1 << 10, 1 << 30},
+		{"max_names_per_connection", l.MaxNamesPerConnection, 1, 1 << 26},
+		{"max_name_bytes_per_connection", l.MaxNameBytesPerConnection, 1 << 10, 1 << 32},
+		{"max_node_bytes", l.MaxNodeBytes, 1 << 10, 16 << 20},
+		{"max_recv_message_bytes", l.MaxRecvMessageBytes, 64 << 10, 256 << 20},
+		{"request_burst", l.RequestBurst, 1, 1 << 20},
+		{"nack_logs_per_minute", l.NACKLogsPerMinute, 0, 1 << 20},
+	} {
+		if f.v < f.min || f.v > f.max {
+			return fmt.Errorf("%s: %d is not in %d..%d", f.name, f.v, f.min, f.max)
+		}
+	}
+	if l.RequestsPerSecond < 0.01 || l.RequestsPerSecond > 1e6 {
+		return fmt.Errorf("requests_per_second: %v is not in 0.01..1000000", l.RequestsPerSecond)
+	}
+	return nil
+}
+
+// Keepalive is the server's HTTP/2 keepalive: its own pings, and what it
+// enforces of clients' pings (gRFC A8). A zero field means its default.
+type Keepalive struct {
+	// Time: the server pings a connection idle this long (default 30s).
+	Time time.Duration `json:"-"`
+	// Timeout: and closes it if the ping is not answered within this
+	// (default 10s).
+	Timeout time.Duration `json:"-"`
+	// MinTime: a client pinging more often than this is sent GOAWAY
+	// (ENHANCE_YOUR_CALM) and disconnected (default 5s; gRPC's own default
+	// is 5 min, but Envoy's xDS clusters are commonly set to ping every
+	// 10-30 s, and a bridge must not cut them off).
+	MinTime time.Duration `json:"-"`
+}
+
+// Defaults of Keepalive.
+const (
+	DefaultKeepaliveTime    = 30 * time.Second
+	DefaultKeepaliveTimeout = 10 * time.Second
+	DefaultKeepaliveMinTime = 5 * time.Second
+)
+
+// WithDefaults returns k with every zero field set to its default.
+func (k Keepalive) WithDefaults() Keepalive {
+	if k.Time == 0 {
+		k.Time = DefaultKeepaliveTime
+	}
+	if k.Timeout == 0 {
+		k.Timeout = DefaultKeepaliveTimeout
+	}
+	if k.MinTime == 0 {
+		k.MinTime = DefaultKeepaliveMinTime
+	}
+	return k
+}

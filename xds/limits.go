@@ -34,7 +34,10 @@ type Limits struct {
 	MaxNameBytesPerConnection int `json:"max_name_bytes_per_connection"`
 	// MaxNodeBytes bounds the encoded size of a request's node (id,
 	// cluster, metadata, extensions...). A request over it ends the
-	// stream (InvalidArgument). Default 64 KiB.
+	// stream (InvalidArgument). Envoy 1.40.0's node is 61,097 bytes with
+	// no metadata of its own (it lists its 516 extensions), and Envoy
+	// sends it on every request unless set_node_on_first_message_only.
+	// Default 256 KiB.
 	MaxNodeBytes int `json:"max_node_bytes"`
 	// MaxRecvMessageBytes bounds one request message; gRPC refuses a
 	// larger one (ResourceExhausted) before decoding it. Default 4 MiB
@@ -59,7 +62,7 @@ const (
 	DefaultMaxNameBytesPerStream     = 2 << 20
 	DefaultMaxNamesPerConnection     = 100000
 	DefaultMaxNameBytesPerConnection = 4 << 20
-	DefaultMaxNodeBytes              = 64 << 10
+	DefaultMaxNodeBytes              = 256 << 10
 	DefaultMaxRecvMessageBytes       = 4 << 20
 	DefaultRequestsPerSecond         = 100
 	DefaultRequestBurst              = 1000

@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/yaml"
+
+	"github.com/xdsbridge/xdsbridge/internal/testcerts"
 )
 
 func TestValidateExampleConfigs(t *testing.T) {
@@ -20,6 +22,38 @@ func TestValidateExampleConfigs(t *testing.T) {
 		if strings.TrimSpace(out.String()) != "config ok" {
 			t.Fatalf("%s: output %q", cfg, out.String())
 		}
+	}
+}
+
+// TestValidateMTLSExample: examples/xdsbridge-mtls.yaml, with the
+// certificates examples/certs/README.md makes (here from testcerts) beside
+// it, is a valid config.
+func TestValidateMTLSExample(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"xdsbridge-mtls.yaml", "services.yaml"} {
+		b, err := os.ReadFile(filepath.Join("../../examples", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	certs := filepath.Join(dir, "certs")
+	if err := os.Mkdir(certs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ca := testcerts.NewCA(t, "example CA")
+	ca.WriteCA(t, certs, "ca.pem")
+	srv := ca.Issue(t, testcerts.LeafOptions{CommonName: "xdsbridge", DNS: []string{"xdsbridge.example.org"}})
+	testcerts.WriteFile(t, filepath.Join(certs, "xdsbridge.pem"), srv.CertPEM)
+	testcerts.WriteFile(t, filepath.Join(certs, "xdsbridge-key.pem"), srv.KeyPEM)
+	var out bytes.Buffer
+	if err := run([]string{"validate", "-config", filepath.Join(dir, "xdsbridge-mtls.yaml")}, &out, &out); err != nil {
+		t.Fatalf("examples/xdsbridge-mtls.yaml: %v\n%s", err, out.String())
+	}
+	if strings.TrimSpace(out.String()) != "config ok" {
+		t.Fatalf("output %q", out.String())
 	}
 }
 

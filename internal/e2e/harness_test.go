@@ -211,8 +211,9 @@ func startEnvoy(t *testing.T, bootstrap, xdsAddr string) *envoy {
 }
 
 // startEnvoyCerts is startEnvoy with the bootstrap's relative certificate
-// paths (certs/...) read from certDir instead.
-func startEnvoyCerts(t *testing.T, bootstrap, xdsAddr, certDir string) *envoy {
+// paths (certs/...) read from certDir instead, and each pair of replace
+// (old, new) replaced in it.
+func startEnvoyCerts(t *testing.T, bootstrap, xdsAddr, certDir string, replace ...string) *envoy {
 	t.Helper()
 	bin := requireBinary(t, "envoy")
 	src, err := os.ReadFile(filepath.Join(repoRoot(t), "examples", bootstrap))
@@ -233,6 +234,12 @@ func startEnvoyCerts(t *testing.T, bootstrap, xdsAddr, certDir string) *envoy {
 	})
 	if certDir != "" {
 		cfg = strings.ReplaceAll(cfg, "filename: certs/", "filename: "+certDir+"/")
+	}
+	for i := 0; i+1 < len(replace); i += 2 {
+		if !strings.Contains(cfg, replace[i]) {
+			t.Fatalf("examples/%s has no %q", bootstrap, replace[i])
+		}
+		cfg = strings.ReplaceAll(cfg, replace[i], replace[i+1])
 	}
 	path := filepath.Join(t.TempDir(), "envoy.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
@@ -294,6 +301,8 @@ func (e *envoy) stats(t *testing.T, filter string) map[string]int64 {
 		}
 		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
 			out[k] = n
+		} else if u, err := strconv.ParseUint(v, 10, 64); err == nil {
+			out[k] = int64(u) // a version hash: only compared
 		}
 	}
 	return out

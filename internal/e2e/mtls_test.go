@@ -228,7 +228,10 @@ func TestEnvoyMTLSDeniedSAN(t *testing.T) {
 	ca := testcerts.NewCA(t, "example CA")
 	bs := startBackends(t, 1)
 	br := startMTLSBridge(t, ca, servicesYAML("web", bs[0]), nil)
-	ev := startEnvoyCerts(t, "envoy-mtls.yaml", br.app.XDSAddr(), envoyCerts(t, spiffeCert(t, ca, strangerID), ca))
+	// Envoy is ready once CDS arrives or its initial fetch times out
+	// (default 15 s): shorten that wait.
+	ev := startEnvoyCerts(t, "envoy-mtls.yaml", br.app.XDSAddr(), envoyCerts(t, spiffeCert(t, ca, strangerID), ca),
+		"  cds_config:\n", "  cds_config:\n    initial_fetch_timeout: 1s\n")
 	waitFor(t, 15*time.Second, "the bridge to count the denied Envoy", func() error {
 		if n := metricSum(t, br.bridge, "xdsbridge_xds_clients_denied_total"); n < 1 {
 			return fmt.Errorf("xdsbridge_xds_clients_denied_total = %v", n)
@@ -277,6 +280,9 @@ func TestEnvoyMTLSRotation(t *testing.T) {
 	before := ev.stats(t, filter)
 	if before["control_plane.connected_state"] != 1 || before["cluster.xdsbridge.upstream_cx_total"] != 1 {
 		t.Fatalf("before rotation: %v", before)
+	}
+	if len(before) != 8 {
+		t.Fatalf("Envoy stats %v: want the 8 that filter %s names", before, filter)
 	}
 	if _, err := probeTLS(addr, newClient, oldCA); !errors.Is(err, errRefused) {
 		t.Fatalf("before rotation, a client certificate from the new CA: %v, want refused", err)

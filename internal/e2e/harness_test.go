@@ -215,6 +215,13 @@ func startEnvoy(t *testing.T, bootstrap, xdsAddr string) *envoy {
 // (old, new) replaced in it.
 func startEnvoyCerts(t *testing.T, bootstrap, xdsAddr, certDir string, replace ...string) *envoy {
 	t.Helper()
+	return launchEnvoy(t, bootstrap, xdsAddr, certDir, true, replace...)
+}
+
+// launchEnvoy is startEnvoyCerts; unless waitReady, it returns as soon as
+// Envoy's admin answers, before Envoy has initialized (got its clusters).
+func launchEnvoy(t *testing.T, bootstrap, xdsAddr, certDir string, waitReady bool, replace ...string) *envoy {
+	t.Helper()
 	bin := requireBinary(t, "envoy")
 	src, err := os.ReadFile(filepath.Join(repoRoot(t), "examples", bootstrap))
 	if err != nil {
@@ -267,6 +274,9 @@ func startEnvoyCerts(t *testing.T, bootstrap, xdsAddr, certDir string, replace .
 	})
 	waitFor(t, 20*time.Second, "envoy admin to answer", func() error {
 		_, err := e.get("/ready")
+		if err != nil && !waitReady && strings.Contains(err.Error(), "503") {
+			return nil // answering, still initializing
+		}
 		return err
 	})
 	return e

@@ -22,7 +22,7 @@ func TestEnvoy5000ClustersDefaultLimits(t *testing.T) {
 	sb.WriteString(strings.TrimPrefix(servicesYAML("web", bs[0]), "services:\n"))
 	br := startBridge(t, sb.String(), "")
 	start := time.Now()
-	ev := startEnvoy(t, "envoy-delta.yaml", br.app.XDSAddr())
+	ev := launchEnvoy(t, "envoy-delta.yaml", br.app.XDSAddr(), "", false)
 	// Every cluster active (5,001 and Envoy's static xdsbridge), none
 	// warming (each got its assignment), each with its one host.
 	waitFor(t, 60*time.Second, "Envoy to hold every cluster", func() error {

@@ -5,6 +5,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -116,6 +117,12 @@ func BuildTLS(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (xd
 			return nil, nil, err
 		}
 	}
+	if c.Admin.TLS != nil {
+		opts := certs.Options{Logger: log, Metrics: reg, NextProtos: []string{"h2", "http/1.1"}}
+		if adminTLS, err = certs.New(c, c.Admin.TLS, "admin.tls", opts); err != nil {
+			return nil, nil, err
+		}
+	}
 	return xdsTLS, adminTLS, nil
 }
 
@@ -223,7 +230,11 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	g.Go(func() error { return a.XDS.Run(ctx, a.xdsLis) })
 	srv := NewAdminServer(a.Config.Admin, a.AdminHandler())
-	g.Go(func() error { return ServeAdmin(ctx, srv, a.adminLis, AdminTimeouts(a.Config.Admin).Shutdown, a.Log) })
+	adminLis := a.adminLis
+	if a.AdminTLS != nil {
+		adminLis = tls.NewListener(adminLis, a.AdminTLS.ServerConfig())
+	}
+	g.Go(func() error { return ServeAdmin(ctx, srv, adminLis, AdminTimeouts(a.Config.Admin).Shutdown, a.Log) })
 	a.Log.Info("xdsbridge running", "xds", a.XDSAddr(), "admin", a.AdminAddr(), "sources", len(a.Sources))
 	return g.Wait()
 }

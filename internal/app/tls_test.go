@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,7 +28,7 @@ import (
 const clusterType = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 
 // tlsApp writes a CA, server certificates and a one-service file to a temp
-// dir and starts the app with xds.tls (mTLS).
+// dir and starts the app with xds.tls (mTLS) and admin.tls (TLS).
 func tlsApp(t *testing.T) (a *App, ca *testcerts.CA) {
 	t.Helper()
 	dir := t.TempDir()
@@ -42,7 +43,9 @@ func tlsApp(t *testing.T) (a *App, ca *testcerts.CA) {
 xds:
   listen: "127.0.0.1:0"
   tls: {cert_file: xds.crt, key_file: xds.key, client_ca_file: ca.pem}
-admin: {listen: "127.0.0.1:0"}
+admin:
+  listen: "127.0.0.1:0"
+  tls: {cert_file: admin.crt, key_file: admin.key}
 logging: {level: error}
 sources:
   - name: static
@@ -139,6 +142,42 @@ func TestXDSOverMTLS(t *testing.T) {
 	}
 }
 
+func TestAdminOverTLS(t *testing.T) {
+	a, ca := tlsApp(t)
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get("https://" + a.AdminAddr() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != "ok" {
+		t.Errorf("healthz: %d %q", resp.StatusCode, body)
+	}
+	// Plain HTTP is not served.
+	if resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + a.AdminAddr() + "/healthz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Error("plain HTTP served")
+		}
+	}
+	// The expiry of both listeners' certificates is exported.
+	resp, err = hc.Get("https://" + a.AdminAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, l := range []string{"xds", "admin"} {
+		if !strings.Contains(string(body), `xdsbridge_tls_certificate_expiry_timestamp_seconds{listener="`+l+`"}`) {
+			t.Errorf("no expiry metric for %s", l)
+		}
+	}
+}
+
 // New fails, naming the field, when a TLS file does not load.
 func TestNewTLSErrorsNameTheField(t *testing.T) {
 	dir := t.TempDir()
@@ -148,6 +187,7 @@ func TestNewTLSErrorsNameTheField(t *testing.T) {
 	testcerts.WriteFile(t, filepath.Join(dir, "b.key"), b.KeyPEM)
 	for _, c := range []struct{ yaml, want string }{
 		{`xds: {listen: "127.0.0.1:0", tls: {cert_file: a.crt, key_file: b.key}}`, "xds.tls.key_file: does not match xds.tls.cert_file"},
+		{`admin: {listen: "127.0.0.1:0", tls: {cert_file: a.crt, key_file: a.key, client_ca_file: missing.pem}}`, "admin.tls.client_ca_file: "},
 	} {
 		cfg, err := config.Parse([]byte(c.yaml+"\nsources: [{name: s, file: {path: s.yaml}}]\n"), dir, SourceTypeNames())
 		if err != nil {

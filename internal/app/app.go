@@ -233,6 +233,9 @@ func (a *App) Run(ctx context.Context) error {
 	adminLis := a.adminLis
 	if a.AdminTLS != nil {
 		adminLis = tls.NewListener(adminLis, a.AdminTLS.ServerConfig())
+		// Failed handshakes (scanners, plain-HTTP probes) are the
+		// client's problem: logged at DEBUG, not on stderr.
+		srv.ErrorLog = slog.NewLogLogger(a.Log.Handler(), slog.LevelDebug)
 	}
 	g.Go(func() error { return ServeAdmin(ctx, srv, adminLis, AdminTimeouts(a.Config.Admin).Shutdown, a.Log) })
 	a.Log.Info("xdsbridge running", "xds", a.XDSAddr(), "admin", a.AdminAddr(), "sources", len(a.Sources))

@@ -29,9 +29,9 @@ const clusterType = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 
 // tlsApp writes a CA, server certificates and a one-service file to a temp
 // dir and starts the app with xds.tls (mTLS) and admin.tls (TLS).
-func tlsApp(t *testing.T) (a *App, ca *testcerts.CA) {
+func tlsApp(t *testing.T) (a *App, ca *testcerts.CA, dir string) {
 	t.Helper()
-	dir := t.TempDir()
+	dir = t.TempDir()
 	ca = testcerts.NewCA(t, "ca")
 	ca.WriteCA(t, dir, "ca.pem")
 	ca.Server(t).Write(t, dir, "xds")
@@ -42,7 +42,7 @@ func tlsApp(t *testing.T) (a *App, ca *testcerts.CA) {
 	cfg, err := config.Parse([]byte(`
 xds:
   listen: "127.0.0.1:0"
-  tls: {cert_file: xds.crt, key_file: xds.key, client_ca_file: ca.pem}
+  tls: {cert_file: xds.crt, key_file: xds.key, client_ca_file: ca.pem, reload_interval: 100ms}
 admin:
   listen: "127.0.0.1:0"
   tls: {cert_file: admin.crt, key_file: admin.key}
@@ -77,7 +77,7 @@ sources:
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return a, ca
+	return a, ca, dir
 }
 
 // clusters asks for every cluster over a delta ADS stream and returns
@@ -110,7 +110,7 @@ func clusters(t *testing.T, addr string, cfg *tls.Config) ([]string, error) {
 }
 
 func TestXDSOverMTLS(t *testing.T) {
-	a, ca := tlsApp(t)
+	a, ca, _ := tlsApp(t)
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.Cert)
 	client := ca.Issue(t, testcerts.LeafOptions{CommonName: "envoy", URIs: []string{"spiffe://example.org/envoy"}})
@@ -143,7 +143,7 @@ func TestXDSOverMTLS(t *testing.T) {
 }
 
 func TestAdminOverTLS(t *testing.T) {
-	a, ca := tlsApp(t)
+	a, ca, _ := tlsApp(t)
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.Cert)
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
@@ -197,5 +197,82 @@ func TestNewTLSErrorsNameTheField(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
 			t.Errorf("New: %v, want %q", err, c.want)
 		}
+	}
+}
+
+func clientCert(t *testing.T, ca *testcerts.CA) tls.Certificate {
+	t.Helper()
+	l := ca.Issue(t, testcerts.LeafOptions{CommonName: "envoy"})
+	pair, err := tls.X509KeyPair(l.CertPEM, l.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pair
+}
+
+// A rotation of the xDS certificate and client CA leaves an open stream
+// serving updates; new connections get the new certificate and CA.
+func TestXDSStreamSurvivesRotation(t *testing.T) {
+	a, ca, dir := tlsApp(t)
+	ca2 := testcerts.NewCA(t, "ca2")
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	roots.AddCert(ca2.Cert)
+	c1 := clientCert(t, ca)
+	cc, err := grpc.NewClient(a.XDSAddr(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: "localhost", Certificates: []tls.Certificate{c1}})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: "n1"}, TypeUrl: clusterType}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: clusterType, ResponseNonce: resp.Nonce}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Rotate: a server certificate from ca2, and only ca2 for clients.
+	next := ca2.Server(t)
+	next.Write(t, dir, "xds")
+	ca2.WriteCA(t, dir, "ca.pem")
+	for !a.XDSTLS.Certificate().Equal(next.Cert) {
+		if ctx.Err() != nil {
+			t.Fatal("rotation not loaded")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// The open stream still serves a change.
+	testcerts.WriteFile(t, filepath.Join(dir, "services.yaml"), []byte("services:\n  web:\n    endpoints:\n      - {address: 10.0.0.1, port: 8080}\n  api:\n    endpoints:\n      - {address: 10.0.0.2, port: 8080}\n"))
+	resp, err = st.Recv()
+	if err != nil {
+		t.Fatalf("stream after rotation: %v", err)
+	}
+	if len(resp.Resources) != 1 || resp.Resources[0].Name != "api" {
+		t.Errorf("update after rotation: %v", resp.Resources)
+	}
+
+	// New connections: the new certificate; ca2 clients in, ca clients out.
+	var state tls.ConnectionState
+	cfg := &tls.Config{RootCAs: roots, ServerName: "localhost", Certificates: []tls.Certificate{clientCert(t, ca2)},
+		VerifyConnection: func(cs tls.ConnectionState) error { state = cs; return nil }}
+	if names, err := clusters(t, a.XDSAddr(), cfg); err != nil || len(names) != 2 {
+		t.Fatalf("ca2 client after rotation: %v %v", names, err)
+	}
+	if !state.PeerCertificates[0].Equal(next.Cert) {
+		t.Errorf("new connection served %v, want the rotated certificate", state.PeerCertificates[0].SerialNumber)
+	}
+	if _, err := clusters(t, a.XDSAddr(), &tls.Config{RootCAs: roots, ServerName: "localhost", Certificates: []tls.Certificate{c1}}); status.Code(err) != codes.Unavailable {
+		t.Errorf("client of the retired CA: %v, want Unavailable", err)
 	}
 }

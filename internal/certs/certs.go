@@ -68,6 +68,9 @@ type state struct {
 	sum  [32]byte
 	leaf *x509.Certificate
 	cfg  *tls.Config // the per-handshake config
+	// warned is how far expiry was reported: 0 not, 1 soon, 2 expired.
+	// Under Watcher.mu (or before the state is published).
+	warned int
 }
 
 // New loads the files of t (paths resolved against c's directory) for the
@@ -169,17 +172,20 @@ func (w *Watcher) Run(ctx context.Context) error {
 
 // poll reads the files and swaps in their content when it changed and
 // loads. It reports whether a new certificate was swapped in.
-func (w *Watcher) poll() bool {
+func (w *Watcher) poll() bool { return w.pollAt(time.Now()) }
+
+func (w *Watcher) pollAt(now time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	files, sum, err := w.read()
 	if err == nil && sum == w.cur.Load().sum {
 		w.lastFail = [32]byte{}
+		w.checkExpiry(w.cur.Load(), now)
 		return false
 	}
 	var s *state
 	if err == nil {
-		s, err = w.load(files, sum, time.Now())
+		s, err = w.load(files, sum, now)
 	}
 	if err != nil {
 		// Report a failing state once; it is retried at every poll, and
@@ -273,13 +279,14 @@ func (w *Watcher) load(f *fileSet, sum [32]byte, now time.Time) (*state, error) 
 	if now.After(leaf.NotAfter) {
 		return nil, fmt.Errorf("%s: %s expired at %s", certF, w.cert, leaf.NotAfter.UTC().Format(time.RFC3339))
 	}
-	if life := leaf.NotAfter.Sub(leaf.NotBefore); life > 0 && float64(leaf.NotAfter.Sub(now)) < expiringSoon*float64(life) {
-		w.log.Warn("tls certificate expires soon", "field", certF, "listener", w.listener, "subject", leaf.Subject.String(), "not_after", leaf.NotAfter.UTC())
-	}
 	cfg := &tls.Config{
-		MinVersion:   w.minVer,
-		NextProtos:   append([]string(nil), w.protos...),
-		Certificates: []tls.Certificate{pair},
+		// No session resumption: a resumed session would skip the
+		// verification of the client certificate against the CA pool
+		// current at that handshake. xDS connections are long-lived.
+		SessionTicketsDisabled: true,
+		MinVersion:             w.minVer,
+		NextProtos:             append([]string(nil), w.protos...),
+		Certificates:           []tls.Certificate{pair},
 	}
 	if w.ca != "" {
 		pool := x509.NewCertPool()
@@ -289,7 +296,28 @@ func (w *Watcher) load(f *fileSet, sum [32]byte, now time.Time) (*state, error) 
 		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
 	}
-	return &state{sum: sum, leaf: leaf, cfg: cfg}, nil
+	st := &state{sum: sum, leaf: leaf, cfg: cfg}
+	w.checkExpiry(st, now)
+	return st, nil
+}
+
+// checkExpiry logs, once per certificate, that it expires soon (WARN: less
+// than a fifth of its lifetime left) or that it expired (ERROR: new
+// handshakes fail until the files are replaced).
+func (w *Watcher) checkExpiry(s *state, now time.Time) {
+	leaf := s.leaf
+	switch {
+	case now.After(leaf.NotAfter):
+		if s.warned < 2 {
+			s.warned = 2
+			w.log.Error("tls certificate expired; new handshakes fail until it is replaced", "field", w.field+".cert_file", "listener", w.listener, "subject", leaf.Subject.String(), "not_after", leaf.NotAfter.UTC())
+		}
+	case float64(leaf.NotAfter.Sub(now)) < expiringSoon*float64(leaf.NotAfter.Sub(leaf.NotBefore)):
+		if s.warned < 1 {
+			s.warned = 1
+			w.log.Warn("tls certificate expires soon", "field", w.field+".cert_file", "listener", w.listener, "subject", leaf.Subject.String(), "not_after", leaf.NotAfter.UTC())
+		}
+	}
 }
 
 func hasBlock(b []byte, want func(string) bool) bool {

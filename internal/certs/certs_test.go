@@ -126,9 +126,20 @@ func TestExpiringSoonWarns(t *testing.T) {
 	// Valid from an hour ago for 65 minutes: 5 minutes (8%) left.
 	soon := ca.Issue(t, testcerts.LeafOptions{CommonName: "soon", NotAfter: time.Now().Add(5 * time.Minute)})
 	var log syncBuf
-	newFiles(t, soon, nil).watcher(t, &log, nil)
+	w := newFiles(t, soon, nil).watcher(t, &log, nil)
 	if !strings.Contains(log.String(), "level=WARN") || !strings.Contains(log.String(), "field=xds.tls.cert_file") {
 		t.Errorf("no expiry warning naming the field:\n%s", log.String())
+	}
+	w.poll()
+	w.poll()
+	if n := strings.Count(log.String(), "level=WARN"); n != 1 {
+		t.Errorf("%d warnings, want 1 per certificate:\n%s", n, log.String())
+	}
+	// Polls after it expired (files unchanged) report that once.
+	w.pollAt(time.Now().Add(10 * time.Minute))
+	w.pollAt(time.Now().Add(11 * time.Minute))
+	if n := strings.Count(log.String(), "level=ERROR msg=\"tls certificate expired"); n != 1 {
+		t.Errorf("%d expiry errors, want 1:\n%s", n, log.String())
 	}
 	log = syncBuf{}
 	newFiles(t, ca.Server(t), nil).watcher(t, &log, nil)

@@ -20,6 +20,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -237,15 +238,27 @@ func (w *Watcher) read() (*fileSet, [32]byte, error) {
 }
 
 func readFile(field, path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("%s: %s does not exist", field, path)
 		}
 		return nil, fmt.Errorf("%s: %w", field, err)
 	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", field, err)
+	}
+	if len(b) > maxFileSize {
+		return nil, fmt.Errorf("%s: %s is larger than %d MiB", field, path, maxFileSize>>20)
+	}
 	return b, nil
 }
+
+// maxFileSize bounds what is read of each file (a CA bundle of a few
+// hundred certificates is well under it).
+const maxFileSize = 4 << 20
 
 // expiringSoon is the fraction of a certificate's lifetime left under which
 // it is logged at WARN.

@@ -88,6 +88,9 @@ func TestNewErrorsNameTheField(t *testing.T) {
 		{"ca without certificate", func(f *files) {
 			testcerts.WriteFile(t, filepath.Join(f.dir, "ca.pem"), []byte("-----BEGIN JUNK-----\naGVsbG8=\n-----END JUNK-----\n"))
 		}, "xds.tls.client_ca_file: DIR/ca.pem holds no PEM certificate"},
+		{"ca too large", func(f *files) {
+			testcerts.WriteFile(t, filepath.Join(f.dir, "ca.pem"), bytes.Repeat(ca.PEM, maxFileSize/len(ca.PEM)+1))
+		}, "xds.tls.client_ca_file: DIR/ca.pem is larger than 4 MiB"},
 		{"expired", func(f *files) { expired.Write(t, f.dir, "server") }, "xds.tls.cert_file: DIR/server.crt expired at "},
 	}
 	for _, c := range cases {

@@ -3,7 +3,7 @@
 //
 //	xdsbridge                       run on the embedded default config
 //	xdsbridge -config FILE          run on FILE
-//	xdsbridge validate -config FILE check FILE and its sources' files
+//	xdsbridge validate -config FILE check FILE, its sources' files and its TLS files
 //	xdsbridge dump -config FILE     print the resources it would serve
 package main
 
@@ -61,6 +61,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		if _, _, err := app.BuildHealthChecks(cfg); err != nil {
+			return err
+		}
+		// Loads xds.tls and admin.tls as run does; a certificate near its
+		// expiry is logged at WARN.
+		if _, _, err := app.BuildTLS(cfg, app.NewLogger(cfg.Logging, stderr), nil); err != nil {
 			return err
 		}
 		fmt.Fprintln(stdout, "config ok")

@@ -213,3 +213,38 @@ func TestConfigErrorsDoNotEchoSecrets(t *testing.T) {
 		}
 	}
 }
+
+// validate and run both load the TLS files and name the field of one that
+// does not load; good files validate.
+func TestValidateTLSFiles(t *testing.T) {
+	dir := t.TempDir()
+	ca := testcerts.NewCA(t, "ca")
+	ca.Server(t).Write(t, dir, "a")
+	ca.WriteCA(t, dir, "ca.pem")
+	testcerts.WriteFile(t, filepath.Join(dir, "b.key"), ca.Server(t).KeyPEM)
+	testcerts.WriteFile(t, filepath.Join(dir, "junk.pem"), []byte("not pem\n"))
+	os.WriteFile(filepath.Join(dir, "ok.yaml"), []byte("services: {}\n"), 0o644)
+	const tail = "sources: [{name: s, file: {path: ok.yaml}}]\n"
+	p := filepath.Join(dir, "c.yaml")
+	for _, tc := range []struct{ config, want string }{
+		{`xds: {listen: "127.0.0.1:0", tls: {cert_file: a.crt, key_file: b.key}}`, "xds.tls.key_file: does not match xds.tls.cert_file"},
+		{`xds: {listen: "127.0.0.1:0", tls: {cert_file: a.crt, key_file: a.key, client_ca_file: junk.pem}}`, "xds.tls.client_ca_file: " + filepath.Join(dir, "junk.pem") + " holds no PEM certificate"},
+		{`admin: {listen: "127.0.0.1:0", tls: {cert_file: missing.crt, key_file: a.key}}`, "admin.tls.cert_file: " + filepath.Join(dir, "missing.crt") + " does not exist"},
+	} {
+		os.WriteFile(p, []byte(tc.config+"\n"+tail), 0o644)
+		for _, cmd := range []string{"validate", "serve"} {
+			var out bytes.Buffer
+			err := run([]string{cmd, "-config", p}, &out, &out)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s %q: error %v, want it to mention %q", cmd, tc.config, err, tc.want)
+			}
+		}
+	}
+	os.WriteFile(p, []byte(`xds: {listen: "127.0.0.1:0", tls: {cert_file: a.crt, key_file: a.key, client_ca_file: ca.pem}}
+admin: {listen: "127.0.0.1:0", tls: {cert_file: a.crt, key_file: a.key}}
+`+tail), 0o644)
+	var out bytes.Buffer
+	if err := run([]string{"validate", "-config", p}, &out, &out); err != nil || strings.TrimSpace(out.String()) != "config ok" {
+		t.Errorf("good TLS files: %v, output %q", err, out.String())
+	}
+}

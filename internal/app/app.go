@@ -5,6 +5,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,10 +15,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/xdsbridge/xdsbridge/bridge"
 	"github.com/xdsbridge/xdsbridge/config"
 	"github.com/xdsbridge/xdsbridge/healthcheck"
+	"github.com/xdsbridge/xdsbridge/internal/certs"
 	"github.com/xdsbridge/xdsbridge/sources"
 	"github.com/xdsbridge/xdsbridge/xds"
 )
@@ -33,6 +36,9 @@ type App struct {
 	XDS      *xds.Server
 	// Checks is nil when no health check is configured.
 	Checks *healthcheck.Manager
+	// XDSTLS and AdminTLS hold the listeners' certificates; nil for a
+	// plaintext listener.
+	XDSTLS, AdminTLS *certs.Watcher
 
 	xdsLis, adminLis net.Listener
 }
@@ -103,6 +109,23 @@ func DefaultLocalities(c *config.Config) map[string]sources.Locality {
 	return out
 }
 
+// BuildTLS loads the TLS files of the xDS and admin listeners (xds.tls,
+// admin.tls); a listener without TLS gets nil. Errors name the field.
+func BuildTLS(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (xdsTLS, adminTLS *certs.Watcher, err error) {
+	if c.XDS.TLS != nil {
+		if xdsTLS, err = certs.New(c, c.XDS.TLS, "xds.tls", certs.Options{Logger: log, Metrics: reg}); err != nil {
+			return nil, nil, err
+		}
+	}
+	if c.Admin.TLS != nil {
+		opts := certs.Options{Logger: log, Metrics: reg, NextProtos: []string{"h2", "http/1.1"}}
+		if adminTLS, err = certs.New(c, c.Admin.TLS, "admin.tls", opts); err != nil {
+			return nil, nil, err
+		}
+	}
+	return xdsTLS, adminTLS, nil
+}
+
 // New builds the bridge. It starts nothing and listens on nothing.
 func New(c *config.Config, log *slog.Logger) (*App, error) {
 	reg := prometheus.NewRegistry()
@@ -118,6 +141,14 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	perSource, perService, err := BuildHealthChecks(c)
 	if err != nil {
 		return nil, err
+	}
+	xdsTLS, adminTLS, err := BuildTLS(c, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	xopts := xds.Options{Logger: log, Metrics: reg}
+	if xdsTLS != nil {
+		xopts.Creds = credentials.NewTLS(xdsTLS.ServerConfig())
 	}
 	var checks *healthcheck.Manager
 	opts := bridge.Options{
@@ -145,7 +176,9 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		Sources:  srcs,
 		Loop:     loop,
 		Cache:    cache,
-		XDS:      xds.NewServer(cache, xds.Options{Logger: log, Metrics: reg}),
+		XDS:      xds.NewServer(cache, xopts),
+		XDSTLS:   xdsTLS,
+		AdminTLS: adminTLS,
 	}, nil
 }
 
@@ -190,9 +223,21 @@ func (a *App) Run(ctx context.Context) error {
 			return nil
 		})
 	}
+	for _, w := range []*certs.Watcher{a.XDSTLS, a.AdminTLS} {
+		if w != nil {
+			g.Go(func() error { return w.Run(ctx) })
+		}
+	}
 	g.Go(func() error { return a.XDS.Run(ctx, a.xdsLis) })
 	srv := NewAdminServer(a.Config.Admin, a.AdminHandler())
-	g.Go(func() error { return ServeAdmin(ctx, srv, a.adminLis, AdminTimeouts(a.Config.Admin).Shutdown, a.Log) })
+	adminLis := a.adminLis
+	if a.AdminTLS != nil {
+		adminLis = tls.NewListener(adminLis, a.AdminTLS.ServerConfig())
+		// Failed handshakes (scanners, plain-HTTP probes) are the
+		// client's problem: logged at DEBUG, not on stderr.
+		srv.ErrorLog = slog.NewLogLogger(a.Log.Handler(), slog.LevelDebug)
+	}
+	g.Go(func() error { return ServeAdmin(ctx, srv, adminLis, AdminTimeouts(a.Config.Admin).Shutdown, a.Log) })
 	a.Log.Info("xdsbridge running", "xds", a.XDSAddr(), "admin", a.AdminAddr(), "sources", len(a.Sources))
 	return g.Wait()
 }

@@ -179,3 +179,37 @@ func TestConfigErrorsDoNotEchoSecrets(t *testing.T) {
 		}
 	}
 }
+
+// validate reads admin.token_file as the server does: a bad token is an
+// error naming the field that does not show the token; a good one passes.
+func TestValidateAdminTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "ok.yaml"), []byte("services: {}\n"), 0o644)
+	p := filepath.Join(dir, "c.yaml")
+	os.WriteFile(p, []byte("admin: {token_file: tok}\nsources: [{name: s, file: {path: ok.yaml}}]\n"), 0o644)
+	for _, tc := range []struct{ token, want string }{
+		{"", "admin.token_file: open " + filepath.Join(dir, "tok")},
+		{"s3cr3t\n", "admin.token_file: " + filepath.Join(dir, "tok") + ": the token is 6 bytes; at least 16"},
+		{"s3cr3t s3cr3t s3cr3t\n", "whitespace inside the token"},
+		{"0123456789abcdef\n", ""},
+	} {
+		os.Remove(filepath.Join(dir, "tok"))
+		if tc.token != "" {
+			os.WriteFile(filepath.Join(dir, "tok"), []byte(tc.token), 0o600)
+		}
+		var out bytes.Buffer
+		err := run([]string{"validate", "-config", p}, &out, &out)
+		if tc.want == "" {
+			if err != nil || strings.TrimSpace(out.String()) != "config ok" {
+				t.Errorf("token %q: %v %q", tc.token, err, out.String())
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("token %q: error %v, want it to mention %q", tc.token, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error()+out.String(), "s3cr3t") {
+			t.Errorf("token %q: the error shows the token: %v", tc.token, err)
+		}
+	}
+}

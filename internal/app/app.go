@@ -33,6 +33,8 @@ type App struct {
 	XDS      *xds.Server
 	// Checks is nil when no health check is configured.
 	Checks *healthcheck.Manager
+	// Token guards /debug/* (admin.token_file); nil when not configured.
+	Token *AdminToken
 
 	xdsLis, adminLis net.Listener
 }
@@ -135,9 +137,14 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		checks = healthcheck.NewManager(checker, perSource, perService)
 		opts.HealthChecks = checks
 	}
+	token, err := AdminTokenFromConfig(c, log, reg)
+	if err != nil {
+		return nil, err
+	}
 	cache := xds.NewCache()
 	loop := bridge.New(opts, cache)
 	return &App{
+		Token:    token,
 		Checks:   checks,
 		Config:   c,
 		Log:      log,
@@ -191,6 +198,9 @@ func (a *App) Run(ctx context.Context) error {
 		})
 	}
 	g.Go(func() error { return a.XDS.Run(ctx, a.xdsLis) })
+	if a.Token != nil {
+		g.Go(func() error { return a.Token.Run(ctx) })
+	}
 	srv := NewAdminServer(a.Config.Admin, a.AdminHandler())
 	g.Go(func() error { return ServeAdmin(ctx, srv, a.adminLis, AdminTimeouts(a.Config.Admin).Shutdown, a.Log) })
 	a.Log.Info("xdsbridge running", "xds", a.XDSAddr(), "admin", a.AdminAddr(), "sources", len(a.Sources))

@@ -37,6 +37,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"sources: [{name: s, file: {path: ok.yaml}, health_check: {type: htp}}]\n", "sources[0].health_check"},
 		{"default_locality: {zon: a}\nsources: [{name: s, file: {path: ok.yaml}}]\n", `unknown field "zon" in default_locality`},
 		{"sources: [{name: s, file: {path: ok.yaml}, default_locality: {zon: a}}]\n", `sources[0]: default_locality: unknown field "zon"`},
+		{"sources: [{name: c, consul: {tls: {ca_file: ok.yaml}}}]\n", "sources[0] (c).consul: tls.ca_file: " + filepath.Join(dir, "ok.yaml") + ": not PEM"},
 	} {
 		os.WriteFile(filepath.Join(dir, "ok.yaml"), []byte("services: {}\n"), 0o644)
 		os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte("services: {web: {endpoints: [{address: x, port: 80}]}}\n"), 0o644)

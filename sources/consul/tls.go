@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -136,16 +137,48 @@ func parseCerts(field, path string, b []byte) ([]*x509.Certificate, error) {
 	return certs, nil
 }
 
-func loadCAFile(field, path string) ([]*x509.Certificate, error) {
-	b, err := os.ReadFile(path)
+// maxPEMFile bounds what is read of a CA, certificate or key file.
+const maxPEMFile = 4 << 20
+
+// readPEMFile reads a regular file (symlinks followed) of at most
+// maxPEMFile bytes; a device, a FIFO or a directory is an error, so a
+// mistyped path neither blocks nor reads without end.
+func readPEMFile(field, path string) ([]byte, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", field, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", field, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: %s: not a regular file (%s)", field, path, fi.Mode().Type())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxPEMFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s: %w", field, path, err)
+	}
+	if len(b) > maxPEMFile {
+		return nil, fmt.Errorf("%s: %s: larger than %d MiB", field, path, maxPEMFile>>20)
+	}
+	return b, nil
+}
+
+func loadCAFile(field, path string) ([]*x509.Certificate, error) {
+	b, err := readPEMFile(field, path)
+	if err != nil {
+		return nil, err
 	}
 	return parseCerts(field, path, b)
 }
 
 // loadCAPath reads every file under dir (recursively, as the Consul API
-// does); each must hold certificates, and there must be at least one.
+// does); each must hold certificates, and there must be at least one. A
+// symlink to a file is read; a symlink to a directory is skipped (the
+// ..data links of a Kubernetes volume point into a directory the walk
+// reads anyway).
 func loadCAPath(field, dir string) ([]*x509.Certificate, error) {
 	var certs []*x509.Certificate
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
@@ -154,6 +187,11 @@ func loadCAPath(field, dir string) ([]*x509.Certificate, error) {
 		}
 		if d.IsDir() {
 			return nil
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+				return nil
+			}
 		}
 		c, err := loadCAFile(field, p)
 		if err != nil {
@@ -177,16 +215,16 @@ func loadCAPath(field, dir string) ([]*x509.Certificate, error) {
 // loadKeyPair loads the client certificate and its key; errors name the
 // field at fault, or both when the key does not match the certificate.
 func loadKeyPair(certField, certPath, keyField, keyPath string) (tls.Certificate, error) {
-	certPEM, err := os.ReadFile(certPath)
+	certPEM, err := readPEMFile(certField, certPath)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("%s: %w", certField, err)
+		return tls.Certificate{}, err
 	}
 	if _, err := parseCerts(certField, certPath, certPEM); err != nil {
 		return tls.Certificate{}, err
 	}
-	keyPEM, err := os.ReadFile(keyPath)
+	keyPEM, err := readPEMFile(keyField, keyPath)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("%s: %w", keyField, err)
+		return tls.Certificate{}, err
 	}
 	if !hasKeyBlock(keyPEM) {
 		return tls.Certificate{}, fmt.Errorf("%s: %s: no private key found (no PEM block of type ... PRIVATE KEY)", keyField, keyPath)

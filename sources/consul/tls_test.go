@@ -62,6 +62,16 @@ func TestTLSLoadErrorsNameTheField(t *testing.T) {
 		t.Fatal(err)
 	}
 	write("cadir-good/sub/a.pem", ca.PEM)
+	write("big.pem", bytes.Repeat(ca.PEM, 4<<20/len(ca.PEM)+1))
+	// A Kubernetes-style volume: files linked through ..data, a link to a
+	// directory the walk skips.
+	write("cadir-k8s/..2026/ca.crt", ca.PEM)
+	if err := os.Symlink("..2026", filepath.Join(dir, "cadir-k8s", "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("..data/ca.crt", filepath.Join(dir, "cadir-k8s", "ca.crt")); err != nil {
+		t.Fatal(err)
+	}
 
 	for _, tc := range []struct{ tls, want string }{
 		{`{"ca_file": "absent.pem"}`, "tls.ca_file: open " + filepath.Join(dir, "absent.pem") + ": no such file"},
@@ -78,6 +88,10 @@ func TestTLSLoadErrorsNameTheField(t *testing.T) {
 		{`{"cert_file": "bridge.crt", "key_file": "bridge.crt"}`, "tls.key_file: " + certPEM + ": no private key found"},
 		{`{"cert_file": "bridge.crt", "key_file": "other.key"}`, "tls.cert_file, tls.key_file: " + certPEM + ", " + otherKey + ": private key does not match public key"},
 		{`{"cert_file": "not.pem", "key_file": "bridge.key"}`, "tls.cert_file: " + notPEM + ": not PEM"},
+		{`{"ca_file": "/dev/zero"}`, "tls.ca_file: /dev/zero: not a regular file"},
+		{`{"ca_file": "cadir-good"}`, "tls.ca_file: " + filepath.Join(dir, "cadir-good") + ": not a regular file"},
+		{`{"ca_file": "big.pem"}`, "tls.ca_file: " + filepath.Join(dir, "big.pem") + ": larger than 4 MiB"},
+		{`{"cert_file": "bridge.crt", "key_file": "/dev/null"}`, "tls.key_file: /dev/null: not a regular file"},
 	} {
 		_, err := New("c", json.RawMessage(`{"tls": `+tc.tls+`}`), sources.Env{BaseDir: dir})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -100,6 +114,7 @@ func TestTLSLoadErrorsNameTheField(t *testing.T) {
 	for _, raw := range []string{
 		`{"tls": {"ca_file": "ca.pem", "cert_file": "bridge.crt", "key_file": "bridge.key", "server_name": "consul.example:8501"}}`,
 		`{"tls": {"ca_path": "cadir-good", "cert_file": "bridge.crt", "key_file": "bridge.key", "server_name": "consul.example"}}`,
+		`{"tls": {"ca_path": "cadir-k8s", "cert_file": "bridge.crt", "key_file": "bridge.key", "server_name": "consul.example"}}`,
 	} {
 		src, err := New("c", json.RawMessage(raw), sources.Env{BaseDir: dir})
 		if err != nil {

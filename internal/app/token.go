@@ -104,6 +104,14 @@ func NewAdminToken(path string, log *slog.Logger, reg prometheus.Registerer) (*A
 // Errors name the field and the path, never the token.
 func readAdminToken(path string) ([sha256.Size]byte, error) {
 	var zero [sha256.Size]byte
+	// Stat before Open: opening a FIFO would block the reload loop.
+	fi, err := os.Stat(path)
+	if err != nil {
+		return zero, fmt.Errorf("admin.token_file: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return zero, fmt.Errorf("admin.token_file: %s: not a regular file (%s)", path, fi.Mode().Type())
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return zero, fmt.Errorf("admin.token_file: %w", err)

@@ -45,8 +45,13 @@ func TestAdminTokenFileErrors(t *testing.T) {
 		}
 	}
 	_, err := NewAdminToken(filepath.Join(dir, "absent"), nil, nil)
-	if err == nil || !strings.Contains(err.Error(), "admin.token_file: open "+filepath.Join(dir, "absent")) {
+	if err == nil || !strings.Contains(err.Error(), "admin.token_file: stat "+filepath.Join(dir, "absent")+": no such file") {
 		t.Errorf("missing file: error %v", err)
+	}
+	for _, p := range []string{dir, "/dev/zero"} {
+		if _, err := NewAdminToken(p, nil, nil); err == nil || !strings.Contains(err.Error(), "admin.token_file: "+p+": not a regular file") {
+			t.Errorf("%s: error %v", p, err)
+		}
 	}
 	for _, ok := range []string{"0123456789abcdef", "0123456789abcdef\n", "0123456789abcdef\r\n", "0123456789abcdef\n\n"} {
 		p := filepath.Join(dir, "ok")

@@ -145,7 +145,9 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		Sources:  srcs,
 		Loop:     loop,
 		Cache:    cache,
-		XDS:      xds.NewServer(cache, xds.Options{Logger: log, Metrics: reg}),
+		XDS: xds.NewServer(cache, xds.Options{Logger: log, Metrics: reg, Limits: c.XDS.Limits, Keepalive: xds.Keepalive{
+			Time: c.XDS.Keepalive.Time.D(), Timeout: c.XDS.Keepalive.Timeout.D(), MinTime: c.XDS.Keepalive.MinTime.D(),
+		}}),
 	}, nil
 }
 

@@ -302,7 +302,7 @@ func TestLimitNameBytesPerConnection(t *testing.T) {
 	wantLimit(t, sub(ctx, "c"), codes.ResourceExhausted, "max_name_bytes_per_connection")
 	cl := h.srv.Clients()
 	if len(cl) != 2 || cl[0].NameBytes < 1500*1024 || cl[0].SubscribedNames < 1500 ||
-		cl[0].MemoryEstimateBytes < cl[0].NameBytes+cl[0].SubscribedNames*xds.PerNameOverheadBytes {
+		cl[0].MemoryEstimateBytes < 2*cl[0].NameBytes+cl[0].SubscribedNames*xds.PerNameOverheadBytes {
 		t.Fatalf("clients: %+v", cl)
 	}
 	cancel1()
@@ -513,7 +513,7 @@ func TestLimitsLetEnvoyThrough(t *testing.T) {
 		}
 	}
 	for _, c := range h.srv.Clients() {
-		if c.SubscribedNames < n || c.MemoryEstimateBytes < c.NameBytes+int64(n)*xds.PerNameOverheadBytes {
+		if c.SubscribedNames < n || c.MemoryEstimateBytes < 2*c.NameBytes+int64(n)*xds.PerNameOverheadBytes {
 			t.Errorf("client %s: %d names, %d bytes, estimate %d", c.Mode, c.SubscribedNames, c.NameBytes, c.MemoryEstimateBytes)
 		}
 		t.Logf("%s: %d names, %d name bytes, memory estimate %d bytes", c.Mode, c.SubscribedNames, c.NameBytes, c.MemoryEstimateBytes)

@@ -100,9 +100,10 @@ type clientInfo struct {
 	SubscribedNames int64 `json:"subscribed_names"`
 	NameBytes       int64 `json:"name_bytes"`
 	// MemoryEstimateBytes estimates the heap the stream costs the server:
-	// PerStreamOverheadBytes + NameBytes + SubscribedNames ×
-	// PerNameOverheadBytes (both measured; see their comments). It leaves
-	// out the responses being sent, which are shared encodings.
+	// PerStreamOverheadBytes + NameBytesFactor × NameBytes +
+	// SubscribedNames × PerNameOverheadBytes (measured; see guard.go). It
+	// leaves out the responses being sent, whose resource encodings are
+	// shared by every client.
 	MemoryEstimateBytes int64 `json:"memory_estimate_bytes"`
 
 	acct *streamAcct // nil for a stream not opened through Run's server
@@ -137,6 +138,13 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 		experimental.BufferPool(bufferPool),
 		grpc.ForceServerCodecV2(codec{}),
 		grpc.MaxRecvMsgSize(s.lim.MaxRecvMessageBytes),
+		// Fixed HTTP/2 flow-control windows (which turns off gRPC's
+		// bandwidth-delay estimate, whose windows grow to 16 MiB): a stream
+		// whose requests are paced (requests_per_second) can make the server
+		// buffer only its window, 256 KiB, not 16 MiB, unread. Clients send
+		// small requests; a 2 MiB subscription takes a few round trips.
+		grpc.InitialWindowSize(256<<10),
+		grpc.InitialConnWindowSize(1<<20),
 		// HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS is twice the limit: a
 		// stream past MaxStreamsPerConnection reaches the guard, which
 		// refuses it with an error naming the limit and counts it (at the

@@ -125,10 +125,9 @@ func (g *guard) intercept(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInf
 	a := &streamAcct{g: g, conn: ca, types: map[string]*typeNames{}, tokens: float64(g.lim.RequestBurst), last: time.Now()}
 	gs := &guardedStream{ServerStream: ss, a: a, ctx: context.WithValue(ss.Context(), streamAcctKey{}, a)}
 	err := handler(srv, gs)
-	a.release()
-	if a.err != nil {
+	if lerr := a.release(); lerr != nil {
 		// go-control-plane ends a stream whose Recv fails, without its error.
-		return a.err
+		return lerr
 	}
 	return err
 }
@@ -165,20 +164,21 @@ func (s *guardedStream) RecvMsg(m any) error {
 		}
 		return err
 	}
-	if err := a.check(m); err != nil {
-		a.err = err
-		return err
-	}
-	return nil
+	return a.check(m)
 }
 
-// streamAcct is one stream's accounting. Its methods but names and bytes
-// are called only from the stream's receiving goroutine.
+// streamAcct is one stream's accounting. pace is called only from the
+// stream's receiving goroutine; check too, but it can run after the
+// handler returned (go-control-plane's receiving goroutine outlives it),
+// so check and release hold mu.
 type streamAcct struct {
 	g    *guard
 	conn *connAcct
 
-	types map[string]*typeNames
+	mu       sync.Mutex
+	types    map[string]*typeNames
+	released bool
+	err      error // the limit the stream went over
 
 	// names and bytes are the stream's totals, also in conn's; read by
 	// Server.Clients.
@@ -187,8 +187,6 @@ type streamAcct struct {
 	// The token bucket pacing requests.
 	tokens float64
 	last   time.Time
-
-	err error // the limit the stream went over
 }
 
 // typeNames is one type's subscribed names: hash → bytes.
@@ -220,8 +218,21 @@ func (a *streamAcct) pace(ctx context.Context) error {
 }
 
 // check applies one request to the accounting, and returns the error of
-// the first limit it goes over.
+// the first limit it goes over, which is also the stream's error.
 func (a *streamAcct) check(m any) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.err != nil {
+		return a.err
+	}
+	if a.released {
+		return status.Error(codes.Canceled, "stream ended")
+	}
+	a.err = a.apply(m)
+	return a.err
+}
+
+func (a *streamAcct) apply(m any) error {
 	lim := a.g.lim
 	var node *core.Node
 	var typeURL string
@@ -320,14 +331,19 @@ func (a *streamAcct) check(m any) error {
 	return nil
 }
 
-// release takes the stream's names off its connection's accounting.
-func (a *streamAcct) release() {
+// release takes the stream's names off its connection's accounting, and
+// returns the limit the stream went over, if any.
+func (a *streamAcct) release() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.released = true
 	n, b := a.names.Swap(0), a.bytes.Swap(0)
 	a.conn.mu.Lock()
 	a.conn.names -= int(n)
 	a.conn.bytes -= int(b)
 	a.conn.mu.Unlock()
 	a.types = nil
+	return a.err
 }
 
 // The per-client memory estimate (memory_estimate_bytes in /debug/clients)

@@ -19,7 +19,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
 	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/xdsbridge/xdsbridge/translate"
@@ -129,6 +131,50 @@ func rawDelta(ctx context.Context, conn *grpc.ClientConn, req *discovery.DeltaDi
 		return nil, err
 	}
 	return st, nil
+}
+
+// rawCodec lets a test client send a request encoded once, as bytes
+// (wire), on many streams; everything else is proto. (Encoding a 4 MB
+// request for each of 200 streams is most of a test's time under -race.)
+type rawCodec struct{}
+
+// wire is encoded protobuf: concatenated encodings decode as one merged
+// message.
+type wire mem.BufferSlice
+
+func (rawCodec) Name() string { return "proto" }
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if w, ok := v.(wire); ok {
+		return mem.BufferSlice(w), nil
+	}
+	b, err := proto.Marshal(v.(proto.Message))
+	return mem.BufferSlice{mem.SliceBuffer(b)}, err
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	return proto.Unmarshal(data.Materialize(), v.(proto.Message))
+}
+
+func encode(t *testing.T, m proto.Message) mem.SliceBuffer {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// rawDeltaWire is rawDelta sending w.
+func rawDeltaWire(ctx context.Context, conn *grpc.ClientConn, w wire) error {
+	st, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true},
+		"/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources", grpc.ForceCodecV2(rawCodec{}))
+	if err != nil {
+		return err
+	}
+	if err := st.SendMsg(w); err != nil && err != io.EOF {
+		return err
+	}
+	return st.RecvMsg(new(discovery.DeltaDiscoveryResponse))
 }
 
 // wantLimit checks err is code with a message naming the config field.
@@ -245,7 +291,7 @@ func TestLimitTenThousandStreams(t *testing.T) {
 // ended (or refused) and the server keeps none of it.
 func TestLimitNamesAbuse(t *testing.T) {
 	h := newLimitHarness(t, xds.Options{})
-	req := &discovery.DeltaDiscoveryRequest{TypeUrl: eds, Node: &core.Node{Id: "abuser"}, ResourceNamesSubscribe: madeUpNames(3900, 1024, "abuse")}
+	req := wire{encode(t, &discovery.DeltaDiscoveryRequest{TypeUrl: eds, Node: &core.Node{Id: "abuser"}, ResourceNamesSubscribe: madeUpNames(3900, 1024, "abuse")})}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var wg sync.WaitGroup
@@ -255,7 +301,7 @@ func TestLimitNamesAbuse(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := rawDelta(ctx, h.conn, req)
+			err := rawDeltaWire(ctx, h.conn, req)
 			msg := grpcstatus.Convert(err).Message()
 			mu.Lock()
 			defer mu.Unlock()
@@ -403,10 +449,18 @@ func TestLimitNACKFlood(t *testing.T) {
 	var mu sync.Mutex
 	log := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))
 	h := newLimitHarness(t, xds.Options{Logger: log})
-	d := h.delta("n")
-	detail := strings.Repeat("e", 1<<20)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := h.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true},
+		"/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources", grpc.ForceCodecV2(rawCodec{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nack := encode(t, &discovery.DeltaDiscoveryRequest{TypeUrl: eds, Node: &core.Node{Id: "n"}, ErrorDetail: &status.Status{Message: strings.Repeat("e", 1<<20)}})
 	for i := range 200 {
-		d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResponseNonce: fmt.Sprint("n", i/2), ErrorDetail: &status.Status{Message: detail}})
+		if err := st.SendMsg(wire{nack, encode(t, &discovery.DeltaDiscoveryRequest{ResponseNonce: fmt.Sprint("n", i/2)})}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	waitFor(t, "100 NACKs", func() bool { return h.srv.NACKs() == 100 })
 	time.Sleep(100 * time.Millisecond) // any further (wrong) count

@@ -8,36 +8,37 @@ import (
 	"sync/atomic"
 	"time"
 
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // guard enforces Limits on the gRPC server, in front of go-control-plane
 // and the cache: a stats.Handler gives each connection its accounting
 // (TagConn), and a stream interceptor counts the streams per connection and
-// in total and wraps each stream so that every request is paced, its node
-// size checked and its subscribed names accounted before go-control-plane
-// sees it. A request over a limit is never handed on: the stream ends with
-// the limit's error, which names the config field.
+// in total and wraps each stream so that every request is paced, then
+// checked, encoded, by the codec (guardedMsg, checkWire): its node's size,
+// and its subscribed names. A request over a limit is never decoded nor
+// handed on: the stream ends with the limit's error, which names the
+// config field.
 //
 // The names are accounted exactly, per stream and type, as a set of 64-bit
-// hashes (hash/maphash, random seed) with each name's length, not a second
-// copy of the strings: ~20 bytes of map entry per name against the name's
-// own bytes held twice (see PerNameOverheadBytes).
+// hashes (hash/maphash, random seed) of the names' encoded bytes with each
+// name's length, not a second copy of the strings:
 //
-//   - delta: resource_names_subscribe adds, resource_names_unsubscribe
-//     removes ("*" is a name like any other); initial_resource_versions adds
-//     its names, each costing its name and version bytes.
+//   - delta: resource_names_subscribe adds, then resource_names_unsubscribe
+//     removes ("*" is a name like any other); initial_resource_versions
+//     adds its names, each costing its name and version bytes.
 //   - sotw: a request's resource_names replace its type's set.
 //
-// The type URL of each type a stream names counts as one name of its
-// length, so a client cannot grow the per-type maps without bound either.
+// The rest of each type's last request (nonce, error detail, node...) is
+// held by the server until the type's next, and counts in the name bytes.
+// Each type a stream names counts as one name, so a client cannot grow the
+// per-type maps without bound either.
 type guard struct {
 	lim  Limits
 	m    *guardMetrics
@@ -155,7 +156,10 @@ func (s *guardedStream) RecvMsg(m any) error {
 	if err := a.pace(s.ctx); err != nil {
 		return err
 	}
-	if err := s.ServerStream.RecvMsg(m); err != nil {
+	// The codec hands the encoded request to checkWire before decoding it
+	// (guardedMsg).
+	gm := &guardedMsg{m: m, a: a}
+	if err := s.ServerStream.RecvMsg(gm); err != nil {
 		if status.Code(err) == codes.ResourceExhausted {
 			// gRPC refused a message over MaxRecvMsgSize, and has already
 			// ended the stream with its own message ("grpc: received
@@ -164,7 +168,23 @@ func (s *guardedStream) RecvMsg(m any) error {
 		}
 		return err
 	}
-	return a.check(m)
+	if !gm.checked {
+		return status.Errorf(codes.Internal, "xds: request of type %T not checked", m)
+	}
+	// A request over a limit is left undecoded; the error ends the stream.
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.err
+}
+
+// guardedMsg is what a guarded stream asks gRPC to decode into: the codec
+// has the stream's accounting check the encoded request before decoding it
+// into m (and does not decode it if a limit is reached: an error from the
+// codec would reach the client as gRPC's own Internal error).
+type guardedMsg struct {
+	m       any
+	a       *streamAcct
+	checked bool
 }
 
 // streamAcct is one stream's accounting. pace is called only from the
@@ -189,10 +209,12 @@ type streamAcct struct {
 	last   time.Time
 }
 
-// typeNames is one type's subscribed names: hash → bytes.
+// typeNames is one type's subscribed names (hash → bytes), their bytes,
+// and the bytes of the type's last request that are not names.
 type typeNames struct {
 	set   map[uint64]uint32
 	bytes int
+	other int
 }
 
 // pace takes a token from the stream's bucket, waiting for it if there is
@@ -217,9 +239,12 @@ func (a *streamAcct) pace(ctx context.Context) error {
 	}
 }
 
-// check applies one request to the accounting, and returns the error of
-// the first limit it goes over, which is also the stream's error.
-func (a *streamAcct) check(m any) error {
+// checkWire applies one encoded request (b, about to be decoded into m) to
+// the accounting, and returns the error of the first limit it goes over,
+// which is also the stream's error. It reads the wire format itself, so
+// that a request over a limit is never decoded, and allocates nothing but
+// map entries.
+func (a *streamAcct) checkWire(m any, b []byte) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.err != nil {
@@ -228,36 +253,89 @@ func (a *streamAcct) check(m any) error {
 	if a.released {
 		return status.Error(codes.Canceled, "stream ended")
 	}
-	a.err = a.apply(m)
-	return a.err
-}
-
-func (a *streamAcct) apply(m any) error {
-	lim := a.g.lim
-	var node *core.Node
-	var typeURL string
-	switch r := m.(type) {
+	var delta bool
+	switch m.(type) {
 	case *discovery.DeltaDiscoveryRequest:
-		node, typeURL = r.GetNode(), r.GetTypeUrl()
+		delta = true
 	case *discovery.DiscoveryRequest:
-		node, typeURL = r.GetNode(), r.GetTypeUrl()
 	default:
 		return nil
 	}
-	if node != nil {
-		if n := proto.Size(node); n > lim.MaxNodeBytes {
-			return a.g.limitError(codes.InvalidArgument, "max_node_bytes", lim.MaxNodeBytes, "the request's node is %d bytes encoded", n)
+	a.err = a.apply(delta, b)
+	return a.err
+}
+
+// Field numbers of DeltaDiscoveryRequest and DiscoveryRequest.
+const (
+	deltaNode, deltaTypeURL, deltaSubscribe, deltaUnsubscribe, deltaInitialVersions protowire.Number = 1, 2, 3, 4, 5
+	sotwNode, sotwResourceNames, sotwTypeURL                                        protowire.Number = 2, 3, 4
+)
+
+// fields calls fn with each length-delimited field of b, and the bytes it
+// takes (tag and length included); false if b is not well formed (the
+// decoder then refuses it).
+func fields(b []byte, fn func(num protowire.Number, v []byte, size int)) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
 		}
+		if typ != protowire.BytesType {
+			m := protowire.ConsumeFieldValue(num, typ, b[n:])
+			if m < 0 {
+				return false
+			}
+			b = b[n+m:]
+			continue
+		}
+		v, m := protowire.ConsumeBytes(b[n:])
+		if m < 0 {
+			return false
+		}
+		fn(num, v, n+m)
+		b = b[n+m:]
 	}
-	tn := a.types[typeURL]
+	return true
+}
+
+func (a *streamAcct) apply(delta bool, b []byte) error {
+	lim := a.g.lim
+	nodeField, typeField, namesField := sotwNode, sotwTypeURL, sotwResourceNames
+	if delta {
+		nodeField, typeField, namesField = deltaNode, deltaTypeURL, deltaSubscribe
+	}
+	// First pass: the type, the node's size, and the bytes that are not
+	// names (the server holds a type's last request until its next).
+	var typeURL []byte
+	nodeBytes, namesBytes := 0, 0
+	if !fields(b, func(num protowire.Number, v []byte, size int) {
+		switch {
+		case num == nodeField:
+			nodeBytes += len(v)
+		case num == typeField:
+			typeURL = v // the last one counts
+		case num == namesField || delta && (num == deltaUnsubscribe || num == deltaInitialVersions):
+			namesBytes += size
+		}
+	}) {
+		return nil
+	}
+	if nodeBytes > lim.MaxNodeBytes {
+		return a.g.limitError(codes.InvalidArgument, "max_node_bytes", lim.MaxNodeBytes, "the request's node is %d bytes encoded", nodeBytes)
+	}
+	tn := a.types[string(typeURL)] // no allocation
 	dn, db := 0, 0
 	if tn == nil {
 		tn = &typeNames{set: map[uint64]uint32{}}
-		a.types[typeURL] = tn
-		dn, db = 1, len(typeURL)
+		a.types[string(typeURL)] = tn
+		dn = 1
 	}
-	add := func(name string, size int) {
-		h := maphash.String(a.g.seed, name)
+	other := len(b) - namesBytes
+	db += other - tn.other
+	tn.other = other
+
+	add := func(name []byte, size int) {
+		h := maphash.Bytes(a.g.seed, name)
 		if _, ok := tn.set[h]; ok {
 			return
 		}
@@ -266,42 +344,59 @@ func (a *streamAcct) apply(m any) error {
 		dn++
 		db += size
 	}
-	switch r := m.(type) {
-	case *discovery.DeltaDiscoveryRequest:
-		for n, v := range r.GetInitialResourceVersions() {
-			add(n, len(n)+len(v))
-		}
-		for _, n := range r.GetResourceNamesSubscribe() {
-			add(n, len(n))
-		}
-		for _, n := range r.GetResourceNamesUnsubscribe() {
-			h := maphash.String(a.g.seed, n)
+	if delta {
+		fields(b, func(num protowire.Number, v []byte, _ int) {
+			switch num {
+			case deltaInitialVersions:
+				var key, val []byte
+				fields(v, func(num protowire.Number, v []byte, _ int) {
+					switch num {
+					case 1:
+						key = v
+					case 2:
+						val = v
+					}
+				})
+				add(key, len(key)+len(val))
+			case deltaSubscribe:
+				add(v, len(v))
+			}
+		})
+		// Unsubscribes after subscribes, as go-control-plane applies them.
+		fields(b, func(num protowire.Number, v []byte, _ int) {
+			if num != deltaUnsubscribe {
+				return
+			}
+			h := maphash.Bytes(a.g.seed, v)
 			if size, ok := tn.set[h]; ok {
 				delete(tn.set, h)
 				tn.bytes -= int(size)
 				dn--
 				db -= int(size)
 			}
-		}
-	case *discovery.DiscoveryRequest:
+		})
+	} else {
 		// The list replaces the type's set; unchanged (the common ACK),
 		// nothing is rebuilt.
-		names := r.GetResourceNames()
-		same := len(names) == len(tn.set)
-		for _, n := range names {
-			if !same {
-				break
+		n, same := 0, true
+		fields(b, func(num protowire.Number, v []byte, _ int) {
+			if num == sotwResourceNames {
+				n++
+				if same {
+					_, same = tn.set[maphash.Bytes(a.g.seed, v)]
+				}
 			}
-			_, same = tn.set[maphash.String(a.g.seed, n)]
-		}
-		if !same {
+		})
+		if !same || n != len(tn.set) {
 			dn -= len(tn.set)
 			db -= tn.bytes
-			tn.set = make(map[uint64]uint32, len(names))
+			tn.set = make(map[uint64]uint32, min(n, lim.MaxNamesPerStream+1))
 			tn.bytes = 0
-			for _, n := range names {
-				add(n, len(n))
-			}
+			fields(b, func(num protowire.Number, v []byte, _ int) {
+				if num == sotwResourceNames {
+					add(v, len(v))
+				}
+			})
 		}
 	}
 	if dn == 0 && db == 0 {
@@ -314,19 +409,21 @@ func (a *streamAcct) apply(m any) error {
 	a.conn.bytes += db
 	cn, cb := a.conn.names, a.conn.bytes
 	a.conn.mu.Unlock()
-	switch {
-	case len(tn.set) > lim.MaxNamesPerStream:
+	if len(tn.set) > lim.MaxNamesPerStream {
+		t, _ := bound(string(typeURL), "", MaxClientStringBytes)
 		return a.g.limitError(codes.ResourceExhausted, "max_names_per_stream", lim.MaxNamesPerStream,
-			"the stream subscribed to %d names of %s", len(tn.set), typeURL)
+			"the stream subscribed to %d names of %s", len(tn.set), t)
+	}
+	switch {
 	case bytes > int64(lim.MaxNameBytesPerStream):
 		return a.g.limitError(codes.ResourceExhausted, "max_name_bytes_per_stream", lim.MaxNameBytesPerStream,
-			"the stream subscribed to %d bytes of names", bytes)
+			"the stream subscribed to %d bytes of names and requests held", bytes)
 	case cn > lim.MaxNamesPerConnection:
 		return a.g.limitError(codes.ResourceExhausted, "max_names_per_connection", lim.MaxNamesPerConnection,
 			"the connection's streams subscribed to %d names (this stream %d)", cn, names)
 	case cb > lim.MaxNameBytesPerConnection:
 		return a.g.limitError(codes.ResourceExhausted, "max_name_bytes_per_connection", lim.MaxNameBytesPerConnection,
-			"the connection's streams subscribed to %d bytes of names (this stream %d)", cb, bytes)
+			"the connection's streams subscribed to %d bytes of names and requests held (this stream %d)", cb, bytes)
 	}
 	return nil
 }

@@ -573,3 +573,25 @@ func TestLimitsLetEnvoyThrough(t *testing.T) {
 		t.Logf("%s: %d names, %d name bytes, memory estimate %d bytes", c.Mode, c.SubscribedNames, c.NameBytes, c.MemoryEstimateBytes)
 	}
 }
+
+// The server holds each type's last request until the type's next (its
+// nonce, version, error detail...): those bytes count with the names.
+func TestLimitHeldRequestBytes(t *testing.T) {
+	h := newLimitHarness(t, xds.Options{})
+	d := h.delta("n")
+	detail := &status.Status{Message: strings.Repeat("e", 768<<10)}
+	// Replaced, not added up: the same type again and again.
+	for i := range 4 {
+		d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds, ResponseNonce: fmt.Sprint(i), ErrorDetail: detail})
+	}
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResponseNonce: "e", ErrorDetail: detail})
+	waitFor(t, "5 NACKs read", func() bool { return h.srv.NACKs() == 5 })
+	select {
+	case <-d.ended:
+		t.Fatalf("ended: %v", d.err)
+	default:
+	}
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: xds.ListenerType, ResponseNonce: "l", ErrorDetail: detail})
+	<-d.ended
+	wantLimit(t, d.err, codes.ResourceExhausted, "max_name_bytes_per_stream")
+}

@@ -34,9 +34,11 @@ type Limits struct {
 	// initial_resource_versions; a sotw request's list replaces its type's.
 	MaxNamesPerStream int `json:"max_names_per_stream"`
 	// MaxNameBytesPerStream bounds the bytes of those names, per stream
-	// (every type; each type URL named counts as one name, and an
-	// initial_resource_versions entry as its name and version). Default
-	// 2 MiB.
+	// (every type; an initial_resource_versions entry counts as its name
+	// and version), plus the other bytes of each type's last request
+	// (nonce, version, error detail, node...), which the server holds until
+	// the type's next. Each type a stream names also counts as one name.
+	// Default 2 MiB.
 	MaxNameBytesPerStream int `json:"max_name_bytes_per_stream"`
 	// MaxNamesPerConnection and MaxNameBytesPerConnection bound the same
 	// over every stream of one connection. Defaults 100,000 and 4 MiB. A
@@ -52,12 +54,12 @@ type Limits struct {
 	// MaxRecvMessageBytes bounds one request message; gRPC refuses a
 	// larger one (ResourceExhausted) from its header, before reading it.
 	// Default 4 MiB (gRPC's own default). A request is checked against the
-	// other limits only once received and decoded, so a connection can
-	// make the server hold up to ~3 × this per stream for a moment: its
-	// 64 streams each sending a 3.9 MB request cost ~0.5 GB of RSS at the
-	// peak (~150 MB at 1 MiB; TestMeasureAbuse). Requests are small (an
-	// Envoy's EDS subscription to 5,000 names is 70 KiB): 1 MiB is ample
-	// where that peak matters.
+	// other limits once received, before it is decoded, so a connection
+	// can make the server hold ~2 × this per stream for a moment (gRPC's
+	// frames and their contiguous copy): its 64 streams each sending a
+	// 3.9 MB request cost ~0.3 GB of RSS at the peak (~0.1 GB at 1 MiB;
+	// TestMeasureAbuse). Requests are small (an Envoy's EDS subscription to
+	// 5,000 names is 70 KiB): 1 MiB is ample where that peak matters.
 	MaxRecvMessageBytes int `json:"max_recv_message_bytes"`
 	// RequestsPerSecond and RequestBurst pace each stream's requests (a
 	// token bucket): a client that sends faster is read slower, not

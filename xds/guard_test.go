@@ -391,8 +391,8 @@ func TestLimitNamesPerStreamExact(t *testing.T) {
 // A node over max_node_bytes, and a message over max_recv_message_bytes,
 // end the stream, counted.
 func TestLimitNodeAndMessageSize(t *testing.T) {
-	h := newLimitHarness(t, xds.Options{Limits: xds.Limits{MaxRecvMessageBytes: 256 << 10}})
-	big, _ := structpb.NewStruct(map[string]any{"blob": strings.Repeat("m", 100<<10)})
+	h := newLimitHarness(t, xds.Options{Limits: xds.Limits{MaxNodeBytes: 16 << 10, MaxRecvMessageBytes: 256 << 10}})
+	big, _ := structpb.NewStruct(map[string]any{"blob": strings.Repeat("m", 20<<10)})
 	d := h.delta("n")
 	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds, Node: &core.Node{Id: "big", Metadata: big}})
 	<-d.ended

@@ -148,7 +148,9 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	xopts := xds.Options{Logger: log, Metrics: reg}
+	xopts := xds.Options{Logger: log, Metrics: reg, Limits: c.XDS.Limits, Keepalive: xds.Keepalive{
+		Time: c.XDS.Keepalive.Time.D(), Timeout: c.XDS.Keepalive.Timeout.D(), MinTime: c.XDS.Keepalive.MinTime.D(),
+	}}
 	if xdsTLS != nil {
 		xopts.Creds = credentials.NewTLS(xdsTLS.ServerConfig())
 	}

@@ -235,7 +235,7 @@ func TestMeasureAbuse(t *testing.T) {
 	}
 	// What the limits let one connection keep: its names at the
 	// per-connection bounds.
-	run("64 streams × 1,560 × 16-byte names", "", 64, 64, sub(1560, 16))
+	run("16 streams × 6,250 × 16-byte names", "", 16, 16, sub(6250, 16))
 	run("2 streams × 2,000 × 1,000-byte names", "", 2, 2, sub(2000, 1000))
 	// The transient cost scales with max_recv_message_bytes.
 	run("200 streams × 3,900 × 1 KB names", `{"max_recv_message_bytes": 1048576}`, 200, 200, sub(3900, 1024))
@@ -249,8 +249,10 @@ func TestMeasurePerNameOverhead(t *testing.T) {
 		t.Skip("set XDSBRIDGE_ABUSE_MEASURE=1")
 	}
 	m := startMeasuredServer(t, "")
+	// 80 connections for the 1,000 streams (12 or 13 each, under
+	// max_streams_per_connection); the names then go on 16 of them.
 	var conns []*grpc.ClientConn
-	for range 16 {
+	for range 80 {
 		conns = append(conns, m.dial())
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -263,6 +265,7 @@ func TestMeasurePerNameOverhead(t *testing.T) {
 
 	for _, ack := range []bool{false, true} {
 		perName := map[int]float64{}
+		conns := conns[:16]
 		for _, c := range []struct{ size, n int }{{16, 20000}, {1000, 1900}} {
 			before := m.heap()
 			sctx, scancel := context.WithCancel(ctx)

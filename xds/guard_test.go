@@ -195,7 +195,7 @@ func madeUpNames(n, size int, prefix string) []string {
 	return out
 }
 
-// The 200 streams on one connection: 64 (the default) are served,
+// The 200 streams on one connection: 16 (the default) are served,
 // the others refused with an error naming the limit, and counted; another
 // connection is not affected.
 func TestLimitStreamsPerConnection(t *testing.T) {
@@ -236,7 +236,7 @@ func TestLimitStreamsPerConnection(t *testing.T) {
 // The 10,000 streams on one connection: never more than the limit
 // open; every one past it refused. And max_streams over connections.
 func TestLimitTenThousandStreams(t *testing.T) {
-	h := newLimitHarness(t, xds.Options{Limits: xds.Limits{MaxStreams: 80}})
+	h := newLimitHarness(t, xds.Options{Limits: xds.Limits{MaxStreams: 20}})
 	h.publish([]translate.Resources{svc("a", 1001)})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -269,7 +269,7 @@ func TestLimitTenThousandStreams(t *testing.T) {
 	if n := len(h.srv.Clients()); n != served {
 		t.Fatalf("%d streams open on the server, want %d", n, served)
 	}
-	// 16 more on a second connection: the server's 80 are reached.
+	// 4 more on a second connection: the server's 20 are reached.
 	conn2 := h.dial()
 	got := 0
 	for range 20 {
@@ -279,8 +279,8 @@ func TestLimitTenThousandStreams(t *testing.T) {
 			wantLimit(t, err, codes.ResourceExhausted, "max_streams")
 		}
 	}
-	if got != 80-served {
-		t.Fatalf("second connection got %d streams, want %d", got, 80-served)
+	if got != 20-served {
+		t.Fatalf("second connection got %d streams, want %d", got, 20-served)
 	}
 	if n := h.refusals("max_streams"); n != 20-got {
 		t.Fatalf("max_streams refusals counted %d, want %d", n, 20-got)
@@ -310,7 +310,7 @@ func TestLimitNamesAbuse(t *testing.T) {
 				t.Error("a stream was served")
 			case strings.Contains(msg, "xds.limits.max_name_bytes_per_stream (2097152) reached"):
 				byLimit["max_name_bytes_per_stream"]++
-			case strings.Contains(msg, "xds.limits.max_streams_per_connection (64) reached"):
+			case strings.Contains(msg, fmt.Sprintf("xds.limits.max_streams_per_connection (%d) reached", xds.DefaultMaxStreamsPerConnection)):
 				byLimit["max_streams_per_connection"]++
 			default:
 				t.Errorf("stream ended with %v", err)
@@ -319,8 +319,8 @@ func TestLimitNamesAbuse(t *testing.T) {
 	}
 	wg.Wait()
 	t.Logf("ended by limit: %v", byLimit)
-	if byLimit["max_name_bytes_per_stream"] < 64 || byLimit["max_name_bytes_per_stream"] != h.refusals("max_name_bytes_per_stream") {
-		t.Fatalf("ended for name bytes: %d (counted %d), want at least 64", byLimit["max_name_bytes_per_stream"], h.refusals("max_name_bytes_per_stream"))
+	if byLimit["max_name_bytes_per_stream"] < xds.DefaultMaxStreamsPerConnection || byLimit["max_name_bytes_per_stream"] != h.refusals("max_name_bytes_per_stream") {
+		t.Fatalf("ended for name bytes: %d (counted %d), want at least %d", byLimit["max_name_bytes_per_stream"], h.refusals("max_name_bytes_per_stream"), xds.DefaultMaxStreamsPerConnection)
 	}
 	waitFor(t, "no streams left", func() bool { return len(h.srv.Clients()) == 0 })
 }

@@ -11,7 +11,7 @@ import (
 // file's (`xds.limits:` block). Every refusal is counted in
 // xdsbridge_xds_limit_refusals_total{limit} under the field's JSON name,
 // and its error names the field ("xds.limits.max_streams_per_connection
-// (64) reached: ..."), but for max_recv_message_bytes, refused by gRPC with
+// (16) reached: ..."), but for max_recv_message_bytes, refused by gRPC with
 // its own message. Enforced by guard.go, in front of go-control-plane.
 type Limits struct {
 	// MaxStreams bounds the xDS streams open at once, over every
@@ -20,8 +20,10 @@ type Limits struct {
 	MaxStreams int `json:"max_streams"`
 	// MaxStreamsPerConnection bounds the streams open at once on one
 	// connection (Envoy's ADS and grpc-go use one per server; Envoy
-	// without ADS one per type; cmd/xdsload 50). A stream over it is
-	// refused (ResourceExhausted). Default 64. The server's HTTP/2
+	// without ADS one per type; cmd/xdsload 16). A stream over it is
+	// refused (ResourceExhausted). Default 16: with max_recv_message_bytes
+	// it bounds what one connection can make the server hold for a moment
+	// (see there). The server's HTTP/2
 	// SETTINGS_MAX_CONCURRENT_STREAMS is twice this, so that streams past
 	// it are refused with that error and counted; past twice, gRPC's
 	// transport resets them (REFUSED_STREAM), uncounted.
@@ -59,9 +61,10 @@ type Limits struct {
 	// Default 4 MiB (gRPC's own default). A request is checked against the
 	// other limits once received, before it is decoded, so a connection
 	// can make the server hold ~2 × this per stream for a moment (gRPC's
-	// frames and their contiguous copy): its 64 streams each sending a
-	// 3.9 MB request cost ~0.3 GB of RSS at the peak (~0.1 GB at 1 MiB;
-	// TestMeasureAbuse). Requests are small (an Envoy's EDS subscription to
+	// frames and their contiguous copy): with 64 streams per connection,
+	// each sending a 3.9 MB request, that was ~0.3 GB of RSS at the peak
+	// (~0.1 GB at 1 MiB; TestMeasureAbuse); the default of 16 streams cuts
+	// it to a quarter. Requests are small (an Envoy's EDS subscription to
 	// 5,000 names is 70 KiB): 1 MiB is ample where that peak matters.
 	MaxRecvMessageBytes int `json:"max_recv_message_bytes"`
 	// RequestsPerSecond and RequestBurst pace each stream's requests (a
@@ -84,7 +87,7 @@ type Limits struct {
 // Defaults of Limits.
 const (
 	DefaultMaxStreams                = 65536
-	DefaultMaxStreamsPerConnection   = 64
+	DefaultMaxStreamsPerConnection   = 16
 	DefaultMaxNamesPerStream         = 50000
 	DefaultMaxNameBytesPerStream     = 2 << 20
 	DefaultMaxNamesPerConnection     = 100000

@@ -1,6 +1,8 @@
 package xds
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -21,11 +23,11 @@ func (m msg) GetMessage() string { return string(m) }
 func TestClientStringsBounded(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	s := NewServer(NewCache(), Options{Metrics: reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	s.opened(true, 1, "")
+	s.opened(context.Background(), true, 1, "")
 	huge := strings.Repeat("n", 2<<20)
 	node := &core.Node{Id: huge, Cluster: "c" + strings.Repeat("é", 300)}
-	for range 3 {
-		s.request(true, 1, node, EndpointType, "nonce", msg(strings.Repeat("x", 1<<20)), true)
+	for i := range 3 {
+		s.request(true, 1, node, EndpointType, fmt.Sprint("nonce", i), msg(strings.Repeat("x", 1<<20)), true)
 	}
 	cl := s.Clients()
 	if len(cl) != 1 {

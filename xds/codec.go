@@ -45,11 +45,23 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 func (codec) Unmarshal(data mem.BufferSlice, v any) error {
+	gm, guarded := v.(*guardedMsg)
+	if guarded {
+		v = gm.m
+	}
 	m, ok := v.(proto.Message)
 	if !ok {
 		return fmt.Errorf("xds codec: cannot decode into %T", v)
 	}
 	buf := data.MaterializeToBuffer(bufferPool)
 	defer buf.Free()
+	if guarded {
+		// A request over a limit is not decoded; the guarded stream
+		// returns the limit's error.
+		gm.checked = true
+		if gm.a.checkWire(m, buf.ReadOnlyData()) != nil {
+			return nil
+		}
+	}
 	return proto.Unmarshal(buf.ReadOnlyData(), m)
 }

@@ -9,7 +9,10 @@ import (
 // no client (a bug, or an attacker that can reach the port) exhausts the
 // bridge. A zero field means its default. The JSON names are the config
 // file's (`xds.limits:` block). Every refusal is counted in
-// xdsbridge_xds_limit_refusals_total{limit} under the field's JSON name.
+// xdsbridge_xds_limit_refusals_total{limit} under the field's JSON name,
+// and its error names the field ("xds.limits.max_streams_per_connection
+// (16) reached: ..."), but for max_recv_message_bytes, refused by gRPC with
+// its own message. Enforced by guard.go, in front of go-control-plane.
 type Limits struct {
 	// MaxStreams bounds the xDS streams open at once, over every
 	// connection. A stream over it is refused (ResourceExhausted).
@@ -17,19 +20,33 @@ type Limits struct {
 	MaxStreams int `json:"max_streams"`
 	// MaxStreamsPerConnection bounds the streams open at once on one
 	// connection (Envoy's ADS and grpc-go use one per server; Envoy
-	// without ADS one per type). A stream over it is refused
-	// (ResourceExhausted). Default 64.
+	// without ADS one per type; cmd/xdsload 16). A stream over it is
+	// refused (ResourceExhausted). Default 16: with max_recv_message_bytes
+	// it bounds what one connection can make the server hold for a moment
+	// (see there). The server's HTTP/2
+	// SETTINGS_MAX_CONCURRENT_STREAMS is twice this, so that streams past
+	// it are refused with that error and counted; past twice, gRPC's
+	// transport resets them (REFUSED_STREAM), uncounted.
 	MaxStreamsPerConnection int `json:"max_streams_per_connection"`
 	// MaxNamesPerStream bounds the resource names a stream subscribes to,
 	// per type. A request that takes a stream over it ends the stream
 	// (ResourceExhausted). Default 50,000 (an Envoy with 5,000 clusters
-	// subscribes to 5,000 assignments).
+	// subscribes to 5,000 assignments). Names are counted exactly: delta
+	// subscribes and unsubscribes ("*" is a name), plus the names of
+	// initial_resource_versions; a sotw request's list replaces its type's.
 	MaxNamesPerStream int `json:"max_names_per_stream"`
 	// MaxNameBytesPerStream bounds the bytes of those names, per stream
-	// (every type). Default 2 MiB.
+	// (every type; an initial_resource_versions entry counts as its name
+	// and version), plus the other bytes of each type's last request
+	// (nonce, version, error detail, node...), which the server holds until
+	// the type's next. Each type a stream names also counts as one name.
+	// Default 2 MiB.
 	MaxNameBytesPerStream int `json:"max_name_bytes_per_stream"`
 	// MaxNamesPerConnection and MaxNameBytesPerConnection bound the same
-	// over every stream of one connection. Defaults 100,000 and 4 MiB.
+	// over every stream of one connection. Defaults 100,000 and 4 MiB. A
+	// stream's names are released when it ends. What the names cost is
+	// shown per stream in /debug/clients (memory_estimate_bytes): at the
+	// defaults a connection can keep ~11 MB of them (measured).
 	MaxNamesPerConnection     int `json:"max_names_per_connection"`
 	MaxNameBytesPerConnection int `json:"max_name_bytes_per_connection"`
 	// MaxNodeBytes bounds the encoded size of a request's node (id,
@@ -40,24 +57,37 @@ type Limits struct {
 	// Default 256 KiB.
 	MaxNodeBytes int `json:"max_node_bytes"`
 	// MaxRecvMessageBytes bounds one request message; gRPC refuses a
-	// larger one (ResourceExhausted) before decoding it. Default 4 MiB
-	// (gRPC's own default).
+	// larger one (ResourceExhausted) from its header, before reading it.
+	// Default 4 MiB (gRPC's own default). A request is checked against the
+	// other limits once received, before it is decoded, so a connection
+	// can make the server hold ~2 × this per stream for a moment (gRPC's
+	// frames and their contiguous copy): with 64 streams per connection,
+	// each sending a 3.9 MB request, that was ~0.3 GB of RSS at the peak
+	// (~0.1 GB at 1 MiB; TestMeasureAbuse); the default of 16 streams cuts
+	// it to a quarter. Requests are small (an Envoy's EDS subscription to
+	// 5,000 names is 70 KiB): 1 MiB is ample where that peak matters.
 	MaxRecvMessageBytes int `json:"max_recv_message_bytes"`
 	// RequestsPerSecond and RequestBurst pace each stream's requests (a
 	// token bucket): a client that sends faster is read slower, not
-	// refused. Defaults 100 and 1,000.
+	// refused (the wait is before the read: gRPC buffers at most the
+	// stream's 256 KiB flow-control window meanwhile). Each request read
+	// late is counted in xdsbridge_xds_requests_delayed_total. Defaults
+	// 100 and 1,000.
 	RequestsPerSecond float64 `json:"requests_per_second"`
 	RequestBurst      int     `json:"request_burst"`
 	// NACKLogsPerMinute bounds the NACKs logged per stream per minute; the
-	// rest are counted, and the next line logged says how many were not.
-	// Default 6.
+	// rest are counted (xdsbridge_xds_nack_logs_suppressed_total{reason=
+	// "rate"}), and the next line logged says how many were not
+	// (nacks_not_logged). A NACK repeating the nonce its stream last
+	// NACKed for the type is counted and logged once (reason="repeated").
+	// A logged NACK's message is cut to MaxNACKMessageBytes. Default 6.
 	NACKLogsPerMinute int `json:"nack_logs_per_minute"`
 }
 
 // Defaults of Limits.
 const (
 	DefaultMaxStreams                = 65536
-	DefaultMaxStreamsPerConnection   = 64
+	DefaultMaxStreamsPerConnection   = 16
 	DefaultMaxNamesPerStream         = 50000
 	DefaultMaxNameBytesPerStream     = 2 << 20
 	DefaultMaxNamesPerConnection     = 100000
@@ -109,7 +139,7 @@ func (l Limits) Check() error {
 		{"max_node_bytes", l.MaxNodeBytes, 1 << 10, 16 << 20},
 		{"max_recv_message_bytes", l.MaxRecvMessageBytes, 64 << 10, 256 << 20},
 		{"request_burst", l.RequestBurst, 1, 1 << 20},
-		{"nack_logs_per_minute", l.NACKLogsPerMinute, 0, 1 << 20},
+		{"nack_logs_per_minute", l.NACKLogsPerMinute, 1, 1 << 20}, // 0 is the default
 	} {
 		if f.v < f.min || f.v > f.max {
 			return fmt.Errorf("%s: %d is not in %d..%d", f.name, f.v, f.min, f.max)
@@ -123,6 +153,8 @@ func (l Limits) Check() error {
 
 // Keepalive is the server's HTTP/2 keepalive: its own pings, and what it
 // enforces of clients' pings (gRFC A8). A zero field means its default.
+// A client sent GOAWAY for pinging too often is not counted in a metric:
+// gRPC does not report it to the server.
 type Keepalive struct {
 	// Time: the server pings a connection idle this long (default 30s).
 	Time time.Duration `json:"-"`

@@ -64,6 +64,11 @@ type Options struct {
 	// Creds, when set, are the listener's transport credentials (TLS);
 	// nil serves plaintext.
 	Creds credentials.TransportCredentials
+	// Limits bound what one client can make the server hold or do (zero
+	// fields: their defaults; see guard.go for how they are enforced).
+	Limits Limits
+	// Keepalive is the server's HTTP/2 keepalive (zero fields: defaults).
+	Keepalive Keepalive
 }
 
 // Server is the xDS gRPC server. Create it with NewServer, start it with Run.
@@ -72,6 +77,9 @@ type Server struct {
 	log   *slog.Logger
 	m     *metrics
 	creds credentials.TransportCredentials
+	lim   Limits
+	keep  Keepalive
+	guard *guard
 
 	mu        sync.Mutex
 	clients   map[streamKey]*clientInfo
@@ -92,6 +100,22 @@ type clientInfo struct {
 	Responses uint64    `json:"responses"`
 	NACKs     uint64    `json:"nacks"`
 	LastNACK  string    `json:"last_nack,omitempty"`
+	// SubscribedNames and NameBytes are the resource names the stream
+	// subscribes to (every type) and their bytes, as the limits count them.
+	SubscribedNames int64 `json:"subscribed_names"`
+	NameBytes       int64 `json:"name_bytes"`
+	// MemoryEstimateBytes estimates the heap the stream costs the server:
+	// PerStreamOverheadBytes + NameBytesFactor × NameBytes +
+	// SubscribedNames × PerNameOverheadBytes (measured; see guard.go). It
+	// leaves out the responses being sent, whose resource encodings are
+	// shared by every client.
+	MemoryEstimateBytes int64 `json:"memory_estimate_bytes"`
+
+	acct *streamAcct // nil for a stream not opened through Run's server
+	// The last NACKed nonce, by type: a NACK repeating it is counted and
+	// logged once.
+	nackNonces map[string]string
+	nackLog    logLimiter
 }
 
 // NewServer returns a server for the cache. It starts nothing.
@@ -100,8 +124,10 @@ func NewServer(c *Cache, opts Options) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{cache: c, log: log, clients: map[streamKey]*clientInfo{}, creds: opts.Creds}
+	s := &Server{cache: c, log: log, clients: map[streamKey]*clientInfo{}, creds: opts.Creds,
+		lim: opts.Limits.WithDefaults(), keep: opts.Keepalive.WithDefaults()}
 	s.m = newMetrics(c, opts.Metrics)
+	s.guard = newGuard(s.lim, s.m.guard)
 	return s
 }
 
@@ -116,9 +142,26 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 		// powers of two instead, and responses encoded to their size.
 		experimental.BufferPool(bufferPool),
 		grpc.ForceServerCodecV2(codec{}),
-		grpc.MaxConcurrentStreams(1<<20),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.MaxRecvMsgSize(s.lim.MaxRecvMessageBytes),
+		// Fixed HTTP/2 flow-control windows (which turns off gRPC's
+		// bandwidth-delay estimate, whose windows grow to 16 MiB): a stream
+		// whose requests are paced (requests_per_second) can make the server
+		// buffer only its window, 256 KiB, not 16 MiB, unread. Clients send
+		// small requests; a 2 MiB subscription takes a few round trips.
+		grpc.InitialWindowSize(256<<10),
+		grpc.InitialConnWindowSize(1<<20),
+		// HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS is twice the limit: a
+		// stream past MaxStreamsPerConnection reaches the guard, which
+		// refuses it with an error naming the limit and counts it (at the
+		// limit itself, a grpc-go client would wait silently for a free
+		// stream, and a client ignoring the setting is reset by gRPC's
+		// transport, uncounted). A refused stream ends at once, so the
+		// excess costs at most as many short-lived streams again.
+		grpc.MaxConcurrentStreams(uint32(2*s.lim.MaxStreamsPerConnection)),
+		grpc.StatsHandler(s.guard),
+		grpc.ChainStreamInterceptor(s.guard.intercept),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: s.keep.MinTime, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.keep.Time, Timeout: s.keep.Timeout}),
 		grpc.Creds(s.creds), // nil: plaintext
 	)
 	xs := serverv3.NewServer(ctx, s.cache, s.callbacks(), sotw.WithOrderedADS())
@@ -157,10 +200,11 @@ func typeLabel(typeURL string) string {
 	return typeURL
 }
 
-func (s *Server) opened(delta bool, id int64, typeURL string) {
+func (s *Server) opened(ctx context.Context, delta bool, id int64, typeURL string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.clients[streamKey{delta, id}] = &clientInfo{Mode: modeName(delta), TypeURL: typeLabel(typeURL), Opened: time.Now()}
+	s.clients[streamKey{delta, id}] = &clientInfo{Mode: modeName(delta), TypeURL: typeLabel(typeURL), Opened: time.Now(),
+		acct: streamAcctOf(ctx), nackLog: logLimiter{perMinute: s.lim.NACKLogsPerMinute}}
 	s.m.clients.WithLabelValues(typeLabel(typeURL), modeName(delta)).Inc()
 }
 
@@ -189,32 +233,73 @@ func (s *Server) request(delta bool, id int64, node *core.Node, typeURL, nonce s
 			s.m.truncated.WithLabelValues("node_cluster").Inc()
 		}
 	}
-	if hasErr {
-		s.nackTotal++
-	}
-	var nodeID, msg string
-	if hasErr {
-		var cut bool
-		msg, cut = bound(errDetail.GetMessage(), "", MaxNACKMessageBytes)
-		if cut {
-			s.m.truncated.WithLabelValues("nack_message").Inc()
-		}
-	}
-	if ok {
-		nodeID = ci.Node
-		if hasErr {
-			ci.NACKs++
-			ci.LastNACK = msg
-		}
-	}
-	s.mu.Unlock()
 	if !hasErr {
+		s.mu.Unlock()
 		return
 	}
-	s.m.nacks.WithLabelValues(typeURL, modeName(delta)).Inc()
 	nonce, _ = bound(nonce, "", MaxClientStringBytes)
-	s.log.Warn("xDS client rejected an update (NACK); it keeps its previous config and the same content is not sent again",
-		"node", nodeID, "mode", modeName(delta), "type", typeURL, "nonce", nonce, "error", msg)
+	var nodeID string
+	logIt, suppressed := true, 0
+	if ok {
+		// A request repeating the nonce it NACKs (Envoy does, when it
+		// changes its subscription after a NACK) is the same NACK.
+		if ci.nackNonces[typeURL] == nonce {
+			s.mu.Unlock()
+			s.m.nackLogsSuppressed.WithLabelValues("repeated").Inc()
+			return
+		}
+		if ci.nackNonces == nil || len(ci.nackNonces) >= 16 {
+			ci.nackNonces = map[string]string{}
+		}
+		ci.nackNonces[strings.Clone(typeURL)] = nonce
+		nodeID = ci.Node
+		logIt, suppressed = ci.nackLog.allow(time.Now())
+	}
+	s.nackTotal++
+	msg, cut := bound(errDetail.GetMessage(), "", MaxNACKMessageBytes)
+	if cut {
+		s.m.truncated.WithLabelValues("nack_message").Inc()
+	}
+	if ok {
+		ci.NACKs++
+		ci.LastNACK = msg
+	}
+	s.mu.Unlock()
+	s.m.nacks.WithLabelValues(typeURL, modeName(delta)).Inc()
+	if !logIt {
+		s.m.nackLogsSuppressed.WithLabelValues("rate").Inc()
+		return
+	}
+	args := []any{"node", nodeID, "mode", modeName(delta), "type", typeURL, "nonce", nonce, "error", msg}
+	if suppressed > 0 {
+		args = append(args, "nacks_not_logged", suppressed)
+	}
+	s.log.Warn("xDS client rejected an update (NACK); it keeps its previous config and the same content is not sent again", args...)
+}
+
+// logLimiter lets perMinute lines through in each minute from the first,
+// and counts the others.
+type logLimiter struct {
+	perMinute  int
+	start      time.Time
+	n          int
+	suppressed int
+}
+
+// allow reports whether a line may be logged now, and if so how many were
+// not since the last one.
+func (l *logLimiter) allow(now time.Time) (bool, int) {
+	if l.start.IsZero() || now.Sub(l.start) >= time.Minute {
+		l.start, l.n = now, 0
+	}
+	if l.n >= l.perMinute {
+		l.suppressed++
+		return false, 0
+	}
+	l.n++
+	sup := l.suppressed
+	l.suppressed = 0
+	return true, sup
 }
 
 // MaxClientStringBytes bounds what a client's request can make the server
@@ -258,13 +343,13 @@ func (s *Server) responded(delta bool, id int64, typeURL string) {
 
 func (s *Server) callbacks() serverv3.Callbacks {
 	return serverv3.CallbackFuncs{
-		StreamOpenFunc: func(_ context.Context, id int64, typeURL string) error {
-			s.opened(false, id, typeURL)
+		StreamOpenFunc: func(ctx context.Context, id int64, typeURL string) error {
+			s.opened(ctx, false, id, typeURL)
 			return nil
 		},
 		StreamClosedFunc: func(id int64, _ *core.Node) { s.closed(false, id); s.cache.streamClosed(streamKey{false, id}) },
-		DeltaStreamOpenFunc: func(_ context.Context, id int64, typeURL string) error {
-			s.opened(true, id, typeURL)
+		DeltaStreamOpenFunc: func(ctx context.Context, id int64, typeURL string) error {
+			s.opened(ctx, true, id, typeURL)
 			return nil
 		},
 		DeltaStreamClosedFunc: func(id int64, _ *core.Node) { s.closed(true, id); s.cache.streamClosed(streamKey{true, id}) },
@@ -297,7 +382,13 @@ func (s *Server) Clients() []ClientInfo {
 	defer s.mu.Unlock()
 	out := make([]ClientInfo, 0, len(s.clients))
 	for _, ci := range s.clients {
-		out = append(out, *ci)
+		c := *ci
+		c.nackNonces = nil
+		if a := ci.acct; a != nil {
+			c.SubscribedNames, c.NameBytes = a.names.Load(), a.bytes.Load()
+			c.MemoryEstimateBytes = a.memoryEstimate()
+		}
+		out = append(out, c)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Mode != out[j].Mode {
@@ -321,6 +412,9 @@ type metrics struct {
 	nacks   *prometheus.CounterVec
 	// truncated counts client strings cut to MaxClientStringBytes, by field.
 	truncated *prometheus.CounterVec
+	// nackLogsSuppressed counts NACKs not logged, by reason.
+	nackLogsSuppressed *prometheus.CounterVec
+	guard              *guardMetrics
 }
 
 func newMetrics(c *Cache, reg prometheus.Registerer) *metrics {
@@ -337,11 +431,17 @@ func newMetrics(c *Cache, reg prometheus.Registerer) *metrics {
 		truncated: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "xdsbridge_xds_client_strings_truncated_total", Help: "Node ids and clusters sent by xDS clients longer than 256 bytes, stored and shown truncated, by field (node_id, node_cluster; nack_message: NACK error messages over 1024 bytes).",
 		}, []string{"field"}),
+		nackLogsSuppressed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "xdsbridge_xds_nack_logs_suppressed_total", Help: "NACKs not logged, by reason: repeated (a request repeating the nonce its stream last NACKed for the type: counted and logged once), rate (over xds.limits.nack_logs_per_minute for the stream; counted in xdsbridge_xds_nacks_total, and the stream's next NACK logged says how many).",
+		}, []string{"reason"}),
+		guard: newGuardMetrics(),
 	}
+	m.nackLogsSuppressed.WithLabelValues("repeated")
+	m.nackLogsSuppressed.WithLabelValues("rate")
 	if reg == nil {
 		return m
 	}
-	reg.MustRegister(m.clients, m.pushes, m.nacks, m.truncated, &cacheCollector{c: c})
+	reg.MustRegister(m.clients, m.pushes, m.nacks, m.truncated, m.nackLogsSuppressed, m.guard.refusals, m.guard.delayed, &cacheCollector{c: c})
 	return m
 }
 

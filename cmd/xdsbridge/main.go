@@ -68,6 +68,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if _, _, err := app.BuildTLS(cfg, app.NewLogger(cfg.Logging, stderr), nil); err != nil {
 			return err
 		}
+		if _, err := app.AdminTokenFromConfig(cfg, nil, nil); err != nil {
+			return err
+		}
 		fmt.Fprintln(stdout, "config ok")
 		return nil
 	case "dump":

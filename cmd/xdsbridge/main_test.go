@@ -71,6 +71,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"sources: [{name: s, file: {path: ok.yaml}, health_check: {type: htp}}]\n", "sources[0].health_check"},
 		{"default_locality: {zon: a}\nsources: [{name: s, file: {path: ok.yaml}}]\n", `unknown field "zon" in default_locality`},
 		{"sources: [{name: s, file: {path: ok.yaml}, default_locality: {zon: a}}]\n", `sources[0]: default_locality: unknown field "zon"`},
+		{"sources: [{name: c, consul: {tls: {ca_file: ok.yaml}}}]\n", "sources[0] (c).consul: tls.ca_file: " + filepath.Join(dir, "ok.yaml") + ": not PEM"},
 	} {
 		os.WriteFile(filepath.Join(dir, "ok.yaml"), []byte("services: {}\n"), 0o644)
 		os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte("services: {web: {endpoints: [{address: x, port: 80}]}}\n"), 0o644)
@@ -246,5 +247,39 @@ admin: {listen: "127.0.0.1:0", tls: {cert_file: a.crt, key_file: a.key}}
 	var out bytes.Buffer
 	if err := run([]string{"validate", "-config", p}, &out, &out); err != nil || strings.TrimSpace(out.String()) != "config ok" {
 		t.Errorf("good TLS files: %v, output %q", err, out.String())
+	}
+}
+
+// validate reads admin.token_file as the server does: a bad token is an
+// error naming the field that does not show the token; a good one passes.
+func TestValidateAdminTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "ok.yaml"), []byte("services: {}\n"), 0o644)
+	p := filepath.Join(dir, "c.yaml")
+	os.WriteFile(p, []byte("admin: {token_file: tok}\nsources: [{name: s, file: {path: ok.yaml}}]\n"), 0o644)
+	for _, tc := range []struct{ token, want string }{
+		{"", "admin.token_file: stat " + filepath.Join(dir, "tok") + ": no such file"},
+		{"s3cr3t\n", "admin.token_file: " + filepath.Join(dir, "tok") + ": the token is 6 bytes; at least 16"},
+		{"s3cr3t s3cr3t s3cr3t\n", "whitespace inside the token"},
+		{"0123456789abcdef\n", ""},
+	} {
+		os.Remove(filepath.Join(dir, "tok"))
+		if tc.token != "" {
+			os.WriteFile(filepath.Join(dir, "tok"), []byte(tc.token), 0o600)
+		}
+		var out bytes.Buffer
+		err := run([]string{"validate", "-config", p}, &out, &out)
+		if tc.want == "" {
+			if err != nil || strings.TrimSpace(out.String()) != "config ok" {
+				t.Errorf("token %q: %v %q", tc.token, err, out.String())
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("token %q: error %v, want it to mention %q", tc.token, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error()+out.String(), "s3cr3t") {
+			t.Errorf("token %q: the error shows the token: %v", tc.token, err)
+		}
 	}
 }

@@ -89,7 +89,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	baseDuration := fs.Duration("baseline-duration", 0, "baseline change phase (default: -duration)")
 	stormOn := fs.Bool("storm", false, "after the change phase, drop and reconnect every client")
 	stormWindow := fs.Duration("storm-window", 0, "clients reconnect at random times within this window")
-	spc := fs.Int("streams-per-conn", 50, "ADS streams per gRPC client connection")
+	spc := fs.Int("streams-per-conn", 16, "ADS streams per gRPC client connection")
 	targets := fs.String("targets", "bridge,baseline", "targets to run, in order")
 	inproc := fs.Bool("inprocess", false, "run the serving side in this process (CPU/RSS then include the clients)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up waiting for convergence after this")

@@ -51,7 +51,7 @@ var scenarios = map[string]scenario{
 
 func (sc *scenario) defaults() {
 	if sc.StreamsPerConn <= 0 {
-		sc.StreamsPerConn = 50
+		sc.StreamsPerConn = 16
 	}
 	if sc.Timeout <= 0 {
 		sc.Timeout = 5 * time.Minute

@@ -22,9 +22,13 @@ import (
 	"github.com/xdsbridge/xdsbridge/xds"
 )
 
-// AdminHandler serves /healthz, /readyz, /metrics and /debug/*.
+// AdminHandler serves /healthz, /readyz, /metrics and /debug/*. With
+// admin.token_file (a.Token set), every /debug/* handler is wrapped by
+// a.Token.Guard: it needs Authorization: Bearer <token>; the probes and
+// /metrics stay open.
 func (a *App) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
+	debug := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, a.Token.Guard(h)) }
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
@@ -37,7 +41,7 @@ func (a *App) AdminHandler() http.Handler {
 		writeJSON(w, code, body)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /debug/resources", func(w http.ResponseWriter, r *http.Request) {
+	debug("GET /debug/resources", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		limit := -1
 		if l := q.Get("limit"); l != "" {
@@ -58,7 +62,7 @@ func (a *App) AdminHandler() http.Handler {
 		// ends the response; nothing more is encoded.
 		_ = streamResources(w, lists)
 	})
-	mux.HandleFunc("GET /debug/sources", func(w http.ResponseWriter, _ *http.Request) {
+	debug("GET /debug/sources", func(w http.ResponseWriter, _ *http.Request) {
 		out := []map[string]any{}
 		status := map[string]any{}
 		for _, st := range a.Loop.Sources() {
@@ -73,10 +77,10 @@ func (a *App) AdminHandler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"sources": out, "conflicts": a.Loop.Conflicts(), "diagnostics": a.Loop.Diagnostics()})
 	})
-	mux.HandleFunc("GET /debug/hosts", func(w http.ResponseWriter, r *http.Request) {
+	debug("GET /debug/hosts", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, a.Loop.Hosts(r.URL.Query().Get("service")))
 	})
-	mux.HandleFunc("GET /debug/clients", func(w http.ResponseWriter, _ *http.Request) {
+	debug("GET /debug/clients", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"clients": a.XDS.Clients(), "nacks": a.XDS.NACKs()})
 	})
 	return mux

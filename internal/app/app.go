@@ -39,6 +39,8 @@ type App struct {
 	// XDSTLS and AdminTLS hold the listeners' certificates; nil for a
 	// plaintext listener.
 	XDSTLS, AdminTLS *certs.Watcher
+	// Token guards /debug/* (admin.token_file); nil when not configured.
+	Token *AdminToken
 
 	xdsLis, adminLis net.Listener
 }
@@ -146,7 +148,9 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	xopts := xds.Options{Logger: log, Metrics: reg}
+	xopts := xds.Options{Logger: log, Metrics: reg, Limits: c.XDS.Limits, Keepalive: xds.Keepalive{
+		Time: c.XDS.Keepalive.Time.D(), Timeout: c.XDS.Keepalive.Timeout.D(), MinTime: c.XDS.Keepalive.MinTime.D(),
+	}}
 	if xdsTLS != nil {
 		xopts.Creds = credentials.NewTLS(xdsTLS.ServerConfig())
 	}
@@ -166,9 +170,14 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		checks = healthcheck.NewManager(checker, perSource, perService)
 		opts.HealthChecks = checks
 	}
+	token, err := AdminTokenFromConfig(c, log, reg)
+	if err != nil {
+		return nil, err
+	}
 	cache := xds.NewCache()
 	loop := bridge.New(opts, cache)
 	return &App{
+		Token:    token,
 		Checks:   checks,
 		Config:   c,
 		Log:      log,
@@ -229,6 +238,9 @@ func (a *App) Run(ctx context.Context) error {
 		}
 	}
 	g.Go(func() error { return a.XDS.Run(ctx, a.xdsLis) })
+	if a.Token != nil {
+		g.Go(func() error { return a.Token.Run(ctx) })
+	}
 	srv := NewAdminServer(a.Config.Admin, a.AdminHandler())
 	adminLis := a.adminLis
 	if a.AdminTLS != nil {

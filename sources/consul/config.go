@@ -134,6 +134,7 @@ type Mapping struct {
 // It is immutable after New.
 type settings struct {
 	apiConfig     *api.Config
+	tls           *tlsSettings
 	localDC       string
 	failoverDCs   []string
 	sel           selector
@@ -167,7 +168,8 @@ type mappingSettings struct {
 var taggedAddressKeys = []string{"lan", "lan_ipv4", "lan_ipv6", "wan", "wan_ipv4", "wan_ipv6"}
 
 // parseConfig decodes and validates a config block. Reading the CONSUL_*
-// environment happens here (api.DefaultConfig); no I/O otherwise.
+// environment happens here (api.DefaultConfig), and loading the TLS files
+// (CA, client certificate and key); no other I/O.
 func parseConfig(raw json.RawMessage, baseDir string) (*settings, error) {
 	var c Config
 	if err := config.DecodeJSONStrict(raw, &c); err != nil {
@@ -176,6 +178,9 @@ func parseConfig(raw json.RawMessage, baseDir string) (*settings, error) {
 	s := &settings{}
 	var err error
 	if s.apiConfig, err = c.apiConfig(baseDir); err != nil {
+		return nil, err
+	}
+	if s.tls, err = loadTLS(c.TLS, s.apiConfig.TLSConfig); err != nil {
 		return nil, err
 	}
 	if err := c.validateDatacenters(); err != nil {

@@ -42,6 +42,8 @@ type Source struct {
 
 	mu          sync.Mutex
 	dcs         []*dcState // local first, then failover order
+	tlsLogged   string     // the TLS problem last logged at ERROR, and when
+	tlsLoggedAt time.Time
 	pendingErrs []string
 	errsDropped int
 	published   time.Time
@@ -89,8 +91,9 @@ type watchInfo struct {
 }
 
 // New is the sources.Factory of the Consul source. It validates the config
-// block (unknown fields are errors) and reads the CONSUL_* environment; it
-// does no network I/O and starts no goroutines.
+// block (unknown fields are errors), reads the CONSUL_* environment and
+// loads the TLS files (errors name the field: "tls.ca_file: /x/ca.pem: no
+// certificates found"); it does no network I/O and starts no goroutines.
 func New(name string, raw json.RawMessage, env sources.Env) (sources.Source, error) {
 	set, err := parseConfig(raw, env.BaseDir)
 	if err != nil {
@@ -133,8 +136,8 @@ func newDCState(query string, priority uint32) *dcState {
 func (s *Source) Name() string { return s.name }
 
 // Run implements sources.Source. It returns nil when ctx is done and an
-// error only when the Consul client cannot be built (bad TLS files, an
-// unreadable token file).
+// error only when the Consul client cannot be built (an unreadable token
+// file; the TLS files were loaded by New).
 func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
 	client, transport, err := s.newClient()
 	if err != nil {
@@ -163,6 +166,9 @@ func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
 func (s *Source) newClient() (*api.Client, *http.Transport, error) {
 	ac := *s.set.apiConfig
 	transport := newTransport(s.set.maxQueries, s.wrapConn)
+	// Loaded and checked at New; with it set, the API does not load the
+	// files again.
+	transport.TLSClientConfig = s.set.tls.config.Clone()
 	hc, err := api.NewHttpClient(transport, ac.TLSConfig)
 	if err != nil {
 		return nil, nil, err
@@ -366,4 +372,46 @@ func (s *Source) recordError(info *watchInfo, what string, err error) {
 	}
 	s.mu.Unlock()
 	s.signal()
+}
+
+// tlsLogEvery is how often the same TLS problem is logged again at ERROR
+// while it lasts (every watch hits it on every retry).
+const tlsLogEvery = time.Minute
+
+// agentURL is the agent's address as requests go to it.
+func (s *Source) agentURL() string {
+	ac := s.set.apiConfig
+	if strings.Contains(ac.Address, "://") {
+		return ac.Address
+	}
+	scheme := ac.Scheme
+	if scheme == "" {
+		scheme = "http"
+	}
+	return scheme + "://" + ac.Address
+}
+
+// explainTLS turns a request error that is a TLS failure against the
+// agent (untrusted agent certificate, refused client certificate, no TLS)
+// into one naming the agent and the field to check, and logs it at ERROR:
+// once when it starts or changes, then at most every tlsLogEvery. Other
+// errors are returned as they are. The watch keeps retrying either way.
+func (s *Source) explainTLS(err error) error {
+	p := s.set.tls.diagnose(err)
+	if p == nil {
+		return err
+	}
+	addr := s.agentURL()
+	msg := fmt.Sprintf("TLS with the Consul agent at %s failed: %s (check %s)", addr, p.hint, p.field)
+	now := time.Now()
+	s.mu.Lock()
+	logIt := msg != s.tlsLogged || now.Sub(s.tlsLoggedAt) >= tlsLogEvery
+	if logIt {
+		s.tlsLogged, s.tlsLoggedAt = msg, now
+	}
+	s.mu.Unlock()
+	if logIt {
+		s.log.Error("consul source "+s.name+": "+msg+"; retrying, the last good state stays served", "address", addr, "check", p.field, "error", err)
+	}
+	return fmt.Errorf("%s: %w", msg, err)
 }

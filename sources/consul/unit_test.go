@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/internal/testcerts"
 	"github.com/xdsbridge/xdsbridge/sources"
 )
 
@@ -118,7 +120,9 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 func TestConfigEnvAndOverrides(t *testing.T) {
 	t.Setenv("CONSUL_HTTP_ADDR", "consul.example:8501")
 	t.Setenv("CONSUL_HTTP_TOKEN", "env-secret-token")
-	t.Setenv("CONSUL_CACERT", "/etc/ca.pem")
+	dir := t.TempDir()
+	caFile := testcerts.NewCA(t, "agent-ca").WriteCA(t, dir, "ca.pem") // New loads it
+	t.Setenv("CONSUL_CACERT", caFile)
 	t.Setenv("CONSUL_TLS_SERVER_NAME", "server.dc1.consul")
 	s, err := New("c", json.RawMessage(`{}`), sources.Env{})
 	if err != nil {
@@ -126,16 +130,16 @@ func TestConfigEnvAndOverrides(t *testing.T) {
 	}
 	ac := s.(*Source).set.apiConfig
 	got := []string{ac.Address, ac.Token, ac.TLSConfig.CAFile, ac.TLSConfig.Address}
-	if diff := cmp.Diff([]string{"consul.example:8501", "env-secret-token", "/etc/ca.pem", "server.dc1.consul"}, got); diff != "" {
+	if diff := cmp.Diff([]string{"consul.example:8501", "env-secret-token", caFile, "server.dc1.consul"}, got); diff != "" {
 		t.Errorf("from the environment (-want +got):\n%s", diff)
 	}
-	s, err = New("c", json.RawMessage(`{"address": "127.0.0.1:8500", "token": "cfg-secret-token", "tls": {"ca_file": "ca.pem", "server_name": "x"}}`), sources.Env{BaseDir: "/cfg"})
+	s, err = New("c", json.RawMessage(`{"address": "127.0.0.1:8500", "token": "cfg-secret-token", "tls": {"ca_file": "ca.pem", "server_name": "x"}}`), sources.Env{BaseDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ac = s.(*Source).set.apiConfig
 	got = []string{ac.Address, ac.Token, ac.TLSConfig.CAFile, ac.TLSConfig.Address}
-	if diff := cmp.Diff([]string{"127.0.0.1:8500", "cfg-secret-token", "/cfg/ca.pem", "x"}, got); diff != "" {
+	if diff := cmp.Diff([]string{"127.0.0.1:8500", "cfg-secret-token", filepath.Join(dir, "ca.pem"), "x"}, got); diff != "" {
 		t.Errorf("config overrides (-want +got):\n%s", diff)
 	}
 	b, err := json.Marshal(s.(*Source).DebugInfo())

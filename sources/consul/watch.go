@@ -179,6 +179,7 @@ func read[T any](ctx context.Context, w *watch, block bool, fetch fetchFunc[T]) 
 			return zero, ctx.Err()
 		}
 		w.failed = true
+		err = w.r.s.explainTLS(err)
 		w.r.s.recordError(w.info, w.what, err)
 		_ = sleep(ctx, w.back.next())
 		return zero, err
@@ -211,6 +212,9 @@ func (w *watch) success(meta *api.QueryMeta) {
 	s.mu.Lock()
 	recovered := w.info.failing
 	w.info.failing = false
+	if recovered {
+		s.tlsLogged = "" // a TLS problem coming back is logged again at once
+	}
 	w.info.index = next
 	if reset {
 		w.info.indexResets++

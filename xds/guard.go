@@ -1,0 +1,474 @@
+package xds
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// guard enforces Limits on the gRPC server, in front of go-control-plane
+// and the cache: a stats.Handler gives each connection its accounting
+// (TagConn), and a stream interceptor counts the streams per connection and
+// in total and wraps each stream so that every request is paced, then
+// checked, encoded, by the codec (guardedMsg, checkWire): its node's size,
+// and its subscribed names. A request over a limit is never decoded nor
+// handed on: the stream ends with the limit's error, which names the
+// config field.
+//
+// The names are accounted exactly, per stream and type, as a set of 64-bit
+// hashes (hash/maphash, random seed) of the names' encoded bytes with each
+// name's length, not a second copy of the strings:
+//
+//   - delta: resource_names_subscribe adds, then resource_names_unsubscribe
+//     removes ("*" is a name like any other); initial_resource_versions
+//     adds its names, each costing its name and version bytes.
+//   - sotw: a request's resource_names replace its type's set.
+//
+// The rest of each type's last request (nonce, error detail, node...) is
+// held by the server until the type's next, and counts in the name bytes.
+// Each type a stream names counts as one name, so a client cannot grow the
+// per-type maps without bound either.
+type guard struct {
+	lim  Limits
+	m    *guardMetrics
+	seed maphash.Seed
+	// open counts the streams open over every connection.
+	open atomic.Int64
+}
+
+type guardMetrics struct {
+	refusals *prometheus.CounterVec
+	delayed  prometheus.Counter
+}
+
+func newGuardMetrics() *guardMetrics {
+	m := &guardMetrics{
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "xdsbridge_xds_limit_refusals_total",
+			Help: "Streams refused or ended, and requests refused, for going over a limit of xds.limits, by the limit's field name.",
+		}, []string{"limit"}),
+		delayed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "xdsbridge_xds_requests_delayed_total",
+			Help: "xDS requests read late because their stream sent faster than xds.limits.requests_per_second (burst request_burst).",
+		}),
+	}
+	for _, l := range []string{"max_streams", "max_streams_per_connection", "max_names_per_stream",
+		"max_name_bytes_per_stream", "max_names_per_connection", "max_name_bytes_per_connection",
+		"max_node_bytes", "max_recv_message_bytes"} {
+		m.refusals.WithLabelValues(l)
+	}
+	return m
+}
+
+func newGuard(lim Limits, m *guardMetrics) *guard {
+	return &guard{lim: lim, m: m, seed: maphash.MakeSeed()}
+}
+
+// limitError is the error of a limit reached: ResourceExhausted (or
+// another code) with a message naming the config field, counted under the
+// field's name.
+func (g *guard) limitError(c codes.Code, field string, limit int, format string, args ...any) error {
+	g.m.refusals.WithLabelValues(field).Inc()
+	return status.Errorf(c, "xds.limits.%s (%d) reached: %s", field, limit, fmt.Sprintf(format, args...))
+}
+
+// connAcct is one connection's accounting.
+type connAcct struct {
+	streams atomic.Int64
+	mu      sync.Mutex
+	names   int
+	bytes   int
+}
+
+type connKey struct{}
+
+// TagConn gives the connection its accounting, which every stream of it
+// finds in its context.
+func (g *guard) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return context.WithValue(ctx, connKey{}, &connAcct{})
+}
+
+func (g *guard) HandleConn(context.Context, stats.ConnStats)                     {}
+func (g *guard) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (g *guard) HandleRPC(context.Context, stats.RPCStats)                       {}
+
+// intercept admits a stream if its connection and the server are under
+// their stream limits, and serves it through a guardedStream.
+func (g *guard) intercept(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	ca, _ := ss.Context().Value(connKey{}).(*connAcct)
+	if ca == nil { // not through Run's server: a connection of its own
+		ca = &connAcct{}
+	}
+	if n := ca.streams.Add(1); n > int64(g.lim.MaxStreamsPerConnection) {
+		ca.streams.Add(-1)
+		return g.limitError(codes.ResourceExhausted, "max_streams_per_connection", g.lim.MaxStreamsPerConnection,
+			"this connection has %d xDS streams open; open fewer, or more connections", n-1)
+	}
+	defer ca.streams.Add(-1)
+	if n := g.open.Add(1); n > int64(g.lim.MaxStreams) {
+		g.open.Add(-1)
+		return g.limitError(codes.ResourceExhausted, "max_streams", g.lim.MaxStreams,
+			"the server has %d xDS streams open", n-1)
+	}
+	defer g.open.Add(-1)
+
+	a := &streamAcct{g: g, conn: ca, types: map[string]*typeNames{}, tokens: float64(g.lim.RequestBurst), last: time.Now()}
+	gs := &guardedStream{ServerStream: ss, a: a, ctx: context.WithValue(ss.Context(), streamAcctKey{}, a)}
+	err := handler(srv, gs)
+	if lerr := a.release(); lerr != nil {
+		// go-control-plane ends a stream whose Recv fails, without its error.
+		return lerr
+	}
+	return err
+}
+
+type streamAcctKey struct{}
+
+// streamAcctOf returns the accounting of the stream whose context ctx is,
+// nil if it has none.
+func streamAcctOf(ctx context.Context) *streamAcct {
+	a, _ := ctx.Value(streamAcctKey{}).(*streamAcct)
+	return a
+}
+
+// guardedStream is a stream whose requests go through its accounting.
+type guardedStream struct {
+	grpc.ServerStream
+	a   *streamAcct
+	ctx context.Context
+}
+
+func (s *guardedStream) Context() context.Context { return s.ctx }
+
+func (s *guardedStream) RecvMsg(m any) error {
+	a := s.a
+	if err := a.pace(s.ctx); err != nil {
+		return err
+	}
+	// The codec hands the encoded request to checkWire before decoding it
+	// (guardedMsg).
+	gm := &guardedMsg{m: m, a: a}
+	if err := s.ServerStream.RecvMsg(gm); err != nil {
+		if status.Code(err) == codes.ResourceExhausted {
+			// gRPC refused a message over MaxRecvMsgSize, and has already
+			// ended the stream with its own message ("grpc: received
+			// message larger than max (N vs. M)"): only counted here.
+			a.g.m.refusals.WithLabelValues("max_recv_message_bytes").Inc()
+		}
+		return err
+	}
+	if !gm.checked {
+		return status.Errorf(codes.Internal, "xds: request of type %T not checked", m)
+	}
+	// A request over a limit is left undecoded; the error ends the stream.
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.err
+}
+
+// guardedMsg is what a guarded stream asks gRPC to decode into: the codec
+// has the stream's accounting check the encoded request before decoding it
+// into m (and does not decode it if a limit is reached: an error from the
+// codec would reach the client as gRPC's own Internal error).
+type guardedMsg struct {
+	m       any
+	a       *streamAcct
+	checked bool
+}
+
+// streamAcct is one stream's accounting. pace is called only from the
+// stream's receiving goroutine; check too, but it can run after the
+// handler returned (go-control-plane's receiving goroutine outlives it),
+// so check and release hold mu.
+type streamAcct struct {
+	g    *guard
+	conn *connAcct
+
+	mu       sync.Mutex
+	types    map[string]*typeNames
+	released bool
+	err      error // the limit the stream went over
+
+	// names and bytes are the stream's totals, also in conn's; read by
+	// Server.Clients.
+	names, bytes atomic.Int64
+
+	// The token bucket pacing requests.
+	tokens float64
+	last   time.Time
+}
+
+// typeNames is one type's subscribed names (hash → bytes), their bytes,
+// and the bytes of the type's last request that are not names.
+type typeNames struct {
+	set   map[uint64]uint32
+	bytes int
+	other int
+}
+
+// pace takes a token from the stream's bucket, waiting for it if there is
+// none: a stream sending faster than RequestsPerSecond is read that fast.
+func (a *streamAcct) pace(ctx context.Context) error {
+	rps := a.g.lim.RequestsPerSecond
+	now := time.Now()
+	a.tokens = min(float64(a.g.lim.RequestBurst), a.tokens+now.Sub(a.last).Seconds()*rps)
+	a.last = now
+	a.tokens--
+	if a.tokens >= 0 {
+		return nil
+	}
+	a.g.m.delayed.Inc()
+	t := time.NewTimer(time.Duration(-a.tokens / rps * float64(time.Second)))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// checkWire applies one encoded request (b, about to be decoded into m) to
+// the accounting, and returns the error of the first limit it goes over,
+// which is also the stream's error. It reads the wire format itself, so
+// that a request over a limit is never decoded, and allocates nothing but
+// map entries.
+func (a *streamAcct) checkWire(m any, b []byte) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.err != nil {
+		return a.err
+	}
+	if a.released {
+		return status.Error(codes.Canceled, "stream ended")
+	}
+	var delta bool
+	switch m.(type) {
+	case *discovery.DeltaDiscoveryRequest:
+		delta = true
+	case *discovery.DiscoveryRequest:
+	default:
+		return nil
+	}
+	a.err = a.apply(delta, b)
+	return a.err
+}
+
+// Field numbers of DeltaDiscoveryRequest and DiscoveryRequest.
+const (
+	deltaNode, deltaTypeURL, deltaSubscribe, deltaUnsubscribe, deltaInitialVersions protowire.Number = 1, 2, 3, 4, 5
+	sotwNode, sotwResourceNames, sotwTypeURL                                        protowire.Number = 2, 3, 4
+)
+
+// fields calls fn with each length-delimited field of b, and the bytes it
+// takes (tag and length included); false if b is not well formed (the
+// decoder then refuses it).
+func fields(b []byte, fn func(num protowire.Number, v []byte, size int)) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		if typ != protowire.BytesType {
+			m := protowire.ConsumeFieldValue(num, typ, b[n:])
+			if m < 0 {
+				return false
+			}
+			b = b[n+m:]
+			continue
+		}
+		v, m := protowire.ConsumeBytes(b[n:])
+		if m < 0 {
+			return false
+		}
+		fn(num, v, n+m)
+		b = b[n+m:]
+	}
+	return true
+}
+
+func (a *streamAcct) apply(delta bool, b []byte) error {
+	lim := a.g.lim
+	nodeField, typeField, namesField := sotwNode, sotwTypeURL, sotwResourceNames
+	if delta {
+		nodeField, typeField, namesField = deltaNode, deltaTypeURL, deltaSubscribe
+	}
+	// First pass: the type, the node's size, and the bytes that are not
+	// names (the server holds a type's last request until its next).
+	var typeURL []byte
+	nodeBytes, namesBytes := 0, 0
+	if !fields(b, func(num protowire.Number, v []byte, size int) {
+		switch {
+		case num == nodeField:
+			nodeBytes += len(v)
+		case num == typeField:
+			typeURL = v // the last one counts
+		case num == namesField || delta && (num == deltaUnsubscribe || num == deltaInitialVersions):
+			namesBytes += size
+		}
+	}) {
+		return nil
+	}
+	if nodeBytes > lim.MaxNodeBytes {
+		return a.g.limitError(codes.InvalidArgument, "max_node_bytes", lim.MaxNodeBytes, "the request's node is %d bytes encoded", nodeBytes)
+	}
+	tn := a.types[string(typeURL)] // no allocation
+	dn, db := 0, 0
+	if tn == nil {
+		tn = &typeNames{set: map[uint64]uint32{}}
+		a.types[string(typeURL)] = tn
+		dn = 1
+	}
+	other := len(b) - namesBytes
+	db += other - tn.other
+	tn.other = other
+
+	add := func(name []byte, size int) {
+		h := maphash.Bytes(a.g.seed, name)
+		if _, ok := tn.set[h]; ok {
+			return
+		}
+		tn.set[h] = uint32(size)
+		tn.bytes += size
+		dn++
+		db += size
+	}
+	if delta {
+		fields(b, func(num protowire.Number, v []byte, _ int) {
+			switch num {
+			case deltaInitialVersions:
+				var key, val []byte
+				fields(v, func(num protowire.Number, v []byte, _ int) {
+					switch num {
+					case 1:
+						key = v
+					case 2:
+						val = v
+					}
+				})
+				add(key, len(key)+len(val))
+			case deltaSubscribe:
+				add(v, len(v))
+			}
+		})
+		// Unsubscribes after subscribes, as go-control-plane applies them.
+		fields(b, func(num protowire.Number, v []byte, _ int) {
+			if num != deltaUnsubscribe {
+				return
+			}
+			h := maphash.Bytes(a.g.seed, v)
+			if size, ok := tn.set[h]; ok {
+				delete(tn.set, h)
+				tn.bytes -= int(size)
+				dn--
+				db -= int(size)
+			}
+		})
+	} else {
+		// The list replaces the type's set; unchanged (the common ACK),
+		// nothing is rebuilt.
+		n, same := 0, true
+		fields(b, func(num protowire.Number, v []byte, _ int) {
+			if num == sotwResourceNames {
+				n++
+				if same {
+					_, same = tn.set[maphash.Bytes(a.g.seed, v)]
+				}
+			}
+		})
+		if !same || n != len(tn.set) {
+			dn -= len(tn.set)
+			db -= tn.bytes
+			tn.set = make(map[uint64]uint32, min(n, lim.MaxNamesPerStream+1))
+			tn.bytes = 0
+			fields(b, func(num protowire.Number, v []byte, _ int) {
+				if num == sotwResourceNames {
+					add(v, len(v))
+				}
+			})
+		}
+	}
+	if dn == 0 && db == 0 {
+		return nil
+	}
+	names := a.names.Add(int64(dn))
+	bytes := a.bytes.Add(int64(db))
+	a.conn.mu.Lock()
+	a.conn.names += dn
+	a.conn.bytes += db
+	cn, cb := a.conn.names, a.conn.bytes
+	a.conn.mu.Unlock()
+	if len(tn.set) > lim.MaxNamesPerStream {
+		t, _ := bound(string(typeURL), "", MaxClientStringBytes)
+		return a.g.limitError(codes.ResourceExhausted, "max_names_per_stream", lim.MaxNamesPerStream,
+			"the stream subscribed to %d names of %s", len(tn.set), t)
+	}
+	switch {
+	case bytes > int64(lim.MaxNameBytesPerStream):
+		return a.g.limitError(codes.ResourceExhausted, "max_name_bytes_per_stream", lim.MaxNameBytesPerStream,
+			"the stream subscribed to %d bytes of names and requests held", bytes)
+	case cn > lim.MaxNamesPerConnection:
+		return a.g.limitError(codes.ResourceExhausted, "max_names_per_connection", lim.MaxNamesPerConnection,
+			"the connection's streams subscribed to %d names (this stream %d)", cn, names)
+	case cb > lim.MaxNameBytesPerConnection:
+		return a.g.limitError(codes.ResourceExhausted, "max_name_bytes_per_connection", lim.MaxNameBytesPerConnection,
+			"the connection's streams subscribed to %d bytes of names and requests held (this stream %d)", cb, bytes)
+	}
+	return nil
+}
+
+// release takes the stream's names off its connection's accounting, and
+// returns the limit the stream went over, if any.
+func (a *streamAcct) release() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.released = true
+	n, b := a.names.Swap(0), a.bytes.Swap(0)
+	a.conn.mu.Lock()
+	a.conn.names -= int(n)
+	a.conn.bytes -= int(b)
+	a.conn.mu.Unlock()
+	a.types = nil
+	return a.err
+}
+
+// The per-client memory estimate (memory_estimate_bytes in /debug/clients)
+// of a stream is
+//
+//	PerStreamOverheadBytes + NameBytesFactor × name bytes + PerNameOverheadBytes × names
+//
+// with the names and their bytes as the limits count them. The constants
+// are measured by TestMeasurePerNameOverhead (XDSBRIDGE_ABUSE_MEASURE=1, a
+// server in a child process): its live heap plus goroutine stacks after
+// two GCs, with 16 delta streams each subscribed to 20,000 made-up 16-byte
+// names, then to 1,900 made-up 1,000-byte names, minus the same before;
+// and with 1,000 streams subscribed to nothing. Measured (go 1.26,
+// go-control-plane 0.14): 106 bytes per 16-byte name, 2,121 per 1,000-byte
+// name, i.e. 2.05 × the name's bytes + 74; 21,262 bytes per stream.
+//
+// The names are held twice: the request's strings (go-control-plane's
+// subscription and the cache's noted request share them) and the cache's
+// record of the response that answered them. The rest per name is
+// go-control-plane's subscription map entry, the request's string header
+// and the guard's hash entry.
+const (
+	PerStreamOverheadBytes = 21 << 10
+	NameBytesFactor        = 2
+	PerNameOverheadBytes   = 75
+)
+
+// memoryEstimate is the stream's estimated cost in bytes.
+func (a *streamAcct) memoryEstimate() int64 {
+	return PerStreamOverheadBytes + NameBytesFactor*a.bytes.Load() + a.names.Load()*PerNameOverheadBytes
+}

@@ -1,0 +1,597 @@
+package xds_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
+	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/xdsbridge/xdsbridge/translate"
+	"github.com/xdsbridge/xdsbridge/xds"
+)
+
+// limitHarness is a harness whose server has opts, and can dial more
+// connections.
+type limitHarness struct {
+	*harness
+	addr string
+	reg  *prometheus.Registry
+}
+
+func newLimitHarness(t *testing.T, opts xds.Options) *limitHarness {
+	t.Helper()
+	c := xds.NewCache()
+	c.MarkReady()
+	reg := prometheus.NewRegistry()
+	opts.Metrics = reg
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s := xds.NewServer(c, opts)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, lis) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server: %v", err)
+		}
+	})
+	h := &limitHarness{addr: lis.Addr().String(), reg: reg, harness: &harness{t: t, cache: c, srv: s}}
+	h.conn = h.dial()
+	return h
+}
+
+// dial opens another connection to the server, closed at the test's end.
+func (h *limitHarness) dial() *grpc.ClientConn {
+	h.t.Helper()
+	conn, err := grpc.NewClient(h.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func (h *limitHarness) refusals(limit string) int {
+	return int(metricVec(h.t, h.reg, "xdsbridge_xds_limit_refusals_total", "limit", limit))
+}
+
+// metricVec reads one labelled counter from a registry.
+func metricVec(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no metric %s{%s=%q}", name, label, value)
+	return 0
+}
+
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+// rawDelta opens a delta ADS stream on conn, sends req, and reports how
+// the stream went: nil if a response came, else the stream's error.
+func rawDelta(ctx context.Context, conn *grpc.ClientConn, req *discovery.DeltaDiscoveryRequest) (discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient, error) {
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.Send(req); err != nil && err != io.EOF {
+		return nil, err
+	}
+	if _, err := st.Recv(); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// rawCodec lets a test client send a request encoded once, as bytes
+// (wire), on many streams; everything else is proto. (Encoding a 4 MB
+// request for each of 200 streams is most of a test's time under -race.)
+type rawCodec struct{}
+
+// wire is encoded protobuf: concatenated encodings decode as one merged
+// message.
+type wire mem.BufferSlice
+
+func (rawCodec) Name() string { return "proto" }
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if w, ok := v.(wire); ok {
+		return mem.BufferSlice(w), nil
+	}
+	b, err := proto.Marshal(v.(proto.Message))
+	return mem.BufferSlice{mem.SliceBuffer(b)}, err
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	return proto.Unmarshal(data.Materialize(), v.(proto.Message))
+}
+
+func encode(t *testing.T, m proto.Message) mem.SliceBuffer {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// rawDeltaWire is rawDelta sending w.
+func rawDeltaWire(ctx context.Context, conn *grpc.ClientConn, w wire) error {
+	st, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true},
+		"/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources", grpc.ForceCodecV2(rawCodec{}))
+	if err != nil {
+		return err
+	}
+	if err := st.SendMsg(w); err != nil && err != io.EOF {
+		return err
+	}
+	return st.RecvMsg(new(discovery.DeltaDiscoveryResponse))
+}
+
+// wantLimit checks err is code with a message naming the config field.
+func wantLimit(t *testing.T, err error, code codes.Code, field string) {
+	t.Helper()
+	st := grpcstatus.Convert(err)
+	if err == nil || st.Code() != code || !strings.Contains(st.Message(), "xds.limits."+field+" (") {
+		t.Fatalf("got %v; want %v naming xds.limits.%s", err, code, field)
+	}
+}
+
+func madeUpNames(n, size int, prefix string) []string {
+	out := make([]string, n)
+	for i := range out {
+		s := fmt.Sprintf("%s-%06d-", prefix, i)
+		out[i] = s + strings.Repeat("x", size-len(s))
+	}
+	return out
+}
+
+// The issue's 200 streams on one connection: 16 (the default) are served,
+// the others refused with an error naming the limit, and counted; another
+// connection is not affected.
+func TestLimitStreamsPerConnection(t *testing.T) {
+	h := newLimitHarness(t, xds.Options{})
+	h.publish([]translate.Resources{svc("a", 1001)})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	served, refused := 0, 0
+	var wg sync.WaitGroup
+	for range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := rawDelta(ctx, h.conn, &discovery.DeltaDiscoveryRequest{TypeUrl: cds, Node: &core.Node{Id: "n"}})
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				served++
+				return
+			}
+			wantLimit(t, err, codes.ResourceExhausted, "max_streams_per_connection")
+			refused++
+		}()
+	}
+	wg.Wait()
+	if served != xds.DefaultMaxStreamsPerConnection || refused != 200-served {
+		t.Fatalf("served %d, refused %d; want %d served", served, refused, xds.DefaultMaxStreamsPerConnection)
+	}
+	if n := h.refusals("max_streams_per_connection"); n != refused {
+		t.Fatalf("counted %d refusals, saw %d", n, refused)
+	}
+	if _, err := rawDelta(ctx, h.dial(), &discovery.DeltaDiscoveryRequest{TypeUrl: cds, Node: &core.Node{Id: "n2"}}); err != nil {
+		t.Fatalf("another connection: %v", err)
+	}
+}
+
+// The issue's 10,000 streams on one connection: never more than the limit
+// open; every one past it refused. And max_streams over connections.
+func TestLimitTenThousandStreams(t *testing.T) {
+	h := newLimitHarness(t, xds.Options{Limits: xds.Limits{MaxStreams: 20}})
+	h.publish([]translate.Resources{svc("a", 1001)})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const attempts, workers = 10000, 40
+	var mu sync.Mutex
+	served, refused := 0, 0
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range attempts / workers {
+				_, err := rawDelta(ctx, h.conn, &discovery.DeltaDiscoveryRequest{TypeUrl: cds, Node: &core.Node{Id: fmt.Sprint("n", w)}})
+				mu.Lock()
+				if err == nil {
+					served++
+				} else if c := grpcstatus.Code(err); c == codes.ResourceExhausted {
+					refused++
+				} else {
+					t.Errorf("stream: %v", err)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if served != xds.DefaultMaxStreamsPerConnection || served+refused != attempts {
+		t.Fatalf("served %d, refused %d of %d", served, refused, attempts)
+	}
+	if n := len(h.srv.Clients()); n != served {
+		t.Fatalf("%d streams open on the server, want %d", n, served)
+	}
+	// 4 more on a second connection: the server's 20 are reached.
+	conn2 := h.dial()
+	got := 0
+	for range 20 {
+		if _, err := rawDelta(ctx, conn2, &discovery.DeltaDiscoveryRequest{TypeUrl: cds}); err == nil {
+			got++
+		} else {
+			wantLimit(t, err, codes.ResourceExhausted, "max_streams")
+		}
+	}
+	if got != 20-served {
+		t.Fatalf("second connection got %d streams, want %d", got, 20-served)
+	}
+	if n := h.refusals("max_streams"); n != 20-got {
+		t.Fatalf("max_streams refusals counted %d, want %d", n, 20-got)
+	}
+}
+
+// The issue's 200 streams × 3,900 made-up 1 KB names: every stream is
+// ended (or refused) and the server keeps none of it.
+func TestLimitNamesAbuse(t *testing.T) {
+	h := newLimitHarness(t, xds.Options{})
+	req := wire{encode(t, &discovery.DeltaDiscoveryRequest{TypeUrl: eds, Node: &core.Node{Id: "abuser"}, ResourceNamesSubscribe: madeUpNames(3900, 1024, "abuse")})}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	byLimit := map[string]int{}
+	for range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := rawDeltaWire(ctx, h.conn, req)
+			msg := grpcstatus.Convert(err).Message()
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				t.Error("a stream was served")
+			case strings.Contains(msg, "xds.limits.max_name_bytes_per_stream (2097152) reached"):
+				byLimit["max_name_bytes_per_stream"]++
+			case strings.Contains(msg, fmt.Sprintf("xds.limits.max_streams_per_connection (%d) reached", xds.DefaultMaxStreamsPerConnection)):
+				byLimit["max_streams_per_connection"]++
+			default:
+				t.Errorf("stream ended with %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("ended by limit: %v", byLimit)
+	if byLimit["max_name_bytes_per_stream"] < xds.DefaultMaxStreamsPerConnection || byLimit["max_name_bytes_per_stream"] != h.refusals("max_name_bytes_per_stream") {
+		t.Fatalf("ended for name bytes: %d (counted %d), want at least %d", byLimit["max_name_bytes_per_stream"], h.refusals("max_name_bytes_per_stream"), xds.DefaultMaxStreamsPerConnection)
+	}
+	waitFor(t, "no streams left", func() bool { return len(h.srv.Clients()) == 0 })
+}
+
+// A client that keeps each stream under the per-stream bound is stopped
+// by the connection's; a stream's names are released when it ends.
+func TestLimitNameBytesPerConnection(t *testing.T) {
+	h := newLimitHarness(t, xds.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub := func(ctx context.Context, prefix string) error {
+		_, err := rawDelta(ctx, h.conn, &discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: madeUpNames(1500, 1024, prefix)})
+		return err
+	}
+	ctx1, cancel1 := context.WithCancel(ctx)
+	for _, p := range []string{"a", "b"} {
+		c := ctx
+		if p == "a" {
+			c = ctx1
+		}
+		if err := sub(c, p); err != nil {
+			t.Fatalf("stream %s under the limits: %v", p, err)
+		}
+	}
+	wantLimit(t, sub(ctx, "c"), codes.ResourceExhausted, "max_name_bytes_per_connection")
+	cl := h.srv.Clients()
+	if len(cl) != 2 || cl[0].NameBytes < 1500*1024 || cl[0].SubscribedNames < 1500 ||
+		cl[0].MemoryEstimateBytes < 2*cl[0].NameBytes+cl[0].SubscribedNames*xds.PerNameOverheadBytes {
+		t.Fatalf("clients: %+v", cl)
+	}
+	cancel1()
+	waitFor(t, "stream a closed", func() bool { return len(h.srv.Clients()) == 1 })
+	if err := sub(ctx, "d"); err != nil {
+		t.Fatalf("after stream a ended: %v", err)
+	}
+}
+
+// Names are counted exactly: a delta stream's unsubscribes and a sotw
+// stream's replaced lists free their names.
+func TestLimitNamesPerStreamExact(t *testing.T) {
+	h := newLimitHarness(t, xds.Options{Limits: xds.Limits{MaxNamesPerStream: 100}})
+	h.publish([]translate.Resources{svc("a", 1001)})
+	n := madeUpNames(151, 16, "n")
+	d := h.delta("d")
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: n[:100]})
+	d.recv()
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: n[100:150], ResourceNamesUnsubscribe: n[:50]})
+	d.recv()
+	// 100 again, one of them re-subscribed: no change in count.
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: n[60:61]})
+	// Another type has its own count.
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds, ResourceNamesSubscribe: n[:100]})
+	d.recv()
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: n[:1]})
+	<-d.ended
+	wantLimit(t, d.err, codes.ResourceExhausted, "max_names_per_stream")
+
+	s := h.sotw()
+	for i := range 5 {
+		s.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: n[i*10 : i*10+100]})
+	}
+	s.recv()
+	s.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: n[:101]})
+	<-s.ended
+	wantLimit(t, s.err, codes.ResourceExhausted, "max_names_per_stream")
+}
+
+// A node over max_node_bytes, and a message over max_recv_message_bytes,
+// end the stream, counted.
+func TestLimitNodeAndMessageSize(t *testing.T) {
+	h := newLimitHarness(t, xds.Options{Limits: xds.Limits{MaxNodeBytes: 16 << 10, MaxRecvMessageBytes: 256 << 10}})
+	big, _ := structpb.NewStruct(map[string]any{"blob": strings.Repeat("m", 20<<10)})
+	d := h.delta("n")
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds, Node: &core.Node{Id: "big", Metadata: big}})
+	<-d.ended
+	wantLimit(t, d.err, codes.InvalidArgument, "max_node_bytes")
+
+	d = h.delta("n")
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: madeUpNames(300, 1024, "m")})
+	<-d.ended
+	// gRPC answers with its own message ("grpc: received message larger
+	// than max (308181 vs. 262144)"); the guard counts it.
+	if st := grpcstatus.Convert(d.err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "vs. 262144") {
+		t.Fatalf("got %v; want ResourceExhausted for the message size", d.err)
+	}
+	if h.refusals("max_node_bytes") != 1 || h.refusals("max_recv_message_bytes") != 1 {
+		t.Fatal("refusals not counted")
+	}
+}
+
+// A stream flooding requests is read at requests_per_second after its
+// burst: it is slowed, not refused.
+func TestLimitRequestRate(t *testing.T) {
+	const rps, burst, total = 100, 20, 150
+	h := newLimitHarness(t, xds.Options{Limits: xds.Limits{RequestsPerSecond: rps, RequestBurst: burst}})
+	d := h.delta("n")
+	start := time.Now()
+	for i := range total {
+		d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds, ResponseNonce: fmt.Sprint("f", i), ErrorDetail: &status.Status{Message: "flood"}})
+	}
+	// The NACKs counted are the requests read (distinct nonces).
+	for range 3 {
+		time.Sleep(200 * time.Millisecond)
+		n := h.srv.NACKs()
+		elapsed := time.Since(start).Seconds()
+		if max := burst + rps*elapsed + 1; float64(n) > max {
+			t.Fatalf("%d requests read in %.2fs; the bucket allows %.0f", n, elapsed, max)
+		}
+	}
+	waitFor(t, "every request read", func() bool { return h.srv.NACKs() == total })
+	if d := counterValue(t, h.reg, "xdsbridge_xds_requests_delayed_total"); d < total-burst-rps*time.Since(start).Seconds() || d == 0 {
+		t.Fatalf("delayed counted %v", d)
+	}
+	select {
+	case <-d.ended:
+		t.Fatalf("stream ended: %v", d.err)
+	default:
+	}
+}
+
+// The issue's 200 NACKs with 1 MiB details on one stream, each nonce sent
+// twice: counted once each, logged nack_logs_per_minute times with 1 KiB
+// of detail at most.
+func TestLimitNACKFlood(t *testing.T) {
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))
+	h := newLimitHarness(t, xds.Options{Logger: log})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := h.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true},
+		"/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources", grpc.ForceCodecV2(rawCodec{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nack := encode(t, &discovery.DeltaDiscoveryRequest{TypeUrl: eds, Node: &core.Node{Id: "n"}, ErrorDetail: &status.Status{Message: strings.Repeat("e", 1<<20)}})
+	for i := range 200 {
+		if err := st.SendMsg(wire{nack, encode(t, &discovery.DeltaDiscoveryRequest{ResponseNonce: fmt.Sprint("n", i/2)})}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "100 NACKs", func() bool { return h.srv.NACKs() == 100 })
+	time.Sleep(100 * time.Millisecond) // any further (wrong) count
+	if n := h.srv.NACKs(); n != 100 {
+		t.Fatalf("%d NACKs counted, want 100", n)
+	}
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	lines := strings.Count(out, "NACK")
+	if lines != xds.DefaultNACKLogsPerMinute || len(out) > lines*(xds.MaxNACKMessageBytes+1024) {
+		t.Fatalf("%d lines, %d bytes logged", lines, len(out))
+	}
+	for reason, want := range map[string]float64{"repeated": 100, "rate": 100 - xds.DefaultNACKLogsPerMinute} {
+		if got := metricVec(t, h.reg, "xdsbridge_xds_nack_logs_suppressed_total", "reason", reason); got != want {
+			t.Errorf("suppressed{%s} = %v, want %v", reason, got, want)
+		}
+	}
+}
+
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Normal Envoy behaviour is not refused under the default limits: 5,000
+// clusters by wildcard CDS and named EDS for all of them, over delta and
+// sotw.
+func TestLimitsLetEnvoyThrough(t *testing.T) {
+	h := newLimitHarness(t, xds.Options{})
+	const n = 5000
+	var all []translate.Resources
+	var names []string
+	for i := range n {
+		name := fmt.Sprintf("service-%04d", i)
+		all = append(all, svc(name, 1000+uint32(i%50000)))
+		names = append(names, name)
+	}
+	h.publish(all)
+
+	d := h.delta("envoy")
+	collect := func(typeURL string) {
+		t.Helper()
+		got := map[string]bool{}
+		for len(got) < n {
+			r := d.recv()
+			if r.TypeUrl != typeURL {
+				t.Fatalf("got %s, want %s", r.TypeUrl, typeURL)
+			}
+			for _, res := range r.Resources {
+				got[res.Name] = true
+			}
+			d.ack(r)
+		}
+	}
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds, ResourceNamesSubscribe: []string{"*"}})
+	collect(cds)
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: names})
+	collect(eds)
+
+	s := h.sotw()
+	version := map[string]string{}
+	scollect := func(typeURL string, req []string) {
+		t.Helper()
+		got := map[string]bool{}
+		for len(got) < n {
+			r := s.recv()
+			if r.TypeUrl != typeURL {
+				t.Fatalf("got %s, want %s", r.TypeUrl, typeURL)
+			}
+			for _, name := range sotwNames(t, r) {
+				got[name] = true
+			}
+			version[typeURL] = r.VersionInfo
+			s.send(&discovery.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: req, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce})
+		}
+	}
+	s.send(&discovery.DiscoveryRequest{TypeUrl: cds})
+	scollect(cds, nil)
+	s.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: names})
+	scollect(eds, names)
+
+	for _, l := range []string{"max_streams", "max_streams_per_connection", "max_names_per_stream", "max_name_bytes_per_stream",
+		"max_names_per_connection", "max_name_bytes_per_connection", "max_node_bytes", "max_recv_message_bytes"} {
+		if r := h.refusals(l); r != 0 {
+			t.Errorf("%s: %d refusals", l, r)
+		}
+	}
+	for _, c := range h.srv.Clients() {
+		if c.SubscribedNames < n || c.MemoryEstimateBytes < 2*c.NameBytes+int64(n)*xds.PerNameOverheadBytes {
+			t.Errorf("client %s: %d names, %d bytes, estimate %d", c.Mode, c.SubscribedNames, c.NameBytes, c.MemoryEstimateBytes)
+		}
+		t.Logf("%s: %d names, %d name bytes, memory estimate %d bytes", c.Mode, c.SubscribedNames, c.NameBytes, c.MemoryEstimateBytes)
+	}
+}
+
+// The server holds each type's last request until the type's next (its
+// nonce, version, error detail...): those bytes count with the names.
+func TestLimitHeldRequestBytes(t *testing.T) {
+	h := newLimitHarness(t, xds.Options{})
+	d := h.delta("n")
+	detail := &status.Status{Message: strings.Repeat("e", 768<<10)}
+	// Replaced, not added up: the same type again and again.
+	for i := range 4 {
+		d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds, ResponseNonce: fmt.Sprint(i), ErrorDetail: detail})
+	}
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResponseNonce: "e", ErrorDetail: detail})
+	waitFor(t, "5 NACKs read", func() bool { return h.srv.NACKs() == 5 })
+	select {
+	case <-d.ended:
+		t.Fatalf("ended: %v", d.err)
+	default:
+	}
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: xds.ListenerType, ResponseNonce: "l", ErrorDetail: detail})
+	<-d.ended
+	wantLimit(t, d.err, codes.ResourceExhausted, "max_name_bytes_per_stream")
+}

@@ -45,8 +45,15 @@ func TestEnvoy5000ClustersDefaultLimits(t *testing.T) {
 	}
 	ev.waitTraffic(t, "b1")
 	ev.assertNoRejections(t)
+	if metricLines(t, br, "xdsbridge_xds_limit_refusals_total") == "" {
+		t.Error("/metrics has no xdsbridge_xds_limit_refusals_total")
+	}
 	if got := metricSum(t, br, "xdsbridge_xds_limit_refusals_total"); got != 0 {
 		t.Errorf("limits refused a normal Envoy:\n%s", metricLines(t, br, "xdsbridge_xds_limit_refusals_total"))
+	}
+	// Nor is it slowed down by the request rate limit.
+	if got := metricSum(t, br, "xdsbridge_xds_requests_delayed_total"); got != 0 {
+		t.Errorf("xdsbridge_xds_requests_delayed_total = %v: a normal Envoy was paced", got)
 	}
 	if nacks := br.app.XDS.NACKs(); nacks != 0 {
 		t.Errorf("bridge counted %d NACKs", nacks)

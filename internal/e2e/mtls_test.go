@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -255,6 +257,62 @@ func TestEnvoyMTLSDeniedSAN(t *testing.T) {
 		t.Fatal("a request through the denied Envoy succeeded")
 	}
 	t.Logf("denied: %s", metricLines(t, br.bridge, "xdsbridge_xds_clients_denied_total"))
+}
+
+// TestEnvoyMTLSRestricted: an Envoy matched by the example's restricted
+// rule (resources: api, api-*) gets, from its wildcard CDS subscription,
+// only those clusters, with their endpoints; then a new api-* service
+// too, and never web.
+func TestEnvoyMTLSRestricted(t *testing.T) {
+	ca := testcerts.NewCA(t, "example CA")
+	bs := startBackends(t, 3)
+	svcs := func(extra string) string {
+		return servicesYAML("web", bs[0]) + fmt.Sprintf("  api:\n    endpoints: [{address: 127.0.0.1, port: %d}]\n  apix:\n    endpoints: [{address: 127.0.0.1, port: %d}]\n%s", bs[1].port, bs[2].port, extra)
+	}
+	br := startMTLSBridge(t, ca, svcs(""), nil)
+	ev := startEnvoyCerts(t, "envoy-mtls.yaml", br.app.XDSAddr(), envoyCerts(t, spiffeCert(t, ca, partnerID), ca))
+	waitFor(t, 10*time.Second, "Envoy to get cluster api with its endpoint", func() error {
+		if got := ev.clusterHosts(t, "api"); !slices.Equal(got, hostsOf(bs[1])) {
+			return fmt.Errorf("api hosts %v", got)
+		}
+		return nil
+	})
+	br.writeServices(t, svcs(fmt.Sprintf("  api-v2:\n    endpoints: [{address: 127.0.0.1, port: %d}]\n", bs[2].port)))
+	waitFor(t, 10*time.Second, "Envoy to get cluster api-v2 with its endpoint", func() error {
+		if got := ev.clusterHosts(t, "api-v2"); !slices.Equal(got, hostsOf(bs[2])) {
+			return fmt.Errorf("api-v2 hosts %v", got)
+		}
+		return nil
+	})
+	if got := envoyClusters(t, ev); strings.Join(got, ",") != "api,api-v2" {
+		t.Fatalf("Envoy's dynamic clusters %v, want only api and api-v2 (not web, apix)", got)
+	}
+	if _, err := ev.hit(1); err == nil {
+		t.Fatal("a request routed to web succeeded: the partner's Envoy has web")
+	}
+	ev.assertNoRejections(t)
+}
+
+// envoyClusters lists the clusters in Envoy's /clusters but its static
+// xdsbridge.
+func envoyClusters(t *testing.T, ev *envoy) []string {
+	t.Helper()
+	body, err := ev.get("/clusters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := map[string]bool{}
+	for _, line := range strings.Split(body, "\n") {
+		if name, _, ok := strings.Cut(line, "::"); ok && name != "xdsbridge" {
+			set[name] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for n := range set {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // TestEnvoyMTLSRotation rotates the bridge's server certificate to one

@@ -308,6 +308,16 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 		if _, ok := ds.newSub[n]; ok && ds.complete {
 			return "", false, true
 		}
+		if w.hidden(n) {
+			// Not to be read by this client: it does not exist. A client
+			// claiming to hold it is told it is removed, a first request
+			// naming it that it does not exist; a change to it is nothing.
+			if v, ok := known[n]; ok {
+				return v, true, false
+			}
+			_, isSub := subscribed[n]
+			return "", false, isSub && !ds.complete
+		}
 		if _, ok := slices.BinarySearch(ds.rest, n); ok || ds.allRest {
 			return "", false, true
 		}
@@ -343,7 +353,7 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 		if isStateKey(n) || n == "*" {
 			return
 		}
-		e, exists := ts.resources[n]
+		e, exists := w.lookup(n)
 		_, isSub := subscribed[n]
 		switch {
 		case exists && (wild || isSub):
@@ -379,7 +389,7 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 		// Everything of interest, then what else may be held: explicit
 		// names, and of a compact state the names changed since G
 		// (deleted ones among them) and the rest; each once.
-		covered := ts.fullCheck(w.sub, known, consider)
+		covered := w.fullCheck(known, consider)
 		if ds.complete {
 			var extra []string
 			if !ds.stale {

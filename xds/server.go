@@ -60,6 +60,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics is where the server registers its collectors; nil for none.
 	Metrics prometheus.Registerer
+	// Authorization, when set, allows a stream only if its connection's
+	// verified client certificate matches a rule, and limits what it reads
+	// (authorize.go); nil: every client is served everything.
+	Authorization *Authorization
 }
 
 // Server is the xDS gRPC server. Create it with NewServer, start it with Run.
@@ -67,6 +71,10 @@ type Server struct {
 	cache *Cache
 	log   *slog.Logger
 	m     *metrics
+
+	authz   *Authorization
+	denied  *prometheus.CounterVec
+	denyLog denyLog
 
 	mu        sync.Mutex
 	clients   map[streamKey]*clientInfo
@@ -80,6 +88,7 @@ type streamKey struct {
 
 type clientInfo struct {
 	Node      string    `json:"node"`
+	Identity  string    `json:"identity,omitempty"` // the certificate SAN xds.authorization matched
 	Cluster   string    `json:"cluster,omitempty"`
 	Mode      string    `json:"mode"`
 	TypeURL   string    `json:"type_url"`
@@ -97,6 +106,10 @@ func NewServer(c *Cache, opts Options) *Server {
 	}
 	s := &Server{cache: c, log: log, clients: map[streamKey]*clientInfo{}}
 	s.m = newMetrics(c, opts.Metrics)
+	s.authz, s.denied = opts.Authorization, newDeniedCounter()
+	if opts.Metrics != nil {
+		opts.Metrics.MustRegister(s.denied)
+	}
 	return s
 }
 
@@ -252,14 +265,12 @@ func (s *Server) responded(delta bool, id int64, typeURL string) {
 
 func (s *Server) callbacks() serverv3.Callbacks {
 	return serverv3.CallbackFuncs{
-		StreamOpenFunc: func(_ context.Context, id int64, typeURL string) error {
-			s.opened(false, id, typeURL)
-			return nil
+		StreamOpenFunc: func(ctx context.Context, id int64, typeURL string) error {
+			return s.open(ctx, false, id, typeURL)
 		},
 		StreamClosedFunc: func(id int64, _ *core.Node) { s.closed(false, id); s.cache.streamClosed(streamKey{false, id}) },
-		DeltaStreamOpenFunc: func(_ context.Context, id int64, typeURL string) error {
-			s.opened(true, id, typeURL)
-			return nil
+		DeltaStreamOpenFunc: func(ctx context.Context, id int64, typeURL string) error {
+			return s.open(ctx, true, id, typeURL)
 		},
 		DeltaStreamClosedFunc: func(id int64, _ *core.Node) { s.closed(true, id); s.cache.streamClosed(streamKey{true, id}) },
 		StreamRequestFunc: func(id int64, req *discovery.DiscoveryRequest) error {

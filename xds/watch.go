@@ -29,6 +29,7 @@ type watch struct {
 	resp      *deltaResponse // the response sent
 
 	stream   *streamState // nil: not known (see order.go)
+	vis      *visibility  // what the client may read (stream.vis); nil: everything
 	heldBack []string     // sorted: assignments held back until their cluster is sent
 }
 
@@ -38,6 +39,9 @@ func (c *Cache) create(w *watch) (func(), error) {
 	c.nextID++
 	w.id = c.nextID
 	w.stream = c.stream(w)
+	if w.stream != nil {
+		w.vis = w.stream.vis
+	}
 	if w.delta {
 		if err := c.readDeltaState(w); err != nil {
 			return nil, err
@@ -208,20 +212,37 @@ func firstRequest(w *watch) bool {
 	return w.sreq.GetResponseNonce() == ""
 }
 
-// fullCheck calls fn once for each name a full check of a subscription
-// looks at: every resource of interest (all of the type for a wildcard
-// subscription, else the subscribed names), then each name the client is
-// known to hold besides. It returns whether a name was among the first.
-func (ts *typeState) fullCheck(sub cache.Subscription, known map[string]string, fn func(n string)) (covered func(n string) bool) {
+// lookup returns resource n as w's client sees it: a name its
+// visibility does not match does not exist for it.
+func (w *watch) lookup(n string) (*entry, bool) {
+	e, ok := w.ts.resources[n]
+	if ok && w.vis != nil && !w.vis.sees(n) {
+		return nil, false
+	}
+	return e, ok
+}
+
+// hidden reports whether name n is outside what w's client may read.
+func (w *watch) hidden(n string) bool { return w.vis != nil && !w.vis.sees(n) }
+
+// fullCheck calls fn once for each name a full check of w's subscription
+// looks at: every resource of interest (all of the type its client may
+// read for a wildcard subscription, else the subscribed names), then each
+// name the client is known to hold besides. It returns whether a name was
+// among the first.
+func (w *watch) fullCheck(known map[string]string, fn func(n string)) (covered func(n string) bool) {
+	ts, sub, vis := w.ts, w.sub, w.vis
 	subscribed, wild := sub.SubscribedResources(), sub.IsWildcard()
 	covered = func(n string) bool {
-		_, exists := ts.resources[n]
+		_, exists := w.lookup(n)
 		_, isSub := subscribed[n]
 		return (wild && exists) || (!wild && isSub)
 	}
 	if wild {
 		for n := range ts.resources {
-			fn(n)
+			if vis == nil || vis.sees(n) {
+				fn(n)
+			}
 		}
 	} else {
 		for n := range subscribed {

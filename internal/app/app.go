@@ -145,7 +145,7 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		Sources:  srcs,
 		Loop:     loop,
 		Cache:    cache,
-		XDS:      xds.NewServer(cache, xds.Options{Logger: log, Metrics: reg}),
+		XDS:      xds.NewServer(cache, xds.Options{Logger: log, Metrics: reg, Authorization: c.XDS.Authorization}),
 	}, nil
 }
 

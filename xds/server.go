@@ -32,6 +32,7 @@ import (
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
@@ -60,6 +61,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics is where the server registers its collectors; nil for none.
 	Metrics prometheus.Registerer
+	// Creds, when set, are the listener's transport credentials (TLS);
+	// nil serves plaintext.
+	Creds credentials.TransportCredentials
 	// Authorization, when set, allows a stream only if its connection's
 	// verified client certificate matches a rule, and limits what it reads
 	// (authorize.go); nil: every client is served everything.
@@ -71,6 +75,7 @@ type Server struct {
 	cache *Cache
 	log   *slog.Logger
 	m     *metrics
+	creds credentials.TransportCredentials
 
 	authz   *Authorization
 	denied  *prometheus.CounterVec
@@ -104,7 +109,7 @@ func NewServer(c *Cache, opts Options) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{cache: c, log: log, clients: map[streamKey]*clientInfo{}}
+	s := &Server{cache: c, log: log, clients: map[streamKey]*clientInfo{}, creds: opts.Creds}
 	s.m = newMetrics(c, opts.Metrics)
 	s.authz, s.denied = opts.Authorization, newDeniedCounter()
 	if opts.Metrics != nil {
@@ -127,6 +132,7 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 		grpc.MaxConcurrentStreams(1<<20),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.Creds(s.creds), // nil: plaintext
 	)
 	xs := serverv3.NewServer(ctx, s.cache, s.callbacks(), sotw.WithOrderedADS())
 	discovery.RegisterAggregatedDiscoveryServiceServer(gs, xs)

@@ -134,6 +134,7 @@ var modelCases = []struct {
 
 // TestModelCases replays the recorded failures of TestModel.
 func TestModelCases(t *testing.T) {
+	setupModelTLS(t)
 	for _, mc := range modelCases {
 		t.Run(mc.name, func(t *testing.T) {
 			h, err := parseHistory(mc.history)

@@ -179,3 +179,16 @@ func TestVisibility(t *testing.T) {
 		}
 	}
 }
+
+func TestAuthorizationCheckNamesTheField(t *testing.T) {
+	for rule, want := range map[string]AuthRule{
+		"allow[0].dns_suffix: \".\" names no domain": {DNSSuffix: "."},
+		"allow[0].spiffe_trust_domain:":              {SPIFFETrustDomain: "spiffe://td"},
+		"allow[0].resources[0]:":                     {DNS: "a", Resources: []string{"["}},
+	} {
+		err := Authorization{Allow: []AuthRule{want}}.Check()
+		if err == nil || !strings.HasPrefix(err.Error(), rule) {
+			t.Errorf("Check(%+v) = %v, want %q...", want, err, rule)
+		}
+	}
+}

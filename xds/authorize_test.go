@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
@@ -190,5 +193,28 @@ func TestAuthorizationCheckNamesTheField(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), rule) {
 			t.Errorf("Check(%+v) = %v, want %q...", want, err, rule)
 		}
+	}
+}
+
+// Once some stream is restricted, a watch the cache cannot tie to its
+// stream is refused, not served unfiltered.
+func TestRestrictedCacheRefusesUnknownStreams(t *testing.T) {
+	c := NewCache()
+	c.MarkReady()
+	ch := make(chan cache.DeltaResponse, 4) // each watch answers at once
+	sub := stream.NewDeltaSubscription(nil, nil, nil, true)
+	cancel, err := c.CreateDeltaWatch(&discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType}, &sub, ch)
+	if err != nil {
+		t.Fatalf("unrestricted cache: %v", err)
+	}
+	cancel()
+	c.openStream(streamKey{true, 1}, &visibility{patterns: []string{"web-*"}})
+	if _, err := c.CreateDeltaWatch(&discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType}, &sub, ch); err == nil || !strings.Contains(err.Error(), "xds.authorization") {
+		t.Fatalf("restricted cache, unknown stream: %v", err)
+	}
+	req := &discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType}
+	c.noteRequest(req, streamKey{true, 1}, ClusterType)
+	if _, err := c.CreateDeltaWatch(req, &sub, ch); err != nil {
+		t.Fatalf("restricted cache, noted stream: %v", err)
 	}
 }

@@ -86,6 +86,7 @@ func (c *Cache) openStream(key streamKey, vis *visibility) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.streams[key] = &streamState{key: key, vis: vis, noted: map[string]any{}, inflight: map[string]*deltaResponse{}, held: map[string][]string{}}
+	c.restricted = true
 }
 
 // streamClosed forgets a stream.

@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"fmt"
 	"slices"
 	"sort"
 
@@ -41,6 +42,11 @@ func (c *Cache) create(w *watch) (func(), error) {
 	w.stream = c.stream(w)
 	if w.stream != nil {
 		w.vis = w.stream.vis
+	} else if c.restricted {
+		// Fail closed: the server notes every request's stream before its
+		// watch (order.go); a watch of no known stream could be one
+		// whose client may not read everything.
+		return nil, fmt.Errorf("xds cache: %s watch of no known stream while some clients are restricted (xds.authorization resources)", w.ts.url)
 	}
 	if w.delta {
 		if err := c.readDeltaState(w); err != nil {

@@ -21,8 +21,8 @@ import (
 // configuration). A stream is authorized by the verified certificate of
 // its connection: the first certificate of the first chain the TLS
 // handshake verified (credentials.TLSInfo.State.VerifiedChains[0][0]).
-// A certificate the handshake did not verify (a listener without a client
-// CA) counts as none. Rules are tried in order; the first that matches one
+// A certificate the handshake did not verify (a listener that does not
+// require verification) is refused like none, with its own reason. Rules are tried in order; the first that matches one
 // of the certificate's SANs (URI SANs, then DNS SANs, in certificate
 // order) decides, and that SAN is the client's identity (/debug/clients).
 //

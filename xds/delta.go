@@ -429,7 +429,7 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 			if over(len(changed), size) {
 				changed = changed[:len(changed)-1]
 				tail := seq.list[i:]
-				if w.vis != nil {
+				if w.vis() != nil {
 					// Of the hidden names, only those the client is
 					// to be told of: a change to another is nothing.
 					tail = slices.DeleteFunc(slices.Clone(tail), func(n string) bool {

@@ -210,7 +210,7 @@ func (c *Cache) holder(w *watch) func(*entry) bool {
 		// dropped (then the client keeps what it was sent): the cluster
 		// must be in both.
 		cl := clusters.resources[e.dep.Name]
-		return cl != nil && w.vis.sees(cl.name) && ((st.cds != nil && !st.cds.sent(cl)) || (st.pendingCDS != nil && !st.pendingCDS.sent(cl)))
+		return cl != nil && st.vis.sees(cl.name) && ((st.cds != nil && !st.cds.sent(cl)) || (st.pendingCDS != nil && !st.pendingCDS.sent(cl)))
 	}
 }
 

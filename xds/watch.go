@@ -30,7 +30,6 @@ type watch struct {
 	resp      *deltaResponse // the response sent
 
 	stream   *streamState // nil: not known (see order.go)
-	vis      *visibility  // what the client may read (stream.vis); nil: everything
 	heldBack []string     // sorted: assignments held back until their cluster is sent
 }
 
@@ -40,9 +39,7 @@ func (c *Cache) create(w *watch) (func(), error) {
 	c.nextID++
 	w.id = c.nextID
 	w.stream = c.stream(w)
-	if w.stream != nil {
-		w.vis = w.stream.vis
-	} else if c.restricted {
+	if w.stream == nil && c.restricted {
 		// Fail closed: the server notes every request's stream before its
 		// watch (order.go); a watch of no known stream could be one
 		// whose client may not read everything.
@@ -218,18 +215,30 @@ func firstRequest(w *watch) bool {
 	return w.sreq.GetResponseNonce() == ""
 }
 
+// vis is what w's client may read (its stream's); nil: everything. (Not
+// a field of the watch: one per request, it is kept small.)
+func (w *watch) vis() *visibility {
+	if w.stream == nil {
+		return nil
+	}
+	return w.stream.vis
+}
+
 // lookup returns resource n as w's client sees it: a name its
 // visibility does not match does not exist for it.
 func (w *watch) lookup(n string) (*entry, bool) {
 	e, ok := w.ts.resources[n]
-	if ok && w.vis != nil && !w.vis.sees(n) {
+	if ok && w.hidden(n) {
 		return nil, false
 	}
 	return e, ok
 }
 
 // hidden reports whether name n is outside what w's client may read.
-func (w *watch) hidden(n string) bool { return w.vis != nil && !w.vis.sees(n) }
+func (w *watch) hidden(n string) bool {
+	v := w.vis()
+	return v != nil && !v.sees(n)
+}
 
 // fullCheck calls fn once for each name a full check of w's subscription
 // looks at: every resource of interest (all of the type its client may
@@ -237,7 +246,7 @@ func (w *watch) hidden(n string) bool { return w.vis != nil && !w.vis.sees(n) }
 // name the client is known to hold besides. It returns whether a name was
 // among the first.
 func (w *watch) fullCheck(known map[string]string, fn func(n string)) (covered func(n string) bool) {
-	ts, sub, vis := w.ts, w.sub, w.vis
+	ts, sub, vis := w.ts, w.sub, w.vis()
 	subscribed, wild := sub.SubscribedResources(), sub.IsWildcard()
 	covered = func(n string) bool {
 		_, exists := w.lookup(n)

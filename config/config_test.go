@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/xdsbridge/xdsbridge/translate"
+	"github.com/xdsbridge/xdsbridge/xds"
 )
 
 var known = []string{"dns", "file"}
@@ -98,6 +99,7 @@ func TestJSONConfig(t *testing.T) {
 
 func TestErrors(t *testing.T) {
 	src := "\nsources: [{name: s, file: {}}]\n"
+	const mtls = "xds: {tls: {cert_file: c, key_file: k, client_ca_file: ca}, "
 	for _, tc := range []struct {
 		name, doc string
 		want      []string // substrings of the error
@@ -142,6 +144,25 @@ func TestErrors(t *testing.T) {
 		{"default_locality of wrong type", "default_locality: {zone: 1}" + src, []string{"default_locality.zone", "cannot use a JSON number"}},
 		{"unknown source default_locality field", "sources: [{name: s, file: {}, default_locality: {subzone: a}}]", []string{"sources[0]", "default_locality", `unknown field "subzone"`}},
 		{"source default_locality not a mapping", "sources: [{name: s, file: {}, default_locality: r1}]", []string{"sources[0]", "default_locality"}},
+		// Security (#12).
+		{"tls without key", "xds: {tls: {cert_file: c.pem}}" + src, []string{"xds.tls.cert_file, xds.tls.key_file: both are needed"}},
+		{"admin tls without cert", "admin: {tls: {key_file: k.pem}}" + src, []string{"admin.tls.cert_file, admin.tls.key_file"}},
+		{"unknown tls field", "xds: {tls: {cert: c.pem}}" + src, []string{`unknown field "cert" in xds.tls`}},
+		{"tls min_version", "xds: {tls: {cert_file: c, key_file: k, min_version: '1.1'}}" + src, []string{"xds.tls.min_version", `"1.1"`}},
+		{"tls reload_interval", "xds: {tls: {cert_file: c, key_file: k, reload_interval: 1ms}}" + src, []string{"xds.tls.reload_interval: 1ms is not in 100ms..1h"}},
+		{"authorization without mTLS", "xds: {tls: {cert_file: c, key_file: k}, authorization: {allow: [{dns: a}]}}" + src, []string{"xds.authorization: needs xds.tls.client_ca_file"}},
+		{"authorization without tls", "xds: {authorization: {allow: [{dns: a}]}}" + src, []string{"xds.authorization: needs xds.tls.client_ca_file"}},
+		{"authorization without rules", mtls + "authorization: {allow: []}}" + src, []string{"xds.authorization.allow: at least one rule"}},
+		{"rule with two matchers", mtls + "authorization: {allow: [{dns: a, uri: 'spiffe://td/x'}]}}" + src, []string{"xds.authorization.allow[0].uri, dns: want exactly one of"}},
+		{"rule without matcher", mtls + "authorization: {allow: [{resources: [a]}]}}" + src, []string{"xds.authorization.allow[0].matcher: want exactly one of"}},
+		{"bad trust domain", mtls + "authorization: {allow: [{dns: a}, {spiffe_trust_domain: 'spiffe://td'}]}}" + src, []string{"xds.authorization.allow[1].spiffe_trust_domain"}},
+		{"bad resource pattern", mtls + "authorization: {allow: [{dns: a, resources: ['web-[']}]}}" + src, []string{"xds.authorization.allow[0].resources[0]", "web-["}},
+		{"unknown rule field", mtls + "authorization: {allow: [{dns_prefix: a}]}}" + src, []string{`unknown field "dns_prefix"`}},
+		{"xds limit out of range", "xds: {limits: {max_streams_per_connection: -1}}" + src, []string{"xds.limits.max_streams_per_connection: -1 is not in 1..65536"}},
+		{"xds limit too small", "xds: {limits: {max_node_bytes: 10}}" + src, []string{"xds.limits.max_node_bytes: 10 is not in 1024.."}},
+		{"request rate", "xds: {limits: {requests_per_second: -2}}" + src, []string{"xds.limits.requests_per_second"}},
+		{"unknown xds limit", "xds: {limits: {max_conns: 3}}" + src, []string{`unknown field "max_conns" in xds.limits`}},
+		{"keepalive range", "xds: {keepalive: {time: 48h}}" + src, []string{"xds.keepalive.time: 48h is not in 0s..24h"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.doc), "", known)
@@ -408,5 +429,45 @@ func TestRanges(t *testing.T) {
 		if _, err := Parse([]byte(ok+src), "/", known); err != nil {
 			t.Errorf("%s: %v", ok, err)
 		}
+	}
+}
+
+// The security blocks (#12): defaults applied, a full block accepted,
+// relative paths resolved against the config's directory.
+func TestSecurityConfig(t *testing.T) {
+	c, err := Parse([]byte(`
+xds:
+  tls: {cert_file: certs/s.pem, key_file: /abs/s.key, client_ca_file: certs/ca.pem}
+  authorization:
+    allow:
+      - spiffe_trust_domain: prod.example.org
+      - uri_prefix: spiffe://partner.example.org/ns/pay/
+        resources: ["pay-*", ledger]
+  limits: {max_streams_per_connection: 4}
+  keepalive: {min_time: 20s}
+admin:
+  tls: {cert_file: a.pem, key_file: a.key}
+  token_file: tok
+sources: [{name: s, file: {path: s.yaml}}]
+`), "/etc/xdsbridge", known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.XDS.TLS; got.ReloadInterval.D() != DefaultTLSReloadInterval || got.MinVersion != "1.2" {
+		t.Errorf("xds.tls defaults: %+v", got)
+	}
+	if got := c.XDS.Limits; got.MaxStreamsPerConnection != 4 || got.MaxStreams != xds.DefaultMaxStreams || got.MaxNodeBytes != xds.DefaultMaxNodeBytes {
+		t.Errorf("xds.limits: %+v", got)
+	}
+	if c.XDS.Keepalive.MinTime.D() != 20*time.Second || len(c.XDS.Authorization.Allow) != 2 || c.XDS.Authorization.Allow[1].Resources[1] != "ledger" {
+		t.Errorf("keepalive %+v, authorization %+v", c.XDS.Keepalive, c.XDS.Authorization)
+	}
+	for in, want := range map[string]string{c.XDS.TLS.CertFile: "/etc/xdsbridge/certs/s.pem", c.XDS.TLS.KeyFile: "/abs/s.key", c.Admin.TokenFile: "/etc/xdsbridge/tok", "": ""} {
+		if got := c.Path(in); got != want {
+			t.Errorf("Path(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if c.Admin.TLS.ReloadInterval.D() != DefaultTLSReloadInterval || c.Admin.TLS.ClientCAFile != "" {
+		t.Errorf("admin.tls: %+v", c.Admin.TLS)
 	}
 }

@@ -23,18 +23,25 @@ type Authorization struct {
 type AuthRule struct {
 	// SPIFFETrustDomain matches any SPIFFE ID (URI SAN
 	// spiffe://<trust domain>/<path>) of that trust domain, e.g.
-	// "prod.example.org".
+	// "prod.example.org". A spiffe URI with user info, a port, a query, a
+	// fragment, percent-encoding, an upper-case trust domain or an empty,
+	// "." or ".." path segment is not a SPIFFE ID and matches no rule.
 	SPIFFETrustDomain string `json:"spiffe_trust_domain,omitempty"`
 	// URI matches a URI SAN exactly, e.g.
 	// "spiffe://prod.example.org/ns/web/sa/envoy".
 	URI string `json:"uri,omitempty"`
-	// URIPrefix matches URI SANs that start with it, e.g.
-	// "spiffe://prod.example.org/ns/web/".
+	// URIPrefix matches URI SANs that start with it on a path boundary:
+	// the prefix ends with "/", or the SAN equals it or goes on with "/"
+	// ("spiffe://prod.example.org/ns/web" matches .../ns/web/sa/envoy,
+	// not .../ns/webhook), e.g. "spiffe://prod.example.org/ns/web/".
 	URIPrefix string `json:"uri_prefix,omitempty"`
 	// DNS matches a DNS SAN exactly (case-insensitive).
 	DNS string `json:"dns,omitempty"`
-	// DNSSuffix matches DNS SANs that end with it (case-insensitive), e.g.
-	// ".edge.example.org".
+	// DNSSuffix matches DNS SANs that end with it on a label boundary,
+	// with at least one label in front (case-insensitive; a leading dot
+	// is optional): ".edge.example.org" and "edge.example.org" both match
+	// a.edge.example.org, neither matches edge.example.org or
+	// badedge.example.org.
 	DNSSuffix string `json:"dns_suffix,omitempty"`
 	// Resources, when set, are what a client matched by this rule may read:
 	// resource names (cluster, assignment, listener, route) matching one of
@@ -79,6 +86,9 @@ func (r AuthRule) check() error {
 		if strings.ContainsAny(td, "/:@ ") || strings.ToLower(td) != td {
 			return fmt.Errorf("spiffe_trust_domain: %q is not a trust domain name (lower case, no scheme or path: \"prod.example.org\")", td)
 		}
+	}
+	if r.DNSSuffix != "" && strings.Trim(r.DNSSuffix, ".") == "" {
+		return fmt.Errorf("dns_suffix: %q names no domain (e.g. \".edge.example.org\")", r.DNSSuffix)
 	}
 	for i, p := range r.Resources {
 		if _, err := path.Match(p, ""); err != nil || p == "" {

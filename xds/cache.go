@@ -50,6 +50,10 @@ type Cache struct {
 
 	requests map[any]*streamState // see order.go
 	streams  map[streamKey]*streamState
+	// restricted: a stream was opened with a visibility (openStream);
+	// from then on a watch whose stream is not known is refused rather
+	// than served unfiltered.
+	restricted bool
 }
 
 // DefaultMaxResponseBytes bounds the resource bytes of one delta response

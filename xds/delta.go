@@ -308,6 +308,23 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 		if _, ok := ds.newSub[n]; ok && ds.complete {
 			return "", false, true
 		}
+		if w.hidden(n) {
+			// Not to be read by this client: it does not exist. A client
+			// claiming to hold it is told it is removed, a request
+			// naming it that it does not exist (also from the rest, where
+			// a split response left it: only such names are kept there);
+			// a change to it is nothing.
+			if v, ok := known[n]; ok {
+				return v, true, false
+			}
+			// (allRest holds for the names of the rest as read, not for
+			// those of a commit waking the watch.)
+			if _, ok := slices.BinarySearch(ds.rest, n); ok || (ds.allRest && seq.list == nil && !full) {
+				return "", false, true
+			}
+			_, isSub := subscribed[n]
+			return "", false, isSub && !ds.complete
+		}
 		if _, ok := slices.BinarySearch(ds.rest, n); ok || ds.allRest {
 			return "", false, true
 		}
@@ -343,7 +360,7 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 		if isStateKey(n) || n == "*" {
 			return
 		}
-		e, exists := ts.resources[n]
+		e, exists := w.lookup(n)
 		_, isSub := subscribed[n]
 		switch {
 		case exists && (wild || isSub):
@@ -379,7 +396,7 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 		// Everything of interest, then what else may be held: explicit
 		// names, and of a compact state the names changed since G
 		// (deleted ones among them) and the rest; each once.
-		covered := ts.fullCheck(w.sub, known, consider)
+		covered := w.fullCheck(known, consider)
 		if ds.complete {
 			var extra []string
 			if !ds.stale {
@@ -411,7 +428,16 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 			consider(n)
 			if over(len(changed), size) {
 				changed = changed[:len(changed)-1]
-				rest = strings.Join(seq.list[i:], sep)
+				tail := seq.list[i:]
+				if w.vis() != nil {
+					// Of the hidden names, only those the client is
+					// to be told of: a change to another is nothing.
+					tail = slices.DeleteFunc(slices.Clone(tail), func(n string) bool {
+						_, h, maybe := held(n)
+						return w.hidden(n) && !h && !maybe
+					})
+				}
+				rest = strings.Join(tail, sep)
 				break
 			}
 		}

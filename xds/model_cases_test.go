@@ -130,10 +130,27 @@ var modelCases = []struct {
 		1 publish [cds:s2/0 del:s5]
 		2 c0 subscribe CDS *`,
 	},
+	{
+		name: "visibility/hidden-change-after-an-ack-of-nothing", seed: "4",
+		what: "the ACK of a response left nothing to look at but the rest, and that held for the names of the commit that woke the watch: s5, hidden and subscribed, reported removed when it changed",
+		history: `
+		names s0..s6, delta responses of at most 32 KiB, poison true
+		c0 delta CDS [s0] EDS [s0 s2 s3 s5] sees s[0-3]
+		1 publish [eds:s5/6]`,
+	},
+	{
+		name: "visibility/hidden-change-in-the-rest-of-a-split-response", seed: "121",
+		what: "a split response kept hidden names changed since the client's generation in its rest: s5 reported removed to a wildcard client that may not see it",
+		history: `
+		names s0..s5, delta responses of at most 126 B, poison false
+		c0 delta CDS [*] EDS [*] sees s[0-3]
+		1 publish [eds:s0/5 eds:s1/2 eds:s3/6 eds:s5/1]`,
+	},
 }
 
 // TestModelCases replays the recorded failures of TestModel.
 func TestModelCases(t *testing.T) {
+	setupModelTLS(t)
 	for _, mc := range modelCases {
 		t.Run(mc.name, func(t *testing.T) {
 			h, err := parseHistory(mc.history)

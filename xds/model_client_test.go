@@ -159,12 +159,15 @@ type tstate struct {
 	heard, heardWin map[string]int
 	nacks           map[string]*nackCount // NACKs of a poison version since (re)subscribing it
 	nacked          map[string]bool       // poison versions rejected, ever
+	// hiddenOK: per name the client may not see, how often it may be
+	// told that it does not exist (once per request naming it).
+	hiddenOK map[string]int
 }
 
 func newTstate(typ string) *tstate {
 	return &tstate{typ: typ, held: map[string]heldRes{}, in: interest{names: map[string]bool{}},
 		stable: interest{names: map[string]bool{}}, winNames: map[string]bool{}, resendOK: map[string]bool{},
-		owed: map[string]bool{}, dropped: map[string]heldRes{}, budget: map[string]int{}, nacks: map[string]*nackCount{}, nacked: map[string]bool{}, heard: map[string]int{}, heardWin: map[string]int{}}
+		owed: map[string]bool{}, dropped: map[string]heldRes{}, budget: map[string]int{}, nacks: map[string]*nackCount{}, nacked: map[string]bool{}, heard: map[string]int{}, heardWin: map[string]int{}, hiddenOK: map[string]int{}}
 }
 
 // context qualifies a failure's kind by what happened in the window.
@@ -217,6 +220,7 @@ func (ts *tstate) quiesced() {
 	clear(ts.resendOK)
 	ts.resendAll, ts.subChanged, ts.afterNack, ts.starChanged = false, false, false, false
 	clear(ts.owed)
+	clear(ts.hiddenOK)
 	clear(ts.dropped)
 	for n, b := range ts.budget {
 		_, held := ts.held[n]
@@ -235,6 +239,7 @@ func (ts *tstate) quiesced() {
 type mclient struct {
 	id     int
 	delta  bool
+	vis    int // visibility class (model_vis_test.go)
 	gen    int // stream generation; events of older streams are dropped
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -331,6 +336,7 @@ func (r *mrun) firstRequest(c *mclient, ts *tstate, legacy bool) *violation {
 		ts.in.deltaFirst(subs)
 		for _, n := range subs {
 			ts.budget[n]++
+			ts.hiddenAsked(c, n)
 		}
 		ts.interestChanged()
 		return r.sendDelta(c, &discovery.DeltaDiscoveryRequest{TypeUrl: ts.typ, ResourceNamesSubscribe: subs, InitialResourceVersions: initial},
@@ -382,6 +388,7 @@ func (r *mrun) changeSub(c *mclient, ts *tstate, subs, unsubs []string) *violati
 				ts.owed[n] = true // the server must send it again
 			}
 			ts.resubscribed(n)
+			ts.hiddenAsked(c, n)
 		}
 		for _, n := range unsubs {
 			delete(ts.owed, n)
@@ -391,6 +398,13 @@ func (r *mrun) changeSub(c *mclient, ts *tstate, subs, unsubs []string) *violati
 				// the cache to).
 				ts.resendOK[n] = true
 				ts.budget[n]++
+			}
+			if ts.in.wild {
+				// Unsubscribed under a wildcard: the server may say
+				// again whether it exists (the cache does so for any
+				// name unsubscribed while its previous response is not
+				// installed, see Cache.cancel).
+				ts.hiddenAsked(c, n)
 			}
 		}
 		ts.in.deltaUpdate(subs, unsubs)
@@ -522,6 +536,20 @@ func (r *mrun) onDelta(c *mclient, resp *discovery.DeltaDiscoveryResponse) *viol
 		}
 	}
 	for _, it := range items {
+		if !sees(c.vis, it.name) {
+			return r.fail("hidden-sent", c, ts, "%s sent to a client that may see only %s (in #%s)", it, visName(c.vis), resp.Nonce)
+		}
+	}
+	for _, n := range resp.RemovedResources {
+		if sees(c.vis, n) {
+			continue
+		}
+		if ts.hiddenOK[n] < 1 {
+			return r.fail("hidden-removed"+ts.context(), c, ts, "%s, which the client may not see, reported removed in #%s, not in answer to a request naming it", n, resp.Nonce)
+		}
+		ts.hiddenOK[n]--
+	}
+	for _, it := range items {
 		switch {
 		case it.v == nil:
 			return r.fail("unknown-version", c, ts, "%s: a version never served", it)
@@ -561,6 +589,9 @@ func (r *mrun) onDelta(c *mclient, resp *discovery.DeltaDiscoveryResponse) *viol
 		}
 		for _, n := range resp.RemovedResources {
 			ts.budget[n]++ // not applied: the removal may come again
+			if !sees(c.vis, n) {
+				ts.hiddenOK[n]++
+			}
 		}
 		return r.sendDelta(c, &discovery.DeltaDiscoveryRequest{TypeUrl: ts.typ, ResponseNonce: resp.Nonce,
 			ErrorDetail: &status.Status{Code: 3, Message: "poison: " + strings.Join(bad, " ")}}, "NACK #"+resp.Nonce)
@@ -604,6 +635,11 @@ func (r *mrun) onSotw(c *mclient, resp *discovery.DiscoveryResponse) *violation 
 		seen[name] = true
 	}
 	r.logf("%s ← %s #%s v=%s %v", c, typeName(ts.typ), resp.Nonce, short(resp.VersionInfo), items)
+	for _, it := range items {
+		if !sees(c.vis, it.name) {
+			return r.fail("hidden-sent", c, ts, "%s sent to a client that may see only %s (in #%s)", it, visName(c.vis), resp.Nonce)
+		}
+	}
 	for _, it := range items {
 		cands := r.w.byContent[ts.typ][it.name][it.content]
 		if len(cands) == 0 {
@@ -761,8 +797,8 @@ func (r *mrun) checkHeld(c *mclient) *violation {
 		ts := c.types[typ]
 		var missing, stale, extra, unoffered []string
 		for n, v := range r.w.served[typ] {
-			if !ts.in.has(n) {
-				continue
+			if !ts.in.has(n) || !sees(c.vis, n) {
+				continue // not of interest, or not to be seen: the filtered world
 			}
 			h, ok := ts.held[n]
 			if v.poison {
@@ -780,7 +816,7 @@ func (r *mrun) checkHeld(c *mclient) *violation {
 		}
 		if c.delta || typ == cds { // sotw EDS cannot be told of removals
 			for n, h := range ts.held {
-				if v := r.w.served[typ][n]; v == nil {
+				if v := r.w.served[typ][n]; v == nil || !sees(c.vis, n) {
 					extra = append(extra, n+"@"+short(h.version))
 				}
 			}
@@ -806,6 +842,21 @@ func (r *mrun) checkHeld(c *mclient) *violation {
 		}
 		if len(ts.owed) > 0 {
 			return r.fail("not-resent", c, ts, "re-subscribed %v not sent again", sortedKeys(ts.owed))
+		}
+		// As of a name that does not exist: a wildcard subscription's
+		// full check looks at the resources there are, not at the names
+		// subscribed besides.
+		if c.delta && !ts.in.wild && !ts.winWild {
+			var untold []string
+			for n, k := range ts.hiddenOK {
+				if k > 0 && ts.in.names[n] {
+					untold = append(untold, n)
+				}
+			}
+			if len(untold) > 0 {
+				sort.Strings(untold)
+				return r.fail("hidden-not-told"+ts.context(), c, ts, "subscribed %v, which the client may not see, never told they do not exist", untold)
+			}
 		}
 	}
 	return nil

@@ -6,6 +6,7 @@ package xds_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,7 +18,6 @@ import (
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/xdsbridge/xdsbridge/xds"
@@ -79,7 +79,7 @@ type mrun struct {
 	h       *mhistory
 	cache   *xds.Cache
 	w       *world
-	conn    *grpc.ClientConn
+	conns   []*grpc.ClientConn // per visibility class
 	clients []*mclient
 	q       evqueue
 	log     []string
@@ -110,18 +110,28 @@ func newRun(h *mhistory) (*mrun, error) {
 	ctx, stop := context.WithCancel(context.Background())
 	r := &mrun{h: h, cache: c, w: newWorld(), timeout: 10 * time.Second, stop: stop, srvDone: make(chan error, 1)}
 	r.q.notify = make(chan struct{}, 1)
-	srv := xds.NewServer(c, xds.Options{Logger: quietLogger})
-	go func() { r.srvDone <- srv.Run(ctx, lis) }()
-	conn, err := grpc.NewClient("passthrough:///model",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		r.close()
-		return nil, err
+	if modelTLS == nil {
+		stop()
+		return nil, errors.New("model: setupModelTLS not called")
 	}
-	r.conn = conn
+	srv := xds.NewServer(c, xds.Options{Logger: quietLogger, Creds: modelTLS.server, Authorization: modelAuthz})
+	go func() { r.srvDone <- srv.Run(ctx, lis) }()
+	r.conns = make([]*grpc.ClientConn, len(modelVis))
+	for _, cs := range h.clients {
+		if r.conns[cs.vis] != nil {
+			continue
+		}
+		conn, err := grpc.NewClient("passthrough:///model",
+			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+			grpc.WithTransportCredentials(modelTLS.clients[cs.vis]))
+		if err != nil {
+			r.close()
+			return nil, err
+		}
+		r.conns[cs.vis] = conn
+	}
 	for i, cs := range h.clients {
-		mc := &mclient{id: i, delta: cs.delta, types: map[string]*tstate{}}
+		mc := &mclient{id: i, delta: cs.delta, vis: cs.vis, types: map[string]*tstate{}}
 		for _, typ := range modelTypes {
 			ts := newTstate(typ)
 			is := cs.init(typ)
@@ -149,8 +159,10 @@ func (r *mrun) close() {
 			<-c.done
 		}
 	}
-	if r.conn != nil {
-		r.conn.Close()
+	for _, conn := range r.conns {
+		if conn != nil {
+			conn.Close()
+		}
 	}
 	r.stop()
 	<-r.srvDone
@@ -164,7 +176,7 @@ func (r *mrun) connect(c *mclient) *violation {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	c.cancel, c.done = cancel, done
-	cl := discovery.NewAggregatedDiscoveryServiceClient(r.conn)
+	cl := discovery.NewAggregatedDiscoveryServiceClient(r.conns[c.vis])
 	if c.delta {
 		st, err := cl.DeltaAggregatedResources(ctx)
 		if err != nil {
@@ -221,6 +233,7 @@ func (r *mrun) reconnect(c *mclient) *violation {
 		clear(ts.owed)
 		clear(ts.nacks)
 		clear(ts.budget)
+		clear(ts.hiddenOK)
 		for n := range ts.held {
 			ts.budget[n] = 1
 		}

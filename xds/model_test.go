@@ -35,6 +35,10 @@ package xds_test
 //	XDSBRIDGE_MODEL_KEEPGOING=1  run every history, report each distinct failure
 //	XDSBRIDGE_MODEL_SHRINK=1     minimise a failing history before reporting it
 //	XDSBRIDGE_MODEL_NOPOISON=1   triage: the same histories without poison (no NACKs)
+//	XDSBRIDGE_MODEL_NOVIS=1      triage: the same histories with every client seeing everything
+//
+// Some clients see only some names (xds.authorization resources, by their
+// certificate; model_vis_test.go): for them the world is the filtered one.
 
 import (
 	"fmt"
@@ -78,6 +82,7 @@ func (s initSub) String() string {
 type clientSpec struct {
 	delta    bool
 	cds, eds initSub
+	vis      int // visibility class (model_vis_test.go); 0: sees everything
 }
 
 func (cs clientSpec) init(typ string) initSub {
@@ -164,7 +169,11 @@ func (h *mhistory) String() string {
 		if cs.delta {
 			p = "delta"
 		}
-		fmt.Fprintf(&b, "  c%d %s CDS %s EDS %s\n", i, p, cs.cds, cs.eds)
+		fmt.Fprintf(&b, "  c%d %s CDS %s EDS %s", i, p, cs.cds, cs.eds)
+		if cs.vis != 0 {
+			fmt.Fprintf(&b, " sees %s", visName(cs.vis))
+		}
+		b.WriteString("\n")
 	}
 	if len(h.pre) > 0 {
 		fmt.Fprintf(&b, "  before connecting: publish %s\n", fmtOps(h.pre))
@@ -218,6 +227,7 @@ func genHistory(seed uint64, steps int) *mhistory {
 		s.noWait = i < steps-1 && g.rng.IntN(4) == 0
 		h.steps = append(h.steps, s)
 	}
+	genVis(h)
 	return h
 }
 
@@ -546,6 +556,7 @@ func getModelConfig(t *testing.T) modelConfig {
 }
 
 func TestModel(t *testing.T) {
+	setupModelTLS(t)
 	cfg := getModelConfig(t)
 	start := time.Now()
 	type kind struct {
@@ -554,7 +565,7 @@ func TestModel(t *testing.T) {
 		seeds []uint64
 	}
 	kinds := map[string]*kind{}
-	runs, steps := 0, 0
+	runs, steps, visClients := 0, 0, 0
 	for i := range cfg.histories {
 		if cfg.maxTime > 0 && time.Since(start) > cfg.maxTime {
 			t.Logf("model: stopping after %v", cfg.maxTime)
@@ -569,6 +580,11 @@ func TestModel(t *testing.T) {
 			t.Fatal(err)
 		}
 		runs++
+		for _, cs := range h.clients {
+			if cs.vis != 0 {
+				visClients++
+			}
+		}
 		if f == nil {
 			steps += len(h.steps)
 			continue
@@ -587,7 +603,7 @@ func TestModel(t *testing.T) {
 			break
 		}
 	}
-	t.Logf("model: %d histories × %d steps (%d steps run) from seed %d in %v", runs, cfg.steps, steps, cfg.base, time.Since(start).Round(time.Millisecond))
+	t.Logf("model: %d histories × %d steps (%d steps run) from seed %d in %v; %d clients seeing only some names", runs, cfg.steps, steps, cfg.base, time.Since(start).Round(time.Millisecond), visClients)
 	if len(kinds) == 0 {
 		return
 	}
@@ -700,13 +716,20 @@ func parseHistory(text string) (*mhistory, error) {
 			s.kind, s.ops = stPublish, ops
 			h.steps = append(h.steps, s)
 		case len(f) >= 2 && (f[1] == "delta" || f[1] == "sotw"):
-			// c0 delta CDS <sub> EDS <sub>
+			// c0 delta CDS <sub> EDS <sub> [sees <patterns>]
+			cs := clientSpec{delta: f[1] == "delta"}
+			if l, v, ok := strings.Cut(line, " sees "); ok {
+				var known bool
+				if cs.vis, known = parseVis(strings.TrimSpace(v)); !known {
+					return nil, fmt.Errorf("visibility %q", v)
+				}
+				line = l
+			}
 			i := strings.Index(line, " CDS ")
 			j := strings.Index(line, " EDS ")
 			if i < 0 || j < i {
 				return nil, fmt.Errorf("client %q", line)
 			}
-			cs := clientSpec{delta: f[1] == "delta"}
 			var err error
 			if cs.cds, err = parseSub(strings.TrimSpace(line[i+5 : j])); err != nil {
 				return nil, err

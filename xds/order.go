@@ -27,6 +27,10 @@ import (
 // streamState is what the cache follows of one stream.
 type streamState struct {
 	key streamKey
+	// vis: what the stream's client may read (xds.authorization
+	// resources); nil: everything. Set when the stream opens, before its
+	// first request, and never changed.
+	vis *visibility
 	// cds: the clusters sent on the stream (nil: none yet, so nothing is
 	// held back unless a CDS response is pending).
 	cds *sentClusters
@@ -72,6 +76,17 @@ func (c *Cache) noteRequest(req any, key streamKey, typeURL string) {
 	}
 	st.noted[typeURL] = req
 	c.requests[req] = st
+}
+
+// openStream registers a stream whose client may read only what vis
+// sees, before its first request (the server's stream-open callback).
+// Streams that may read everything are not registered: noteRequest makes
+// their state.
+func (c *Cache) openStream(key streamKey, vis *visibility) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.streams[key] = &streamState{key: key, vis: vis, noted: map[string]any{}, inflight: map[string]*deltaResponse{}, held: map[string][]string{}}
+	c.restricted = true
 }
 
 // streamClosed forgets a stream.
@@ -195,7 +210,7 @@ func (c *Cache) holder(w *watch) func(*entry) bool {
 		// dropped (then the client keeps what it was sent): the cluster
 		// must be in both.
 		cl := clusters.resources[e.dep.Name]
-		return cl != nil && ((st.cds != nil && !st.cds.sent(cl)) || (st.pendingCDS != nil && !st.pendingCDS.sent(cl)))
+		return cl != nil && st.vis.sees(cl.name) && ((st.cds != nil && !st.cds.sent(cl)) || (st.pendingCDS != nil && !st.pendingCDS.sent(cl)))
 	}
 }
 

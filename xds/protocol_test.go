@@ -48,7 +48,9 @@ func newHarness(t *testing.T, ready bool, opts ...xds.Option) *harness {
 	if ready {
 		c.MarkReady()
 	}
-	s := xds.NewServer(c, xds.Options{})
+	// The protocol tests multiplex their clients on one connection (the
+	// limits have their own tests, guard_test.go).
+	s := xds.NewServer(c, xds.Options{Limits: xds.Limits{MaxStreamsPerConnection: 256}})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

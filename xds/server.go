@@ -69,6 +69,10 @@ type Options struct {
 	Limits Limits
 	// Keepalive is the server's HTTP/2 keepalive (zero fields: defaults).
 	Keepalive Keepalive
+	// Authorization, when set, allows a stream only if its connection's
+	// verified client certificate matches a rule, and limits what it reads
+	// (authorize.go); nil: every client is served everything.
+	Authorization *Authorization
 }
 
 // Server is the xDS gRPC server. Create it with NewServer, start it with Run.
@@ -80,6 +84,10 @@ type Server struct {
 	lim   Limits
 	keep  Keepalive
 	guard *guard
+
+	authz   *Authorization
+	denied  *prometheus.CounterVec
+	denyLog denyLog
 
 	mu        sync.Mutex
 	clients   map[streamKey]*clientInfo
@@ -93,6 +101,7 @@ type streamKey struct {
 
 type clientInfo struct {
 	Node      string    `json:"node"`
+	Identity  string    `json:"identity,omitempty"` // the certificate SAN xds.authorization matched
 	Cluster   string    `json:"cluster,omitempty"`
 	Mode      string    `json:"mode"`
 	TypeURL   string    `json:"type_url"`
@@ -128,6 +137,10 @@ func NewServer(c *Cache, opts Options) *Server {
 		lim: opts.Limits.WithDefaults(), keep: opts.Keepalive.WithDefaults()}
 	s.m = newMetrics(c, opts.Metrics)
 	s.guard = newGuard(s.lim, s.m.guard)
+	s.authz, s.denied = opts.Authorization, newDeniedCounter()
+	if opts.Metrics != nil {
+		opts.Metrics.MustRegister(s.denied)
+	}
 	return s
 }
 
@@ -344,13 +357,11 @@ func (s *Server) responded(delta bool, id int64, typeURL string) {
 func (s *Server) callbacks() serverv3.Callbacks {
 	return serverv3.CallbackFuncs{
 		StreamOpenFunc: func(ctx context.Context, id int64, typeURL string) error {
-			s.opened(ctx, false, id, typeURL)
-			return nil
+			return s.open(ctx, false, id, typeURL)
 		},
 		StreamClosedFunc: func(id int64, _ *core.Node) { s.closed(false, id); s.cache.streamClosed(streamKey{false, id}) },
 		DeltaStreamOpenFunc: func(ctx context.Context, id int64, typeURL string) error {
-			s.opened(ctx, true, id, typeURL)
-			return nil
+			return s.open(ctx, true, id, typeURL)
 		},
 		DeltaStreamClosedFunc: func(id int64, _ *core.Node) { s.closed(true, id); s.cache.streamClosed(streamKey{true, id}) },
 		StreamRequestFunc: func(id int64, req *discovery.DiscoveryRequest) error {

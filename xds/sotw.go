@@ -141,7 +141,7 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 		if isStateKey(n) {
 			return
 		}
-		e, exists := ts.resources[n]
+		e, exists := w.lookup(n)
 		_, isSub := subscribed[n]
 		interested := wild || isSub
 		kv, isKnown := ss.held[n]
@@ -162,7 +162,7 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 		}
 	}
 	if full {
-		ts.fullCheck(sub, ss.held, consider)
+		w.fullCheck(ss.held, consider)
 	} else {
 		seen := make(map[string]struct{}, len(names))
 		for _, n := range names {
@@ -233,11 +233,13 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 		send = send[:0:0]
 		if wild {
 			for n := range ts.resources {
-				send = append(send, n)
+				if !w.hidden(n) {
+					send = append(send, n)
+				}
 			}
 		} else {
 			for n := range subscribed {
-				if _, ok := ts.resources[n]; ok {
+				if _, ok := w.lookup(n); ok {
 					send = append(send, n)
 				}
 			}

@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"fmt"
 	"slices"
 	"sort"
 
@@ -38,6 +39,12 @@ func (c *Cache) create(w *watch) (func(), error) {
 	c.nextID++
 	w.id = c.nextID
 	w.stream = c.stream(w)
+	if w.stream == nil && c.restricted {
+		// Fail closed: the server notes every request's stream before its
+		// watch (order.go); a watch of no known stream could be one
+		// whose client may not read everything.
+		return nil, fmt.Errorf("xds cache: %s watch of no known stream while some clients are restricted (xds.authorization resources)", w.ts.url)
+	}
 	if w.delta {
 		if err := c.readDeltaState(w); err != nil {
 			return nil, err
@@ -208,20 +215,49 @@ func firstRequest(w *watch) bool {
 	return w.sreq.GetResponseNonce() == ""
 }
 
-// fullCheck calls fn once for each name a full check of a subscription
-// looks at: every resource of interest (all of the type for a wildcard
-// subscription, else the subscribed names), then each name the client is
-// known to hold besides. It returns whether a name was among the first.
-func (ts *typeState) fullCheck(sub cache.Subscription, known map[string]string, fn func(n string)) (covered func(n string) bool) {
+// vis is what w's client may read (its stream's); nil: everything. (Not
+// a field of the watch: one per request, it is kept small.)
+func (w *watch) vis() *visibility {
+	if w.stream == nil {
+		return nil
+	}
+	return w.stream.vis
+}
+
+// lookup returns resource n as w's client sees it: a name its
+// visibility does not match does not exist for it.
+func (w *watch) lookup(n string) (*entry, bool) {
+	e, ok := w.ts.resources[n]
+	if ok && w.hidden(n) {
+		return nil, false
+	}
+	return e, ok
+}
+
+// hidden reports whether name n is outside what w's client may read.
+func (w *watch) hidden(n string) bool {
+	v := w.vis()
+	return v != nil && !v.sees(n)
+}
+
+// fullCheck calls fn once for each name a full check of w's subscription
+// looks at: every resource of interest (all of the type its client may
+// read for a wildcard subscription, else the subscribed names), then each
+// name the client is known to hold besides. It returns whether a name was
+// among the first.
+func (w *watch) fullCheck(known map[string]string, fn func(n string)) (covered func(n string) bool) {
+	ts, sub, vis := w.ts, w.sub, w.vis()
 	subscribed, wild := sub.SubscribedResources(), sub.IsWildcard()
 	covered = func(n string) bool {
-		_, exists := ts.resources[n]
+		_, exists := w.lookup(n)
 		_, isSub := subscribed[n]
 		return (wild && exists) || (!wild && isSub)
 	}
 	if wild {
 		for n := range ts.resources {
-			fn(n)
+			if vis == nil || vis.sees(n) {
+				fn(n)
+			}
 		}
 	} else {
 		for n := range subscribed {

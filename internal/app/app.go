@@ -148,7 +148,7 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	xopts := xds.Options{Logger: log, Metrics: reg, Limits: c.XDS.Limits, Keepalive: xds.Keepalive{
+	xopts := xds.Options{Logger: log, Metrics: reg, Authorization: c.XDS.Authorization, Limits: c.XDS.Limits, Keepalive: xds.Keepalive{
 		Time: c.XDS.Keepalive.Time.D(), Timeout: c.XDS.Keepalive.Timeout.D(), MinTime: c.XDS.Keepalive.MinTime.D(),
 	}}
 	if xdsTLS != nil {

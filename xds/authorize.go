@@ -1,0 +1,277 @@
+package xds
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"net/url"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// Authorization at stream open (see Authorization in authz.go for the
+// configuration). A stream is authorized by the verified certificate of
+// its connection: the first certificate of the first chain the TLS
+// handshake verified (credentials.TLSInfo.State.VerifiedChains[0][0]).
+// A certificate the handshake did not verify (a listener that does not
+// require verification) is refused like none, with its own reason. Rules are tried in order; the first that matches one
+// of the certificate's SANs (URI SANs, then DNS SANs, in certificate
+// order) decides, and that SAN is the client's identity (/debug/clients).
+//
+// Matching:
+//   - spiffe_trust_domain: a URI SAN that is a SPIFFE ID
+//     spiffe://<trust domain>/<path> whose trust domain equals it. A
+//     SPIFFE ID is valid when its trust domain is lower case
+//     ([a-z0-9.-_]), its path non-empty, of segments of [A-Za-z0-9.-_]
+//     other than "." and "..", and it has no user info, port, query,
+//     fragment or percent-encoding. A URI SAN of the spiffe scheme that is
+//     not a valid SPIFFE ID matches no rule (not uri nor uri_prefix
+//     either).
+//   - uri: the URI SAN as parsed and printed by Go's net/url equals it.
+//   - uri_prefix: the URI SAN starts with it on a path boundary: the prefix
+//     ends with "/", or the SAN equals it, or the SAN's next character is
+//     "/" ("spiffe://td/ns/web" matches spiffe://td/ns/web/x but not
+//     spiffe://td/ns/webhook).
+//   - dns: the DNS SAN equals it, ignoring case and one trailing dot.
+//   - dns_suffix: the DNS SAN ends with it on a label boundary, with at
+//     least one more label in front, ignoring case, one leading dot of the
+//     suffix and one trailing dot of either: "edge.example.org" and
+//     ".edge.example.org" both match a.edge.example.org and
+//     b.a.edge.example.org, and neither matches edge.example.org nor
+//     badedge.example.org.
+
+// visibility is what a client may read: the names matching one of the
+// patterns (path.Match). A nil *visibility sees everything.
+type visibility struct{ patterns []string }
+
+func (v *visibility) sees(name string) bool {
+	if v == nil {
+		return true
+	}
+	for _, p := range v.patterns {
+		if ok, _ := path.Match(p, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Reasons of a denial, the label of xdsbridge_xds_clients_denied_total.
+const (
+	deniedNoCertificate = "no_certificate" // no TLS, or no client certificate
+	deniedUnverified    = "unverified"     // a certificate the handshake did not verify
+	deniedNoMatch       = "no_match"       // no rule matched a SAN
+)
+
+// authorize decides a stream by its context. It returns the SAN that
+// matched and what the client may read (nil: everything), or the reason
+// and a PermissionDenied error.
+func (a *Authorization) authorize(ctx context.Context) (identity string, vis *visibility, reason string, err error) {
+	p, _ := peer.FromContext(ctx)
+	var info credentials.TLSInfo
+	if p != nil {
+		info, _ = p.AuthInfo.(credentials.TLSInfo)
+	}
+	if len(info.State.PeerCertificates) == 0 {
+		return "", nil, deniedNoCertificate, status.Error(codes.PermissionDenied,
+			"xds.authorization: the client presented no certificate (mTLS needed); xds.authorization.allow did not match")
+	}
+	if len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		return "", nil, deniedUnverified, status.Errorf(codes.PermissionDenied,
+			"xds.authorization: the client certificate (%s) was not verified against xds.tls.client_ca_file; xds.authorization.allow did not match", describeSANs(info.State.PeerCertificates[0]))
+	}
+	cert := info.State.VerifiedChains[0][0]
+	for i := range a.Allow {
+		r := &a.Allow[i]
+		if san, ok := r.match(cert); ok {
+			if len(r.Resources) > 0 {
+				vis = &visibility{patterns: r.Resources}
+			}
+			return san, vis, "", nil
+		}
+	}
+	return "", nil, deniedNoMatch, status.Errorf(codes.PermissionDenied,
+		"xds.authorization.allow did not match the client certificate (%s)", describeSANs(cert))
+}
+
+// match returns the first SAN of cert the rule matches.
+func (r *AuthRule) match(cert *x509.Certificate) (string, bool) {
+	if r.SPIFFETrustDomain != "" || r.URI != "" || r.URIPrefix != "" {
+		for _, u := range cert.URIs {
+			s := u.String()
+			if u.Scheme == "spiffe" {
+				td, ok := spiffeTrustDomain(u)
+				if !ok {
+					continue
+				}
+				if r.SPIFFETrustDomain != "" && td == r.SPIFFETrustDomain {
+					return s, true
+				}
+			}
+			if r.URI != "" && s == r.URI {
+				return s, true
+			}
+			if p := r.URIPrefix; p != "" && strings.HasPrefix(s, p) && (len(s) == len(p) || p[len(p)-1] == '/' || s[len(p)] == '/') {
+				return s, true
+			}
+		}
+		return "", false
+	}
+	exact := dnsNorm(r.DNS)
+	suffix := strings.TrimPrefix(dnsNorm(r.DNSSuffix), ".")
+	for _, d := range cert.DNSNames {
+		n := dnsNorm(d)
+		if exact != "" && n == exact {
+			return d, true
+		}
+		if suffix != "" && len(n) > len(suffix)+1 && strings.HasSuffix(n, "."+suffix) && n[len(n)-len(suffix)-2] != '.' {
+			return d, true
+		}
+	}
+	return "", false
+}
+
+func dnsNorm(s string) string { return strings.ToLower(strings.TrimSuffix(s, ".")) }
+
+// spiffeTrustDomain returns the trust domain of a valid SPIFFE ID.
+func spiffeTrustDomain(u *url.URL) (string, bool) {
+	if u.Scheme != "spiffe" || u.Opaque != "" || u.User != nil || u.RawQuery != "" || u.ForceQuery ||
+		u.Fragment != "" || u.RawFragment != "" || u.RawPath != "" || u.Host == "" || u.Port() != "" || strings.Contains(u.Host, ":") {
+		return "", false
+	}
+	for _, c := range u.Host {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_') {
+			return "", false
+		}
+	}
+	if len(u.Path) < 2 || u.Path[0] != '/' {
+		return "", false
+	}
+	for _, seg := range strings.Split(u.Path[1:], "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return "", false
+		}
+		for _, c := range seg {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-' || c == '_') {
+				return "", false
+			}
+		}
+	}
+	return u.Host, true
+}
+
+// maxSANText bounds the SANs a denial names (message and log).
+const maxSANText = 512
+
+// describeSANs names a certificate's SANs for a denial, bounded.
+func describeSANs(cert *x509.Certificate) string {
+	var parts []string
+	for _, u := range cert.URIs {
+		parts = append(parts, "URI:"+u.String())
+	}
+	for _, d := range cert.DNSNames {
+		parts = append(parts, "DNS:"+d)
+	}
+	if len(parts) == 0 {
+		s, _ := bound(cert.Subject.CommonName, "", 128)
+		return fmt.Sprintf("no URI or DNS SAN; subject CN %q", s)
+	}
+	var b strings.Builder
+	b.WriteString("SANs ")
+	for i, p := range parts {
+		p, _ = bound(p, "", 128)
+		if b.Len()+len(p) > maxSANText {
+			fmt.Fprintf(&b, " and %d more", len(parts)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(p)
+	}
+	return b.String()
+}
+
+// denyLog rate-limits the WARN logged per denial: at most denyLogBurst
+// lines per denyLogWindow; the next line logged says how many were not.
+type denyLog struct {
+	mu         sync.Mutex
+	start      time.Time
+	n          int
+	suppressed int
+}
+
+const (
+	denyLogWindow = time.Minute
+	denyLogBurst  = 10
+)
+
+// allow reports whether to log now, and how many were suppressed since
+// the last line logged.
+func (d *denyLog) allow(now time.Time) (bool, int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if now.Sub(d.start) >= denyLogWindow {
+		d.start, d.n = now, 0
+	}
+	if d.n >= denyLogBurst {
+		d.suppressed++
+		return false, 0
+	}
+	d.n++
+	s := d.suppressed
+	d.suppressed = 0
+	return true, s
+}
+
+func newDeniedCounter() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "xdsbridge_xds_clients_denied_total",
+		Help: "xDS streams refused by xds.authorization (PermissionDenied), by reason: no_certificate, unverified, no_match.",
+	}, []string{"reason"})
+}
+
+// open authorizes a new stream (when the server has an Authorization),
+// records it, and tells the cache what its client may read, before any of
+// its requests.
+func (s *Server) open(ctx context.Context, delta bool, id int64, typeURL string) error {
+	var identity string
+	var vis *visibility
+	if s.authz != nil {
+		var reason string
+		var err error
+		identity, vis, reason, err = s.authz.authorize(ctx)
+		if err != nil {
+			s.denied.WithLabelValues(reason).Inc()
+			if ok, suppressed := s.denyLog.allow(time.Now()); ok {
+				var addr string
+				if p, _ := peer.FromContext(ctx); p != nil && p.Addr != nil {
+					addr = p.Addr.String()
+				}
+				s.log.Warn("xDS client refused", "reason", reason, "peer", addr, "mode", modeName(delta),
+					"error", status.Convert(err).Message(), "denials_not_logged", suppressed)
+			}
+			return err
+		}
+	}
+	s.opened(ctx, delta, id, typeURL)
+	if identity != "" {
+		s.mu.Lock()
+		if ci := s.clients[streamKey{delta, id}]; ci != nil {
+			ci.Identity, _ = bound(identity, "", MaxClientStringBytes)
+		}
+		s.mu.Unlock()
+	}
+	if vis != nil {
+		s.cache.openStream(streamKey{delta, id}, vis)
+	}
+	return nil
+}

@@ -81,8 +81,17 @@ func TestGRPCXDSClientTLS(t *testing.T) {
 	})
 	t.Run("denied", func(t *testing.T) {
 		before := metricSum(t, br.bridge, "xdsbridge_xds_clients_denied_total")
-		err := dialXDSTLS(t, br.bridge, ca, strangerID, "greeter").fails(t)
-		t.Logf("stranger's RPC: %v", err)
+		c := dialXDSTLS(t, br.bridge, ca, strangerID, "greeter")
+		// The client is told why: its RPCs fail with the resolver's error,
+		// the stream's PermissionDenied and the bridge's message.
+		waitFor(t, 10*time.Second, "the stranger's RPC to fail with PermissionDenied", func() error {
+			err := c.fails(t)
+			if !strings.Contains(err.Error(), "PermissionDenied") || !strings.Contains(err.Error(), "xds.authorization") {
+				return err
+			}
+			t.Logf("stranger's RPC: %v", err)
+			return nil
+		})
 		waitFor(t, 10*time.Second, "the bridge to count the denied client", func() error {
 			if n := metricSum(t, br.bridge, "xdsbridge_xds_clients_denied_total"); n <= before {
 				return fmt.Errorf("xdsbridge_xds_clients_denied_total = %v, was %v", n, before)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -21,6 +22,62 @@ func TestValidateExampleConfigs(t *testing.T) {
 		}
 		if strings.TrimSpace(out.String()) != "config ok" {
 			t.Fatalf("%s: output %q", cfg, out.String())
+		}
+	}
+}
+
+// TestValidateMTLSExample: examples/xdsbridge-mtls.yaml, with the
+// certificates examples/certs/README.md makes (here from testcerts) beside
+// it, is a valid config.
+func TestValidateMTLSExample(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"xdsbridge-mtls.yaml", "services.yaml"} {
+		b, err := os.ReadFile(filepath.Join("../../examples", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	certs := filepath.Join(dir, "certs")
+	if err := os.Mkdir(certs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ca := testcerts.NewCA(t, "example CA")
+	ca.WriteCA(t, certs, "ca.pem")
+	srv := ca.Issue(t, testcerts.LeafOptions{CommonName: "xdsbridge", DNS: []string{"xdsbridge.example.org"}})
+	testcerts.WriteFile(t, filepath.Join(certs, "xdsbridge.pem"), srv.CertPEM)
+	testcerts.WriteFile(t, filepath.Join(certs, "xdsbridge-key.pem"), srv.KeyPEM)
+	testcerts.WriteFile(t, filepath.Join(certs, "admin-token"), []byte("0123456789abcdef0123456789abcdef\n"))
+	for _, uncomment := range []bool{false, true} {
+		p := filepath.Join(dir, "xdsbridge-mtls.yaml")
+		if uncomment {
+			// The commented-out options (xds.limits, admin.token_file,
+			// admin.tls) are valid too.
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b = regexp.MustCompile(`(?m)^  # (limits|token_file|tls):|^  #   (cert_file|key_file):`).ReplaceAllFunc(b, func(m []byte) []byte {
+				return bytes.Replace(m, []byte("# "), nil, 1)
+			})
+			for _, want := range []string{"\n  limits:", "\n  token_file:", "\n  tls:\n    cert_file:"} {
+				if !bytes.Contains(b, []byte(want)) {
+					t.Fatalf("uncommented example has no %q:\n%s", want, b)
+				}
+			}
+			p = filepath.Join(dir, "uncommented.yaml")
+			if err := os.WriteFile(p, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var out bytes.Buffer
+		if err := run([]string{"validate", "-config", p}, &out, &out); err != nil {
+			t.Fatalf("examples/xdsbridge-mtls.yaml (uncommented %v): %v\n%s", uncomment, err, out.String())
+		}
+		if strings.TrimSpace(out.String()) != "config ok" {
+			t.Fatalf("output %q", out.String())
 		}
 	}
 }

@@ -46,8 +46,10 @@ type AuthRule struct {
 	// Resources, when set, are what a client matched by this rule may read:
 	// resource names (cluster, assignment, listener, route) matching one of
 	// these patterns (path.Match syntax: "web-*", "api", "*.prod"). Other
-	// names do not exist for it: a wildcard subscription never gets them, a
-	// named one is told they do not exist. Empty: every resource.
+	// names do not exist for it, exactly as names that exist for no one: a
+	// wildcard subscription never gets them, a delta subscription naming
+	// one is told in removed_resources, a sotw one never gets it (the
+	// client's does-not-exist timer tells). Empty: every resource.
 	Resources []string `json:"resources,omitempty"`
 }
 

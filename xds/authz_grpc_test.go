@@ -311,4 +311,89 @@ func TestAuthorizationRestrictsResources(t *testing.T) {
 	eq(t, "reconnect: a hidden name claimed is removed", []string{"api"}, r.RemovedResources)
 }
 
+// A restricted client's versions say nothing of what it cannot read: a
+// sotw version_info is over the resources it reads (a hash over all of
+// them would change with a hidden change, and let it test guesses of
+// hidden names and contents), and a delta system_version_info, the type's
+// change counter, is not sent to it. A hidden change sends it nothing; a
+// new stream gets the versions it had; a visible change changes them. An
+// unrestricted client's versions are over everything, as before.
+func TestAuthorizationHidesVersions(t *testing.T) {
+	th := newTLSHarness(t, tls.RequireAndVerifyClientCert, testAuthz)
+	web := th.client(th.leaf(nil, []string{"envoy-1.edge.test"}))
+	all := th.client(th.leaf([]string{"spiffe://prod.test/ns/a/sa/envoy"}, nil))
+	web.publish([]translate.Resources{svc("web-a", 1001), svc("web-b", 1002), svc("api", 1003), svc("db", 1004)})
+
+	// sotwVersions opens a sotw stream, and returns it with the
+	// versions of its CDS (wildcard) and EDS (web-a, api) responses.
+	sotwVersions := func(h *harness, what string) (s *sotwClient, cdsVer, edsVer string) {
+		t.Helper()
+		s = h.sotw()
+		s.send(&discovery.DiscoveryRequest{TypeUrl: cds})
+		r := s.recv()
+		s.send(&discovery.DiscoveryRequest{TypeUrl: cds, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce})
+		cdsVer = r.VersionInfo
+		s.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"web-a", "api"}})
+		r = s.recv()
+		s.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"web-a", "api"}, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce})
+		if cdsVer == "" || r.VersionInfo == "" {
+			t.Fatalf("%s: empty version_info (CDS %q, EDS %q)", what, cdsVer, r.VersionInfo)
+		}
+		return s, cdsVer, r.VersionInfo
+	}
+	s, cdsVer, edsVer := sotwVersions(web, "restricted")
+	u, uCDSVer, _ := sotwVersions(all, "unrestricted")
+
+	d := web.delta("web-delta")
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+	r := d.recv()
+	eq(t, "restricted delta CDS", []string{"web-a", "web-b"}, names(r))
+	if r.SystemVersionInfo != "" {
+		t.Errorf("restricted delta client told system_version_info %q", r.SystemVersionInfo)
+	}
+	d.ack(r)
+	ud := all.delta("all-delta")
+	ud.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+	r = ud.recv()
+	if r.SystemVersionInfo == "" {
+		t.Error("unrestricted delta client told no system_version_info")
+	}
+	ud.ack(r)
+	web.waitWatches(4, cds)
+	web.waitWatches(2, eds)
+
+	// Hidden: changed, added, deleted.
+	web.publish([]translate.Resources{svc("api", 1003, 1005), svc("db2", 1006)}, "db")
+	ur := u.recv()
+	if ur.VersionInfo == uCDSVer {
+		t.Errorf("unrestricted sotw CDS version %s unchanged by a change it sees", ur.VersionInfo)
+	}
+	u.send(&discovery.DiscoveryRequest{TypeUrl: cds, VersionInfo: ur.VersionInfo, ResponseNonce: ur.Nonce})
+	s.none()
+	d.none()
+	_, cdsVer2, edsVer2 := sotwVersions(web, "restricted, after hidden changes")
+	if cdsVer2 != cdsVer || edsVer2 != edsVer {
+		t.Errorf("restricted sotw versions after hidden changes: CDS %s EDS %s, were %s %s", cdsVer2, edsVer2, cdsVer, edsVer)
+	}
+
+	// Visible: new versions.
+	web.publish([]translate.Resources{svc("web-a", 1001, 1007), svc("web-c", 1008)})
+	sr := s.recv()
+	eq(t, "restricted sotw CDS after a visible change", []string{"web-a", "web-b", "web-c"}, sotwNames(t, sr))
+	if sr.VersionInfo == cdsVer {
+		t.Errorf("restricted sotw CDS version %s unchanged by a visible change", sr.VersionInfo)
+	}
+	s.send(&discovery.DiscoveryRequest{TypeUrl: cds, VersionInfo: sr.VersionInfo, ResponseNonce: sr.Nonce})
+	sr = s.recv()
+	eq(t, "restricted sotw EDS after a visible change", []string{"web-a"}, sotwNames(t, sr))
+	if sr.VersionInfo == edsVer {
+		t.Errorf("restricted sotw EDS version %s unchanged by a visible change", sr.VersionInfo)
+	}
+	r = d.recv()
+	eq(t, "restricted delta after a visible change", []string{"web-c"}, names(r))
+	if r.SystemVersionInfo != "" {
+		t.Errorf("restricted delta client told system_version_info %q", r.SystemVersionInfo)
+	}
+}
+
 func timeAfter5s() <-chan time.Time { return time.After(5 * time.Second) }

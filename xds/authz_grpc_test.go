@@ -5,10 +5,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,6 +56,13 @@ func (b *syncBuffer) String() string {
 
 func newTLSHarness(t *testing.T, auth tls.ClientAuthType, authz *xds.Authorization) *tlsHarness {
 	t.Helper()
+	return newTLSHarnessWith(t, auth, xds.Options{Authorization: authz})
+}
+
+// newTLSHarnessWith takes the server's options but the credentials,
+// metrics and logger.
+func newTLSHarnessWith(t *testing.T, auth tls.ClientAuthType, opts xds.Options) *tlsHarness {
+	t.Helper()
 	ca := testcerts.NewCA(t, "xds test CA")
 	srvLeaf := ca.Server(t)
 	srvCert, err := tls.X509KeyPair(srvLeaf.CertPEM, srvLeaf.KeyPEM)
@@ -67,8 +76,9 @@ func newTLSHarness(t *testing.T, auth tls.ClientAuthType, authz *xds.Authorizati
 	c.MarkReady()
 	reg := prometheus.NewRegistry()
 	logs := &syncBuffer{}
-	s := xds.NewServer(c, xds.Options{Creds: creds, Authorization: authz, Metrics: reg,
-		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	opts.Creds, opts.Metrics = creds, reg
+	opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s := xds.NewServer(c, opts)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -393,6 +403,83 @@ func TestAuthorizationHidesVersions(t *testing.T) {
 	eq(t, "restricted delta after a visible change", []string{"web-c"}, names(r))
 	if r.SystemVersionInfo != "" {
 		t.Errorf("restricted delta client told system_version_info %q", r.SystemVersionInfo)
+	}
+}
+
+// Each stream open checks the connection's certificate again: once it
+// expired, or once its CA is out of the client CA pool (VerifyClient, the
+// pool as it is now), a new stream on the same connection is refused with
+// PermissionDenied and counted by reason; the stream opened before goes
+// on; a still valid certificate is served.
+func TestAuthorizationRechecksAtStreamOpen(t *testing.T) {
+	var pool atomic.Pointer[x509.CertPool]
+	verify := func(chain []*x509.Certificate) error {
+		inter := x509.NewCertPool()
+		for _, c := range chain[1:] {
+			inter.AddCert(c)
+		}
+		_, err := chain[0].Verify(x509.VerifyOptions{Roots: pool.Load(), Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+		return err
+	}
+	for _, authz := range []*xds.Authorization{testAuthz, nil} {
+		t.Run(fmt.Sprintf("authorization=%v", authz != nil), func(t *testing.T) {
+			th := newTLSHarnessWith(t, tls.RequireAndVerifyClientCert, xds.Options{Authorization: authz, VerifyClient: verify})
+			current := x509.NewCertPool()
+			current.AddCert(th.ca.Cert)
+			pool.Store(current)
+			const id = "spiffe://prod.test/ns/a/sa/envoy"
+			short := th.ca.Issue(t, testcerts.LeafOptions{URIs: []string{id}, NotAfter: time.Now().Add(2 * time.Second)})
+			soon := th.client(&short)
+			valid := th.client(th.leaf([]string{id}, nil))
+			soon.publish([]translate.Resources{svc("a", 1001)})
+
+			first := soon.delta("soon")
+			first.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+			first.ack(first.recv())
+			kept := valid.delta("valid")
+			kept.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+			kept.ack(kept.recv())
+
+			// The CA leaves the pool: the connection stays, no new stream.
+			other := testcerts.NewCA(t, "next CA")
+			rotated := x509.NewCertPool()
+			rotated.AddCert(other.Cert)
+			pool.Store(rotated)
+			d := valid.delta("after rotation")
+			_ = d.sendFn(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+			err := ended(t, d.adsStream)
+			if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "no longer verifies against xds.tls.client_ca_file") {
+				t.Fatalf("stream after the CA left the pool: %v, want PermissionDenied", err)
+			}
+			if got := th.denied("untrusted"); got != 1 {
+				t.Errorf("denied{reason=untrusted} = %v, want 1", got)
+			}
+			// The CA back (both): served again.
+			both := x509.NewCertPool()
+			both.AddCert(other.Cert)
+			both.AddCert(th.ca.Cert)
+			pool.Store(both)
+			s := valid.sotw()
+			s.send(&discovery.DiscoveryRequest{TypeUrl: cds})
+			eq(t, "valid client, CA current", []string{"a"}, sotwNames(t, s.recv()))
+
+			// The certificate expires: the connection stays, no new stream.
+			time.Sleep(time.Until(short.Cert.NotAfter) + 100*time.Millisecond)
+			d = soon.delta("expired")
+			_ = d.sendFn(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+			err = ended(t, d.adsStream)
+			if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "expired at") {
+				t.Fatalf("stream after the certificate expired: %v, want PermissionDenied", err)
+			}
+			if got := th.denied("expired"); got != 1 {
+				t.Errorf("denied{reason=expired} = %v, want 1", got)
+			}
+
+			// The streams opened before go on.
+			soon.publish([]translate.Resources{svc("b", 1002)})
+			eq(t, "stream opened before the certificate expired", []string{"b"}, names(first.recv()))
+			eq(t, "stream opened before the CA rotation", []string{"b"}, names(kept.recv()))
+		})
 	}
 }
 

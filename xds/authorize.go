@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net/url"
 	"path"
@@ -22,7 +23,20 @@ import (
 // its connection: the first certificate of the first chain the TLS
 // handshake verified (credentials.TLSInfo.State.VerifiedChains[0][0]).
 // A certificate the handshake did not verify (a listener that does not
-// require verification) is refused like none, with its own reason. Rules are tried in order; the first that matches one
+// require verification) is refused like none, with its own reason.
+//
+// The handshake verified the certificate once, when the connection opened;
+// a connection lives for hours or days, and opens streams throughout. So
+// every stream open checks it again: a certificate whose NotAfter passed is
+// refused (reason "expired"), and, with Options.VerifyClient (the app
+// wires it when xds.tls.client_ca_file is set), the chain the client
+// presented is verified again against the client CA pool current now,
+// for client authentication: a certificate whose CA was taken out of
+// client_ca_file is refused ("untrusted"), while its connection is still
+// open. (Streams already open are not ended.) These checks apply also
+// without an Authorization, when the server has VerifyClient.
+//
+// Rules are tried in order; the first that matches one
 // of the certificate's SANs (URI SANs, then DNS SANs, in certificate
 // order) decides, and that SAN is the client's identity (/debug/clients).
 //
@@ -69,12 +83,15 @@ const (
 	deniedNoCertificate = "no_certificate" // no TLS, or no client certificate
 	deniedUnverified    = "unverified"     // a certificate the handshake did not verify
 	deniedNoMatch       = "no_match"       // no rule matched a SAN
+	deniedExpired       = "expired"        // the certificate expired since the handshake
+	deniedUntrusted     = "untrusted"      // the current client CA pool does not verify it
 )
 
-// authorize decides a stream by its context. It returns the SAN that
-// matched and what the client may read (nil: everything), or the reason
-// and a PermissionDenied error.
-func (a *Authorization) authorize(ctx context.Context) (identity string, vis *visibility, reason string, err error) {
+// authorize decides a stream by its context, at now, verifying the
+// client's chain again with verify if set. It returns the SAN that matched
+// and what the client may read (nil: everything), or the reason and a
+// PermissionDenied error.
+func (a *Authorization) authorize(ctx context.Context, now time.Time, verify func([]*x509.Certificate) error) (identity string, vis *visibility, reason string, err error) {
 	p, _ := peer.FromContext(ctx)
 	var info credentials.TLSInfo
 	if p != nil {
@@ -89,6 +106,9 @@ func (a *Authorization) authorize(ctx context.Context) (identity string, vis *vi
 			"xds.authorization: the client certificate (%s) was not verified against xds.tls.client_ca_file; xds.authorization.allow did not match", describeSANs(info.State.PeerCertificates[0]))
 	}
 	cert := info.State.VerifiedChains[0][0]
+	if reason, err := stillValid(info.State.PeerCertificates, cert, now, verify, "xds.authorization"); err != nil {
+		return "", nil, reason, err
+	}
 	for i := range a.Allow {
 		r := &a.Allow[i]
 		if san, ok := r.match(cert); ok {
@@ -100,6 +120,34 @@ func (a *Authorization) authorize(ctx context.Context) (identity string, vis *vi
 	}
 	return "", nil, deniedNoMatch, status.Errorf(codes.PermissionDenied,
 		"xds.authorization.allow did not match the client certificate (%s)", describeSANs(cert))
+}
+
+// stillValid checks, at stream open, the certificate the handshake
+// verified (cert) and the chain the client presented (leaf first): that
+// cert has not expired since, and that verify (if set) still accepts the
+// chain. field starts the message.
+func stillValid(chain []*x509.Certificate, cert *x509.Certificate, now time.Time, verify func([]*x509.Certificate) error, field string) (reason string, err error) {
+	if now.After(cert.NotAfter) {
+		return deniedExpired, status.Errorf(codes.PermissionDenied,
+			"%s: the client certificate (%s) expired at %s, after its connection's handshake; reconnect with a current one",
+			field, describeSANs(cert), cert.NotAfter.UTC().Format(time.RFC3339))
+	}
+	if verify == nil {
+		return "", nil
+	}
+	if err := verify(chain); err != nil {
+		var inv x509.CertificateInvalidError
+		if errors.As(err, &inv) && inv.Reason == x509.Expired {
+			reason = deniedExpired // an intermediate or the CA
+		} else {
+			reason = deniedUntrusted
+		}
+		msg, _ := bound(err.Error(), "", 256)
+		return reason, status.Errorf(codes.PermissionDenied,
+			"%s: the client certificate (%s) no longer verifies against xds.tls.client_ca_file as it is now: %s",
+			field, describeSANs(cert), msg)
+	}
+	return "", nil
 }
 
 // match returns the first SAN of cert the rule matches.
@@ -235,32 +283,35 @@ func (d *denyLog) allow(now time.Time) (bool, int) {
 func newDeniedCounter() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "xdsbridge_xds_clients_denied_total",
-		Help: "xDS streams refused by xds.authorization (PermissionDenied), by reason: no_certificate, unverified, no_match.",
+		Help: "xDS streams refused at open (PermissionDenied) by xds.authorization, or because the client certificate expired or its CA left xds.tls.client_ca_file since the handshake, by reason: no_certificate, unverified, expired, untrusted, no_match.",
 	}, []string{"reason"})
 }
 
-// open authorizes a new stream (when the server has an Authorization),
-// records it, and tells the cache what its client may read, before any of
-// its requests.
+// open authorizes a new stream (when the server has an Authorization, or
+// checks its certificate again with VerifyClient), records it, and tells
+// the cache what its client may read, before any of its requests.
 func (s *Server) open(ctx context.Context, delta bool, id int64, typeURL string) error {
 	var identity string
 	var vis *visibility
-	if s.authz != nil {
-		var reason string
-		var err error
-		identity, vis, reason, err = s.authz.authorize(ctx)
-		if err != nil {
-			s.denied.WithLabelValues(reason).Inc()
-			if ok, suppressed := s.denyLog.allow(time.Now()); ok {
-				var addr string
-				if p, _ := peer.FromContext(ctx); p != nil && p.Addr != nil {
-					addr = p.Addr.String()
-				}
-				s.log.Warn("xDS client refused", "reason", reason, "peer", addr, "mode", modeName(delta),
-					"error", status.Convert(err).Message(), "denials_not_logged", suppressed)
+	var reason string
+	var err error
+	switch {
+	case s.authz != nil:
+		identity, vis, reason, err = s.authz.authorize(ctx, time.Now(), s.verifyClient)
+	case s.verifyClient != nil:
+		reason, err = s.recheck(ctx, time.Now())
+	}
+	if err != nil {
+		s.denied.WithLabelValues(reason).Inc()
+		if ok, suppressed := s.denyLog.allow(time.Now()); ok {
+			var addr string
+			if p, _ := peer.FromContext(ctx); p != nil && p.Addr != nil {
+				addr = p.Addr.String()
 			}
-			return err
+			s.log.Warn("xDS client refused", "reason", reason, "peer", addr, "mode", modeName(delta),
+				"error", status.Convert(err).Message(), "denials_not_logged", suppressed)
 		}
+		return err
 	}
 	s.opened(ctx, delta, id, typeURL)
 	if identity != "" {
@@ -274,4 +325,21 @@ func (s *Server) open(ctx context.Context, delta bool, id int64, typeURL string)
 		s.cache.openStream(streamKey{delta, id}, vis)
 	}
 	return nil
+}
+
+// recheck applies stillValid to a stream of a server without an
+// Authorization (every client with a verified certificate is allowed): a
+// connection whose client certificate verified at its handshake opens no
+// stream once it expired or no longer verifies. A connection without a
+// verified certificate is not this check's to refuse.
+func (s *Server) recheck(ctx context.Context, now time.Time) (reason string, err error) {
+	p, _ := peer.FromContext(ctx)
+	if p == nil {
+		return "", nil
+	}
+	info, _ := p.AuthInfo.(credentials.TLSInfo)
+	if len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		return "", nil
+	}
+	return stillValid(info.State.PeerCertificates, info.State.VerifiedChains[0][0], now, s.verifyClient, "xds.tls")
 }

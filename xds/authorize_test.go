@@ -23,7 +23,7 @@ import (
 
 func certWith(t *testing.T, uris []string, dns []string) *x509.Certificate {
 	t.Helper()
-	c := &x509.Certificate{DNSNames: dns}
+	c := &x509.Certificate{DNSNames: dns, NotAfter: time.Now().Add(time.Hour)}
 	for _, s := range uris {
 		u, err := url.Parse(s)
 		if err != nil {
@@ -98,15 +98,15 @@ func TestAuthorizeFirstRuleDecides(t *testing.T) {
 		{SPIFFETrustDomain: "td"},
 		{DNSSuffix: "example.org", Resources: []string{"a", "b"}},
 	}}
-	id, vis, reason, err := a.authorize(verifiedCtx(certWith(t, []string{"spiffe://td/ns/web/sa/e"}, []string{"x.example.org"})))
+	id, vis, reason, err := a.authorize(verifiedCtx(certWith(t, []string{"spiffe://td/ns/web/sa/e"}, []string{"x.example.org"})), time.Now(), nil)
 	if err != nil || id != "spiffe://td/ns/web/sa/e" || vis == nil || !vis.sees("web-1") || vis.sees("api") || reason != "" {
 		t.Fatalf("web client: %q %v %q %v", id, vis, reason, err)
 	}
-	id, vis, _, err = a.authorize(verifiedCtx(certWith(t, []string{"spiffe://td/ns/api/sa/e"}, nil)))
+	id, vis, _, err = a.authorize(verifiedCtx(certWith(t, []string{"spiffe://td/ns/api/sa/e"}, nil)), time.Now(), nil)
 	if err != nil || id != "spiffe://td/ns/api/sa/e" || vis != nil {
 		t.Fatalf("api client: %q %v %v", id, vis, err)
 	}
-	id, vis, _, err = a.authorize(verifiedCtx(certWith(t, []string{"spiffe://other/x"}, []string{"x.example.org"})))
+	id, vis, _, err = a.authorize(verifiedCtx(certWith(t, []string{"spiffe://other/x"}, []string{"x.example.org"})), time.Now(), nil)
 	if err != nil || id != "x.example.org" || !vis.sees("b") || vis.sees("c") {
 		t.Fatalf("dns client: %q %v %v", id, vis, err)
 	}
@@ -134,7 +134,7 @@ func TestAuthorizeDenied(t *testing.T) {
 		{"no match, many SANs", deniedNoMatch, verifiedCtx(long), []string{"xds.authorization.allow did not match", "more"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, reason, err := a.authorize(tc.ctx)
+			_, _, reason, err := a.authorize(tc.ctx, time.Now(), nil)
 			if status.Code(err) != codes.PermissionDenied || reason != tc.reason {
 				t.Fatalf("got %q %v; want %s PermissionDenied", reason, err, tc.reason)
 			}
@@ -148,6 +148,94 @@ func TestAuthorizeDenied(t *testing.T) {
 				t.Errorf("message of %d bytes", len(msg))
 			}
 		})
+	}
+}
+
+// verifyAgainst is a VerifyClient of a fixed pool, as certs.Watcher's.
+func verifyAgainst(cas ...*x509.Certificate) func([]*x509.Certificate) error {
+	pool := x509.NewCertPool()
+	for _, c := range cas {
+		pool.AddCert(c)
+	}
+	return func(chain []*x509.Certificate) error {
+		_, err := chain[0].Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+		return err
+	}
+}
+
+// handshakeCtx is a stream's context on a connection whose handshake
+// verified leaf by ca.
+func handshakeCtx(leaf, ca *x509.Certificate) context.Context {
+	return peer.NewContext(context.Background(), &peer.Peer{
+		Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1234},
+		AuthInfo: credentials.TLSInfo{State: tls.ConnectionState{
+			PeerCertificates: []*x509.Certificate{leaf}, VerifiedChains: [][]*x509.Certificate{{leaf, ca}}}},
+	})
+}
+
+// A stream opened on a connection whose certificate expired since the
+// handshake, or whose CA left the client CA pool, is refused with its own
+// reason; a still valid one is served. With and without an Authorization
+// (Server.recheck).
+func TestAuthorizeRechecksCertificate(t *testing.T) {
+	a := &Authorization{Allow: []AuthRule{{SPIFFETrustDomain: "td"}}}
+	ca, other := testcerts.NewCA(t, "ca"), testcerts.NewCA(t, "other")
+	leaf := ca.Issue(t, testcerts.LeafOptions{URIs: []string{"spiffe://td/ns/web"}, NotAfter: time.Now().Add(time.Hour)})
+	ctx := handshakeCtx(leaf.Cert, ca.Cert)
+	now := time.Now()
+	later := leaf.Cert.NotAfter.Add(time.Second)
+	for _, tc := range []struct {
+		name   string
+		now    time.Time
+		verify func([]*x509.Certificate) error
+		reason string // "": served
+		want   string // in the message
+	}{
+		{"valid, no hook", now, nil, "", ""},
+		{"valid, CA current", now, verifyAgainst(ca.Cert), "", ""},
+		{"valid, CA one of several", now, verifyAgainst(other.Cert, ca.Cert), "", ""},
+		{"expired, no hook", later, nil, deniedExpired, "expired at"},
+		{"expired, CA current", later, verifyAgainst(ca.Cert), deniedExpired, "expired at"},
+		{"CA rotated away", now, verifyAgainst(other.Cert), deniedUntrusted, "no longer verifies against xds.tls.client_ca_file"},
+		{"CA expired", now, func([]*x509.Certificate) error {
+			return x509.CertificateInvalidError{Cert: ca.Cert, Reason: x509.Expired}
+		}, deniedExpired, "no longer verifies"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			check := func(what, reason string, err error) {
+				t.Helper()
+				if tc.reason == "" {
+					if err != nil {
+						t.Fatalf("%s: refused: %s %v", what, reason, err)
+					}
+					return
+				}
+				if status.Code(err) != codes.PermissionDenied || reason != tc.reason {
+					t.Fatalf("%s: got %q %v, want %s PermissionDenied", what, reason, err, tc.reason)
+				}
+				if msg := status.Convert(err).Message(); !strings.Contains(msg, tc.want) || !strings.Contains(msg, "URI:spiffe://td/ns/web") {
+					t.Errorf("%s: message %q lacks %q or the SAN", what, msg, tc.want)
+				}
+			}
+			id, _, reason, err := a.authorize(ctx, tc.now, tc.verify)
+			if err == nil && id != "spiffe://td/ns/web" {
+				t.Errorf("identity %q", id)
+			}
+			check("authorization", reason, err)
+			if tc.verify != nil {
+				s := NewServer(NewCache(), Options{VerifyClient: tc.verify})
+				reason, err := s.recheck(ctx, tc.now)
+				check("no authorization", reason, err)
+			}
+		})
+	}
+	// Without an authorization, a connection without a verified
+	// certificate is not the recheck's to refuse.
+	s := NewServer(NewCache(), Options{VerifyClient: verifyAgainst(other.Cert)})
+	for _, ctx := range []context.Context{context.Background(), peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{}})} {
+		if reason, err := s.recheck(ctx, now); err != nil {
+			t.Errorf("recheck of a connection without a certificate: %s %v", reason, err)
+		}
 	}
 }
 

@@ -15,6 +15,13 @@ type Authorization struct {
 	// (the first that matches decides what it may read). A client that
 	// matches none, or presents no certificate, is refused with
 	// PermissionDenied and counted in xdsbridge_xds_clients_denied_total.
+	//
+	// The certificate is checked at every stream open, not only at the
+	// connection's handshake: once it expired (reason "expired"), or once
+	// the client CA pool no longer verifies its chain (Options.VerifyClient,
+	// which the app sets from xds.tls.client_ca_file as reloaded: a CA
+	// taken out of the file; reason "untrusted"), the connection opens no
+	// more streams. Streams already open are not ended.
 	Allow []AuthRule `json:"allow"`
 }
 

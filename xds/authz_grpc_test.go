@@ -5,10 +5,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,6 +56,13 @@ func (b *syncBuffer) String() string {
 
 func newTLSHarness(t *testing.T, auth tls.ClientAuthType, authz *xds.Authorization) *tlsHarness {
 	t.Helper()
+	return newTLSHarnessWith(t, auth, xds.Options{Authorization: authz})
+}
+
+// newTLSHarnessWith takes the server's options but the credentials,
+// metrics and logger.
+func newTLSHarnessWith(t *testing.T, auth tls.ClientAuthType, opts xds.Options) *tlsHarness {
+	t.Helper()
 	ca := testcerts.NewCA(t, "xds test CA")
 	srvLeaf := ca.Server(t)
 	srvCert, err := tls.X509KeyPair(srvLeaf.CertPEM, srvLeaf.KeyPEM)
@@ -67,8 +76,9 @@ func newTLSHarness(t *testing.T, auth tls.ClientAuthType, authz *xds.Authorizati
 	c.MarkReady()
 	reg := prometheus.NewRegistry()
 	logs := &syncBuffer{}
-	s := xds.NewServer(c, xds.Options{Creds: creds, Authorization: authz, Metrics: reg,
-		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	opts.Creds, opts.Metrics = creds, reg
+	opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s := xds.NewServer(c, opts)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -309,6 +319,168 @@ func TestAuthorizationRestrictsResources(t *testing.T) {
 	r = d2.recv()
 	eq(t, "reconnect: visible clusters", []string{"web-a", "web-b", "web-c"}, names(r))
 	eq(t, "reconnect: a hidden name claimed is removed", []string{"api"}, r.RemovedResources)
+}
+
+// A restricted client's versions say nothing of what it cannot read: a
+// sotw version_info is over the resources it reads (a hash over all of
+// them would change with a hidden change, and let it test guesses of
+// hidden names and contents), and a delta system_version_info, the type's
+// change counter, is not sent to it. A hidden change sends it nothing; a
+// new stream gets the versions it had; a visible change changes them. An
+// unrestricted client's versions are over everything, as before.
+func TestAuthorizationHidesVersions(t *testing.T) {
+	th := newTLSHarness(t, tls.RequireAndVerifyClientCert, testAuthz)
+	web := th.client(th.leaf(nil, []string{"envoy-1.edge.test"}))
+	all := th.client(th.leaf([]string{"spiffe://prod.test/ns/a/sa/envoy"}, nil))
+	web.publish([]translate.Resources{svc("web-a", 1001), svc("web-b", 1002), svc("api", 1003), svc("db", 1004)})
+
+	// sotwVersions opens a sotw stream, and returns it with the
+	// versions of its CDS (wildcard) and EDS (web-a, api) responses.
+	sotwVersions := func(h *harness, what string) (s *sotwClient, cdsVer, edsVer string) {
+		t.Helper()
+		s = h.sotw()
+		s.send(&discovery.DiscoveryRequest{TypeUrl: cds})
+		r := s.recv()
+		s.send(&discovery.DiscoveryRequest{TypeUrl: cds, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce})
+		cdsVer = r.VersionInfo
+		s.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"web-a", "api"}})
+		r = s.recv()
+		s.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"web-a", "api"}, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce})
+		if cdsVer == "" || r.VersionInfo == "" {
+			t.Fatalf("%s: empty version_info (CDS %q, EDS %q)", what, cdsVer, r.VersionInfo)
+		}
+		return s, cdsVer, r.VersionInfo
+	}
+	s, cdsVer, edsVer := sotwVersions(web, "restricted")
+	u, uCDSVer, _ := sotwVersions(all, "unrestricted")
+
+	d := web.delta("web-delta")
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+	r := d.recv()
+	eq(t, "restricted delta CDS", []string{"web-a", "web-b"}, names(r))
+	if r.SystemVersionInfo != "" {
+		t.Errorf("restricted delta client told system_version_info %q", r.SystemVersionInfo)
+	}
+	d.ack(r)
+	ud := all.delta("all-delta")
+	ud.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+	r = ud.recv()
+	if r.SystemVersionInfo == "" {
+		t.Error("unrestricted delta client told no system_version_info")
+	}
+	ud.ack(r)
+	web.waitWatches(4, cds)
+	web.waitWatches(2, eds)
+
+	// Hidden: changed, added, deleted.
+	web.publish([]translate.Resources{svc("api", 1003, 1005), svc("db2", 1006)}, "db")
+	ur := u.recv()
+	if ur.VersionInfo == uCDSVer {
+		t.Errorf("unrestricted sotw CDS version %s unchanged by a change it sees", ur.VersionInfo)
+	}
+	u.send(&discovery.DiscoveryRequest{TypeUrl: cds, VersionInfo: ur.VersionInfo, ResponseNonce: ur.Nonce})
+	s.none()
+	d.none()
+	_, cdsVer2, edsVer2 := sotwVersions(web, "restricted, after hidden changes")
+	if cdsVer2 != cdsVer || edsVer2 != edsVer {
+		t.Errorf("restricted sotw versions after hidden changes: CDS %s EDS %s, were %s %s", cdsVer2, edsVer2, cdsVer, edsVer)
+	}
+
+	// Visible: new versions.
+	web.publish([]translate.Resources{svc("web-a", 1001, 1007), svc("web-c", 1008)})
+	sr := s.recv()
+	eq(t, "restricted sotw CDS after a visible change", []string{"web-a", "web-b", "web-c"}, sotwNames(t, sr))
+	if sr.VersionInfo == cdsVer {
+		t.Errorf("restricted sotw CDS version %s unchanged by a visible change", sr.VersionInfo)
+	}
+	s.send(&discovery.DiscoveryRequest{TypeUrl: cds, VersionInfo: sr.VersionInfo, ResponseNonce: sr.Nonce})
+	sr = s.recv()
+	eq(t, "restricted sotw EDS after a visible change", []string{"web-a"}, sotwNames(t, sr))
+	if sr.VersionInfo == edsVer {
+		t.Errorf("restricted sotw EDS version %s unchanged by a visible change", sr.VersionInfo)
+	}
+	r = d.recv()
+	eq(t, "restricted delta after a visible change", []string{"web-c"}, names(r))
+	if r.SystemVersionInfo != "" {
+		t.Errorf("restricted delta client told system_version_info %q", r.SystemVersionInfo)
+	}
+}
+
+// Each stream open checks the connection's certificate again: once it
+// expired, or once its CA is out of the client CA pool (VerifyClient, the
+// pool as it is now), a new stream on the same connection is refused with
+// PermissionDenied and counted by reason; the stream opened before goes
+// on; a still valid certificate is served.
+func TestAuthorizationRechecksAtStreamOpen(t *testing.T) {
+	var pool atomic.Pointer[x509.CertPool]
+	verify := func(chain []*x509.Certificate) error {
+		inter := x509.NewCertPool()
+		for _, c := range chain[1:] {
+			inter.AddCert(c)
+		}
+		_, err := chain[0].Verify(x509.VerifyOptions{Roots: pool.Load(), Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+		return err
+	}
+	for _, authz := range []*xds.Authorization{testAuthz, nil} {
+		t.Run(fmt.Sprintf("authorization=%v", authz != nil), func(t *testing.T) {
+			th := newTLSHarnessWith(t, tls.RequireAndVerifyClientCert, xds.Options{Authorization: authz, VerifyClient: verify})
+			current := x509.NewCertPool()
+			current.AddCert(th.ca.Cert)
+			pool.Store(current)
+			const id = "spiffe://prod.test/ns/a/sa/envoy"
+			short := th.ca.Issue(t, testcerts.LeafOptions{URIs: []string{id}, NotAfter: time.Now().Add(2 * time.Second)})
+			soon := th.client(&short)
+			valid := th.client(th.leaf([]string{id}, nil))
+			soon.publish([]translate.Resources{svc("a", 1001)})
+
+			first := soon.delta("soon")
+			first.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+			first.ack(first.recv())
+			kept := valid.delta("valid")
+			kept.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+			kept.ack(kept.recv())
+
+			// The CA leaves the pool: the connection stays, no new stream.
+			other := testcerts.NewCA(t, "next CA")
+			rotated := x509.NewCertPool()
+			rotated.AddCert(other.Cert)
+			pool.Store(rotated)
+			d := valid.delta("after rotation")
+			_ = d.sendFn(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+			err := ended(t, d.adsStream)
+			if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "no longer verifies against xds.tls.client_ca_file") {
+				t.Fatalf("stream after the CA left the pool: %v, want PermissionDenied", err)
+			}
+			if got := th.denied("untrusted"); got != 1 {
+				t.Errorf("denied{reason=untrusted} = %v, want 1", got)
+			}
+			// The CA back (both): served again.
+			both := x509.NewCertPool()
+			both.AddCert(other.Cert)
+			both.AddCert(th.ca.Cert)
+			pool.Store(both)
+			s := valid.sotw()
+			s.send(&discovery.DiscoveryRequest{TypeUrl: cds})
+			eq(t, "valid client, CA current", []string{"a"}, sotwNames(t, s.recv()))
+
+			// The certificate expires: the connection stays, no new stream.
+			time.Sleep(time.Until(short.Cert.NotAfter) + 100*time.Millisecond)
+			d = soon.delta("expired")
+			_ = d.sendFn(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+			err = ended(t, d.adsStream)
+			if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "expired at") {
+				t.Fatalf("stream after the certificate expired: %v, want PermissionDenied", err)
+			}
+			if got := th.denied("expired"); got != 1 {
+				t.Errorf("denied{reason=expired} = %v, want 1", got)
+			}
+
+			// The streams opened before go on.
+			soon.publish([]translate.Resources{svc("b", 1002)})
+			eq(t, "stream opened before the certificate expired", []string{"b"}, names(first.recv()))
+			eq(t, "stream opened before the CA rotation", []string{"b"}, names(kept.recv()))
+		})
+	}
 }
 
 func timeAfter5s() <-chan time.Time { return time.After(5 * time.Second) }

@@ -512,6 +512,13 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 		}
 		sent = b.String()
 	}
+	// The type's generation counts every change, hidden ones too: a
+	// restricted client is not told it (system_version_info is for
+	// debugging only).
+	sysVersion := gen
+	if w.vis() != nil {
+		sysVersion = ""
+	}
 	w.done = true
 	w.resp = &deltaResponse{
 		w:    w,
@@ -523,7 +530,7 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 				TypeUrl:           ts.url,
 				Resources:         res,
 				RemovedResources:  removed,
-				SystemVersionInfo: gen,
+				SystemVersionInfo: sysVersion,
 			},
 		},
 		sent: sent,

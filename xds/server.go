@@ -11,6 +11,7 @@ package xds
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -73,6 +74,12 @@ type Options struct {
 	// verified client certificate matches a rule, and limits what it reads
 	// (authorize.go); nil: every client is served everything.
 	Authorization *Authorization
+	// VerifyClient, when set, verifies a client's certificate chain (leaf
+	// first, as presented) against the client CA pool current now; each
+	// stream open calls it, so a connection whose client's CA was taken out
+	// of the pool since its handshake opens no more streams (authorize.go;
+	// certs.Watcher.VerifyClient).
+	VerifyClient func(chain []*x509.Certificate) error
 }
 
 // Server is the xDS gRPC server. Create it with NewServer, start it with Run.
@@ -88,6 +95,8 @@ type Server struct {
 	authz   *Authorization
 	denied  *prometheus.CounterVec
 	denyLog denyLog
+	// verifyClient is Options.VerifyClient.
+	verifyClient func([]*x509.Certificate) error
 
 	mu        sync.Mutex
 	clients   map[streamKey]*clientInfo
@@ -137,7 +146,7 @@ func NewServer(c *Cache, opts Options) *Server {
 		lim: opts.Limits.WithDefaults(), keep: opts.Keepalive.WithDefaults()}
 	s.m = newMetrics(c, opts.Metrics)
 	s.guard = newGuard(s.lim, s.m.guard)
-	s.authz, s.denied = opts.Authorization, newDeniedCounter()
+	s.authz, s.verifyClient, s.denied = opts.Authorization, opts.VerifyClient, newDeniedCounter()
 	if opts.Metrics != nil {
 		opts.Metrics.MustRegister(s.denied)
 	}

@@ -254,7 +254,7 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 		anys = append(anys, ts.resources[n].any)
 	}
 	resp := &discovery.DiscoveryResponse{
-		VersionInfo: strconv.FormatUint(ts.aggregate, 16),
+		VersionInfo: strconv.FormatUint(c.sotwVersion(w, next), 16),
 		TypeUrl:     ts.url,
 		Resources:   anys,
 	}
@@ -263,4 +263,27 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 		c.sentCDS(w, "", resp)
 	}
 	return true
+}
+
+// sotwVersion is the version_info of a response installing state next:
+// the type's aggregate, kept up to date by every commit, for a client that
+// may read everything. A restricted client's is of what it can read only,
+// the resources it holds once it has the response (a hash of content, over
+// every resource of the type, would let it test guesses about hidden
+// names and versions, and see hidden changes): computed from next, which
+// the response builds anyway, so no more work than that.
+func (c *Cache) sotwVersion(w *watch, next map[string]string) uint64 {
+	if w.vis() == nil {
+		return w.ts.aggregate
+	}
+	var v uint64
+	for n := range next {
+		if isStateKey(n) {
+			continue
+		}
+		if e, ok := w.lookup(n); ok {
+			v ^= e.verHash
+		}
+	}
+	return v
 }

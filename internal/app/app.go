@@ -153,6 +153,11 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	}}
 	if xdsTLS != nil {
 		xopts.Creds = credentials.NewTLS(xdsTLS.ServerConfig())
+		if xdsTLS.MTLS() {
+			// Each stream open verifies its client's chain again, against
+			// the client CA bundle as it is then.
+			xopts.VerifyClient = xdsTLS.VerifyClient
+		}
 	}
 	var checks *healthcheck.Manager
 	opts := bridge.Options{

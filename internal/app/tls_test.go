@@ -276,3 +276,53 @@ func TestXDSStreamSurvivesRotation(t *testing.T) {
 		t.Errorf("client of the retired CA: %v, want Unavailable", err)
 	}
 }
+
+// With client_ca_file, each stream open verifies the client's chain again
+// against the bundle as it is now: once the client's CA is rotated out of
+// the file, a connection made before opens no new stream.
+func TestXDSRechecksClientCAAtStreamOpen(t *testing.T) {
+	a, ca, dir := tlsApp(t)
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	client := ca.Issue(t, testcerts.LeafOptions{CommonName: "envoy"})
+	pair, err := tls.X509KeyPair(client.CertPEM, client.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient(a.XDSAddr(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: "localhost", Certificates: []tls.Certificate{pair}})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	open := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		st, err := discovery.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
+		if err != nil {
+			return err
+		}
+		// A refused stream's Send may see it ended (io.EOF); Recv has
+		// its status.
+		_ = st.Send(&discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: "n1"}, TypeUrl: clusterType})
+		_, err = st.Recv()
+		return err
+	}
+	if err := open(); err != nil {
+		t.Fatalf("before the rotation: %v", err)
+	}
+	testcerts.NewCA(t, "next").WriteCA(t, dir, "ca.pem")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := open()
+		if status.Code(err) == codes.PermissionDenied {
+			if !strings.Contains(err.Error(), "xds.tls.client_ca_file") {
+				t.Errorf("refusal %v does not name xds.tls.client_ca_file", err)
+			}
+			break
+		}
+		if err != nil || time.Now().After(deadline) {
+			t.Fatalf("after the client CA rotated away: %v, want PermissionDenied", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

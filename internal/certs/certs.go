@@ -135,6 +135,33 @@ func (w *Watcher) MTLS() bool { return w.ca != "" }
 // Certificate returns the leaf certificate in use.
 func (w *Watcher) Certificate() *x509.Certificate { return w.cur.Load().leaf }
 
+// VerifyClient verifies a client certificate chain, as the client
+// presented it (leaf first, then its intermediates), against the client CA
+// pool current now, for client authentication, as a handshake would. The
+// xDS server calls it at every stream open (xds.Options.VerifyClient): a
+// connection verified at its handshake by a CA since taken out of
+// client_ca_file opens no more streams. Without a client_ca_file it
+// refuses every chain.
+func (w *Watcher) VerifyClient(chain []*x509.Certificate) error {
+	pool := w.cur.Load().cfg.ClientCAs
+	if pool == nil {
+		return fmt.Errorf("%s.client_ca_file is not set", w.field)
+	}
+	if len(chain) == 0 {
+		return errors.New("no client certificate")
+	}
+	inter := x509.NewCertPool()
+	for _, c := range chain[1:] {
+		inter.AddCert(c)
+	}
+	_, err := chain[0].Verify(x509.VerifyOptions{
+		Roots:         pool,
+		Intermediates: inter,
+		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+	return err
+}
+
 // ServerConfig returns a server TLS config whose every handshake uses the
 // certificate and client CA pool current at that moment (through
 // GetConfigForClient). With a client CA file, clients must present a

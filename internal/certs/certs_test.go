@@ -3,10 +3,15 @@ package certs
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"io"
 	"log/slog"
+	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -433,5 +438,84 @@ func TestMetricsShared(t *testing.T) {
 	n, err := testutil.GatherAndCount(reg, "xdsbridge_tls_certificate_expiry_timestamp_seconds")
 	if err != nil || n != 2 {
 		t.Errorf("expiry series = %d, %v; want 2", n, err)
+	}
+}
+
+// issueWith signs a certificate for key with ca: an intermediate CA when
+// isCA, else a leaf with the extended key usages.
+func issueWith(t *testing.T, ca *testcerts.CA, name string, isCA bool, eku ...x509.ExtKeyUsage) *testcerts.CA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(time.Now().UnixNano()),
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  isCA,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           eku,
+	}
+	if isCA {
+		tmpl.KeyUsage |= x509.KeyUsageCertSign
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testcerts.CA{Cert: cert, Key: key}
+}
+
+// VerifyClient verifies a chain as presented against the client CA pool
+// loaded last, for client authentication: a rotation of client_ca_file
+// takes the old CA's clients out at once.
+func TestVerifyClientUsesCurrentPool(t *testing.T) {
+	ca1, ca2 := testcerts.NewCA(t, "ca1"), testcerts.NewCA(t, "ca2")
+	f := newFiles(t, ca1.Server(t), ca1)
+	w := f.watcher(t, io.Discard, nil)
+	leaf1 := ca1.Issue(t, testcerts.LeafOptions{CommonName: "c1"}).Cert
+	leaf2 := ca2.Issue(t, testcerts.LeafOptions{CommonName: "c2"}).Cert
+	inter := issueWith(t, ca1, "intermediate", true)
+	viaInter := inter.Issue(t, testcerts.LeafOptions{CommonName: "c3"}).Cert
+	serverOnly := issueWith(t, ca1, "server only", false, x509.ExtKeyUsageServerAuth).Cert
+
+	for _, tc := range []struct {
+		name  string
+		chain []*x509.Certificate
+		ok    bool
+	}{
+		{"leaf of the CA", []*x509.Certificate{leaf1}, true},
+		{"leaf of another CA", []*x509.Certificate{leaf2}, false},
+		{"leaf and its intermediate", []*x509.Certificate{viaInter, inter.Cert}, true},
+		{"leaf without its intermediate", []*x509.Certificate{viaInter}, false},
+		{"server authentication only", []*x509.Certificate{serverOnly}, false},
+		{"no certificate", nil, false},
+	} {
+		if err := w.VerifyClient(tc.chain); (err == nil) != tc.ok {
+			t.Errorf("%s: VerifyClient = %v, want ok %v", tc.name, err, tc.ok)
+		}
+	}
+
+	ca2.WriteCA(t, f.dir, "ca.pem")
+	if !w.poll() {
+		t.Fatal("client CA rotation not loaded")
+	}
+	if err := w.VerifyClient([]*x509.Certificate{leaf1}); err == nil {
+		t.Error("a client of the CA rotated away still verifies")
+	}
+	if err := w.VerifyClient([]*x509.Certificate{leaf2}); err != nil {
+		t.Errorf("a client of the new CA: %v", err)
+	}
+
+	noCA := newFiles(t, ca1.Server(t), nil).watcher(t, io.Discard, nil)
+	if err := noCA.VerifyClient([]*x509.Certificate{leaf1}); err == nil || !strings.Contains(err.Error(), "xds.tls.client_ca_file") {
+		t.Errorf("without client_ca_file: %v, want an error naming it", err)
 	}
 }

@@ -43,8 +43,12 @@ type guard struct {
 	lim  Limits
 	m    *guardMetrics
 	seed maphash.Seed
-	// open counts the streams open over every connection.
-	open atomic.Int64
+	// open counts the streams open over every connection; live holds
+	// them.
+	open    atomic.Int64
+	mu      sync.Mutex
+	live    map[*streamAcct]struct{}
+	waiting atomic.Bool // a stream waits for one to end (reserve)
 }
 
 type guardMetrics struct {
@@ -72,7 +76,7 @@ func newGuardMetrics() *guardMetrics {
 }
 
 func newGuard(lim Limits, m *guardMetrics) *guard {
-	return &guard{lim: lim, m: m, seed: maphash.MakeSeed()}
+	return &guard{lim: lim, m: m, seed: maphash.MakeSeed(), live: map[*streamAcct]struct{}{}}
 }
 
 // limitError is the error of a limit reached: ResourceExhausted (or
@@ -89,6 +93,8 @@ type connAcct struct {
 	mu      sync.Mutex
 	names   int
 	bytes   int
+	live    map[*streamAcct]struct{} // the streams counted in streams
+	waiting atomic.Bool              // a stream waits for one to end (reserve)
 }
 
 type connKey struct{}
@@ -96,7 +102,7 @@ type connKey struct{}
 // TagConn gives the connection its accounting, which every stream of it
 // finds in its context.
 func (g *guard) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return context.WithValue(ctx, connKey{}, &connAcct{})
+	return context.WithValue(ctx, connKey{}, &connAcct{live: map[*streamAcct]struct{}{}})
 }
 
 func (g *guard) HandleConn(context.Context, stats.ConnStats)                     {}
@@ -108,30 +114,117 @@ func (g *guard) HandleRPC(context.Context, stats.RPCStats)                      
 func (g *guard) intercept(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ca, _ := ss.Context().Value(connKey{}).(*connAcct)
 	if ca == nil { // not through Run's server: a connection of its own
-		ca = &connAcct{}
+		ca = &connAcct{live: map[*streamAcct]struct{}{}}
 	}
-	if n := ca.streams.Add(1); n > int64(g.lim.MaxStreamsPerConnection) {
-		ca.streams.Add(-1)
+	// A stream whose context ended is released by its AfterFunc, in a
+	// goroutine of its own; one at the limit releases them itself first,
+	// so that a client closing a stream and opening another is served
+	// (its reset was read before the new stream's headers).
+	if n, ok := reserve(ss.Context(), &ca.streams, g.lim.MaxStreamsPerConnection, ca.sweep, &ca.waiting); !ok {
 		return g.limitError(codes.ResourceExhausted, "max_streams_per_connection", g.lim.MaxStreamsPerConnection,
-			"this connection has %d xDS streams open; open fewer, or more connections", n-1)
+			"this connection has %d xDS streams open; open fewer, or more connections", n)
 	}
-	defer ca.streams.Add(-1)
-	if n := g.open.Add(1); n > int64(g.lim.MaxStreams) {
-		g.open.Add(-1)
+	if n, ok := reserve(ss.Context(), &g.open, g.lim.MaxStreams, g.sweep, &g.waiting); !ok {
+		ca.streams.Add(-1)
 		return g.limitError(codes.ResourceExhausted, "max_streams", g.lim.MaxStreams,
-			"the server has %d xDS streams open", n-1)
+			"the server has %d xDS streams open", n)
 	}
-	defer g.open.Add(-1)
 
-	a := &streamAcct{g: g, conn: ca, types: map[string]*typeNames{}, tokens: float64(g.lim.RequestBurst), last: time.Now()}
+	a := &streamAcct{g: g, conn: ca, ctx: ss.Context(), types: map[string]*typeNames{}, tokens: float64(g.lim.RequestBurst), last: time.Now()}
+	// The stream's slots and names are released when its context ends (the
+	// client closed or reset it, or the handler returned), exactly once:
+	// go-control-plane's handler can return later than that, and a client
+	// at max_streams_per_connection that closes a stream and opens another
+	// must not be refused meanwhile.
+	var once sync.Once
+	a.end = func() {
+		once.Do(func() {
+			g.mu.Lock()
+			delete(g.live, a)
+			g.mu.Unlock()
+			ca.mu.Lock()
+			delete(ca.live, a)
+			ca.mu.Unlock()
+			a.release()
+			g.open.Add(-1)
+			ca.streams.Add(-1)
+		})
+	}
+	g.mu.Lock()
+	g.live[a] = struct{}{}
+	g.mu.Unlock()
+	ca.mu.Lock()
+	ca.live[a] = struct{}{}
+	ca.mu.Unlock()
+	stop := context.AfterFunc(ss.Context(), a.end)
+	defer func() {
+		stop()
+		a.end()
+	}()
 	gs := &guardedStream{ServerStream: ss, a: a, ctx: context.WithValue(ss.Context(), streamAcctKey{}, a)}
 	err := handler(srv, gs)
-	if lerr := a.release(); lerr != nil {
+	if lerr := a.limitErr(); lerr != nil {
 		// go-control-plane ends a stream whose Recv fails, without its error.
 		return lerr
 	}
 	return err
 }
+
+// reserve takes one of c's max slots. When there is none, it releases the
+// streams whose context ended (sweep) and tries again; then, if no other
+// stream is waiting (waiting), it waits for up to reserveGrace for one to
+// end: a client that resets a stream and opens another can have the new
+// stream's headers sent before the reset (grpc-go's client does, from
+// another goroutine), and must not be refused for it. A client opening
+// many streams over the limit has one at a time wait; the others are
+// refused at once. It returns the count and whether it took a slot.
+func reserve(ctx context.Context, c *atomic.Int64, max int, sweep func(), waiting *atomic.Bool) (int64, bool) {
+	var deadline time.Time
+	for i := 0; ; i++ {
+		n := c.Add(1)
+		if n <= int64(max) {
+			return n, true
+		}
+		c.Add(-1)
+		switch {
+		case i == 0:
+		case i == 1:
+			if !waiting.CompareAndSwap(false, true) {
+				return n - 1, false
+			}
+			defer waiting.Store(false)
+			deadline = time.Now().Add(reserveGrace)
+		case time.Now().After(deadline) || ctx.Err() != nil:
+			return n - 1, false
+		}
+		if i > 0 {
+			time.Sleep(reserveGrace / 20)
+		}
+		sweep()
+	}
+}
+
+// reserveGrace is how long a stream over a stream limit waits for one to
+// end before it is refused.
+const reserveGrace = 100 * time.Millisecond
+
+// sweepEnded releases the streams of live whose context has ended.
+func sweepEnded(mu *sync.Mutex, live map[*streamAcct]struct{}) {
+	mu.Lock()
+	var ended []*streamAcct
+	for a := range live {
+		if a.ctx.Err() != nil {
+			ended = append(ended, a)
+		}
+	}
+	mu.Unlock()
+	for _, a := range ended {
+		a.end()
+	}
+}
+
+func (ca *connAcct) sweep() { sweepEnded(&ca.mu, ca.live) }
+func (g *guard) sweep()     { sweepEnded(&g.mu, g.live) }
 
 type streamAcctKey struct{}
 
@@ -194,6 +287,8 @@ type guardedMsg struct {
 type streamAcct struct {
 	g    *guard
 	conn *connAcct
+	ctx  context.Context // the stream's
+	end  func()          // releases the stream, once
 
 	mu       sync.Mutex
 	types    map[string]*typeNames
@@ -428,8 +523,16 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 	return nil
 }
 
-// release takes the stream's names off its connection's accounting, and
-// returns the limit the stream went over, if any.
+// limitErr is the limit the stream went over, if any.
+func (a *streamAcct) limitErr() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.err
+}
+
+// release takes the stream's names off its connection's accounting (once:
+// later calls find nothing to take off), and returns the limit the stream
+// went over, if any.
 func (a *streamAcct) release() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -595,3 +595,77 @@ func TestLimitHeldRequestBytes(t *testing.T) {
 	<-d.ended
 	wantLimit(t, d.err, codes.ResourceExhausted, "max_name_bytes_per_stream")
 }
+
+// A client at max_streams_per_connection that closes a stream and opens
+// another is served: the closed stream's slot is released when its
+// context ends, not when go-control-plane's handler returns.
+func TestLimitReopenAtLimit(t *testing.T) {
+	h := newLimitHarness(t, xds.Options{})
+	h.publish([]translate.Resources{svc("a", 1001)})
+	cancels := make([]context.CancelFunc, xds.DefaultMaxStreamsPerConnection)
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
+	open := func(i int) error {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancels[i] = cancel
+		_, err := rawDelta(ctx, h.conn, &discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+		return err
+	}
+	for i := range cancels {
+		if err := open(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 200 {
+		cancels[i%len(cancels)]()
+		if err := open(i % len(cancels)); err != nil {
+			t.Fatalf("reopen %d: %v", i, err)
+		}
+	}
+	if n := h.refusals("max_streams_per_connection"); n != 0 {
+		t.Fatalf("%d refusals", n)
+	}
+	// Still a limit: one more is refused.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err := rawDelta(ctx, h.conn, &discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+	wantLimit(t, err, codes.ResourceExhausted, "max_streams_per_connection")
+}
+
+// The same for max_streams, over connections.
+func TestLimitReopenAtMaxStreams(t *testing.T) {
+	h := newLimitHarness(t, xds.Options{Limits: xds.Limits{MaxStreams: 4}})
+	h.publish([]translate.Resources{svc("a", 1001)})
+	conns := []*grpc.ClientConn{h.conn, h.dial()}
+	cancels := make([]context.CancelFunc, 4)
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
+	open := func(i int) error {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancels[i] = cancel
+		_, err := rawDelta(ctx, conns[i%2], &discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+		return err
+	}
+	for i := range cancels {
+		if err := open(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 100 {
+		cancels[i%4]()
+		if err := open(i % 4); err != nil {
+			// The reset travels on another connection than the new stream:
+			// wait for it to be read, once.
+			time.Sleep(50 * time.Millisecond)
+			if err := open(i % 4); err != nil {
+				t.Fatalf("reopen %d: %v", i, err)
+			}
+		}
+	}
+}

@@ -16,7 +16,12 @@ import (
 type Limits struct {
 	// MaxStreams bounds the xDS streams open at once, over every
 	// connection. A stream over it is refused (ResourceExhausted).
-	// Default 65,536.
+	// Default 65,536. A stream counts (here and in
+	// max_streams_per_connection) until its context ends: the client
+	// closes or resets it, or the server ends it. A stream over either
+	// limit first waits up to 100 ms for one to end (one at a time per
+	// connection; the others are refused at once), so a client that
+	// resets a stream and opens another at the limit is served.
 	MaxStreams int `json:"max_streams"`
 	// MaxStreamsPerConnection bounds the streams open at once on one
 	// connection (Envoy's ADS and grpc-go use one per server; Envoy

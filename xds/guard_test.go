@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -667,5 +668,43 @@ func TestLimitReopenAtMaxStreams(t *testing.T) {
 				t.Fatalf("reopen %d: %v", i, err)
 			}
 		}
+	}
+}
+
+// Request headers are bounded by max_header_bytes: streams whose headers
+// decode to more are reset by gRPC before the server holds them, literal
+// or HPACK-amplified; a grpc-go client with headers under it is served.
+func TestLimitHeaderBytes(t *testing.T) {
+	h := newLimitHarness(t, xds.Options{})
+	h.publish([]translate.Resources{svc("a", 1001)})
+	for _, amplified := range []bool{false, true} {
+		reset, closed, wrote, c := rawHeaderStreams(t, h.addr, 4, 1<<20, amplified, 5*time.Second)
+		c.Close()
+		// Amplified, each stream's block is a frame, and its stream is
+		// reset; literal, it takes CONTINUATION frames, and the one
+		// following the block's going over closes the connection.
+		if amplified && reset != 4 || !amplified && !closed {
+			t.Errorf("amplified %v: %d of 4 streams reset, connection closed %v", amplified, reset, closed)
+		}
+		t.Logf("amplified %v: %d bytes sent, %d streams reset, connection closed %v", amplified, wrote, reset, closed)
+	}
+	if n := len(h.srv.Clients()); n != 0 {
+		t.Fatalf("%d streams served", n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ok := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+strings.Repeat("t", 8<<10))
+	if _, err := rawDelta(ok, h.conn, &discovery.DeltaDiscoveryRequest{TypeUrl: cds}); err != nil {
+		t.Fatalf("8 KiB of headers: %v", err)
+	}
+	// A grpc-go client does not send more than the server takes.
+	big := metadata.AppendToOutgoingContext(ctx, "x-pad", strings.Repeat("v", 32<<10))
+	if _, err := rawDelta(big, h.conn, &discovery.DeltaDiscoveryRequest{TypeUrl: cds}); err == nil {
+		t.Fatal("32 KiB of headers served")
+	}
+	// A smaller setting.
+	h2 := newLimitHarness(t, xds.Options{Limits: xds.Limits{MaxHeaderBytes: 4 << 10}})
+	if _, err := rawDelta(metadata.AppendToOutgoingContext(ctx, "x-pad", strings.Repeat("v", 6<<10)), h2.conn, &discovery.DeltaDiscoveryRequest{TypeUrl: cds}); err == nil {
+		t.Fatal("6 KiB of headers served under max_header_bytes 4096")
 	}
 }

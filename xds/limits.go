@@ -12,7 +12,8 @@ import (
 // xdsbridge_xds_limit_refusals_total{limit} under the field's JSON name,
 // and its error names the field ("xds.limits.max_streams_per_connection
 // (16) reached: ..."), but for max_recv_message_bytes, refused by gRPC with
-// its own message. Enforced by guard.go, in front of go-control-plane.
+// its own message, and max_header_bytes, enforced by gRPC's transport
+// (see there). Enforced by guard.go, in front of go-control-plane.
 type Limits struct {
 	// MaxStreams bounds the xDS streams open at once, over every
 	// connection. A stream over it is refused (ResourceExhausted).
@@ -72,6 +73,23 @@ type Limits struct {
 	// it to a quarter. Requests are small (an Envoy's EDS subscription to
 	// 5,000 names is 70 KiB): 1 MiB is ample where that peak matters.
 	MaxRecvMessageBytes int `json:"max_recv_message_bytes"`
+	// MaxHeaderBytes bounds a stream's request headers (gRPC metadata),
+	// as HTTP/2 counts them (each field's name and value plus 32 bytes),
+	// after HPACK decoding: gRPC's own default is 16 MiB per stream, kept
+	// for the stream's life, and HPACK lets one or two bytes on the wire
+	// repeat a header of up to 4 KB already sent (119 KB sent made the
+	// server hold 195 MB over 16 streams). The server advertises it in
+	// SETTINGS_MAX_HEADER_LIST_SIZE: a grpc-go client refuses to send more
+	// (Internal, "header list size to send violates the maximum size");
+	// a client sending more anyway has the stream reset by gRPC's
+	// transport (RST_STREAM FRAME_SIZE_ERROR) before the server sees it,
+	// uncounted; a header block going on in CONTINUATION frames past it,
+	// or a single header field longer than it, closes the connection
+	// (GOAWAY), uncounted too. grpc-go and Envoy send a few
+	// hundred bytes (method, path, authority, content type, user agent),
+	// plus the call credentials or initial_metadata configured (a bearer
+	// token: 1-2 KB). Default 16 KiB.
+	MaxHeaderBytes int `json:"max_header_bytes"`
 	// RequestsPerSecond and RequestBurst pace each stream's requests (a
 	// token bucket): a client that sends faster is read slower, not
 	// refused (the wait is before the read: gRPC buffers at most the
@@ -99,6 +117,7 @@ const (
 	DefaultMaxNameBytesPerConnection = 4 << 20
 	DefaultMaxNodeBytes              = 256 << 10
 	DefaultMaxRecvMessageBytes       = 4 << 20
+	DefaultMaxHeaderBytes            = 16 << 10
 	DefaultRequestsPerSecond         = 100
 	DefaultRequestBurst              = 1000
 	DefaultNACKLogsPerMinute         = 6
@@ -119,6 +138,7 @@ func (l Limits) WithDefaults() Limits {
 	def(&l.MaxNameBytesPerConnection, DefaultMaxNameBytesPerConnection)
 	def(&l.MaxNodeBytes, DefaultMaxNodeBytes)
 	def(&l.MaxRecvMessageBytes, DefaultMaxRecvMessageBytes)
+	def(&l.MaxHeaderBytes, DefaultMaxHeaderBytes)
 	def(&l.RequestBurst, DefaultRequestBurst)
 	def(&l.NACKLogsPerMinute, DefaultNACKLogsPerMinute)
 	if l.RequestsPerSecond == 0 {
@@ -143,6 +163,7 @@ func (l Limits) Check() error {
 		{"max_name_bytes_per_connection", l.MaxNameBytesPerConnection, 1 << 10, 1 << 32},
 		{"max_node_bytes", l.MaxNodeBytes, 1 << 10, 16 << 20},
 		{"max_recv_message_bytes", l.MaxRecvMessageBytes, 64 << 10, 256 << 20},
+		{"max_header_bytes", l.MaxHeaderBytes, 4 << 10, 1 << 20},
 		{"request_burst", l.RequestBurst, 1, 1 << 20},
 		{"nack_logs_per_minute", l.NACKLogsPerMinute, 1, 1 << 20}, // 0 is the default
 	} {

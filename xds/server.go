@@ -156,6 +156,8 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 		experimental.BufferPool(bufferPool),
 		grpc.ForceServerCodecV2(codec{}),
 		grpc.MaxRecvMsgSize(s.lim.MaxRecvMessageBytes),
+		// gRPC's default is 16 MiB of headers per stream, kept with it.
+		grpc.MaxHeaderListSize(uint32(s.lim.MaxHeaderBytes)),
 		// Fixed HTTP/2 flow-control windows (which turns off gRPC's
 		// bandwidth-delay estimate, whose windows grow to 16 MiB): a stream
 		// whose requests are paced (requests_per_second) can make the server

@@ -708,3 +708,79 @@ func TestLimitHeaderBytes(t *testing.T) {
 		t.Fatal("6 KiB of headers served under max_header_bytes 4096")
 	}
 }
+
+// NACKs with made-up type URLs, one per stream, over many streams: the
+// metric has no label but the served types and "other", the log cuts the
+// type URL, and the server-wide limit (10 × nack_logs_per_minute) bounds
+// the lines however many streams.
+func TestLimitNACKTypeURLs(t *testing.T) {
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))
+	h := newLimitHarness(t, xds.Options{Logger: log, Limits: xds.Limits{NACKLogsPerMinute: 1}})
+	const streams = 30
+	for i := range streams {
+		d := h.delta(fmt.Sprint("n", i))
+		d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: fmt.Sprintf("type.googleapis.com/x%d", i) + strings.Repeat("A", 256<<10),
+			ResponseNonce: "1", ErrorDetail: &status.Status{Message: "bad"}})
+		waitFor(t, "the NACK", func() bool { return h.srv.NACKs() == uint64(i+1) })
+		d.cancel()
+	}
+	d := h.delta("served")
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds, ResponseNonce: "1", ErrorDetail: &status.Status{Message: "bad"}})
+	waitFor(t, "the NACK", func() bool { return h.srv.NACKs() == streams+1 })
+
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if len(l.GetValue()) > 256 {
+					t.Errorf("%s{%s}: a label of %d bytes", mf.GetName(), l.GetName(), len(l.GetValue()))
+				}
+			}
+		}
+	}
+	if got := metricVec2(t, h.reg, "xdsbridge_xds_nacks_total", "other", "delta"); got != streams {
+		t.Errorf("nacks{type=other} = %v, want %d", got, streams)
+	}
+	if got := metricVec2(t, h.reg, "xdsbridge_xds_nacks_total", cds, "delta"); got != 1 {
+		t.Errorf("nacks{type=cds} = %v, want 1", got)
+	}
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	lines := strings.Count(out, "NACK")
+	if want := xds.NACKLogsServerFactor * 1; lines != want || len(out) > lines*2048 {
+		t.Errorf("%d lines, %d bytes logged; want %d lines", lines, len(out), want)
+	}
+	if got := metricVec(t, h.reg, "xdsbridge_xds_nack_logs_suppressed_total", "reason", "server_rate"); got != streams+1-xds.NACKLogsServerFactor {
+		t.Errorf("suppressed{server_rate} = %v", got)
+	}
+}
+
+// metricVec2 reads a counter labelled type and mode.
+func metricVec2(t *testing.T, reg *prometheus.Registry, name, typ, mode string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			if got["type"] == typ && got["mode"] == mode {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}

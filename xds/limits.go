@@ -101,9 +101,16 @@ type Limits struct {
 	// NACKLogsPerMinute bounds the NACKs logged per stream per minute; the
 	// rest are counted (xdsbridge_xds_nack_logs_suppressed_total{reason=
 	// "rate"}), and the next line logged says how many were not
-	// (nacks_not_logged). A NACK repeating the nonce its stream last
-	// NACKed for the type is counted and logged once (reason="repeated").
-	// A logged NACK's message is cut to MaxNACKMessageBytes. Default 6.
+	// (nacks_not_logged). Over every stream, NACKLogsServerFactor (10) ×
+	// this are logged per minute, so that a client opening stream after
+	// stream does not get a fresh allowance each time; the rest are
+	// counted (reason="server_rate") and the next line logged says how
+	// many were not (nacks_not_logged_server_wide). A NACK repeating the
+	// nonce its stream last NACKed for the type is counted and logged once
+	// (reason="repeated"). A logged NACK's message is cut to
+	// MaxNACKMessageBytes, its type URL and nonce to MaxClientStringBytes;
+	// in xdsbridge_xds_nacks_total, a type not served is "other". Default
+	// 6.
 	NACKLogsPerMinute int `json:"nack_logs_per_minute"`
 }
 

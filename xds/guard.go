@@ -45,7 +45,9 @@ type guard struct {
 	seed maphash.Seed
 	// open counts the streams open over every connection; live holds
 	// them.
-	open    atomic.Int64
+	open atomic.Int64
+	// bytes counts the name bytes of every stream (max_name_bytes_total).
+	bytes   atomic.Int64
 	mu      sync.Mutex
 	live    map[*streamAcct]struct{}
 	waiting atomic.Bool // a stream waits for one to end (reserve)
@@ -69,7 +71,7 @@ func newGuardMetrics() *guardMetrics {
 	}
 	for _, l := range []string{"max_streams", "max_streams_per_connection", "max_names_per_stream",
 		"max_name_bytes_per_stream", "max_names_per_connection", "max_name_bytes_per_connection",
-		"max_node_bytes", "max_recv_message_bytes"} {
+		"max_name_bytes_total", "max_node_bytes", "max_recv_message_bytes"} {
 		m.refusals.WithLabelValues(l)
 	}
 	return m
@@ -504,6 +506,7 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 	a.conn.bytes += db
 	cn, cb := a.conn.names, a.conn.bytes
 	a.conn.mu.Unlock()
+	total := a.g.bytes.Add(int64(db))
 	if len(tn.set) > lim.MaxNamesPerStream {
 		t, _ := bound(string(typeURL), "", MaxClientStringBytes)
 		return a.g.limitError(codes.ResourceExhausted, "max_names_per_stream", lim.MaxNamesPerStream,
@@ -519,6 +522,9 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 	case cb > lim.MaxNameBytesPerConnection:
 		return a.g.limitError(codes.ResourceExhausted, "max_name_bytes_per_connection", lim.MaxNameBytesPerConnection,
 			"the connection's streams subscribed to %d bytes of names and requests held (this stream %d)", cb, bytes)
+	case total > int64(lim.MaxNameBytesTotal):
+		return a.g.limitError(codes.ResourceExhausted, "max_name_bytes_total", lim.MaxNameBytesTotal,
+			"the server's streams subscribed to %d bytes of names and requests held (this stream %d)", total, bytes)
 	}
 	return nil
 }
@@ -542,6 +548,7 @@ func (a *streamAcct) release() error {
 	a.conn.names -= int(n)
 	a.conn.bytes -= int(b)
 	a.conn.mu.Unlock()
+	a.g.bytes.Add(-b)
 	a.types = nil
 	return a.err
 }

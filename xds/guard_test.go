@@ -562,7 +562,7 @@ func TestLimitsLetEnvoyThrough(t *testing.T) {
 	scollect(eds, names)
 
 	for _, l := range []string{"max_streams", "max_streams_per_connection", "max_names_per_stream", "max_name_bytes_per_stream",
-		"max_names_per_connection", "max_name_bytes_per_connection", "max_node_bytes", "max_recv_message_bytes"} {
+		"max_names_per_connection", "max_name_bytes_per_connection", "max_name_bytes_total", "max_node_bytes", "max_recv_message_bytes"} {
 		if r := h.refusals(l); r != 0 {
 			t.Errorf("%s: %d refusals", l, r)
 		}
@@ -783,4 +783,36 @@ func metricVec2(t *testing.T, reg *prometheus.Registry, name, typ, mode string) 
 		}
 	}
 	return 0
+}
+
+// max_name_bytes_total bounds the name bytes over every connection; a
+// stream's are released when it ends.
+func TestLimitNameBytesTotal(t *testing.T) {
+	h := newLimitHarness(t, xds.Options{Limits: xds.Limits{MaxNameBytesTotal: 100 << 10}})
+	h.publish([]translate.Resources{svc("a", 1001)})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub := func(conn *grpc.ClientConn, prefix string) (context.CancelFunc, error) {
+		sctx, scancel := context.WithCancel(ctx)
+		_, err := rawDelta(sctx, conn, &discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: madeUpNames(40, 1000, prefix)})
+		return scancel, err
+	}
+	c1, c2, c3 := h.dial(), h.dial(), h.dial()
+	end1, err := sub(c1, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sub(c2, "b"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = sub(c3, "c")
+	wantLimit(t, err, codes.ResourceExhausted, "max_name_bytes_total")
+	if n := h.refusals("max_name_bytes_total"); n != 1 {
+		t.Fatalf("%d refusals counted", n)
+	}
+	end1()
+	waitFor(t, "the first stream's names released", func() bool { return len(h.srv.Clients()) == 1 })
+	if _, err := sub(c3, "d"); err != nil {
+		t.Fatalf("after a stream ended: %v", err)
+	}
 }

@@ -55,6 +55,13 @@ type Limits struct {
 	// defaults a connection can keep ~11 MB of them (measured).
 	MaxNamesPerConnection     int `json:"max_names_per_connection"`
 	MaxNameBytesPerConnection int `json:"max_name_bytes_per_connection"`
+	// MaxNameBytesTotal bounds the same bytes over every connection: the
+	// stream whose request takes the server over it ends
+	// (ResourceExhausted), and is counted. Released as the per-connection
+	// ones, when a stream ends. Default 1 GiB (over 2 GiB of heap by
+	// memory_estimate_bytes' measure; an Envoy subscribed to 5,000
+	// clusters and their assignments, 12-byte names, holds 60 KB).
+	MaxNameBytesTotal int `json:"max_name_bytes_total"`
 	// MaxNodeBytes bounds the encoded size of a request's node (id,
 	// cluster, metadata, extensions...). A request over it ends the
 	// stream (InvalidArgument). Envoy 1.40.0's node is 61,097 bytes with
@@ -122,6 +129,7 @@ const (
 	DefaultMaxNameBytesPerStream     = 2 << 20
 	DefaultMaxNamesPerConnection     = 100000
 	DefaultMaxNameBytesPerConnection = 4 << 20
+	DefaultMaxNameBytesTotal         = 1 << 30
 	DefaultMaxNodeBytes              = 256 << 10
 	DefaultMaxRecvMessageBytes       = 4 << 20
 	DefaultMaxHeaderBytes            = 16 << 10
@@ -143,6 +151,7 @@ func (l Limits) WithDefaults() Limits {
 	def(&l.MaxNameBytesPerStream, DefaultMaxNameBytesPerStream)
 	def(&l.MaxNamesPerConnection, DefaultMaxNamesPerConnection)
 	def(&l.MaxNameBytesPerConnection, DefaultMaxNameBytesPerConnection)
+	def(&l.MaxNameBytesTotal, DefaultMaxNameBytesTotal)
 	def(&l.MaxNodeBytes, DefaultMaxNodeBytes)
 	def(&l.MaxRecvMessageBytes, DefaultMaxRecvMessageBytes)
 	def(&l.MaxHeaderBytes, DefaultMaxHeaderBytes)
@@ -168,6 +177,7 @@ func (l Limits) Check() error {
 		{"max_name_bytes_per_stream", l.MaxNameBytesPerStream, 1 << 10, 1 << 30},
 		{"max_names_per_connection", l.MaxNamesPerConnection, 1, 1 << 26},
 		{"max_name_bytes_per_connection", l.MaxNameBytesPerConnection, 1 << 10, 1 << 32},
+		{"max_name_bytes_total", l.MaxNameBytesTotal, 1 << 20, 1 << 40},
 		{"max_node_bytes", l.MaxNodeBytes, 1 << 10, 16 << 20},
 		{"max_recv_message_bytes", l.MaxRecvMessageBytes, 64 << 10, 256 << 20},
 		{"max_header_bytes", l.MaxHeaderBytes, 4 << 10, 1 << 20},

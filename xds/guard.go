@@ -32,7 +32,8 @@ import (
 //
 //   - delta: resource_names_subscribe adds, then resource_names_unsubscribe
 //     removes ("*" is a name like any other); initial_resource_versions
-//     adds its names, each costing its name and version bytes.
+//     are not names (see apply): a reconnecting client is counted as a
+//     fresh one.
 //   - sotw: a request's resource_names replace its type's set.
 //
 // The rest of each type's last request (nonce, error detail, node...) is
@@ -300,6 +301,9 @@ type streamAcct struct {
 	// names and bytes are the stream's totals, also in conn's; read by
 	// Server.Clients.
 	names, bytes atomic.Int64
+	// ivBytes are the bytes of the initial_resource_versions held, in
+	// max_name_bytes_total and the memory estimate only.
+	ivBytes atomic.Int64
 
 	// The token bucket pacing requests.
 	tokens float64
@@ -312,6 +316,7 @@ type typeNames struct {
 	set   map[uint64]uint32
 	bytes int
 	other int
+	iv    int // the bytes of its last request's initial_resource_versions
 }
 
 // pace takes a token from the stream's bucket, waiting for it if there is
@@ -404,18 +409,31 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 	// First pass: the type, the node's size, and the bytes that are not
 	// names (the server holds a type's last request until its next).
 	var typeURL []byte
-	nodeBytes, namesBytes := 0, 0
+	nodeBytes, namesBytes, ivBytes := 0, 0, 0
 	if !fields(b, func(num protowire.Number, v []byte, size int) {
 		switch {
 		case num == nodeField:
 			nodeBytes += len(v)
 		case num == typeField:
 			typeURL = v // the last one counts
-		case num == namesField || delta && (num == deltaUnsubscribe || num == deltaInitialVersions):
+		case num == namesField || delta && num == deltaUnsubscribe:
 			namesBytes += size
+		case delta && num == deltaInitialVersions:
+			ivBytes += size
 		}
 	}) {
 		return nil
+	}
+	// initial_resource_versions (a reconnecting client's state) are not
+	// subscribed names: go-control-plane uses them for the type's first
+	// response only, and the cache holds them with the type's last
+	// request. Of a type served, they are held apart (ivBytes), bounded
+	// by max_recv_message_bytes per type and by max_name_bytes_total, so
+	// that a client reconnecting with its state passes the per-stream and
+	// per-connection limits exactly where a fresh one does. Of a type
+	// not served, they count as the request's other bytes.
+	if servedType(string(typeURL)) == "other" {
+		ivBytes = 0
 	}
 	if nodeBytes > lim.MaxNodeBytes {
 		return a.g.limitError(codes.InvalidArgument, "max_node_bytes", lim.MaxNodeBytes, "the request's node is %d bytes encoded", nodeBytes)
@@ -427,9 +445,11 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 		a.types[string(typeURL)] = tn
 		dn = 1
 	}
-	other := len(b) - namesBytes
+	other := len(b) - namesBytes - ivBytes
 	db += other - tn.other
 	tn.other = other
+	div := ivBytes - tn.iv
+	tn.iv = ivBytes
 
 	add := func(name []byte, size int) {
 		h := maphash.Bytes(a.g.seed, name)
@@ -443,19 +463,7 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 	}
 	if delta {
 		fields(b, func(num protowire.Number, v []byte, _ int) {
-			switch num {
-			case deltaInitialVersions:
-				var key, val []byte
-				fields(v, func(num protowire.Number, v []byte, _ int) {
-					switch num {
-					case 1:
-						key = v
-					case 2:
-						val = v
-					}
-				})
-				add(key, len(key)+len(val))
-			case deltaSubscribe:
+			if num == deltaSubscribe {
 				add(v, len(v))
 			}
 		})
@@ -496,9 +504,10 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 			})
 		}
 	}
-	if dn == 0 && db == 0 {
+	if dn == 0 && db == 0 && div == 0 {
 		return nil
 	}
+	a.ivBytes.Add(int64(div))
 	names := a.names.Add(int64(dn))
 	bytes := a.bytes.Add(int64(db))
 	a.conn.mu.Lock()
@@ -506,7 +515,7 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 	a.conn.bytes += db
 	cn, cb := a.conn.names, a.conn.bytes
 	a.conn.mu.Unlock()
-	total := a.g.bytes.Add(int64(db))
+	total := a.g.bytes.Add(int64(db + div))
 	if len(tn.set) > lim.MaxNamesPerStream {
 		t, _ := bound(string(typeURL), "", MaxClientStringBytes)
 		return a.g.limitError(codes.ResourceExhausted, "max_names_per_stream", lim.MaxNamesPerStream,
@@ -543,12 +552,12 @@ func (a *streamAcct) release() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.released = true
-	n, b := a.names.Swap(0), a.bytes.Swap(0)
+	n, b, iv := a.names.Swap(0), a.bytes.Swap(0), a.ivBytes.Swap(0)
 	a.conn.mu.Lock()
 	a.conn.names -= int(n)
 	a.conn.bytes -= int(b)
 	a.conn.mu.Unlock()
-	a.g.bytes.Add(-b)
+	a.g.bytes.Add(-b - iv)
 	a.types = nil
 	return a.err
 }
@@ -580,5 +589,5 @@ const (
 
 // memoryEstimate is the stream's estimated cost in bytes.
 func (a *streamAcct) memoryEstimate() int64 {
-	return PerStreamOverheadBytes + NameBytesFactor*a.bytes.Load() + a.names.Load()*PerNameOverheadBytes
+	return PerStreamOverheadBytes + NameBytesFactor*(a.bytes.Load()+a.ivBytes.Load()) + a.names.Load()*PerNameOverheadBytes
 }

@@ -816,3 +816,72 @@ func TestLimitNameBytesTotal(t *testing.T) {
 		t.Fatalf("after a stream ended: %v", err)
 	}
 }
+
+// A delta client reconnecting with its state (initial_resource_versions)
+// is served wherever a fresh one is: a wildcard CDS of 16,000 clusters and
+// EDS for each, with Envoy's 61 KB node, under the default limits.
+func TestLimitReconnectInitialVersions(t *testing.T) {
+	h := newLimitHarness(t, xds.Options{})
+	const n = 16000
+	names := make([]string, n)
+	iv := map[string]string{}
+	for i := range names {
+		names[i] = fmt.Sprintf("outbound|8080||svc-%05d.default.svc.cluster.local", i)
+		iv[names[i]] = "0123456789abcdef01234567"
+	}
+	node := &core.Node{Id: "envoy", Cluster: strings.Repeat("c", 61000)}
+	for _, reconnect := range []bool{false, true} {
+		d := h.delta(fmt.Sprint(reconnect))
+		var civ map[string]string
+		if reconnect {
+			civ = iv
+		}
+		d.send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: cds, ResourceNamesSubscribe: []string{"*"}, InitialResourceVersions: civ})
+		d.send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: eds, ResourceNamesSubscribe: names, InitialResourceVersions: civ})
+		// Both requests read: "*", 16,000 names and a name per type.
+		waitFor(t, "the requests read", func() bool {
+			select {
+			case <-d.ended:
+				t.Fatalf("reconnect %v: ended: %v", reconnect, d.err)
+			default:
+			}
+			for _, c := range h.srv.Clients() {
+				if c.SubscribedNames == n+3 {
+					return true
+				}
+			}
+			return false
+		})
+		d.cancel()
+		waitFor(t, "the stream closed", func() bool { return len(h.srv.Clients()) == 0 })
+	}
+	for _, l := range []string{"max_names_per_stream", "max_name_bytes_per_stream", "max_names_per_connection", "max_name_bytes_per_connection"} {
+		if r := h.refusals(l); r != 0 {
+			t.Errorf("%s: %d refusals", l, r)
+		}
+	}
+}
+
+// Names a reconnecting client subscribes to explicitly still count; its
+// initial_resource_versions alone do not.
+func TestLimitReconnectNamesCounted(t *testing.T) {
+	h := newLimitHarness(t, xds.Options{Limits: xds.Limits{MaxNamesPerStream: 1000}})
+	h.publish([]translate.Resources{svc("a", 1001)})
+	names := madeUpNames(2000, 40, "r")
+	iv := map[string]string{}
+	for _, name := range names {
+		iv[name] = "v1"
+	}
+	d := h.delta("wildcard")
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds, ResourceNamesSubscribe: []string{"*"}, InitialResourceVersions: iv})
+	d.recv()
+	d2 := h.delta("named")
+	d2.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: names, InitialResourceVersions: iv})
+	<-d2.ended
+	wantLimit(t, d2.err, codes.ResourceExhausted, "max_names_per_stream")
+	select {
+	case <-d.ended:
+		t.Fatalf("wildcard reconnect ended: %v", d.err)
+	default:
+	}
+}

@@ -38,12 +38,18 @@ type Limits struct {
 	// per type. A request that takes a stream over it ends the stream
 	// (ResourceExhausted). Default 50,000 (an Envoy with 5,000 clusters
 	// subscribes to 5,000 assignments). Names are counted exactly: delta
-	// subscribes and unsubscribes ("*" is a name), plus the names of
-	// initial_resource_versions; a sotw request's list replaces its type's.
+	// subscribes and unsubscribes ("*" is a name); a sotw request's list
+	// replaces its type's. A delta client's initial_resource_versions (its
+	// state, sent when it reconnects) are not names, so that it is served
+	// wherever a fresh client is: go-control-plane uses them for the
+	// type's first response only, and the server holds them, decoded,
+	// until then and with the type's last request until its next; they
+	// are bounded by max_recv_message_bytes per request and type, and
+	// count in max_name_bytes_total (of a type not served, in the
+	// request's other bytes below).
 	MaxNamesPerStream int `json:"max_names_per_stream"`
 	// MaxNameBytesPerStream bounds the bytes of those names, per stream
-	// (every type; an initial_resource_versions entry counts as its name
-	// and version), plus the other bytes of each type's last request
+	// (every type), plus the other bytes of each type's last request
 	// (nonce, version, error detail, node...), which the server holds until
 	// the type's next. Each type a stream names also counts as one name.
 	// Default 2 MiB.

@@ -574,7 +574,8 @@ func (a *streamAcct) release() error {
 // names, then to 1,900 made-up 1,000-byte names, minus the same before;
 // and with 1,000 streams subscribed to nothing. Measured (go 1.26,
 // go-control-plane 0.14): 106 bytes per 16-byte name, 2,121 per 1,000-byte
-// name, i.e. 2.05 × the name's bytes + 74; 21,262 bytes per stream.
+// name, i.e. 2.05 × the name's bytes + 74; 23,150 bytes per stream (22,500
+// before the guard tracked live streams for max_streams, on the same machine).
 //
 // The names are held twice: the request's strings (go-control-plane's
 // subscription and the cache's noted request share them) and the cache's
@@ -582,7 +583,7 @@ func (a *streamAcct) release() error {
 // go-control-plane's subscription map entry, the request's string header
 // and the guard's hash entry.
 const (
-	PerStreamOverheadBytes = 21 << 10
+	PerStreamOverheadBytes = 23 << 10
 	NameBytesFactor        = 2
 	PerNameOverheadBytes   = 75
 )

@@ -116,7 +116,8 @@ type clientInfo struct {
 	NameBytes       int64 `json:"name_bytes"`
 	// MemoryEstimateBytes estimates the heap the stream costs the server:
 	// PerStreamOverheadBytes + NameBytesFactor × NameBytes +
-	// SubscribedNames × PerNameOverheadBytes (measured; see guard.go). It
+	// SubscribedNames × PerNameOverheadBytes (measured; see guard.go),
+	// plus NameBytesFactor × the initial_resource_versions held. It
 	// leaves out the responses being sent, whose resource encodings are
 	// shared by every client.
 	MemoryEstimateBytes int64 `json:"memory_estimate_bytes"`

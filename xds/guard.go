@@ -173,37 +173,36 @@ func (g *guard) intercept(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInf
 	return err
 }
 
-// reserve takes one of c's max slots. When there is none, it releases the
-// streams whose context ended (sweep) and tries again; then, if no other
-// stream is waiting (waiting), it waits for up to reserveGrace for one to
-// end: a client that resets a stream and opens another can have the new
-// stream's headers sent before the reset (grpc-go's client does, from
-// another goroutine), and must not be refused for it. A client opening
-// many streams over the limit has one at a time wait; the others are
-// refused at once. It returns the count and whether it took a slot.
+// reserve takes one of c's max slots. When there is none and no other
+// stream is waiting (waiting), it releases the streams whose context ended
+// (sweep), and tries again, for up to reserveGrace: a client that resets
+// a stream and opens another can have the new stream's headers sent
+// before the reset (grpc-go's client does, from another goroutine), and
+// must not be refused for it. A client opening many streams over the
+// limit has one at a time wait (and sweep); the others are refused at
+// once. It returns the count and whether it took a slot.
 func reserve(ctx context.Context, c *atomic.Int64, max int, sweep func(), waiting *atomic.Bool) (int64, bool) {
-	var deadline time.Time
-	for i := 0; ; i++ {
+	n := c.Add(1)
+	if n <= int64(max) {
+		return n, true
+	}
+	c.Add(-1)
+	if !waiting.CompareAndSwap(false, true) {
+		return n - 1, false
+	}
+	defer waiting.Store(false)
+	deadline := time.Now().Add(reserveGrace)
+	for {
+		sweep()
 		n := c.Add(1)
 		if n <= int64(max) {
 			return n, true
 		}
 		c.Add(-1)
-		switch {
-		case i == 0:
-		case i == 1:
-			if !waiting.CompareAndSwap(false, true) {
-				return n - 1, false
-			}
-			defer waiting.Store(false)
-			deadline = time.Now().Add(reserveGrace)
-		case time.Now().After(deadline) || ctx.Err() != nil:
+		if time.Now().After(deadline) || ctx.Err() != nil {
 			return n - 1, false
 		}
-		if i > 0 {
-			time.Sleep(reserveGrace / 20)
-		}
-		sweep()
+		time.Sleep(reserveGrace / 20)
 	}
 }
 

@@ -718,10 +718,10 @@ func TestLimitNACKTypeURLs(t *testing.T) {
 	var mu sync.Mutex
 	log := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))
 	h := newLimitHarness(t, xds.Options{Logger: log, Limits: xds.Limits{NACKLogsPerMinute: 1}})
-	const streams = 30
+	const streams = 20
 	for i := range streams {
 		d := h.delta(fmt.Sprint("n", i))
-		d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: fmt.Sprintf("type.googleapis.com/x%d", i) + strings.Repeat("A", 256<<10),
+		d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: fmt.Sprintf("type.googleapis.com/x%d", i) + strings.Repeat("A", 64<<10),
 			ResponseNonce: "1", ErrorDetail: &status.Status{Message: "bad"}})
 		waitFor(t, "the NACK", func() bool { return h.srv.NACKs() == uint64(i+1) })
 		d.cancel()

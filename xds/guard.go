@@ -120,9 +120,9 @@ func (g *guard) intercept(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInf
 		ca = &connAcct{live: map[*streamAcct]struct{}{}}
 	}
 	// A stream whose context ended is released by its AfterFunc, in a
-	// goroutine of its own; one at the limit releases them itself first,
-	// so that a client closing a stream and opening another is served
-	// (its reset was read before the new stream's headers).
+	// goroutine of its own; one at the limit releases them itself, and
+	// waits a little for one to end (reserve), so that a client closing a
+	// stream and opening another is served.
 	if n, ok := reserve(ss.Context(), &ca.streams, g.lim.MaxStreamsPerConnection, ca.sweep, &ca.waiting); !ok {
 		return g.limitError(codes.ResourceExhausted, "max_streams_per_connection", g.lim.MaxStreamsPerConnection,
 			"this connection has %d xDS streams open; open fewer, or more connections", n)

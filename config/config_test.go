@@ -160,6 +160,8 @@ func TestErrors(t *testing.T) {
 		{"unknown rule field", mtls + "authorization: {allow: [{dns_prefix: a}]}}" + src, []string{`unknown field "dns_prefix"`}},
 		{"xds limit out of range", "xds: {limits: {max_streams_per_connection: -1}}" + src, []string{"xds.limits.max_streams_per_connection: -1 is not in 1..65536"}},
 		{"xds limit too small", "xds: {limits: {max_node_bytes: 10}}" + src, []string{"xds.limits.max_node_bytes: 10 is not in 1024.."}},
+		{"xds header limit too small", "xds: {limits: {max_header_bytes: 1000}}" + src, []string{"xds.limits.max_header_bytes: 1000 is not in 4096..1048576"}},
+		{"xds total name bytes too small", "xds: {limits: {max_name_bytes_total: 1000}}" + src, []string{"xds.limits.max_name_bytes_total: 1000 is not in 1048576..1099511627776"}},
 		{"request rate", "xds: {limits: {requests_per_second: -2}}" + src, []string{"xds.limits.requests_per_second"}},
 		{"unknown xds limit", "xds: {limits: {max_conns: 3}}" + src, []string{`unknown field "max_conns" in xds.limits`}},
 		{"keepalive range", "xds: {keepalive: {time: 48h}}" + src, []string{"xds.keepalive.time: 48h is not in 0s..24h"}},

@@ -32,7 +32,8 @@ import (
 //
 //   - delta: resource_names_subscribe adds, then resource_names_unsubscribe
 //     removes ("*" is a name like any other); initial_resource_versions
-//     adds its names, each costing its name and version bytes.
+//     are not names (see apply): a reconnecting client is counted as a
+//     fresh one.
 //   - sotw: a request's resource_names replace its type's set.
 //
 // The rest of each type's last request (nonce, error detail, node...) is
@@ -43,8 +44,14 @@ type guard struct {
 	lim  Limits
 	m    *guardMetrics
 	seed maphash.Seed
-	// open counts the streams open over every connection.
+	// open counts the streams open over every connection; live holds
+	// them.
 	open atomic.Int64
+	// bytes counts the name bytes of every stream (max_name_bytes_total).
+	bytes   atomic.Int64
+	mu      sync.Mutex
+	live    map[*streamAcct]struct{}
+	waiting atomic.Bool // a stream waits for one to end (reserve)
 }
 
 type guardMetrics struct {
@@ -65,14 +72,14 @@ func newGuardMetrics() *guardMetrics {
 	}
 	for _, l := range []string{"max_streams", "max_streams_per_connection", "max_names_per_stream",
 		"max_name_bytes_per_stream", "max_names_per_connection", "max_name_bytes_per_connection",
-		"max_node_bytes", "max_recv_message_bytes"} {
+		"max_name_bytes_total", "max_node_bytes", "max_recv_message_bytes"} {
 		m.refusals.WithLabelValues(l)
 	}
 	return m
 }
 
 func newGuard(lim Limits, m *guardMetrics) *guard {
-	return &guard{lim: lim, m: m, seed: maphash.MakeSeed()}
+	return &guard{lim: lim, m: m, seed: maphash.MakeSeed(), live: map[*streamAcct]struct{}{}}
 }
 
 // limitError is the error of a limit reached: ResourceExhausted (or
@@ -89,6 +96,8 @@ type connAcct struct {
 	mu      sync.Mutex
 	names   int
 	bytes   int
+	live    map[*streamAcct]struct{} // the streams counted in streams
+	waiting atomic.Bool              // a stream waits for one to end (reserve)
 }
 
 type connKey struct{}
@@ -96,7 +105,7 @@ type connKey struct{}
 // TagConn gives the connection its accounting, which every stream of it
 // finds in its context.
 func (g *guard) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return context.WithValue(ctx, connKey{}, &connAcct{})
+	return context.WithValue(ctx, connKey{}, &connAcct{live: map[*streamAcct]struct{}{}})
 }
 
 func (g *guard) HandleConn(context.Context, stats.ConnStats)                     {}
@@ -108,30 +117,116 @@ func (g *guard) HandleRPC(context.Context, stats.RPCStats)                      
 func (g *guard) intercept(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ca, _ := ss.Context().Value(connKey{}).(*connAcct)
 	if ca == nil { // not through Run's server: a connection of its own
-		ca = &connAcct{}
+		ca = &connAcct{live: map[*streamAcct]struct{}{}}
 	}
-	if n := ca.streams.Add(1); n > int64(g.lim.MaxStreamsPerConnection) {
-		ca.streams.Add(-1)
+	// A stream whose context ended is released by its AfterFunc, in a
+	// goroutine of its own; one at the limit releases them itself, and
+	// waits a little for one to end (reserve), so that a client closing a
+	// stream and opening another is served.
+	if n, ok := reserve(ss.Context(), &ca.streams, g.lim.MaxStreamsPerConnection, ca.sweep, &ca.waiting); !ok {
 		return g.limitError(codes.ResourceExhausted, "max_streams_per_connection", g.lim.MaxStreamsPerConnection,
-			"this connection has %d xDS streams open; open fewer, or more connections", n-1)
+			"this connection has %d xDS streams open; open fewer, or more connections", n)
 	}
-	defer ca.streams.Add(-1)
-	if n := g.open.Add(1); n > int64(g.lim.MaxStreams) {
-		g.open.Add(-1)
+	if n, ok := reserve(ss.Context(), &g.open, g.lim.MaxStreams, g.sweep, &g.waiting); !ok {
+		ca.streams.Add(-1)
 		return g.limitError(codes.ResourceExhausted, "max_streams", g.lim.MaxStreams,
-			"the server has %d xDS streams open", n-1)
+			"the server has %d xDS streams open", n)
 	}
-	defer g.open.Add(-1)
 
-	a := &streamAcct{g: g, conn: ca, types: map[string]*typeNames{}, tokens: float64(g.lim.RequestBurst), last: time.Now()}
+	a := &streamAcct{g: g, conn: ca, ctx: ss.Context(), types: map[string]*typeNames{}, tokens: float64(g.lim.RequestBurst), last: time.Now()}
+	// The stream's slots and names are released when its context ends (the
+	// client closed or reset it, or the handler returned), exactly once:
+	// go-control-plane's handler can return later than that, and a client
+	// at max_streams_per_connection that closes a stream and opens another
+	// must not be refused meanwhile.
+	var once sync.Once
+	a.end = func() {
+		once.Do(func() {
+			g.mu.Lock()
+			delete(g.live, a)
+			g.mu.Unlock()
+			ca.mu.Lock()
+			delete(ca.live, a)
+			ca.mu.Unlock()
+			a.release()
+			g.open.Add(-1)
+			ca.streams.Add(-1)
+		})
+	}
+	g.mu.Lock()
+	g.live[a] = struct{}{}
+	g.mu.Unlock()
+	ca.mu.Lock()
+	ca.live[a] = struct{}{}
+	ca.mu.Unlock()
+	stop := context.AfterFunc(ss.Context(), a.end)
+	defer func() {
+		stop()
+		a.end()
+	}()
 	gs := &guardedStream{ServerStream: ss, a: a, ctx: context.WithValue(ss.Context(), streamAcctKey{}, a)}
 	err := handler(srv, gs)
-	if lerr := a.release(); lerr != nil {
+	if lerr := a.limitErr(); lerr != nil {
 		// go-control-plane ends a stream whose Recv fails, without its error.
 		return lerr
 	}
 	return err
 }
+
+// reserve takes one of c's max slots. When there is none and no other
+// stream is waiting (waiting), it releases the streams whose context ended
+// (sweep), and tries again, for up to reserveGrace: a client that resets
+// a stream and opens another can have the new stream's headers sent
+// before the reset (grpc-go's client does, from another goroutine), and
+// must not be refused for it. A client opening many streams over the
+// limit has one at a time wait (and sweep); the others are refused at
+// once. It returns the count and whether it took a slot.
+func reserve(ctx context.Context, c *atomic.Int64, max int, sweep func(), waiting *atomic.Bool) (int64, bool) {
+	n := c.Add(1)
+	if n <= int64(max) {
+		return n, true
+	}
+	c.Add(-1)
+	if !waiting.CompareAndSwap(false, true) {
+		return n - 1, false
+	}
+	defer waiting.Store(false)
+	deadline := time.Now().Add(reserveGrace)
+	for {
+		sweep()
+		n := c.Add(1)
+		if n <= int64(max) {
+			return n, true
+		}
+		c.Add(-1)
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return n - 1, false
+		}
+		time.Sleep(reserveGrace / 20)
+	}
+}
+
+// reserveGrace is how long a stream over a stream limit waits for one to
+// end before it is refused.
+const reserveGrace = 100 * time.Millisecond
+
+// sweepEnded releases the streams of live whose context has ended.
+func sweepEnded(mu *sync.Mutex, live map[*streamAcct]struct{}) {
+	mu.Lock()
+	var ended []*streamAcct
+	for a := range live {
+		if a.ctx.Err() != nil {
+			ended = append(ended, a)
+		}
+	}
+	mu.Unlock()
+	for _, a := range ended {
+		a.end()
+	}
+}
+
+func (ca *connAcct) sweep() { sweepEnded(&ca.mu, ca.live) }
+func (g *guard) sweep()     { sweepEnded(&g.mu, g.live) }
 
 type streamAcctKey struct{}
 
@@ -194,6 +289,8 @@ type guardedMsg struct {
 type streamAcct struct {
 	g    *guard
 	conn *connAcct
+	ctx  context.Context // the stream's
+	end  func()          // releases the stream, once
 
 	mu       sync.Mutex
 	types    map[string]*typeNames
@@ -203,6 +300,9 @@ type streamAcct struct {
 	// names and bytes are the stream's totals, also in conn's; read by
 	// Server.Clients.
 	names, bytes atomic.Int64
+	// ivBytes are the bytes of the initial_resource_versions held, in
+	// max_name_bytes_total and the memory estimate only.
+	ivBytes atomic.Int64
 
 	// The token bucket pacing requests.
 	tokens float64
@@ -215,6 +315,7 @@ type typeNames struct {
 	set   map[uint64]uint32
 	bytes int
 	other int
+	iv    int // the bytes of its last request's initial_resource_versions
 }
 
 // pace takes a token from the stream's bucket, waiting for it if there is
@@ -307,18 +408,31 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 	// First pass: the type, the node's size, and the bytes that are not
 	// names (the server holds a type's last request until its next).
 	var typeURL []byte
-	nodeBytes, namesBytes := 0, 0
+	nodeBytes, namesBytes, ivBytes := 0, 0, 0
 	if !fields(b, func(num protowire.Number, v []byte, size int) {
 		switch {
 		case num == nodeField:
 			nodeBytes += len(v)
 		case num == typeField:
 			typeURL = v // the last one counts
-		case num == namesField || delta && (num == deltaUnsubscribe || num == deltaInitialVersions):
+		case num == namesField || delta && num == deltaUnsubscribe:
 			namesBytes += size
+		case delta && num == deltaInitialVersions:
+			ivBytes += size
 		}
 	}) {
 		return nil
+	}
+	// initial_resource_versions (a reconnecting client's state) are not
+	// subscribed names: go-control-plane uses them for the type's first
+	// response only, and the cache holds them with the type's last
+	// request. Of a type served, they are held apart (ivBytes), bounded
+	// by max_recv_message_bytes per type and by max_name_bytes_total, so
+	// that a client reconnecting with its state passes the per-stream and
+	// per-connection limits exactly where a fresh one does. Of a type
+	// not served, they count as the request's other bytes.
+	if servedType(string(typeURL)) == "other" {
+		ivBytes = 0
 	}
 	if nodeBytes > lim.MaxNodeBytes {
 		return a.g.limitError(codes.InvalidArgument, "max_node_bytes", lim.MaxNodeBytes, "the request's node is %d bytes encoded", nodeBytes)
@@ -330,9 +444,11 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 		a.types[string(typeURL)] = tn
 		dn = 1
 	}
-	other := len(b) - namesBytes
+	other := len(b) - namesBytes - ivBytes
 	db += other - tn.other
 	tn.other = other
+	div := ivBytes - tn.iv
+	tn.iv = ivBytes
 
 	add := func(name []byte, size int) {
 		h := maphash.Bytes(a.g.seed, name)
@@ -346,19 +462,7 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 	}
 	if delta {
 		fields(b, func(num protowire.Number, v []byte, _ int) {
-			switch num {
-			case deltaInitialVersions:
-				var key, val []byte
-				fields(v, func(num protowire.Number, v []byte, _ int) {
-					switch num {
-					case 1:
-						key = v
-					case 2:
-						val = v
-					}
-				})
-				add(key, len(key)+len(val))
-			case deltaSubscribe:
+			if num == deltaSubscribe {
 				add(v, len(v))
 			}
 		})
@@ -399,9 +503,10 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 			})
 		}
 	}
-	if dn == 0 && db == 0 {
+	if dn == 0 && db == 0 && div == 0 {
 		return nil
 	}
+	a.ivBytes.Add(int64(div))
 	names := a.names.Add(int64(dn))
 	bytes := a.bytes.Add(int64(db))
 	a.conn.mu.Lock()
@@ -409,6 +514,7 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 	a.conn.bytes += db
 	cn, cb := a.conn.names, a.conn.bytes
 	a.conn.mu.Unlock()
+	total := a.g.bytes.Add(int64(db + div))
 	if len(tn.set) > lim.MaxNamesPerStream {
 		t, _ := bound(string(typeURL), "", MaxClientStringBytes)
 		return a.g.limitError(codes.ResourceExhausted, "max_names_per_stream", lim.MaxNamesPerStream,
@@ -424,21 +530,33 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 	case cb > lim.MaxNameBytesPerConnection:
 		return a.g.limitError(codes.ResourceExhausted, "max_name_bytes_per_connection", lim.MaxNameBytesPerConnection,
 			"the connection's streams subscribed to %d bytes of names and requests held (this stream %d)", cb, bytes)
+	case total > int64(lim.MaxNameBytesTotal):
+		return a.g.limitError(codes.ResourceExhausted, "max_name_bytes_total", lim.MaxNameBytesTotal,
+			"the server's streams subscribed to %d bytes of names and requests held (this stream %d)", total, bytes)
 	}
 	return nil
 }
 
-// release takes the stream's names off its connection's accounting, and
-// returns the limit the stream went over, if any.
+// limitErr is the limit the stream went over, if any.
+func (a *streamAcct) limitErr() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.err
+}
+
+// release takes the stream's names off its connection's accounting (once:
+// later calls find nothing to take off), and returns the limit the stream
+// went over, if any.
 func (a *streamAcct) release() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.released = true
-	n, b := a.names.Swap(0), a.bytes.Swap(0)
+	n, b, iv := a.names.Swap(0), a.bytes.Swap(0), a.ivBytes.Swap(0)
 	a.conn.mu.Lock()
 	a.conn.names -= int(n)
 	a.conn.bytes -= int(b)
 	a.conn.mu.Unlock()
+	a.g.bytes.Add(-b - iv)
 	a.types = nil
 	return a.err
 }
@@ -455,7 +573,8 @@ func (a *streamAcct) release() error {
 // names, then to 1,900 made-up 1,000-byte names, minus the same before;
 // and with 1,000 streams subscribed to nothing. Measured (go 1.26,
 // go-control-plane 0.14): 106 bytes per 16-byte name, 2,121 per 1,000-byte
-// name, i.e. 2.05 × the name's bytes + 74; 21,262 bytes per stream.
+// name, i.e. 2.05 × the name's bytes + 74; 23,150 bytes per stream (22,500
+// before the guard tracked live streams for max_streams, on the same machine).
 //
 // The names are held twice: the request's strings (go-control-plane's
 // subscription and the cache's noted request share them) and the cache's
@@ -463,12 +582,12 @@ func (a *streamAcct) release() error {
 // go-control-plane's subscription map entry, the request's string header
 // and the guard's hash entry.
 const (
-	PerStreamOverheadBytes = 21 << 10
+	PerStreamOverheadBytes = 23 << 10
 	NameBytesFactor        = 2
 	PerNameOverheadBytes   = 75
 )
 
 // memoryEstimate is the stream's estimated cost in bytes.
 func (a *streamAcct) memoryEstimate() int64 {
-	return PerStreamOverheadBytes + NameBytesFactor*a.bytes.Load() + a.names.Load()*PerNameOverheadBytes
+	return PerStreamOverheadBytes + NameBytesFactor*(a.bytes.Load()+a.ivBytes.Load()) + a.names.Load()*PerNameOverheadBytes
 }

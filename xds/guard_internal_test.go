@@ -27,3 +27,33 @@ func TestLogLimiter(t *testing.T) {
 		t.Fatalf("then: %v, %d", ok, sup)
 	}
 }
+
+// A line the per-stream limiter let through but the server-wide one did
+// not is counted as not logged by the stream, and the next line of each
+// says how many were not.
+func TestLogLimiterUnallow(t *testing.T) {
+	stream, server := logLimiter{perMinute: 2}, logLimiter{perMinute: 1}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	logged := 0
+	for i := range 5 {
+		now := t0.Add(time.Duration(i) * time.Second)
+		ok, sup := stream.allow(now)
+		if ok {
+			if ok, _ = server.allow(now); !ok {
+				stream.unallow(sup)
+			}
+		}
+		if ok {
+			logged++
+		}
+	}
+	if logged != 1 {
+		t.Fatalf("logged %d, want 1", logged)
+	}
+	now := t0.Add(61 * time.Second)
+	ok, sup := stream.allow(now)
+	sok, ssup := server.allow(now)
+	if !ok || sup != 4 || !sok || ssup != 4 {
+		t.Fatalf("next minute: stream %v %d, server %v %d; want true 4, true 4", ok, sup, sok, ssup)
+	}
+}

@@ -230,6 +230,16 @@ func TestMeasureAbuse(t *testing.T) {
 	}
 	run("200 streams × 3,900 × 1 KB names", "", 200, 200, sub(3900, 1024))
 	run("10,000 streams", "", 10000, 200, &discovery.DeltaDiscoveryRequest{TypeUrl: xds.ClusterType, Node: &core.Node{Id: "abuser"}})
+	// 16 streams whose headers decode to 12 MB each, HPACK-amplified;
+	// 16 MiB is gRPC's own default (before max_header_bytes).
+	for _, limits := range []string{`{"max_header_bytes": 16777216}`, ""} {
+		m := startMeasuredServer(t, limits)
+		heap0, rss0 := m.heap(), m.status("VmRSS")
+		reset, closed, wrote, c := rawHeaderStreams(t, m.addr, 16, 12<<20, true, 3*time.Second)
+		t.Logf("16 streams × 12 MB of amplified headers (limits %q): %d bytes sent, %d streams reset, connection closed %v; server RSS %s before, peak %s; live heap %s before, %s after (connection still open)",
+			limits, wrote, reset, closed, mb(rss0), mb(m.status("VmHWM")), mb(heap0), mb(m.heap()))
+		c.Close()
+	}
 	if os.Getenv("XDSBRIDGE_ABUSE_MEASURE") != "all" {
 		return
 	}

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -561,7 +562,7 @@ func TestLimitsLetEnvoyThrough(t *testing.T) {
 	scollect(eds, names)
 
 	for _, l := range []string{"max_streams", "max_streams_per_connection", "max_names_per_stream", "max_name_bytes_per_stream",
-		"max_names_per_connection", "max_name_bytes_per_connection", "max_node_bytes", "max_recv_message_bytes"} {
+		"max_names_per_connection", "max_name_bytes_per_connection", "max_name_bytes_total", "max_node_bytes", "max_recv_message_bytes"} {
 		if r := h.refusals(l); r != 0 {
 			t.Errorf("%s: %d refusals", l, r)
 		}
@@ -594,4 +595,293 @@ func TestLimitHeldRequestBytes(t *testing.T) {
 	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: xds.ListenerType, ResponseNonce: "l", ErrorDetail: detail})
 	<-d.ended
 	wantLimit(t, d.err, codes.ResourceExhausted, "max_name_bytes_per_stream")
+}
+
+// A client at max_streams_per_connection that closes a stream and opens
+// another is served: the closed stream's slot is released when its
+// context ends, not when go-control-plane's handler returns.
+func TestLimitReopenAtLimit(t *testing.T) {
+	h := newLimitHarness(t, xds.Options{})
+	h.publish([]translate.Resources{svc("a", 1001)})
+	cancels := make([]context.CancelFunc, xds.DefaultMaxStreamsPerConnection)
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
+	open := func(i int) error {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancels[i] = cancel
+		_, err := rawDelta(ctx, h.conn, &discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+		return err
+	}
+	for i := range cancels {
+		if err := open(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 200 {
+		cancels[i%len(cancels)]()
+		if err := open(i % len(cancels)); err != nil {
+			t.Fatalf("reopen %d: %v", i, err)
+		}
+	}
+	if n := h.refusals("max_streams_per_connection"); n != 0 {
+		t.Fatalf("%d refusals", n)
+	}
+	// Still a limit: one more is refused.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, err := rawDelta(ctx, h.conn, &discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+	wantLimit(t, err, codes.ResourceExhausted, "max_streams_per_connection")
+}
+
+// The same for max_streams, over connections.
+func TestLimitReopenAtMaxStreams(t *testing.T) {
+	h := newLimitHarness(t, xds.Options{Limits: xds.Limits{MaxStreams: 4}})
+	h.publish([]translate.Resources{svc("a", 1001)})
+	conns := []*grpc.ClientConn{h.conn, h.dial()}
+	cancels := make([]context.CancelFunc, 4)
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
+	open := func(i int) error {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancels[i] = cancel
+		_, err := rawDelta(ctx, conns[i%2], &discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+		return err
+	}
+	for i := range cancels {
+		if err := open(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 100 {
+		cancels[i%4]()
+		if err := open(i % 4); err != nil {
+			// The reset travels on another connection than the new stream:
+			// wait for it to be read, once.
+			time.Sleep(50 * time.Millisecond)
+			if err := open(i % 4); err != nil {
+				t.Fatalf("reopen %d: %v", i, err)
+			}
+		}
+	}
+}
+
+// Request headers are bounded by max_header_bytes: streams whose headers
+// decode to more are reset by gRPC before the server holds them, literal
+// or HPACK-amplified; a grpc-go client with headers under it is served.
+func TestLimitHeaderBytes(t *testing.T) {
+	h := newLimitHarness(t, xds.Options{})
+	h.publish([]translate.Resources{svc("a", 1001)})
+	for _, amplified := range []bool{false, true} {
+		reset, closed, wrote, c := rawHeaderStreams(t, h.addr, 4, 1<<20, amplified, 5*time.Second)
+		c.Close()
+		// Amplified, each stream's block is a frame, and its stream is
+		// reset; literal, it takes CONTINUATION frames, and the one
+		// following the block's going over closes the connection.
+		if amplified && reset != 4 || !amplified && !closed {
+			t.Errorf("amplified %v: %d of 4 streams reset, connection closed %v", amplified, reset, closed)
+		}
+		t.Logf("amplified %v: %d bytes sent, %d streams reset, connection closed %v", amplified, wrote, reset, closed)
+	}
+	if n := len(h.srv.Clients()); n != 0 {
+		t.Fatalf("%d streams served", n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ok := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+strings.Repeat("t", 8<<10))
+	if _, err := rawDelta(ok, h.conn, &discovery.DeltaDiscoveryRequest{TypeUrl: cds}); err != nil {
+		t.Fatalf("8 KiB of headers: %v", err)
+	}
+	// A grpc-go client does not send more than the server takes.
+	big := metadata.AppendToOutgoingContext(ctx, "x-pad", strings.Repeat("v", 32<<10))
+	if _, err := rawDelta(big, h.conn, &discovery.DeltaDiscoveryRequest{TypeUrl: cds}); err == nil {
+		t.Fatal("32 KiB of headers served")
+	}
+	// A smaller setting.
+	h2 := newLimitHarness(t, xds.Options{Limits: xds.Limits{MaxHeaderBytes: 4 << 10}})
+	if _, err := rawDelta(metadata.AppendToOutgoingContext(ctx, "x-pad", strings.Repeat("v", 6<<10)), h2.conn, &discovery.DeltaDiscoveryRequest{TypeUrl: cds}); err == nil {
+		t.Fatal("6 KiB of headers served under max_header_bytes 4096")
+	}
+}
+
+// NACKs with made-up type URLs, one per stream, over many streams: the
+// metric has no label but the served types and "other", the log cuts the
+// type URL, and the server-wide limit (10 × nack_logs_per_minute) bounds
+// the lines however many streams.
+func TestLimitNACKTypeURLs(t *testing.T) {
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))
+	h := newLimitHarness(t, xds.Options{Logger: log, Limits: xds.Limits{NACKLogsPerMinute: 1}})
+	const streams = 20
+	for i := range streams {
+		d := h.delta(fmt.Sprint("n", i))
+		d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: fmt.Sprintf("type.googleapis.com/x%d", i) + strings.Repeat("A", 64<<10),
+			ResponseNonce: "1", ErrorDetail: &status.Status{Message: "bad"}})
+		waitFor(t, "the NACK", func() bool { return h.srv.NACKs() == uint64(i+1) })
+		d.cancel()
+	}
+	d := h.delta("served")
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds, ResponseNonce: "1", ErrorDetail: &status.Status{Message: "bad"}})
+	waitFor(t, "the NACK", func() bool { return h.srv.NACKs() == streams+1 })
+
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if len(l.GetValue()) > 256 {
+					t.Errorf("%s{%s}: a label of %d bytes", mf.GetName(), l.GetName(), len(l.GetValue()))
+				}
+			}
+		}
+	}
+	if got := metricVec2(t, h.reg, "xdsbridge_xds_nacks_total", "other", "delta"); got != streams {
+		t.Errorf("nacks{type=other} = %v, want %d", got, streams)
+	}
+	if got := metricVec2(t, h.reg, "xdsbridge_xds_nacks_total", cds, "delta"); got != 1 {
+		t.Errorf("nacks{type=cds} = %v, want 1", got)
+	}
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	lines := strings.Count(out, "NACK")
+	if want := xds.NACKLogsServerFactor * 1; lines != want || len(out) > lines*2048 {
+		t.Errorf("%d lines, %d bytes logged; want %d lines", lines, len(out), want)
+	}
+	if got := metricVec(t, h.reg, "xdsbridge_xds_nack_logs_suppressed_total", "reason", "server_rate"); got != streams+1-xds.NACKLogsServerFactor {
+		t.Errorf("suppressed{server_rate} = %v", got)
+	}
+}
+
+// metricVec2 reads a counter labelled type and mode.
+func metricVec2(t *testing.T, reg *prometheus.Registry, name, typ, mode string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			if got["type"] == typ && got["mode"] == mode {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// max_name_bytes_total bounds the name bytes over every connection; a
+// stream's are released when it ends.
+func TestLimitNameBytesTotal(t *testing.T) {
+	h := newLimitHarness(t, xds.Options{Limits: xds.Limits{MaxNameBytesTotal: 100 << 10}})
+	h.publish([]translate.Resources{svc("a", 1001)})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub := func(conn *grpc.ClientConn, prefix string) (context.CancelFunc, error) {
+		sctx, scancel := context.WithCancel(ctx)
+		_, err := rawDelta(sctx, conn, &discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: madeUpNames(40, 1000, prefix)})
+		return scancel, err
+	}
+	c1, c2, c3 := h.dial(), h.dial(), h.dial()
+	end1, err := sub(c1, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sub(c2, "b"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = sub(c3, "c")
+	wantLimit(t, err, codes.ResourceExhausted, "max_name_bytes_total")
+	if n := h.refusals("max_name_bytes_total"); n != 1 {
+		t.Fatalf("%d refusals counted", n)
+	}
+	end1()
+	waitFor(t, "the first stream's names released", func() bool { return len(h.srv.Clients()) == 1 })
+	if _, err := sub(c3, "d"); err != nil {
+		t.Fatalf("after a stream ended: %v", err)
+	}
+}
+
+// A delta client reconnecting with its state (initial_resource_versions)
+// is served wherever a fresh one is: a wildcard CDS of 16,000 clusters and
+// EDS for each, with Envoy's 61 KB node, under the default limits.
+func TestLimitReconnectInitialVersions(t *testing.T) {
+	h := newLimitHarness(t, xds.Options{})
+	const n = 16000
+	names := make([]string, n)
+	iv := map[string]string{}
+	for i := range names {
+		names[i] = fmt.Sprintf("outbound|8080||svc-%05d.default.svc.cluster.local", i)
+		iv[names[i]] = "0123456789abcdef01234567"
+	}
+	node := &core.Node{Id: "envoy", Cluster: strings.Repeat("c", 61000)}
+	for _, reconnect := range []bool{false, true} {
+		d := h.delta(fmt.Sprint(reconnect))
+		var civ map[string]string
+		if reconnect {
+			civ = iv
+		}
+		d.send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: cds, ResourceNamesSubscribe: []string{"*"}, InitialResourceVersions: civ})
+		d.send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: eds, ResourceNamesSubscribe: names, InitialResourceVersions: civ})
+		// Both requests read: "*", 16,000 names and a name per type.
+		waitFor(t, "the requests read", func() bool {
+			select {
+			case <-d.ended:
+				t.Fatalf("reconnect %v: ended: %v", reconnect, d.err)
+			default:
+			}
+			for _, c := range h.srv.Clients() {
+				if c.SubscribedNames == n+3 {
+					return true
+				}
+			}
+			return false
+		})
+		d.cancel()
+		waitFor(t, "the stream closed", func() bool { return len(h.srv.Clients()) == 0 })
+	}
+	for _, l := range []string{"max_names_per_stream", "max_name_bytes_per_stream", "max_names_per_connection", "max_name_bytes_per_connection"} {
+		if r := h.refusals(l); r != 0 {
+			t.Errorf("%s: %d refusals", l, r)
+		}
+	}
+}
+
+// Names a reconnecting client subscribes to explicitly still count; its
+// initial_resource_versions alone do not.
+func TestLimitReconnectNamesCounted(t *testing.T) {
+	h := newLimitHarness(t, xds.Options{Limits: xds.Limits{MaxNamesPerStream: 1000}})
+	h.publish([]translate.Resources{svc("a", 1001)})
+	names := madeUpNames(2000, 40, "r")
+	iv := map[string]string{}
+	for _, name := range names {
+		iv[name] = "v1"
+	}
+	d := h.delta("wildcard")
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds, ResourceNamesSubscribe: []string{"*"}, InitialResourceVersions: iv})
+	d.recv()
+	d2 := h.delta("named")
+	d2.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: names, InitialResourceVersions: iv})
+	<-d2.ended
+	wantLimit(t, d2.err, codes.ResourceExhausted, "max_names_per_stream")
+	select {
+	case <-d.ended:
+		t.Fatalf("wildcard reconnect ended: %v", d.err)
+	default:
+	}
 }

@@ -12,11 +12,17 @@ import (
 // xdsbridge_xds_limit_refusals_total{limit} under the field's JSON name,
 // and its error names the field ("xds.limits.max_streams_per_connection
 // (16) reached: ..."), but for max_recv_message_bytes, refused by gRPC with
-// its own message. Enforced by guard.go, in front of go-control-plane.
+// its own message, and max_header_bytes, enforced by gRPC's transport
+// (see there). Enforced by guard.go, in front of go-control-plane.
 type Limits struct {
 	// MaxStreams bounds the xDS streams open at once, over every
 	// connection. A stream over it is refused (ResourceExhausted).
-	// Default 65,536.
+	// Default 65,536. A stream counts (here and in
+	// max_streams_per_connection) until its context ends: the client
+	// closes or resets it, or the server ends it. A stream over either
+	// limit first waits up to 100 ms for one to end (one at a time per
+	// connection; the others are refused at once), so a client that
+	// resets a stream and opens another at the limit is served.
 	MaxStreams int `json:"max_streams"`
 	// MaxStreamsPerConnection bounds the streams open at once on one
 	// connection (Envoy's ADS and grpc-go use one per server; Envoy
@@ -32,12 +38,18 @@ type Limits struct {
 	// per type. A request that takes a stream over it ends the stream
 	// (ResourceExhausted). Default 50,000 (an Envoy with 5,000 clusters
 	// subscribes to 5,000 assignments). Names are counted exactly: delta
-	// subscribes and unsubscribes ("*" is a name), plus the names of
-	// initial_resource_versions; a sotw request's list replaces its type's.
+	// subscribes and unsubscribes ("*" is a name); a sotw request's list
+	// replaces its type's. A delta client's initial_resource_versions (its
+	// state, sent when it reconnects) are not names, so that it is served
+	// wherever a fresh client is: go-control-plane uses them for the
+	// type's first response only, and the server holds them, decoded,
+	// until then and with the type's last request until its next; they
+	// are bounded by max_recv_message_bytes per request and type, and
+	// count in max_name_bytes_total (of a type not served, in the
+	// request's other bytes below).
 	MaxNamesPerStream int `json:"max_names_per_stream"`
 	// MaxNameBytesPerStream bounds the bytes of those names, per stream
-	// (every type; an initial_resource_versions entry counts as its name
-	// and version), plus the other bytes of each type's last request
+	// (every type), plus the other bytes of each type's last request
 	// (nonce, version, error detail, node...), which the server holds until
 	// the type's next. Each type a stream names also counts as one name.
 	// Default 2 MiB.
@@ -49,6 +61,13 @@ type Limits struct {
 	// defaults a connection can keep ~11 MB of them (measured).
 	MaxNamesPerConnection     int `json:"max_names_per_connection"`
 	MaxNameBytesPerConnection int `json:"max_name_bytes_per_connection"`
+	// MaxNameBytesTotal bounds the same bytes over every connection: the
+	// stream whose request takes the server over it ends
+	// (ResourceExhausted), and is counted. Released as the per-connection
+	// ones, when a stream ends. Default 1 GiB (over 2 GiB of heap by
+	// memory_estimate_bytes' measure; an Envoy subscribed to 5,000
+	// clusters and their assignments, 12-byte names, holds 60 KB).
+	MaxNameBytesTotal int `json:"max_name_bytes_total"`
 	// MaxNodeBytes bounds the encoded size of a request's node (id,
 	// cluster, metadata, extensions...). A request over it ends the
 	// stream (InvalidArgument). Envoy 1.40.0's node is 61,097 bytes with
@@ -67,6 +86,23 @@ type Limits struct {
 	// it to a quarter. Requests are small (an Envoy's EDS subscription to
 	// 5,000 names is 70 KiB): 1 MiB is ample where that peak matters.
 	MaxRecvMessageBytes int `json:"max_recv_message_bytes"`
+	// MaxHeaderBytes bounds a stream's request headers (gRPC metadata),
+	// as HTTP/2 counts them (each field's name and value plus 32 bytes),
+	// after HPACK decoding: gRPC's own default is 16 MiB per stream, kept
+	// for the stream's life, and HPACK lets one or two bytes on the wire
+	// repeat a header of up to 4 KB already sent (119 KB sent made the
+	// server hold 195 MB over 16 streams). The server advertises it in
+	// SETTINGS_MAX_HEADER_LIST_SIZE: a grpc-go client refuses to send more
+	// (Internal, "header list size to send violates the maximum size");
+	// a client sending more anyway has the stream reset by gRPC's
+	// transport (RST_STREAM FRAME_SIZE_ERROR) before the server sees it,
+	// uncounted; a header block going on in CONTINUATION frames past it,
+	// or a single header field longer than it, closes the connection
+	// (GOAWAY), uncounted too. grpc-go and Envoy send a few
+	// hundred bytes (method, path, authority, content type, user agent),
+	// plus the call credentials or initial_metadata configured (a bearer
+	// token: 1-2 KB). Default 16 KiB.
+	MaxHeaderBytes int `json:"max_header_bytes"`
 	// RequestsPerSecond and RequestBurst pace each stream's requests (a
 	// token bucket): a client that sends faster is read slower, not
 	// refused (the wait is before the read: gRPC buffers at most the
@@ -78,9 +114,16 @@ type Limits struct {
 	// NACKLogsPerMinute bounds the NACKs logged per stream per minute; the
 	// rest are counted (xdsbridge_xds_nack_logs_suppressed_total{reason=
 	// "rate"}), and the next line logged says how many were not
-	// (nacks_not_logged). A NACK repeating the nonce its stream last
-	// NACKed for the type is counted and logged once (reason="repeated").
-	// A logged NACK's message is cut to MaxNACKMessageBytes. Default 6.
+	// (nacks_not_logged). Over every stream, NACKLogsServerFactor (10) ×
+	// this are logged per minute, so that a client opening stream after
+	// stream does not get a fresh allowance each time; the rest are
+	// counted (reason="server_rate") and the next line logged says how
+	// many were not (nacks_not_logged_server_wide). A NACK repeating the
+	// nonce its stream last NACKed for the type is counted and logged once
+	// (reason="repeated"). A logged NACK's message is cut to
+	// MaxNACKMessageBytes, its type URL and nonce to MaxClientStringBytes;
+	// in xdsbridge_xds_nacks_total, a type not served is "other". Default
+	// 6.
 	NACKLogsPerMinute int `json:"nack_logs_per_minute"`
 }
 
@@ -92,8 +135,10 @@ const (
 	DefaultMaxNameBytesPerStream     = 2 << 20
 	DefaultMaxNamesPerConnection     = 100000
 	DefaultMaxNameBytesPerConnection = 4 << 20
+	DefaultMaxNameBytesTotal         = 1 << 30
 	DefaultMaxNodeBytes              = 256 << 10
 	DefaultMaxRecvMessageBytes       = 4 << 20
+	DefaultMaxHeaderBytes            = 16 << 10
 	DefaultRequestsPerSecond         = 100
 	DefaultRequestBurst              = 1000
 	DefaultNACKLogsPerMinute         = 6
@@ -112,8 +157,10 @@ func (l Limits) WithDefaults() Limits {
 	def(&l.MaxNameBytesPerStream, DefaultMaxNameBytesPerStream)
 	def(&l.MaxNamesPerConnection, DefaultMaxNamesPerConnection)
 	def(&l.MaxNameBytesPerConnection, DefaultMaxNameBytesPerConnection)
+	def(&l.MaxNameBytesTotal, DefaultMaxNameBytesTotal)
 	def(&l.MaxNodeBytes, DefaultMaxNodeBytes)
 	def(&l.MaxRecvMessageBytes, DefaultMaxRecvMessageBytes)
+	def(&l.MaxHeaderBytes, DefaultMaxHeaderBytes)
 	def(&l.RequestBurst, DefaultRequestBurst)
 	def(&l.NACKLogsPerMinute, DefaultNACKLogsPerMinute)
 	if l.RequestsPerSecond == 0 {
@@ -136,8 +183,10 @@ func (l Limits) Check() error {
 		{"max_name_bytes_per_stream", l.MaxNameBytesPerStream, 1 << 10, 1 << 30},
 		{"max_names_per_connection", l.MaxNamesPerConnection, 1, 1 << 26},
 		{"max_name_bytes_per_connection", l.MaxNameBytesPerConnection, 1 << 10, 1 << 32},
+		{"max_name_bytes_total", l.MaxNameBytesTotal, 1 << 20, 1 << 40},
 		{"max_node_bytes", l.MaxNodeBytes, 1 << 10, 16 << 20},
 		{"max_recv_message_bytes", l.MaxRecvMessageBytes, 64 << 10, 256 << 20},
+		{"max_header_bytes", l.MaxHeaderBytes, 4 << 10, 1 << 20},
 		{"request_burst", l.RequestBurst, 1, 1 << 20},
 		{"nack_logs_per_minute", l.NACKLogsPerMinute, 1, 1 << 20}, // 0 is the default
 	} {

@@ -98,9 +98,10 @@ type Server struct {
 	// verifyClient is Options.VerifyClient.
 	verifyClient func([]*x509.Certificate) error
 
-	mu        sync.Mutex
-	clients   map[streamKey]*clientInfo
-	nackTotal uint64
+	mu         sync.Mutex
+	clients    map[streamKey]*clientInfo
+	nackTotal  uint64
+	nackLogAll logLimiter // every stream's NACK lines
 }
 
 type streamKey struct {
@@ -124,7 +125,8 @@ type clientInfo struct {
 	NameBytes       int64 `json:"name_bytes"`
 	// MemoryEstimateBytes estimates the heap the stream costs the server:
 	// PerStreamOverheadBytes + NameBytesFactor × NameBytes +
-	// SubscribedNames × PerNameOverheadBytes (measured; see guard.go). It
+	// SubscribedNames × PerNameOverheadBytes (measured; see guard.go),
+	// plus NameBytesFactor × the initial_resource_versions held. It
 	// leaves out the responses being sent, whose resource encodings are
 	// shared by every client.
 	MemoryEstimateBytes int64 `json:"memory_estimate_bytes"`
@@ -145,6 +147,7 @@ func NewServer(c *Cache, opts Options) *Server {
 	s := &Server{cache: c, log: log, clients: map[streamKey]*clientInfo{}, creds: opts.Creds,
 		lim: opts.Limits.WithDefaults(), keep: opts.Keepalive.WithDefaults()}
 	s.m = newMetrics(c, opts.Metrics)
+	s.nackLogAll.perMinute = NACKLogsServerFactor * s.lim.NACKLogsPerMinute
 	s.guard = newGuard(s.lim, s.m.guard)
 	s.authz, s.verifyClient, s.denied = opts.Authorization, opts.VerifyClient, newDeniedCounter()
 	if opts.Metrics != nil {
@@ -165,6 +168,8 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 		experimental.BufferPool(bufferPool),
 		grpc.ForceServerCodecV2(codec{}),
 		grpc.MaxRecvMsgSize(s.lim.MaxRecvMessageBytes),
+		// gRPC's default is 16 MiB of headers per stream, kept with it.
+		grpc.MaxHeaderListSize(uint32(s.lim.MaxHeaderBytes)),
 		// Fixed HTTP/2 flow-control windows (which turns off gRPC's
 		// bandwidth-delay estimate, whose windows grow to 16 MiB): a stream
 		// whose requests are paced (requests_per_second) can make the server
@@ -219,7 +224,18 @@ func typeLabel(typeURL string) string {
 	if typeURL == "" || typeURL == resource.AnyType {
 		return "ads"
 	}
-	return typeURL
+	return servedType(typeURL)
+}
+
+// servedType is typeURL if it is a type served, else "other": a type URL
+// a client sent becomes a metric label or a map key only through it, so
+// that no client can add label series (or megabyte labels).
+func servedType(typeURL string) string {
+	switch typeURL {
+	case ClusterType, EndpointType, ListenerType, RouteType:
+		return typeURL
+	}
+	return "other"
 }
 
 func (s *Server) opened(ctx context.Context, delta bool, id int64, typeURL string) {
@@ -260,12 +276,14 @@ func (s *Server) request(delta bool, id int64, node *core.Node, typeURL, nonce s
 		return
 	}
 	nonce, _ = bound(nonce, "", MaxClientStringBytes)
+	label := servedType(typeURL)
 	var nodeID string
+	now := time.Now()
 	logIt, suppressed := true, 0
 	if ok {
 		// A request repeating the nonce it NACKs (Envoy does, when it
 		// changes its subscription after a NACK) is the same NACK.
-		if ci.nackNonces[typeURL] == nonce {
+		if ci.nackNonces[label] == nonce {
 			s.mu.Unlock()
 			s.m.nackLogsSuppressed.WithLabelValues("repeated").Inc()
 			return
@@ -273,9 +291,20 @@ func (s *Server) request(delta bool, id int64, node *core.Node, typeURL, nonce s
 		if ci.nackNonces == nil || len(ci.nackNonces) >= 16 {
 			ci.nackNonces = map[string]string{}
 		}
-		ci.nackNonces[strings.Clone(typeURL)] = nonce
+		ci.nackNonces[label] = nonce
 		nodeID = ci.Node
-		logIt, suppressed = ci.nackLog.allow(time.Now())
+		logIt, suppressed = ci.nackLog.allow(now)
+	}
+	// And the server-wide limit, whatever the streams: a client opening
+	// stream after stream gets each a fresh per-stream allowance.
+	reason, serverSuppressed := "rate", 0
+	if logIt {
+		if logIt, serverSuppressed = s.nackLogAll.allow(now); !logIt {
+			reason = "server_rate"
+			if ok {
+				ci.nackLog.unallow(suppressed)
+			}
+		}
 	}
 	s.nackTotal++
 	msg, cut := bound(errDetail.GetMessage(), "", MaxNACKMessageBytes)
@@ -287,14 +316,21 @@ func (s *Server) request(delta bool, id int64, node *core.Node, typeURL, nonce s
 		ci.LastNACK = msg
 	}
 	s.mu.Unlock()
-	s.m.nacks.WithLabelValues(typeURL, modeName(delta)).Inc()
+	s.m.nacks.WithLabelValues(label, modeName(delta)).Inc()
 	if !logIt {
-		s.m.nackLogsSuppressed.WithLabelValues("rate").Inc()
+		s.m.nackLogsSuppressed.WithLabelValues(reason).Inc()
 		return
 	}
-	args := []any{"node", nodeID, "mode", modeName(delta), "type", typeURL, "nonce", nonce, "error", msg}
+	t, cut := bound(typeURL, "", MaxClientStringBytes)
+	if cut {
+		s.m.truncated.WithLabelValues("type_url").Inc()
+	}
+	args := []any{"node", nodeID, "mode", modeName(delta), "type", t, "nonce", nonce, "error", msg}
 	if suppressed > 0 {
 		args = append(args, "nacks_not_logged", suppressed)
+	}
+	if serverSuppressed > 0 {
+		args = append(args, "nacks_not_logged_server_wide", serverSuppressed)
 	}
 	s.log.Warn("xDS client rejected an update (NACK); it keeps its previous config and the same content is not sent again", args...)
 }
@@ -323,6 +359,17 @@ func (l *logLimiter) allow(now time.Time) (bool, int) {
 	l.suppressed = 0
 	return true, sup
 }
+
+// unallow undoes allow's yes (which reported sup): the line was not
+// logged after all.
+func (l *logLimiter) unallow(sup int) {
+	l.n--
+	l.suppressed += sup + 1
+}
+
+// NACKLogsServerFactor × nack_logs_per_minute NACKs are logged per minute
+// over every stream.
+const NACKLogsServerFactor = 10
 
 // MaxClientStringBytes bounds what a client's request can make the server
 // store and echo (/debug/clients, logs): a node id or cluster longer than
@@ -360,7 +407,7 @@ func (s *Server) responded(delta bool, id int64, typeURL string) {
 		ci.Responses++
 	}
 	s.mu.Unlock()
-	s.m.pushes.WithLabelValues(typeURL, modeName(delta)).Inc()
+	s.m.pushes.WithLabelValues(servedType(typeURL), modeName(delta)).Inc()
 }
 
 func (s *Server) callbacks() serverv3.Callbacks {
@@ -446,18 +493,19 @@ func newMetrics(c *Cache, reg prometheus.Registerer) *metrics {
 			Name: "xdsbridge_xds_pushes_total", Help: "xDS responses sent, by type and mode.",
 		}, []string{"type", "mode"}),
 		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "xdsbridge_xds_nacks_total", Help: "xDS updates rejected by clients (NACKs), by type and mode.",
+			Name: "xdsbridge_xds_nacks_total", Help: "xDS updates rejected by clients (NACKs), by type (a type not served: other) and mode.",
 		}, []string{"type", "mode"}),
 		truncated: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "xdsbridge_xds_client_strings_truncated_total", Help: "Node ids and clusters sent by xDS clients longer than 256 bytes, stored and shown truncated, by field (node_id, node_cluster; nack_message: NACK error messages over 1024 bytes).",
+			Name: "xdsbridge_xds_client_strings_truncated_total", Help: "Node ids and clusters sent by xDS clients longer than 256 bytes, stored and shown truncated, by field (node_id, node_cluster, type_url of a NACK logged; nack_message: NACK error messages over 1024 bytes).",
 		}, []string{"field"}),
 		nackLogsSuppressed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "xdsbridge_xds_nack_logs_suppressed_total", Help: "NACKs not logged, by reason: repeated (a request repeating the nonce its stream last NACKed for the type: counted and logged once), rate (over xds.limits.nack_logs_per_minute for the stream; counted in xdsbridge_xds_nacks_total, and the stream's next NACK logged says how many).",
+			Name: "xdsbridge_xds_nack_logs_suppressed_total", Help: "NACKs not logged, by reason: repeated (a request repeating the nonce its stream last NACKed for the type: counted and logged once), rate (over xds.limits.nack_logs_per_minute for the stream; counted in xdsbridge_xds_nacks_total, and the stream's next NACK logged says how many), server_rate (over 10 × nack_logs_per_minute over every stream; the next NACK logged says how many).",
 		}, []string{"reason"}),
 		guard: newGuardMetrics(),
 	}
 	m.nackLogsSuppressed.WithLabelValues("repeated")
 	m.nackLogsSuppressed.WithLabelValues("rate")
+	m.nackLogsSuppressed.WithLabelValues("server_rate")
 	if reg == nil {
 		return m
 	}

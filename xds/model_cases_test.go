@@ -146,6 +146,29 @@ var modelCases = []struct {
 		c0 delta CDS [*] EDS [*] sees s[0-3]
 		1 publish [eds:s0/5 eds:s1/2 eds:s3/6 eds:s5/1]`,
 	},
+	{
+		name: "order/assignment-for-a-cluster-let-go-in-the-window", seed: "226266157",
+		what: "model: the client drops cluster s7 (unsubscribes the wildcard) and takes it again; the assignment the server sent while it was not wanted (after the cluster) arrives before the cluster is sent again",
+		history: `
+		names s0..s7, delta responses of at most 32 KiB, poison true
+		c0 delta CDS *(legacy) EDS [s3] sees s[13579]
+		before connecting: publish [cds:s7/2 eds:s7/1]
+		1 c0 subscribe CDS *
+		2 c0 subscribe EDS *   (then at once:)
+		3 c0 unsubscribe CDS *   (then at once:)
+		4 c0 subscribe CDS [s2 s3 s7]`,
+	},
+	{
+		name: "order/assignment-for-a-cluster-unsubscribed-in-the-window", seed: "263135598",
+		what: "model: cluster s3 unsubscribed, its assignment changes (sent: the cluster is not wanted), s3 subscribed again before the assignment arrives",
+		history: `
+		names s0..s5, delta responses of at most 32 KiB, poison false
+		c0 delta CDS [s3] EDS [s0 s2 s3 s4]
+		1 publish [cds:s3/1]
+		2 c0 unsubscribe CDS [s1 s3]   (then at once:)
+		3 publish [eds:s3/6]   (then at once:)
+		4 c0 subscribe CDS [s1 s3 s5]`,
+	},
 }
 
 // TestModelCases replays the recorded failures of TestModel.

@@ -162,12 +162,16 @@ type tstate struct {
 	// hiddenOK: per name the client may not see, how often it may be
 	// told that it does not exist (once per request naming it).
 	hiddenOK map[string]int
+	// left: names that left the interest in the window (unsubscribed,
+	// or dropped with the wildcard), though they may be of interest
+	// again at both ends of it.
+	left map[string]bool
 }
 
 func newTstate(typ string) *tstate {
 	return &tstate{typ: typ, held: map[string]heldRes{}, in: interest{names: map[string]bool{}},
 		stable: interest{names: map[string]bool{}}, winNames: map[string]bool{}, resendOK: map[string]bool{},
-		owed: map[string]bool{}, dropped: map[string]heldRes{}, budget: map[string]int{}, nacks: map[string]*nackCount{}, nacked: map[string]bool{}, heard: map[string]int{}, heardWin: map[string]int{}, hiddenOK: map[string]int{}}
+		owed: map[string]bool{}, dropped: map[string]heldRes{}, budget: map[string]int{}, nacks: map[string]*nackCount{}, nacked: map[string]bool{}, heard: map[string]int{}, heardWin: map[string]int{}, hiddenOK: map[string]int{}, left: map[string]bool{}}
 }
 
 // context qualifies a failure's kind by what happened in the window.
@@ -189,9 +193,15 @@ func (ts *tstate) interestChanged() {
 	for n := range ts.in.names {
 		ts.winNames[n] = true
 	}
+	for n := range ts.winNames {
+		if !ts.in.has(n) {
+			ts.left[n] = true
+		}
+	}
 	for n := range ts.held {
 		if !ts.in.has(n) {
 			delete(ts.held, n)
+			ts.left[n] = true
 		}
 	}
 }
@@ -222,6 +232,7 @@ func (ts *tstate) quiesced() {
 	clear(ts.owed)
 	clear(ts.hiddenOK)
 	clear(ts.dropped)
+	clear(ts.left)
 	for n, b := range ts.budget {
 		_, held := ts.held[n]
 		if held || (ts.in.has(n) && b >= 1) {
@@ -763,9 +774,21 @@ func (r *mrun) rejected(c *mclient, ts *tstate, items []item, bad []string) *vio
 // the client's CDS interest in the name is stable (held across the window)
 // and the cluster existed when this assignment version was served, the
 // client must hold that cluster version, or a later one.
+//
+// Stable means of interest throughout the window, not only at both ends:
+// a client that unsubscribes the cluster (or drops the wildcard it held it
+// by) drops the cluster it held; an assignment the server sent for it
+// while it was not wanted (the server's order is kept: the cluster went
+// first, the client let it go) may arrive after the client wants it again
+// but before the cluster is sent again. The protocol's order is the
+// server's: "EDS updates (if any) must arrive after CDS updates for the
+// respective clusters" (make before break), which they did; an
+// assignment for a cluster the client no longer wants is an unrequested
+// resource, which "the management server ... may also supply" (resource
+// hints).
 func (r *mrun) checkOrder(c *mclient, name string, cands []*mver) *violation {
 	ct := c.types[cds]
-	if !ct.in.has(name) || !ct.stable.has(name) {
+	if !ct.in.has(name) || !ct.stable.has(name) || ct.left[name] {
 		return nil
 	}
 	h, held := ct.held[name]

@@ -169,6 +169,53 @@ var modelCases = []struct {
 		3 publish [eds:s3/6]   (then at once:)
 		4 c0 subscribe CDS [s1 s3 s5]`,
 	},
+	{
+		name: "removed/came-and-went-while-the-removal-was-on-its-way", seed: "263137269",
+		what: "model: s5 reported removed (computed at its deletion), then created and deleted again before that response arrived: the server, as of that response, reports it removed again",
+		history: `
+		names s0..s5, delta responses of at most 32 KiB, poison false
+		c0 delta CDS [s2 s3 s5] EDS [s1 s5]
+		1 publish [eds:s5/1]
+		2 publish [del:s5]   (then at once:)
+		3 publish [eds:s5/1]   (then at once:)
+		4 publish [del:s5]   (then at once:)
+		5 publish [cds:s3/0]`,
+	},
+	{
+		name: "removed/came-and-went-after-a-nack", seed: "263134881",
+		what: "model: like the above, after a NACK of s4's poison version",
+		history: `
+		names s0..s7, delta responses of at most 32 KiB, poison true
+		c0 delta CDS *(legacy) EDS [s4 s6 s7]
+		1 publish [eds:s4/1☠]
+		2 publish [del:s4]   (then at once:)
+		3 publish [eds:s4/0]   (then at once:)
+		4 publish [del:s4]   (then at once:)
+		5 publish [del:s0]`,
+	},
+	{
+		name: "removed/came-and-went-then-subscribed", seed: "263142475",
+		what: "model: s4 created and deleted in the window, then subscribed: the answer to the subscription reports it removed after the removal already on its way",
+		history: `
+		names s0..s5, delta responses of at most 32 KiB, poison true
+		c0 delta CDS *(legacy) EDS [s0 s1 s3]
+		1 publish [cds:s4/0]   (then at once:)
+		2 publish [del:s4]   (then at once:)
+		3 c0 unsubscribe CDS [s3]   (then at once:)
+		4 publish [cds:s0/1]   (then at once:)
+		5 c0 subscribe CDS [s0 s1 s4]`,
+	},
+	{
+		name: "removed/came-and-went-after-a-nack-with-wildcard", seed: "200424508",
+		what: "model: s4, in a NACKed response, deleted: reported removed after the NACK and again after the ACK that follows",
+		history: `
+		names s0..s9, delta responses of at most 32 KiB, poison true
+		c0 delta CDS [*] EDS [*]
+		1 publish [eds:s4/5 eds:s5/2☠]   (then at once:)
+		2 c0 subscribe EDS *   (then at once:)
+		3 publish [del:s4]   (then at once:)
+		4 publish [eds:s3/1]`,
+	},
 }
 
 // TestModelCases replays the recorded failures of TestModel.

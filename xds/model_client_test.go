@@ -147,18 +147,20 @@ type tstate struct {
 	dropped     map[string]heldRes // sotw: unsubscribed in the window, as held
 
 	budget map[string]int // removals the client may be told of, per name (delta)
-	// heard: the publish count when the client last received a name or was
-	// told it is removed; heardWin: the count at the start of that window
-	// (the response was computed at or after it). The compact state cannot
-	// tell whether a delta client that is behind holds a name that changed
-	// since: a name that changed after the response it last heard of it
-	// was computed may be resent at the version held (it went away and
-	// came back the same); one that changed after it heard of it may be
-	// reported removed though not held (it came and went). Nothing else
-	// may be.
-	heard, heardWin map[string]int
-	nacks           map[string]*nackCount // NACKs of a poison version since (re)subscribing it
-	nacked          map[string]bool       // poison versions rejected, ever
+	// heardWin: the publish count at the start of the window in which the
+	// client last received a name or was told it is removed (the response
+	// was computed at or after it; the model cannot tell when: a response
+	// may wait in the stream while publishes go on). The compact state
+	// cannot tell whether a delta client that is behind holds a name that
+	// changed since: a name that changed after the response it last heard
+	// of it was computed may be resent at the version held (it went away
+	// and came back the same), or reported removed though not held (it
+	// came and went). Nothing else may be. (The server knows what the
+	// client holds as of the response, not as of its arrival: a change
+	// between the two is "after" for it.)
+	heardWin map[string]int
+	nacks    map[string]*nackCount // NACKs of a poison version since (re)subscribing it
+	nacked   map[string]bool       // poison versions rejected, ever
 	// hiddenOK: per name the client may not see, how often it may be
 	// told that it does not exist (once per request naming it).
 	hiddenOK map[string]int
@@ -171,7 +173,7 @@ type tstate struct {
 func newTstate(typ string) *tstate {
 	return &tstate{typ: typ, held: map[string]heldRes{}, in: interest{names: map[string]bool{}},
 		stable: interest{names: map[string]bool{}}, winNames: map[string]bool{}, resendOK: map[string]bool{},
-		owed: map[string]bool{}, dropped: map[string]heldRes{}, budget: map[string]int{}, nacks: map[string]*nackCount{}, nacked: map[string]bool{}, heard: map[string]int{}, heardWin: map[string]int{}, hiddenOK: map[string]int{}, left: map[string]bool{}}
+		owed: map[string]bool{}, dropped: map[string]heldRes{}, budget: map[string]int{}, nacks: map[string]*nackCount{}, nacked: map[string]bool{}, heardWin: map[string]int{}, hiddenOK: map[string]int{}, left: map[string]bool{}}
 }
 
 // context qualifies a failure's kind by what happened in the window.
@@ -579,7 +581,7 @@ func (r *mrun) onDelta(c *mclient, resp *discovery.DeltaDiscoveryResponse) *viol
 		}
 	}
 	for _, n := range resp.RemovedResources {
-		if ts.budget[n] < 1 && r.w.changed[ts.typ][n] < ts.heard[n] {
+		if ts.budget[n] < 1 && r.w.changed[ts.typ][n] < ts.heardWin[n] {
 			_, held := ts.held[n]
 			return r.fail("removed"+ts.context(), c, ts, "%s reported removed in #%s: held=%v, subscribed=%v; not held since its last removal (or never)", n, resp.Nonce, held, ts.in.names[n])
 		}
@@ -611,11 +613,11 @@ func (r *mrun) onDelta(c *mclient, resp *discovery.DeltaDiscoveryResponse) *viol
 		if ts.in.has(it.name) {
 			ts.held[it.name] = heldRes{version: it.version, content: it.content}
 		}
-		ts.heard[it.name], ts.heardWin[it.name] = r.w.seq, r.winSeq
+		ts.heardWin[it.name] = r.winSeq
 	}
 	for _, n := range resp.RemovedResources {
 		delete(ts.held, n)
-		ts.heard[n], ts.heardWin[n] = r.w.seq, r.winSeq
+		ts.heardWin[n] = r.winSeq
 	}
 	return r.sendDelta(c, &discovery.DeltaDiscoveryRequest{TypeUrl: ts.typ, ResponseNonce: resp.Nonce}, "ACK #"+resp.Nonce)
 }

@@ -216,6 +216,23 @@ var modelCases = []struct {
 		3 publish [del:s4]   (then at once:)
 		4 publish [eds:s3/1]`,
 	},
+	{
+		name: "resend/phantom-unsubscribe-under-wildcard-while-behind", seed: "1857",
+		what: "s2, held through the wildcard only, unsubscribed (a phantom) while the previous CDS response is queued: resent at the version held (and s3, which does not exist, reported removed)",
+		history: `
+		names s0..s6, delta responses of at most 148 B, poison false
+		c0 delta CDS *(legacy) EDS [s1 s3 s5 s6]
+		c1 delta CDS [*] EDS none sees s[0-3]
+		c2 delta CDS [s2] EDS [*]
+		1 publish [cds:s2/0]
+		2 c2 unsubscribe CDS [s2]
+		3 publish [eds:s2/0]
+		4 c0 unsubscribe EDS [s1]
+		5 publish [cds:s1/2 cds:s4/0 eds:s4/3]
+		6 c2 subscribe CDS *
+		7 c2 unsubscribe CDS [s2 s3]   (then at once:)
+		8 publish [cds:s1/0 eds:s3/1]`,
+	},
 }
 
 // TestModelCases replays the recorded failures of TestModel.

@@ -414,9 +414,10 @@ func (r *mrun) changeSub(c *mclient, ts *tstate, subs, unsubs []string) *violati
 			}
 			if ts.in.wild {
 				// Unsubscribed under a wildcard: the server may say
-				// again whether it exists (the cache does so for any
-				// name unsubscribed while its previous response is not
-				// installed, see Cache.cancel).
+				// again whether it exists (go-control-plane marks a
+				// name subscribed by name under a wildcard, also while
+				// the previous response is not installed, see
+				// Cache.cancel; the model allows it for any name).
 				ts.hiddenAsked(c, n)
 			}
 		}

@@ -182,6 +182,18 @@ var modelCases = []struct {
 		5 publish [cds:s3/0]`,
 	},
 	{
+		name: "removed/came-and-went-while-the-removal-was-on-its-way-cds", seed: "200417581",
+		what: "model: as removed/came-and-went-while-the-removal-was-on-its-way, of a cluster",
+		history: `
+		names s0..s6, delta responses of at most 32 KiB, poison false
+		c0 delta CDS [s0 s6] EDS [s6]
+		before connecting: publish [cds:s0/2]
+		1 publish [del:s0]   (then at once:)
+		2 publish [cds:s0/0]   (then at once:)
+		3 publish [del:s0]   (then at once:)
+		4 publish [del:s3]`,
+	},
+	{
 		name: "removed/came-and-went-after-a-nack", seed: "263134881",
 		what: "model: like the above, after a NACK of s4's poison version",
 		history: `

@@ -245,6 +245,16 @@ var modelCases = []struct {
 		7 c2 unsubscribe CDS [s2 s3]   (then at once:)
 		8 publish [cds:s1/0 eds:s3/1]`,
 	},
+	{
+		name: "nack/rejected-version-owed-to-each-subscription", seed: "226262026",
+		what: "model: s0, subscribed twice before its poison version arrives, is sent (and rejected) once of itself and once in answer to each subscription: the protocol requires those answers, they are no NACK loop",
+		history: `
+		names s0..s6, delta responses of at most 32 KiB, poison true
+		c0 delta CDS *(legacy) EDS *(legacy)
+		1 c0 subscribe EDS [s0 s3 s6]   (then at once:)
+		2 c0 subscribe EDS [s0 s1]   (then at once:)
+		3 publish [eds:s0/5☠]`,
+	},
 }
 
 // TestModelCases replays the recorded failures of TestModel.

@@ -161,6 +161,12 @@ type tstate struct {
 	heardWin map[string]int
 	nacks    map[string]*nackCount // NACKs of a poison version since (re)subscribing it
 	nacked   map[string]bool       // poison versions rejected, ever
+	// answers: per name, subscriptions of it (delta) not yet answered: the
+	// server must send it in answer to each, though it was rejected
+	// ("the server must still provide those resources in the response"),
+	// so a rejection of it there is no NACK loop. A response carrying
+	// the name or its removal takes one.
+	answers map[string]int
 	// hiddenOK: per name the client may not see, how often it may be
 	// told that it does not exist (once per request naming it).
 	hiddenOK map[string]int
@@ -173,7 +179,7 @@ type tstate struct {
 func newTstate(typ string) *tstate {
 	return &tstate{typ: typ, held: map[string]heldRes{}, in: interest{names: map[string]bool{}},
 		stable: interest{names: map[string]bool{}}, winNames: map[string]bool{}, resendOK: map[string]bool{},
-		owed: map[string]bool{}, dropped: map[string]heldRes{}, budget: map[string]int{}, nacks: map[string]*nackCount{}, nacked: map[string]bool{}, heardWin: map[string]int{}, hiddenOK: map[string]int{}, left: map[string]bool{}}
+		owed: map[string]bool{}, dropped: map[string]heldRes{}, budget: map[string]int{}, nacks: map[string]*nackCount{}, nacked: map[string]bool{}, answers: map[string]int{}, heardWin: map[string]int{}, hiddenOK: map[string]int{}, left: map[string]bool{}}
 }
 
 // context qualifies a failure's kind by what happened in the window.
@@ -337,6 +343,7 @@ func (r *mrun) firstRequest(c *mclient, ts *tstate, legacy bool) *violation {
 		return nil
 	}
 	ts.onStream, ts.nonce, ts.version, ts.first = true, "", "", true
+	clear(ts.answers) // of the stream before
 	if c.delta {
 		subs := sortedKeys(ts.in.names)
 		if ts.in.wild && !(legacy && len(subs) == 0) {
@@ -400,6 +407,7 @@ func (r *mrun) changeSub(c *mclient, ts *tstate, subs, unsubs []string) *violati
 			if _, held := ts.held[n]; held {
 				ts.owed[n] = true // the server must send it again
 			}
+			ts.answers[n]++
 			ts.resubscribed(n)
 			ts.hiddenAsked(c, n)
 		}
@@ -597,6 +605,14 @@ func (r *mrun) onDelta(c *mclient, resp *discovery.DeltaDiscoveryResponse) *viol
 	}
 	c.processed++
 	ts.nonce = resp.Nonce
+	for _, it := range items {
+		if !it.poison {
+			ts.answered(it.name)
+		}
+	}
+	for _, n := range resp.RemovedResources {
+		ts.answered(n)
+	}
 	if bad := poisoned(items); len(bad) > 0 {
 		if v := r.rejected(c, ts, items, bad); v != nil {
 			return v
@@ -746,6 +762,15 @@ func countIf[T any](l []T, f func(T) bool) int {
 	return n
 }
 
+// answered takes one of the subscriptions of n owed an answer, if any.
+func (ts *tstate) answered(n string) bool {
+	if ts.answers[n] == 0 {
+		return false
+	}
+	ts.answers[n]--
+	return true
+}
+
 // rejected records a NACK: the poison versions rejected and how often, and
 // that the other resources of the response may come again.
 func (r *mrun) rejected(c *mclient, ts *tstate, items []item, bad []string) *violation {
@@ -764,8 +789,11 @@ func (r *mrun) rejected(c *mclient, ts *tstate, items []item, bad []string) *vio
 			nc = &nackCount{changed: changed}
 			ts.nacks[key] = nc
 		}
-		nc.n++
 		nc.maxSize = max(nc.maxSize, len(items))
+		if ts.answered(it.name) {
+			continue // sent in answer to a subscription: not a loop
+		}
+		nc.n++
 		if bound := 2*int(math.Ceil(math.Log2(float64(nc.maxSize)))) + 2; nc.n > bound {
 			return r.fail("nack-loop"+ts.context(), c, ts, "%s rejected %d times (bound %d for responses of up to %d resources)", it, nc.n, bound, nc.maxSize)
 		}

@@ -90,10 +90,21 @@ func (c *Cache) readDeltaState(w *watch) error {
 			// it installs it, while this watch may be read by a commit;
 			// and the request's unsubscriptions, which the server applied
 			// to the state it had, apply to this one.
+			//
+			// The server marks an unsubscribed name to be answered again
+			// (version "") only if it was subscribed by name under a
+			// wildcard (Subscription.UpdateResourceSubscriptions); the
+			// mark is in the map it handed this watch, and is carried
+			// over as is. A name held through the wildcard only (a
+			// phantom unsubscription, which the protocol says the server
+			// "can simply ignore") is not marked: marking it resent it
+			// at the version held, and reported a name that does not
+			// exist removed.
 			delete(st.inflight, ts.url)
+			marked := w.known
 			w.known, ds.pred = maps.Clone(p.NextVersionMap), p
 			for _, n := range w.dreq.GetResourceNamesUnsubscribe() {
-				if _, sub := w.sub.SubscribedResources()[n]; sub || w.sub.IsWildcard() {
+				if v, ok := marked[n]; ok && v == "" {
 					w.known[n] = ""
 				} else {
 					delete(w.known, n)

@@ -146,6 +146,115 @@ var modelCases = []struct {
 		c0 delta CDS [*] EDS [*] sees s[0-3]
 		1 publish [eds:s0/5 eds:s1/2 eds:s3/6 eds:s5/1]`,
 	},
+	{
+		name: "order/assignment-for-a-cluster-let-go-in-the-window", seed: "226266157",
+		what: "model: the client drops cluster s7 (unsubscribes the wildcard) and takes it again; the assignment the server sent while it was not wanted (after the cluster) arrives before the cluster is sent again",
+		history: `
+		names s0..s7, delta responses of at most 32 KiB, poison true
+		c0 delta CDS *(legacy) EDS [s3] sees s[13579]
+		before connecting: publish [cds:s7/2 eds:s7/1]
+		1 c0 subscribe CDS *
+		2 c0 subscribe EDS *   (then at once:)
+		3 c0 unsubscribe CDS *   (then at once:)
+		4 c0 subscribe CDS [s2 s3 s7]`,
+	},
+	{
+		name: "order/assignment-for-a-cluster-unsubscribed-in-the-window", seed: "263135598",
+		what: "model: cluster s3 unsubscribed, its assignment changes (sent: the cluster is not wanted), s3 subscribed again before the assignment arrives",
+		history: `
+		names s0..s5, delta responses of at most 32 KiB, poison false
+		c0 delta CDS [s3] EDS [s0 s2 s3 s4]
+		1 publish [cds:s3/1]
+		2 c0 unsubscribe CDS [s1 s3]   (then at once:)
+		3 publish [eds:s3/6]   (then at once:)
+		4 c0 subscribe CDS [s1 s3 s5]`,
+	},
+	{
+		name: "removed/came-and-went-while-the-removal-was-on-its-way", seed: "263137269",
+		what: "model: s5 reported removed (computed at its deletion), then created and deleted again before that response arrived: the server, as of that response, reports it removed again",
+		history: `
+		names s0..s5, delta responses of at most 32 KiB, poison false
+		c0 delta CDS [s2 s3 s5] EDS [s1 s5]
+		1 publish [eds:s5/1]
+		2 publish [del:s5]   (then at once:)
+		3 publish [eds:s5/1]   (then at once:)
+		4 publish [del:s5]   (then at once:)
+		5 publish [cds:s3/0]`,
+	},
+	{
+		name: "removed/came-and-went-while-the-removal-was-on-its-way-cds", seed: "200417581",
+		what: "model: as removed/came-and-went-while-the-removal-was-on-its-way, of a cluster",
+		history: `
+		names s0..s6, delta responses of at most 32 KiB, poison false
+		c0 delta CDS [s0 s6] EDS [s6]
+		before connecting: publish [cds:s0/2]
+		1 publish [del:s0]   (then at once:)
+		2 publish [cds:s0/0]   (then at once:)
+		3 publish [del:s0]   (then at once:)
+		4 publish [del:s3]`,
+	},
+	{
+		name: "removed/came-and-went-after-a-nack", seed: "263134881",
+		what: "model: like the above, after a NACK of s4's poison version",
+		history: `
+		names s0..s7, delta responses of at most 32 KiB, poison true
+		c0 delta CDS *(legacy) EDS [s4 s6 s7]
+		1 publish [eds:s4/1☠]
+		2 publish [del:s4]   (then at once:)
+		3 publish [eds:s4/0]   (then at once:)
+		4 publish [del:s4]   (then at once:)
+		5 publish [del:s0]`,
+	},
+	{
+		name: "removed/came-and-went-then-subscribed", seed: "263142475",
+		what: "model: s4 created and deleted in the window, then subscribed: the answer to the subscription reports it removed after the removal already on its way",
+		history: `
+		names s0..s5, delta responses of at most 32 KiB, poison true
+		c0 delta CDS *(legacy) EDS [s0 s1 s3]
+		1 publish [cds:s4/0]   (then at once:)
+		2 publish [del:s4]   (then at once:)
+		3 c0 unsubscribe CDS [s3]   (then at once:)
+		4 publish [cds:s0/1]   (then at once:)
+		5 c0 subscribe CDS [s0 s1 s4]`,
+	},
+	{
+		name: "removed/came-and-went-after-a-nack-with-wildcard", seed: "200424508",
+		what: "model: s4, in a NACKed response, deleted: reported removed after the NACK and again after the ACK that follows",
+		history: `
+		names s0..s9, delta responses of at most 32 KiB, poison true
+		c0 delta CDS [*] EDS [*]
+		1 publish [eds:s4/5 eds:s5/2☠]   (then at once:)
+		2 c0 subscribe EDS *   (then at once:)
+		3 publish [del:s4]   (then at once:)
+		4 publish [eds:s3/1]`,
+	},
+	{
+		name: "resend/phantom-unsubscribe-under-wildcard-while-behind", seed: "1857",
+		what: "s2, held through the wildcard only, unsubscribed (a phantom) while the previous CDS response is queued: resent at the version held (and s3, which does not exist, reported removed)",
+		history: `
+		names s0..s6, delta responses of at most 148 B, poison false
+		c0 delta CDS *(legacy) EDS [s1 s3 s5 s6]
+		c1 delta CDS [*] EDS none sees s[0-3]
+		c2 delta CDS [s2] EDS [*]
+		1 publish [cds:s2/0]
+		2 c2 unsubscribe CDS [s2]
+		3 publish [eds:s2/0]
+		4 c0 unsubscribe EDS [s1]
+		5 publish [cds:s1/2 cds:s4/0 eds:s4/3]
+		6 c2 subscribe CDS *
+		7 c2 unsubscribe CDS [s2 s3]   (then at once:)
+		8 publish [cds:s1/0 eds:s3/1]`,
+	},
+	{
+		name: "nack/rejected-version-owed-to-each-subscription", seed: "226262026",
+		what: "model: s0, subscribed twice before its poison version arrives, is sent (and rejected) once of itself and once in answer to each subscription: the protocol requires those answers, they are no NACK loop",
+		history: `
+		names s0..s6, delta responses of at most 32 KiB, poison true
+		c0 delta CDS *(legacy) EDS *(legacy)
+		1 c0 subscribe EDS [s0 s3 s6]   (then at once:)
+		2 c0 subscribe EDS [s0 s1]   (then at once:)
+		3 publish [eds:s0/5☠]`,
+	},
 }
 
 // TestModelCases replays the recorded failures of TestModel.

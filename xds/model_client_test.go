@@ -147,27 +147,39 @@ type tstate struct {
 	dropped     map[string]heldRes // sotw: unsubscribed in the window, as held
 
 	budget map[string]int // removals the client may be told of, per name (delta)
-	// heard: the publish count when the client last received a name or was
-	// told it is removed; heardWin: the count at the start of that window
-	// (the response was computed at or after it). The compact state cannot
-	// tell whether a delta client that is behind holds a name that changed
-	// since: a name that changed after the response it last heard of it
-	// was computed may be resent at the version held (it went away and
-	// came back the same); one that changed after it heard of it may be
-	// reported removed though not held (it came and went). Nothing else
-	// may be.
-	heard, heardWin map[string]int
-	nacks           map[string]*nackCount // NACKs of a poison version since (re)subscribing it
-	nacked          map[string]bool       // poison versions rejected, ever
+	// heardWin: the publish count at the start of the window in which the
+	// client last received a name or was told it is removed (the response
+	// was computed at or after it; the model cannot tell when: a response
+	// may wait in the stream while publishes go on). The compact state
+	// cannot tell whether a delta client that is behind holds a name that
+	// changed since: a name that changed after the response it last heard
+	// of it was computed may be resent at the version held (it went away
+	// and came back the same), or reported removed though not held (it
+	// came and went). Nothing else may be. (The server knows what the
+	// client holds as of the response, not as of its arrival: a change
+	// between the two is "after" for it.)
+	heardWin map[string]int
+	nacks    map[string]*nackCount // NACKs of a poison version since (re)subscribing it
+	nacked   map[string]bool       // poison versions rejected, ever
+	// answers: per name, subscriptions of it (delta) not yet answered: the
+	// server must send it in answer to each, though it was rejected
+	// ("the server must still provide those resources in the response"),
+	// so a rejection of it there is no NACK loop. A response carrying
+	// the name or its removal takes one.
+	answers map[string]int
 	// hiddenOK: per name the client may not see, how often it may be
 	// told that it does not exist (once per request naming it).
 	hiddenOK map[string]int
+	// left: names that left the interest in the window (unsubscribed,
+	// or dropped with the wildcard), though they may be of interest
+	// again at both ends of it.
+	left map[string]bool
 }
 
 func newTstate(typ string) *tstate {
 	return &tstate{typ: typ, held: map[string]heldRes{}, in: interest{names: map[string]bool{}},
 		stable: interest{names: map[string]bool{}}, winNames: map[string]bool{}, resendOK: map[string]bool{},
-		owed: map[string]bool{}, dropped: map[string]heldRes{}, budget: map[string]int{}, nacks: map[string]*nackCount{}, nacked: map[string]bool{}, heard: map[string]int{}, heardWin: map[string]int{}, hiddenOK: map[string]int{}}
+		owed: map[string]bool{}, dropped: map[string]heldRes{}, budget: map[string]int{}, nacks: map[string]*nackCount{}, nacked: map[string]bool{}, answers: map[string]int{}, heardWin: map[string]int{}, hiddenOK: map[string]int{}, left: map[string]bool{}}
 }
 
 // context qualifies a failure's kind by what happened in the window.
@@ -189,9 +201,15 @@ func (ts *tstate) interestChanged() {
 	for n := range ts.in.names {
 		ts.winNames[n] = true
 	}
+	for n := range ts.winNames {
+		if !ts.in.has(n) {
+			ts.left[n] = true
+		}
+	}
 	for n := range ts.held {
 		if !ts.in.has(n) {
 			delete(ts.held, n)
+			ts.left[n] = true
 		}
 	}
 }
@@ -222,6 +240,7 @@ func (ts *tstate) quiesced() {
 	clear(ts.owed)
 	clear(ts.hiddenOK)
 	clear(ts.dropped)
+	clear(ts.left)
 	for n, b := range ts.budget {
 		_, held := ts.held[n]
 		if held || (ts.in.has(n) && b >= 1) {
@@ -324,6 +343,7 @@ func (r *mrun) firstRequest(c *mclient, ts *tstate, legacy bool) *violation {
 		return nil
 	}
 	ts.onStream, ts.nonce, ts.version, ts.first = true, "", "", true
+	clear(ts.answers) // of the stream before
 	if c.delta {
 		subs := sortedKeys(ts.in.names)
 		if ts.in.wild && !(legacy && len(subs) == 0) {
@@ -387,6 +407,7 @@ func (r *mrun) changeSub(c *mclient, ts *tstate, subs, unsubs []string) *violati
 			if _, held := ts.held[n]; held {
 				ts.owed[n] = true // the server must send it again
 			}
+			ts.answers[n]++
 			ts.resubscribed(n)
 			ts.hiddenAsked(c, n)
 		}
@@ -401,9 +422,10 @@ func (r *mrun) changeSub(c *mclient, ts *tstate, subs, unsubs []string) *violati
 			}
 			if ts.in.wild {
 				// Unsubscribed under a wildcard: the server may say
-				// again whether it exists (the cache does so for any
-				// name unsubscribed while its previous response is not
-				// installed, see Cache.cancel).
+				// again whether it exists (go-control-plane marks a
+				// name subscribed by name under a wildcard, also while
+				// the previous response is not installed, see
+				// Cache.cancel; the model allows it for any name).
 				ts.hiddenAsked(c, n)
 			}
 		}
@@ -568,7 +590,7 @@ func (r *mrun) onDelta(c *mclient, resp *discovery.DeltaDiscoveryResponse) *viol
 		}
 	}
 	for _, n := range resp.RemovedResources {
-		if ts.budget[n] < 1 && r.w.changed[ts.typ][n] < ts.heard[n] {
+		if ts.budget[n] < 1 && r.w.changed[ts.typ][n] < ts.heardWin[n] {
 			_, held := ts.held[n]
 			return r.fail("removed"+ts.context(), c, ts, "%s reported removed in #%s: held=%v, subscribed=%v; not held since its last removal (or never)", n, resp.Nonce, held, ts.in.names[n])
 		}
@@ -583,6 +605,14 @@ func (r *mrun) onDelta(c *mclient, resp *discovery.DeltaDiscoveryResponse) *viol
 	}
 	c.processed++
 	ts.nonce = resp.Nonce
+	for _, it := range items {
+		if !it.poison {
+			ts.answered(it.name)
+		}
+	}
+	for _, n := range resp.RemovedResources {
+		ts.answered(n)
+	}
 	if bad := poisoned(items); len(bad) > 0 {
 		if v := r.rejected(c, ts, items, bad); v != nil {
 			return v
@@ -600,11 +630,11 @@ func (r *mrun) onDelta(c *mclient, resp *discovery.DeltaDiscoveryResponse) *viol
 		if ts.in.has(it.name) {
 			ts.held[it.name] = heldRes{version: it.version, content: it.content}
 		}
-		ts.heard[it.name], ts.heardWin[it.name] = r.w.seq, r.winSeq
+		ts.heardWin[it.name] = r.winSeq
 	}
 	for _, n := range resp.RemovedResources {
 		delete(ts.held, n)
-		ts.heard[n], ts.heardWin[n] = r.w.seq, r.winSeq
+		ts.heardWin[n] = r.winSeq
 	}
 	return r.sendDelta(c, &discovery.DeltaDiscoveryRequest{TypeUrl: ts.typ, ResponseNonce: resp.Nonce}, "ACK #"+resp.Nonce)
 }
@@ -732,6 +762,15 @@ func countIf[T any](l []T, f func(T) bool) int {
 	return n
 }
 
+// answered takes one of the subscriptions of n owed an answer, if any.
+func (ts *tstate) answered(n string) bool {
+	if ts.answers[n] == 0 {
+		return false
+	}
+	ts.answers[n]--
+	return true
+}
+
 // rejected records a NACK: the poison versions rejected and how often, and
 // that the other resources of the response may come again.
 func (r *mrun) rejected(c *mclient, ts *tstate, items []item, bad []string) *violation {
@@ -750,8 +789,11 @@ func (r *mrun) rejected(c *mclient, ts *tstate, items []item, bad []string) *vio
 			nc = &nackCount{changed: changed}
 			ts.nacks[key] = nc
 		}
-		nc.n++
 		nc.maxSize = max(nc.maxSize, len(items))
+		if ts.answered(it.name) {
+			continue // sent in answer to a subscription: not a loop
+		}
+		nc.n++
 		if bound := 2*int(math.Ceil(math.Log2(float64(nc.maxSize)))) + 2; nc.n > bound {
 			return r.fail("nack-loop"+ts.context(), c, ts, "%s rejected %d times (bound %d for responses of up to %d resources)", it, nc.n, bound, nc.maxSize)
 		}
@@ -763,9 +805,21 @@ func (r *mrun) rejected(c *mclient, ts *tstate, items []item, bad []string) *vio
 // the client's CDS interest in the name is stable (held across the window)
 // and the cluster existed when this assignment version was served, the
 // client must hold that cluster version, or a later one.
+//
+// Stable means of interest throughout the window, not only at both ends:
+// a client that unsubscribes the cluster (or drops the wildcard it held it
+// by) drops the cluster it held; an assignment the server sent for it
+// while it was not wanted (the server's order is kept: the cluster went
+// first, the client let it go) may arrive after the client wants it again
+// but before the cluster is sent again. The protocol's order is the
+// server's: "EDS updates (if any) must arrive after CDS updates for the
+// respective clusters" (make before break), which they did; an
+// assignment for a cluster the client no longer wants is an unrequested
+// resource, which "the management server ... may also supply" (resource
+// hints).
 func (r *mrun) checkOrder(c *mclient, name string, cands []*mver) *violation {
 	ct := c.types[cds]
-	if !ct.in.has(name) || !ct.stable.has(name) {
+	if !ct.in.has(name) || !ct.stable.has(name) || ct.left[name] {
 		return nil
 	}
 	h, held := ct.held[name]

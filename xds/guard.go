@@ -72,7 +72,7 @@ func newGuardMetrics() *guardMetrics {
 	}
 	for _, l := range []string{"max_streams", "max_streams_per_connection", "max_names_per_stream",
 		"max_name_bytes_per_stream", "max_names_per_connection", "max_name_bytes_per_connection",
-		"max_name_bytes_total", "max_node_bytes", "max_recv_message_bytes"} {
+		"max_name_bytes_total", "max_initial_version_bytes_per_connection", "max_node_bytes", "max_recv_message_bytes"} {
 		m.refusals.WithLabelValues(l)
 	}
 	return m
@@ -96,6 +96,7 @@ type connAcct struct {
 	mu      sync.Mutex
 	names   int
 	bytes   int
+	ivBytes int                      // initial_resource_versions held
 	live    map[*streamAcct]struct{} // the streams counted in streams
 	waiting atomic.Bool              // a stream waits for one to end (reserve)
 }
@@ -300,8 +301,9 @@ type streamAcct struct {
 	// names and bytes are the stream's totals, also in conn's; read by
 	// Server.Clients.
 	names, bytes atomic.Int64
-	// ivBytes are the bytes of the initial_resource_versions held, in
-	// max_name_bytes_total and the memory estimate only.
+	// ivBytes are the bytes of the initial_resource_versions held (see
+	// apply), in their own per-connection budget, max_name_bytes_total
+	// and the memory estimate.
 	ivBytes atomic.Int64
 
 	// The token bucket pacing requests.
@@ -315,7 +317,12 @@ type typeNames struct {
 	set   map[uint64]uint32
 	bytes int
 	other int
-	iv    int // the bytes of its last request's initial_resource_versions
+	// The bytes of the initial_resource_versions of the type's first
+	// request (held for the stream's life: the cache may keep what it
+	// answered them with, a removal per name it does not serve, until the
+	// client ACKs) and of its last request (held until the next).
+	ivFirst, ivLast int
+	requests        int
 }
 
 // pace takes a token from the stream's bucket, waiting for it if there is
@@ -425,11 +432,14 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 	}
 	// initial_resource_versions (a reconnecting client's state) are not
 	// subscribed names: go-control-plane uses them for the type's first
-	// response only, and the cache holds them with the type's last
-	// request. Of a type served, they are held apart (ivBytes), bounded
-	// by max_recv_message_bytes per type and by max_name_bytes_total, so
-	// that a client reconnecting with its state passes the per-stream and
-	// per-connection limits exactly where a fresh one does. Of a type
+	// response only. But the cache may keep what it answered them with (a
+	// removal for each name it does not serve) until the client ACKs, and
+	// a later request's are held with it until the next. So, of a type
+	// served, they are held apart (ivBytes): the first request's for the
+	// stream's life, the last request's until the next, counted in their
+	// own per-connection budget (max_initial_version_bytes_per_connection)
+	// and in max_name_bytes_total. A client reconnecting with its state
+	// passes the names limits exactly where a fresh one does. Of a type
 	// not served, they count as the request's other bytes.
 	if servedType(string(typeURL)) == "other" {
 		ivBytes = 0
@@ -447,8 +457,13 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 	other := len(b) - namesBytes - ivBytes
 	db += other - tn.other
 	tn.other = other
-	div := ivBytes - tn.iv
-	tn.iv = ivBytes
+	tn.requests++
+	var div int
+	if tn.requests == 1 {
+		div, tn.ivFirst = ivBytes, ivBytes
+	} else {
+		div, tn.ivLast = ivBytes-tn.ivLast, ivBytes
+	}
 
 	add := func(name []byte, size int) {
 		h := maphash.Bytes(a.g.seed, name)
@@ -512,7 +527,8 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 	a.conn.mu.Lock()
 	a.conn.names += dn
 	a.conn.bytes += db
-	cn, cb := a.conn.names, a.conn.bytes
+	a.conn.ivBytes += div
+	cn, cb, civ := a.conn.names, a.conn.bytes, a.conn.ivBytes
 	a.conn.mu.Unlock()
 	total := a.g.bytes.Add(int64(db + div))
 	if len(tn.set) > lim.MaxNamesPerStream {
@@ -530,6 +546,9 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 	case cb > lim.MaxNameBytesPerConnection:
 		return a.g.limitError(codes.ResourceExhausted, "max_name_bytes_per_connection", lim.MaxNameBytesPerConnection,
 			"the connection's streams subscribed to %d bytes of names and requests held (this stream %d)", cb, bytes)
+	case civ > lim.MaxInitialVersionBytesPerConnection:
+		return a.g.limitError(codes.ResourceExhausted, "max_initial_version_bytes_per_connection", lim.MaxInitialVersionBytesPerConnection,
+			"the connection's streams sent %d bytes of initial_resource_versions", civ)
 	case total > int64(lim.MaxNameBytesTotal):
 		return a.g.limitError(codes.ResourceExhausted, "max_name_bytes_total", lim.MaxNameBytesTotal,
 			"the server's streams subscribed to %d bytes of names and requests held (this stream %d)", total, bytes)
@@ -555,6 +574,7 @@ func (a *streamAcct) release() error {
 	a.conn.mu.Lock()
 	a.conn.names -= int(n)
 	a.conn.bytes -= int(b)
+	a.conn.ivBytes -= int(iv)
 	a.conn.mu.Unlock()
 	a.g.bytes.Add(-b - iv)
 	a.types = nil

@@ -885,3 +885,85 @@ func TestLimitReconnectNamesCounted(t *testing.T) {
 	default:
 	}
 }
+
+// ivStreams opens n delta streams on conn, each sending, for every served
+// type, a first request with iv as its initial_resource_versions, then
+// (next) a second request without any. It returns each stream's end.
+func ivStreams(t *testing.T, ctx context.Context, conn *grpc.ClientConn, n int, iv map[string]string, next bool) []chan error {
+	t.Helper()
+	var ends []chan error
+	for range n {
+		st, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		end := make(chan error, 1)
+		go func() {
+			for {
+				if _, err := st.Recv(); err != nil {
+					end <- err
+					return
+				}
+			}
+		}()
+		for _, typ := range []string{xds.ClusterType, xds.EndpointType, xds.ListenerType, xds.RouteType} {
+			st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResourceNamesSubscribe: []string{"nope"}, InitialResourceVersions: iv})
+			if next {
+				st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResourceNamesSubscribe: []string{"nope2"}})
+			}
+		}
+		ends = append(ends, end)
+	}
+	return ends
+}
+
+// Made-up initial_resource_versions (second review): one connection sending
+// ~3 MiB of them per type on stream after stream is stopped by its own
+// budget, max_initial_version_bytes_per_connection, and so cannot lock
+// other clients out through max_name_bytes_total.
+func TestLimitInitialVersionsPerConnection(t *testing.T) {
+	h := newLimitHarness(t, xds.Options{Limits: xds.Limits{MaxNameBytesTotal: 24 << 20}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	iv := map[string]string{}
+	for _, n := range madeUpNames(3000, 1000, "iv") {
+		iv[n] = "v"
+	}
+	ends := ivStreams(t, ctx, h.dial(), 2, iv, false)
+	select {
+	case err := <-ends[1]:
+		wantLimit(t, err, codes.ResourceExhausted, "max_initial_version_bytes_per_connection")
+	case <-time.After(10 * time.Second):
+		t.Fatal("a connection holding 8 × 3 MiB of initial_resource_versions was not stopped")
+	}
+	if n := h.refusals("max_initial_version_bytes_per_connection"); n != 1 {
+		t.Fatalf("max_initial_version_bytes_per_connection refusals %d, want 1", n)
+	}
+	if _, err := rawDelta(ctx, h.dial(), &discovery.DeltaDiscoveryRequest{TypeUrl: xds.EndpointType, ResourceNamesSubscribe: madeUpNames(1000, 1000, "o")}); err != nil {
+		t.Fatalf("another client: %v", err)
+	}
+}
+
+// The first request's initial_resource_versions stay counted after the
+// type's next request (the cache may keep what it answered them with
+// until an ACK): the memory estimate covers them.
+func TestLimitInitialVersionsStayCounted(t *testing.T) {
+	h := newLimitHarness(t, xds.Options{Limits: xds.Limits{MaxInitialVersionBytesPerConnection: 64 << 20}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	iv := map[string]string{}
+	size := 0
+	for _, n := range madeUpNames(3000, 1000, "iv") {
+		iv[n] = "v"
+		size += len(n) + 1
+	}
+	ivStreams(t, ctx, h.dial(), 4, iv, true)
+	waitFor(t, "four streams estimated to hold their versions", func() bool {
+		var est int64
+		cs := h.srv.Clients()
+		for _, c := range cs {
+			est += c.MemoryEstimateBytes
+		}
+		return len(cs) == 4 && est >= int64(4*4*size)
+	})
+}

@@ -42,11 +42,10 @@ type Limits struct {
 	// replaces its type's. A delta client's initial_resource_versions (its
 	// state, sent when it reconnects) are not names, so that it is served
 	// wherever a fresh client is: go-control-plane uses them for the
-	// type's first response only, and the server holds them, decoded,
-	// until then and with the type's last request until its next; they
-	// are bounded by max_recv_message_bytes per request and type, and
-	// count in max_name_bytes_total (of a type not served, in the
-	// request's other bytes below).
+	// type's first response only. They count in their own budget,
+	// max_initial_version_bytes_per_connection, and in
+	// max_name_bytes_total (of a type not served, in the request's other
+	// bytes below).
 	MaxNamesPerStream int `json:"max_names_per_stream"`
 	// MaxNameBytesPerStream bounds the bytes of those names, per stream
 	// (every type), plus the other bytes of each type's last request
@@ -68,6 +67,18 @@ type Limits struct {
 	// memory_estimate_bytes' measure; an Envoy subscribed to 5,000
 	// clusters and their assignments, 12-byte names, holds 60 KB).
 	MaxNameBytesTotal int `json:"max_name_bytes_total"`
+	// MaxInitialVersionBytesPerConnection bounds the bytes of the
+	// initial_resource_versions (a delta client's state, sent when it
+	// reconnects) the server holds for one connection's streams: a type's
+	// first request's for the stream's life (the cache may keep a removal
+	// for each name in them it does not serve until the client ACKs), a
+	// later request's until the next. Over it, the stream ends
+	// (ResourceExhausted). They are not names, so a reconnecting client
+	// passes the names limits wherever a fresh one does; this budget is
+	// what keeps a client from making the server hold made-up versions
+	// without bound. Default 16 MiB (an Envoy reconnecting with 16,000
+	// clusters and their assignments sends ~4 MB).
+	MaxInitialVersionBytesPerConnection int `json:"max_initial_version_bytes_per_connection"`
 	// MaxNodeBytes bounds the encoded size of a request's node (id,
 	// cluster, metadata, extensions...). A request over it ends the
 	// stream (InvalidArgument). Envoy 1.40.0's node is 61,097 bytes with
@@ -129,19 +140,20 @@ type Limits struct {
 
 // Defaults of Limits.
 const (
-	DefaultMaxStreams                = 65536
-	DefaultMaxStreamsPerConnection   = 16
-	DefaultMaxNamesPerStream         = 50000
-	DefaultMaxNameBytesPerStream     = 2 << 20
-	DefaultMaxNamesPerConnection     = 100000
-	DefaultMaxNameBytesPerConnection = 4 << 20
-	DefaultMaxNameBytesTotal         = 1 << 30
-	DefaultMaxNodeBytes              = 256 << 10
-	DefaultMaxRecvMessageBytes       = 4 << 20
-	DefaultMaxHeaderBytes            = 16 << 10
-	DefaultRequestsPerSecond         = 100
-	DefaultRequestBurst              = 1000
-	DefaultNACKLogsPerMinute         = 6
+	DefaultMaxStreams                          = 65536
+	DefaultMaxStreamsPerConnection             = 16
+	DefaultMaxNamesPerStream                   = 50000
+	DefaultMaxNameBytesPerStream               = 2 << 20
+	DefaultMaxNamesPerConnection               = 100000
+	DefaultMaxNameBytesPerConnection           = 4 << 20
+	DefaultMaxNameBytesTotal                   = 1 << 30
+	DefaultMaxInitialVersionBytesPerConnection = 16 << 20
+	DefaultMaxNodeBytes                        = 256 << 10
+	DefaultMaxRecvMessageBytes                 = 4 << 20
+	DefaultMaxHeaderBytes                      = 16 << 10
+	DefaultRequestsPerSecond                   = 100
+	DefaultRequestBurst                        = 1000
+	DefaultNACKLogsPerMinute                   = 6
 )
 
 // WithDefaults returns l with every zero field set to its default.
@@ -158,6 +170,7 @@ func (l Limits) WithDefaults() Limits {
 	def(&l.MaxNamesPerConnection, DefaultMaxNamesPerConnection)
 	def(&l.MaxNameBytesPerConnection, DefaultMaxNameBytesPerConnection)
 	def(&l.MaxNameBytesTotal, DefaultMaxNameBytesTotal)
+	def(&l.MaxInitialVersionBytesPerConnection, DefaultMaxInitialVersionBytesPerConnection)
 	def(&l.MaxNodeBytes, DefaultMaxNodeBytes)
 	def(&l.MaxRecvMessageBytes, DefaultMaxRecvMessageBytes)
 	def(&l.MaxHeaderBytes, DefaultMaxHeaderBytes)
@@ -184,6 +197,7 @@ func (l Limits) Check() error {
 		{"max_names_per_connection", l.MaxNamesPerConnection, 1, 1 << 26},
 		{"max_name_bytes_per_connection", l.MaxNameBytesPerConnection, 1 << 10, 1 << 32},
 		{"max_name_bytes_total", l.MaxNameBytesTotal, 1 << 20, 1 << 40},
+		{"max_initial_version_bytes_per_connection", l.MaxInitialVersionBytesPerConnection, 64 << 10, 1 << 32},
 		{"max_node_bytes", l.MaxNodeBytes, 1 << 10, 16 << 20},
 		{"max_recv_message_bytes", l.MaxRecvMessageBytes, 64 << 10, 256 << 20},
 		{"max_header_bytes", l.MaxHeaderBytes, 4 << 10, 1 << 20},

@@ -1,7 +1,6 @@
 package xds_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -9,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"github.com/xdsbridge/xdsbridge/internal/logbuf"
 	"github.com/xdsbridge/xdsbridge/internal/testcerts"
 	"github.com/xdsbridge/xdsbridge/translate"
 	"github.com/xdsbridge/xdsbridge/xds"
@@ -34,24 +33,7 @@ type tlsHarness struct {
 	srv   *xds.Server
 	reg   *prometheus.Registry
 	addr  string
-	logs  *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+	logs  *logbuf.Buffer
 }
 
 func newTLSHarness(t *testing.T, auth tls.ClientAuthType, authz *xds.Authorization) *tlsHarness {
@@ -75,7 +57,7 @@ func newTLSHarnessWith(t *testing.T, auth tls.ClientAuthType, opts xds.Options) 
 	c := xds.NewCache()
 	c.MarkReady()
 	reg := prometheus.NewRegistry()
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	opts.Creds, opts.Metrics = creds, reg
 	opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s := xds.NewServer(c, opts)

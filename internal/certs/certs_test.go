@@ -24,26 +24,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/internal/logbuf"
 	"github.com/xdsbridge/xdsbridge/internal/testcerts"
 )
-
-// syncBuf is a log sink safe for the watcher's goroutines.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // files is a listener's TLS files in a temp dir, with relative paths in
 // the config (resolved against the config's directory).
@@ -133,7 +116,7 @@ func TestExpiringSoonWarns(t *testing.T) {
 	ca := testcerts.NewCA(t, "ca")
 	// Valid from an hour ago for 65 minutes: 5 minutes (8%) left.
 	soon := ca.Issue(t, testcerts.LeafOptions{CommonName: "soon", NotAfter: time.Now().Add(5 * time.Minute)})
-	var log syncBuf
+	var log logbuf.Buffer
 	w := newFiles(t, soon, nil).watcher(t, &log, nil)
 	if !strings.Contains(log.String(), "level=WARN") || !strings.Contains(log.String(), "field=xds.tls.cert_file") {
 		t.Errorf("no expiry warning naming the field:\n%s", log.String())
@@ -149,7 +132,7 @@ func TestExpiringSoonWarns(t *testing.T) {
 	if n := strings.Count(log.String(), "level=ERROR msg=\"tls certificate expired"); n != 1 {
 		t.Errorf("%d expiry errors, want 1:\n%s", n, log.String())
 	}
-	log = syncBuf{}
+	log = logbuf.Buffer{}
 	newFiles(t, ca.Server(t), nil).watcher(t, &log, nil)
 	if strings.Contains(log.String(), "WARN") {
 		t.Errorf("warning for a fresh certificate:\n%s", log.String())
@@ -263,7 +246,7 @@ func TestRotationSeenByNewHandshakes(t *testing.T) {
 	ca1, ca2 := testcerts.NewCA(t, "ca1"), testcerts.NewCA(t, "ca2")
 	f := newFiles(t, ca1.Server(t), ca1)
 	reg := prometheus.NewRegistry()
-	var log syncBuf
+	var log logbuf.Buffer
 	w := f.watcher(t, &log, reg)
 	addr := echoServer(t, w)
 	client1 := ca1.Issue(t, testcerts.LeafOptions{CommonName: "c1"})
@@ -315,7 +298,7 @@ func TestBrokenRotationKeepsLastGood(t *testing.T) {
 	first := ca.Server(t)
 	f := newFiles(t, first, nil)
 	reg := prometheus.NewRegistry()
-	var log syncBuf
+	var log logbuf.Buffer
 	w := f.watcher(t, &log, reg)
 	addr := echoServer(t, w)
 
@@ -403,7 +386,7 @@ func TestRunReloads(t *testing.T) {
 	ca := testcerts.NewCA(t, "ca")
 	f := newFiles(t, ca.Server(t), nil)
 	f.tls.ReloadInterval = config.Duration(config.MinTLSReloadInterval)
-	var log syncBuf
+	var log logbuf.Buffer
 	w := f.watcher(t, &log, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -14,11 +14,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/xdsbridge/xdsbridge/internal/logbuf"
 	"github.com/xdsbridge/xdsbridge/internal/testcerts"
 	"github.com/xdsbridge/xdsbridge/sources"
 	"github.com/xdsbridge/xdsbridge/sources/sourcestest"
@@ -135,23 +135,6 @@ func poolWith(certs ...*x509.Certificate) *x509.CertPool {
 	return p
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // tlsAgent is an HTTPS server standing for a Consul agent; it counts TLS
 // handshakes started. The handler is never reached when a handshake fails.
 func tlsAgent(t *testing.T, cfg *tls.Config) (*httptest.Server, *atomic.Int64) {
@@ -214,7 +197,7 @@ func TestTLSRunTimeFailuresNameTheField(t *testing.T) {
 				cfg.ClientAuth, cfg.ClientCAs = tls.RequireAndVerifyClientCert, poolWith(agentCA.Cert)
 			}
 			srv, hellos := tlsAgent(t, cfg)
-			var logs syncBuffer
+			var logs logbuf.Buffer
 			raw := fmt.Sprintf(`{"address": %q, "retry_min": "5ms", "retry_max": "20ms", "tls": %s}`, srv.URL, tc.tls)
 			src, err := New("edge", json.RawMessage(raw), sources.Env{BaseDir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			if err != nil {
@@ -257,7 +240,7 @@ func TestTLSAgentWithoutTLS(t *testing.T) {
 	clearConsulTLSEnv(t)
 	srv := httptest.NewServer(http.NotFoundHandler())
 	defer srv.Close()
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	raw := fmt.Sprintf(`{"address": %q, "scheme": "https", "retry_min": "5ms", "retry_max": "20ms"}`, strings.TrimPrefix(srv.URL, "http://"))
 	src, err := New("edge", json.RawMessage(raw), sources.Env{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {

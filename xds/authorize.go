@@ -32,8 +32,11 @@ import (
 // wires it when xds.tls.client_ca_file is set), the chain the client
 // presented is verified again against the client CA pool current now,
 // for client authentication: a certificate whose CA was taken out of
-// client_ca_file is refused ("untrusted"), while its connection is still
-// open. (Streams already open are not ended.) These checks apply also
+// client_ca_file is refused ("untrusted"). Either refusal also closes the
+// connection, closeDelay later (conns.go): the client would retry on it,
+// with the certificate of its handshake, forever; it connects again, and
+// the new handshake checks its current certificate. Until a connection
+// opens a stream, its open streams are not ended. These checks apply also
 // without an Authorization, when the server has VerifyClient.
 //
 // Rules are tried in order; the first that matches one
@@ -310,6 +313,9 @@ func (s *Server) open(ctx context.Context, delta bool, id int64, typeURL string)
 			}
 			s.log.Warn("xDS client refused", "reason", reason, "peer", addr, "mode", modeName(delta),
 				"error", status.Convert(err).Message(), "denials_not_logged", suppressed)
+		}
+		if reason == deniedExpired || reason == deniedUntrusted {
+			s.closeConn(ctx, reason)
 		}
 		return err
 	}

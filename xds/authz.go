@@ -21,7 +21,10 @@ type Authorization struct {
 	// the client CA pool no longer verifies its chain (Options.VerifyClient,
 	// which the app sets from xds.tls.client_ca_file as reloaded: a CA
 	// taken out of the file; reason "untrusted"), the connection opens no
-	// more streams. Streams already open are not ended.
+	// more streams: the stream is refused, and the connection closed
+	// shortly after (conns.go), its other streams with it, so that the
+	// client handshakes again with the certificate it holds now. A
+	// connection that opens no new stream is not closed.
 	Allow []AuthRule `json:"allow"`
 }
 

@@ -34,6 +34,9 @@ type tlsHarness struct {
 	reg   *prometheus.Registry
 	addr  string
 	logs  *logbuf.Buffer
+	// clientCAs is the pool the listener's handshake verifies client
+	// certificates against (at first the CA's alone); a test may swap it.
+	clientCAs *atomic.Pointer[x509.CertPool]
 }
 
 func newTLSHarness(t *testing.T, auth tls.ClientAuthType, authz *xds.Authorization) *tlsHarness {
@@ -53,7 +56,11 @@ func newTLSHarnessWith(t *testing.T, auth tls.ClientAuthType, opts xds.Options) 
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.Cert)
-	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{srvCert}, ClientCAs: pool, ClientAuth: auth, MinVersion: tls.VersionTLS12})
+	clientCAs := &atomic.Pointer[x509.CertPool]{}
+	clientCAs.Store(pool)
+	creds := credentials.NewTLS(&tls.Config{GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		return &tls.Config{Certificates: []tls.Certificate{srvCert}, ClientCAs: clientCAs.Load(), ClientAuth: auth, MinVersion: tls.VersionTLS12, SessionTicketsDisabled: true}, nil
+	}})
 	c := xds.NewCache()
 	c.MarkReady()
 	reg := prometheus.NewRegistry()
@@ -74,7 +81,7 @@ func newTLSHarnessWith(t *testing.T, auth tls.ClientAuthType, opts xds.Options) 
 			t.Errorf("server: %v", err)
 		}
 	})
-	return &tlsHarness{t: t, ca: ca, cache: c, srv: s, reg: reg, addr: lis.Addr().String(), logs: logs}
+	return &tlsHarness{t: t, ca: ca, cache: c, srv: s, reg: reg, addr: lis.Addr().String(), logs: logs, clientCAs: clientCAs}
 }
 
 // client connects with the certificate (none if nil) and returns a
@@ -108,12 +115,23 @@ func (th *tlsHarness) leaf(uris, dns []string) *testcerts.Leaf {
 
 func (th *tlsHarness) denied(reason string) float64 {
 	th.t.Helper()
+	return th.counter("xdsbridge_xds_clients_denied_total", reason)
+}
+
+// closed is xdsbridge_xds_connections_closed_total{reason}.
+func (th *tlsHarness) closed(reason string) float64 {
+	th.t.Helper()
+	return th.counter("xdsbridge_xds_connections_closed_total", reason)
+}
+
+func (th *tlsHarness) counter(name, reason string) float64 {
+	th.t.Helper()
 	mfs, err := th.reg.Gather()
 	if err != nil {
 		th.t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "xdsbridge_xds_clients_denied_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
@@ -391,8 +409,10 @@ func TestAuthorizationHidesVersions(t *testing.T) {
 // Each stream open checks the connection's certificate again: once it
 // expired, or once its CA is out of the client CA pool (VerifyClient, the
 // pool as it is now), a new stream on the same connection is refused with
-// PermissionDenied and counted by reason; the stream opened before goes
-// on; a still valid certificate is served.
+// PermissionDenied and counted by reason, and the connection is closed
+// (its streams opened before end with it) so that the client handshakes
+// again; a still valid certificate is served, on its own connection
+// untouched.
 func TestAuthorizationRechecksAtStreamOpen(t *testing.T) {
 	var pool atomic.Pointer[x509.CertPool]
 	verify := func(chain []*x509.Certificate) error {
@@ -422,7 +442,8 @@ func TestAuthorizationRechecksAtStreamOpen(t *testing.T) {
 			kept.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
 			kept.ack(kept.recv())
 
-			// The CA leaves the pool: the connection stays, no new stream.
+			// The CA leaves the pool: no new stream, and the connection is
+			// closed, its stream opened before with it.
 			other := testcerts.NewCA(t, "next CA")
 			rotated := x509.NewCertPool()
 			rotated.AddCert(other.Cert)
@@ -436,16 +457,24 @@ func TestAuthorizationRechecksAtStreamOpen(t *testing.T) {
 			if got := th.denied("untrusted"); got != 1 {
 				t.Errorf("denied{reason=untrusted} = %v, want 1", got)
 			}
-			// The CA back (both): served again.
+			if err := ended(t, kept.adsStream); status.Code(err) != codes.Unavailable {
+				t.Fatalf("stream opened before the CA rotation, on the connection refused: %v, want Unavailable (connection closed)", err)
+			}
+			if got := th.closed("untrusted"); got != 1 {
+				t.Errorf("connections_closed{reason=untrusted} = %v, want 1", got)
+			}
+			// The CA back (both): served again (a new connection).
 			both := x509.NewCertPool()
 			both.AddCert(other.Cert)
 			both.AddCert(th.ca.Cert)
 			pool.Store(both)
-			s := valid.sotw()
-			s.send(&discovery.DiscoveryRequest{TypeUrl: cds})
-			eq(t, "valid client, CA current", []string{"a"}, sotwNames(t, s.recv()))
+			s := valid.delta("reconnected")
+			s.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+			r := s.recv()
+			eq(t, "valid client, CA current", []string{"a"}, names(r))
+			s.ack(r)
 
-			// The certificate expires: the connection stays, no new stream.
+			// The certificate expires: no new stream, the connection closed.
 			time.Sleep(time.Until(short.Cert.NotAfter) + 100*time.Millisecond)
 			d = soon.delta("expired")
 			_ = d.sendFn(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
@@ -456,11 +485,16 @@ func TestAuthorizationRechecksAtStreamOpen(t *testing.T) {
 			if got := th.denied("expired"); got != 1 {
 				t.Errorf("denied{reason=expired} = %v, want 1", got)
 			}
+			if err := ended(t, first.adsStream); status.Code(err) != codes.Unavailable {
+				t.Fatalf("stream opened before the certificate expired: %v, want Unavailable (connection closed)", err)
+			}
+			if got := th.closed("expired"); got != 1 {
+				t.Errorf("connections_closed{reason=expired} = %v, want 1", got)
+			}
 
-			// The streams opened before go on.
+			// The other connection's stream goes on.
 			soon.publish([]translate.Resources{svc("b", 1002)})
-			eq(t, "stream opened before the certificate expired", []string{"b"}, names(first.recv()))
-			eq(t, "stream opened before the CA rotation", []string{"b"}, names(kept.recv()))
+			eq(t, "stream of a connection not refused", []string{"b"}, names(s.recv()))
 		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,6 +100,11 @@ type connAcct struct {
 	ivBytes int                      // initial_resource_versions held
 	live    map[*streamAcct]struct{} // the streams counted in streams
 	waiting atomic.Bool              // a stream waits for one to end (reserve)
+	// conn is the connection itself (connStats.TagConn; nil if unknown),
+	// closed once its client certificate no longer holds (conns.go);
+	// closing is set when that is decided.
+	conn    net.Conn
+	closing atomic.Bool
 }
 
 type connKey struct{}

@@ -77,8 +77,8 @@ type Options struct {
 	// VerifyClient, when set, verifies a client's certificate chain (leaf
 	// first, as presented) against the client CA pool current now; each
 	// stream open calls it, so a connection whose client's CA was taken out
-	// of the pool since its handshake opens no more streams (authorize.go;
-	// certs.Watcher.VerifyClient).
+	// of the pool since its handshake opens no more streams, and is closed
+	// (authorize.go, conns.go; certs.Watcher.VerifyClient).
 	VerifyClient func(chain []*x509.Certificate) error
 }
 
@@ -95,6 +95,10 @@ type Server struct {
 	authz   *Authorization
 	denied  *prometheus.CounterVec
 	denyLog denyLog
+	// connsClosed counts, and closeLog rate-limits the lines of, the
+	// connections closed after an expired or untrusted refusal (conns.go).
+	connsClosed *prometheus.CounterVec
+	closeLog    denyLog
 	// verifyClient is Options.VerifyClient.
 	verifyClient func([]*x509.Certificate) error
 
@@ -150,8 +154,9 @@ func NewServer(c *Cache, opts Options) *Server {
 	s.nackLogAll.perMinute = NACKLogsServerFactor * s.lim.NACKLogsPerMinute
 	s.guard = newGuard(s.lim, s.m.guard)
 	s.authz, s.verifyClient, s.denied = opts.Authorization, opts.VerifyClient, newDeniedCounter()
+	s.connsClosed = newConnsClosedCounter()
 	if opts.Metrics != nil {
-		opts.Metrics.MustRegister(s.denied)
+		opts.Metrics.MustRegister(s.denied, s.connsClosed)
 	}
 	return s
 }
@@ -161,6 +166,9 @@ func (s *Server) Cache() *Cache { return s.cache }
 
 // Run serves xDS on lis until ctx is done, then closes every stream.
 func (s *Server) Run(ctx context.Context, lis net.Listener) error {
+	// The connections, to close one whose client certificate no longer
+	// holds (conns.go).
+	conns := newConnTracker(lis)
 	gs := grpc.NewServer(
 		// gRPC's default pool hands a message over 32 KiB a 1 MiB buffer
 		// (an Envoy's EDS subscription to 5,000 names is 70 KiB); tiers in
@@ -185,7 +193,7 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 		// transport, uncounted). A refused stream ends at once, so the
 		// excess costs at most as many short-lived streams again.
 		grpc.MaxConcurrentStreams(uint32(2*s.lim.MaxStreamsPerConnection)),
-		grpc.StatsHandler(s.guard),
+		grpc.StatsHandler(connStats{guard: s.guard, conns: conns}),
 		grpc.ChainStreamInterceptor(s.guard.intercept),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: s.keep.MinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.keep.Time, Timeout: s.keep.Timeout}),
@@ -199,7 +207,7 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 	routeservice.RegisterRouteDiscoveryServiceServer(gs, xs)
 
 	errc := make(chan error, 1)
-	go func() { errc <- gs.Serve(lis) }()
+	go func() { errc <- gs.Serve(conns) }()
 	select {
 	case <-ctx.Done():
 		gs.Stop()

@@ -140,8 +140,8 @@ func (w *Watcher) Certificate() *x509.Certificate { return w.cur.Load().leaf }
 // pool current now, for client authentication, as a handshake would. The
 // xDS server calls it at every stream open (xds.Options.VerifyClient): a
 // connection verified at its handshake by a CA since taken out of
-// client_ca_file opens no more streams. Without a client_ca_file it
-// refuses every chain.
+// client_ca_file opens no more streams (and is closed when it tries).
+// Without a client_ca_file it refuses every chain.
 func (w *Watcher) VerifyClient(chain []*x509.Certificate) error {
 	pool := w.cur.Load().cfg.ClientCAs
 	if pool == nil {

@@ -251,17 +251,16 @@ func describeSANs(cert *x509.Certificate) string {
 	return b.String()
 }
 
-// denyLog rate-limits the WARN logged per denial: at most denyLogBurst
-// lines per denyLogWindow; the next line logged says how many were not.
+// denyLog rate-limits the WARN logged per denial (and per connection
+// closed): a logLimiter of denyLogBurst lines per minute, shared by every
+// stream, so under a lock.
 type denyLog struct {
-	mu         sync.Mutex
-	start      time.Time
-	n          int
-	suppressed int
+	mu sync.Mutex
+	l  logLimiter
 }
 
 const (
-	denyLogWindow = time.Minute
+	denyLogWindow = time.Minute // logLimiter's window
 	denyLogBurst  = 10
 )
 
@@ -270,17 +269,8 @@ const (
 func (d *denyLog) allow(now time.Time) (bool, int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if now.Sub(d.start) >= denyLogWindow {
-		d.start, d.n = now, 0
-	}
-	if d.n >= denyLogBurst {
-		d.suppressed++
-		return false, 0
-	}
-	d.n++
-	s := d.suppressed
-	d.suppressed = 0
-	return true, s
+	d.l.perMinute = denyLogBurst
+	return d.l.allow(now)
 }
 
 func newDeniedCounter() *prometheus.CounterVec {

@@ -24,6 +24,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,7 +63,25 @@ type Watcher struct {
 
 	mu       sync.Mutex // serializes polls
 	lastFail [32]byte   // content (or error) of the last change that did not load
+
+	// verified caches VerifyClient's successes, by leaf (a connection's
+	// certificate is one *x509.Certificate for the connection's life).
+	vmu      sync.Mutex
+	verified map[*x509.Certificate]verifiedChain
+	verifies atomic.Int64 // chain verifications done (tests)
 }
+
+// verifiedChain is a chain VerifyClient verified against the pool of
+// state, valid until the first NotAfter of the chain it built.
+type verifiedChain struct {
+	state *state
+	chain []*x509.Certificate // as presented (the same pointers)
+	until time.Time
+}
+
+// maxVerified bounds the cache of verified chains; when full it is
+// emptied (a connection's next stream verifies again).
+const maxVerified = 8192
 
 // state is one loaded set of files.
 type state struct {
@@ -143,23 +162,51 @@ func (w *Watcher) Certificate() *x509.Certificate { return w.cur.Load().leaf }
 // client_ca_file opens no more streams (and is closed when it tries).
 // Without a client_ca_file it refuses every chain.
 func (w *Watcher) VerifyClient(chain []*x509.Certificate) error {
-	pool := w.cur.Load().cfg.ClientCAs
+	st := w.cur.Load()
+	pool := st.cfg.ClientCAs
 	if pool == nil {
 		return fmt.Errorf("%s.client_ca_file is not set", w.field)
 	}
 	if len(chain) == 0 {
 		return errors.New("no client certificate")
 	}
+	// A connection opens many streams over its life: its chain is
+	// verified once per pool (a reload verifies it again) and until a
+	// certificate of the chain expires, not at every stream open.
+	now := time.Now()
+	w.vmu.Lock()
+	v, ok := w.verified[chain[0]]
+	w.vmu.Unlock()
+	if ok && v.state == st && now.Before(v.until) && slices.Equal(v.chain, chain) {
+		return nil
+	}
 	inter := x509.NewCertPool()
 	for _, c := range chain[1:] {
 		inter.AddCert(c)
 	}
-	_, err := chain[0].Verify(x509.VerifyOptions{
+	w.verifies.Add(1)
+	chains, err := chain[0].Verify(x509.VerifyOptions{
 		Roots:         pool,
 		Intermediates: inter,
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		CurrentTime:   now,
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	until := chain[0].NotAfter
+	for _, c := range chains[0] {
+		if c.NotAfter.Before(until) {
+			until = c.NotAfter
+		}
+	}
+	w.vmu.Lock()
+	if w.verified == nil || len(w.verified) >= maxVerified {
+		w.verified = map[*x509.Certificate]verifiedChain{}
+	}
+	w.verified[chain[0]] = verifiedChain{state: st, chain: slices.Clone(chain), until: until}
+	w.vmu.Unlock()
+	return nil
 }
 
 // ServerConfig returns a server TLS config whose every handshake uses the

@@ -502,3 +502,54 @@ func TestVerifyClientUsesCurrentPool(t *testing.T) {
 		t.Errorf("without client_ca_file: %v, want an error naming it", err)
 	}
 }
+
+// A connection's chain is verified once per client CA pool, not at every
+// stream open; a reload, or a certificate of the chain expiring, verifies
+// it again.
+func TestVerifyClientCachesPerPool(t *testing.T) {
+	dir := t.TempDir()
+	ca := testcerts.NewCA(t, "ca")
+	ca.Server(t).Write(t, dir, "s")
+	ca.WriteCA(t, dir, "ca.pem")
+	c := &config.Config{BaseDir: dir}
+	w, err := New(c, &config.TLS{CertFile: "s.crt", KeyFile: "s.key", ClientCAFile: "ca.pem", ReloadInterval: config.Duration(time.Second)}, "xds.tls", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := ca.Issue(t, testcerts.LeafOptions{URIs: []string{"spiffe://td/a"}}).Cert
+	for range 100 {
+		if err := w.VerifyClient([]*x509.Certificate{leaf}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := w.verifies.Load(); n != 1 {
+		t.Fatalf("100 stream opens verified the chain %d times, want 1", n)
+	}
+	// A reload (same CA, new files) verifies it again; a CA taken out
+	// refuses it at once.
+	other := testcerts.NewCA(t, "other")
+	testcerts.WriteFile(t, filepath.Join(dir, "ca.pem"), append(append([]byte{}, ca.PEM...), other.PEM...))
+	if !w.poll() {
+		t.Fatal("the new CA bundle was not loaded")
+	}
+	if err := w.VerifyClient([]*x509.Certificate{leaf}); err != nil || w.verifies.Load() != 2 {
+		t.Fatalf("after a reload: %v, %d verifications, want 2", err, w.verifies.Load())
+	}
+	testcerts.WriteFile(t, filepath.Join(dir, "ca.pem"), other.PEM)
+	w.poll()
+	if err := w.VerifyClient([]*x509.Certificate{leaf}); err == nil {
+		t.Fatal("a chain whose CA left the bundle still verifies (from the cache)")
+	}
+	// A certificate that expires is not served from the cache past its
+	// NotAfter.
+	testcerts.WriteFile(t, filepath.Join(dir, "ca.pem"), ca.PEM)
+	w.poll()
+	short := ca.Issue(t, testcerts.LeafOptions{NotAfter: time.Now().Add(2 * time.Second)}).Cert // whole seconds
+	if err := w.VerifyClient([]*x509.Certificate{short}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(short.NotAfter) + 100*time.Millisecond)
+	if err := w.VerifyClient([]*x509.Certificate{short}); err == nil {
+		t.Fatal("an expired certificate still verifies (from the cache)")
+	}
+}

@@ -1,12 +1,10 @@
 package xds_test
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -68,20 +66,8 @@ func newTLSHarnessWith(t *testing.T, auth tls.ClientAuthType, opts xds.Options) 
 	opts.Creds, opts.Metrics = creds, reg
 	opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s := xds.NewServer(c, opts)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, lis) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server: %v", err)
-		}
-	})
-	return &tlsHarness{t: t, ca: ca, cache: c, srv: s, reg: reg, addr: lis.Addr().String(), logs: logs, clientCAs: clientCAs}
+	addr := runServer(t, s)
+	return &tlsHarness{t: t, ca: ca, cache: c, srv: s, reg: reg, addr: addr, logs: logs, clientCAs: clientCAs}
 }
 
 // client connects with the certificate (none if nil) and returns a

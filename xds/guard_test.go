@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -47,20 +46,8 @@ func newLimitHarness(t *testing.T, opts xds.Options) *limitHarness {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	s := xds.NewServer(c, opts)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, lis) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server: %v", err)
-		}
-	})
-	h := &limitHarness{addr: lis.Addr().String(), reg: reg, harness: &harness{t: t, cache: c, srv: s}}
+	addr := runServer(t, s)
+	h := &limitHarness{addr: addr, reg: reg, harness: &harness{t: t, cache: c, srv: s}}
 	h.conn = h.dial()
 	return h
 }

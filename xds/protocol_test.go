@@ -51,6 +51,18 @@ func newHarness(t *testing.T, ready bool, opts ...xds.Option) *harness {
 	// The protocol tests multiplex their clients on one connection (the
 	// limits have their own tests, guard_test.go).
 	s := xds.NewServer(c, xds.Options{Limits: xds.Limits{MaxStreamsPerConnection: 256}})
+	conn, err := grpc.NewClient(runServer(t, s), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() }) // before the server stops (cleanups run last first)
+	return &harness{t: t, cache: c, srv: s, conn: conn}
+}
+
+// runServer serves s on a loopback port until the test ends, and returns
+// its address.
+func runServer(t *testing.T, s *xds.Server) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -58,18 +70,13 @@ func newHarness(t *testing.T, ready bool, opts ...xds.Option) *harness {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx, lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		conn.Close()
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("server: %v", err)
 		}
 	})
-	return &harness{t: t, cache: c, srv: s, conn: conn}
+	return lis.Addr().String()
 }
 
 func svc(name string, ports ...uint32) translate.Resources {

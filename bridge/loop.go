@@ -136,6 +136,11 @@ type retainedHost struct {
 	endpoint    sources.Endpoint
 	absentSince time.Time
 	source      string
+	// dropped is the rule that removed the host, once one did. The entry
+	// stays (with its absentSince) until the service is published without
+	// it: a refused or failed publish leaves it served, and it must not
+	// then be taken for a newly absent host with a fresh retention.
+	dropped healthcheck.Rule
 }
 
 var _ sources.Sink = (*Loop)(nil)
@@ -214,31 +219,105 @@ func (l *Loop) Run(ctx context.Context) error {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	// retention fires when the first retained host reaches max_retention,
+	// so it goes then even if no event comes.
+	retention := time.NewTimer(time.Hour)
+	retention.Stop()
+	defer retention.Stop()
+	var retentionAt time.Time // when retention is armed for; zero: stopped
 	var firstDirty time.Time
 	armed := false
+	dirtied := func() {
+		now := l.now()
+		if !armed {
+			firstDirty = now
+			armed = true
+		}
+		wait := l.opts.Quiet
+		if hold := firstDirty.Add(l.opts.MaxHold).Sub(now); hold < wait {
+			wait = max(hold, 0)
+		}
+		timer.Reset(wait)
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case ev := <-l.events:
-			if !l.handle(ev) {
-				continue
+			if l.handle(ev) {
+				dirtied()
 			}
-			now := l.now()
-			if !armed {
-				firstDirty = now
-				armed = true
-			}
-			wait := l.opts.Quiet
-			if hold := firstDirty.Add(l.opts.MaxHold).Sub(now); hold < wait {
-				wait = max(hold, 0)
-			}
-			timer.Reset(wait)
+			continue // events change no retained host
 		case <-timer.C:
 			armed = false
 			l.flush()
+		case <-retention.C:
+			retentionAt = time.Time{}
+			if l.expireRetained() {
+				dirtied()
+			}
+		}
+		// Re-arm the retention timer for the earliest retained host still
+		// served: a flush changes them, and an expiry dirties services.
+		if l.opts.MaxRetention <= 0 || len(l.retained) == 0 && retentionAt.IsZero() {
+			continue
+		}
+		if next := l.nextExpiry(); !next.Equal(retentionAt) {
+			retention.Stop()
+			retentionAt = next
+			if !next.IsZero() {
+				retention.Reset(max(next.Sub(l.now()), 0))
+			}
 		}
 	}
+}
+
+// nextExpiry is when the next retained host still served reaches
+// max_retention; zero when there is none (or no bound). A host of a dirty
+// service already past it is left out: the coming flush drops it.
+func (l *Loop) nextExpiry() time.Time {
+	var next time.Time
+	now := l.now()
+	for name, ret := range l.retained {
+		maxRet := l.maxRetention(name)
+		if maxRet <= 0 {
+			continue
+		}
+		for _, r := range ret {
+			if r.dropped != "" {
+				continue
+			}
+			at := r.absentSince.Add(maxRet)
+			if l.dirty[name] && !at.After(now) {
+				continue
+			}
+			if next.IsZero() || at.Before(next) {
+				next = at
+			}
+		}
+	}
+	return next
+}
+
+// expireRetained marks dirty the services with a retained host that reached
+// max_retention, and reports whether there is any.
+func (l *Loop) expireRetained() bool {
+	now := l.now()
+	found := false
+	for name, ret := range l.retained {
+		maxRet := l.maxRetention(name)
+		if maxRet <= 0 {
+			continue
+		}
+		for _, r := range ret {
+			if r.dropped == "" && now.Sub(r.absentSince) >= maxRet {
+				l.dirty[name] = true
+				found = true
+				break
+			}
+		}
+	}
+	return found
 }
 
 // handle applies one event to the state and reports whether anything became
@@ -444,6 +523,10 @@ func (l *Loop) flush() {
 		delete(l.pubOpts, n)
 		delete(l.retained, n)
 	}
+	// Hosts dropped and no longer served are forgotten.
+	for _, n := range names {
+		l.pruneDropped(n)
+	}
 	clear(l.dirty)
 	l.updateChecks()
 	l.m.flushes.Inc()
@@ -523,10 +606,15 @@ func (l *Loop) merge(name string) (svc sources.Service, keep bool) {
 		}
 		v := l.verdict(name, k)
 		d := healthcheck.Decide(false, sources.HealthUnknown, v, now.Sub(r.absentSince), l.maxRetention(name))
+		if r.dropped != "" {
+			// Dropped but not yet published without it: it stays dropped.
+			d = healthcheck.Decision{Publish: false, Health: sources.HealthUnknown, Rule: r.dropped}
+		}
 		info := HostInfo{Host: k.String(), Discovered: false, Source: r.source, Check: v, CheckState: l.detail(name, k), Published: d.Publish, Health: d.Health, Rule: d.Rule, AbsentSince: r.absentSince}
 		infos = append(infos, info)
 		if !d.Publish {
-			delete(ret, k)
+			// Kept until the service is published without it (pruneDropped).
+			r.dropped = d.Rule
 			continue
 		}
 		pe := r.endpoint
@@ -541,6 +629,27 @@ func (l *Loop) merge(name string) (svc sources.Service, keep bool) {
 	sources.SortEndpoints(out.Endpoints)
 	l.setHostInfo(name, infos)
 	return out, true
+}
+
+// pruneDropped forgets the dropped retained hosts of a service that its
+// published version no longer has.
+func (l *Loop) pruneDropped(name string) {
+	ret := l.retained[name]
+	if len(ret) == 0 {
+		return
+	}
+	served := map[sources.HostKey]bool{}
+	for _, e := range l.published[name].Endpoints {
+		served[e.Key()] = true
+	}
+	for k, r := range ret {
+		if r.dropped != "" && !served[k] {
+			delete(ret, k)
+		}
+	}
+	if len(ret) == 0 {
+		delete(l.retained, name)
+	}
 }
 
 func (l *Loop) verdict(service string, k sources.HostKey) healthcheck.CheckVerdict {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"github.com/xdsbridge/xdsbridge/healthcheck"
@@ -397,3 +398,151 @@ type claimer struct {
 func (c claimer) Name() string                            { return c.name }
 func (c claimer) Run(context.Context, sources.Sink) error { return nil }
 func (c claimer) ClaimedNames() ([]string, error)         { return c.names, nil }
+
+// retainedMetric reads xdsbridge_hosts_retained.
+func retainedMetric(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "xdsbridge_hosts_retained" {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("no xdsbridge_hosts_retained")
+	return 0
+}
+
+func hostInfo(l *Loop, service string, k sources.HostKey) (HostInfo, bool) {
+	for _, h := range l.Hosts(service)[service] {
+		if h.Host == k.String() {
+			return h, true
+		}
+	}
+	return HostInfo{}, false
+}
+
+// retentionLoop runs a loop with max_retention ret over service x with
+// hosts 1 and 2, both passing their check, and returns it once x is
+// published.
+func retentionLoop(t *testing.T, ret time.Duration) (*Loop, *recorder, *fakeChecks, *prometheus.Registry) {
+	t.Helper()
+	rec := newRecorder()
+	fc := &fakeChecks{verdicts: map[sources.HostKey]healthcheck.CheckVerdict{}}
+	reg := prometheus.NewRegistry()
+	l := run(t, Options{Sources: []string{"a"}, Quiet: 5 * time.Millisecond, HealthChecks: fc, MaxRetention: ret, Metrics: reg}, rec)
+	fc.set(sources.HostKey{Address: "10.0.0.1", Port: 1}, healthcheck.CheckHealthy)
+	fc.set(sources.HostKey{Address: "10.0.0.1", Port: 2}, healthcheck.CheckHealthy)
+	publish(t, l, "a", service("x", 1, 2))
+	if c := rec.next(t); c.loads["x"] != 2 {
+		t.Fatalf("%+v", c)
+	}
+	return l, rec, fc, reg
+}
+
+// removeAndRetain publishes x without host 2 and waits until it is
+// retained; it returns when it became absent.
+func removeAndRetain(t *testing.T, l *Loop, rec *recorder) time.Time {
+	t.Helper()
+	h2 := sources.HostKey{Address: "10.0.0.1", Port: 2}
+	publish(t, l, "a", service("x", 1))
+	var since time.Time
+	waitTrue(t, func() bool {
+		h, ok := hostInfo(l, "x", h2)
+		since = h.AbsentSince
+		return ok && !h.Discovered && h.Published && h.Rule == healthcheck.RuleRetained
+	})
+	return since
+}
+
+// A retained host goes when max_retention has passed since it left
+// discovery, with no other event, and not before.
+func TestRetentionExpiresOnTimeWithoutEvent(t *testing.T) {
+	const maxRet = 300 * time.Millisecond
+	l, rec, fc, reg := retentionLoop(t, maxRet)
+	h2 := sources.HostKey{Address: "10.0.0.1", Port: 2}
+	since := removeAndRetain(t, l, rec)
+	if got := retainedMetric(t, reg); got != 1 {
+		t.Fatalf("xdsbridge_hosts_retained = %v, want 1", got)
+	}
+	// Nothing is published before the bound (the host stays as it was).
+	rec.none(t, time.Until(since.Add(maxRet))-20*time.Millisecond)
+	c := rec.next(t)
+	if c.loads["x"] != 1 || len(c.changed) != 1 {
+		t.Fatalf("publish at expiry: %+v", c)
+	}
+	if after := c.at.Sub(since); after < maxRet || after > maxRet+500*time.Millisecond {
+		t.Fatalf("dropped %s after it left discovery, want %s (+ debounce)", after, maxRet)
+	}
+	h, ok := hostInfo(l, "x", h2)
+	if !ok || h.Published || h.Rule != healthcheck.RuleRetentionExpired {
+		t.Fatalf("h2 in /debug/hosts after expiry: %+v (found %v)", h, ok)
+	}
+	if got := retainedMetric(t, reg); got != 0 {
+		t.Fatalf("xdsbridge_hosts_retained = %v after expiry, want 0", got)
+	}
+	// The checker stops probing it (told right after the publish).
+	waitTrue(t, func() bool {
+		fc.mu.Lock()
+		defer fc.mu.Unlock()
+		return len(fc.hosts) == 1 && len(fc.hosts[0].Hosts) == 1
+	})
+	// It stays gone: nothing brings it back but discovery.
+	rec.none(t, 2*maxRet)
+}
+
+// A host rediscovered before the bound is kept, and its retention starts
+// again when it leaves again.
+func TestRetentionRediscoveredHostKept(t *testing.T) {
+	const maxRet = 300 * time.Millisecond
+	l, rec, _, _ := retentionLoop(t, maxRet)
+	h2 := sources.HostKey{Address: "10.0.0.1", Port: 2}
+	first := removeAndRetain(t, l, rec)
+	time.Sleep(maxRet / 2)
+	publish(t, l, "a", service("x", 1, 2))
+	waitTrue(t, func() bool {
+		h, ok := hostInfo(l, "x", h2)
+		return ok && h.Discovered && h.Published
+	})
+	// Past the first bound: still served (nothing published; it never left).
+	rec.none(t, time.Until(first.Add(maxRet))+maxRet/2)
+	if h, _ := hostInfo(l, "x", h2); !h.Published || h.Rule != healthcheck.RuleDiscoveredOK {
+		t.Fatalf("h2: %+v", h)
+	}
+	// Removed again: the bound counts from now.
+	second := removeAndRetain(t, l, rec)
+	if !second.After(first.Add(maxRet)) {
+		t.Fatalf("absent since %v, first absence %v: retention not restarted", second, first)
+	}
+	c := rec.next(t)
+	if after := c.at.Sub(second); c.loads["x"] != 1 || after < maxRet {
+		t.Fatalf("publish %+v %s after the second removal", c, after)
+	}
+}
+
+// An expiry whose publish fails is retried on the next event, still
+// expired: the failure does not start the host's retention again.
+func TestRetentionExpiryRetriedAfterPublishFailure(t *testing.T) {
+	const maxRet = 200 * time.Millisecond
+	l, rec, _, _ := retentionLoop(t, maxRet)
+	h2 := sources.HostKey{Address: "10.0.0.1", Port: 2}
+	since := removeAndRetain(t, l, rec)
+	rec.mu.Lock()
+	rec.fail = errors.New("cache full")
+	rec.mu.Unlock()
+	time.Sleep(time.Until(since.Add(maxRet)) + 100*time.Millisecond)
+	rec.mu.Lock()
+	rec.fail = nil
+	rec.mu.Unlock()
+	// An unrelated service retries the kept dirty set.
+	publish(t, l, "a", service("x", 1), service("y", 1))
+	c := rec.next(t)
+	if d := cmp.Diff([]string{"x", "y"}, c.changed); d != "" || c.loads["x"] != 1 {
+		t.Fatalf("retry %+v (-want +got changed):\n%s", c, d)
+	}
+	if h, ok := hostInfo(l, "x", h2); !ok || h.Published || h.Rule != healthcheck.RuleRetentionExpired {
+		t.Fatalf("h2: %+v (found %v)", h, ok)
+	}
+}

@@ -28,7 +28,7 @@ const (
 	RuleAbsentUnchecked Rule = "absent from discovery, no health check verdict: removed"
 	// RuleAbsentFailed: absent and the check fails: removed.
 	RuleAbsentFailed Rule = "absent from discovery, health check failed: removed"
-	// RuleRetentionExpired: retained longer than the configured maximum: removed.
+	// RuleRetentionExpired: retained for the configured maximum: removed.
 	RuleRetentionExpired Rule = "absent from discovery longer than max retention: removed"
 )
 
@@ -83,7 +83,8 @@ type Decision struct {
 // or before a check's first verdict, the source's health stands.
 //
 // absentFor is how long the host has been absent (ignored when discovered);
-// maxRetention 0 means retain without limit.
+// maxRetention 0 means retain without limit; otherwise a host absent for
+// maxRetention or longer is removed.
 func Decide(discovered bool, sourceHealth sources.HealthStatus, check CheckVerdict, absentFor, maxRetention time.Duration) Decision {
 	if discovered {
 		if sourceHealth == sources.HealthDraining {
@@ -102,7 +103,7 @@ func Decide(discovered bool, sourceHealth sources.HealthStatus, check CheckVerdi
 	}
 	switch check {
 	case CheckHealthy:
-		if maxRetention > 0 && absentFor > maxRetention {
+		if maxRetention > 0 && absentFor >= maxRetention {
 			return Decision{false, sources.HealthUnknown, RuleRetentionExpired}
 		}
 		return Decision{true, sources.HealthHealthy, RuleRetained}

@@ -46,6 +46,9 @@ func TestDecideMatrix(t *testing.T) {
 		// Optional maximum retention.
 		{"absent within max retention: retained", false, UK, CheckHealthy, time.Minute, time.Hour, Decision{true, H, RuleRetained}},
 		{"absent beyond max retention: removed", false, UK, CheckHealthy, 2 * time.Hour, time.Hour, Decision{false, UK, RuleRetentionExpired}},
+		{"absent just under max retention: retained", false, UK, CheckHealthy, time.Hour - time.Nanosecond, time.Hour, Decision{true, H, RuleRetained}},
+		{"absent for exactly max retention: removed", false, UK, CheckHealthy, time.Hour, time.Hour, Decision{false, UK, RuleRetentionExpired}},
+		{"absent beyond max retention, check failed: failed rule", false, UK, CheckUnhealthy, 2 * time.Hour, time.Hour, Decision{false, UK, RuleAbsentFailed}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

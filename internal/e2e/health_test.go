@@ -99,3 +99,65 @@ func splitLines(s string) []string {
 	}
 	return append(out, s[start:])
 }
+
+// TestEnvoyMaxRetention: a host removed from the file while its TCP check
+// passes is retained, then removed from Envoy when max_retention has
+// passed, with no other change.
+func TestEnvoyMaxRetention(t *testing.T) {
+	const maxRet = time.Second
+	bs := startBackends(t, 2)
+	b1, b2 := bs[0], bs[1]
+	br := startBridge(t, servicesYAML("web", b1, b2), `
+health_checks:
+  max_retention: 1s
+  services:
+    web: {type: tcp, interval: 50ms, timeout: 500ms, jitter: 0s}
+`)
+	ev := startEnvoy(t, "envoy-delta.yaml", br.app.XDSAddr())
+	ev.waitTraffic(t, "b1", "b2")
+	h2 := hostsOf(b2)[0]
+	waitFor(t, 10*time.Second, "b2 checked", func() error {
+		if h, _ := hostRule(t, br, "web", h2); h.Rule != healthcheck.RuleDiscoveredOK {
+			return fmt.Errorf("b2: %+v", h)
+		}
+		return nil
+	})
+
+	br.writeServices(t, servicesYAML("web", b1))
+	var since time.Time
+	waitFor(t, 5*time.Second, "b2 retained", func() error {
+		h, _ := hostRule(t, br, "web", h2)
+		if h.Rule != healthcheck.RuleRetained || !h.Published {
+			return fmt.Errorf("b2: %+v", h)
+		}
+		since = h.AbsentSince
+		return nil
+	})
+	if got := metricSum(t, br, "xdsbridge_hosts_retained"); got != 1 {
+		t.Fatalf("xdsbridge_hosts_retained = %v while retained", got)
+	}
+	// Still in Envoy before the bound.
+	if got := ev.clusterHosts(t, "web"); !slices.Equal(got, hostsOf(b1, b2)) && time.Since(since) < maxRet {
+		t.Fatalf("hosts %v before max_retention", got)
+	}
+
+	// Gone from Envoy within the bound plus debounce and push (polled
+	// every 50ms; 1s of slack for a loaded machine).
+	waitFor(t, time.Until(since.Add(maxRet+time.Second)), "b2 removed from Envoy after max_retention", func() error {
+		if got := ev.clusterHosts(t, "web"); !slices.Equal(got, hostsOf(b1)) {
+			return fmt.Errorf("hosts %v", got)
+		}
+		return nil
+	})
+	if gone := time.Since(since); gone < maxRet {
+		t.Fatalf("b2 removed %s after it left the file, before max_retention %s", gone, maxRet)
+	}
+	if h, ok := hostRule(t, br, "web", h2); ok && (h.Published || h.Rule != healthcheck.RuleRetentionExpired) {
+		t.Fatalf("b2 in /debug/hosts after expiry: %+v", h)
+	}
+	if got := metricSum(t, br, "xdsbridge_hosts_retained"); got != 0 {
+		t.Fatalf("xdsbridge_hosts_retained = %v after expiry", got)
+	}
+	ev.waitTraffic(t, "b1")
+	ev.assertNoRejections(t)
+}

@@ -40,7 +40,7 @@ type recovery struct {
 	mu        sync.Mutex
 	down      bool          // a watch saw the agent unavailable; not probed back yet
 	woken     chan struct{} // closed and replaced when the probe succeeds
-	wakes     int           // wake-ups since the last successful read of any watch
+	wakes     int           // wake-ups since a failed watch last read successfully
 	lastWake  time.Time
 	probeFail string // the last probe failure, for DebugInfo
 }
@@ -64,7 +64,10 @@ func (rc *recovery) markDown() <-chan struct{} {
 	return rc.woken
 }
 
-// readOK notes a successful read: the next wake-up is not held back.
+// readOK notes a successful read by a watch that had failed: the next
+// wake-up is not held back. (Reads of watches that never failed do not
+// count: a failover datacenter without a leader must not be retried every
+// probe while the local one answers.)
 func (rc *recovery) readOK() {
 	rc.mu.Lock()
 	rc.wakes = 0

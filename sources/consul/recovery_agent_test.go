@@ -42,8 +42,13 @@ func TestRecoveryAfterAgentKill(t *testing.T) {
 
 	var took []string
 	for i := 1; i <= 3; i++ {
+		errs := len(sink.Errors())
 		a.Stop() // SIGKILL
 		time.Sleep(8 * time.Second)
+		// The bridge marks the source stale in /readyz on these Fail calls.
+		if len(sink.Errors()) == errs {
+			t.Errorf("run %d: no Fail call while the agent is down", i)
+		}
 		if d := s.DebugInfo().(Debug); !d.Stale {
 			t.Errorf("run %d: DebugInfo while the agent is down: stale=false", i)
 		}

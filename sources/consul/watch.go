@@ -189,8 +189,10 @@ func read[T any](ctx context.Context, w *watch, block bool, fetch fetchFunc[T]) 
 		return zero, err
 	}
 	w.back.reset()
+	if w.failed {
+		w.r.rec.readOK() // a failed watch reads again: wake-ups are not held back
+	}
 	w.failed = false
-	w.r.rec.readOK()
 	w.success(meta)
 	return res, nil
 }

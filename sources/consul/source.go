@@ -47,6 +47,7 @@ type Source struct {
 	pendingErrs []string
 	errsDropped int
 	published   time.Time
+	staleSince  time.Time // when the first watch failed; zero while none is failing
 }
 
 var (
@@ -148,6 +149,11 @@ func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
 	defer cancel()
 	r := newRunner(s, client)
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.rec.run(ctx)
+	}()
 	for _, dc := range s.dcs {
 		wg.Add(1)
 		go func() {
@@ -365,6 +371,10 @@ func (s *Source) recordError(info *watchInfo, what string, err error) {
 	info.state = "backoff"
 	info.lastError = err.Error()
 	info.lastErrorAt = time.Now()
+	if s.staleSince.IsZero() {
+		s.staleSince = info.lastErrorAt
+		s.log.Info("consul source "+s.name+" is stale: reading Consul failed; retrying, the last good state stays served", "watch", what, "error", err)
+	}
 	if len(s.pendingErrs) < 5 {
 		s.pendingErrs = append(s.pendingErrs, what+": "+err.Error())
 	} else {
@@ -372,6 +382,17 @@ func (s *Source) recordError(info *watchInfo, what string, err error) {
 	}
 	s.mu.Unlock()
 	s.signal()
+}
+
+// noteRecoveredLocked logs the end of an outage once no watch is failing
+// any more. Callers hold s.mu.
+func (s *Source) noteRecoveredLocked() {
+	if s.staleSince.IsZero() || s.failingLocked() {
+		return
+	}
+	outage := time.Since(s.staleSince)
+	s.staleSince = time.Time{}
+	s.log.Info("consul source "+s.name+" recovered: every watch reads Consul again", "outage", outage.Round(time.Millisecond).String())
 }
 
 // tlsLogEvery is how often the same TLS problem is logged again at ERROR

@@ -14,9 +14,10 @@ import (
 
 // Metric endpoint labels.
 const (
-	epServices    = "catalog_services"
-	epHealth      = "health_service"
-	epHealthState = "health_state"
+	epServices     = "catalog_services"
+	epHealth       = "health_service"
+	epHealthState  = "health_state"
+	epStatusLeader = "status_leader"
 )
 
 // runner is the state of one Run: the client, the query slots and the
@@ -33,16 +34,19 @@ type runner struct {
 	modeMu   sync.Mutex
 	modeChan chan struct{} // closed and replaced when hinted flips
 	selected []atomic.Int64
+	rec      *recovery
 }
 
 func newRunner(s *Source, client *api.Client) *runner {
-	return &runner{
+	r := &runner{
 		s:        s,
 		client:   client,
 		slots:    make(chan struct{}, s.set.maxQueries),
 		modeChan: make(chan struct{}),
 		selected: make([]atomic.Int64, len(s.dcs)),
 	}
+	r.rec = newRecovery(r)
+	return r
 }
 
 // serviceSlots is how many service watches may hold blocking queries: the
@@ -181,10 +185,13 @@ func read[T any](ctx context.Context, w *watch, block bool, fetch fetchFunc[T]) 
 		w.failed = true
 		err = w.r.s.explainTLS(err)
 		w.r.s.recordError(w.info, w.what, err)
-		_ = sleep(ctx, w.back.next())
+		w.r.retryWait(ctx, w.back.next(), err)
 		return zero, err
 	}
 	w.back.reset()
+	if w.failed {
+		w.r.rec.readOK() // a failed watch reads again: wake-ups are not held back
+	}
 	w.failed = false
 	w.success(meta)
 	return res, nil
@@ -222,6 +229,9 @@ func (w *watch) success(meta *api.QueryMeta) {
 	w.info.lastContact = meta.LastContact
 	w.info.lastSuccess = time.Now()
 	w.info.state = "idle"
+	if recovered {
+		s.noteRecoveredLocked()
+	}
 	s.mu.Unlock()
 	if recovered {
 		s.signal()
@@ -353,6 +363,7 @@ func (r *runner) reconcile(ctx context.Context, dc *dcState, l listResult, svcs 
 		}()
 	}
 	dc.selected = len(want)
+	s.noteRecoveredLocked() // a failing watch may have been dropped
 	first := !dc.listSeen
 	dc.listSeen = true // under the same lock as the new services' states
 	s.mu.Unlock()

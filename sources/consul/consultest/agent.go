@@ -52,14 +52,20 @@ func Binary(t testing.TB) string {
 	return ""
 }
 
-// Agent is a `consul agent -dev` on loopback ports of its own.
+// Agent is a `consul agent -dev` (or a persistent single server) on
+// loopback ports of its own.
 type Agent struct {
-	T          testing.TB
-	Bin        string
-	DC         string
-	Node       string
-	Ports      map[string]int
-	Extra      []string
+	T     testing.TB
+	Bin   string
+	DC    string
+	Node  string
+	Ports map[string]int
+	Extra []string
+	// Persistent agents (StartPersistentAgent) are single-server agents
+	// (-server -bootstrap-expect=1, not -dev) whose data directory
+	// survives Restart, so the catalog does too.
+	Persistent bool
+	DataDir    string
 	Log        bytes.Buffer
 	Client     *api.Client
 	cmd        *exec.Cmd
@@ -83,10 +89,27 @@ func FreePort(t testing.TB) int {
 // It is stopped at the end of the test.
 func StartAgent(t testing.TB, dc string, extra ...string) *Agent {
 	t.Helper()
+	return startAgent(t, dc, false, extra)
+}
+
+// StartPersistentAgent starts a single-server agent (-server
+// -bootstrap-expect=1 with a data directory of its own, not -dev) in
+// datacenter dc and waits for its leader. Its catalog survives Stop and
+// Restart. It is stopped at the end of the test.
+func StartPersistentAgent(t testing.TB, dc string, extra ...string) *Agent {
+	t.Helper()
+	return startAgent(t, dc, true, extra)
+}
+
+func startAgent(t testing.TB, dc string, persistent bool, extra []string) *Agent {
+	t.Helper()
 	a := &Agent{
-		T: t, Bin: Binary(t), DC: dc, Extra: extra,
+		T: t, Bin: Binary(t), DC: dc, Extra: extra, Persistent: persistent,
 		Node:  fmt.Sprintf("xdsb-%d-%d", os.Getpid(), agentSeq.Add(1)),
 		Ports: map[string]int{},
+	}
+	if persistent {
+		a.DataDir = t.TempDir()
 	}
 	for _, p := range []string{"http", "dns", "serf-lan", "serf-wan", "server", "grpc"} {
 		a.Ports[p] = FreePort(t)
@@ -109,9 +132,15 @@ func (a *Agent) Addr() string { return "127.0.0.1:" + strconv.Itoa(a.Ports["http
 
 func (a *Agent) Start() {
 	a.T.Helper()
-	args := []string{"agent", "-dev", "-datacenter=" + a.DC, "-node=" + a.Node,
-		"-bind=127.0.0.1", "-client=127.0.0.1", "-data-dir=" + a.T.TempDir(),
-		"-grpc-tls-port=-1", "-hcl=check_update_interval = \"0s\"", "-log-level=warn", "-node-meta=zone:z-" + a.DC, "-node-meta=rack:r1"}
+	mode := []string{"-dev", "-data-dir=" + a.T.TempDir()}
+	if a.Persistent {
+		mode = []string{"-server", "-bootstrap-expect=1", "-data-dir=" + a.DataDir,
+			"-hcl=performance { raft_multiplier = 1 }", "-hcl=disable_update_check = true"}
+	}
+	args := append([]string{"agent"}, mode...)
+	args = append(args, "-datacenter="+a.DC, "-node="+a.Node,
+		"-bind=127.0.0.1", "-client=127.0.0.1",
+		"-grpc-tls-port=-1", "-hcl=check_update_interval = \"0s\"", "-log-level=warn", "-node-meta=zone:z-"+a.DC, "-node-meta=rack:r1")
 	for _, p := range []string{"http", "dns", "serf-lan", "serf-wan", "server", "grpc"} {
 		args = append(args, fmt.Sprintf("-%s-port=%d", p, a.Ports[p]))
 	}
@@ -140,12 +169,16 @@ func (a *Agent) Stop() {
 }
 
 // Restart starts a new agent process with the same ports and node name;
-// a dev agent's data is gone, so services must be registered again.
+// a dev agent's data is gone, so services must be registered again (a
+// persistent agent keeps its data directory and catalog).
 func (a *Agent) Restart() {
 	a.T.Helper()
 	a.Start()
 	a.WaitLeader()
 }
+
+// Running reports whether the agent process is running.
+func (a *Agent) Running() bool { return a.cmd != nil }
 
 func (a *Agent) WaitLeader() {
 	a.T.Helper()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"reflect"
 	"sort"
 	"sync"
 	"testing"
@@ -544,5 +545,52 @@ func TestRetentionExpiryRetriedAfterPublishFailure(t *testing.T) {
 	}
 	if h, ok := hostInfo(l, "x", h2); !ok || h.Published || h.Rule != healthcheck.RuleRetentionExpired {
 		t.Fatalf("h2: %+v (found %v)", h, ok)
+	}
+}
+
+// xdsbridge_hosts counts a host the last merge left out as NONE, until its
+// service is merged again (README, "Health checks merged with discovery").
+func TestHostsMetricNone(t *testing.T) {
+	rec := newRecorder()
+	reg := prometheus.NewRegistry()
+	fc := &fakeChecks{verdicts: map[sources.HostKey]healthcheck.CheckVerdict{}}
+	l := run(t, Options{Sources: []string{"a"}, Quiet: time.Millisecond, HealthChecks: fc, Metrics: reg}, rec)
+	h1 := sources.HostKey{Address: "10.0.0.1", Port: 1}
+	h2 := sources.HostKey{Address: "10.0.0.1", Port: 2}
+	fc.set(h1, healthcheck.CheckHealthy)
+	fc.set(h2, healthcheck.CheckUnhealthy)
+	hosts := func() map[string]float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]float64{}
+		for _, mf := range mfs {
+			if mf.GetName() == "xdsbridge_hosts" {
+				for _, m := range mf.GetMetric() {
+					out[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+		return out
+	}
+	publish(t, l, "a", service("x", 1, 2))
+	rec.next(t)
+	if got, want := hosts(), map[string]float64{"HEALTHY": 1, "UNHEALTHY": 1}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("both discovered: xdsbridge_hosts %v, want %v", got, want)
+	}
+	// h2 leaves discovery with its check failing: removed, counted as NONE.
+	publish(t, l, "a", service("x", 1))
+	rec.next(t)
+	if got, want := hosts(), map[string]float64{"HEALTHY": 1, "NONE": 1}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("h2 removed: xdsbridge_hosts %v, want %v", got, want)
+	}
+	// The next merge of x forgets it.
+	fc.set(h1, healthcheck.CheckUnhealthy)
+	l.ChecksChanged(context.Background(), "x")
+	rec.next(t)
+	if got, want := hosts(), map[string]float64{"UNHEALTHY": 1}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after the next merge: xdsbridge_hosts %v, want %v", got, want)
 	}
 }

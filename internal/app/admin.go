@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -51,6 +52,10 @@ func (a *App) AdminHandler() http.Handler {
 				return
 			}
 			limit = n
+		}
+		if t := q.Get("type"); t != "" && typeAliases[strings.ToLower(t)] == "" {
+			http.Error(w, fmt.Sprintf("type: unknown type %q (want %s)", t, acceptedTypes), http.StatusBadRequest)
+			return
 		}
 		lists, truncated := listResources(a.Cache, q.Get("type"), q.Get("name"), limit)
 		w.Header().Set("Content-Type", "application/json")
@@ -100,6 +105,22 @@ var typeAliases = map[string]string{
 	"lds": xds.ListenerType, "listeners": xds.ListenerType,
 	"rds": xds.RouteType, "routes": xds.RouteType,
 }
+
+// acceptedTypes lists the type= values of /debug/resources (any case), for
+// its 400 answer: "cds, eds, lds, rds or clusters, endpoints, listeners, routes".
+var acceptedTypes = func() string {
+	var short, long []string
+	for _, t := range resourceTypes {
+		short = append(short, t.short)
+		for alias, url := range typeAliases {
+			if url == t.url && alias != t.short {
+				long = append(long, alias)
+			}
+		}
+	}
+	slices.Sort(long)
+	return strings.Join(short, ", ") + " or " + strings.Join(long, ", ")
+}()
 
 // ResourceDump is one served resource as shown by /debug/resources and
 // `xdsbridge dump`.

@@ -7,13 +7,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -95,6 +98,42 @@ func TestDebugResourcesStreamed(t *testing.T) {
 	for _, bad := range []string{"?limit=-1", "?limit=x"} {
 		if rec, _ := getResources(t, h, bad); rec.Code != http.StatusBadRequest {
 			t.Fatalf("%s: status %d, want 400", bad, rec.Code)
+		}
+	}
+}
+
+// An unknown type= is refused with the accepted values, not answered with
+// an empty dump; each accepted value, in any case, selects its type.
+func TestDebugResourcesType(t *testing.T) {
+	c := testCache(t, 3, 1)
+	h := (&App{Cache: c}).AdminHandler()
+	for _, bad := range []string{"bogus", "cluster", "eds,cds", " eds"} {
+		rec, _ := getResources(t, h, "?type="+url.QueryEscape(bad))
+		if rec.Code != http.StatusBadRequest {
+			t.Fatalf("type=%q: status %d, want 400; body %s", bad, rec.Code, rec.Body)
+		}
+		body := rec.Body.String()
+		if !strings.Contains(body, fmt.Sprintf("unknown type %q", bad)) {
+			t.Fatalf("type=%q: body %q does not name the value", bad, body)
+		}
+		for alias := range typeAliases {
+			if !strings.Contains(body, alias) {
+				t.Fatalf("type=%q: body %q does not list %q", bad, body, alias)
+			}
+		}
+	}
+	for alias, typeURL := range typeAliases {
+		var short string
+		for _, rt := range resourceTypes {
+			if rt.url == typeURL {
+				short = rt.short
+			}
+		}
+		for _, v := range []string{alias, strings.ToUpper(alias)} {
+			rec, got := getResources(t, h, "?type="+v)
+			if rec.Code != http.StatusOK || len(got) != 1 || got[short] == nil {
+				t.Fatalf("type=%s: status %d, types %v, want only %s", v, rec.Code, slices.Collect(maps.Keys(got)), short)
+			}
 		}
 	}
 }

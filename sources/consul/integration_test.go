@@ -1,6 +1,7 @@
 package consul
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/consul/api"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"github.com/xdsbridge/xdsbridge/sources"
@@ -235,6 +237,37 @@ func TestTwoDatacentersPriorities(t *testing.T) {
 	a2.TTL("web-b-ttl", api.HealthCritical)
 	wb.health = sources.HealthUnhealthy
 	waitService(t, sink, "web", endpoints(t, wa, wb))
+
+	// Staleness is labelled with the agent's real datacenter, not "local".
+	reg := prometheus.NewRegistry()
+	src, err := New("consul", json.RawMessage(baseConfig(a1.Addr(), `, "failover_datacenters": ["dc2"], "services": {"include": ["web"]}`)),
+		sources.Env{Logger: testLogger(t), Metrics: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink3 := sourcestest.Run(t, src, 10*time.Second)
+	waitService(t, sink3, "web", endpoints(t, wa, wb))
+	var dcs []string
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "xdsbridge_consul_staleness_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "datacenter" {
+					dcs = append(dcs, l.GetValue())
+				}
+			}
+		}
+	}
+	sort.Strings(dcs)
+	if diff := cmp.Diff([]string{"dc1", "dc2"}, dcs); diff != "" {
+		t.Errorf("xdsbridge_consul_staleness_seconds datacenter labels (-want +got):\n%s", diff)
+	}
 }
 
 func TestRestartFailStaticAndIndexReset(t *testing.T) {

@@ -14,7 +14,7 @@ type metrics struct {
 	blocking  *prometheus.HistogramVec // endpoint
 	watches   prometheus.Gauge
 	publishes prometheus.Counter
-	staleness []prometheus.Collector // one GaugeFunc per datacenter
+	staleness prometheus.Collector // one gauge per datacenter
 }
 
 func newMetrics(source string, s *Source) *metrics {
@@ -42,19 +42,45 @@ func newMetrics(source string, s *Source) *metrics {
 			ConstLabels: cl,
 		}),
 	}
-	for _, dc := range s.dcs {
-		m.staleness = append(m.staleness, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        "xdsbridge_consul_staleness_seconds",
-			Help:        "Age of the datacenter's data being served: while a read fails, the time since its last success; otherwise the largest X-Consul-LastContact of the last reads.",
-			ConstLabels: prometheus.Labels{"source": source, "datacenter": dc.label},
-		}, func() float64 { return s.staleness(dc, time.Now()).Seconds() }))
-	}
+	m.staleness = &stalenessCollector{s: s, desc: prometheus.NewDesc("xdsbridge_consul_staleness_seconds",
+		"Age of the datacenter's data being served: while a read fails, the time since its last success; otherwise the largest X-Consul-LastContact of the last reads.",
+		[]string{"datacenter"}, cl)}
 	return m
+}
+
+// stalenessCollector is xdsbridge_consul_staleness_seconds, one gauge per
+// datacenter. Its datacenter label is read at each scrape: the agent's own
+// datacenter is "local" only until a health result names it (README).
+type stalenessCollector struct {
+	s    *Source
+	desc *prometheus.Desc
+}
+
+func (c *stalenessCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *stalenessCollector) Collect(ch chan<- prometheus.Metric) {
+	now := time.Now()
+	failover := map[string]bool{}
+	for _, dc := range c.s.dcs[1:] {
+		failover[dc.label] = true
+	}
+	for _, dc := range c.s.dcs {
+		name := dc.label
+		c.s.mu.Lock()
+		// A failover datacenter is named by the config. The agent's own
+		// keeps "local" if its name is also a failover's: two series with
+		// one label set would fail the scrape.
+		if dc.query == "" && dc.actual != "" && !failover[dc.actual] {
+			name = dc.actual
+		}
+		c.s.mu.Unlock()
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, c.s.staleness(dc, now).Seconds(), name)
+	}
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
 	cs := []prometheus.Collector{m.requests, m.blocking, m.watches, m.publishes}
-	for _, c := range append(cs, m.staleness...) {
+	for _, c := range append(cs, m.staleness) {
 		if err := r.Register(c); err != nil {
 			return fmt.Errorf("registering metrics: %w", err)
 		}

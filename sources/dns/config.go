@@ -20,7 +20,7 @@ const (
 	DefaultTimeout        = 5 * time.Second
 	DefaultMaxConcurrency = 64
 	DefaultRefreshRate    = 5000 * time.Millisecond
-	// minRefreshRate is Envoy's lower bound for dns_refresh_rate (> 1ms).
+	// minRefreshRate is Envoy's lower bound for the refresh rates (at least 1ms).
 	minRefreshRate = time.Millisecond
 	// maxRefreshRate bounds the refresh rates and the jitter.
 	maxRefreshRate = 24 * time.Hour
@@ -66,11 +66,12 @@ type ServiceConfig struct {
 	Hosts []HostConfig `json:"hosts"`
 	// DNSLookupFamily is V4_ONLY, V6_ONLY, AUTO (default, as Envoy) or ALL.
 	DNSLookupFamily Family `json:"dns_lookup_family,omitempty"`
-	// DNSRefreshRate is the refresh interval (default 5000ms).
-	DNSRefreshRate config.Duration `json:"dns_refresh_rate,omitempty"`
+	// DNSRefreshRate is the refresh interval (default 5000ms). A pointer, so
+	// that an explicit 0s is told from an absent field and refused.
+	DNSRefreshRate *config.Duration `json:"dns_refresh_rate,omitempty"`
 	// DNSFailureRefreshRate is the retry interval after a failure (default:
 	// DNSRefreshRate).
-	DNSFailureRefreshRate config.Duration `json:"dns_failure_refresh_rate,omitempty"`
+	DNSFailureRefreshRate *config.Duration `json:"dns_failure_refresh_rate,omitempty"`
 	// RespectDNSTTL makes record TTLs drive the refresh interval.
 	RespectDNSTTL bool `json:"respect_dns_ttl,omitempty"`
 	// DNSJitter delays each refresh by a random amount in [0, DNSJitter).
@@ -116,11 +117,13 @@ func (c *Config) applyDefaults() {
 		if s.DNSLookupFamily == "" {
 			s.DNSLookupFamily = FamilyAuto
 		}
-		if s.DNSRefreshRate == 0 {
-			s.DNSRefreshRate = config.Duration(DefaultRefreshRate)
+		if s.DNSRefreshRate == nil {
+			d := config.Duration(DefaultRefreshRate)
+			s.DNSRefreshRate = &d
 		}
-		if s.DNSFailureRefreshRate == 0 {
-			s.DNSFailureRefreshRate = s.DNSRefreshRate
+		if s.DNSFailureRefreshRate == nil {
+			d := *s.DNSRefreshRate
+			s.DNSFailureRefreshRate = &d
 		}
 	}
 }
@@ -174,17 +177,15 @@ func (s ServiceConfig) validate(field string) error {
 	default:
 		return fmt.Errorf("%s.dns_lookup_family: unknown family %q (want V4_ONLY, V6_ONLY, AUTO or ALL)", field, s.DNSLookupFamily)
 	}
-	if s.DNSRefreshRate != 0 && s.DNSRefreshRate.D() < minRefreshRate {
-		return fmt.Errorf("%s.dns_refresh_rate: %s is less than %s", field, s.DNSRefreshRate.D(), minRefreshRate)
-	}
-	if s.DNSFailureRefreshRate != 0 && s.DNSFailureRefreshRate.D() < minRefreshRate {
-		return fmt.Errorf("%s.dns_failure_refresh_rate: %s is less than %s", field, s.DNSFailureRefreshRate.D(), minRefreshRate)
-	}
+	// Absent means the default; a value given, 0s included, must be in range.
 	for _, r := range []struct {
 		name string
-		d    config.Duration
+		d    *config.Duration
 	}{{"dns_refresh_rate", s.DNSRefreshRate}, {"dns_failure_refresh_rate", s.DNSFailureRefreshRate}} {
-		if err := config.CheckRange(field+"."+r.name, r.d.D(), 0, maxRefreshRate); err != nil {
+		if r.d == nil {
+			continue
+		}
+		if err := config.CheckRange(field+"."+r.name, r.d.D(), minRefreshRate, maxRefreshRate); err != nil {
 			return err
 		}
 	}

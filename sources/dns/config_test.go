@@ -39,9 +39,9 @@ func TestConfigErrors(t *testing.T) {
 		{"timeout too long", `{timeout: 1h, services: [{name: a, hosts: [{name: a.test, port: 1}]}]}`, "timeout: 1h is not in 1ms..1m"},
 		{"timeout too short", `{timeout: 1us, services: [{name: a, hosts: [{name: a.test, port: 1}]}]}`, "timeout: 1µs is not in 1ms..1m"},
 		{"max_concurrency too large", `{max_concurrency: 100000, services: [{name: a, hosts: [{name: a.test, port: 1}]}]}`, "max_concurrency: 100000 is not in 0..1024"},
-		{"refresh rate too long", `{services: [{name: a, dns_refresh_rate: 1000h, hosts: [{name: a.test, port: 1}]}]}`, "services[0].dns_refresh_rate: 1000h is not in 0s..24h"},
+		{"refresh rate too long", `{services: [{name: a, dns_refresh_rate: 1000h, hosts: [{name: a.test, port: 1}]}]}`, "services[0].dns_refresh_rate: 1000h is not in 1ms..24h"},
 		{"refresh rate overflow", `{services: [{name: a, dns_refresh_rate: 1e10, hosts: [{name: a.test, port: 1}]}]}`, "services[0].dns_refresh_rate: duration 1e+10 seconds is out of range"},
-		{"failure refresh too long", `{services: [{name: a, dns_failure_refresh_rate: 48h, hosts: [{name: a.test, port: 1}]}]}`, "services[0].dns_failure_refresh_rate: 48h is not in 0s..24h"},
+		{"failure refresh too long", `{services: [{name: a, dns_failure_refresh_rate: 48h, hosts: [{name: a.test, port: 1}]}]}`, "services[0].dns_failure_refresh_rate: 48h is not in 1ms..24h"},
 		{"jitter too long", `{services: [{name: a, dns_jitter: 25h, hosts: [{name: a.test, port: 1}]}]}`, "services[0].dns_jitter: 25h is not in 0s..24h"},
 		{"bad service name", `{services: [{name: "a b", hosts: [{name: a.test, port: 1}]}]}`, "services[0].name"},
 		{"duplicate service", `{services: [{name: a, hosts: [{name: a.test, port: 1}]}, {name: a, hosts: [{name: b.test, port: 1}]}]}`,
@@ -54,9 +54,15 @@ func TestConfigErrors(t *testing.T) {
 		{"srv port", `{services: [{name: a, srv: true, hosts: [{name: _x._tcp.a.test, port: 1}]}]}`,
 			"services[0].hosts[0].port: must not be set in SRV mode"},
 		{"refresh too small", `{services: [{name: a, dns_refresh_rate: 1us, hosts: [{name: a.test, port: 1}]}]}`,
-			"services[0].dns_refresh_rate: 1µs is less than 1ms"},
+			"services[0].dns_refresh_rate: 1µs is not in 1ms..24h"},
+		{"refresh zero", `{services: [{name: a, dns_refresh_rate: 0s, hosts: [{name: a.test, port: 1}]}]}`,
+			"services[0].dns_refresh_rate: 0s is not in 1ms..24h"},
+		{"refresh zero number", `{services: [{name: a, dns_refresh_rate: 0, hosts: [{name: a.test, port: 1}]}]}`,
+			"services[0].dns_refresh_rate: 0s is not in 1ms..24h"},
 		{"failure refresh too small", `{services: [{name: a, dns_failure_refresh_rate: 1ns, hosts: [{name: a.test, port: 1}]}]}`,
-			"services[0].dns_failure_refresh_rate: 1ns is less than 1ms"},
+			"services[0].dns_failure_refresh_rate: 1ns is not in 1ms..24h"},
+		{"failure refresh zero", `{services: [{name: a, dns_failure_refresh_rate: 0s, hosts: [{name: a.test, port: 1}]}]}`,
+			"services[0].dns_failure_refresh_rate: 0s is not in 1ms..24h"},
 		{"bad duration", `{timeout: fast, services: [{name: a, hosts: [{name: a.test, port: 1}]}]}`, "invalid duration"},
 		{"resolver", `{resolvers: ["127.0.0.1:53", "dns.example"], services: [{name: a, hosts: [{name: a.test, port: 1}]}]}`,
 			`resolvers[1]: "dns.example" is not an IP address`},
@@ -98,17 +104,18 @@ services:
 		t.Fatal(err)
 	}
 	zero := config.Duration(0)
+	dur := func(d time.Duration) *config.Duration { c := config.Duration(d); return &c }
 	want := &Config{
 		Resolvers:      []string{"10.0.0.53", "[::1]:5353"},
 		Timeout:        config.Duration(5 * time.Second),
 		MaxConcurrency: 64,
 		Services: []ServiceConfig{{
 			Name: "billing", Type: "STRICT_DNS", DNSLookupFamily: "AUTO",
-			DNSRefreshRate: config.Duration(5 * time.Second), DNSFailureRefreshRate: config.Duration(5 * time.Second),
+			DNSRefreshRate: dur(5 * time.Second), DNSFailureRefreshRate: dur(5 * time.Second),
 			Hosts: []HostConfig{{Name: "billing.internal", Port: 8080}},
 		}, {
 			Name: "legacy", Type: "LOGICAL_DNS", DNSLookupFamily: "V4_ONLY", RespectDNSTTL: true, DNSJitter: &zero,
-			DNSRefreshRate: config.Duration(10 * time.Second), DNSFailureRefreshRate: config.Duration(10 * time.Second),
+			DNSRefreshRate: dur(10 * time.Second), DNSFailureRefreshRate: dur(10 * time.Second),
 			Hosts: []HostConfig{{Name: "legacy.internal.", Port: 443}},
 		}},
 	}

@@ -165,6 +165,11 @@ func TestAgentHealthMappingAndSelection(t *testing.T) {
 		waitService(t, sink, "web", endpoints(t, w1, w2))
 	}
 
+	// Node maintenance changed every service of the node: named's update
+	// may still be on its way; let the updates settle first.
+	waitService(t, sink, "named", endpoints(t, named))
+	settle(t, sink)
+
 	// A read whose result maps to the same endpoints publishes nothing.
 	before := len(sink.Updates())
 	idx := serviceIndex(s, "web")
@@ -182,6 +187,20 @@ func TestAgentHealthMappingAndSelection(t *testing.T) {
 	if errs := sink.Errors(); len(errs) != 0 {
 		t.Errorf("unexpected errors: %v", errs)
 	}
+}
+
+// settle waits until the sink has had no update for 300 ms (at most 10 s).
+func settle(t *testing.T, sink interface{ Updates() []sources.Update }) {
+	t.Helper()
+	n, since := len(sink.Updates()), time.Now()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if m := len(sink.Updates()); m != n {
+			n, since = m, time.Now()
+		} else if time.Since(since) >= 300*time.Millisecond {
+			return
+		}
+	}
+	t.Fatal("updates did not settle in 10 s")
 }
 
 func must(t testing.TB, err error) {

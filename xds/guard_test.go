@@ -67,8 +67,9 @@ func (h *limitHarness) refusals(limit string) int {
 	return int(metricVec(h.t, h.reg, "xdsbridge_xds_limit_refusals_total", "limit", limit))
 }
 
-// metricVec reads one labelled counter from a registry.
-func metricVec(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+// metric reads the counter name whose labels include the pairs (label,
+// value, ...), and whether there is one.
+func metric(t *testing.T, reg *prometheus.Registry, name string, pairs ...string) (float64, bool) {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -78,31 +79,41 @@ func metricVec(t *testing.T, reg *prometheus.Registry, name, label, value string
 		if mf.GetName() != name {
 			continue
 		}
+	metrics:
 		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
 			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					return m.GetCounter().GetValue()
+				got[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(pairs); i += 2 {
+				if got[pairs[i]] != pairs[i+1] {
+					continue metrics
 				}
 			}
+			return m.GetCounter().GetValue(), true
 		}
 	}
-	t.Fatalf("no metric %s{%s=%q}", name, label, value)
-	return 0
+	return 0, false
 }
 
+// metricVec reads one labelled counter; it must exist.
+func metricVec(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	v, ok := metric(t, reg, name, label, value)
+	if !ok {
+		t.Fatalf("no metric %s{%s=%q}", name, label, value)
+	}
+	return v
+}
+
+// counterValue reads an unlabelled counter; it must exist.
 func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	v, ok := metric(t, reg, name)
+	if !ok {
+		t.Fatalf("no metric %s", name)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("no metric %s", name)
-	return 0
+	return v
 }
 
 // rawDelta opens a delta ADS stream on conn, sends req, and reports how
@@ -748,28 +759,11 @@ func TestLimitNACKTypeURLs(t *testing.T) {
 	}
 }
 
-// metricVec2 reads a counter labelled type and mode.
+// metricVec2 reads a counter labelled type and mode (0 if none).
 func metricVec2(t *testing.T, reg *prometheus.Registry, name, typ, mode string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			got := map[string]string{}
-			for _, l := range m.GetLabel() {
-				got[l.GetName()] = l.GetValue()
-			}
-			if got["type"] == typ && got["mode"] == mode {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	v, _ := metric(t, reg, name, "type", typ, "mode", mode)
+	return v
 }
 
 // max_name_bytes_total bounds the name bytes over every connection; a

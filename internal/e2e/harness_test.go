@@ -55,6 +55,7 @@ type bridge struct {
 	services string // path of the services file
 	cancel   context.CancelFunc
 	done     chan error
+	stopOnce sync.Once
 }
 
 func startBridge(t *testing.T, servicesYAML string, extraSources string) *bridge {
@@ -95,7 +96,14 @@ func startBridgeConfig(t *testing.T, dir, cfgYAML string, edit func(*config.Conf
 // warn-level logs into the test's log.
 func runBridge(t *testing.T, cfg *config.Config) *bridge {
 	t.Helper()
-	cfg.XDS.Listen, cfg.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0"
+	return runBridgeOn(t, cfg, "127.0.0.1:0")
+}
+
+// runBridgeOn is runBridge with the xDS server on xdsListen (a restarted
+// bridge takes its predecessor's address, for its clients to reconnect).
+func runBridgeOn(t *testing.T, cfg *config.Config, xdsListen string) *bridge {
+	t.Helper()
+	cfg.XDS.Listen, cfg.Admin.Listen = xdsListen, "127.0.0.1:0"
 	cfg.Debounce = config.Debounce{Quiet: config.Duration(10 * time.Millisecond), Max: config.Duration(100 * time.Millisecond)}
 	cfg.Logging.Level = "warn"
 	a, err := app.New(cfg, app.NewLogger(cfg.Logging, &testWriter{t: t}))
@@ -108,13 +116,19 @@ func runBridge(t *testing.T, cfg *config.Config) *bridge {
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &bridge{app: a, services: filepath.Join(cfg.BaseDir, "services.yaml"), cancel: cancel, done: make(chan error, 1)}
 	go func() { b.done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
+	t.Cleanup(func() { b.stop(t) })
+	return b
+}
+
+// stop stops the bridge and waits for Run to return; again, it does nothing.
+func (b *bridge) stop(t *testing.T) {
+	t.Helper()
+	b.stopOnce.Do(func() {
+		b.cancel()
 		if err := <-b.done; err != nil {
 			t.Errorf("bridge: %v", err)
 		}
 	})
-	return b
 }
 
 // writeServices replaces the services file atomically, as an editor would.
@@ -199,6 +213,7 @@ type envoy struct {
 	admin    string
 	listener string
 	cmd      *exec.Cmd
+	log      string // the path of its log
 }
 
 var portLine = regexp.MustCompile(`port_value: (18000|10000|9901)\b`)
@@ -262,7 +277,7 @@ func launchEnvoy(t *testing.T, bootstrap, xdsAddr, certDir string, waitReady boo
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	e := &envoy{admin: fmt.Sprintf("127.0.0.1:%d", adminPort), listener: fmt.Sprintf("127.0.0.1:%d", lisPort), cmd: cmd}
+	e := &envoy{admin: fmt.Sprintf("127.0.0.1:%d", adminPort), listener: fmt.Sprintf("127.0.0.1:%d", lisPort), cmd: cmd, log: logPath}
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		cmd.Wait()

@@ -68,7 +68,15 @@ func dialXDS(t *testing.T, br *bridge, service string) *xdsClient {
   "xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
   "node": {"id": "grpc-client-1", "cluster": "e2e"}
 }`, br.app.XDSAddr())
-	builder, err := xdsgrpc.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
+	return xdsClientFrom(t, br, []byte(bootstrap), service)
+}
+
+// xdsClientFrom is a grpc-go client of xds:///service through an xDS
+// resolver made from bootstrap. The data plane (to the backends) is
+// plaintext, whatever the xDS channel is.
+func xdsClientFrom(t *testing.T, br *bridge, bootstrap []byte, service string) *xdsClient {
+	t.Helper()
+	builder, err := xdsgrpc.NewXDSResolverWithConfigForTesting(bootstrap)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,10 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	xdsgrpc "google.golang.org/grpc/xds"
 
 	"github.com/xdsbridge/xdsbridge/internal/testcerts"
 )
@@ -27,18 +24,7 @@ func dialXDSTLS(t *testing.T, br *bridge, ca *testcerts.CA, id, service string) 
 	bootstrap := rewriteExample(t, "grpc-bootstrap-mtls.json",
 		`"xdsbridge.example.org:18000"`, strconv.Quote(br.app.XDSAddr()),
 		`"certs/`, `"`+dir+`/`)
-	builder, err := xdsgrpc.NewXDSResolverWithConfigForTesting(bootstrap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The data plane (to the backends) is plaintext; only the xDS channel
-	// is TLS.
-	conn, err := grpc.NewClient("xds:///"+service, grpc.WithResolvers(builder), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return &xdsClient{br: br, health: healthpb.NewHealthClient(conn)}
+	return xdsClientFrom(t, br, bootstrap, service) // only the xDS channel is TLS
 }
 
 // fails checks that an RPC does not get through within a few seconds.

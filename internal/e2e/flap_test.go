@@ -118,7 +118,7 @@ const edsType = `type="type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadA
 
 // TestEnvoyFlappingBackend: a backend whose health check flaps below and
 // at the thresholds (unhealthy 3, healthy 2), through a real Envoy (delta
-// ADS) under steady traffic.
+// and state-of-the-world ADS) under steady traffic.
 //
 // Phase A: fail, fail, pass, over and over: one failure short of the
 // unhealthy threshold each time. The verdict never changes, so the bridge
@@ -132,6 +132,14 @@ const edsType = `type="type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadA
 // No request fails in either phase: the other backend stays healthy, and
 // the flapping one's traffic path answers 200 throughout.
 func TestEnvoyFlappingBackend(t *testing.T) {
+	for _, bootstrap := range []string{"envoy-delta.yaml", "envoy-sotw.yaml"} {
+		t.Run(strings.TrimSuffix(strings.TrimPrefix(bootstrap, "envoy-"), ".yaml"), func(t *testing.T) {
+			testFlappingBackend(t, bootstrap)
+		})
+	}
+}
+
+func testFlappingBackend(t *testing.T, bootstrap string) {
 	const (
 		U, H    = 3, 2
 		repsA   = 25 // × (U−1 failures, 1 success) = 75 probes
@@ -146,7 +154,7 @@ health_checks:
   services:
     web: {type: http, interval: 50ms, timeout: %s, jitter: 0s, unhealthy_threshold: %d, healthy_threshold: %d, http: {path: /healthz}}
 `, checkTo, U, H))
-	ev := startEnvoy(t, "envoy-delta.yaml", br.app.XDSAddr())
+	ev := startEnvoy(t, bootstrap, br.app.XDSAddr())
 	ev.waitTraffic(t, "b1", "b2")
 
 	// The checker's live state of a host (/debug/hosts shows the state as

@@ -328,7 +328,11 @@ func (c *Checker) Verdict(k TargetKey) Verdict {
 // never reported, so a rebuild in between that read the current verdict
 // would publish the short-lived one and never be corrected. The value
 // changes just before the transition that reports it is sent, so a
-// rebuild caused by that transition reads it.
+// rebuild caused by that transition reads it. (If Run stops while that
+// send waits, it reverts, and the transition is queued again; a consumer
+// that keeps rebuilding while Run is stopped and restarted could have read
+// the reverted value. Manager.Run stops the checker and its consumer
+// together.)
 func (c *Checker) Delivered(k TargetKey) Verdict {
 	c.mu.Lock()
 	defer c.mu.Unlock()

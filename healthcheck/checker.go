@@ -320,6 +320,28 @@ func (c *Checker) Verdict(k TargetKey) Verdict {
 	return Unknown
 }
 
+// Delivered returns the verdict of the last transition delivered for k
+// (Unknown before any, or if k is not a target): what a consumer that
+// follows Transitions has been told. A consumer that rebuilds on each
+// transition, and at other times too, must read this rather than Verdict:
+// a change undone before its transition is delivered is coalesced away and
+// never reported, so a rebuild in between that read the current verdict
+// would publish the short-lived one and never be corrected. The value
+// changes just before the transition that reports it is sent, so a
+// rebuild caused by that transition reads it. (If Run stops while that
+// send waits, it reverts, and the transition is queued again; a consumer
+// that keeps rebuilding while Run is stopped and restarted could have read
+// the reverted value. Manager.Run stops the checker and its consumer
+// together.)
+func (c *Checker) Delivered(k TargetKey) Verdict {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t, ok := c.targets[k]; ok {
+		return t.seen
+	}
+	return Unknown
+}
+
 // Snapshot returns the state of every target.
 func (c *Checker) Snapshot() map[TargetKey]State {
 	c.mu.Lock()

@@ -95,7 +95,11 @@ func (m *Manager) key(service string, host sources.HostKey) (TargetKey, bool) {
 
 // Verdict is the check verdict of a host of a service, for the merge. A
 // host of a checked service that is not a target yet (just discovered) has
-// no verdict yet: CheckPending.
+// no verdict yet: CheckPending. It is the verdict last delivered on the
+// checker's Transitions (Checker.Delivered), not the current one: Run
+// reports every change of it, so what the merge publishes from it is
+// always corrected by a later rebuild, even when a change is undone before
+// it is reported (and so never is).
 func (m *Manager) Verdict(service string, host sources.HostKey) CheckVerdict {
 	m.mu.Lock()
 	hk, checked := m.keys[service]
@@ -107,7 +111,7 @@ func (m *Manager) Verdict(service string, host sources.HostKey) CheckVerdict {
 	if !ok {
 		return CheckPending
 	}
-	switch m.checker.Verdict(k) {
+	switch m.checker.Delivered(k) {
 	case Healthy:
 		return CheckHealthy
 	case Unhealthy:

@@ -505,7 +505,8 @@ func TestEnvoyDNSOutage(t *testing.T) {
 // moment, and "no services" takes an explicit `services: {}`. After each:
 // no request failed, Envoy's hosts are unchanged, the bridge sent nothing,
 // and the error names the file (and the field or line) in /readyz and
-// /debug/sources, counted in xdsbridge_source_errors_total. Then a valid
+// /debug/sources, counted in xdsbridge_source_errors_total. Then the last
+// good file again: the stale mark clears, nothing is sent. Then a valid
 // file with a change: traffic moves.
 func TestEnvoyGarbageServicesFile(t *testing.T) {
 	bs := startBackends(t, 3)
@@ -577,6 +578,16 @@ func TestEnvoyGarbageServicesFile(t *testing.T) {
 		}
 		assertTraffic(t, g.what, tr, "b1", "b2")
 	}
+
+	// The last good file again: published again (the stale mark clears),
+	// nothing sent.
+	br.writeServices(t, good)
+	br.waitStale(t, "static", false)
+	time.Sleep(300 * time.Millisecond)
+	if p := pushes(); p != p0 {
+		t.Errorf("the bridge sent %v responses for the last good file again:\n%s", p-p0, metricLines(t, br, "xdsbridge_xds_pushes_total"))
+	}
+	assertTraffic(t, "the last good file again", tr, "b1", "b2")
 
 	// A valid file with a change: one EDS response, traffic moves.
 	br.writeServices(t, servicesYAML("web", b1, b3))

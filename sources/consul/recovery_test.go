@@ -279,6 +279,7 @@ func TestUnavailableErrors(t *testing.T) {
 		{&url.Error{Op: "Get", URL: "http://x", Err: errors.New("connection refused")}, true},
 		{fmt.Errorf("wrapped: %w", &url.Error{Op: "Get", URL: "http://x", Err: errors.New("EOF")}), true},
 		{api.StatusError{Code: 500, Body: "No cluster leader"}, true},
+		{api.StatusError{Code: 500, Body: "Not ready to serve consistent reads"}, true},
 		{api.StatusError{Code: 403, Body: "ACL not found"}, false},
 		{api.StatusError{Code: 500, Body: "rpc error: something else"}, false},
 		{errors.New("no query metadata in response"), false},

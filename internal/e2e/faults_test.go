@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -128,6 +129,25 @@ func (e *envoy) healthyHosts(t *testing.T, cluster string) []string {
 	return out
 }
 
+// edsApplied is Envoy's record of the EDS updates it applied to clusters:
+// each cluster's update_success (responses carrying its assignment) and
+// membership_change (changes of its hosts), as one string to compare.
+func (e *envoy) edsApplied(t *testing.T, clusters ...string) string {
+	t.Helper()
+	var out []string
+	for _, c := range clusters {
+		for _, stat := range []string{"update_success", "membership_change"} {
+			name := "cluster." + c + "." + stat
+			v, ok := e.stats(t, "^"+strings.ReplaceAll(name, ".", `\.`)+"$")[name]
+			if !ok {
+				t.Fatalf("envoy has no stat %s", name)
+			}
+			out = append(out, fmt.Sprintf("%s=%d", name, v))
+		}
+	}
+	return strings.Join(out, " ")
+}
+
 // waitHosts polls hosts every 10 ms until it returns want and returns
 // when it first did.
 // On a timeout it calls dump, if not nil, to log what may explain it.
@@ -183,6 +203,87 @@ func (tr *traffic) failures() []string {
 	return append([]string(nil), tr.errs...)
 }
 
+// hostMonitor records every distinct state of a cluster's hosts in Envoy
+// (host=health_flags, sorted), polling /clusters every 20 ms.
+type hostMonitor struct {
+	stopc chan struct{}
+	done  chan struct{}
+	once  sync.Once
+
+	mu   sync.Mutex
+	seen []string // each a state, "host=flags" joined by ","
+}
+
+func monitorHosts(ev *envoy, cluster string) *hostMonitor {
+	m := &hostMonitor{stopc: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		last := "none"
+		for {
+			select {
+			case <-m.stopc:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			body, err := ev.get("/clusters")
+			if err != nil {
+				continue
+			}
+			var hs []string
+			for _, l := range strings.Split(body, "\n") {
+				rest, ok := strings.CutPrefix(l, cluster+"::")
+				if !ok {
+					continue
+				}
+				if p := strings.Split(rest, "::"); len(p) == 3 && p[1] == "health_flags" {
+					hs = append(hs, p[0]+"="+p[2])
+				}
+			}
+			sort.Strings(hs)
+			if cur := strings.Join(hs, ","); cur != last {
+				m.mu.Lock()
+				m.seen = append(m.seen, cur)
+				m.mu.Unlock()
+				last = cur
+			}
+		}
+	}()
+	return m
+}
+
+// stop stops the monitor; again, it does nothing.
+func (m *hostMonitor) stop() {
+	m.once.Do(func() { close(m.stopc) })
+	<-m.done
+}
+
+// check stops the monitor and fails the test if a state seen is not
+// allowed. A state is its hosts joined by " ", each followed by
+// "(unhealthy)" if Envoy does not show it healthy.
+func (m *hostMonitor) check(t *testing.T, allowed map[string]bool) {
+	t.Helper()
+	m.stop()
+	var states []string
+	for _, s := range m.seen {
+		var hosts []string
+		if s != "" {
+			for _, h := range strings.Split(s, ",") {
+				addr, flags, _ := strings.Cut(h, "=")
+				if flags != "healthy" {
+					addr += "(unhealthy)"
+				}
+				hosts = append(hosts, addr)
+			}
+		}
+		k := strings.Join(hosts, " ")
+		states = append(states, "["+k+"]")
+		if !allowed[k] {
+			t.Errorf("envoy's hosts were [%s] for a moment", k)
+		}
+	}
+	t.Logf("envoy's hosts went through %d states: %s", len(states), strings.Join(states, " → "))
+}
+
 // waitLeaderAnswer polls the agent's /v1/status/leader every 10 ms until
 // it names a leader and returns when it first did: when Consul serves again.
 func waitLeaderAnswer(t *testing.T, a *consultest.Agent) time.Time {
@@ -226,6 +327,11 @@ func TestEnvoyConsulOutage(t *testing.T) {
 
 	tr := startTraffic(ev, 25*time.Millisecond) // 40 requests a second
 	defer tr.stop()
+	// Envoy's web hosts and their health, every 20 ms, whatever happens: only
+	// the states the changes lead to may be seen (a host removed for a
+	// moment would be caught even if no request failed).
+	mon := monitorHosts(ev, "web")
+	defer mon.stop()
 
 	// One change per outage, made as soon as Consul serves again, and
 	// Envoy's healthy hosts and the backends reached after it.
@@ -249,7 +355,7 @@ func TestEnvoyConsulOutage(t *testing.T) {
 		assertHosts(t, run+", before", ev.clusterHosts(t, "web"), hosts)
 		assertHosts(t, run+", before (healthy)", ev.healthyHosts(t, "web"), healthy)
 		assertTraffic(t, run+", before", tr, reached...)
-		p0 := pushes()
+		p0, a0 := pushes(), ev.edsApplied(t, "web")
 
 		a.Stop() // SIGKILL
 		killed := time.Now()
@@ -268,6 +374,9 @@ func TestEnvoyConsulOutage(t *testing.T) {
 		assertHosts(t, run+", agent down (healthy)", ev.healthyHosts(t, "web"), healthy)
 		if p := pushes(); p != p0 {
 			t.Errorf("%s: the bridge sent %v responses while Consul was down:\n%s", run, p-p0, metricLines(t, br, "xdsbridge_xds_pushes_total"))
+		}
+		if now := ev.edsApplied(t, "web"); now != a0 {
+			t.Errorf("%s: envoy applied EDS updates while Consul was down: %s, before %s", run, now, a0)
 		}
 		assertTraffic(t, run+", agent down", tr, reached...)
 
@@ -309,7 +418,14 @@ func TestEnvoyConsulOutage(t *testing.T) {
 	assertTraffic(t, "after the last outage", tr, reached...)
 	tr.stop()
 	sent, failed, _ := tr.snapshot()
+	// The states: b1 and b2; then b3 too, healthy or not.
+	b3host := hostsOf(b3)[0]
+	allowed := map[string]bool{strings.Join(hostsOf(b1, b2), " "): true, strings.Join(hostsOf(b1, b2, b3), " "): true}
+	allowed[strings.Replace(strings.Join(hostsOf(b1, b2, b3), " "), b3host, b3host+"(unhealthy)", 1)] = true
+	mon.check(t, allowed)
 	t.Logf("recovery times (first leader answer → envoy shows the change): %s", strings.Join(took, ", "))
+	t.Logf("reads redone in consistent mode for an index gone backwards: %v",
+		metricSumWith(t, br, "xdsbridge_consul_requests_total", `result="backwards_retry"`))
 	t.Logf("%d requests in all, %d failed", sent, failed)
 	if failed != 0 {
 		t.Errorf("%d of %d requests failed: %v", failed, sent, tr.failures())
@@ -409,10 +525,13 @@ func TestEnvoyDNSOutage(t *testing.T) {
 	apiTr := startTrafficPath(ev, 50*time.Millisecond, "/api/") // 20
 	defer web.stop()
 	defer apiTr.stop()
+	webMon, apiMon := monitorHosts(ev, "web"), monitorHosts(ev, "api")
+	defer webMon.stop()
+	defer apiMon.stop()
 	time.Sleep(300 * time.Millisecond)
 	assertTraffic(t, "before", web, "b1", "b2")
 	assertTraffic(t, "before", apiTr, "a1")
-	p0 := pushes()
+	p0, a0 := pushes(), ev.edsApplied(t, "web", "api")
 
 	// An outage: the server fails in the given mode for the given time.
 	outage := func(what string, mode int32, length time.Duration, result string) {
@@ -446,6 +565,9 @@ func TestEnvoyDNSOutage(t *testing.T) {
 		assertHosts(t, what+": api", apiHosts(), hosts(14))
 		if p := pushes(); p != p0 {
 			t.Errorf("%s: the bridge sent %v responses during the outage:\n%s", what, p-p0, metricLines(t, br, "xdsbridge_xds_pushes_total"))
+		}
+		if now := ev.edsApplied(t, "web", "api"); now != a0 {
+			t.Errorf("%s: envoy applied EDS updates during the outage: %s, before %s", what, now, a0)
 		}
 		assertTraffic(t, what+": web", web, "b1", "b2")
 		assertTraffic(t, what+": api", apiTr, "a1")
@@ -485,6 +607,8 @@ func TestEnvoyDNSOutage(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	assertTraffic(t, "after the change: web", web, "b1", "b3")
 	assertTraffic(t, "after the change: api", apiTr, "a2")
+	webMon.check(t, map[string]bool{strings.Join(hosts(11, 12), " "): true, strings.Join(hosts(11, 13), " "): true})
+	apiMon.check(t, map[string]bool{strings.Join(hosts(14), " "): true, strings.Join(hosts(15), " "): true})
 	for name, tr := range map[string]*traffic{"web": web, "api": apiTr} {
 		tr.stop()
 		sent, failed, _ := tr.snapshot()
@@ -522,9 +646,11 @@ func TestEnvoyGarbageServicesFile(t *testing.T) {
 
 	tr := startTraffic(ev, 25*time.Millisecond) // 40 requests a second
 	defer tr.stop()
+	mon := monitorHosts(ev, "web")
+	defer mon.stop()
 	time.Sleep(300 * time.Millisecond)
 	assertTraffic(t, "before", tr, "b1", "b2")
-	p0 := pushes()
+	p0, a0 := pushes(), ev.edsApplied(t, "web")
 
 	junk := make([]byte, 512)
 	for i := range junk {
@@ -576,6 +702,9 @@ func TestEnvoyGarbageServicesFile(t *testing.T) {
 		if p := pushes(); p != p0 {
 			t.Errorf("%s: the bridge sent %v responses:\n%s", g.what, p-p0, metricLines(t, br, "xdsbridge_xds_pushes_total"))
 		}
+		if now := ev.edsApplied(t, "web"); now != a0 {
+			t.Errorf("%s: envoy applied EDS updates: %s, before %s", g.what, now, a0)
+		}
 		assertTraffic(t, g.what, tr, "b1", "b2")
 	}
 
@@ -602,6 +731,7 @@ func TestEnvoyGarbageServicesFile(t *testing.T) {
 	tr.snapshot()
 	time.Sleep(500 * time.Millisecond)
 	assertTraffic(t, "after the valid file", tr, "b1", "b3")
+	mon.check(t, map[string]bool{strings.Join(hostsOf(b1, b2), " "): true, strings.Join(hostsOf(b1, b3), " "): true})
 	tr.stop()
 	sent, failed, _ := tr.snapshot()
 	t.Logf("%d requests in all, %d failed", sent, failed)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	mdns "github.com/miekg/dns"
@@ -12,10 +13,19 @@ import (
 // dnsServer is an in-process authoritative server whose A records the test
 // changes.
 type dnsServer struct {
-	mu   sync.Mutex
-	recs map[string][]string // fqdn → IPs
-	addr string
+	mu    sync.Mutex
+	recs  map[string][]string // fqdn → IPs
+	addr  string
+	fault atomic.Int32 // dnsNormal, dnsServFail or dnsDrop
 }
+
+// The dnsServer's fault modes: answer, SERVFAIL every query, or drop every
+// query unanswered (the resolver times out).
+const (
+	dnsNormal int32 = iota
+	dnsServFail
+	dnsDrop
+)
 
 func startDNS(t *testing.T) *dnsServer {
 	t.Helper()
@@ -28,6 +38,14 @@ func startDNS(t *testing.T) *dnsServer {
 	srv := &mdns.Server{PacketConn: pc, Handler: mdns.HandlerFunc(func(w mdns.ResponseWriter, r *mdns.Msg) {
 		m := new(mdns.Msg)
 		m.SetReply(r)
+		switch d.fault.Load() {
+		case dnsDrop:
+			return
+		case dnsServFail:
+			m.Rcode = mdns.RcodeServerFailure
+			w.WriteMsg(m)
+			return
+		}
 		m.Authoritative = true
 		q := r.Question[0]
 		d.mu.Lock()

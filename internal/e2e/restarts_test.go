@@ -32,6 +32,11 @@ type traffic struct {
 }
 
 func startTraffic(ev *envoy, every time.Duration) *traffic {
+	return startTrafficPath(ev, every, "/")
+}
+
+// startTrafficPath is startTraffic with requests for path.
+func startTrafficPath(ev *envoy, every time.Duration, path string) *traffic {
 	tr := &traffic{stopc: make(chan struct{}), done: make(chan struct{}), reached: map[string]int{}}
 	client := &http.Client{Timeout: 2 * time.Second}
 	go func() {
@@ -46,7 +51,7 @@ func startTraffic(ev *envoy, every time.Duration) *traffic {
 			case <-tick.C:
 			}
 			var fail string
-			resp, err := client.Get("http://" + ev.listener + "/")
+			resp, err := client.Get("http://" + ev.listener + path)
 			if err != nil {
 				fail = err.Error()
 			} else {

@@ -10,7 +10,7 @@ import (
 // metrics are the source's Prometheus collectors, all with the constant
 // label source=<name>. They are safe for concurrent use.
 type metrics struct {
-	requests  *prometheus.CounterVec   // endpoint, result: ok, error, stale_retry, no_leader
+	requests  *prometheus.CounterVec   // endpoint, result: ok, error, stale_retry, backwards_retry, no_leader
 	blocking  *prometheus.HistogramVec // endpoint
 	watches   prometheus.Gauge
 	publishes prometheus.Counter
@@ -22,7 +22,7 @@ func newMetrics(source string, s *Source) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "xdsbridge_consul_requests_total",
-			Help:        "Requests sent to the Consul agent, by endpoint (catalog_services, health_service, health_state, status_leader: the recovery probe) and result (ok, error; stale_retry counts stale reads redone in consistent mode; no_leader counts probes answered without a leader).",
+			Help:        "Requests sent to the Consul agent, by endpoint (catalog_services, health_service, health_state, status_leader: the recovery probe) and result (ok, error; stale_retry counts stale reads redone in consistent mode; backwards_retry reads whose index went backwards, redone in consistent mode; no_leader counts probes answered without a leader).",
 			ConstLabels: cl,
 		}, []string{"endpoint", "result"}),
 		blocking: prometheus.NewHistogramVec(prometheus.HistogramOpts{

@@ -169,13 +169,15 @@ func (r *runner) retryWait(ctx context.Context, d time.Duration, err error) {
 
 // unavailable reports whether a read error means the agent (or its
 // servers) cannot serve yet: no answer at all (refused, reset, timed out;
-// not a TLS problem, which does not go away by itself), or "No cluster
-// leader", which is "not yet" rather than a reason to back off fully.
+// not a TLS problem, which does not go away by itself), "No cluster
+// leader" or "Not ready to serve consistent reads" (a new leader
+// replaying its log), which are "not yet" rather than a reason to back off
+// fully.
 func (r *runner) unavailable(err error) bool {
 	if err == nil {
 		return false
 	}
-	if strings.Contains(err.Error(), "No cluster leader") {
+	if strings.Contains(err.Error(), "No cluster leader") || strings.Contains(err.Error(), errNotReady) {
 		return true
 	}
 	var ue *url.Error

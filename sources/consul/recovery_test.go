@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/xdsbridge/xdsbridge/internal/logbuf"
 	"github.com/xdsbridge/xdsbridge/sources"
@@ -24,12 +25,17 @@ import (
 // fakeAgent is a minimal Consul HTTP API for one service "web": catalog
 // services, health service (blocking on the index) and status leader. It
 // can be down (connections closed without an answer), leaderless (reads
-// answer "500 No cluster leader", the leader is "") or up.
+// answer "500 No cluster leader", the leader is ""), replaying (a
+// restarted server that has not applied its log: other than consistent
+// reads answer an empty catalog at index 1; consistent reads answer "500
+// Not ready to serve consistent reads" replay times, then the agent is up)
+// or up.
 type fakeAgent struct {
 	srv *httptest.Server
 
 	mu        sync.Mutex
-	mode      string // up, down, noleader
+	mode      string // up, down, noleader, replaying
+	replay    int    // consistent reads refused in replaying mode
 	index     uint64
 	instances []int // ports of web's instances on 127.0.0.1
 	changed   chan struct{}
@@ -82,8 +88,20 @@ func (f *fakeAgent) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		f.mu.Lock()
 	}
+	if f.mode == "replaying" && r.URL.Query().Has("consistent") {
+		if f.replay > 0 {
+			f.replay--
+			f.mu.Unlock()
+			http.Error(w, "Not ready to serve consistent reads", http.StatusInternalServerError)
+			return
+		}
+		f.mode = "up"
+	}
 	mode, index, instances := f.mode, f.index, append([]int(nil), f.instances...)
 	f.mu.Unlock()
+	if mode == "replaying" && r.URL.Path != "/v1/status/leader" {
+		index, instances = 1, nil
+	}
 	switch mode {
 	case "down":
 		hj, ok := w.(http.Hijacker)
@@ -110,6 +128,8 @@ func (f *fakeAgent) serve(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.URL.Path == "/v1/status/leader":
 		body = "127.0.0.1:8300"
+	case r.URL.Path == "/v1/catalog/services" && mode == "replaying":
+		body = map[string][]string{}
 	case r.URL.Path == "/v1/catalog/services":
 		body = map[string][]string{"web": {}}
 	case r.URL.Path == "/v1/health/service/web":
@@ -195,6 +215,60 @@ func TestRecoveryAfterOutageFakeAgent(t *testing.T) {
 	}
 }
 
+// TestIndexBackwardsReadConsistent: a restarted server that has not yet
+// applied its log answers stale reads with an empty catalog at index 1
+// (seen with a real agent killed and restarted: every service removed for
+// a moment). The source reads again in consistent mode, which the server
+// refuses until it is ready, and publishes nothing from the empty state:
+// web never leaves, no failure is reported, and a later change arrives.
+func TestIndexBackwardsReadConsistent(t *testing.T) {
+	f := newFakeAgent(t)
+	src, err := New("consul", json.RawMessage(fmt.Sprintf(`{"address": %q, "wait_time": "30s", "coalesce": "10ms", "retry_min": "100ms"}`,
+		strings.TrimPrefix(f.srv.URL, "http://"))), sources.Env{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := src.(*Source)
+	sink := sourcestest.Run(t, s, 10*time.Second)
+	sink.WaitFor(t, waitLong, "web with one instance", func(us []sources.Update, _ []error) bool {
+		return len(us) > 0 && len(webPorts(us[len(us)-1])) == 1
+	})
+
+	f.mu.Lock()
+	f.replay = 3
+	f.mu.Unlock()
+	f.set("replaying", nil) // the blocking queries return from the empty state
+	// Until the consistent reads are answered (the agent is up again).
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		f.mu.Lock()
+		up := f.mode == "up"
+		f.mu.Unlock()
+		if up {
+			break
+		}
+	}
+	port := 8081
+	f.set("up", &port)
+	sink.WaitFor(t, 10*time.Second, "the new instance", func(us []sources.Update, _ []error) bool {
+		return len(us) > 0 && len(webPorts(us[len(us)-1])) == 2
+	})
+	for i, u := range sink.Updates() {
+		if len(webPorts(u)) == 0 {
+			t.Errorf("update %d has no instance of web: %+v", i, u)
+		}
+	}
+	if errs := sink.Errors(); len(errs) != 0 {
+		t.Errorf("failures reported: %v", errs)
+	}
+	var retried float64
+	for _, ep := range []string{epServices, epHealth} {
+		retried += testutil.ToFloat64(s.metrics.requests.WithLabelValues(ep, "backwards_retry"))
+	}
+	if retried < 2 {
+		t.Errorf("%v reads redone for an index gone backwards; want one per watch at least", retried)
+	}
+}
+
 func TestUnavailableErrors(t *testing.T) {
 	s := &Source{set: &settings{tls: &tlsSettings{}}}
 	r := &runner{s: s}
@@ -205,6 +279,7 @@ func TestUnavailableErrors(t *testing.T) {
 		{&url.Error{Op: "Get", URL: "http://x", Err: errors.New("connection refused")}, true},
 		{fmt.Errorf("wrapped: %w", &url.Error{Op: "Get", URL: "http://x", Err: errors.New("EOF")}), true},
 		{api.StatusError{Code: 500, Body: "No cluster leader"}, true},
+		{api.StatusError{Code: 500, Body: "Not ready to serve consistent reads"}, true},
 		{api.StatusError{Code: 403, Body: "ACL not found"}, false},
 		{api.StatusError{Code: 500, Body: "rpc error: something else"}, false},
 		{errors.New("no query metadata in response"), false},

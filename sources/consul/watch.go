@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -161,8 +162,9 @@ func (r *runner) newWatch(dc *dcState, endpoint, what string, info *watchInfo) *
 
 // read performs one rate-limited read: blocking on the current index when
 // block is set. A stale result older than max_stale is read again in
-// consistent mode. On error it records it, sleeps the backoff and returns
-// it; the caller retries.
+// consistent mode, and so is a result whose index went backwards (see
+// confirmConsistent). On error it records it, sleeps the backoff and
+// returns it; the caller retries.
 func read[T any](ctx context.Context, w *watch, block bool, fetch fetchFunc[T]) (T, error) {
 	var zero T
 	if err := w.bucket.wait(ctx); err != nil {
@@ -174,9 +176,15 @@ func read[T any](ctx context.Context, w *watch, block bool, fetch fetchFunc[T]) 
 	}
 	w.setState(index)
 	res, meta, err := do(ctx, w.r, w.endpoint, w.r.queryOptions(w.dc, index, false), fetch)
+	consistent := w.r.s.set.consistency == "consistent"
 	if err == nil && w.r.s.set.consistency == "stale" && meta.LastContact > w.r.s.set.maxStale {
 		w.r.s.metrics.requests.WithLabelValues(w.endpoint, "stale_retry").Inc()
 		res, meta, err = do(ctx, w.r, w.endpoint, w.r.queryOptions(w.dc, 0, true), fetch)
+		consistent = true
+	}
+	if _, backwards := nextIndex(w.index, indexOf(meta)); err == nil && backwards && !consistent {
+		w.r.s.metrics.requests.WithLabelValues(w.endpoint, "backwards_retry").Inc()
+		res, meta, err = confirmConsistent(ctx, w, fetch)
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -195,6 +203,41 @@ func read[T any](ctx context.Context, w *watch, block bool, fetch fetchFunc[T]) 
 	w.failed = false
 	w.success(meta)
 	return res, nil
+}
+
+// indexOf is the index a read returned (0 without metadata).
+func indexOf(meta *api.QueryMeta) uint64 {
+	if meta == nil {
+		return 0
+	}
+	return meta.LastIndex
+}
+
+// Consistent reads wait for the leader to have applied its log: until
+// then Consul answers this error.
+const errNotReady = "Not ready to serve consistent reads"
+
+// confirmConsistent reads again in consistent mode, for a result whose
+// index went backwards. A restarted server answers stale and default
+// reads from its last snapshot until its log is replayed, which comes
+// after it is elected: an older catalog, empty without a snapshot (index
+// 1, every service gone). Those reads must not be published. A consistent
+// read is refused until the log is applied; it is retried meanwhile
+// (25 ms, doubling, about 1.5 s in all), then its error is the read's.
+// If the consistent read also returns the lower index, the catalog did
+// go back (a dev agent restarted, a cluster rebuilt): it is the truth.
+func confirmConsistent[T any](ctx context.Context, w *watch, fetch fetchFunc[T]) (T, *api.QueryMeta, error) {
+	wait := 25 * time.Millisecond
+	for {
+		res, meta, err := do(ctx, w.r, w.endpoint, w.r.queryOptions(w.dc, 0, true), fetch)
+		if err == nil || !strings.Contains(err.Error(), errNotReady) || wait > time.Second {
+			return res, meta, err
+		}
+		if serr := sleep(ctx, wait); serr != nil {
+			return res, meta, serr
+		}
+		wait *= 2
+	}
 }
 
 func (w *watch) setState(index uint64) {

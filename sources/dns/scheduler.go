@@ -21,6 +21,7 @@ type scheduler struct {
 	due     timerHeap
 	ready   []*target // due, waiting for a free worker
 	pending int       // targets whose first resolution has not finished
+	failing int       // targets whose last resolution failed
 
 	timer *time.Timer // fires at the earliest next refresh
 	flush *time.Timer // coalescing window before a publish
@@ -32,6 +33,11 @@ func newScheduler(s *Source, sink sources.Sink, jobs chan<- *target, results <-c
 	sch := &scheduler{s: s, sink: sink, jobs: jobs, results: results, pending: len(s.targets)}
 	// Every name is resolved at once at start; the worker pool bounds it.
 	sch.ready = append(sch.ready, s.targets...)
+	for _, t := range s.targets {
+		if t.lastErr != nil { // failing in an earlier run
+			sch.failing++
+		}
+	}
 	return sch
 }
 
@@ -84,8 +90,19 @@ func (sch *scheduler) promoteDue(now time.Time) {
 // handle applies a result, reports a failure, schedules the next refresh and
 // arms a publish when something changed (or when the first round is over).
 func (sch *scheduler) handle(ctx context.Context, r result) {
-	first := !r.t.done
+	first, wasFailing := !r.t.done, r.t.lastErr != nil
 	changed := sch.s.apply(r)
+	recovered := false
+	switch {
+	case r.err != nil && !wasFailing:
+		sch.failing++
+	case r.err == nil && wasFailing:
+		sch.failing--
+		// The last failing name answered again: publish even if nothing
+		// changed, which clears the bridge's stale mark (an unchanged
+		// set is no change for the clients).
+		recovered = sch.failing == 0
+	}
 	heap.Push(&sch.due, r.t)
 	if r.err != nil {
 		sch.s.metrics.resolutions.WithLabelValues("failure").Inc()
@@ -106,7 +123,10 @@ func (sch *scheduler) handle(ctx context.Context, r result) {
 			return
 		}
 	}
-	if changed && sch.pending == 0 && !sch.armed {
+	if recovered {
+		sch.force = true
+	}
+	if (changed || recovered) && sch.pending == 0 && !sch.armed {
 		sch.flush.Reset(sch.s.coalesce)
 		sch.armed = true
 	}

@@ -153,6 +153,44 @@ func TestFailuresKeepLastEndpoints(t *testing.T) {
 	}
 }
 
+// TestRecoveryPublishesOnceUnchanged: when the last failing name answers
+// again, the source publishes its unchanged set once, so the bridge clears
+// its stale mark (it is set by Fail and cleared by Publish; an unchanged
+// set sends clients nothing). Not before every name answers again, and
+// only once.
+func TestRecoveryPublishesOnceUnchanged(t *testing.T) {
+	ts := newTestServer(t)
+	ts.answer("a.test", tA, "a.test. 30 IN A 10.0.0.1")
+	ts.answer("b.test", tA, "b.test. 30 IN A 10.0.0.2")
+	cfg := srcCfg(ts.addr, strict("web", host("a.test", 80)), strict("api", host("b.test", 80)))
+	r := startSource(t, "dns", cfg, sources.Env{})
+	r.waitEndpoints(t, "web", []sources.Endpoint{ep("10.0.0.1", 80, "a.test")})
+	first, _ := r.sink.Last()
+
+	ts.set("a.test", tA, reply{rcode: mdns.RcodeServerFailure})
+	ts.set("b.test", tA, reply{rcode: mdns.RcodeServerFailure})
+	r.sink.WaitFor(t, 10*time.Second, "failures", func(_ []sources.Update, errs []error) bool { return len(errs) >= 4 })
+	// One name answers again, the other still fails: nothing published.
+	ts.answer("a.test", tA, "a.test. 30 IN A 10.0.0.1")
+	settle(ts, "a.test", tA, 3)
+	settle(ts, "b.test", tA, 3)
+	if n := len(r.sink.Updates()); n != 1 {
+		t.Fatalf("%d updates while b.test still fails; want only the first", n)
+	}
+	// Both answer again, unchanged: one publish of the same set.
+	ts.answer("b.test", tA, "b.test. 30 IN A 10.0.0.2")
+	r.sink.WaitFor(t, 10*time.Second, "a publish after the recovery", func(us []sources.Update, _ []error) bool { return len(us) == 2 })
+	settle(ts, "a.test", tA, 5)
+	settle(ts, "b.test", tA, 5)
+	us := r.sink.Updates()
+	if len(us) != 2 {
+		t.Fatalf("%d updates after the recovery; want 2 (the first, the recovery)", len(us))
+	}
+	if diff := cmp.Diff(first, us[1]); diff != "" {
+		t.Fatalf("recovery update differs from the first (-first +recovery):\n%s", diff)
+	}
+}
+
 func TestFailureRefreshRate(t *testing.T) {
 	ts := newTestServer(t)
 	ts.set("web.test", tA, reply{rcode: mdns.RcodeServerFailure})

@@ -111,7 +111,7 @@ func (c *soakClient) connect() error {
 				return err
 			}
 		}
-		go c.runDelta(st, done)
+		go c.runDelta(ctx, st, done)
 		return nil
 	}
 	st, err := ads.StreamAggregatedResources(ctx)
@@ -138,7 +138,7 @@ func (c *soakClient) connect() error {
 			return err
 		}
 	}
-	go c.runSotw(st, done)
+	go c.runSotw(ctx, st, done)
 	return nil
 }
 
@@ -157,8 +157,10 @@ func (c *soakClient) disconnect() {
 	conn.Close()
 }
 
-func (c *soakClient) ended(err error) {
-	if grpcstatus.Code(err) == codes.Canceled || errors.Is(err, context.Canceled) {
+// ended records why a stream ended, unless it was disconnect's doing (a
+// Send racing with the cancel returns io.EOF, Recv Canceled).
+func (c *soakClient) ended(ctx context.Context, err error) {
+	if ctx.Err() != nil || grpcstatus.Code(err) == codes.Canceled || errors.Is(err, context.Canceled) {
 		return
 	}
 	c.mu.Lock()
@@ -174,18 +176,18 @@ func (c *soakClient) err() error {
 	return c.streamErr
 }
 
-func (c *soakClient) runDelta(st discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient, done chan struct{}) {
+func (c *soakClient) runDelta(ctx context.Context, st discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient, done chan struct{}) {
 	defer close(done)
 	for {
 		resp, err := st.Recv()
 		if err != nil {
-			c.ended(err)
+			c.ended(ctx, err)
 			return
 		}
 		c.responses.Add(1)
 		for _, req := range c.applyDelta(resp) {
 			if err := st.Send(req); err != nil {
-				c.ended(err)
+				c.ended(ctx, err)
 				return
 			}
 		}
@@ -248,18 +250,18 @@ func (c *soakClient) applyDelta(resp *discovery.DeltaDiscoveryResponse) []*disco
 	return out
 }
 
-func (c *soakClient) runSotw(st discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient, done chan struct{}) {
+func (c *soakClient) runSotw(ctx context.Context, st discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient, done chan struct{}) {
 	defer close(done)
 	for {
 		resp, err := st.Recv()
 		if err != nil {
-			c.ended(err)
+			c.ended(ctx, err)
 			return
 		}
 		c.responses.Add(1)
 		for _, req := range c.applySotw(resp) {
 			if err := st.Send(req); err != nil {
-				c.ended(err)
+				c.ended(ctx, err)
 				return
 			}
 		}

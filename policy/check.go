@@ -9,12 +9,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/config/decode"
 )
 
 // FieldError is a problem with one field of a policy. Path leads from the
 // top of the policy document to the field: mapping keys and "[i]"
-// sequence indexes (config.Line finds its line).
+// sequence indexes (decode.Line finds its line).
 type FieldError struct {
 	Path []string
 	Msg  string
@@ -125,11 +125,11 @@ func sub(path []string, field string) []string {
 	return append(append([]string(nil), path...), splitField(field)...)
 }
 
-func (c *checker) duration(path []string, field string, d config.Duration, min time.Duration) {
+func (c *checker) duration(path []string, field string, d decode.Duration, min time.Duration) {
 	if d == 0 {
 		return
 	}
-	if err := config.CheckRange(field, d.D(), min, MaxDuration); err != nil {
+	if err := decode.CheckRange(field, d.D(), min, MaxDuration); err != nil {
 		c.add(path, field, "%s", strings.TrimPrefix(err.Error(), field+": "))
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/config/decode"
 )
 
 // File is a policy file: the policy of services, each under its name or
@@ -29,7 +29,7 @@ const MaxFileErrors = 20
 // A file that does not decode gets the decoder's one error.
 func ParseFile(data []byte) (*File, error) {
 	var f File
-	if err := config.DecodeStrict(data, &f); err != nil {
+	if err := decode.Strict(data, &f); err != nil {
 		return nil, err
 	}
 	if f.Services == nil {
@@ -40,7 +40,7 @@ func ParseFile(data []byte) (*File, error) {
 		return &f, nil
 	}
 	sort.SliceStable(errs, func(i, j int) bool {
-		return config.Line(data, errs[i].Path...) < config.Line(data, errs[j].Path...)
+		return decode.Line(data, errs[i].Path...) < decode.Line(data, errs[j].Path...)
 	})
 	var out []error
 	for i, e := range errs {
@@ -48,7 +48,7 @@ func ParseFile(data []byte) (*File, error) {
 			out = append(out, fmt.Errorf("and %d more", len(errs)-i))
 			break
 		}
-		if l := config.Line(data, e.Path...); l > 0 {
+		if l := decode.Line(data, e.Path...); l > 0 {
 			out = append(out, fmt.Errorf("line %d: %w", l, e))
 		} else {
 			out = append(out, e)

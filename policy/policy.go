@@ -19,7 +19,7 @@
 package policy
 
 import (
-	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/config/decode"
 )
 
 // Protocol is what a service speaks, as Consul's service-defaults
@@ -45,7 +45,7 @@ func (p Protocol) HTTP2() bool { return p == ProtocolHTTP2 || p == ProtocolGRPC 
 // route sending everything to the service's own hosts.
 type Service struct {
 	Protocol       Protocol        `json:"protocol,omitempty"`
-	ConnectTimeout config.Duration `json:"connect_timeout,omitempty"`
+	ConnectTimeout decode.Duration `json:"connect_timeout,omitempty"`
 	LoadBalancer   *LoadBalancer   `json:"load_balancer,omitempty"`
 	// CircuitBreakers are the default-priority thresholds of the cluster.
 	CircuitBreakers  *CircuitBreakers  `json:"circuit_breakers,omitempty"`
@@ -82,7 +82,7 @@ type Service struct {
 	Split []Split `json:"split,omitempty"`
 	// Timeout bounds a whole request of the default route (and of routes
 	// without their own). 0: none.
-	Timeout config.Duration `json:"timeout,omitempty"`
+	Timeout decode.Duration `json:"timeout,omitempty"`
 	// Retry is the retry policy of the default route (and of routes
 	// without their own).
 	Retry *Retry `json:"retry,omitempty"`
@@ -136,7 +136,7 @@ type HashPolicy struct {
 // request has none.
 type HashCookie struct {
 	Name string          `json:"name"`
-	TTL  config.Duration `json:"ttl,omitempty"`
+	TTL  decode.Duration `json:"ttl,omitempty"`
 	Path string          `json:"path,omitempty"`
 }
 
@@ -155,9 +155,9 @@ type CircuitBreakers struct {
 type OutlierDetection struct {
 	Consecutive5xx            *uint32         `json:"consecutive_5xx,omitempty"`
 	ConsecutiveGatewayFailure *uint32         `json:"consecutive_gateway_failure,omitempty"`
-	Interval                  config.Duration `json:"interval,omitempty"`
-	BaseEjectionTime          config.Duration `json:"base_ejection_time,omitempty"`
-	MaxEjectionTime           config.Duration `json:"max_ejection_time,omitempty"`
+	Interval                  decode.Duration `json:"interval,omitempty"`
+	BaseEjectionTime          decode.Duration `json:"base_ejection_time,omitempty"`
+	MaxEjectionTime           decode.Duration `json:"max_ejection_time,omitempty"`
 	MaxEjectionPercent        *uint32         `json:"max_ejection_percent,omitempty"`
 	// EnforcingConsecutive5xx is the percentage of detections that eject
 	// (Envoy's default 100).
@@ -206,7 +206,7 @@ type Route struct {
 	// clients cannot rewrite, and ignore it).
 	PrefixRewrite string `json:"prefix_rewrite,omitempty"`
 	// Timeout bounds the whole request (and its retries). 0: the service's.
-	Timeout config.Duration `json:"timeout,omitempty"`
+	Timeout decode.Duration `json:"timeout,omitempty"`
 	// Retry overrides the service's retry policy for this route.
 	Retry *Retry `json:"retry,omitempty"`
 }
@@ -287,12 +287,12 @@ type Retry struct {
 	NumRetries *uint32 `json:"num_retries,omitempty"`
 	// BaseInterval and MaxInterval bound the exponential back-off between
 	// retries (A44's defaults: 25ms and 10 × base).
-	BaseInterval config.Duration `json:"base_interval,omitempty"`
-	MaxInterval  config.Duration `json:"max_interval,omitempty"`
+	BaseInterval decode.Duration `json:"base_interval,omitempty"`
+	MaxInterval  decode.Duration `json:"max_interval,omitempty"`
 	// StatusCodes are the HTTP statuses retriable-status-codes retries
 	// (Envoy only).
 	StatusCodes []uint32 `json:"status_codes,omitempty"`
 	// PerTryTimeout bounds each attempt (Envoy only: gRPC clients do not
 	// support it without hedging, gRFC A44).
-	PerTryTimeout config.Duration `json:"per_try_timeout,omitempty"`
+	PerTryTimeout decode.Duration `json:"per_try_timeout,omitempty"`
 }

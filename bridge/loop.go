@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xdsbridge/xdsbridge/healthcheck"
+	"github.com/xdsbridge/xdsbridge/policy"
 	"github.com/xdsbridge/xdsbridge/sources"
 	"github.com/xdsbridge/xdsbridge/translate"
 )
@@ -87,11 +88,13 @@ const (
 	evPublish eventKind = iota
 	evFail
 	evCheck
+	evPolicy
 )
 
 type event struct {
 	kind    eventKind
 	update  sources.Update
+	policy  sources.PolicyUpdate
 	source  string
 	err     error
 	service string // evCheck: the service whose check verdicts changed ("" = all)
@@ -115,7 +118,8 @@ type Loop struct {
 	synced    map[string]bool
 	dirty     map[string]bool
 	published map[string]sources.Service   // service → the merged input last translated
-	pubOpts   map[string]translate.Options // service → the options it was translated with
+	pubOpts   map[string]translate.Options // service → the options it was translated with (its policy included)
+	policies  map[string]*policy.File      // policy source → its policy
 	// refused holds the services whose latest input was refused (over the
 	// limits, or failing validation): what is served is an older version
 	// (published) or nothing.
@@ -172,6 +176,7 @@ func New(opts Options, pub Publisher) *Loop {
 		dirty:     map[string]bool{},
 		published: map[string]sources.Service{},
 		pubOpts:   map[string]translate.Options{},
+		policies:  map[string]*policy.File{},
 		refused:   map[string]bool{},
 		retained:  map[string]map[sources.HostKey]*retainedHost{},
 		status:    map[string]*SourceStatus{},
@@ -326,6 +331,8 @@ func (l *Loop) handle(ev event) bool {
 	switch ev.kind {
 	case evPublish:
 		return l.applyUpdate(ev.update)
+	case evPolicy:
+		return l.applyPolicy(ev.policy)
 	case evFail:
 		l.m.sourceErrors.WithLabelValues(ev.source).Inc()
 		l.log.Warn("source failed to refresh; serving its last good state", "source", ev.source, "error", ev.err)
@@ -477,8 +484,10 @@ func (l *Loop) flush() {
 		// owner with the same endpoints may still change. Unchanged since
 		// published, unless a refused input came in between: translating
 		// it again puts back its diagnostics.
-		opts := translate.Options{DefaultLocality: l.opts.DefaultLocality[l.owner(name)]}
-		if old, was := l.published[name]; was && !l.refused[name] && reflect.DeepEqual(old, svc) && l.pubOpts[name] == opts {
+		// Its policy too: the options compare by content.
+		pol, _ := l.policyFor(name)
+		opts := translate.Options{DefaultLocality: l.opts.DefaultLocality[l.owner(name)], Policy: pol}
+		if old, was := l.published[name]; was && !l.refused[name] && reflect.DeepEqual(old, svc) && reflect.DeepEqual(l.pubOpts[name], opts) {
 			continue
 		}
 		r := opts.ServiceWithin(svc, l.opts.Limits)
@@ -738,6 +747,9 @@ type SourceStatus struct {
 	// DataAge is how old the served data of the source is.
 	DataAge  string `json:"data_age,omitempty"`
 	Services int    `json:"services"`
+	// Policies is how many entries (names and patterns) a policy source's
+	// policy has.
+	Policies int `json:"policies,omitempty"`
 }
 
 // HostInfo explains one host of a service: why it is published, or not.

@@ -141,7 +141,7 @@ func (f *File) For(name string) (s Service, key string, ok bool) {
 		if m, err := path.Match(k, name); err != nil || !m {
 			continue
 		}
-		if n := literalLen(k); n > bestLen {
+		if n := Specificity(k); n > bestLen {
 			best, bestLen = k, n
 		}
 	}
@@ -151,8 +151,9 @@ func (f *File) For(name string) (s Service, key string, ok bool) {
 	return f.Services[best], best, true
 }
 
-// literalLen counts a pattern's characters outside wildcards and classes.
-func literalLen(p string) int {
+// Specificity counts a pattern's characters outside wildcards and classes:
+// of two patterns matching a name, the one with more is the more specific.
+func Specificity(p string) int {
 	n, inClass := 0, false
 	for i := 0; i < len(p); i++ {
 		switch c := p[i]; {

@@ -45,6 +45,11 @@ type Publisher interface {
 type Options struct {
 	// Sources names every source that must sync before the bridge is ready.
 	Sources []string
+	// ServicesAndPolicy names the sources (of Sources) that publish both
+	// services and a policy (sources.PolicyPublisher): each counts as
+	// synced only once it has published both, whichever comes first.
+	// Every other source is synced by its first publish of either.
+	ServicesAndPolicy []string
 	// Quiet is how long the loop waits after the last event (default 50ms).
 	Quiet time.Duration
 	// MaxHold is the longest a dirty service waits while events keep coming
@@ -116,6 +121,7 @@ type Loop struct {
 	bySource  map[string]map[string]sources.Service // source → service → last published
 	claims    map[string][]string                   // service → sources claiming it, first is owner
 	synced    map[string]bool
+	gotKinds  map[string]syncKinds // what each source has published so far
 	dirty     map[string]bool
 	published map[string]sources.Service   // service → the merged input last translated
 	pubOpts   map[string]translate.Options // service → the options it was translated with (its policy included)
@@ -173,6 +179,7 @@ func New(opts Options, pub Publisher) *Loop {
 		bySource:  map[string]map[string]sources.Service{},
 		claims:    map[string][]string{},
 		synced:    map[string]bool{},
+		gotKinds:  map[string]syncKinds{},
 		dirty:     map[string]bool{},
 		published: map[string]sources.Service{},
 		pubOpts:   map[string]translate.Options{},
@@ -405,12 +412,12 @@ func (l *Loop) applyUpdate(u sources.Update) bool {
 			dirty = true
 		}
 	}
-	l.synced[src] = true
+	synced := l.noteSync(src, gotServices)
 	l.m.sourceSyncs.WithLabelValues(src).Inc()
 
 	l.mu.Lock()
 	st := l.sourceStatus(src)
-	st.Synced = true
+	st.Synced = synced
 	st.LastSync = l.now()
 	st.Stale = false
 	st.Services = len(next)
@@ -443,6 +450,34 @@ func (l *Loop) refreshConflictsLocked() {
 	for svc, c := range l.conflicts {
 		l.log.Warn("service claimed by more than one source; the first owner keeps it", "service", svc, "owner", c[0], "also_claimed_by", c[1:])
 	}
+}
+
+// syncKinds is what a source has published: services, a policy, or both.
+type syncKinds uint8
+
+const (
+	gotServices syncKinds = 1 << iota
+	gotPolicy
+)
+
+// noteSync records that src published kind and reports whether it is now
+// synced: at once, unless it is one of Options.ServicesAndPolicy, which is
+// synced once it has published both kinds.
+func (l *Loop) noteSync(src string, kind syncKinds) bool {
+	l.gotKinds[src] |= kind
+	if !l.synced[src] && (l.gotKinds[src] == gotServices|gotPolicy || !contains(l.opts.ServicesAndPolicy, src)) {
+		l.synced[src] = true
+	}
+	return l.synced[src]
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
 }
 
 func (l *Loop) allSynced() bool {

@@ -48,12 +48,12 @@ func (l *Loop) applyPolicy(u sources.PolicyUpdate) bool {
 			dirty = true
 		}
 	}
-	l.synced[src] = true
+	synced := l.noteSync(src, gotPolicy)
 	l.m.sourceSyncs.WithLabelValues(src).Inc()
 
 	l.mu.Lock()
 	st := l.sourceStatus(src)
-	st.Synced = true
+	st.Synced = synced
 	st.LastSync = l.now()
 	st.Stale = false
 	st.Policies = len(f.Services)

@@ -108,3 +108,42 @@ func TestPolicyPrecedence(t *testing.T) {
 		}
 	}
 }
+
+// A source that publishes both services and a policy (the Consul source
+// with config entries) is synced only once it has published both, in
+// either order: clients never see its services without their policy.
+func TestReadyWaitsForServicesAndPolicyOfOneSource(t *testing.T) {
+	for _, policyFirst := range []bool{false, true} {
+		rec := newRecorder()
+		l := run(t, Options{Sources: []string{"consul"}, ServicesAndPolicy: []string{"consul"}, Quiet: time.Millisecond}, rec)
+		first := func() { publish(t, l, "consul", service("web", 1)) }
+		second := func() {
+			publishPolicy(t, l, "consul", map[string]policy.Service{"web": {Protocol: policy.ProtocolGRPC}})
+		}
+		if policyFirst {
+			first, second = second, first
+		}
+		first()
+		rec.none(t, 100*time.Millisecond)
+		if l.Ready() {
+			t.Fatalf("policy first %v: ready after one of the two publishes", policyFirst)
+		}
+		for _, s := range l.Sources() {
+			if s.Name == "consul" && s.Synced {
+				t.Errorf("policy first %v: source shown synced after one of the two publishes", policyFirst)
+			}
+		}
+		second()
+		if d := cmp.Diff([]string{"web"}, rec.next(t).changed); d != "" {
+			t.Fatalf("policy first %v: first publish (-want +got):\n%s", policyFirst, d)
+		}
+		waitTrue(t, l.Ready)
+	}
+	// A source not listed is synced by its first publish of either kind,
+	// as before.
+	rec := newRecorder()
+	l := run(t, Options{Sources: []string{"consul"}, Quiet: time.Millisecond}, rec)
+	publish(t, l, "consul", service("web", 1))
+	rec.next(t)
+	waitTrue(t, l.Ready)
+}

@@ -169,6 +169,15 @@ type Source interface {
 	Run(ctx context.Context, sink Sink) error
 }
 
+// PolicyPublisher is implemented by discovery sources that can publish a
+// policy besides their services (the Consul source with config_entries).
+// When PublishesPolicy reports true, the bridge counts the source synced
+// only once it has published both, so that clients never see its services
+// before their policy, nor the other way round.
+type PolicyPublisher interface {
+	PublishesPolicy() bool
+}
+
 // StaticClaimer is implemented by sources that know the service names they
 // own before they run (from their config or file). The bridge checks those
 // claims for conflicts at start.

@@ -137,8 +137,12 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		return nil, err
 	}
 	names := make([]string, len(srcs))
+	var both []string
 	for i, s := range srcs {
 		names[i] = s.Name()
+		if pp, ok := s.(sources.PolicyPublisher); ok && pp.PublishesPolicy() {
+			both = append(both, s.Name())
+		}
 	}
 	perSource, perService, err := BuildHealthChecks(c)
 	if err != nil {
@@ -161,14 +165,15 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	}
 	var checks *healthcheck.Manager
 	opts := bridge.Options{
-		Sources:         names,
-		Quiet:           c.Debounce.Quiet.D(),
-		MaxHold:         c.Debounce.Max.D(),
-		Logger:          log,
-		Metrics:         reg,
-		MaxRetention:    c.HealthChecks.MaxRetention.D(),
-		DefaultLocality: DefaultLocalities(c),
-		Limits:          c.Limits,
+		Sources:           names,
+		ServicesAndPolicy: both,
+		Quiet:             c.Debounce.Quiet.D(),
+		MaxHold:           c.Debounce.Max.D(),
+		Logger:            log,
+		Metrics:           reg,
+		MaxRetention:      c.HealthChecks.MaxRetention.D(),
+		DefaultLocality:   DefaultLocalities(c),
+		Limits:            c.Limits,
 	}
 	if len(perSource)+len(perService) > 0 {
 		checker := healthcheck.NewChecker(healthcheck.Options{Workers: c.HealthChecks.Workers, Logger: log, Metrics: reg})

@@ -133,11 +133,15 @@ func TestConvertEntries(t *testing.T) {
 		{
 			name: "resolver: redirect to a peer, a sameness group, a namespace, an unwatched datacenter: skipped",
 			in: entries(
-				resolver("a", func(e *api.ServiceResolverConfigEntry) { e.Redirect = &api.ServiceResolverRedirect{Service: "x", Peer: "p"} }),
+				resolver("a", func(e *api.ServiceResolverConfigEntry) {
+					e.Redirect = &api.ServiceResolverRedirect{Service: "x", Peer: "p"}
+				}),
 				resolver("b", func(e *api.ServiceResolverConfigEntry) {
 					e.Redirect = &api.ServiceResolverRedirect{Service: "x", SamenessGroup: "g"}
 				}),
-				resolver("c", func(e *api.ServiceResolverConfigEntry) { e.Redirect = &api.ServiceResolverRedirect{Service: "x", Namespace: "n"} }),
+				resolver("c", func(e *api.ServiceResolverConfigEntry) {
+					e.Redirect = &api.ServiceResolverRedirect{Service: "x", Namespace: "n"}
+				}),
 				resolver("d", func(e *api.ServiceResolverConfigEntry) { e.Redirect = &api.ServiceResolverRedirect{Datacenter: "dc9"} }),
 			),
 			want: map[string]policy.Service{},

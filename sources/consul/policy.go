@@ -383,30 +383,46 @@ func (c *converter) defaults(e *api.ServiceConfigEntry) (*policy.Service, *skip)
 	}
 	mesh := []struct {
 		field string
-		set   bool
+		v     any
 	}{
-		{"Mode", e.Mode != ""},
-		{"TransparentProxy", e.TransparentProxy != nil},
-		{"MutualTLSMode", e.MutualTLSMode != ""},
-		{"MeshGateway", e.MeshGateway.Mode != ""},
-		{"Expose", e.Expose.Checks || len(e.Expose.Paths) > 0},
-		{"ExternalSNI", e.ExternalSNI != ""},
-		{"UpstreamConfig", e.UpstreamConfig != nil},
-		{"Destination", e.Destination != nil},
-		{"MaxInboundConnections", e.MaxInboundConnections != 0},
-		{"LocalConnectTimeoutMs", e.LocalConnectTimeoutMs != 0},
-		{"LocalRequestTimeoutMs", e.LocalRequestTimeoutMs != 0},
-		{"BalanceInboundConnections", e.BalanceInboundConnections != ""},
-		{"RateLimits", e.RateLimits != nil},
-		{"EnvoyExtensions", len(e.EnvoyExtensions) > 0},
-		{"MaxRequestHeadersKB", e.MaxRequestHeadersKB != nil},
+		{"Mode", e.Mode}, {"TransparentProxy", e.TransparentProxy}, {"MutualTLSMode", e.MutualTLSMode},
+		{"MeshGateway", e.MeshGateway}, {"Expose", e.Expose}, {"ExternalSNI", e.ExternalSNI},
+		{"UpstreamConfig", e.UpstreamConfig}, {"Destination", e.Destination},
+		{"MaxInboundConnections", e.MaxInboundConnections}, {"LocalConnectTimeoutMs", e.LocalConnectTimeoutMs},
+		{"LocalRequestTimeoutMs", e.LocalRequestTimeoutMs}, {"BalanceInboundConnections", e.BalanceInboundConnections},
+		{"RateLimits", e.RateLimits}, {"EnvoyExtensions", e.EnvoyExtensions}, {"MaxRequestHeadersKB", e.MaxRequestHeadersKB},
 	}
 	for _, m := range mesh {
-		if m.set {
+		if isSet(m.v) {
 			c.diag(e.Kind, e.Name, m.field, false, "configures Consul's service mesh (sidecars, gateways), not the clients of the service")
 		}
 	}
 	return s, nil
+}
+
+// isSet reports whether v (a pointer is followed) is other than its zero
+// value; empty slices and maps count as zero (Consul sends some empty
+// structures, as TransparentProxy: {}).
+func isSet(v any) bool {
+	rv := reflect.ValueOf(v)
+	for rv.Kind() == reflect.Pointer || rv.Kind() == reflect.Interface {
+		if rv.IsNil() {
+			return false
+		}
+		rv = rv.Elem()
+	}
+	switch rv.Kind() {
+	case reflect.Slice, reflect.Map:
+		return rv.Len() > 0
+	case reflect.Struct:
+		for i := 0; i < rv.NumField(); i++ {
+			if rv.Type().Field(i).IsExported() && isSet(rv.Field(i).Interface()) {
+				return true
+			}
+		}
+		return false
+	}
+	return rv.IsValid() && !rv.IsZero()
 }
 
 // resolver converts a service-resolver entry.

@@ -1,6 +1,7 @@
 package consul
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -9,9 +10,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/consul/api"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xdsbridge/xdsbridge/config/decode"
 	"github.com/xdsbridge/xdsbridge/policy"
+	"github.com/xdsbridge/xdsbridge/sources"
 )
 
 func u32(v uint32) *uint32 { return &v }
@@ -87,7 +90,7 @@ func TestConvertEntries(t *testing.T) {
 			name: "service-defaults unknown protocol and mesh-only fields are diagnostics",
 			in: entries(&api.ServiceConfigEntry{Kind: api.ServiceDefaults, Name: "web", Protocol: "kafka",
 				MeshGateway: api.MeshGatewayConfig{Mode: api.MeshGatewayModeLocal}, Mode: api.ProxyModeTransparent,
-				UpstreamConfig: &api.UpstreamConfiguration{}, LocalRequestTimeoutMs: 5, ExternalSNI: "x"}),
+				UpstreamConfig: &api.UpstreamConfiguration{Defaults: &api.UpstreamConfig{ConnectTimeoutMs: 5}}, LocalRequestTimeoutMs: 5, ExternalSNI: "x"}),
 			want: map[string]policy.Service{},
 			diags: []string{"service-defaults/web Protocol", "service-defaults/web Mode", "service-defaults/web MeshGateway",
 				"service-defaults/web ExternalSNI", "service-defaults/web UpstreamConfig", "service-defaults/web LocalRequestTimeoutMs"},
@@ -454,4 +457,73 @@ func sorted(s []string) []string {
 	out := append([]string{}, s...)
 	sort.Strings(out)
 	return out
+}
+
+func TestIsSet(t *testing.T) {
+	for _, c := range []struct {
+		v    any
+		want bool
+	}{
+		{(*api.TransparentProxyConfig)(nil), false},
+		{&api.TransparentProxyConfig{}, false},
+		{&api.TransparentProxyConfig{DialedDirectly: true}, true},
+		{api.ExposeConfig{Paths: []api.ExposePath{}}, false},
+		{api.ExposeConfig{Paths: []api.ExposePath{{Path: "/x"}}}, true},
+		{api.MeshGatewayConfig{}, false},
+		{api.MeshGatewayConfig{Mode: api.MeshGatewayModeLocal}, true},
+		{0, false}, {5, true}, {"", false}, {"x", true},
+		{(*uint32)(nil), false}, {u32(0), false}, {u32(1), true},
+	} {
+		if got := isSet(c.v); got != c.want {
+			t.Errorf("isSet(%#v) = %v, want %v", c.v, got, c.want)
+		}
+	}
+}
+
+// With config_entries the source says it publishes a policy (the bridge
+// then waits for both), leaves the config-entry watches their slots, and
+// registers the diagnostics metric; without, none of it.
+func TestConfigEntriesSetting(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		reg := prometheus.NewRegistry()
+		src, err := New("c", json.RawMessage(fmt.Sprintf(`{"max_concurrent_queries": 7, "config_entries": %v}`, on)), sources.Env{Metrics: reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := src.(*Source)
+		if s.PublishesPolicy() != on {
+			t.Errorf("config_entries %v: PublishesPolicy %v", on, s.PublishesPolicy())
+		}
+		slots := newRunner(s, nil).serviceSlots()
+		if want := int64(7 - 2); on && slots != want-4 || !on && slots != want {
+			t.Errorf("config_entries %v: %d service slots", on, slots)
+		}
+		if on {
+			s.metrics.setDiagnostics([]Diagnostic{{Kind: api.ServiceRouter}, {Kind: api.ServiceRouter}, {Kind: ""}})
+		}
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, mf := range mfs {
+			if mf.GetName() != "xdsbridge_consul_config_entry_diagnostics" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "kind" {
+						got[l.GetValue()] = m.GetGauge().GetValue()
+					}
+				}
+			}
+		}
+		want := map[string]float64{}
+		if on {
+			want = map[string]float64{api.ServiceRouter: 2, "all": 1, api.ServiceDefaults: 0, api.ServiceSplitter: 0, api.ServiceResolver: 0}
+		}
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("config_entries %v: diagnostics metric (-want +got):\n%s", on, d)
+		}
+	}
 }

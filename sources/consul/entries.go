@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"reflect"
 	"time"
 
@@ -19,6 +20,10 @@ import (
 // from the last one. While a watch fails, its kind keeps its last good
 // entries: the policy stays as it was (fail static).
 
+// errNoKnownLeader is a read answered without a known leader. Its text
+// makes the watch wait on the recovery prober (runner.unavailable).
+var errNoKnownLeader = errors.New("No cluster leader known to the agent: its answer may predate the servers' state; reading again")
+
 // watchConfigEntries keeps one kind's entries current until ctx is done.
 func (r *runner) watchConfigEntries(ctx context.Context, kind string) {
 	s := r.s
@@ -29,7 +34,15 @@ func (r *runner) watchConfigEntries(ctx context.Context, kind string) {
 	w := r.newWatch(dc, epConfig, dc.label+": config "+kind, info)
 	fetch := func(q *api.QueryOptions) ([]api.ConfigEntry, *api.QueryMeta, error) {
 		q.UseCache = false // the agent cache does not serve config-entry lists as blocking queries
-		return r.client.ConfigEntries().List(kind, q)
+		list, meta, err := r.client.ConfigEntries().List(kind, q)
+		if err == nil && meta != nil && !meta.KnownLeader {
+			// A server that knows no leader answers stale reads from
+			// whatever state it has, which after a restart can be none
+			// yet (index 1, no entries): that would drop the policy.
+			// Read again later, as for Consul's own "No cluster leader".
+			return nil, nil, errNoKnownLeader
+		}
+		return list, meta, err
 	}
 	for ctx.Err() == nil {
 		list, err := read(ctx, w, true, fetch)

@@ -155,8 +155,11 @@ func TestConfigEntriesAgent(t *testing.T) {
 	a.Start()
 	a.WaitLeader()
 	waitFor(t, "DebugInfo to stop showing stale data", func() bool { return !s.DebugInfo().(Debug).Stale })
-	if n := len(sink.Policies()); n != before {
-		t.Errorf("%d policies published after the agent came back with the same entries", n-before)
+	if ps := sink.Policies(); len(ps) != before {
+		t.Errorf("%d policies published after the agent came back with the same entries", len(ps)-before)
+		for _, p := range ps[before:] {
+			t.Logf("published: %s", mustJSON(p.Policy))
+		}
 	}
 	waitPolicy(t, sink, "the policy after the outage", map[string]policy.Service{"web": web})
 
@@ -174,6 +177,13 @@ func TestConfigEntriesAgent(t *testing.T) {
 	if d := s.DebugInfo().(Debug); len(d.ConfigEntries.Diagnostics) != 0 {
 		t.Errorf("diagnostics left after every entry is deleted: %+v", d.ConfigEntries.Diagnostics)
 	}
+
+	// The resolver's RequestTimeout (backported to 1.14) round-trips
+	// through a 1.14 agent, with a failover to another service.
+	setEntry(t, a, &api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "api", RequestTimeout: 15 * time.Second,
+		Failover: map[string]api.ServiceResolverFailover{"*": {Service: "api-backup"}}})
+	waitPolicy(t, sink, "resolver with a request timeout", map[string]policy.Service{"api": {Timeout: decode.Duration(15 * time.Second),
+		Failover: []policy.Target{{Service: "api-backup"}}}})
 }
 
 func mustJSON(v any) string {

@@ -128,6 +128,19 @@ func BuildTLS(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (xd
 	return xdsTLS, adminTLS, nil
 }
 
+// ServicesAndPolicy names the sources that publish services and a policy
+// (sources.PolicyPublisher): the merge loop counts each synced only once it
+// has published both.
+func ServicesAndPolicy(srcs []sources.Source) []string {
+	var out []string
+	for _, s := range srcs {
+		if pp, ok := s.(sources.PolicyPublisher); ok && pp.PublishesPolicy() {
+			out = append(out, s.Name())
+		}
+	}
+	return out
+}
+
 // New builds the bridge. It starts nothing and listens on nothing.
 func New(c *config.Config, log *slog.Logger) (*App, error) {
 	reg := prometheus.NewRegistry()
@@ -137,12 +150,8 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		return nil, err
 	}
 	names := make([]string, len(srcs))
-	var both []string
 	for i, s := range srcs {
 		names[i] = s.Name()
-		if pp, ok := s.(sources.PolicyPublisher); ok && pp.PublishesPolicy() {
-			both = append(both, s.Name())
-		}
 	}
 	perSource, perService, err := BuildHealthChecks(c)
 	if err != nil {
@@ -166,7 +175,7 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	var checks *healthcheck.Manager
 	opts := bridge.Options{
 		Sources:           names,
-		ServicesAndPolicy: both,
+		ServicesAndPolicy: ServicesAndPolicy(srcs),
 		Quiet:             c.Debounce.Quiet.D(),
 		MaxHold:           c.Debounce.Max.D(),
 		Logger:            log,

@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xdsbridge/xdsbridge/healthcheck"
+	"github.com/xdsbridge/xdsbridge/policy"
 	"github.com/xdsbridge/xdsbridge/sources"
 	"github.com/xdsbridge/xdsbridge/translate"
 )
@@ -44,6 +45,11 @@ type Publisher interface {
 type Options struct {
 	// Sources names every source that must sync before the bridge is ready.
 	Sources []string
+	// ServicesAndPolicy names the sources (of Sources) that publish both
+	// services and a policy (sources.PolicyPublisher): each counts as
+	// synced only once it has published both, whichever comes first.
+	// Every other source is synced by its first publish of either.
+	ServicesAndPolicy []string
 	// Quiet is how long the loop waits after the last event (default 50ms).
 	Quiet time.Duration
 	// MaxHold is the longest a dirty service waits while events keep coming
@@ -87,11 +93,13 @@ const (
 	evPublish eventKind = iota
 	evFail
 	evCheck
+	evPolicy
 )
 
 type event struct {
 	kind    eventKind
 	update  sources.Update
+	policy  sources.PolicyUpdate
 	source  string
 	err     error
 	service string // evCheck: the service whose check verdicts changed ("" = all)
@@ -113,9 +121,11 @@ type Loop struct {
 	bySource  map[string]map[string]sources.Service // source → service → last published
 	claims    map[string][]string                   // service → sources claiming it, first is owner
 	synced    map[string]bool
+	gotKinds  map[string]syncKinds // what each source has published so far
 	dirty     map[string]bool
 	published map[string]sources.Service   // service → the merged input last translated
-	pubOpts   map[string]translate.Options // service → the options it was translated with
+	pubOpts   map[string]translate.Options // service → the options it was translated with (its policy included)
+	policies  map[string]*policy.File      // policy source → its policy
 	// refused holds the services whose latest input was refused (over the
 	// limits, or failing validation): what is served is an older version
 	// (published) or nothing.
@@ -169,9 +179,11 @@ func New(opts Options, pub Publisher) *Loop {
 		bySource:  map[string]map[string]sources.Service{},
 		claims:    map[string][]string{},
 		synced:    map[string]bool{},
+		gotKinds:  map[string]syncKinds{},
 		dirty:     map[string]bool{},
 		published: map[string]sources.Service{},
 		pubOpts:   map[string]translate.Options{},
+		policies:  map[string]*policy.File{},
 		refused:   map[string]bool{},
 		retained:  map[string]map[sources.HostKey]*retainedHost{},
 		status:    map[string]*SourceStatus{},
@@ -326,6 +338,8 @@ func (l *Loop) handle(ev event) bool {
 	switch ev.kind {
 	case evPublish:
 		return l.applyUpdate(ev.update)
+	case evPolicy:
+		return l.applyPolicy(ev.policy)
 	case evFail:
 		l.m.sourceErrors.WithLabelValues(ev.source).Inc()
 		l.log.Warn("source failed to refresh; serving its last good state", "source", ev.source, "error", ev.err)
@@ -398,12 +412,12 @@ func (l *Loop) applyUpdate(u sources.Update) bool {
 			dirty = true
 		}
 	}
-	l.synced[src] = true
+	synced := l.noteSync(src, gotServices)
 	l.m.sourceSyncs.WithLabelValues(src).Inc()
 
 	l.mu.Lock()
 	st := l.sourceStatus(src)
-	st.Synced = true
+	st.Synced = synced
 	st.LastSync = l.now()
 	st.Stale = false
 	st.Services = len(next)
@@ -436,6 +450,34 @@ func (l *Loop) refreshConflictsLocked() {
 	for svc, c := range l.conflicts {
 		l.log.Warn("service claimed by more than one source; the first owner keeps it", "service", svc, "owner", c[0], "also_claimed_by", c[1:])
 	}
+}
+
+// syncKinds is what a source has published: services, a policy, or both.
+type syncKinds uint8
+
+const (
+	gotServices syncKinds = 1 << iota
+	gotPolicy
+)
+
+// noteSync records that src published kind and reports whether it is now
+// synced: at once, unless it is one of Options.ServicesAndPolicy, which is
+// synced once it has published both kinds.
+func (l *Loop) noteSync(src string, kind syncKinds) bool {
+	l.gotKinds[src] |= kind
+	if !l.synced[src] && (l.gotKinds[src] == gotServices|gotPolicy || !contains(l.opts.ServicesAndPolicy, src)) {
+		l.synced[src] = true
+	}
+	return l.synced[src]
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
 }
 
 func (l *Loop) allSynced() bool {
@@ -477,8 +519,10 @@ func (l *Loop) flush() {
 		// owner with the same endpoints may still change. Unchanged since
 		// published, unless a refused input came in between: translating
 		// it again puts back its diagnostics.
-		opts := translate.Options{DefaultLocality: l.opts.DefaultLocality[l.owner(name)]}
-		if old, was := l.published[name]; was && !l.refused[name] && reflect.DeepEqual(old, svc) && l.pubOpts[name] == opts {
+		// Its policy too: the options compare by content.
+		pol, _ := l.policyFor(name)
+		opts := translate.Options{DefaultLocality: l.opts.DefaultLocality[l.owner(name)], Policy: pol}
+		if old, was := l.published[name]; was && !l.refused[name] && reflect.DeepEqual(old, svc) && reflect.DeepEqual(l.pubOpts[name], opts) {
 			continue
 		}
 		r := opts.ServiceWithin(svc, l.opts.Limits)
@@ -738,6 +782,9 @@ type SourceStatus struct {
 	// DataAge is how old the served data of the source is.
 	DataAge  string `json:"data_age,omitempty"`
 	Services int    `json:"services"`
+	// Policies is how many entries (names and patterns) a policy source's
+	// policy has.
+	Policies int `json:"policies,omitempty"`
 }
 
 // HostInfo explains one host of a service: why it is published, or not.

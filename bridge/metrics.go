@@ -8,10 +8,13 @@ type loopMetrics struct {
 	sourceSyncs  *prometheus.CounterVec
 	sourceErrors *prometheus.CounterVec
 	conflicts    prometheus.Gauge
-	services     prometheus.Gauge
-	flushes      prometheus.Counter
-	flushErrors  prometheus.Counter
-	invalid      prometheus.Counter
+	// policyConflicts: services given a policy by name by more than one
+	// policy source.
+	policyConflicts prometheus.Gauge
+	services        prometheus.Gauge
+	flushes         prometheus.Counter
+	flushErrors     prometheus.Counter
+	invalid         prometheus.Counter
 	// Translation limits: what each limit dropped or refused, refused
 	// translations, and the services whose latest input is refused.
 	limitExceeded   *prometheus.CounterVec
@@ -30,6 +33,9 @@ func newLoopMetrics(l *Loop, reg prometheus.Registerer) *loopMetrics {
 		}, []string{"source"}),
 		conflicts: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "xdsbridge_service_conflicts", Help: "Services claimed by more than one source.",
+		}),
+		policyConflicts: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "xdsbridge_policy_conflicts", Help: "Services given a policy by name by more than one policy source (the first source's is used).",
 		}),
 		services: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "xdsbridge_services", Help: "Services published.",
@@ -58,7 +64,7 @@ func newLoopMetrics(l *Loop, reg prometheus.Registerer) *loopMetrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.sourceSyncs, m.sourceErrors, m.conflicts, m.services, m.flushes, m.flushErrors, m.invalid, m.limitExceeded, m.refused, m.refusedServices, m.flushSeconds, &staleCollector{l})
+		reg.MustRegister(m.sourceSyncs, m.sourceErrors, m.conflicts, m.policyConflicts, m.services, m.flushes, m.flushErrors, m.invalid, m.limitExceeded, m.refused, m.refusedServices, m.flushSeconds, &staleCollector{l})
 	}
 	return m
 }

@@ -23,6 +23,8 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xdsbridge/xdsbridge/policy"
 )
 
 // HealthStatus is the health of one endpoint as a source (or the merge) sees it.
@@ -133,12 +135,25 @@ type Update struct {
 	Services []Service
 }
 
+// PolicyUpdate is the whole traffic policy a policy source holds,
+// replacing what it published before. The receiver owns it after
+// PublishPolicy: the source must not modify it.
+type PolicyUpdate struct {
+	Source string
+	// Policy gives services their policy by name or name pattern. It has
+	// passed its Check.
+	Policy *policy.File
+}
+
 // Sink receives what sources publish. Implementations are safe for concurrent
 // use by several sources.
 type Sink interface {
 	// Publish replaces the source's full set of services. It blocks until the
 	// update is accepted or ctx is done.
 	Publish(ctx context.Context, u Update) error
+	// PublishPolicy replaces a policy source's whole policy. It blocks
+	// until the update is accepted or ctx is done.
+	PublishPolicy(ctx context.Context, u PolicyUpdate) error
 	// Fail reports that the source could not refresh. What it published last
 	// stays served ("fail static"); the error shows in readiness and metrics.
 	Fail(ctx context.Context, source string, err error)
@@ -152,6 +167,15 @@ type Source interface {
 	// returns nil on cancellation and an error only for failures it cannot
 	// recover from; transient errors go to sink.Fail and Run keeps trying.
 	Run(ctx context.Context, sink Sink) error
+}
+
+// PolicyPublisher is implemented by discovery sources that can publish a
+// policy besides their services (the Consul source with config_entries).
+// When PublishesPolicy reports true, the bridge counts the source synced
+// only once it has published both, so that clients never see its services
+// before their policy, nor the other way round.
+type PolicyPublisher interface {
+	PublishesPolicy() bool
 }
 
 // StaticClaimer is implemented by sources that know the service names they

@@ -271,7 +271,7 @@ func TestNameLimit(t *testing.T) {
 	if d := cmp.Diff(want, r.Diagnostics); d != "" {
 		t.Errorf("diagnostics (-want +got):\n%s", d)
 	}
-	if !r.Refused || r.Resources != (Resources{}) || r.Exceeded[LimitNameBytes] != 1 {
+	if !r.Refused || !r.Resources.IsZero() || r.Exceeded[LimitNameBytes] != 1 {
 		t.Errorf("refused %v, resources %+v, exceeded %v", r.Refused, r.Resources, r.Exceeded)
 	}
 
@@ -300,7 +300,7 @@ func TestResourceBytesLimit(t *testing.T) {
 	if d := cmp.Diff(want, over.Diagnostics); d != "" {
 		t.Errorf("diagnostics (-want +got):\n%s", d)
 	}
-	if !over.Refused || over.Resources != (Resources{}) || over.Exceeded[LimitResourceBytes] != 1 {
+	if !over.Refused || !over.Resources.IsZero() || over.Exceeded[LimitResourceBytes] != 1 {
 		t.Errorf("refused %v, resources %+v, exceeded %v", over.Refused, over.Resources, over.Exceeded)
 	}
 }
@@ -309,7 +309,7 @@ func TestResourceBytesLimit(t *testing.T) {
 // service (the cache would fail to encode it and block every publish).
 func TestUnencodableRefused(t *testing.T) {
 	r := ServiceWithin(sources.Service{Name: "svc", Endpoints: []sources.Endpoint{at(ep("10.0.0.1", 80), 0, "bad-\xff", "", "")}}, Limits{})
-	if !r.Refused || r.Resources != (Resources{}) || r.Exceeded[LimitEncoding] != 1 {
+	if !r.Refused || !r.Resources.IsZero() || r.Exceeded[LimitEncoding] != 1 {
 		t.Fatalf("%+v", r)
 	}
 	want := []Diagnostic{{"svc", "locality", "a locality of priority 0 is not UTF-8; service update refused"}}
@@ -399,7 +399,7 @@ func TestLimitsHoldForRandomInput(t *testing.T) {
 		res := ServiceWithin(s, lim)
 		if res.Refused {
 			refused++
-			if res.Resources != (Resources{}) {
+			if !res.Resources.IsZero() {
 				t.Fatalf("%s: refused with resources", s.Name)
 			}
 			continue

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/xdsbridge/xdsbridge/policy"
 	"github.com/xdsbridge/xdsbridge/sources"
 )
 
@@ -42,7 +43,28 @@ type Resources struct {
 	// xds:///<service> (see grpc.go); Envoys with static listeners never ask.
 	Listener *listener.Listener
 	Route    *route.RouteConfiguration
+	// Subsets are the clusters of the service's policy subsets, sorted by
+	// name: each an EDS cluster named SubsetCluster(service, subset) with
+	// its own assignment.
+	Subsets []SubsetResources
 }
+
+// IsZero reports whether r holds no resource (a refused service's).
+func (r Resources) IsZero() bool {
+	return r.Cluster == nil && r.Load == nil && r.Listener == nil && r.Route == nil && len(r.Subsets) == 0
+}
+
+// SubsetResources are the resources of one subset of a service.
+type SubsetResources struct {
+	Cluster *cluster.Cluster
+	Load    *endpoint.ClusterLoadAssignment
+}
+
+// SubsetCluster is the name of the cluster (and assignment) of a subset:
+// the service's name, a slash, the subset's. Consul service names and
+// DNS names cannot hold a slash; a service of the file source named so
+// that it collides is a Diagnostic, and the subset is not published.
+func SubsetCluster(service, subset string) string { return service + "/" + subset }
 
 // DefaultConnectTimeout is the connect timeout of generated clusters.
 const DefaultConnectTimeout = 5 * time.Second
@@ -55,6 +77,10 @@ type Options struct {
 	// publishes such endpoints under an empty Locality, which Envoy treats
 	// as no locality at all.
 	DefaultLocality sources.Locality
+	// Policy is the service's traffic policy (cluster settings, subsets,
+	// routes); nil is the default policy. It must pass its Check. The
+	// translation does not modify it.
+	Policy *policy.Service
 }
 
 // Service translates one service with the default Options.

@@ -54,6 +54,11 @@ type Cache struct {
 	// from then on a watch whose stream is not known is refused rather
 	// than served unfiltered.
 	restricted bool
+
+	// pubMu serialises PublishServices; subsets (behind it) is each
+	// service's subset clusters as last published.
+	pubMu   sync.Mutex
+	subsets map[string][]string
 }
 
 // DefaultMaxResponseBytes bounds the resource bytes of one delta response

@@ -128,6 +128,19 @@ func BuildTLS(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (xd
 	return xdsTLS, adminTLS, nil
 }
 
+// ServicesAndPolicy names the sources that publish services and a policy
+// (sources.PolicyPublisher): the merge loop counts each synced only once it
+// has published both.
+func ServicesAndPolicy(srcs []sources.Source) []string {
+	var out []string
+	for _, s := range srcs {
+		if pp, ok := s.(sources.PolicyPublisher); ok && pp.PublishesPolicy() {
+			out = append(out, s.Name())
+		}
+	}
+	return out
+}
+
 // New builds the bridge. It starts nothing and listens on nothing.
 func New(c *config.Config, log *slog.Logger) (*App, error) {
 	reg := prometheus.NewRegistry()
@@ -161,14 +174,15 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	}
 	var checks *healthcheck.Manager
 	opts := bridge.Options{
-		Sources:         names,
-		Quiet:           c.Debounce.Quiet.D(),
-		MaxHold:         c.Debounce.Max.D(),
-		Logger:          log,
-		Metrics:         reg,
-		MaxRetention:    c.HealthChecks.MaxRetention.D(),
-		DefaultLocality: DefaultLocalities(c),
-		Limits:          c.Limits,
+		Sources:           names,
+		ServicesAndPolicy: ServicesAndPolicy(srcs),
+		Quiet:             c.Debounce.Quiet.D(),
+		MaxHold:           c.Debounce.Max.D(),
+		Logger:            log,
+		Metrics:           reg,
+		MaxRetention:      c.HealthChecks.MaxRetention.D(),
+		DefaultLocality:   DefaultLocalities(c),
+		Limits:            c.Limits,
 	}
 	if len(perSource)+len(perService) > 0 {
 		checker := healthcheck.NewChecker(healthcheck.Options{Workers: c.HealthChecks.Workers, Logger: log, Metrics: reg})

@@ -12,9 +12,10 @@ import (
 // SourceTypes maps the key of a `sources:` entry in the config to the
 // factory of that source type. Adding a source type is one line here.
 var SourceTypes = map[string]sources.Factory{
-	"consul": consul.New,
-	"dns":    dns.New,
-	"file":   file.New,
+	"consul":      consul.New,
+	"dns":         dns.New,
+	"file":        file.New,
+	"policy_file": file.NewPolicy,
 }
 
 // SourceTypeNames returns the known source types, sorted.

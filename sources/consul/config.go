@@ -72,6 +72,12 @@ type Config struct {
 	HintedRefresh config.Duration `json:"hinted_refresh"`
 
 	Mapping Mapping `json:"mapping"`
+
+	// ConfigEntries also watches the service-defaults, service-router,
+	// service-splitter and service-resolver config entries of the local
+	// datacenter and publishes them as the traffic policy of the services
+	// they name (README "Config entries").
+	ConfigEntries bool `json:"config_entries"`
 }
 
 // TLS holds the client TLS settings; each overrides its CONSUL_* variable.
@@ -151,6 +157,7 @@ type settings struct {
 	coalesce      time.Duration
 	hintedRefresh time.Duration
 	mapping       mappingSettings
+	configEntries bool
 }
 
 type mappingSettings struct {
@@ -198,6 +205,10 @@ func parseConfig(raw json.RawMessage, baseDir string) (*settings, error) {
 	}
 	if s.mapping, err = c.Mapping.settings(); err != nil {
 		return nil, err
+	}
+	s.configEntries = c.ConfigEntries
+	if s.configEntries && s.maxQueries < 2*(1+len(s.failoverDCs))+len(entryKinds)+1 {
+		return nil, fmt.Errorf("max_concurrent_queries: %d leaves no query for service watches besides the lists, change feeds and %d config-entry watches", s.maxQueries, len(entryKinds))
 	}
 	return s, nil
 }

@@ -14,6 +14,18 @@ type Debug struct {
 	DataAge     string     `json:"data_age,omitempty"`
 	Published   *time.Time `json:"last_published,omitempty"`
 	Datacenters []DebugDC  `json:"datacenters"`
+	// ConfigEntries is there with config_entries.
+	ConfigEntries *DebugConfigEntries `json:"config_entries,omitempty"`
+}
+
+// DebugConfigEntries are the config-entry watches, how many entries of
+// each kind the last good reads hold, and what of them the published
+// policy does not carry.
+type DebugConfigEntries struct {
+	Watches         map[string]DebugWatch `json:"watches"`
+	Entries         map[string]int        `json:"entries"`
+	PolicyPublished *time.Time            `json:"policy_published,omitempty"`
+	Diagnostics     []Diagnostic          `json:"diagnostics"`
 }
 
 // DebugDC is one datacenter.
@@ -85,6 +97,18 @@ func (s *Source) DebugInfo() any {
 		}
 		sort.Slice(ddc.Services, func(i, j int) bool { return ddc.Services[i].Name < ddc.Services[j].Name })
 		d.Datacenters = append(d.Datacenters, ddc)
+	}
+	if ce := s.ce; ce != nil {
+		dce := &DebugConfigEntries{Watches: map[string]DebugWatch{}, Entries: map[string]int{}, Diagnostics: append([]Diagnostic{}, ce.diags...)}
+		for kind, w := range ce.watches {
+			dce.Watches[kind] = note(w)
+			dce.Entries[kind] = ce.counts[kind]
+		}
+		if !ce.published.IsZero() {
+			t := ce.published
+			dce.PolicyPublished = &t
+		}
+		d.ConfigEntries = dce
 	}
 	if d.Stale && !oldest.IsZero() {
 		d.DataAge = now.Sub(oldest).Round(time.Millisecond).String()

@@ -15,6 +15,29 @@ type metrics struct {
 	watches   prometheus.Gauge
 	publishes prometheus.Counter
 	staleness prometheus.Collector // one gauge per datacenter
+	// Config entries (registered with config_entries only).
+	policyPublishes prometheus.Counter
+	diagnostics     *prometheus.GaugeVec // kind
+	withEntries     bool
+}
+
+// setDiagnostics sets the diagnostics gauge of every kind (0 for kinds
+// without any).
+func (m *metrics) setDiagnostics(diags []Diagnostic) {
+	n := map[string]int{"all": 0}
+	for _, k := range entryKinds {
+		n[k] = 0
+	}
+	for _, d := range diags {
+		k := d.Kind
+		if k == "" {
+			k = "all"
+		}
+		n[k]++
+	}
+	for k, v := range n {
+		m.diagnostics.WithLabelValues(k).Set(float64(v))
+	}
 }
 
 func newMetrics(source string, s *Source) *metrics {
@@ -22,7 +45,7 @@ func newMetrics(source string, s *Source) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "xdsbridge_consul_requests_total",
-			Help:        "Requests sent to the Consul agent, by endpoint (catalog_services, health_service, health_state, status_leader: the recovery probe) and result (ok, error; stale_retry counts stale reads redone in consistent mode; backwards_retry reads whose index went backwards, redone in consistent mode; no_leader counts probes answered without a leader).",
+			Help:        "Requests sent to the Consul agent, by endpoint (catalog_services, health_service, health_state, config_entries, status_leader: the recovery probe) and result (ok, error; stale_retry counts stale reads redone in consistent mode; backwards_retry reads whose index went backwards, redone in consistent mode; no_leader counts probes answered without a leader).",
 			ConstLabels: cl,
 		}, []string{"endpoint", "result"}),
 		blocking: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -42,6 +65,16 @@ func newMetrics(source string, s *Source) *metrics {
 			ConstLabels: cl,
 		}),
 	}
+	m.policyPublishes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name:        "xdsbridge_consul_policy_publishes_total",
+		Help:        "Policies converted from config entries published to the bridge (config_entries).",
+		ConstLabels: cl,
+	})
+	m.diagnostics = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name:        "xdsbridge_consul_config_entry_diagnostics",
+		Help:        "Config-entry fields and entries the published policy does not carry, by entry kind (config_entries; listed in /debug/sources).",
+		ConstLabels: cl,
+	}, []string{"kind"})
 	m.staleness = &stalenessCollector{s: s, desc: prometheus.NewDesc("xdsbridge_consul_staleness_seconds",
 		"Age of the datacenter's data being served: while a read fails, the time since its last success; otherwise the largest X-Consul-LastContact of the last reads.",
 		[]string{"datacenter"}, cl)}
@@ -80,6 +113,9 @@ func (c *stalenessCollector) Collect(ch chan<- prometheus.Metric) {
 
 func (m *metrics) register(r prometheus.Registerer) error {
 	cs := []prometheus.Collector{m.requests, m.blocking, m.watches, m.publishes}
+	if m.withEntries {
+		cs = append(cs, m.policyPublishes, m.diagnostics)
+	}
 	for _, c := range append(cs, m.staleness) {
 		if err := r.Register(c); err != nil {
 			return fmt.Errorf("registering metrics: %w", err)
@@ -104,6 +140,11 @@ func (s *Source) staleness(dc *dcState, now time.Time) time.Duration {
 	}
 	consider(&dc.list)
 	consider(&dc.feed)
+	if s.ce != nil && dc == s.dcs[0] {
+		for _, w := range s.ce.watches {
+			consider(w)
+		}
+	}
 	for _, st := range dc.services {
 		consider(&st.info)
 	}

@@ -48,11 +48,25 @@ type Source struct {
 	errsDropped int
 	published   time.Time
 	staleSince  time.Time // when the first watch failed; zero while none is failing
+	ce          *ceState  // nil without config_entries
+}
+
+// ceState is what the config-entry watches know. Guarded by Source.mu.
+type ceState struct {
+	watches map[string]*watchInfo // by kind
+	seen    map[string]bool       // kinds read at least once
+	entries entrySet              // the last good list of each kind
+	version uint64                // bumped at each change of entries
+	diags   []Diagnostic          // of the last conversion
+	counts  map[string]int        // entries by kind
+	// published is when the policy was last published.
+	published time.Time
 }
 
 var (
-	_ sources.Source   = (*Source)(nil)
-	_ sources.Debugger = (*Source)(nil)
+	_ sources.Source          = (*Source)(nil)
+	_ sources.Debugger        = (*Source)(nil)
+	_ sources.PolicyPublisher = (*Source)(nil)
 )
 
 // dcState is what is known about one datacenter. Guarded by Source.mu.
@@ -116,7 +130,14 @@ func New(name string, raw json.RawMessage, env sources.Env) (sources.Source, err
 	for i, dc := range set.failoverDCs {
 		s.dcs = append(s.dcs, newDCState(dc, uint32(i+1)))
 	}
+	if set.configEntries {
+		s.ce = &ceState{watches: map[string]*watchInfo{}, seen: map[string]bool{}, entries: newEntrySet(), counts: map[string]int{}}
+		for _, k := range entryKinds {
+			s.ce.watches[k] = &watchInfo{state: "starting"}
+		}
+	}
 	s.metrics = newMetrics(name, s)
+	s.metrics.withEntries = set.configEntries
 	if env.Metrics != nil {
 		if err := s.metrics.register(env.Metrics); err != nil {
 			return nil, err
@@ -135,6 +156,10 @@ func newDCState(query string, priority uint32) *dcState {
 
 // Name implements sources.Source.
 func (s *Source) Name() string { return s.name }
+
+// PublishesPolicy implements sources.PolicyPublisher: with config_entries
+// the source publishes a policy besides its services.
+func (s *Source) PublishesPolicy() bool { return s.set.configEntries }
 
 // Run implements sources.Source. It returns nil when ctx is done and an
 // error only when the Consul client cannot be built (an unreadable token
@@ -160,6 +185,15 @@ func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
 			defer wg.Done()
 			r.runDC(ctx, dc)
 		}()
+	}
+	if s.ce != nil {
+		for _, kind := range entryKinds {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.watchConfigEntries(ctx, kind)
+			}()
+		}
 	}
 	s.coordinate(ctx, sink)
 	cancel()
@@ -230,6 +264,7 @@ func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 		last      []sources.Service
 		published bool
 		failed    bool // Fail was called since the last publish
+		pol       policyPublisher
 	)
 	for {
 		select {
@@ -244,6 +279,9 @@ func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 		if errs != nil {
 			sink.Fail(ctx, s.name, errs)
 			failed = true
+		}
+		if s.ce != nil && pol.flush(ctx, s, sink) != nil {
+			return
 		}
 		if !ready {
 			continue
@@ -301,6 +339,13 @@ func (s *Source) readyLocked() bool {
 }
 
 func (s *Source) failingLocked() bool {
+	if s.ce != nil {
+		for _, w := range s.ce.watches {
+			if w.failing {
+				return true
+			}
+		}
+	}
 	for _, dc := range s.dcs {
 		if dc.list.failing || dc.feed.failing {
 			return true

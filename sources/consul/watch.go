@@ -19,6 +19,7 @@ const (
 	epHealth       = "health_service"
 	epHealthState  = "health_state"
 	epStatusLeader = "status_leader"
+	epConfig       = "config_entries"
 )
 
 // runner is the state of one Run: the client, the query slots and the
@@ -51,8 +52,15 @@ func newRunner(s *Source, client *api.Client) *runner {
 }
 
 // serviceSlots is how many service watches may hold blocking queries: the
-// slots less one list watch and one change feed per datacenter.
-func (r *runner) serviceSlots() int64 { return int64(r.s.set.maxQueries - 2*len(r.s.dcs)) }
+// slots less one list watch and one change feed per datacenter, and the
+// config-entry watches.
+func (r *runner) serviceSlots() int64 {
+	n := r.s.set.maxQueries - 2*len(r.s.dcs)
+	if r.s.ce != nil {
+		n -= len(entryKinds)
+	}
+	return int64(n)
+}
 
 // setSelected records datacenter i's number of selected services and
 // flips the mode when the total crosses the slots.

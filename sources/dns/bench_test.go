@@ -103,6 +103,8 @@ type countingSink struct {
 	last      map[string][]sources.Endpoint
 }
 
+func (s *countingSink) PublishPolicy(context.Context, sources.PolicyUpdate) error { return nil }
+
 func (s *countingSink) Publish(_ context.Context, u sources.Update) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -2,6 +2,10 @@
 // file and re-read whenever it changes, including editors' and Kubernetes'
 // atomic rename-replace. A file that fails to parse is reported and the last
 // valid content keeps being served.
+//
+// The policy-file source (NewPolicy, type policy_file) watches a traffic
+// policy file (policy.ParseFile) the same way and publishes it with
+// PublishPolicy.
 package file
 
 import (
@@ -21,6 +25,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/policy"
 	"github.com/xdsbridge/xdsbridge/sources"
 )
 
@@ -48,6 +53,9 @@ type Source struct {
 	maxSettle time.Duration
 	max       int64
 	log       *slog.Logger
+	// policy: the file is a policy file (NewPolicy), not a services file.
+	policy bool
+	what   string // "services file" or "policy file", for logs
 
 	mu      sync.Mutex
 	lastErr string
@@ -68,6 +76,17 @@ var (
 
 // New is the sources.Factory of the file source.
 func New(name string, raw json.RawMessage, env sources.Env) (sources.Source, error) {
+	return newFileSource(name, raw, env, false)
+}
+
+// NewPolicy is the sources.Factory of the policy-file source: its `path`
+// is a policy file (README "Policy"), watched as a services file is; it
+// claims no service.
+func NewPolicy(name string, raw json.RawMessage, env sources.Env) (sources.Source, error) {
+	return newFileSource(name, raw, env, true)
+}
+
+func newFileSource(name string, raw json.RawMessage, env sources.Env, isPolicy bool) (sources.Source, error) {
 	var c Config
 	if err := config.DecodeJSONStrict(raw, &c); err != nil {
 		return nil, err
@@ -104,7 +123,11 @@ func New(name string, raw json.RawMessage, env sources.Env) (sources.Source, err
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Source{name: name, path: p, settle: settle, maxSettle: maxSettle, max: max, log: log.With("source", name)}, nil
+	what := "services file"
+	if isPolicy {
+		what = "policy file"
+	}
+	return &Source{name: name, path: p, settle: settle, maxSettle: maxSettle, max: max, log: log.With("source", name), policy: isPolicy, what: what}, nil
 }
 
 // Name implements sources.Source.
@@ -117,6 +140,13 @@ func (s *Source) Path() string { return s.path }
 // file is an error. A file that does not exist yet claims nothing: the
 // source waits for it (not yet synced), as Run does.
 func (s *Source) ClaimedNames() ([]string, error) {
+	if s.policy {
+		_, err := s.loadPolicy()
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
 	svcs, err := s.load(context.Background())
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -142,6 +172,19 @@ func (s *Source) load(ctx context.Context) ([]sources.Service, error) {
 		return nil, fmt.Errorf("%s: %w", s.path, err)
 	}
 	return svcs, nil
+}
+
+// loadPolicy reads and parses a policy file once.
+func (s *Source) loadPolicy() (*policy.File, error) {
+	data, err := readFile(context.Background(), s.path, s.max)
+	if err != nil {
+		return nil, err
+	}
+	f, err := policy.ParseFile(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.path, err)
+	}
+	return f, nil
 }
 
 // Services reads and parses the file once, for `xdsbridge dump` and tests.
@@ -175,8 +218,13 @@ func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
 			return nil
 		}
 		var svcs []sources.Service
+		var pol *policy.File
 		if err == nil {
-			svcs, err = ParseContext(ctx, data)
+			if s.policy {
+				pol, err = policy.ParseFile(data)
+			} else {
+				svcs, err = ParseContext(ctx, data)
+			}
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -186,12 +234,16 @@ func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
 		}
 		if err != nil {
 			s.setErr(err)
-			s.log.Warn("services file rejected; serving its last valid content", "error", err)
+			s.log.Warn(s.what+" rejected; serving its last valid content", "error", err)
 			sink.Fail(ctx, s.name, err)
 			failed = true
 			return nil
 		}
 		last, failed = data, false
+		if s.policy {
+			s.setLoaded(len(pol.Services))
+			return sink.PublishPolicy(ctx, sources.PolicyUpdate{Source: s.name, Policy: pol})
+		}
 		s.setLoaded(len(svcs))
 		return sink.Publish(ctx, sources.Update{Source: s.name, Services: svcs})
 	}
@@ -243,7 +295,7 @@ func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
 		}
 		watching = true
 		s.setWatch(true, nil)
-		s.log.Info("watching the services file's directory again", "dir", dir)
+		s.log.Info("watching the "+s.what+"'s directory again", "dir", dir)
 		arm()
 	}
 	relevant := s.chain()
@@ -258,7 +310,7 @@ func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
 			switch {
 			case filepath.Clean(ev.Name) == dir:
 				if watching && ev.Op&(fsnotify.Remove|fsnotify.Rename) != 0 {
-					s.log.Warn("services file directory removed; watching for its return", "dir", dir)
+					s.log.Warn(s.what+" directory removed; watching for its return", "dir", dir)
 					lose()
 					arm() // reports the file gone
 				} else if !watching && ev.Op&(fsnotify.Create|fsnotify.Rename) != 0 {

@@ -320,6 +320,11 @@ func (b blockingSink) Publish(ctx context.Context, _ sources.Update) error {
 	<-ctx.Done()
 	return ctx.Err()
 }
+func (b blockingSink) PublishPolicy(ctx context.Context, _ sources.PolicyUpdate) error {
+	close(b.entered)
+	<-ctx.Done()
+	return ctx.Err()
+}
 func (blockingSink) Fail(context.Context, string, error) {}
 
 func TestCancel(t *testing.T) {

@@ -12,12 +12,13 @@ import (
 	"github.com/xdsbridge/xdsbridge/sources"
 )
 
-// Sink records Publish and Fail calls. It is safe for concurrent use.
+// Sink records Publish, PublishPolicy and Fail calls. It is safe for concurrent use.
 type Sink struct {
-	mu      sync.Mutex
-	updates []sources.Update
-	errs    []error
-	changed chan struct{}
+	mu       sync.Mutex
+	updates  []sources.Update
+	policies []sources.PolicyUpdate
+	errs     []error
+	changed  chan struct{}
 }
 
 var _ sources.Sink = (*Sink)(nil)
@@ -37,6 +38,22 @@ func (s *Sink) Publish(ctx context.Context, u sources.Update) error {
 	s.updates = append(s.updates, u)
 	s.notify()
 	return ctx.Err()
+}
+
+// PublishPolicy records u.
+func (s *Sink) PublishPolicy(ctx context.Context, u sources.PolicyUpdate) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.policies = append(s.policies, u)
+	s.notify()
+	return ctx.Err()
+}
+
+// Policies returns every policy update so far.
+func (s *Sink) Policies() []sources.PolicyUpdate {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]sources.PolicyUpdate(nil), s.policies...)
 }
 
 // Fail records err.

@@ -1,4 +1,4 @@
-package config
+package decode
 
 import (
 	"fmt"

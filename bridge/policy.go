@@ -1,0 +1,150 @@
+package bridge
+
+import (
+	"context"
+	"reflect"
+	"sort"
+
+	"github.com/xdsbridge/xdsbridge/policy"
+	"github.com/xdsbridge/xdsbridge/sources"
+)
+
+// Traffic policy comes from policy sources (sources.PolicyUpdate) next to
+// the services. A service's policy is the entry naming it exactly in the
+// first policy source (in config order) that has one; failing that, the
+// most specific pattern matching it over every policy source (ties: the
+// earlier source). Policy sources must sync before the bridge is ready,
+// like every source: clients never see a service without its policy.
+
+// PublishPolicy implements sources.Sink.
+func (l *Loop) PublishPolicy(ctx context.Context, u sources.PolicyUpdate) error {
+	select {
+	case l.events <- event{kind: evPolicy, policy: u, source: u.Source}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// applyPolicy replaces a policy source's policy and marks dirty every
+// service whose policy changes. It reports whether any did.
+func (l *Loop) applyPolicy(u sources.PolicyUpdate) bool {
+	src := u.Source
+	f := u.Policy
+	if f == nil {
+		f = &policy.File{}
+	}
+	before := map[string]*policy.Service{}
+	names := l.knownServices()
+	for _, n := range names {
+		before[n], _ = l.policyFor(n)
+	}
+	l.policies[src] = f
+	dirty := false
+	for _, n := range names {
+		after, _ := l.policyFor(n)
+		if !reflect.DeepEqual(before[n], after) {
+			l.dirty[n] = true
+			dirty = true
+		}
+	}
+	synced := l.noteSync(src, gotPolicy)
+	l.m.sourceSyncs.WithLabelValues(src).Inc()
+
+	l.mu.Lock()
+	st := l.sourceStatus(src)
+	st.Synced = synced
+	st.LastSync = l.now()
+	st.Stale = false
+	st.Policies = len(f.Services)
+	l.mu.Unlock()
+	l.warnPolicyConflicts()
+
+	if !l.ready && l.allSynced() {
+		return true
+	}
+	return dirty
+}
+
+// knownServices is every service claimed or published, sorted.
+func (l *Loop) knownServices() []string {
+	seen := make(map[string]bool, len(l.claims)+len(l.published))
+	for n := range l.claims {
+		seen[n] = true
+	}
+	for n := range l.published {
+		seen[n] = true
+	}
+	out := make([]string, 0, len(seen))
+	for n := range seen {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// policySources is the policy sources with a policy, in config order
+// (sources not in the config last, by name).
+func (l *Loop) policySources() []string {
+	out := make([]string, 0, len(l.policies))
+	listed := map[string]bool{}
+	for _, s := range l.opts.Sources {
+		if _, ok := l.policies[s]; ok {
+			out = append(out, s)
+			listed[s] = true
+		}
+	}
+	var rest []string
+	for s := range l.policies {
+		if !listed[s] {
+			rest = append(rest, s)
+		}
+	}
+	sort.Strings(rest)
+	return append(out, rest...)
+}
+
+// policyFor is the policy of a service (nil: the default) and where it is
+// from: "source: key".
+func (l *Loop) policyFor(name string) (*policy.Service, string) {
+	srcs := l.policySources()
+	for _, src := range srcs {
+		if s, ok := l.policies[src].Services[name]; ok && !policy.IsPattern(name) {
+			return &s, src + ": " + name
+		}
+	}
+	var best *policy.Service
+	var from string
+	bestLen := -1
+	for _, src := range srcs {
+		s, key, ok := l.policies[src].For(name)
+		if !ok || !policy.IsPattern(key) {
+			continue
+		}
+		if n := policy.Specificity(key); n > bestLen {
+			best, from, bestLen = &s, src+": "+key, n
+		}
+	}
+	return best, from
+}
+
+// warnPolicyConflicts logs the service names that more than one policy
+// source gives a policy by name: the first source's is used.
+func (l *Loop) warnPolicyConflicts() {
+	by := map[string][]string{}
+	for _, src := range l.policySources() {
+		for key := range l.policies[src].Services {
+			if !policy.IsPattern(key) {
+				by[key] = append(by[key], src)
+			}
+		}
+	}
+	n := 0
+	for name, srcs := range by {
+		if len(srcs) > 1 {
+			n++
+			l.log.Warn("service given a policy by more than one policy source; the first is used", "service", name, "used", srcs[0], "ignored", srcs[1:])
+		}
+	}
+	l.m.policyConflicts.Set(float64(n))
+}

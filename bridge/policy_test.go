@@ -1,0 +1,149 @@
+package bridge
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/xdsbridge/xdsbridge/policy"
+	"github.com/xdsbridge/xdsbridge/sources"
+)
+
+func publishPolicy(t *testing.T, l *Loop, src string, services map[string]policy.Service) {
+	t.Helper()
+	if err := l.PublishPolicy(context.Background(), sources.PolicyUpdate{Source: src, Policy: &policy.File{Services: services}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A policy source must sync before the bridge is ready: no client sees a
+// service without its policy.
+func TestReadyWaitsForPolicySource(t *testing.T) {
+	rec := newRecorder()
+	l := run(t, Options{Sources: []string{"a", "policy"}, Quiet: time.Millisecond}, rec)
+	publish(t, l, "a", service("web", 1))
+	rec.none(t, 100*time.Millisecond)
+	if l.Ready() {
+		t.Fatal("ready before the policy source synced")
+	}
+	publishPolicy(t, l, "policy", map[string]policy.Service{"web": {Protocol: policy.ProtocolGRPC}})
+	if d := cmp.Diff([]string{"web"}, rec.next(t).changed); d != "" {
+		t.Fatalf("first publish (-want +got):\n%s", d)
+	}
+	waitTrue(t, l.Ready)
+	var st []SourceStatus
+	for _, s := range l.Sources() {
+		if s.Name == "policy" {
+			st = append(st, s)
+		}
+	}
+	if len(st) != 1 || !st[0].Synced || st[0].Policies != 1 {
+		t.Errorf("policy source status %+v", st)
+	}
+}
+
+// A policy change re-translates the services whose policy it changes, and
+// only those.
+func TestPolicyChangeRebuildsWhatItTouches(t *testing.T) {
+	rec := newRecorder()
+	l := run(t, Options{Sources: []string{"a", "policy"}, Quiet: time.Millisecond}, rec)
+	publish(t, l, "a", service("web", 1), service("api-eu", 1), service("api-us", 1), service("db", 1))
+	publishPolicy(t, l, "policy", map[string]policy.Service{"web": {Protocol: policy.ProtocolGRPC}})
+	rec.next(t)
+	waitTrue(t, l.Ready)
+
+	steps := []struct {
+		what   string
+		policy map[string]policy.Service
+		want   []string // services rebuilt; nil: no publish
+	}{
+		{"web's policy changes", map[string]policy.Service{"web": {Protocol: policy.ProtocolHTTP2}}, []string{"web"}},
+		{"the same policy again", map[string]policy.Service{"web": {Protocol: policy.ProtocolHTTP2}}, nil},
+		{"a pattern for api-*", map[string]policy.Service{"web": {Protocol: policy.ProtocolHTTP2}, "api-*": {Protocol: policy.ProtocolHTTP}}, []string{"api-eu", "api-us"}},
+		{"a more specific pattern for api-e*", map[string]policy.Service{"web": {Protocol: policy.ProtocolHTTP2}, "api-*": {Protocol: policy.ProtocolHTTP}, "api-e*": {Protocol: policy.ProtocolGRPC}}, []string{"api-eu"}},
+		{"web's entry removed", map[string]policy.Service{"api-*": {Protocol: policy.ProtocolHTTP}, "api-e*": {Protocol: policy.ProtocolGRPC}}, []string{"web"}},
+		{"a pattern that matches what has the same policy already", map[string]policy.Service{"api-*": {Protocol: policy.ProtocolHTTP}, "api-e*": {Protocol: policy.ProtocolGRPC}, "api-u*": {Protocol: policy.ProtocolHTTP}}, nil},
+	}
+	for _, s := range steps {
+		publishPolicy(t, l, "policy", s.policy)
+		if s.want == nil {
+			rec.none(t, 100*time.Millisecond)
+			continue
+		}
+		if d := cmp.Diff(s.want, rec.next(t).changed); d != "" {
+			t.Fatalf("%s: rebuilt (-want +got):\n%s", s.what, d)
+		}
+	}
+}
+
+// A service's policy: its name in the first policy source that has it,
+// else the most specific pattern over every source (ties: the earlier).
+func TestPolicyPrecedence(t *testing.T) {
+	l := New(Options{Sources: []string{"first", "second", "svc"}}, newRecorder())
+	grpc := policy.Service{Protocol: policy.ProtocolGRPC}
+	http := policy.Service{Protocol: policy.ProtocolHTTP}
+	http2 := policy.Service{Protocol: policy.ProtocolHTTP2}
+	l.applyPolicy(sources.PolicyUpdate{Source: "second", Policy: &policy.File{Services: map[string]policy.Service{
+		"web": http2, "api": http2, "api-*": grpc, "db-*": http2,
+	}}})
+	l.applyPolicy(sources.PolicyUpdate{Source: "first", Policy: &policy.File{Services: map[string]policy.Service{
+		"web": grpc, "a*": http, "api-?": http, "db-*": grpc,
+	}}})
+	for name, want := range map[string]string{
+		"web":    "first: web",    // both name it: the first source
+		"api":    "second: api",   // a name beats a pattern of an earlier source
+		"api-1":  "first: api-?",  // api-? (4 literal characters) beats api-* (4): tie, earlier source
+		"api-eu": "second: api-*", // api-* beats a*
+		"db-1":   "first: db-*",   // the same pattern in both: the earlier
+		"other":  "",
+	} {
+		p, from := l.policyFor(name)
+		if from != want {
+			t.Errorf("policyFor(%q) from %q; want %q", name, from, want)
+		}
+		if (p == nil) != (want == "") {
+			t.Errorf("policyFor(%q) = %v", name, p)
+		}
+	}
+}
+
+// A source that publishes both services and a policy (the Consul source
+// with config entries) is synced only once it has published both, in
+// either order: clients never see its services without their policy.
+func TestReadyWaitsForServicesAndPolicyOfOneSource(t *testing.T) {
+	for _, policyFirst := range []bool{false, true} {
+		rec := newRecorder()
+		l := run(t, Options{Sources: []string{"consul"}, ServicesAndPolicy: []string{"consul"}, Quiet: time.Millisecond}, rec)
+		first := func() { publish(t, l, "consul", service("web", 1)) }
+		second := func() {
+			publishPolicy(t, l, "consul", map[string]policy.Service{"web": {Protocol: policy.ProtocolGRPC}})
+		}
+		if policyFirst {
+			first, second = second, first
+		}
+		first()
+		rec.none(t, 100*time.Millisecond)
+		if l.Ready() {
+			t.Fatalf("policy first %v: ready after one of the two publishes", policyFirst)
+		}
+		for _, s := range l.Sources() {
+			if s.Name == "consul" && s.Synced {
+				t.Errorf("policy first %v: source shown synced after one of the two publishes", policyFirst)
+			}
+		}
+		second()
+		if d := cmp.Diff([]string{"web"}, rec.next(t).changed); d != "" {
+			t.Fatalf("policy first %v: first publish (-want +got):\n%s", policyFirst, d)
+		}
+		waitTrue(t, l.Ready)
+	}
+	// A source not listed is synced by its first publish of either kind,
+	// as before.
+	rec := newRecorder()
+	l := run(t, Options{Sources: []string{"consul"}, Quiet: time.Millisecond}, rec)
+	publish(t, l, "consul", service("web", 1))
+	rec.next(t)
+	waitTrue(t, l.Ready)
+}

@@ -1,0 +1,61 @@
+package decode
+
+import (
+	"strconv"
+	"strings"
+
+	yaml3 "go.yaml.in/yaml/v3"
+)
+
+// Line returns the line, in a YAML or JSON document, of the value at path:
+// a list of mapping keys and "[i]" sequence indexes, from the top. When
+// the path goes further than the document (a field left out), it is the
+// line of the deepest value found; 0 if the document does not parse.
+// Errors about a field that decoded well (a check of its value) use it to
+// name the line.
+func Line(data []byte, path ...string) int {
+	var root yaml3.Node
+	if err := yaml3.Unmarshal(data, &root); err != nil || len(root.Content) == 0 {
+		return 0
+	}
+	n := root.Content[0]
+	line := n.Line
+	for _, seg := range path {
+		n = child(n, seg)
+		if n == nil {
+			break
+		}
+		line = n.Line
+	}
+	return line
+}
+
+// child is the value of key seg in mapping n, or element [i] of sequence
+// n; nil if there is none.
+func child(n *yaml3.Node, seg string) *yaml3.Node {
+	for n.Kind == yaml3.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	switch n.Kind {
+	case yaml3.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == seg {
+				// A key's line: the value of a block may start lines later.
+				v := n.Content[i+1]
+				if v.Kind == yaml3.MappingNode || v.Kind == yaml3.SequenceNode {
+					c := *v
+					c.Line = n.Content[i].Line
+					return &c
+				}
+				return v
+			}
+		}
+	case yaml3.SequenceNode:
+		if s, ok := strings.CutPrefix(seg, "["); ok {
+			if i, err := strconv.Atoi(strings.TrimSuffix(s, "]")); err == nil && i >= 0 && i < len(n.Content) {
+				return n.Content[i]
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,41 @@
+package decode
+
+import "testing"
+
+func TestLine(t *testing.T) {
+	doc := []byte(`services:
+  web.internal:
+    routes:
+      - match: {prefix: /a}
+      - match:
+          headers:
+            - name: x-tenant
+              exact: test
+    timeout: 2s
+`)
+	for _, c := range []struct {
+		path []string
+		want int
+	}{
+		{nil, 1},
+		{[]string{"services"}, 1},
+		{[]string{"services", "web.internal"}, 2},
+		{[]string{"services", "web.internal", "routes", "[1]", "match", "headers", "[0]", "exact"}, 8},
+		{[]string{"services", "web.internal", "routes", "[1]", "match"}, 5},
+		{[]string{"services", "web.internal", "timeout"}, 9},
+		// Beyond the document: the deepest value found.
+		{[]string{"services", "web.internal", "routes", "[7]", "match"}, 3},
+		{[]string{"services", "api"}, 1},
+	} {
+		if got := Line(doc, c.path...); got != c.want {
+			t.Errorf("Line(%q) = %d; want %d", c.path, got, c.want)
+		}
+	}
+	if got := Line([]byte("a: [unclosed"), "a"); got != 0 {
+		t.Errorf("a document that does not parse: line %d; want 0", got)
+	}
+	// JSON is YAML.
+	if got := Line([]byte("{\n \"services\": {\n  \"web\": {\"timeout\": \"1s\"}}}"), "services", "web", "timeout"); got != 3 {
+		t.Errorf("JSON: line %d; want 3", got)
+	}
+}

@@ -324,7 +324,8 @@ func badValue(kv map[string]any) string {
 	return "not JSON values"
 }
 
-// Validate runs the Envoy protos' own validation on both resources.
+// Validate runs the Envoy protos' own validation on every resource,
+// subsets' included.
 func (r Resources) Validate() error {
 	if r.Cluster != nil {
 		if err := r.Cluster.ValidateAll(); err != nil {
@@ -344,6 +345,11 @@ func (r Resources) Validate() error {
 	if r.Route != nil {
 		if err := r.Route.ValidateAll(); err != nil {
 			return fmt.Errorf("route configuration %s: %w", r.Route.GetName(), err)
+		}
+	}
+	for _, sub := range r.Subsets {
+		if err := (Resources{Cluster: sub.Cluster, Load: sub.Load}).Validate(); err != nil {
+			return fmt.Errorf("subset: %w", err)
 		}
 	}
 	return nil

@@ -452,3 +452,44 @@ func TestSubsetLimits(t *testing.T) {
 		t.Errorf("refused on %q (%v); want %q", last.Field, r.Exceeded, want)
 	}
 }
+
+// FuzzSubsetFilter: no filter panics the translation, every subset passes
+// Validate, and a filter and its negation split the service's hosts in
+// two (when the filter can be evaluated on every host).
+func FuzzSubsetFilter(f *testing.F) {
+	for _, s := range []string{
+		`Service.Meta.version == "1"`, `"canary" in Service.Tags`, `Node.Meta.rack != r1 and Health == HEALTHY`,
+		`Metadata.xdsbridge.track matches "^b"`, `Service.Tags is empty or Port == 9090`,
+		`any Service.Tags as t { t contains "v" }`, `Locality.Zone not in "eu-1"`, `Service.Meta["app.kubernetes.io/name"] is not empty`,
+	} {
+		f.Add(s)
+	}
+	in := subsetService()
+	f.Fuzz(func(t *testing.T, expr string) {
+		if _, err := policy.CompileFilter(expr); err != nil {
+			return
+		}
+		p := &policy.Service{Subsets: map[string]policy.Subset{"a": {Filter: expr}, "b": {Filter: "not (" + expr + ")"}}}
+		res, diags := Options{Policy: p}.Service(in)
+		if err := res.Validate(); err != nil {
+			t.Fatalf("%q: %v", expr, err)
+		}
+		if len(res.Subsets) != 2 {
+			t.Fatalf("%q: %d subsets", expr, len(res.Subsets))
+		}
+		if len(diags) > 0 {
+			return // some host could not be evaluated: left out of both
+		}
+		a, b := subsetHosts(t, res, "a"), subsetHosts(t, res, "b")
+		seen := map[string]bool{}
+		for _, h := range append(a, b...) {
+			if seen[h] {
+				t.Fatalf("%q: host %s in the subset and in its negation", expr, h)
+			}
+			seen[h] = true
+		}
+		if len(seen) != len(in.Endpoints) {
+			t.Fatalf("%q: the subset (%v) and its negation (%v) do not cover the %d hosts", expr, a, b, len(in.Endpoints))
+		}
+	})
+}

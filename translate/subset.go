@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	"github.com/hashicorp/go-bexpr"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/xdsbridge/xdsbridge/policy"
@@ -127,9 +128,15 @@ func (o Options) subsets(s sources.Service, base *cluster.Cluster) ([]SubsetReso
 		sub := p.Subsets[name]
 		field := "subsets." + name + ".filter"
 		var keep []sources.Endpoint
-		ev, err := policy.CompileFilter(sub.Filter)
+		var ev *bexpr.Evaluator
+		var err error
+		if sub.Filter != "" {
+			// Check compiled it already; an unchecked policy's bad filter
+			// selects nothing rather than everything.
+			ev, err = policy.CompileFilter(sub.Filter)
+		}
 		switch {
-		case err != nil && sub.Filter != "":
+		case err != nil:
 			diags = append(diags, Diagnostic{s.Name, field, fmt.Sprintf("%v; the subset has no endpoints", err)})
 		default:
 			failed, minKey := 0, ""
@@ -138,7 +145,7 @@ func (o Options) subsets(s sources.Service, base *cluster.Cluster) ([]SubsetReso
 				if sub.OnlyPassing && !passing(e.Health) {
 					continue
 				}
-				if sub.Filter != "" {
+				if ev != nil {
 					if views[i] == nil {
 						views[i] = o.FilterView(e)
 					}

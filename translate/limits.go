@@ -175,6 +175,10 @@ func ServiceWithin(s sources.Service, lim Limits) Result { return Options{}.Serv
 // fields are defaults): what a client would reject is dropped with a
 // Diagnostic naming the service and field, and a service that cannot be
 // served within the limits is refused. The service is not modified.
+//
+// With a Policy, the cluster carries the policy's settings (PolicyCluster)
+// and Resources.Subsets its subsets (see subset.go); the size limit holds
+// for every subset resource too.
 func (o Options) ServiceWithin(s sources.Service, lim Limits) Result {
 	lim = lim.WithDefaults()
 	var r Result

@@ -46,10 +46,11 @@ import (
 //     and max_ejection_percent.
 //   - TLS: grpc-go NACKs every UpstreamTlsContext that names no
 //     certificate provider instance of its own bootstrap (it ignores
-//     trusted_ca), and the bridge knows none. The TLS context is sent
-//     anyway, with a Diagnostic: leaving it out would make Envoys talk
-//     plaintext to hosts that were declared to need TLS, and a gRPC client
-//     could not reach those hosts without TLS either.
+//     trusted_ca). Options.GRPCCertificateProvider names one, which Envoy
+//     ignores (measured). Without it the TLS context is sent anyway, with
+//     a Diagnostic: leaving it out would make Envoys talk plaintext to
+//     hosts that were declared to need TLS, and a gRPC client could not
+//     reach those hosts without TLS either.
 
 // Names of the typed extensions the clusters use.
 const (
@@ -60,21 +61,17 @@ const (
 	grpcRingHashCap = 4096
 )
 
-// clusterFor is the service's cluster: Cluster(name) without a policy, else
-// PolicyCluster's.
-func (o Options) clusterFor(name string) (*cluster.Cluster, []Diagnostic) {
-	if o.Policy == nil {
+// ServiceCluster is the cluster of the service name: Cluster(name) without
+// a policy, else the EDS cluster with the policy's cluster settings:
+// connect timeout, load balancer, upstream HTTP/2, circuit breakers,
+// outlier detection and upstream TLS. The policy must pass its Check.
+// Diagnostics say what gRPC clients will not honour (or refuse). A zero
+// policy gives Cluster(name).
+func (o Options) ServiceCluster(name string) (*cluster.Cluster, []Diagnostic) {
+	p := o.Policy
+	if p == nil {
 		return Cluster(name), nil
 	}
-	return PolicyCluster(name, o.Policy)
-}
-
-// PolicyCluster is the EDS cluster of a service with its policy's cluster
-// settings: connect timeout, load balancer, upstream HTTP/2, circuit
-// breakers, outlier detection and upstream TLS. The policy must pass its
-// Check. Diagnostics say what gRPC clients will not honour (or refuse).
-// A zero policy gives Cluster(name).
-func PolicyCluster(name string, p *policy.Service) (*cluster.Cluster, []Diagnostic) {
 	c := Cluster(name)
 	var diags []Diagnostic
 	diag := func(field, format string, args ...any) {
@@ -106,8 +103,12 @@ func PolicyCluster(name string, p *policy.Service) (*cluster.Cluster, []Diagnost
 		outlierDetection(c, od, diag)
 	}
 	if t := p.TLS; t != nil {
-		upstreamTLS(c, name, t)
-		diag("tls", "grpc clients NACK this cluster: they take an UpstreamTlsContext only with a certificate provider instance of their own bootstrap (trusted_ca is ignored); Envoys get TLS")
+		upstreamTLS(c, name, t, o.GRPCCertificateProvider)
+		if o.GRPCCertificateProvider == "" {
+			diag("tls", "grpc clients NACK this cluster: they take an UpstreamTlsContext only with a certificate provider instance of their own bootstrap (trusted_ca is ignored); Envoys get TLS")
+		} else {
+			diag("tls", "grpc clients NACK this cluster unless their bootstrap defines certificate provider %q; with xds credentials they verify the hosts' chain with it, not the name (they read only the deprecated match_subject_alt_names); with other credentials they ignore TLS", o.GRPCCertificateProvider)
+		}
 	}
 	return c, diags
 }
@@ -235,21 +236,34 @@ func outlierDetection(c *cluster.Cluster, od *policy.OutlierDetection, diag diag
 
 // upstreamTLS sets the TLS transport socket: SNI (default: the service's
 // name) and, with a CA file, verification of the chain and of the SNI as a
-// DNS subject alternative name.
-func upstreamTLS(c *cluster.Cluster, service string, t *policy.UpstreamTLS) {
+// DNS subject alternative name. A gRPC certificate provider instance, if
+// given, is named in the validation context for gRPC clients; Envoy 1.40
+// does not implement ca_certificate_provider_instance and verifies with
+// trusted_ca as without it (measured: POLICY.md).
+func upstreamTLS(c *cluster.Cluster, service string, t *policy.UpstreamTLS, grpcProvider string) {
 	sni := t.SNI
 	if sni == "" {
 		sni = service
 	}
 	ctx := &tls.UpstreamTlsContext{Sni: sni, CommonTlsContext: &tls.CommonTlsContext{}}
+	var vc *tls.CertificateValidationContext
 	if t.CAFile != "" {
-		ctx.CommonTlsContext.ValidationContextType = &tls.CommonTlsContext_ValidationContext{ValidationContext: &tls.CertificateValidationContext{
+		vc = &tls.CertificateValidationContext{
 			TrustedCa: &core.DataSource{Specifier: &core.DataSource_Filename{Filename: t.CAFile}},
 			MatchTypedSubjectAltNames: []*tls.SubjectAltNameMatcher{{
 				SanType: tls.SubjectAltNameMatcher_DNS,
 				Matcher: &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: sni}},
 			}},
-		}}
+		}
+	}
+	if grpcProvider != "" {
+		if vc == nil {
+			vc = &tls.CertificateValidationContext{}
+		}
+		vc.CaCertificateProviderInstance = &tls.CertificateProviderPluginInstance{InstanceName: grpcProvider}
+	}
+	if vc != nil {
+		ctx.CommonTlsContext.ValidationContextType = &tls.CommonTlsContext_ValidationContext{ValidationContext: vc}
 	}
 	a, _ := anypb.New(ctx)
 	c.TransportSocket = &core.TransportSocket{Name: tlsTransportSocket, ConfigType: &core.TransportSocket_TypedConfig{TypedConfig: a}}

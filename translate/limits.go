@@ -176,7 +176,7 @@ func ServiceWithin(s sources.Service, lim Limits) Result { return Options{}.Serv
 // Diagnostic naming the service and field, and a service that cannot be
 // served within the limits is refused. The service is not modified.
 //
-// With a Policy, the cluster carries the policy's settings (PolicyCluster)
+// With a Policy, the cluster carries the policy's settings (ServiceCluster)
 // and Resources.Subsets its subsets (see subset.go); the size limit holds
 // for every subset resource too.
 func (o Options) ServiceWithin(s sources.Service, lim Limits) Result {
@@ -203,7 +203,7 @@ func (o Options) ServiceWithin(s sources.Service, lim Limits) Result {
 	if size > lim.MaxMetadataBytes && r.limitMetadataBytes(s.Name, cla, lim) {
 		size = proto.Size(cla)
 	}
-	c, cdiags := o.clusterFor(s.Name)
+	c, cdiags := o.ServiceCluster(s.Name)
 	r.Diagnostics = append(r.Diagnostics, cdiags...)
 	res := Resources{Cluster: c, Load: cla, Listener: APIListener(s.Name), Route: RouteConfig(s.Name)}
 	type sized struct {

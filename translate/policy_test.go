@@ -152,6 +152,16 @@ func policyCases() []goldenCase {
 			},
 		},
 		{
+			// With a gRPC certificate provider instance, gRPC clients take
+			// the cluster; Envoy still verifies with trusted_ca.
+			name: "policy-tls-grpc-provider",
+			opts: Options{GRPCCertificateProvider: "upstream-ca", Policy: &policy.Service{TLS: &policy.UpstreamTLS{SNI: "secure.internal", CAFile: "/etc/xdsbridge/ca.pem"}}},
+			in:   named("secure"),
+			diags: []Diagnostic{
+				{"secure", "tls", `grpc clients NACK this cluster unless their bootstrap defines certificate provider "upstream-ca"; with xds credentials they verify the hosts' chain with it, not the name (they read only the deprecated match_subject_alt_names); with other credentials they ignore TLS`},
+			},
+		},
+		{
 			// No SNI: the service's name is sent; no CA: not verified.
 			name: "policy-tls-default-sni",
 			opts: Options{Policy: &policy.Service{TLS: &policy.UpstreamTLS{}}},

@@ -81,6 +81,11 @@ type Options struct {
 	// routes); nil is the default policy. It must pass its Check. The
 	// translation does not modify it.
 	Policy *policy.Service
+	// GRPCCertificateProvider names the certificate provider instance
+	// (certificate_providers in grpc-go's bootstrap) whose CA bundle gRPC
+	// clients verify upstream TLS hosts with. Empty: a cluster with TLS
+	// is NACKed by gRPC clients (POLICY.md). Envoys ignore it.
+	GRPCCertificateProvider string
 }
 
 // Service translates one service with the default Options.

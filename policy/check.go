@@ -165,6 +165,11 @@ func (c *checker) service(p []string, s *Service) {
 		if !subsetName.MatchString(name) {
 			c.add(append(sub(p, "subsets"), name), "", "subset name %q: want letters, digits, '_', '.' and '-', at most 63, not starting with '.' or '-'", name)
 		}
+		if f := s.Subsets[name].Filter; f != "" {
+			if _, err := CompileFilter(f); err != nil {
+				c.add(append(sub(p, "subsets"), name), "filter", "%v", err)
+			}
+		}
 	}
 	if s.DefaultSubset != "" {
 		if _, ok := s.Subsets[s.DefaultSubset]; !ok {

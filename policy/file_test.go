@@ -76,6 +76,8 @@ func TestParseFileErrors(t *testing.T) {
 		{"percent", "services:\n  web:\n    outlier_detection: {max_ejection_percent: 101}\n", []string{"services.web.outlier_detection.max_ejection_percent: 101 is not a percentage"}},
 		{"sni", "services:\n  web:\n    tls: {sni: 'a b'}\n", []string{`services.web.tls.sni: "a b" is not a host name`}},
 		{"subset name", "services:\n  web:\n    subsets:\n      -bad: {}\n", []string{`line 4: services.web.subsets.-bad: subset name "-bad"`}},
+		{"subset filter syntax", "services:\n  web:\n    subsets:\n      v1: {filter: 'Service.Meta.version =='}\n", []string{`line 4: services.web.subsets.v1.filter: "Service.Meta.version ==": `}},
+		{"subset filter selector", "services:\n  web:\n    subsets:\n      v1: {filter: 'Servce.Tags contains v1'}\n", []string{`line 4: services.web.subsets.v1.filter:`, `unknown selector "Servce.Tags"`}},
 		{"default subset", "services:\n  web:\n    default_subset: v9\n", []string{`line 3: services.web.default_subset: no subset "v9" in subsets`}},
 		{"own subset in a split", "services:\n  web:\n    subsets: {v1: {}}\n    split:\n      - {weight: 50, subset: v1}\n      - {weight: 50, subset: v2}\n", []string{`line 6: services.web.split[1].subset: no subset "v2" in subsets`}},
 		{"another service's subset", "services:\n  web:\n    routes:\n      - match: {prefix: /}\n        destination: {service: api, subset: v3}\n  api:\n    subsets: {v1: {}}\n", []string{`line 5: services.web.routes[0].destination: service "api" has no subset "v3" (its policy is services.api)`}},

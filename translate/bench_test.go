@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/xdsbridge/xdsbridge/policy"
 	"github.com/xdsbridge/xdsbridge/sources"
 	"github.com/xdsbridge/xdsbridge/translate"
 )
@@ -33,6 +34,35 @@ func BenchmarkService(b *testing.B) {
 				r, _ := translate.Service(s)
 				if r.Load == nil {
 					b.Fatal("no load assignment")
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkServiceSubsets is the same with a policy of four subsets, each
+// filter evaluated on every endpoint (Consul-like metadata).
+func BenchmarkServiceSubsets(b *testing.B) {
+	p := &policy.Service{Subsets: map[string]policy.Subset{
+		"canary":  {Filter: `Metadata["envoy.lb"].canary == true`},
+		"z0":      {Filter: `Locality.Zone == z0`},
+		"v1":      {Filter: `Service.Meta.version == "1" and "primary" in Service.Tags`},
+		"healthy": {OnlyPassing: true},
+	}}
+	for _, n := range []int{10, 1000} {
+		s := benchService(n)
+		for j := range s.Endpoints {
+			s.Endpoints[j].Metadata["consul"] = map[string]any{
+				"service_id": fmt.Sprintf("bench-%d", j), "node": fmt.Sprintf("n%d", j%50),
+				"tags": []any{"primary"}, "meta.version": fmt.Sprint(j % 2),
+			}
+		}
+		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				r, _ := translate.Options{Policy: p}.Service(s)
+				if len(r.Subsets) != 4 {
+					b.Fatal("subsets missing")
 				}
 			}
 		})

@@ -175,6 +175,10 @@ func ServiceWithin(s sources.Service, lim Limits) Result { return Options{}.Serv
 // fields are defaults): what a client would reject is dropped with a
 // Diagnostic naming the service and field, and a service that cannot be
 // served within the limits is refused. The service is not modified.
+//
+// With a Policy, the cluster carries the policy's settings (ServiceCluster)
+// and Resources.Subsets its subsets (see subset.go); the size limit holds
+// for every subset resource too.
 func (o Options) ServiceWithin(s sources.Service, lim Limits) Result {
 	lim = lim.WithDefaults()
 	var r Result
@@ -199,16 +203,44 @@ func (o Options) ServiceWithin(s sources.Service, lim Limits) Result {
 	if size > lim.MaxMetadataBytes && r.limitMetadataBytes(s.Name, cla, lim) {
 		size = proto.Size(cla)
 	}
-	res := Resources{Cluster: Cluster(s.Name), Load: cla, Listener: APIListener(s.Name), Route: RouteConfig(s.Name)}
-	for _, m := range []struct {
+	c, cdiags := o.ServiceCluster(s.Name)
+	r.Diagnostics = append(r.Diagnostics, cdiags...)
+	res := Resources{Cluster: c, Load: cla, Listener: APIListener(s.Name), Route: RouteConfig(s.Name)}
+	type sized struct {
 		field string
 		size  int
-	}{
+	}
+	sizes := []sized{
 		{"cluster", proto.Size(res.Cluster)},
 		{"cluster_load_assignment", size},
 		{"listener", proto.Size(res.Listener)},
 		{"route_configuration", proto.Size(res.Route)},
-	} {
+	}
+	if o.Policy != nil && len(o.Policy.Subsets) > 0 {
+		subs, sdiags := o.subsets(s, c)
+		r.Diagnostics = append(r.Diagnostics, sdiags...)
+		for _, sub := range subs {
+			// A subset's endpoints are some of the service's, which passed
+			// the same limits: what they drop again was reported (and
+			// counted) once, for the service's own assignment.
+			var again Result
+			again.limitEndpoints(sub.Load.GetClusterName(), sub.Load, lim)
+			if again.Refused {
+				r.refuse(LimitEncoding, again.Diagnostics[len(again.Diagnostics)-1])
+				return r
+			}
+			subSize := proto.Size(sub.Load)
+			if subSize > lim.MaxMetadataBytes && again.limitMetadataBytes(sub.Load.GetClusterName(), sub.Load, lim) {
+				subSize = proto.Size(sub.Load)
+			}
+			name := strings.TrimPrefix(sub.Cluster.GetName(), s.Name+"/")
+			sizes = append(sizes,
+				sized{"subsets." + name + ".cluster", proto.Size(sub.Cluster)},
+				sized{"subsets." + name + ".cluster_load_assignment", subSize})
+		}
+		res.Subsets = subs
+	}
+	for _, m := range sizes {
 		if m.size > lim.MaxResourceBytes {
 			r.refuse(LimitResourceBytes, Diagnostic{s.Name, m.field, fmt.Sprintf("encodes to %d bytes, more than %s %d; service update refused", m.size, LimitResourceBytes, lim.MaxResourceBytes)})
 			return r

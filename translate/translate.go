@@ -81,6 +81,11 @@ type Options struct {
 	// routes); nil is the default policy. It must pass its Check. The
 	// translation does not modify it.
 	Policy *policy.Service
+	// GRPCCertificateProvider names the certificate provider instance
+	// (certificate_providers in grpc-go's bootstrap) whose CA bundle gRPC
+	// clients verify upstream TLS hosts with. Empty: a cluster with TLS
+	// is NACKed by gRPC clients (POLICY.md). Envoys ignore it.
+	GRPCCertificateProvider string
 }
 
 // Service translates one service with the default Options.
@@ -324,7 +329,8 @@ func badValue(kv map[string]any) string {
 	return "not JSON values"
 }
 
-// Validate runs the Envoy protos' own validation on both resources.
+// Validate runs the Envoy protos' own validation on every resource,
+// subsets' included.
 func (r Resources) Validate() error {
 	if r.Cluster != nil {
 		if err := r.Cluster.ValidateAll(); err != nil {
@@ -344,6 +350,11 @@ func (r Resources) Validate() error {
 	if r.Route != nil {
 		if err := r.Route.ValidateAll(); err != nil {
 			return fmt.Errorf("route configuration %s: %w", r.Route.GetName(), err)
+		}
+	}
+	for _, sub := range r.Subsets {
+		if err := (Resources{Cluster: sub.Cluster, Load: sub.Load}).Validate(); err != nil {
+			return fmt.Errorf("subset: %w", err)
 		}
 	}
 	return nil

@@ -269,10 +269,18 @@ func checkGolden(t *testing.T, tc goldenCase) (Resources, []Diagnostic) {
 	if err := res.Validate(); err != nil {
 		t.Errorf("Validate: %v", err)
 	}
-	doc, err := json.Marshal(struct {
+	type pair struct {
 		Cluster json.RawMessage `json:"cluster"`
 		Load    json.RawMessage `json:"cluster_load_assignment"`
-	}{marshal(t, res.Cluster), marshal(t, res.Load)})
+	}
+	var subsets []pair
+	for _, sub := range res.Subsets {
+		subsets = append(subsets, pair{marshal(t, sub.Cluster), marshal(t, sub.Load)})
+	}
+	doc, err := json.Marshal(struct {
+		pair
+		Subsets []pair `json:"subsets,omitempty"`
+	}{pair{marshal(t, res.Cluster), marshal(t, res.Load)}, subsets})
 	if err != nil {
 		t.Fatal(err)
 	}

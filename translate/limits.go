@@ -199,7 +199,9 @@ func (o Options) ServiceWithin(s sources.Service, lim Limits) Result {
 	if size > lim.MaxMetadataBytes && r.limitMetadataBytes(s.Name, cla, lim) {
 		size = proto.Size(cla)
 	}
-	res := Resources{Cluster: Cluster(s.Name), Load: cla, Listener: APIListener(s.Name), Route: RouteConfig(s.Name)}
+	rc, routeDiags := RouteConfigFor(s.Name, o.Policy)
+	r.Diagnostics = append(r.Diagnostics, routeDiags...)
+	res := Resources{Cluster: Cluster(s.Name), Load: cla, Listener: APIListener(s.Name), Route: rc}
 	for _, m := range []struct {
 		field string
 		size  int

@@ -538,3 +538,78 @@ func TestPolicyRouteUncheckedInput(t *testing.T) {
 		t.Errorf("retry policy %v: num_retries 0 and a back-off without base are NACKed by gRPC clients", rp)
 	}
 }
+
+// re2Measured are RE2 program sizes Envoy 1.40.0 reports for regexes
+// (with re2.max_program_size.error_level 1, every regex is refused with
+// its size; TestRE2SizesEnvoyMeasures measures them again).
+var re2Measured = []struct {
+	re   string
+	size int
+}{
+	{"a", 5},
+	{"abc", 7},
+	{"/admin/.*", 13},
+	{"[a-z]{1,50}", 103},
+	{"[a-z]{1,20}", 43},
+	{"GET|HEAD|OPTIONS", 18},
+	{"GET|HEAD|POST|PUT|DELETE|PATCH|OPTIONS|TRACE|CONNECT", 47},
+	{"(?i)/foo/bar", 12},
+	{"[0-9]+", 6},
+	{`/c\.C/(Get|List)`, 18},
+	{"x{3,7}y*", 16},
+	{"[^/]+/[^/]+", 11},
+	{`\d{4}-\d{2}`, 11},
+	{"(a|b)*c(d|e)+", 12},
+	{"é+ü", 9},
+	{`\pL+`, 12},
+	{"[[:alpha:]]{2,5}", 12},
+	{"(?s).", 5},
+	{".", 6},
+	{`\w+@\w+\.com`, 17},
+	{"^abc$", 4},
+	{"a{50}", 54},
+	{"(abc){10}", 54},
+}
+
+// The estimate is never below what RE2 counts: a route Envoy would refuse
+// is never sent.
+func TestRE2ProgramSizeEstimate(t *testing.T) {
+	for _, m := range re2Measured {
+		if got := re2ProgramSize(m.re); got < m.size {
+			t.Errorf("%q: estimated %d, RE2 counts %d", m.re, got, m.size)
+		}
+	}
+	if got := re2ProgramSize("(unclosed"); got <= maxRE2ProgramSize {
+		t.Errorf("a regex that does not parse is estimated at %d", got)
+	}
+}
+
+// A route with a regex Envoy would refuse is dropped, whichever matcher
+// holds it; the others stay.
+func TestPolicyRouteRegexTooBig(t *testing.T) {
+	big := "[a-z]{1,50}"
+	// Four methods of 32 letters, without a common prefix to factor out.
+	methods := []string{strings.Repeat("A", 32), strings.Repeat("B", 32), strings.Repeat("C", 32), strings.Repeat("D", 32)}
+	p := &policy.Service{Routes: []policy.Route{
+		{Match: policy.Match{Regex: big}},
+		{Match: policy.Match{Prefix: "/kept", Headers: []policy.HeaderMatch{{Name: "x", Regex: "[a-z]{1,20}"}}}},
+		{Match: policy.Match{Headers: []policy.HeaderMatch{{Name: "x", Exact: "a"}, {Name: "y", Regex: big}}}},
+		{Match: policy.Match{Methods: methods}},
+		{Match: policy.Match{QueryParameters: []policy.QueryParameterMatch{{Name: "q", Regex: big}}}},
+	}}
+	rc, diags := RouteConfigFor("s", p)
+	var fields []string
+	for _, d := range diags {
+		if strings.Contains(d.Message, "route dropped") {
+			fields = append(fields, d.Field)
+		}
+	}
+	want := []string{"routes[0].match.regex", "routes[2].match.headers[1].regex", "routes[3].match.methods", "routes[4].match.query_parameters[0].regex"}
+	if d := cmp.Diff(want, fields); d != "" {
+		t.Errorf("dropped (-want +got):\n%s", d)
+	}
+	routes := rc.GetVirtualHosts()[0].GetRoutes()
+	if len(routes) != 2 || routes[0].GetMatch().GetPrefix() != "/kept" {
+		t.Errorf("routes %v, want /kept and the default", routes)
+	}
+}

@@ -400,7 +400,7 @@ func (b *routeBuilder) match(field string, m *policy.Match) *route.RouteMatch {
 			hm.HeaderMatchSpecifier = stringMatch(&matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_SafeRegex{SafeRegex: &matcher.RegexMatcher{Regex: methodsRegex(m.Methods)}}})
 		}
 		rm.Headers = append(rm.Headers, hm)
-		b.diag(routeField(field, "methods"), "gRPC clients have no :method header in their metadata: they never take this route")
+		b.diag(routeField(field, "methods"), "gRPC clients choose the route before their transport adds \":method\": they never take this route")
 	}
 	for _, q := range m.QueryParameters {
 		qm := &route.QueryParameterMatcher{Name: q.Name}
@@ -460,26 +460,28 @@ func headerMatcher(h policy.HeaderMatch) *route.HeaderMatcher {
 	return hm
 }
 
-// headerDiags reports header matches gRPC clients cannot see: they match
-// the call's metadata (and content-type), which has no pseudo-headers,
-// after grpc-go removed binary (-bin) headers from it. To them such a
-// header is absent: a present match fails, an inverted present match
-// holds, and every other match fails, inverted or not.
+// headerDiags reports header matches gRPC clients cannot honour as Envoy
+// does. grpc-go (v1.85, measured in TestPolicyRoutesGRPCGoRouting)
+// matches a call's routes against the metadata the application set, before
+// its transport adds the headers Envoy sees: pseudo-headers, content-type,
+// te, user-agent, grpc-* (grpc-timeout, ...). To gRPC clients those are
+// absent: a present match fails, an inverted present match holds, every
+// other match fails, inverted or not. Binary (-bin) headers are matched on
+// their raw bytes, where Envoy sees base64 text (grpc-go's resolver means
+// to drop them, and does when it knows the content-type): only a present
+// match means the same to both.
 func (b *routeBuilder) headerDiags(field string, hm *route.HeaderMatcher) {
-	var why string
+	name := hm.Name
 	switch {
-	case strings.HasPrefix(hm.Name, ":"):
-		why = "gRPC clients have no pseudo-headers in their metadata"
-	case strings.HasSuffix(hm.Name, "-bin"):
-		why = "grpc-go drops binary (-bin) headers before matching"
-	default:
-		return
+	case strings.HasPrefix(name, ":"), name == "content-type", name == "te", name == "user-agent", strings.HasPrefix(name, "grpc-"):
+		effect := "the match always fails for them: they never take this route"
+		if hm.GetPresentMatch() && hm.InvertMatch {
+			effect = "the match always holds for them"
+		}
+		b.diag(routeField(field, "name"), "gRPC clients choose the route before their transport adds %q: it is absent to them, %s", name, effect)
+	case strings.HasSuffix(name, "-bin") && !hm.GetPresentMatch():
+		b.diag(routeField(field, "name"), "gRPC clients match binary (-bin) headers on their raw bytes, Envoy on their base64 text: only a present match means the same to both")
 	}
-	effect := "the match always fails for them: they never take this route"
-	if hm.GetPresentMatch() && hm.InvertMatch {
-		effect = "the match always holds for them"
-	}
-	b.diag(routeField(field, "name"), "%s: %q is absent to them, %s", why, hm.Name, effect)
 }
 
 // methodsRegex matches any of several methods.

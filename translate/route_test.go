@@ -66,13 +66,23 @@ routes:
     destination: {service: by-authority}
   - match:
       headers:
-        - {name: x-token-bin, present: true, invert: true}
         - {name: content-type, prefix: application/grpc}
-    destination: {service: no-token}
+    destination: {service: by-content-type}
+  - match:
+      headers:
+        - {name: user-agent, present: true, invert: true}
+        - {name: x-token-bin, present: true}
+    destination: {service: with-token}
+  - match:
+      headers:
+        - {name: x-key-bin, exact: abc}
+    destination: {service: by-key}
 `,
 			diags: []Diagnostic{
-				{"greeter", "routes[1].match.headers[0].name", `gRPC clients have no pseudo-headers in their metadata: ":authority" is absent to them, the match always fails for them: they never take this route`},
-				{"greeter", "routes[2].match.headers[0].name", `grpc-go drops binary (-bin) headers before matching: "x-token-bin" is absent to them, the match always holds for them`},
+				{"greeter", "routes[1].match.headers[0].name", `gRPC clients choose the route before their transport adds ":authority": it is absent to them, the match always fails for them: they never take this route`},
+				{"greeter", "routes[2].match.headers[0].name", `gRPC clients choose the route before their transport adds "content-type": it is absent to them, the match always fails for them: they never take this route`},
+				{"greeter", "routes[3].match.headers[0].name", `gRPC clients choose the route before their transport adds "user-agent": it is absent to them, the match always holds for them`},
+				{"greeter", "routes[4].match.headers[0].name", "gRPC clients match binary (-bin) headers on their raw bytes, Envoy on their base64 text: only a present match means the same to both"},
 			},
 		},
 		{
@@ -85,8 +95,8 @@ routes:
     destination: {service: reader}
 `,
 			diags: []Diagnostic{
-				{"web", "routes[0].match.methods", "gRPC clients have no :method header in their metadata: they never take this route"},
-				{"web", "routes[1].match.methods", "gRPC clients have no :method header in their metadata: they never take this route"},
+				{"web", "routes[0].match.methods", `gRPC clients choose the route before their transport adds ":method": they never take this route`},
+				{"web", "routes[1].match.methods", `gRPC clients choose the route before their transport adds ":method": they never take this route`},
 			},
 		},
 		{
@@ -340,7 +350,7 @@ func TestPolicyRouteFullFile(t *testing.T) {
 			{"greeter", "retry.retry_on", "gRPC clients ignore 5xx, retriable-status-codes (Envoy only)"},
 			{"greeter", "retry.per_try_timeout", "gRPC clients ignore it (gRFC A44: not without hedging); Envoy only"},
 			{"greeter", "routes[2].prefix_rewrite", "gRPC clients cannot rewrite paths and ignore it (Envoy only)"},
-			{"greeter", "routes[2].match.methods", "gRPC clients have no :method header in their metadata: they never take this route"},
+			{"greeter", "routes[2].match.methods", `gRPC clients choose the route before their transport adds ":method": they never take this route`},
 			{"greeter", "routes[2].match.query_parameters", "gRPC clients ignore every route that matches query parameters (gRFC A28): they never take this route"},
 		},
 		"old-api": nil,

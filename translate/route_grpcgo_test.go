@@ -1,0 +1,329 @@
+package translate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	grpcmd "google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	xdsgrpc "google.golang.org/grpc/xds"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/xdsbridge/xdsbridge/sources"
+)
+
+// grpc-go's RDS validation cannot be imported (it is internal), so real
+// grpc-go clients take the routes: an xDS server (go-control-plane's
+// snapshot cache) serves each route configuration with the Listener gRPC
+// clients start from and a cluster per destination, each cluster one gRPC
+// server of its own; a grpc-go client of xds:///<service> resolves them
+// (LDS → RDS → CDS → EDS) and its calls show which cluster a route chose
+// (the backends implement nothing: the Unimplemented answer comes from the
+// backend the route led to). A NACK fails the test with grpc-go's reason.
+
+type grpcRig struct {
+	t     *testing.T // the test the rig, and its backends, live as long as
+	cache cache.SnapshotCache
+	addr  string
+
+	mu       sync.Mutex
+	nodes    map[int64]string    // stream → node
+	nacks    map[string][]string // node → grpc-go's error details
+	backends map[string]string   // cluster → backend address
+	clusters map[string]string   // backend address → cluster
+}
+
+func startGRPCRig(t *testing.T) *grpcRig {
+	t.Helper()
+	rig := &grpcRig{
+		t:        t,
+		cache:    cache.NewSnapshotCache(false, cache.IDHash{}, nil),
+		nodes:    map[int64]string{},
+		nacks:    map[string][]string{},
+		backends: map[string]string{},
+		clusters: map[string]string{},
+	}
+	cb := serverv3.CallbackFuncs{StreamRequestFunc: func(id int64, req *discovery.DiscoveryRequest) error {
+		rig.mu.Lock()
+		defer rig.mu.Unlock()
+		if n := req.GetNode().GetId(); n != "" {
+			rig.nodes[id] = n
+		}
+		if e := req.GetErrorDetail(); e != nil {
+			node := rig.nodes[id]
+			rig.nacks[node] = append(rig.nacks[node], req.GetTypeUrl()+": "+e.GetMessage())
+		}
+		return nil
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	xs := serverv3.NewServer(ctx, rig.cache, cb)
+	gs := grpc.NewServer()
+	discovery.RegisterAggregatedDiscoveryServiceServer(gs, xs)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(lis)
+	t.Cleanup(func() { cancel(); gs.Stop() })
+	rig.addr = lis.Addr().String()
+	return rig
+}
+
+// backend is the address of the cluster's gRPC server, started on first
+// use; it lives as long as the rig.
+func (rig *grpcRig) backend(t *testing.T, cluster string) string {
+	t.Helper()
+	rig.mu.Lock()
+	defer rig.mu.Unlock()
+	if a, ok := rig.backends[cluster]; ok {
+		return a
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	go s.Serve(lis)
+	rig.t.Cleanup(s.Stop) // subtests share backends
+	a := lis.Addr().String()
+	rig.backends[cluster], rig.clusters[a] = a, cluster
+	return a
+}
+
+func (rig *grpcRig) nacksOf(node string) []string {
+	rig.mu.Lock()
+	defer rig.mu.Unlock()
+	return append([]string(nil), rig.nacks[node]...)
+}
+
+// serve publishes, for node, the service's Listener, the route
+// configuration, and an EDS cluster with one backend for every cluster
+// the routes name.
+func (rig *grpcRig) serve(t *testing.T, node, service string, rc *route.RouteConfiguration) {
+	t.Helper()
+	res := map[resource.Type][]types.Resource{
+		resource.ListenerType: {APIListener(service)},
+		resource.RouteType:    {rc},
+	}
+	for _, c := range RouteClusters(rc) {
+		host, port, err := net.SplitHostPort(rig.backend(t, c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p uint32
+		if _, err := fmt.Sscan(port, &p); err != nil {
+			t.Fatal(err)
+		}
+		cla, _ := LoadAssignment(sources.Service{Name: c, Endpoints: []sources.Endpoint{{Address: host, Port: p}}})
+		res[resource.ClusterType] = append(res[resource.ClusterType], Cluster(c))
+		res[resource.EndpointType] = append(res[resource.EndpointType], cla)
+	}
+	snap, err := cache.NewSnapshot("v1", res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rig.cache.SetSnapshot(context.Background(), node, snap); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// dial is a grpc-go client of xds:///service, identified as node.
+func (rig *grpcRig) dial(t *testing.T, node, service string) *grpc.ClientConn {
+	t.Helper()
+	bootstrap := fmt.Sprintf(`{
+  "xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
+  "node": {"id": %q}
+}`, rig.addr, node)
+	builder, err := xdsgrpc.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient("xds:///"+service, grpc.WithResolvers(builder), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// call makes one call of method with metadata md (name, value pairs) and
+// returns the cluster whose backend answered.
+func (rig *grpcRig) call(conn *grpc.ClientConn, method string, md ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if len(md) > 0 {
+		ctx = grpcmd.NewOutgoingContext(ctx, grpcmd.Pairs(md...))
+	}
+	var p peer.Peer
+	err := conn.Invoke(ctx, method, &emptypb.Empty{}, &emptypb.Empty{}, grpc.Peer(&p), grpc.WaitForReady(true))
+	if p.Addr == nil {
+		if err == nil {
+			err = errors.New("no peer")
+		}
+		return "", err
+	}
+	rig.mu.Lock()
+	defer rig.mu.Unlock()
+	return rig.clusters[p.Addr.String()], nil
+}
+
+// grpcRoutes serves the route configuration of a golden case to a new
+// grpc-go client, waits until a call goes through (every resource
+// accepted), and returns the client.
+func (rig *grpcRig) grpcRoutes(t *testing.T, node, service string, rc *route.RouteConfiguration) *grpc.ClientConn {
+	t.Helper()
+	rig.serve(t, node, service, rc)
+	conn := rig.dial(t, node, service)
+	// A method no route but the default takes in any golden case.
+	_, err := rig.call(conn, "/zz.Unrouted/Call")
+	if n := rig.nacksOf(node); len(n) > 0 {
+		t.Fatalf("grpc-go NACKed: %s", strings.Join(n, "; "))
+	}
+	if err != nil {
+		t.Fatalf("no call went through: %v", err)
+	}
+	return conn
+}
+
+// Every golden policy route is accepted by grpc-go v1.85.
+func TestPolicyRoutesGRPCGoAccepts(t *testing.T) {
+	rig := startGRPCRig(t)
+	rcs := map[string]struct {
+		service string
+		rc      *route.RouteConfiguration
+	}{}
+	for _, tc := range routeCases() {
+		rc, _ := RouteConfigFor(tc.service, parseServicePolicy(t, tc.service, tc.yaml))
+		rcs[tc.name] = struct {
+			service string
+			rc      *route.RouteConfiguration
+		}{tc.service, rc}
+	}
+	for name, p := range fullPolicies(t) {
+		rc, _ := RouteConfigFor(name, p)
+		rcs["full-"+name] = struct {
+			service string
+			rc      *route.RouteConfiguration
+		}{name, rc}
+	}
+	names := make([]string, 0, len(rcs))
+	for n := range rcs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		t.Run(n, func(t *testing.T) {
+			rig.grpcRoutes(t, "accepts-"+n, rcs[n].service, rcs[n].rc)
+		})
+	}
+}
+
+// grpc-go routes calls as the diagnostics and the comments say.
+func TestPolicyRoutesGRPCGoRouting(t *testing.T) {
+	rig := startGRPCRig(t)
+	cases := map[string]routeCase{}
+	for _, tc := range routeCases() {
+		cases[tc.name] = tc
+	}
+	type call struct {
+		method string
+		md     []string
+		want   string
+	}
+	for _, tc := range []struct {
+		name  string
+		calls []call
+	}{
+		{"paths", []call{
+			{"/a.A/Get", nil, "a"},
+			{"/b.B/Get", nil, "b"},
+			{"/c.C/List", nil, "c"},
+			{"/d.D/Get", nil, "d"},  // case-insensitive prefix /D.d/
+			{"/E.E/GET", nil, "e"},  // case-insensitive path /E.e/Get
+			{"/b.B/GetX", nil, "f"}, // a path is exact
+		}},
+		{"headers", []call{
+			{"/x.X/Get", []string{"x-tenant", "test", "x-region", "eu-west", "x-host", "a.internal", "x-trace", "zzz", "x-id", "123", "x-debug", "1", "x-shard", "-5"}, "matched"},
+			// The inverted contains fails, and so does the route; no
+			// other but the default takes it: the transport has added
+			// neither content-type nor user-agent yet.
+			{"/x.X/Get", []string{"x-tenant", "test", "x-region", "eu-west", "x-host", "a.internal", "x-trace", "xabcx", "x-id", "123", "x-debug", "1", "x-shard", "-5"}, "greeter"},
+			// A range is half-open.
+			{"/x.X/Get", []string{"x-tenant", "test", "x-region", "eu-west", "x-host", "a.internal", "x-trace", "zzz", "x-id", "123", "x-debug", "1", "x-shard", "10"}, "greeter"},
+			// grpc-go takes an empty value for an absent header.
+			{"/x.X/Get", []string{"x-tenant", "test", "x-region", "eu-west", "x-host", "a.internal", "x-trace", "zzz", "x-id", "123", "x-debug", "", "x-shard", "-5"}, "greeter"},
+			{"/x.X/Get", []string{"x-token-bin", "\x00\x01"}, "with-token"},
+			// Raw bytes, not base64 ("YWJj") as Envoy would see them.
+			{"/x.X/Get", []string{"x-key-bin", "abc"}, "by-key"},
+		}},
+		{"methods", []call{{"/static/x", nil, "web"}}},
+		{"query-parameters", []call{{"/search", nil, "web"}}},
+		{"fractions", []call{{"/c/x", nil, "all"}, {"/d/x", nil, "greeter"}}},
+		{"redirect", []call{
+			{"/self/x", nil, "greeter/v2"},
+			{"/named-self/x", nil, "greeter/v2"},
+			{"/legacy/x", nil, "old-api/legacy"},
+			{"/other/x", nil, "other"},
+			{"/x", nil, "greeter/v2"},
+		}},
+		{"default-subset", []call{
+			{"/self/x", nil, "web/v1"},
+			{"/v2/x", nil, "web/v2"},
+			{"/x", nil, "web/v1"},
+		}},
+		{"datacenters", []call{{"/dc3/x", nil, "billing/v1"}, {"/x", nil, "api"}}},
+		{"domains", []call{{"/x", nil, "greeter"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := cases[tc.name]
+			rc, _ := RouteConfigFor(c.service, parseServicePolicy(t, c.service, c.yaml))
+			conn := rig.grpcRoutes(t, "routing-"+tc.name, c.service, rc)
+			for _, cl := range tc.calls {
+				got, err := rig.call(conn, cl.method, cl.md...)
+				if err != nil || got != cl.want {
+					t.Errorf("%s %v: reached %q (%v), want %q", cl.method, cl.md, got, err, cl.want)
+				}
+			}
+		})
+	}
+
+	// A split: every share with a weight is reached, no other cluster.
+	t.Run("splits", func(t *testing.T) {
+		c := cases["splits"]
+		rc, _ := RouteConfigFor(c.service, parseServicePolicy(t, c.service, c.yaml))
+		conn := rig.grpcRoutes(t, "routing-splits", c.service, rc)
+		seen := map[string]int{}
+		for i := 0; i < 60; i++ {
+			got, err := rig.call(conn, "/canary/x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen[got]++
+		}
+		for cl := range seen {
+			if cl != "other" && cl != "other/blue" && cl != "greeter" {
+				t.Errorf("the split reached %q", cl)
+			}
+		}
+		// 50%, 25%, 25%: each missed 60 times in a row with a chance
+		// below 1e-7.
+		if seen["other"] == 0 || seen["other/blue"] == 0 || seen["greeter"] == 0 {
+			t.Errorf("the split reached %v", seen)
+		}
+	})
+}

@@ -293,7 +293,8 @@ func retryPolicy(r *policy.Retry) *route.RetryPolicy {
 }
 
 // grpcMaxRetries is what gRPC clients make of num_retries at most: 5
-// attempts in all (gRFC A6, A44).
+// attempts in all (gRFC A6, A44). grpc-go v1.85 does not cap retries
+// configured over xDS (TestPolicyRoutesGRPCGoRetriesAndTimeouts).
 const grpcMaxRetries = 4
 
 // retryDiags reports what gRPC clients ignore of a retry policy.
@@ -314,7 +315,7 @@ func (b *routeBuilder) retryDiags(field string, r *policy.Retry) {
 		b.diag(routeField(field, "retry_on"), "gRPC clients ignore %s (Envoy only)", strings.Join(envoyOnly, ", "))
 	}
 	if n := r.NumRetries; n != nil && *n > grpcMaxRetries {
-		b.diag(routeField(field, "num_retries"), "%d: gRPC clients make at most 5 attempts, %d retries", *n, grpcMaxRetries)
+		b.diag(routeField(field, "num_retries"), "%d: gRFC A44 caps gRPC clients at 5 attempts, %d retries (grpc-go v1.85 does not: it makes all %d)", *n, grpcMaxRetries, *n+1)
 	}
 	if r.PerTryTimeout != 0 {
 		b.diag(routeField(field, "per_try_timeout"), "gRPC clients ignore it (gRFC A44: not without hedging); Envoy only")

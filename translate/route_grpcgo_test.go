@@ -18,9 +18,11 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	grpcmd "google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 	xdsgrpc "google.golang.org/grpc/xds"
 	"google.golang.org/protobuf/types/known/emptypb"
 
@@ -46,6 +48,7 @@ type grpcRig struct {
 	nacks    map[string][]string // node → grpc-go's error details
 	backends map[string]string   // cluster → backend address
 	clusters map[string]string   // backend address → cluster
+	attempts map[string]int      // method → calls the backends received
 }
 
 func startGRPCRig(t *testing.T) *grpcRig {
@@ -57,6 +60,7 @@ func startGRPCRig(t *testing.T) *grpcRig {
 		nacks:    map[string][]string{},
 		backends: map[string]string{},
 		clusters: map[string]string{},
+		attempts: map[string]int{},
 	}
 	cb := serverv3.CallbackFuncs{StreamRequestFunc: func(id int64, req *discovery.DiscoveryRequest) error {
 		rig.mu.Lock()
@@ -97,12 +101,39 @@ func (rig *grpcRig) backend(t *testing.T, cluster string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := grpc.NewServer()
+	s := grpc.NewServer(grpc.UnknownServiceHandler(rig.handle))
 	go s.Serve(lis)
 	rig.t.Cleanup(s.Stop) // subtests share backends
 	a := lis.Addr().String()
 	rig.backends[cluster], rig.clusters[a] = a, cluster
 	return a
+}
+
+// handle answers every call a backend receives, counting them: methods
+// named .../Unavailable fail with UNAVAILABLE, .../Sleep wait for their
+// deadline (at most 5s), the others are UNIMPLEMENTED.
+func (rig *grpcRig) handle(_ any, stream grpc.ServerStream) error {
+	method, _ := grpc.MethodFromServerStream(stream)
+	rig.mu.Lock()
+	rig.attempts[method]++
+	rig.mu.Unlock()
+	switch {
+	case strings.HasSuffix(method, "/Unavailable"):
+		return status.Error(codes.Unavailable, "try again")
+	case strings.HasSuffix(method, "/Sleep"):
+		select {
+		case <-stream.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+		return status.Error(codes.Internal, "slept")
+	}
+	return status.Error(codes.Unimplemented, method)
+}
+
+func (rig *grpcRig) attemptsOf(method string) int {
+	rig.mu.Lock()
+	defer rig.mu.Unlock()
+	return rig.attempts[method]
 }
 
 func (rig *grpcRig) nacksOf(node string) []string {
@@ -162,8 +193,19 @@ func (rig *grpcRig) dial(t *testing.T, node, service string) *grpc.ClientConn {
 }
 
 // call makes one call of method with metadata md (name, value pairs) and
-// returns the cluster whose backend answered.
+// returns the cluster whose backend answered; the backends' own errors
+// (UNIMPLEMENTED, ...) are not errors of the call.
 func (rig *grpcRig) call(conn *grpc.ClientConn, method string, md ...string) (string, error) {
+	c, err := rig.invoke(conn, method, md...)
+	if c != "" {
+		return c, nil
+	}
+	return c, err
+}
+
+// invoke makes one call and returns the cluster whose backend answered
+// last (none if no backend did) and the call's error.
+func (rig *grpcRig) invoke(conn *grpc.ClientConn, method string, md ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if len(md) > 0 {
@@ -179,7 +221,7 @@ func (rig *grpcRig) call(conn *grpc.ClientConn, method string, md ...string) (st
 	}
 	rig.mu.Lock()
 	defer rig.mu.Unlock()
-	return rig.clusters[p.Addr.String()], nil
+	return rig.clusters[p.Addr.String()], err
 }
 
 // grpcRoutes serves the route configuration of a golden case to a new
@@ -326,4 +368,50 @@ func TestPolicyRoutesGRPCGoRouting(t *testing.T) {
 			t.Errorf("the split reached %v", seen)
 		}
 	})
+}
+
+// grpc-go retries and times out as the route says (gRFC A44, A31): it
+// retries on the gRPC conditions only, num_retries times (uncapped), and
+// bounds a call by max_stream_duration.
+func TestPolicyRoutesGRPCGoRetriesAndTimeouts(t *testing.T) {
+	rig := startGRPCRig(t)
+	p := parseServicePolicy(t, "svc", `
+timeout: 30s
+routes:
+  - match: {prefix: /grpc.G/}
+    retry: {retry_on: [unavailable], num_retries: 3, base_interval: 1ms, max_interval: 2ms}
+  - match: {prefix: /envoy.E/}
+    retry: {retry_on: [5xx, reset], num_retries: 3, base_interval: 1ms}
+  - match: {prefix: /many.M/}
+    retry: {retry_on: [cancelled, unavailable], num_retries: 10, base_interval: 1ms, max_interval: 1ms, per_try_timeout: 1ms}
+  - match: {prefix: /slow.S/}
+    timeout: 300ms
+`)
+	rc, _ := RouteConfigFor("svc", p)
+	conn := rig.grpcRoutes(t, "retries", "svc", rc)
+	for _, tc := range []struct {
+		method   string
+		attempts int
+	}{
+		{"/grpc.G/Unavailable", 4},
+		{"/envoy.E/Unavailable", 1}, // no gRPC condition: no retry
+		// gRFC A44 caps attempts at 5; grpc-go v1.85 does not
+		// (retryConfigToPolicy in internal/xds/resolver/serviceconfig.go
+		// sets MaxAttempts to num_retries + 1).
+		{"/many.M/Unavailable", 11},
+		{"/other.O/Unavailable", 1}, // no retry policy
+	} {
+		_, err := rig.invoke(conn, tc.method)
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("%s: %v, want UNAVAILABLE", tc.method, err)
+		}
+		if got := rig.attemptsOf(tc.method); got != tc.attempts {
+			t.Errorf("%s: %d attempts, want %d", tc.method, got, tc.attempts)
+		}
+	}
+	start := time.Now()
+	_, err := rig.invoke(conn, "/slow.S/Sleep")
+	if took := time.Since(start); status.Code(err) != codes.DeadlineExceeded || took > 3*time.Second {
+		t.Errorf("/slow.S/Sleep: %v after %v, want DEADLINE_EXCEEDED after 300ms", err, took)
+	}
 }

@@ -168,7 +168,7 @@ routes:
 `,
 			diags: []Diagnostic{
 				{"greeter", "retry.retry_on", "gRPC clients ignore 5xx, retriable-status-codes (Envoy only)"},
-				{"greeter", "retry.num_retries", "7: gRPC clients make at most 5 attempts, 4 retries"},
+				{"greeter", "retry.num_retries", "7: gRFC A44 caps gRPC clients at 5 attempts, 4 retries (grpc-go v1.85 does not: it makes all 8)"},
 				{"greeter", "retry.per_try_timeout", "gRPC clients ignore it (gRFC A44: not without hedging); Envoy only"},
 				{"greeter", "routes[1].retry.retry_on", "no gRPC condition (cancelled, deadline-exceeded, internal, resource-exhausted, unavailable): gRPC clients do not retry"},
 			},

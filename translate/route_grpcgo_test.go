@@ -114,6 +114,11 @@ func (rig *grpcRig) backend(t *testing.T, cluster string) string {
 // deadline (at most 5s), the others are UNIMPLEMENTED.
 func (rig *grpcRig) handle(_ any, stream grpc.ServerStream) error {
 	method, _ := grpc.MethodFromServerStream(stream)
+	// Read the request first: a unary call answered before its request
+	// is read may fail with a transport error (EOF) instead of the status.
+	if err := stream.RecvMsg(&emptypb.Empty{}); err != nil {
+		return err
+	}
 	rig.mu.Lock()
 	rig.attempts[method]++
 	rig.mu.Unlock()
@@ -123,9 +128,10 @@ func (rig *grpcRig) handle(_ any, stream grpc.ServerStream) error {
 	case strings.HasSuffix(method, "/Sleep"):
 		select {
 		case <-stream.Context().Done():
+			return status.FromContextError(stream.Context().Err()).Err()
 		case <-time.After(5 * time.Second):
+			return status.Error(codes.Internal, "slept 5s")
 		}
-		return status.Error(codes.Internal, "slept")
 	}
 	return status.Error(codes.Unimplemented, method)
 }

@@ -3,6 +3,7 @@ package translate
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,6 +40,24 @@ func requireEnvoy(t *testing.T) string {
 // Clusters named in missing are left out.
 func envoyBootstrap(t *testing.T, rcs map[string]*route.RouteConfiguration, missing ...string) []byte {
 	t.Helper()
+	return envoyBootstrapWith(t, rcs, envoyRig{missing: missing})
+}
+
+// envoyRig is what a bootstrap that serves (not only validates) adds.
+type envoyRig struct {
+	missing []string
+	// ports are the listeners' ports by route name (default 20000 + i:
+	// a validated bootstrap binds nothing).
+	ports map[string]int
+	// backend is the address of a cluster's one host (HTTP/2); nil:
+	// clusters without hosts.
+	backend func(cluster string) string
+	admin   int // the admin port (0: any) of a serving bootstrap
+}
+
+func envoyBootstrapWith(t *testing.T, rcs map[string]*route.RouteConfiguration, rig envoyRig) []byte {
+	t.Helper()
+	missing := rig.missing
 	names := make([]string, 0, len(rcs))
 	for n := range rcs {
 		names = append(names, n)
@@ -54,10 +73,14 @@ func envoyBootstrap(t *testing.T, rcs map[string]*route.RouteConfiguration, miss
 		for _, c := range RouteClusters(rcs[n]) {
 			clusters[c] = true
 		}
+		port := 20000 + i
+		if p, ok := rig.ports[n]; ok {
+			port = p
+		}
 		listeners = append(listeners, map[string]any{
 			"name": "route-" + n,
 			"address": map[string]any{"socket_address": map[string]any{
-				"address": "127.0.0.1", "port_value": 20000 + i,
+				"address": "127.0.0.1", "port_value": port,
 			}},
 			"filter_chains": []any{map[string]any{"filters": []any{map[string]any{
 				"name": "envoy.filters.network.http_connection_manager",
@@ -77,15 +100,10 @@ func envoyBootstrap(t *testing.T, rcs map[string]*route.RouteConfiguration, miss
 		delete(clusters, m)
 	}
 	staticClusters := []any{map[string]any{
-		"name":            "xdsbridge",
-		"type":            "STATIC",
-		"connect_timeout": "1s",
-		"typed_extension_protocol_options": map[string]any{
-			"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": map[string]any{
-				"@type":                "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-				"explicit_http_config": map[string]any{"http2_protocol_options": map[string]any{}},
-			},
-		},
+		"name":                             "xdsbridge",
+		"type":                             "STATIC",
+		"connect_timeout":                  "1s",
+		"typed_extension_protocol_options": http2Options,
 		"load_assignment": map[string]any{"cluster_name": "xdsbridge", "endpoints": []any{map[string]any{
 			"lb_endpoints": []any{map[string]any{"endpoint": map[string]any{"address": map[string]any{
 				"socket_address": map[string]any{"address": "127.0.0.1", "port_value": 18000},
@@ -98,13 +116,26 @@ func envoyBootstrap(t *testing.T, rcs map[string]*route.RouteConfiguration, miss
 	}
 	sort.Strings(cnames)
 	for _, c := range cnames {
-		staticClusters = append(staticClusters, map[string]any{
+		cl := map[string]any{
 			"name":            c,
 			"type":            "STATIC",
 			"connect_timeout": "1s",
 			"lb_policy":       "RING_HASH",
 			"load_assignment": map[string]any{"cluster_name": c},
-		})
+		}
+		if rig.backend != nil {
+			host, port, err := net.SplitHostPort(rig.backend(c))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cl["load_assignment"] = map[string]any{"cluster_name": c, "endpoints": []any{map[string]any{
+				"lb_endpoints": []any{map[string]any{"endpoint": map[string]any{"address": map[string]any{
+					"socket_address": map[string]any{"address": host, "port_value": json.Number(port)},
+				}}}},
+			}}}
+			cl["typed_extension_protocol_options"] = http2Options
+		}
+		staticClusters = append(staticClusters, cl)
 	}
 	doc := map[string]any{
 		"node": map[string]any{"id": "route-validation", "cluster": "route-validation"},
@@ -119,11 +150,26 @@ func envoyBootstrap(t *testing.T, rcs map[string]*route.RouteConfiguration, miss
 		},
 		"static_resources": map[string]any{"listeners": listeners, "clusters": staticClusters},
 	}
+	if rig.backend != nil {
+		// A running Envoy would wait for its first clusters over ADS
+		// (15s) before listening.
+		delete(doc, "dynamic_resources")
+	}
+	if rig.admin >= 0 && rig.backend != nil {
+		doc["admin"] = map[string]any{"address": map[string]any{"socket_address": map[string]any{"address": "127.0.0.1", "port_value": rig.admin}}}
+	}
 	b, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b
+}
+
+var http2Options = map[string]any{
+	"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": map[string]any{
+		"@type":                "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+		"explicit_http_config": map[string]any{"http2_protocol_options": map[string]any{}},
+	},
 }
 
 // envoyValidate runs envoy --mode validate on a bootstrap.
@@ -134,8 +180,7 @@ func envoyValidate(t *testing.T, envoy string, bootstrap []byte) (string, error)
 	if err := os.WriteFile(path, bootstrap, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(envoy, "--mode", "validate", "-c", path, "--log-level", "warn",
-		"--base-id", fmt.Sprint(os.Getpid()%10000+40000), "--disable-hot-restart")
+	cmd := exec.Command(envoy, "--mode", "validate", "-c", path, "--log-level", "warn", "--use-dynamic-base-id")
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }

@@ -101,7 +101,12 @@ func (rig *grpcRig) backend(t *testing.T, cluster string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := grpc.NewServer(grpc.UnknownServiceHandler(rig.handle))
+	// The backend names its cluster in a trailer, for calls through a
+	// proxy (the peer is then the proxy).
+	s := grpc.NewServer(grpc.UnknownServiceHandler(func(srv any, stream grpc.ServerStream) error {
+		stream.SetTrailer(grpcmd.Pairs("x-cluster", cluster))
+		return rig.handle(srv, stream)
+	}))
 	go s.Serve(lis)
 	rig.t.Cleanup(s.Stop) // subtests share backends
 	a := lis.Addr().String()

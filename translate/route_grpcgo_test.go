@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
@@ -49,6 +50,9 @@ type grpcRig struct {
 	backends map[string]string   // cluster → backend address
 	clusters map[string]string   // backend address → cluster
 	attempts map[string]int      // method → calls the backends received
+	// ringHash are clusters served with ring_hash and this many hosts,
+	// named <cluster>#<i> (set before serve).
+	ringHash map[string]int
 }
 
 func startGRPCRig(t *testing.T) *grpcRig {
@@ -61,6 +65,7 @@ func startGRPCRig(t *testing.T) *grpcRig {
 		backends: map[string]string{},
 		clusters: map[string]string{},
 		attempts: map[string]int{},
+		ringHash: map[string]int{},
 	}
 	cb := serverv3.CallbackFuncs{StreamRequestFunc: func(id int64, req *discovery.DiscoveryRequest) error {
 		rig.mu.Lock()
@@ -163,16 +168,32 @@ func (rig *grpcRig) serve(t *testing.T, node, service string, rc *route.RouteCon
 		resource.RouteType:    {rc},
 	}
 	for _, c := range RouteClusters(rc) {
-		host, port, err := net.SplitHostPort(rig.backend(t, c))
-		if err != nil {
-			t.Fatal(err)
+		hosts, ring := rig.ringHash[c]
+		names := []string{c}
+		if ring {
+			names = nil
+			for i := 0; i < hosts; i++ {
+				names = append(names, fmt.Sprintf("%s#%d", c, i))
+			}
 		}
-		var p uint32
-		if _, err := fmt.Sscan(port, &p); err != nil {
-			t.Fatal(err)
+		var eps []sources.Endpoint
+		for _, n := range names {
+			host, port, err := net.SplitHostPort(rig.backend(t, n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var p uint32
+			if _, err := fmt.Sscan(port, &p); err != nil {
+				t.Fatal(err)
+			}
+			eps = append(eps, sources.Endpoint{Address: host, Port: p})
 		}
-		cla, _ := LoadAssignment(sources.Service{Name: c, Endpoints: []sources.Endpoint{{Address: host, Port: p}}})
-		res[resource.ClusterType] = append(res[resource.ClusterType], Cluster(c))
+		cla, _ := LoadAssignment(sources.Service{Name: c, Endpoints: eps})
+		cl := Cluster(c)
+		if ring {
+			cl.LbPolicy = clusterv3.Cluster_RING_HASH
+		}
+		res[resource.ClusterType] = append(res[resource.ClusterType], cl)
 		res[resource.EndpointType] = append(res[resource.EndpointType], cla)
 	}
 	snap, err := cache.NewSnapshot("v1", res)
@@ -424,5 +445,40 @@ routes:
 	_, err := rig.invoke(conn, "/slow.S/Sleep")
 	if took := time.Since(start); status.Code(err) != codes.DeadlineExceeded || took > 3*time.Second {
 		t.Errorf("/slow.S/Sleep: %v after %v, want DEADLINE_EXCEEDED after 300ms", err, took)
+	}
+}
+
+// grpc-go hashes the header hash policies name, and nothing else: with a
+// header, calls of one user stick to one host; with only a cookie (which
+// it ignores), calls spread.
+func TestPolicyRoutesGRPCGoHashPolicies(t *testing.T) {
+	rig := startGRPCRig(t)
+	rig.ringHash["hashed"] = 4
+	rig.ringHash["cookied"] = 4
+	for _, tc := range []struct{ service, yaml string }{
+		{"hashed", "load_balancer: {policy: ring_hash, hash_policies: [{header: X-User}]}\n"},
+		{"cookied", "load_balancer: {policy: ring_hash, hash_policies: [{cookie: {name: session}}]}\n"},
+	} {
+		rc, _ := RouteConfigFor(tc.service, parseServicePolicy(t, tc.service, tc.yaml))
+		conn := rig.grpcRoutes(t, "hash-"+tc.service, tc.service, rc)
+		hosts := map[string]bool{}
+		for u := 0; u < 12; u++ {
+			user := map[string]bool{}
+			for i := 0; i < 5; i++ {
+				got, err := rig.call(conn, "/h.H/Get", "x-user", fmt.Sprint("user-", u), "cookie", fmt.Sprint("session=", u))
+				if err != nil {
+					t.Fatal(err)
+				}
+				user[got], hosts[got] = true, true
+			}
+			if tc.service == "hashed" && len(user) != 1 {
+				t.Errorf("%s: the calls of user-%d went to %v", tc.service, u, user)
+			}
+		}
+		// 12 users (60 calls) all on one of 4 hosts: a chance below 1e-6
+		// if they are spread.
+		if len(hosts) < 2 {
+			t.Errorf("%s: every call went to %v", tc.service, hosts)
+		}
 	}
 }

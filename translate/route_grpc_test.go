@@ -21,8 +21,9 @@ import (
 // generateRetryConfig, hashPoliciesProtoToSlice) and
 // internal/xds/matcher/string_matcher.go (StringMatcherFromProto), plus
 // what makes RPCs fail without a NACK (no virtual host for the target, a
-// route action that is not a route). Real gRPC clients check the same
-// routes end to end in internal/e2e.
+// route action that is not a route). Real grpc-go clients take the same
+// routes in route_grpcgo_test.go; this check runs on every route the
+// unit tests build, and on unchecked input.
 
 // checkGRPCAccepts fails t when grpc-go would NACK rc or fail RPCs for
 // the target named as rc.

@@ -205,7 +205,9 @@ func (o Options) ServiceWithin(s sources.Service, lim Limits) Result {
 	}
 	c, cdiags := o.ServiceCluster(s.Name)
 	r.Diagnostics = append(r.Diagnostics, cdiags...)
-	res := Resources{Cluster: c, Load: cla, Listener: APIListener(s.Name), Route: RouteConfig(s.Name)}
+	rc, routeDiags := RouteConfigFor(s.Name, o.Policy)
+	r.Diagnostics = append(r.Diagnostics, routeDiags...)
+	res := Resources{Cluster: c, Load: cla, Listener: APIListener(s.Name), Route: rc}
 	type sized struct {
 		field string
 		size  int

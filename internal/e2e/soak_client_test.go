@@ -206,7 +206,7 @@ func (c *soakClient) applyDelta(resp *discovery.DeltaDiscoveryResponse) []*disco
 	// Decode everything first: a response is applied whole or rejected.
 	decoded := map[string]heldMsg{}
 	for _, r := range resp.Resources {
-		m, err := decode(resp.TypeUrl, r.Resource)
+		m, err := decodeResource(resp.TypeUrl, r.Resource)
 		if err != nil {
 			c.nacks.Add(1)
 			return []*discovery.DeltaDiscoveryRequest{{TypeUrl: resp.TypeUrl, ResponseNonce: resp.Nonce,
@@ -277,7 +277,7 @@ func (c *soakClient) applySotw(resp *discovery.DiscoveryResponse) []*discovery.D
 	isCDS := resp.TypeUrl == xds.ClusterType
 	decoded := map[string]heldMsg{}
 	for _, r := range resp.Resources {
-		m, err := decode(resp.TypeUrl, r)
+		m, err := decodeResource(resp.TypeUrl, r)
 		if err == nil && name(m) == "" {
 			err = errors.New("resource without a name")
 		}
@@ -351,7 +351,7 @@ func (c *soakClient) snapshot() (clusters, clas map[string]heldMsg) {
 	return clusters, clas
 }
 
-func decode(typeURL string, a *anypb.Any) (proto.Message, error) {
+func decodeResource(typeURL string, a *anypb.Any) (proto.Message, error) {
 	if a == nil {
 		return nil, errors.New("no resource")
 	}

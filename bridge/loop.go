@@ -126,6 +126,10 @@ type Loop struct {
 	published map[string]sources.Service   // service → the merged input last translated
 	pubOpts   map[string]translate.Options // service → the options it was translated with (its policy included)
 	policies  map[string]*policy.File      // policy source → its policy
+	// failoverDeps: service → the services whose failover names it (their
+	// assignments carry its endpoints); failoverOf is the reverse.
+	failoverDeps map[string]map[string]bool
+	failoverOf   map[string][]string
 	// refused holds the services whose latest input was refused (over the
 	// limits, or failing validation): what is served is an older version
 	// (published) or nothing.
@@ -171,25 +175,27 @@ func New(opts Options, pub Publisher) *Loop {
 	}
 	opts.Limits = opts.Limits.WithDefaults()
 	l := &Loop{
-		opts:      opts,
-		pub:       pub,
-		log:       opts.Logger,
-		now:       opts.Now,
-		events:    make(chan event, 64),
-		bySource:  map[string]map[string]sources.Service{},
-		claims:    map[string][]string{},
-		synced:    map[string]bool{},
-		gotKinds:  map[string]syncKinds{},
-		dirty:     map[string]bool{},
-		published: map[string]sources.Service{},
-		pubOpts:   map[string]translate.Options{},
-		policies:  map[string]*policy.File{},
-		refused:   map[string]bool{},
-		retained:  map[string]map[sources.HostKey]*retainedHost{},
-		status:    map[string]*SourceStatus{},
-		hostInfo:  map[string][]HostInfo{},
-		conflicts: map[string][]string{},
-		diags:     map[string][]translate.Diagnostic{},
+		opts:         opts,
+		pub:          pub,
+		log:          opts.Logger,
+		now:          opts.Now,
+		events:       make(chan event, 64),
+		bySource:     map[string]map[string]sources.Service{},
+		claims:       map[string][]string{},
+		synced:       map[string]bool{},
+		gotKinds:     map[string]syncKinds{},
+		dirty:        map[string]bool{},
+		published:    map[string]sources.Service{},
+		pubOpts:      map[string]translate.Options{},
+		policies:     map[string]*policy.File{},
+		failoverDeps: map[string]map[string]bool{},
+		failoverOf:   map[string][]string{},
+		refused:      map[string]bool{},
+		retained:     map[string]map[sources.HostKey]*retainedHost{},
+		status:       map[string]*SourceStatus{},
+		hostInfo:     map[string][]HostInfo{},
+		conflicts:    map[string][]string{},
+		diags:        map[string][]translate.Diagnostic{},
 	}
 	for _, s := range opts.Sources {
 		l.status[s] = &SourceStatus{Name: s}
@@ -501,18 +507,29 @@ func (l *Loop) flush() {
 	}
 	sort.Strings(names)
 
+	// Merge each dirty service once (merge moves retained hosts along),
+	// then the services whose failover names one whose input changed:
+	// their assignments carry its endpoints.
+	merged := make(map[string]mergedService, len(names))
+	for _, name := range names {
+		svc, keep := l.merge(name)
+		merged[name] = mergedService{svc, keep}
+	}
+	names = l.addFailoverDependents(names, merged)
+
 	var changed []translate.Resources
 	var removed []string
 	inputs := map[string]sources.Service{}
 	inputOpts := map[string]translate.Options{}
 	for _, name := range names {
-		svc, keep := l.merge(name)
+		svc, keep := merged[name].svc, merged[name].keep
 		if !keep {
 			if _, was := l.published[name]; was {
 				removed = append(removed, name)
 			}
 			delete(l.refused, name)
 			l.setDiags(name, nil)
+			l.setFailoverDeps(name, nil)
 			continue
 		}
 		// The owner's default locality: a service that passes to another
@@ -521,7 +538,7 @@ func (l *Loop) flush() {
 		// it again puts back its diagnostics.
 		// Its policy too: the options compare by content.
 		pol, _ := l.policyFor(name)
-		opts := translate.Options{DefaultLocality: l.opts.DefaultLocality[l.owner(name)], Policy: pol}
+		opts := translate.Options{DefaultLocality: l.opts.DefaultLocality[l.owner(name)], Policy: pol, Failover: l.failoverTargets(name, pol, merged)}
 		if old, was := l.published[name]; was && !l.refused[name] && reflect.DeepEqual(old, svc) && reflect.DeepEqual(l.pubOpts[name], opts) {
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/xdsbridge/xdsbridge/policy"
 	"github.com/xdsbridge/xdsbridge/sources"
+	"github.com/xdsbridge/xdsbridge/translate"
 )
 
 // Traffic policy comes from policy sources (sources.PolicyUpdate) next to
@@ -46,6 +47,10 @@ func (l *Loop) applyPolicy(u sources.PolicyUpdate) bool {
 		if !reflect.DeepEqual(before[n], after) {
 			l.dirty[n] = true
 			dirty = true
+			// A failover to one of its subsets follows the subset's filter.
+			for dep := range l.failoverDeps[n] {
+				l.dirty[dep] = true
+			}
 		}
 	}
 	synced := l.noteSync(src, gotPolicy)
@@ -147,4 +152,98 @@ func (l *Loop) warnPolicyConflicts() {
 		}
 	}
 	l.m.policyConflicts.Set(float64(n))
+}
+
+// mergedService is a service as merged in one flush; keep is false when it
+// is to be removed.
+type mergedService struct {
+	svc  sources.Service
+	keep bool
+}
+
+// addFailoverDependents merges, once, the services whose failover names
+// one of names whose merged input changed, and returns names with them,
+// sorted.
+func (l *Loop) addFailoverDependents(names []string, merged map[string]mergedService) []string {
+	var more []string
+	for _, name := range names {
+		m := merged[name]
+		old, was := l.published[name]
+		if m.keep == was && (!m.keep || reflect.DeepEqual(old, m.svc)) {
+			continue // its input did not change
+		}
+		for dep := range l.failoverDeps[name] {
+			if _, ok := merged[dep]; ok {
+				continue
+			}
+			svc, keep := l.merge(dep)
+			merged[dep] = mergedService{svc, keep}
+			more = append(more, dep)
+		}
+	}
+	if len(more) == 0 {
+		return names
+	}
+	names = append(names, more...)
+	sort.Strings(names)
+	return names
+}
+
+// failoverTargets resolves the failover targets of a service's policy to
+// the services they name, as merged in this flush or as last published,
+// and records the service as their dependent.
+func (l *Loop) failoverTargets(name string, pol *policy.Service, merged map[string]mergedService) []translate.FailoverTarget {
+	l.setFailoverDeps(name, pol)
+	if pol == nil || len(pol.Failover) == 0 {
+		return nil
+	}
+	out := make([]translate.FailoverTarget, 0, len(pol.Failover))
+	for _, t := range pol.Failover {
+		ft := translate.FailoverTarget{Target: t}
+		if t.Datacenter == "" {
+			target := t.Service
+			if target == "" {
+				target = name
+			}
+			if m, ok := merged[target]; ok {
+				if m.keep {
+					svc := m.svc
+					ft.Service = &svc
+				}
+			} else if p, ok := l.published[target]; ok {
+				svc := p
+				ft.Service = &svc
+			}
+			if t.Subset != "" {
+				ft.Policy, _ = l.policyFor(target)
+			}
+		}
+		out = append(out, ft)
+	}
+	return out
+}
+
+// setFailoverDeps records which services the failover of name's policy
+// names (none for a nil policy).
+func (l *Loop) setFailoverDeps(name string, pol *policy.Service) {
+	for _, t := range l.failoverOf[name] {
+		delete(l.failoverDeps[t], name)
+		if len(l.failoverDeps[t]) == 0 {
+			delete(l.failoverDeps, t)
+		}
+	}
+	delete(l.failoverOf, name)
+	if pol == nil {
+		return
+	}
+	for _, t := range pol.Failover {
+		if t.Datacenter != "" || t.Service == "" || t.Service == name {
+			continue
+		}
+		if l.failoverDeps[t.Service] == nil {
+			l.failoverDeps[t.Service] = map[string]bool{}
+		}
+		l.failoverDeps[t.Service][name] = true
+		l.failoverOf[name] = append(l.failoverOf[name], t.Service)
+	}
 }

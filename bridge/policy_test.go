@@ -147,3 +147,41 @@ func TestReadyWaitsForServicesAndPolicyOfOneSource(t *testing.T) {
 	rec.next(t)
 	waitTrue(t, l.Ready)
 }
+
+// A service whose failover names another is translated again when the
+// other's hosts change, and no more once its policy drops the failover.
+func TestFailoverFollowsTarget(t *testing.T) {
+	rec := newRecorder()
+	l := run(t, Options{Sources: []string{"a", "policy"}, Quiet: time.Millisecond}, rec)
+	publish(t, l, "a", service("web", 1), service("backup", 1), service("db", 1))
+	fo := map[string]policy.Service{"web": {Failover: []policy.Target{{Service: "backup"}}}}
+	publishPolicy(t, l, "policy", fo)
+	rec.next(t)
+	waitTrue(t, l.Ready)
+
+	publish(t, l, "a", service("web", 1), service("backup", 1, 2), service("db", 1))
+	if d := cmp.Diff([]string{"backup", "web"}, rec.next(t).changed); d != "" {
+		t.Fatalf("backup changed: rebuilt (-want +got):\n%s", d)
+	}
+	publish(t, l, "a", service("web", 1), service("backup", 1, 2), service("db", 1, 2))
+	if d := cmp.Diff([]string{"db"}, rec.next(t).changed); d != "" {
+		t.Fatalf("db changed: rebuilt (-want +got):\n%s", d)
+	}
+	publish(t, l, "a", service("web", 1), service("db", 1, 2))
+	c := rec.next(t)
+	if d := cmp.Diff([]string{"web"}, c.changed); d != "" || len(c.removed) != 1 || c.removed[0] != "backup" {
+		t.Fatalf("backup removed: rebuilt %v, removed %v", c.changed, c.removed)
+	}
+	publish(t, l, "a", service("web", 1), service("backup", 3), service("db", 1, 2))
+	if d := cmp.Diff([]string{"backup", "web"}, rec.next(t).changed); d != "" {
+		t.Fatalf("backup back: rebuilt (-want +got):\n%s", d)
+	}
+	publishPolicy(t, l, "policy", map[string]policy.Service{})
+	if d := cmp.Diff([]string{"web"}, rec.next(t).changed); d != "" {
+		t.Fatalf("failover dropped: rebuilt (-want +got):\n%s", d)
+	}
+	publish(t, l, "a", service("web", 1), service("backup", 4), service("db", 1, 2))
+	if d := cmp.Diff([]string{"backup"}, rec.next(t).changed); d != "" {
+		t.Fatalf("backup changed after the failover went: rebuilt (-want +got):\n%s", d)
+	}
+}

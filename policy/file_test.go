@@ -146,3 +146,18 @@ func TestParseFileManyErrors(t *testing.T) {
 		t.Errorf("not in line order:\n%s", err)
 	}
 }
+
+// The example policy file in examples/ is valid.
+func TestExamplePolicyFile(t *testing.T) {
+	data, err := os.ReadFile("../examples/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := ParseFile(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, key, _ := f.For("legacy-billing"); key != "legacy-*" {
+		t.Errorf("legacy-billing's policy is %q; want legacy-*", key)
+	}
+}

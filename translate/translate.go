@@ -86,6 +86,21 @@ type Options struct {
 	// clients verify upstream TLS hosts with. Empty: a cluster with TLS
 	// is NACKed by gRPC clients (POLICY.md). Envoys ignore it.
 	GRPCCertificateProvider string
+	// Failover are the policy's failover targets, in its order, resolved
+	// by the merge loop: their hosts follow the service's own in its
+	// assignments, at lower priorities.
+	Failover []FailoverTarget
+}
+
+// FailoverTarget is one failover target of a service's policy.
+type FailoverTarget struct {
+	Target policy.Target
+	// Service is the target service as merged; nil when it is not
+	// published (or the target is a datacenter): it adds no host.
+	Service *sources.Service
+	// Policy is the target service's policy, whose Subsets hold the
+	// target's subset; nil without a subset.
+	Policy *policy.Service
 }
 
 // Service translates one service with the default Options.

@@ -193,6 +193,7 @@ func (o Options) ServiceWithin(s sources.Service, lim Limits) Result {
 	}
 	cla, diags := o.LoadAssignment(s)
 	r.Diagnostics = diags
+	r.Diagnostics = append(r.Diagnostics, o.appendFailover(s.Name, cla, true)...)
 	r.limitEndpoints(s.Name, cla, lim)
 	if r.Refused {
 		return r
@@ -222,6 +223,7 @@ func (o Options) ServiceWithin(s sources.Service, lim Limits) Result {
 		subs, sdiags := o.subsets(s, c)
 		r.Diagnostics = append(r.Diagnostics, sdiags...)
 		for _, sub := range subs {
+			o.appendFailover(s.Name, sub.Load, false)
 			// A subset's endpoints are some of the service's, which passed
 			// the same limits: what they drop again was reported (and
 			// counted) once, for the service's own assignment.

@@ -418,17 +418,10 @@ func (l *Loop) applyUpdate(u sources.Update) bool {
 			dirty = true
 		}
 	}
-	synced := l.noteSync(src, gotServices)
-	l.m.sourceSyncs.WithLabelValues(src).Inc()
-
-	l.mu.Lock()
-	st := l.sourceStatus(src)
-	st.Synced = synced
-	st.LastSync = l.now()
-	st.Stale = false
-	st.Services = len(next)
-	l.refreshConflictsLocked()
-	l.mu.Unlock()
+	l.noteSync(src, gotServices, func(st *SourceStatus) {
+		st.Services = len(next)
+		l.refreshConflictsLocked()
+	})
 
 	if !l.ready && l.allSynced() {
 		return true // the first flush after every source synced marks ready
@@ -466,15 +459,23 @@ const (
 	gotPolicy
 )
 
-// noteSync records that src published kind and reports whether it is now
-// synced: at once, unless it is one of Options.ServicesAndPolicy, which is
-// synced once it has published both kinds.
-func (l *Loop) noteSync(src string, kind syncKinds) bool {
+// noteSync records that src published kind: it is synced once it has
+// published what it must (both kinds for a source in
+// Options.ServicesAndPolicy, either otherwise), and its status shows the
+// sync; update sets the kind's own fields of the status, under l.mu.
+func (l *Loop) noteSync(src string, kind syncKinds, update func(*SourceStatus)) {
 	l.gotKinds[src] |= kind
 	if !l.synced[src] && (l.gotKinds[src] == gotServices|gotPolicy || !contains(l.opts.ServicesAndPolicy, src)) {
 		l.synced[src] = true
 	}
-	return l.synced[src]
+	l.m.sourceSyncs.WithLabelValues(src).Inc()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.sourceStatus(src)
+	st.Synced = l.synced[src]
+	st.LastSync = l.now()
+	st.Stale = false
+	update(st)
 }
 
 func contains(list []string, s string) bool {

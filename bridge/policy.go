@@ -53,16 +53,7 @@ func (l *Loop) applyPolicy(u sources.PolicyUpdate) bool {
 			}
 		}
 	}
-	synced := l.noteSync(src, gotPolicy)
-	l.m.sourceSyncs.WithLabelValues(src).Inc()
-
-	l.mu.Lock()
-	st := l.sourceStatus(src)
-	st.Synced = synced
-	st.LastSync = l.now()
-	st.Stale = false
-	st.Policies = len(f.Services)
-	l.mu.Unlock()
+	l.noteSync(src, gotPolicy, func(st *SourceStatus) { st.Policies = len(f.Services) })
 	l.warnPolicyConflicts()
 
 	if !l.ready && l.allSynced() {

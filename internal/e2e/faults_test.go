@@ -433,29 +433,6 @@ func TestEnvoyConsulOutage(t *testing.T) {
 	ev.assertNoRejections(t)
 }
 
-// metricSumWith sums the series of a metric whose line contains each of
-// labels (e.g. `result="SERVFAIL"`).
-func metricSumWith(t *testing.T, br *bridge, name string, labels ...string) float64 {
-	t.Helper()
-	var sum float64
-	for _, line := range strings.Split(metricLines(t, br, name+"{"), "\n") {
-		match := line != ""
-		for _, l := range labels {
-			match = match && strings.Contains(line, l)
-		}
-		if !match {
-			continue
-		}
-		f := strings.Fields(line[strings.LastIndex(line, "}")+1:])
-		var v float64
-		if _, err := fmt.Sscan(f[0], &v); err != nil {
-			t.Fatalf("metric line %q: %v", line, err)
-		}
-		sum += v
-	}
-	return sum
-}
-
 // TestEnvoyDNSOutage: a STRICT_DNS service (web) and a LOGICAL_DNS service
 // (api), names refreshed every 100 ms, under 40 and 20 requests a second
 // through Envoy. Their DNS server answers SERVFAIL to everything for 2 s

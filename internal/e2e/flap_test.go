@@ -1,12 +1,10 @@
 package e2e
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -75,37 +73,6 @@ func (b *scriptedBackend) done() bool {
 }
 
 func (b *scriptedBackend) host() string { return fmt.Sprintf("127.0.0.1:%d", b.port) }
-
-// metricWhere sums the samples of a bridge metric whose labels contain
-// labels (e.g. `type="…ClusterLoadAssignment"`); "" sums them all.
-func metricWhere(t *testing.T, br *bridge, name, labels string) float64 {
-	t.Helper()
-	resp, err := http.Get("http://" + br.app.AdminAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var sum float64
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, name)
-		if !ok || (rest != "" && rest[0] != ' ' && rest[0] != '{') || !strings.Contains(rest, labels) {
-			continue
-		}
-		f := strings.Fields(rest[strings.LastIndex(rest, "}")+1:])
-		if len(f) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			t.Fatalf("metric line %q: %v", line, err)
-		}
-		sum += v
-	}
-	return sum
-}
 
 // firstErrors returns the first failures recorded.
 func (tr *traffic) firstErrors() []string {
@@ -186,9 +153,9 @@ health_checks:
 	read := func() counts {
 		st := ev.stats(t, `^cluster\.web\.(update_success|update_no_rebuild|membership_change)$`)
 		return counts{
-			eds:         metricWhere(t, br, "xdsbridge_xds_pushes_total", edsType),
-			pushes:      metricWhere(t, br, "xdsbridge_xds_pushes_total", ""),
-			transitions: metricWhere(t, br, "xdsbridge_healthcheck_transitions_total", ""),
+			eds:         metricSumWith(t, br, "xdsbridge_xds_pushes_total", edsType),
+			pushes:      metricSumWith(t, br, "xdsbridge_xds_pushes_total"),
+			transitions: metricSumWith(t, br, "xdsbridge_healthcheck_transitions_total"),
 			updates:     st["cluster.web.update_success"],
 			noRebuild:   st["cluster.web.update_no_rebuild"],
 			membership:  st["cluster.web.membership_change"],

@@ -102,6 +102,13 @@ func caBundle(cas ...*testcerts.CA) []byte {
 // labels); 0 when /metrics has none.
 func metricSum(t *testing.T, br *bridge, name string) float64 {
 	t.Helper()
+	return metricSumWith(t, br, name)
+}
+
+// metricSumWith sums the samples of a bridge metric whose line contains
+// each of labels (e.g. `result="SERVFAIL"`); 0 when there is none.
+func metricSumWith(t *testing.T, br *bridge, name string, labels ...string) float64 {
+	t.Helper()
 	resp, err := http.Get("http://" + br.app.AdminAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -114,6 +121,13 @@ func metricSum(t *testing.T, br *bridge, name string) float64 {
 		line := sc.Text()
 		rest, ok := strings.CutPrefix(line, name)
 		if !ok || (rest != "" && rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		match := true
+		for _, l := range labels {
+			match = match && strings.Contains(rest, l)
+		}
+		if !match {
 			continue
 		}
 		f := strings.Fields(rest[strings.LastIndex(rest, "}")+1:])

@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -322,5 +324,189 @@ sources:
 		}
 		t.Errorf("%d of %d RPCs failed; want none", total["failed"], len(all))
 	}
+	assertNoNACKs(t, br)
+}
+
+// envoyRDS replaces envoy-sotw.yaml's inline route configuration with RDS
+// over ADS for the route configuration "greeter".
+var envoyRDS = []string{`route_config:
+                  validate_clusters: false   # "web" comes from CDS
+                  virtual_hosts:
+                    - name: all
+                      domains: ["*"]
+                      routes:
+                        - match: {prefix: "/"}
+                          route: {cluster: web}`, `rds:
+                  route_config_name: greeter
+                  config_source: {resource_api_version: V3, ads: {}}`}
+
+// TestEnvoyPolicySplit is TestGRPCPolicySplit's split, header route and
+// change under traffic through a real Envoy taking greeter's route
+// configuration by RDS over ADS.
+func TestEnvoyPolicySplit(t *testing.T) {
+	bs := startBackends(t, 4)
+	subsetOf := map[string]string{}
+	var sb strings.Builder
+	sb.WriteString("services:\n  greeter:\n    endpoints:\n")
+	for i, b := range bs {
+		version, subset := "1", "stable"
+		if i >= 2 {
+			version, subset = "2", "canary"
+		}
+		subsetOf[b.name] = subset
+		fmt.Fprintf(&sb, "      - {address: 127.0.0.1, port: %d, metadata: {app: {version: %q}}}\n", b.port, version)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "services.yaml"), []byte(sb.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The backends speak HTTP/1.1 (no protocol: grpc), and Envoy's Host
+	// is the listener's address: the virtual host takes any.
+	withDomains := func(p string) string {
+		return strings.Replace(p, "    protocol: grpc\n", "    domains: ['*']\n", 1)
+	}
+	policyPath := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(policyPath, []byte(strings.ReplaceAll(withDomains(policySplit), "/grpc.health.v1.Health/", "/")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	br := startBridgeConfig(t, dir, `
+sources:
+  - name: static
+    file: {path: services.yaml, settle: 10ms}
+  - name: policy
+    policy_file: {path: policy.yaml, settle: 10ms}
+`, nil)
+	ev := startEnvoyCerts(t, "envoy-sotw.yaml", br.app.XDSAddr(), "", envoyRDS...)
+	client := &http.Client{Timeout: 5 * time.Second}
+	get := func(tenant bool) (string, error) {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+ev.listener+"/", nil)
+		if tenant {
+			req.Header.Set("x-tenant", "test")
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return "", fmt.Errorf("%s: %s", resp.Status, b)
+		}
+		if s := subsetOf[string(b)]; s != "" {
+			return s, nil
+		}
+		return "", fmt.Errorf("answered by %q", b)
+	}
+	seen := map[string]bool{}
+	waitFor(t, 20*time.Second, "requests to reach all four backends", func() error {
+		for _, tenant := range []bool{false, true} {
+			for range 20 {
+				req, _ := http.NewRequest(http.MethodGet, "http://"+ev.listener+"/", nil)
+				if tenant {
+					req.Header.Set("x-tenant", "test")
+				}
+				resp, err := client.Do(req)
+				if err != nil {
+					return err
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					return fmt.Errorf("%s: %s", resp.Status, b)
+				}
+				seen[string(b)] = true
+			}
+		}
+		if len(seen) != 4 {
+			return fmt.Errorf("reached %v", seen)
+		}
+		return nil
+	})
+
+	const n, p = 2000, 0.1
+	got := map[string]int{}
+	for range n {
+		s, err := get(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[s]++
+	}
+	sd := math.Sqrt(n * p * (1 - p))
+	lo, hi := int(math.Ceil(n*p-4*sd)), int(math.Floor(n*p+4*sd))
+	t.Logf("Envoy, split 90/10, %d requests: %v; canary allowed %d..%d", n, got, lo, hi)
+	if got["canary"] < lo || got["canary"] > hi {
+		t.Fatalf("split 90/10 over %d requests: %v; want canary %d..%d", n, got, lo, hi)
+	}
+	tenantGot := map[string]int{}
+	for range 200 {
+		s, err := get(true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tenantGot[s]++
+	}
+	t.Logf("Envoy, x-tenant: test, 200 requests: %v", tenantGot)
+	if tenantGot["canary"] != 200 {
+		t.Fatalf("x-tenant: test requests went to %v; want all 200 to canary", tenantGot)
+	}
+
+	// Everything to the canary while requests go on.
+	var mu sync.Mutex
+	var recs []rpcRecord
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			start := time.Now()
+			s, err := get(false)
+			mu.Lock()
+			recs = append(recs, rpcRecord{start: start, subset: s, err: err})
+			mu.Unlock()
+		}
+	}()
+	t0 := time.Now()
+	writePolicy(t, policyPath, withDomains(policyAllCanary))
+	const streak = 300
+	waitFor(t, 10*time.Second, fmt.Sprintf("%d requests in a row to canary", streak), func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(recs) < streak {
+			return fmt.Errorf("%d requests since the change", len(recs))
+		}
+		if got := tally(recs[len(recs)-streak:]); got["canary"] != streak {
+			return fmt.Errorf("last %d requests: %v", streak, got)
+		}
+		return nil
+	})
+	close(stop)
+	<-done
+	last := -1
+	for i, r := range recs {
+		if r.err != nil || r.subset != "canary" {
+			last = i
+		}
+	}
+	effect := recs[last+1].start.Sub(t0)
+	all := tally(recs)
+	t.Logf("Envoy, 100%% canary: in effect %v after the rename (%d requests since: %v)", effect.Round(time.Millisecond), len(recs), all)
+	if effect > 5*time.Second {
+		t.Errorf("the change took %v; want within 5s", effect)
+	}
+	if all["failed"] != 0 {
+		for _, r := range recs {
+			if r.err != nil {
+				t.Errorf("failed request: %v", r.err)
+				break
+			}
+		}
+		t.Errorf("%d of %d requests failed; want none", all["failed"], len(recs))
+	}
+	ev.assertNoRejections(t)
 	assertNoNACKs(t, br)
 }

@@ -161,3 +161,18 @@ func TestExamplePolicyFile(t *testing.T) {
 		t.Errorf("legacy-billing's policy is %q; want legacy-*", key)
 	}
 }
+
+// A selector outside the host view is refused, not a subset that silently
+// matches nothing (Consul's Node.Address, Service.Kind).
+func TestFilterSelectorsOutsideTheView(t *testing.T) {
+	for _, f := range []string{`Node.Address == "10.0.0.1"`, `Service.Kind == "typical"`, `Locality.Country == "x"`} {
+		if _, err := CompileFilter(f); err == nil || !strings.Contains(err.Error(), "unknown selector") {
+			t.Errorf("CompileFilter(%s): %v; want unknown selector", f, err)
+		}
+	}
+	for _, f := range []string{`Service.Port == 8080`, `Service.Address == "10.0.0.1"`, `Service.Meta.version == "2"`, `"canary" in Service.Tags`, `Node.Meta.rack == r1`, `Metadata.app.version == "1"`} {
+		if _, err := CompileFilter(f); err != nil {
+			t.Errorf("CompileFilter(%s): %v", f, err)
+		}
+	}
+}

@@ -13,7 +13,8 @@ import (
 // Consul's service-resolver subsets), evaluated over a view of each host
 // the translator builds (translate.FilterView):
 //
-//	Service.ID, Service.Service, Service.Tags, Service.Meta.<key>
+//	Service.ID, Service.Service, Service.Tags, Service.Meta.<key>,
+//	Service.Address, Service.Port (the address and port published)
 //	Node.Node, Node.Datacenter, Node.Meta.<key>
 //	Address, Port, Hostname, Weight, Priority, Health (HEALTHY, UNHEALTHY, …)
 //	Locality.Region, Locality.Zone, Locality.SubZone
@@ -26,6 +27,15 @@ import (
 
 // FilterRoots are the first names a filter's selectors may start with.
 var FilterRoots = []string{"Address", "Health", "Hostname", "Locality", "Metadata", "Node", "Port", "Priority", "Service", "Weight"}
+
+// filterFields are the names that may follow a root with fields of its
+// own: anything else (Node.Address, Service.Kind, …) is not in the view
+// and would read as empty, so it is refused rather than matching nothing.
+var filterFields = map[string][]string{
+	"Service":  {"ID", "Service", "Tags", "Meta", "Address", "Port"},
+	"Node":     {"Node", "Datacenter", "Meta"},
+	"Locality": {"Region", "Zone", "SubZone"},
+}
 
 // MaxFilterBytes bounds a subset filter, and so the work of parsing it
 // (go-bexpr's own bound, on the parser's steps, is 2,000,000).
@@ -61,8 +71,15 @@ func checkSelectors(e grammar.Expression, bound []string) error {
 			return fmt.Errorf("empty selector")
 		}
 		root := sel.Path[0]
-		if slices.Contains(FilterRoots, root) || slices.Contains(bound, root) {
+		if slices.Contains(bound, root) {
 			return nil
+		}
+		if slices.Contains(FilterRoots, root) {
+			fields, ok := filterFields[root]
+			if !ok || len(sel.Path) < 2 || slices.Contains(fields, sel.Path[1]) {
+				return nil
+			}
+			return fmt.Errorf("unknown selector %q: %s has %s", sel.String(), root, strings.Join(fields, ", "))
 		}
 		return fmt.Errorf("unknown selector %q: selectors start with %s", sel.String(), strings.Join(FilterRoots, ", "))
 	}

@@ -75,6 +75,11 @@ func (o Options) FilterView(e sources.Endpoint) map[string]any {
 			"Service": get("service"),
 			"Tags":    tags,
 			"Meta":    meta,
+			// The host's address and port as published (Consul's
+			// Service.Address may be empty when the service uses its
+			// node's; here it is the address clients connect to).
+			"Address": addr,
+			"Port":    e.Port,
 		},
 		"Node": map[string]any{
 			"Node":       get("node"),

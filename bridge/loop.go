@@ -398,6 +398,7 @@ func (l *Loop) applyUpdate(u sources.Update) bool {
 		old, had := prev[name]
 		if !had {
 			l.claims[name] = append(l.claims[name], src)
+			dirty = l.dirtySubsetOwner(name) || dirty
 		}
 		if l.owner(name) == src && (!had || !reflect.DeepEqual(old, s)) {
 			l.dirty[name] = true
@@ -412,6 +413,7 @@ func (l *Loop) applyUpdate(u sources.Update) bool {
 		l.claims[name] = removeString(l.claims[name], src)
 		if len(l.claims[name]) == 0 {
 			delete(l.claims, name)
+			dirty = l.dirtySubsetOwner(name) || dirty
 		}
 		if wasOwner {
 			l.dirty[name] = true
@@ -544,6 +546,7 @@ func (l *Loop) flush() {
 			continue
 		}
 		r := opts.ServiceWithin(svc, l.opts.Limits)
+		l.dropCollidingSubsets(name, &r)
 		l.setDiags(name, r.Diagnostics)
 		for _, d := range r.Diagnostics {
 			l.log.Warn("translation diagnostic", "service", d.Service, "field", d.Field, "message", d.Message)

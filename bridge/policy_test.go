@@ -2,13 +2,17 @@ package bridge
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/xdsbridge/xdsbridge/policy"
 	"github.com/xdsbridge/xdsbridge/sources"
+	"github.com/xdsbridge/xdsbridge/xds"
 )
 
 func publishPolicy(t *testing.T, l *Loop, src string, services map[string]policy.Service) {
@@ -183,5 +187,61 @@ func TestFailoverFollowsTarget(t *testing.T) {
 	publish(t, l, "a", service("web", 1), service("backup", 4), service("db", 1, 2))
 	if d := cmp.Diff([]string{"backup"}, rec.next(t).changed); d != "" {
 		t.Fatalf("backup changed after the failover went: rebuilt (-want +got):\n%s", d)
+	}
+}
+
+// A subset whose cluster name is a service's (a services file may name a
+// service web/v1) is not published while that service exists, with a
+// diagnostic; it is when the service goes, in the same publish that
+// removes the service, and the cache keeps the subset.
+func TestSubsetNameTakenByAService(t *testing.T) {
+	cache := xds.NewCache()
+	l := run(t, Options{Sources: []string{"a", "policy"}, Quiet: time.Millisecond}, cache)
+	clusters := func() []string {
+		var out []string
+		for _, r := range cache.List(xds.ClusterType) {
+			out = append(out, r.Name)
+		}
+		return out
+	}
+	publishPolicy(t, l, "policy", map[string]policy.Service{"web": {Subsets: map[string]policy.Subset{"v1": {}, "v2": {}}}})
+	publish(t, l, "a", service("web", 1), service("web/v1", 2))
+	waitFor := func(want ...string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !cmp.Equal(clusters(), want) {
+			if time.Now().After(deadline) {
+				t.Fatalf("clusters %v; want %v", clusters(), want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitFor("web", "web/v1", "web/v2")
+	if got := cache.Get(xds.EndpointType, "web/v1"); got == nil || len(got.(*endpoint.ClusterLoadAssignment).GetEndpoints()) != 1 {
+		t.Fatalf("web/v1's assignment is not the service's: %v", got)
+	}
+	var found bool
+	for _, d := range l.Diagnostics()["web"] {
+		found = found || strings.Contains(d.Message, `"web/v1" is a service's`)
+	}
+	if !found {
+		t.Errorf("no diagnostic for the taken subset: %v", l.Diagnostics()["web"])
+	}
+	// The service goes: the subset takes its name, nothing is left deleted.
+	publish(t, l, "a", service("web", 1, 3))
+	waitFor("web", "web/v1", "web/v2")
+	time.Sleep(50 * time.Millisecond)
+	if got := cache.Get(xds.EndpointType, "web/v1"); got == nil || len(got.(*endpoint.ClusterLoadAssignment).GetEndpoints()[0].GetLbEndpoints()) != 2 {
+		t.Fatalf("web/v1 is not web's subset after the service went: %v", got)
+	}
+	// And back: the service takes it again; dropping v1 from the policy
+	// does not delete the service's cluster.
+	publish(t, l, "a", service("web", 1, 3), service("web/v1", 2))
+	time.Sleep(50 * time.Millisecond)
+	publishPolicy(t, l, "policy", map[string]policy.Service{"web": {Subsets: map[string]policy.Subset{"v2": {}}}})
+	waitFor("web", "web/v1", "web/v2")
+	time.Sleep(50 * time.Millisecond)
+	if got := cache.Get(xds.EndpointType, "web/v1"); got == nil || len(got.(*endpoint.ClusterLoadAssignment).GetEndpoints()[0].GetLbEndpoints()) != 1 {
+		t.Fatalf("web/v1 is not the service's: %v", got)
 	}
 }

@@ -57,8 +57,9 @@ type Cache struct {
 
 	// pubMu serialises PublishServices; subsets (behind it) is each
 	// service's subset clusters as last published.
-	pubMu   sync.Mutex
-	subsets map[string][]string
+	pubMu    sync.Mutex
+	subsets  map[string][]string
+	services map[string]bool // services published by PublishServices
 }
 
 // DefaultMaxResponseBytes bounds the resource bytes of one delta response

@@ -1,6 +1,8 @@
 package xds
 
 import (
+	"slices"
+
 	"github.com/xdsbridge/xdsbridge/translate"
 )
 
@@ -21,6 +23,7 @@ func (c *Cache) PublishServices(changed []translate.Resources, removed []string)
 	var clusters, loads, listeners, routes []Resource
 	var goneSubsets []string
 	next := map[string][]string{} // service → its subsets' names, once applied
+	changedServices := map[string]bool{}
 	for _, r := range changed {
 		if r.Listener != nil {
 			listeners = append(listeners, Resource{Name: r.Listener.GetName(), Msg: r.Listener})
@@ -31,6 +34,7 @@ func (c *Cache) PublishServices(changed []translate.Resources, removed []string)
 		service := ""
 		if r.Cluster != nil {
 			service = r.Cluster.GetName()
+			changedServices[service] = true
 			clusters = append(clusters, Resource{Name: service, Msg: r.Cluster})
 		}
 		if r.Load != nil {
@@ -61,6 +65,50 @@ func (c *Cache) PublishServices(changed []translate.Resources, removed []string)
 	for _, svc := range removed {
 		goneSubsets = append(goneSubsets, c.subsets[svc]...)
 	}
+	// Service names as they will be after this call: a subset never
+	// takes a service's cluster, nor is a service's cluster deleted as a
+	// subset gone.
+	isService := func(n string) bool {
+		if changedServices[n] {
+			return true
+		}
+		return c.services[n] && !slices.Contains(removed, n)
+	}
+	kept := clusters[:0]
+	for _, r := range clusters {
+		if !changedServices[r.Name] && isService(r.Name) {
+			continue
+		}
+		kept = append(kept, r)
+	}
+	clusters = kept
+	keptLoads := loads[:0]
+	for _, r := range loads {
+		if !changedServices[r.Name] && isService(r.Name) {
+			continue
+		}
+		keptLoads = append(keptLoads, r)
+	}
+	loads = keptLoads
+	gone := goneSubsets[:0]
+	for _, n := range goneSubsets {
+		if !isService(n) {
+			gone = append(gone, n)
+		}
+	}
+	goneSubsets = gone
+	// A name deleted and upserted in one call (a removed service whose
+	// name another service's subset takes) is upserted, not deleted.
+	upserted := make(map[string]bool, len(clusters))
+	for _, r := range clusters {
+		upserted[r.Name] = true
+	}
+	var clusterDeletes []string
+	for _, n := range append(append([]string(nil), removed...), goneSubsets...) {
+		if !upserted[n] {
+			clusterDeletes = append(clusterDeletes, n)
+		}
+	}
 	err := c.Apply(
 		Change{TypeURL: ClusterType, Upserts: clusters},
 		Change{TypeURL: EndpointType, Upserts: loads},
@@ -68,14 +116,35 @@ func (c *Cache) PublishServices(changed []translate.Resources, removed []string)
 		Change{TypeURL: RouteType, Upserts: routes},
 		Change{TypeURL: RouteType, Deletes: removed},
 		Change{TypeURL: ListenerType, Deletes: removed},
-		Change{TypeURL: EndpointType, Deletes: append(append([]string(nil), removed...), goneSubsets...)},
-		Change{TypeURL: ClusterType, Deletes: append(append([]string(nil), removed...), goneSubsets...)},
+		Change{TypeURL: EndpointType, Deletes: clusterDeletes},
+		Change{TypeURL: ClusterType, Deletes: clusterDeletes},
 	)
+	if c.subsets == nil {
+		c.subsets = map[string][]string{}
+		c.services = map[string]bool{}
+	}
 	if err != nil {
+		// Apply keeps the changes before the one that failed: remember
+		// every subset that may now be published, so none is left
+		// behind when the next call leaves it out.
+		for svc, names := range next {
+			for _, n := range names {
+				if !slices.Contains(c.subsets[svc], n) {
+					c.subsets[svc] = append(c.subsets[svc], n)
+				}
+			}
+		}
 		return err
 	}
 	if c.subsets == nil {
 		c.subsets = map[string][]string{}
+		c.services = map[string]bool{}
+	}
+	for n := range changedServices {
+		c.services[n] = true
+	}
+	for _, n := range removed {
+		delete(c.services, n)
 	}
 	for svc, names := range next {
 		if len(names) == 0 {

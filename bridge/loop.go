@@ -126,10 +126,11 @@ type Loop struct {
 	published map[string]sources.Service   // service → the merged input last translated
 	pubOpts   map[string]translate.Options // service → the options it was translated with (its policy included)
 	policies  map[string]*policy.File      // policy source → its policy
-	// failoverDeps: service → the services whose failover names it (their
-	// assignments carry its endpoints); failoverOf is the reverse.
-	failoverDeps map[string]map[string]bool
-	failoverOf   map[string][]string
+	// failoverDeps: the services whose failover names a service (their
+	// assignments carry its endpoints); routeDeps: those whose routes,
+	// splits or redirect name it (they follow its policy).
+	failoverDeps depIndex
+	routeDeps    depIndex
 	// refused holds the services whose latest input was refused (over the
 	// limits, or failing validation): what is served is an older version
 	// (published) or nothing.
@@ -188,8 +189,8 @@ func New(opts Options, pub Publisher) *Loop {
 		published:    map[string]sources.Service{},
 		pubOpts:      map[string]translate.Options{},
 		policies:     map[string]*policy.File{},
-		failoverDeps: map[string]map[string]bool{},
-		failoverOf:   map[string][]string{},
+		failoverDeps: newDepIndex(),
+		routeDeps:    newDepIndex(),
 		refused:      map[string]bool{},
 		retained:     map[string]map[sources.HostKey]*retainedHost{},
 		status:       map[string]*SourceStatus{},
@@ -533,6 +534,7 @@ func (l *Loop) flush() {
 			delete(l.refused, name)
 			l.setDiags(name, nil)
 			l.setFailoverDeps(name, nil)
+			l.routeDeps.set(name, nil)
 			continue
 		}
 		// The owner's default locality: a service that passes to another
@@ -541,7 +543,7 @@ func (l *Loop) flush() {
 		// it again puts back its diagnostics.
 		// Its policy too: the options compare by content.
 		pol, _ := l.policyFor(name)
-		opts := translate.Options{DefaultLocality: l.opts.DefaultLocality[l.owner(name)], Policy: pol, Failover: l.failoverTargets(name, pol, merged)}
+		opts := translate.Options{DefaultLocality: l.opts.DefaultLocality[l.owner(name)], Policy: pol, Failover: l.failoverTargets(name, pol, merged), Targets: l.routeTargets(name, pol)}
 		if old, was := l.published[name]; was && !l.refused[name] && reflect.DeepEqual(old, svc) && reflect.DeepEqual(l.pubOpts[name], opts) {
 			continue
 		}

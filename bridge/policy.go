@@ -50,7 +50,12 @@ func (l *Loop) applyPolicy(u sources.PolicyUpdate) bool {
 			l.dirty[n] = true
 			dirty = true
 			// A failover to one of its subsets follows the subset's filter.
-			for dep := range l.failoverDeps[n] {
+			for dep := range l.failoverDeps.by[n] {
+				l.dirty[dep] = true
+			}
+			// Routes naming it follow its default subset, redirect
+			// and subsets.
+			for dep := range l.routeDeps.by[n] {
 				l.dirty[dep] = true
 			}
 		}
@@ -165,7 +170,7 @@ func (l *Loop) addFailoverDependents(names []string, merged map[string]mergedSer
 		if m.keep == was && (!m.keep || reflect.DeepEqual(old, m.svc)) {
 			continue // its input did not change
 		}
-		for dep := range l.failoverDeps[name] {
+		for dep := range l.failoverDeps.by[name] {
 			if _, ok := merged[dep]; ok {
 				continue
 			}
@@ -216,29 +221,83 @@ func (l *Loop) failoverTargets(name string, pol *policy.Service, merged map[stri
 	return out
 }
 
+// depIndex records which services depend on which others: by[t] are the
+// services that name t; of[s] what s names.
+type depIndex struct {
+	by map[string]map[string]bool
+	of map[string][]string
+}
+
+func newDepIndex() depIndex {
+	return depIndex{by: map[string]map[string]bool{}, of: map[string][]string{}}
+}
+
+// set replaces what name depends on.
+func (d depIndex) set(name string, targets []string) {
+	for _, t := range d.of[name] {
+		delete(d.by[t], name)
+		if len(d.by[t]) == 0 {
+			delete(d.by, t)
+		}
+	}
+	delete(d.of, name)
+	for _, t := range targets {
+		if t == "" || t == name || d.by[t][name] {
+			continue
+		}
+		if d.by[t] == nil {
+			d.by[t] = map[string]bool{}
+		}
+		d.by[t][name] = true
+		d.of[name] = append(d.of[name], t)
+	}
+}
+
 // setFailoverDeps records which services the failover of name's policy
 // names (none for a nil policy).
 func (l *Loop) setFailoverDeps(name string, pol *policy.Service) {
-	for _, t := range l.failoverOf[name] {
-		delete(l.failoverDeps[t], name)
-		if len(l.failoverDeps[t]) == 0 {
-			delete(l.failoverDeps, t)
+	var ts []string
+	if pol != nil {
+		for _, t := range pol.Failover {
+			if t.Datacenter == "" {
+				ts = append(ts, t.Service)
+			}
 		}
 	}
-	delete(l.failoverOf, name)
-	if pol == nil {
-		return
-	}
-	for _, t := range pol.Failover {
-		if t.Datacenter != "" || t.Service == "" || t.Service == name {
-			continue
+	l.failoverDeps.set(name, ts)
+}
+
+// routeTargets returns the policies of the other services name's routes,
+// splits and redirect send requests to (translate.Options.Targets), and
+// records name as depending on them: a change of their policy (a default
+// subset, a redirect, a subset gone) translates it again.
+func (l *Loop) routeTargets(name string, pol *policy.Service) map[string]*policy.Service {
+	var ts []string
+	if pol != nil {
+		if pol.Redirect != nil {
+			ts = append(ts, pol.Redirect.Service)
 		}
-		if l.failoverDeps[t.Service] == nil {
-			l.failoverDeps[t.Service] = map[string]bool{}
+		for _, sp := range pol.Split {
+			ts = append(ts, sp.Service)
 		}
-		l.failoverDeps[t.Service][name] = true
-		l.failoverOf[name] = append(l.failoverOf[name], t.Service)
+		for _, r := range pol.Routes {
+			if r.Destination != nil {
+				ts = append(ts, r.Destination.Service)
+			}
+			for _, sp := range r.Split {
+				ts = append(ts, sp.Service)
+			}
+		}
 	}
+	l.routeDeps.set(name, ts)
+	if len(l.routeDeps.of[name]) == 0 {
+		return nil
+	}
+	out := make(map[string]*policy.Service, len(l.routeDeps.of[name]))
+	for _, t := range l.routeDeps.of[name] {
+		out[t], _ = l.policyFor(t)
+	}
+	return out
 }
 
 // dropCollidingSubsets leaves out of r the subsets whose cluster name

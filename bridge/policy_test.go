@@ -7,11 +7,13 @@ import (
 	"time"
 
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/xdsbridge/xdsbridge/policy"
 	"github.com/xdsbridge/xdsbridge/sources"
+	"github.com/xdsbridge/xdsbridge/translate"
 	"github.com/xdsbridge/xdsbridge/xds"
 )
 
@@ -244,4 +246,47 @@ func TestSubsetNameTakenByAService(t *testing.T) {
 	if got := cache.Get(xds.EndpointType, "web/v1"); got == nil || len(got.(*endpoint.ClusterLoadAssignment).GetEndpoints()[0].GetLbEndpoints()) != 1 {
 		t.Fatalf("web/v1 is not the service's: %v", got)
 	}
+}
+
+// A route to another service goes where that service's policy sends its
+// default route (its default subset, its redirect), and follows it when
+// that policy changes; a subset it does not have is a diagnostic.
+func TestRoutesFollowTargetPolicy(t *testing.T) {
+	cache := xds.NewCache()
+	l := run(t, Options{Sources: []string{"a", "policy"}, Quiet: time.Millisecond}, cache)
+	webRoutes := func() []string {
+		rc, _ := cache.Get(xds.RouteType, "web").(*route.RouteConfiguration)
+		return translate.RouteClusters(rc)
+	}
+	wait := func(what string, want ...string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !cmp.Equal(webRoutes(), want) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: web's routes go to %v; want %v", what, webRoutes(), want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	v12 := map[string]policy.Subset{"v1": {}, "v2": {}}
+	web := policy.Service{Routes: []policy.Route{
+		{Match: policy.Match{Prefix: "/api"}, Destination: &policy.Target{Service: "api"}},
+		{Match: policy.Match{Prefix: "/canary"}, Destination: &policy.Target{Service: "api", Subset: "canary"}},
+	}}
+	publish(t, l, "a", service("web", 1), service("api", 1))
+	publishPolicy(t, l, "policy", map[string]policy.Service{"web": web, "api": {Subsets: v12, DefaultSubset: "v1"}})
+	wait("api's default subset v1", "api/v1", "api/canary", "web")
+	var found bool
+	for _, d := range l.Diagnostics()["web"] {
+		found = found || strings.Contains(d.Message, `service "api" has no subset "canary"`)
+	}
+	if !found {
+		t.Errorf("no diagnostic for api/canary: %v", l.Diagnostics()["web"])
+	}
+	publishPolicy(t, l, "policy", map[string]policy.Service{"web": web, "api": {Subsets: v12, DefaultSubset: "v2"}})
+	wait("api's default subset v2", "api/v2", "api/canary", "web")
+	publishPolicy(t, l, "policy", map[string]policy.Service{"web": web, "api": {Redirect: &policy.Target{Service: "db"}}})
+	wait("api redirected to db", "db", "api/canary", "web")
+	publishPolicy(t, l, "policy", map[string]policy.Service{"web": web})
+	wait("api without policy", "api", "api/canary", "web")
 }

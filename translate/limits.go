@@ -206,7 +206,7 @@ func (o Options) ServiceWithin(s sources.Service, lim Limits) Result {
 	}
 	c, cdiags := o.ServiceCluster(s.Name)
 	r.Diagnostics = append(r.Diagnostics, cdiags...)
-	rc, routeDiags := RouteConfigFor(s.Name, o.Policy)
+	rc, routeDiags := routeConfig(s.Name, o.Policy, o.Targets)
 	r.Diagnostics = append(r.Diagnostics, routeDiags...)
 	res := Resources{Cluster: c, Load: cla, Listener: APIListener(s.Name), Route: rc}
 	type sized struct {

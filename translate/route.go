@@ -61,10 +61,19 @@ import (
 // p is RouteConfig(name), as is the zero policy. p is assumed to pass its
 // Check; it is not modified.
 func RouteConfigFor(name string, p *policy.Service) (*route.RouteConfiguration, []Diagnostic) {
+	return routeConfig(name, p, nil)
+}
+
+// routeConfig is RouteConfigFor with the policies of the other services the
+// policy sends requests to (Options.Targets): a destination naming one of
+// them without a subset goes where its own policy sends its default route
+// (its redirect, else its default subset), as Consul's discovery chain
+// does; one naming a subset it does not have is a Diagnostic.
+func routeConfig(name string, p *policy.Service, targets map[string]*policy.Service) (*route.RouteConfiguration, []Diagnostic) {
 	if p == nil {
 		return RouteConfig(name), nil
 	}
-	b := &routeBuilder{name: name, p: p}
+	b := &routeBuilder{name: name, p: p, targets: targets}
 	b.hashPolicies()
 	if r := p.Redirect; r != nil && r.Datacenter != "" {
 		b.datacenter("redirect", *r)
@@ -110,8 +119,9 @@ func RouteClusters(rc *route.RouteConfiguration) []string {
 }
 
 type routeBuilder struct {
-	name  string
-	p     *policy.Service
+	name    string
+	p       *policy.Service
+	targets map[string]*policy.Service
 	hash  []*route.RouteAction_HashPolicy
 	diags []Diagnostic
 }
@@ -149,13 +159,46 @@ func (b *routeBuilder) target(field string, t policy.Target) string {
 	}
 	switch {
 	case t.Service != "" && t.Service != b.name && t.Subset != "":
+		if tp, known := b.targets[t.Service]; known && (tp == nil || !hasSubset(tp, t.Subset)) {
+			b.diag(field, "service %q has no subset %q in its policy: its cluster %s does not exist", t.Service, t.Subset, SubsetCluster(t.Service, t.Subset))
+		}
 		return SubsetCluster(t.Service, t.Subset)
 	case t.Service != "" && t.Service != b.name:
-		return t.Service
+		return b.other(t.Service)
 	case t.Subset != "":
 		return SubsetCluster(b.name, t.Subset)
 	}
 	return b.self()
+}
+
+func hasSubset(p *policy.Service, subset string) bool {
+	_, ok := p.Subsets[subset]
+	return ok
+}
+
+// other is the cluster a request for another service goes to: where that
+// service's policy sends its default route (its redirect's target, else
+// its default subset), else all its hosts. One level: a redirect's
+// target is taken as it is.
+func (b *routeBuilder) other(service string) string {
+	tp := b.targets[service]
+	if tp == nil {
+		return service
+	}
+	if r := tp.Redirect; r != nil {
+		svc := r.Service
+		if svc == "" {
+			svc = service
+		}
+		if r.Subset != "" {
+			return SubsetCluster(svc, r.Subset)
+		}
+		return svc
+	}
+	if tp.DefaultSubset != "" {
+		return SubsetCluster(service, tp.DefaultSubset)
+	}
+	return service
 }
 
 // self is the cluster of the service itself without a subset.
@@ -167,6 +210,9 @@ func (b *routeBuilder) self() string {
 		}
 		if r.Subset != "" {
 			return SubsetCluster(svc, r.Subset)
+		}
+		if svc != b.name {
+			return b.other(svc)
 		}
 		return svc
 	}

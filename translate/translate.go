@@ -90,6 +90,10 @@ type Options struct {
 	// by the merge loop: their hosts follow the service's own in its
 	// assignments, at lower priorities.
 	Failover []FailoverTarget
+	// Targets are the policies of the other services the policy's routes,
+	// splits and redirect name (nil: the default policy), resolved by the
+	// merge loop; a service not in the map is taken as it is.
+	Targets map[string]*policy.Service
 }
 
 // FailoverTarget is one failover target of a service's policy.

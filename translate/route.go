@@ -122,8 +122,8 @@ type routeBuilder struct {
 	name    string
 	p       *policy.Service
 	targets map[string]*policy.Service
-	hash  []*route.RouteAction_HashPolicy
-	diags []Diagnostic
+	hash    []*route.RouteAction_HashPolicy
+	diags   []Diagnostic
 }
 
 func (b *routeBuilder) diag(field, format string, args ...any) {

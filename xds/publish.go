@@ -21,6 +21,7 @@ func (c *Cache) PublishServices(changed []translate.Resources, removed []string)
 	c.pubMu.Lock()
 	defer c.pubMu.Unlock()
 	var clusters, loads, listeners, routes []Resource
+	var subClusters, subLoads []Resource
 	var goneSubsets []string
 	next := map[string][]string{} // service → its subsets' names, once applied
 	changedServices := map[string]bool{}
@@ -49,8 +50,8 @@ func (c *Cache) PublishServices(changed []translate.Resources, removed []string)
 		for _, s := range r.Subsets {
 			name := s.Cluster.GetName()
 			names = append(names, name)
-			clusters = append(clusters, Resource{Name: name, Msg: s.Cluster})
-			loads = append(loads, Resource{Name: name, Msg: s.Load, DependsOn: &Dep{TypeURL: ClusterType, Name: name}})
+			subClusters = append(subClusters, Resource{Name: name, Msg: s.Cluster})
+			subLoads = append(subLoads, Resource{Name: name, Msg: s.Load, DependsOn: &Dep{TypeURL: ClusterType, Name: name}})
 		}
 		if service == "" {
 			continue
@@ -74,22 +75,16 @@ func (c *Cache) PublishServices(changed []translate.Resources, removed []string)
 		}
 		return c.services[n] && !slices.Contains(removed, n)
 	}
-	kept := clusters[:0]
-	for _, r := range clusters {
-		if !changedServices[r.Name] && isService(r.Name) {
-			continue
+	for _, r := range subClusters {
+		if !isService(r.Name) {
+			clusters = append(clusters, r)
 		}
-		kept = append(kept, r)
 	}
-	clusters = kept
-	keptLoads := loads[:0]
-	for _, r := range loads {
-		if !changedServices[r.Name] && isService(r.Name) {
-			continue
+	for _, r := range subLoads {
+		if !isService(r.Name) {
+			loads = append(loads, r)
 		}
-		keptLoads = append(keptLoads, r)
 	}
-	loads = keptLoads
 	gone := goneSubsets[:0]
 	for _, n := range goneSubsets {
 		if !isService(n) {

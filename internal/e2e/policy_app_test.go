@@ -145,6 +145,29 @@ func writePolicy(t *testing.T, path, content string) {
 	}
 }
 
+// writeGreeter writes dir/services.yaml: service greeter with a host on
+// 127.0.0.1 at each port, the first half with metadata app.version "1"
+// (subset stable), the rest "2" (canary); extra goes into each endpoint.
+// It returns each host's subset.
+func writeGreeter(t *testing.T, dir string, ports []uint32, extra string) []string {
+	t.Helper()
+	subsets := make([]string, len(ports))
+	var sb strings.Builder
+	sb.WriteString("services:\n  greeter:\n    endpoints:\n")
+	for i, port := range ports {
+		version, subset := "1", "stable"
+		if i >= len(ports)/2 {
+			version, subset = "2", "canary"
+		}
+		subsets[i] = subset
+		fmt.Fprintf(&sb, "      - {address: 127.0.0.1, port: %d, %smetadata: {app: {version: %q}}}\n", port, extra, version)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "services.yaml"), []byte(sb.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return subsets
+}
+
 // TestGRPCPolicySplit runs the bridge with a services file and a policy
 // file, and a grpc-go xds:/// client: the 90/10 split by endpoint
 // metadata holds statistically, a header route sends the test tenant to
@@ -153,20 +176,15 @@ func writePolicy(t *testing.T, path, content string) {
 // /debug/sources.
 func TestGRPCPolicySplit(t *testing.T) {
 	bs := startGRPCBackends(t, 4)
-	subsetOf := map[string]string{}
-	var sb strings.Builder
-	sb.WriteString("services:\n  greeter:\n    endpoints:\n")
-	for i, b := range bs {
-		version, subset := "1", "stable"
-		if i >= 2 {
-			version, subset = "2", "canary"
-		}
-		subsetOf[b.addr] = subset
-		fmt.Fprintf(&sb, "      - {address: 127.0.0.1, port: %d, locality: {region: r1}, metadata: {app: {version: %q}}}\n", b.port, version)
-	}
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "services.yaml"), []byte(sb.String()), 0o644); err != nil {
-		t.Fatal(err)
+	ports := make([]uint32, len(bs))
+	for i, b := range bs {
+		ports[i] = uint32(b.port)
+	}
+	subsets := writeGreeter(t, dir, ports, "locality: {region: r1}, ")
+	subsetOf := map[string]string{}
+	for i, b := range bs {
+		subsetOf[b.addr] = subsets[i]
 	}
 	policyPath := filepath.Join(dir, "policy.yaml")
 	if err := os.WriteFile(policyPath, []byte(policySplit), 0o644); err != nil {
@@ -345,20 +363,15 @@ var envoyRDS = []string{`route_config:
 // configuration by RDS over ADS.
 func TestEnvoyPolicySplit(t *testing.T) {
 	bs := startBackends(t, 4)
-	subsetOf := map[string]string{}
-	var sb strings.Builder
-	sb.WriteString("services:\n  greeter:\n    endpoints:\n")
-	for i, b := range bs {
-		version, subset := "1", "stable"
-		if i >= 2 {
-			version, subset = "2", "canary"
-		}
-		subsetOf[b.name] = subset
-		fmt.Fprintf(&sb, "      - {address: 127.0.0.1, port: %d, metadata: {app: {version: %q}}}\n", b.port, version)
-	}
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "services.yaml"), []byte(sb.String()), 0o644); err != nil {
-		t.Fatal(err)
+	ports := make([]uint32, len(bs))
+	for i, b := range bs {
+		ports[i] = uint32(b.port)
+	}
+	subsets := writeGreeter(t, dir, ports, "")
+	subsetOf := map[string]string{}
+	for i, b := range bs {
+		subsetOf[b.name] = subsets[i]
 	}
 	// The backends speak HTTP/1.1 (no protocol: grpc), and Envoy's Host
 	// is the listener's address: the virtual host takes any.

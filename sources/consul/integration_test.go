@@ -84,6 +84,12 @@ func endpoints(t testing.TB, ws ...instanceWant) []sources.Endpoint {
 func waitService(t testing.TB, sink *sourcestest.Sink, name string, want []sources.Endpoint) {
 	t.Helper()
 	var diff string
+	// WaitFor fails with Fatal (runtime.Goexit), which still runs defers.
+	defer func() {
+		if t.Failed() {
+			t.Logf("last diff for %s (-want +got):\n%s", name, diff)
+		}
+	}()
 	sink.WaitFor(t, waitLong, "service "+name, func(us []sources.Update, _ []error) bool {
 		if len(us) == 0 {
 			diff = "no update"
@@ -103,9 +109,6 @@ func waitService(t testing.TB, sink *sourcestest.Sink, name string, want []sourc
 		diff = cmp.Diff(want, svc.Endpoints)
 		return diff == ""
 	})
-	if t.Failed() {
-		t.Logf("last diff (-want +got):\n%s", diff)
-	}
 }
 
 func serviceNames(u sources.Update) []string {

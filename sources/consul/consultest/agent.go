@@ -186,8 +186,11 @@ func (a *Agent) WaitLeader() {
 	for time.Now().Before(deadline) {
 		if l, err := a.Client.Status().Leader(); err == nil && l != "" {
 			// The node's own registration (and its serfHealth check) lands
-			// shortly after the leader is elected.
-			if n, _, err := a.Client.Catalog().Node(a.Node, nil); err == nil && n != nil {
+			// shortly after the leader is elected; the leader may register
+			// the node before the agent's anti-entropy sync adds its node
+			// meta, so wait for that too (tests derive wants from it).
+			if n, _, err := a.Client.Catalog().Node(a.Node, nil); err == nil && n != nil && n.Node != nil &&
+				n.Node.Meta["zone"] == "z-"+a.DC && n.Node.Meta["rack"] == "r1" {
 				return
 			}
 		}

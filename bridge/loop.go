@@ -123,9 +123,10 @@ type Loop struct {
 	synced    map[string]bool
 	gotKinds  map[string]syncKinds // what each source has published so far
 	dirty     map[string]bool
-	published map[string]sources.Service   // service → the merged input last translated
-	pubOpts   map[string]translate.Options // service → the options it was translated with (its policy included)
-	policies  map[string]*policy.File      // policy source → its policy
+	published map[string]sources.Service        // service → the merged input last translated
+	pubOpts   map[string]translate.Options      // service → the options it was translated with (its policy included)
+	held      map[string][]translate.Diagnostic // service → the diagnostics of its held subsets when translated
+	policies  map[string]*policy.File           // policy source → its policy
 	// failoverDeps: the services whose failover names a service (their
 	// assignments carry its endpoints); routeDeps: those whose routes,
 	// splits or redirect name it (they follow its policy).
@@ -188,6 +189,7 @@ func New(opts Options, pub Publisher) *Loop {
 		dirty:        map[string]bool{},
 		published:    map[string]sources.Service{},
 		pubOpts:      map[string]translate.Options{},
+		held:         map[string][]translate.Diagnostic{},
 		policies:     map[string]*policy.File{},
 		failoverDeps: newDepIndex(),
 		routeDeps:    newDepIndex(),
@@ -521,10 +523,23 @@ func (l *Loop) flush() {
 	}
 	names = l.addFailoverDependents(names, merged)
 
+	// Who names whom first: a service's held subsets (effectivePolicy)
+	// follow the policies of the services that name it, also when both
+	// change in this flush.
+	for _, name := range names {
+		if merged[name].keep {
+			pol, _ := l.policyFor(name)
+			l.setDeps(name, pol)
+		} else {
+			l.setDeps(name, nil)
+		}
+	}
+
 	var changed []translate.Resources
 	var removed []string
 	inputs := map[string]sources.Service{}
 	inputOpts := map[string]translate.Options{}
+	inputHeld := map[string][]translate.Diagnostic{}
 	for _, name := range names {
 		svc, keep := merged[name].svc, merged[name].keep
 		if !keep {
@@ -542,12 +557,16 @@ func (l *Loop) flush() {
 		// published, unless a refused input came in between: translating
 		// it again puts back its diagnostics.
 		// Its policy too: the options compare by content.
-		pol, _ := l.policyFor(name)
-		opts := translate.Options{DefaultLocality: l.opts.DefaultLocality[l.owner(name)], Policy: pol, Failover: l.failoverTargets(name, pol, merged), Targets: l.routeTargets(name, pol)}
-		if old, was := l.published[name]; was && !l.refused[name] && reflect.DeepEqual(old, svc) && reflect.DeepEqual(l.pubOpts[name], opts) {
+		// The routes and failover follow the service's own policy; its
+		// clusters also keep the subsets others still name.
+		own, _ := l.policyFor(name)
+		pol, held := l.effectivePolicy(name)
+		opts := translate.Options{DefaultLocality: l.opts.DefaultLocality[l.owner(name)], Policy: pol, Failover: l.failoverTargets(name, own, merged), Targets: l.routeTargets(name, own)}
+		if old, was := l.published[name]; was && !l.refused[name] && reflect.DeepEqual(old, svc) && reflect.DeepEqual(l.pubOpts[name], opts) && reflect.DeepEqual(l.held[name], held) {
 			continue
 		}
 		r := opts.ServiceWithin(svc, l.opts.Limits)
+		r.Diagnostics = append(r.Diagnostics, held...)
 		l.dropCollidingSubsets(name, &r)
 		l.setDiags(name, r.Diagnostics)
 		for _, d := range r.Diagnostics {
@@ -573,6 +592,7 @@ func (l *Loop) flush() {
 		changed = append(changed, r.Resources)
 		inputs[name] = svc
 		inputOpts[name] = opts
+		inputHeld[name] = held
 	}
 	if len(changed) > 0 || len(removed) > 0 {
 		if err := l.pub.PublishServices(changed, removed); err != nil {
@@ -584,10 +604,16 @@ func (l *Loop) flush() {
 	for n, s := range inputs {
 		l.published[n] = s
 		l.pubOpts[n] = inputOpts[n]
+		if h := inputHeld[n]; len(h) > 0 {
+			l.held[n] = h
+		} else {
+			delete(l.held, n)
+		}
 	}
 	for _, n := range removed {
 		delete(l.published, n)
 		delete(l.pubOpts, n)
+		delete(l.held, n)
 		delete(l.retained, n)
 	}
 	// Hosts dropped and no longer served are forgotten.

@@ -58,6 +58,19 @@ func (l *Loop) applyPolicy(u sources.PolicyUpdate) bool {
 			for dep := range l.routeDeps.by[n] {
 				l.dirty[dep] = true
 			}
+			// The services it named and names: a subset it stops
+			// naming may be held no longer (see effectivePolicy).
+			for _, t := range l.routeDeps.of[n] {
+				l.dirty[t] = true
+			}
+			for _, t := range l.failoverDeps.of[n] {
+				l.dirty[t] = true
+			}
+			for _, t := range policyTargets(after) {
+				if t != n {
+					l.dirty[t] = true
+				}
+			}
 		}
 	}
 	l.noteSync(src, gotPolicy, func(st *SourceStatus) { st.Policies = len(f.Services) })
@@ -213,7 +226,7 @@ func (l *Loop) failoverTargets(name string, pol *policy.Service, merged map[stri
 				ft.Service = &svc
 			}
 			if t.Subset != "" {
-				ft.Policy, _ = l.policyFor(target)
+				ft.Policy, _ = l.effectivePolicy(target)
 			}
 		}
 		out = append(out, ft)
@@ -272,32 +285,153 @@ func (l *Loop) setFailoverDeps(name string, pol *policy.Service) {
 // records name as depending on them: a change of their policy (a default
 // subset, a redirect, a subset gone) translates it again.
 func (l *Loop) routeTargets(name string, pol *policy.Service) map[string]*policy.Service {
-	var ts []string
-	if pol != nil {
-		if pol.Redirect != nil {
-			ts = append(ts, pol.Redirect.Service)
-		}
-		for _, sp := range pol.Split {
-			ts = append(ts, sp.Service)
-		}
-		for _, r := range pol.Routes {
-			if r.Destination != nil {
-				ts = append(ts, r.Destination.Service)
-			}
-			for _, sp := range r.Split {
-				ts = append(ts, sp.Service)
-			}
-		}
-	}
-	l.routeDeps.set(name, ts)
+	l.routeDeps.set(name, routeTargetNames(pol))
 	if len(l.routeDeps.of[name]) == 0 {
 		return nil
 	}
 	out := make(map[string]*policy.Service, len(l.routeDeps.of[name]))
 	for _, t := range l.routeDeps.of[name] {
-		out[t], _ = l.policyFor(t)
+		out[t], _ = l.effectivePolicy(t)
 	}
 	return out
+}
+
+// setDeps records what name's policy names, before a flush translates
+// anything: effectivePolicy reads who names a service.
+func (l *Loop) setDeps(name string, pol *policy.Service) {
+	l.setFailoverDeps(name, pol)
+	l.routeDeps.set(name, routeTargetNames(pol))
+}
+
+// targetsOf calls f with every target a policy's routes, splits,
+// redirect and failover name.
+func targetsOf(pol *policy.Service, f func(t policy.Target, failover bool)) {
+	if pol == nil {
+		return
+	}
+	if pol.Redirect != nil {
+		f(*pol.Redirect, false)
+	}
+	for _, sp := range pol.Split {
+		f(policy.Target{Service: sp.Service, Subset: sp.Subset}, false)
+	}
+	for _, r := range pol.Routes {
+		if r.Destination != nil {
+			f(*r.Destination, false)
+		}
+		for _, sp := range r.Split {
+			f(policy.Target{Service: sp.Service, Subset: sp.Subset}, false)
+		}
+	}
+	for _, t := range pol.Failover {
+		f(t, true)
+	}
+}
+
+// routeTargetNames is the services a policy's routes, splits and
+// redirect name (with repeats, "" for its own).
+func routeTargetNames(pol *policy.Service) []string {
+	var ts []string
+	targetsOf(pol, func(t policy.Target, failover bool) {
+		if !failover {
+			ts = append(ts, t.Service)
+		}
+	})
+	return ts
+}
+
+// policyTargets is every service a policy names, routes and failover.
+func policyTargets(pol *policy.Service) []string {
+	var ts []string
+	targetsOf(pol, func(t policy.Target, failover bool) {
+		if t.Service != "" && (!failover || t.Datacenter == "") {
+			ts = append(ts, t.Service)
+		}
+	})
+	return ts
+}
+
+// effectivePolicy is the policy a service is translated with: its own
+// (policyFor), plus the subsets it was last published with that its
+// policy no longer defines but another service's routes, splits,
+// redirect or failover still name. Taking those away would leave the
+// other service's requests with no cluster (Envoy answers 503, gRPC
+// clients fail the calls), for a change made elsewhere; Consul refuses
+// such a write for the same reason. So the subset stays, with its last
+// filter, until nothing names it; each is a diagnostic of the service.
+func (l *Loop) effectivePolicy(name string) (*policy.Service, []translate.Diagnostic) {
+	pol, _ := l.policyFor(name)
+	prev := l.pubOpts[name].Policy
+	if prev == nil || len(prev.Subsets) == 0 {
+		return pol, nil
+	}
+	var deps []string
+	for d := range l.routeDeps.by[name] {
+		deps = append(deps, d)
+	}
+	for d := range l.failoverDeps.by[name] {
+		if !l.routeDeps.by[name][d] {
+			deps = append(deps, d)
+		}
+	}
+	if len(deps) == 0 {
+		return pol, nil
+	}
+	sort.Strings(deps)
+	var held map[string]policy.Subset
+	namedBy := map[string][]string{}
+	for _, d := range deps {
+		dp, _ := l.policyFor(d)
+		targetsOf(dp, func(t policy.Target, failover bool) {
+			if t.Service != name || t.Subset == "" || (failover && t.Datacenter != "") {
+				return
+			}
+			if pol != nil && hasSubset(pol, t.Subset) {
+				return
+			}
+			def, ok := prev.Subsets[t.Subset]
+			if !ok {
+				return
+			}
+			if held == nil {
+				held = map[string]policy.Subset{}
+			}
+			held[t.Subset] = def
+			if by := namedBy[t.Subset]; len(by) == 0 || by[len(by)-1] != d {
+				namedBy[t.Subset] = append(by, d)
+			}
+		})
+	}
+	if len(held) == 0 {
+		return pol, nil
+	}
+	cp := policy.Service{}
+	if pol != nil {
+		cp = *pol
+	}
+	cp.Subsets = make(map[string]policy.Subset, len(cp.Subsets)+len(held))
+	if pol != nil {
+		for k, v := range pol.Subsets {
+			cp.Subsets[k] = v
+		}
+	}
+	subs := make([]string, 0, len(held))
+	for k, v := range held {
+		cp.Subsets[k] = v
+		subs = append(subs, k)
+	}
+	sort.Strings(subs)
+	diags := make([]translate.Diagnostic, 0, len(subs))
+	for _, sub := range subs {
+		diags = append(diags, translate.Diagnostic{Service: name, Field: "subsets." + sub,
+			Message: fmt.Sprintf("no longer in the service's policy, but the routes or failover of %s still name it: kept with its last filter until none does", strings.Join(namedBy[sub], ", "))})
+	}
+	return &cp, diags
+}
+
+func hasSubset(p *policy.Service, subset string) bool {
+	_, ok := p.Subsets[subset]
+	return ok
 }
 
 // dropCollidingSubsets leaves out of r the subsets whose cluster name

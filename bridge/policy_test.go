@@ -290,3 +290,91 @@ func TestRoutesFollowTargetPolicy(t *testing.T) {
 	publishPolicy(t, l, "policy", map[string]policy.Service{"web": web})
 	wait("api without policy", "api", "api/canary", "web")
 }
+
+// A subset another service's routes or failover still name stays
+// published, with its last filter, when its owner's policy drops it;
+// it goes when nothing names it any more (also when both change at once).
+func TestReferencedSubsetKept(t *testing.T) {
+	cache := xds.NewCache()
+	l := run(t, Options{Sources: []string{"a", "policy"}, Quiet: time.Millisecond}, cache)
+	hosts := func(cluster string) []uint32 {
+		cla, _ := cache.Get(xds.EndpointType, cluster).(*endpoint.ClusterLoadAssignment)
+		if cla == nil {
+			return nil
+		}
+		var out []uint32
+		for _, g := range cla.GetEndpoints() {
+			for _, e := range g.GetLbEndpoints() {
+				out = append(out, e.GetEndpoint().GetAddress().GetSocketAddress().GetPortValue())
+			}
+		}
+		return out
+	}
+	hasCluster := func(name string) bool { return cache.Get(xds.ClusterType, name) != nil }
+	wait := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: api/v2 cluster %v hosts %v; api diagnostics %v", what, hasCluster("api/v2"), hosts("api/v2"), l.Diagnostics()["api"])
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	heldDiag := func(by string) bool {
+		for _, d := range l.Diagnostics()["api"] {
+			if d.Field == "subsets.v2" && strings.Contains(d.Message, "the routes or failover of "+by+" still name it") {
+				return true
+			}
+		}
+		return false
+	}
+	v12 := map[string]policy.Subset{"v1": {Filter: "Port == 1"}, "v2": {Filter: "Port != 1"}}
+	v1 := map[string]policy.Subset{"v1": {Filter: "Port == 1"}}
+	canary := policy.Service{Routes: []policy.Route{
+		{Match: policy.Match{Prefix: "/canary"}, Destination: &policy.Target{Service: "api", Subset: "v2"}},
+	}}
+	publish(t, l, "a", service("web", 1), service("api", 1, 2), service("db", 1))
+	publishPolicy(t, l, "policy", map[string]policy.Service{"web": canary, "api": {Subsets: v12}})
+	wait("api/v2 published", func() bool { return cmp.Equal(hosts("api/v2"), []uint32{2}) })
+
+	// api drops v2; web still routes to it: kept, and it follows api's hosts.
+	publishPolicy(t, l, "policy", map[string]policy.Service{"web": canary, "api": {Subsets: v1}})
+	wait("api/v2 held", func() bool { return heldDiag("web") })
+	if !hasCluster("api/v2") || !cmp.Equal(hosts("api/v2"), []uint32{2}) {
+		t.Fatalf("api/v2 not kept: cluster %v hosts %v", hasCluster("api/v2"), hosts("api/v2"))
+	}
+	publish(t, l, "a", service("web", 1), service("api", 1, 2, 3), service("db", 1))
+	wait("held api/v2 follows api's hosts", func() bool { return len(hosts("api/v2")) == 2 })
+	if rcs := translate.RouteClusters(cache.Get(xds.RouteType, "web").(*route.RouteConfiguration)); !cmp.Equal(rcs, []string{"api/v2", "web"}) {
+		t.Errorf("web's routes go to %v", rcs)
+	}
+
+	// Without any policy, still kept while named.
+	publishPolicy(t, l, "policy", map[string]policy.Service{"web": canary})
+	time.Sleep(50 * time.Millisecond)
+	wait("api/v2 held without api's policy", func() bool { return hasCluster("api/v2") && heldDiag("web") })
+
+	// web stops naming it: gone.
+	publishPolicy(t, l, "policy", map[string]policy.Service{})
+	wait("api/v2 gone", func() bool { return !hasCluster("api/v2") && !heldDiag("web") })
+
+	// Failover naming a dropped subset holds it too.
+	fo := policy.Service{Failover: []policy.Target{{Service: "api", Subset: "v2"}}}
+	publishPolicy(t, l, "policy", map[string]policy.Service{"db": fo, "api": {Subsets: v12}})
+	wait("api/v2 again", func() bool { return hasCluster("api/v2") })
+	publishPolicy(t, l, "policy", map[string]policy.Service{"db": fo, "api": {Subsets: v1}})
+	wait("api/v2 held by db's failover", func() bool { return heldDiag("db") })
+	if !hasCluster("api/v2") {
+		t.Fatal("api/v2 not kept for db's failover")
+	}
+
+	// Both change in one update: nothing names v2 any more, it goes.
+	publishPolicy(t, l, "policy", map[string]policy.Service{"web": canary, "api": {Subsets: v12}})
+	wait("api/v2 named by web", func() bool { return hasCluster("api/v2") && !heldDiag("db") })
+	publishPolicy(t, l, "policy", map[string]policy.Service{"api": {Subsets: v1}})
+	wait("api/v2 gone in one update", func() bool { return !hasCluster("api/v2") })
+	if len(l.Diagnostics()["api"]) != 0 {
+		t.Errorf("api diagnostics %v", l.Diagnostics()["api"])
+	}
+}

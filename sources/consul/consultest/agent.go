@@ -6,11 +6,13 @@ package consultest
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -75,14 +77,59 @@ type Agent struct {
 
 var agentSeq atomic.Int64
 
+// FreePort is a port free for TCP and UDP on 127.0.0.1 (Serf uses both),
+// below the kernel's ephemeral range: an agent keeps its ports across
+// Restart, and a port from the ephemeral range can be taken meanwhile by
+// any outgoing connection on the machine (seen: "address already in use"
+// when an agent came back).
 func FreePort(t testing.TB) int {
 	t.Helper()
+	lo, hi := 20000, ephemeralLow()
+	for i := 0; i < 200 && hi-lo > 1000; i++ {
+		p := lo + rand.IntN(hi-lo)
+		if portFree(p) {
+			return p
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+func portFree(p int) bool {
+	addr := "127.0.0.1:" + strconv.Itoa(p)
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer l.Close()
+	u, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return false
+	}
+	u.Close()
+	return true
+}
+
+// ephemeralLow is the lowest port of the kernel's ephemeral range
+// (32768 when it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return n // at or below 21000, FreePort takes the kernel's choice
 }
 
 // StartAgent starts a dev agent in datacenter dc and waits for its leader.

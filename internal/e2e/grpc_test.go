@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -64,11 +65,8 @@ type xdsClient struct {
 
 func dialXDS(t *testing.T, br *bridge, service string) *xdsClient {
 	t.Helper()
-	bootstrap := fmt.Sprintf(`{
-  "xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
-  "node": {"id": "grpc-client-1", "cluster": "e2e"}
-}`, br.app.XDSAddr())
-	return xdsClientFrom(t, br, []byte(bootstrap), service)
+	bootstrap := rewriteExample(t, "grpc-bootstrap.json", `"127.0.0.1:18000"`, strconv.Quote(br.app.XDSAddr()))
+	return xdsClientFrom(t, br, bootstrap, service)
 }
 
 // xdsClientFrom is a grpc-go client of xds:///service through an xDS

@@ -73,6 +73,10 @@ type Options struct {
 	// what is over (metadata namespaces, hostnames) or, when nothing can
 	// be dropped, not published: its last published version stays.
 	Limits translate.Limits
+	// GRPCCertificateProvider is translate.Options.GRPCCertificateProvider
+	// for every service: the certificate provider instance of gRPC
+	// clients' bootstrap that clusters with upstream TLS name ("": none).
+	GRPCCertificateProvider string
 }
 
 // Checks is what the loop asks of active health checking. Implementations
@@ -561,7 +565,7 @@ func (l *Loop) flush() {
 		// clusters also keep the subsets others still name.
 		own, _ := l.policyFor(name)
 		pol, held := l.effectivePolicy(name)
-		opts := translate.Options{DefaultLocality: l.opts.DefaultLocality[l.owner(name)], Policy: pol, Failover: l.failoverTargets(name, own, merged), Targets: l.routeTargets(name, own)}
+		opts := translate.Options{DefaultLocality: l.opts.DefaultLocality[l.owner(name)], Policy: pol, Failover: l.failoverTargets(name, own, merged), Targets: l.routeTargets(name, own), GRPCCertificateProvider: l.opts.GRPCCertificateProvider}
 		if old, was := l.published[name]; was && !l.refused[name] && reflect.DeepEqual(old, svc) && reflect.DeepEqual(l.pubOpts[name], opts) && reflect.DeepEqual(l.held[name], held) {
 			continue
 		}

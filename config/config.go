@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/xdsbridge/xdsbridge/config/decode"
 	"github.com/xdsbridge/xdsbridge/translate"
@@ -96,6 +97,22 @@ type XDS struct {
 	Limits xds.Limits `json:"limits"`
 	// Keepalive is the server's HTTP/2 keepalive (see xds.Keepalive).
 	Keepalive Keepalive `json:"keepalive"`
+	// GRPCCertificateProvider names the certificate provider instance
+	// (a key of certificate_providers in gRPC clients' bootstrap) that
+	// clusters with upstream TLS name for gRPC clients to verify the
+	// hosts with (translate.Options.GRPCCertificateProvider,
+	// translate/POLICY.md). Absent: none, and gRPC clients NACK those
+	// clusters. Given, it is a name without whitespace or control
+	// characters.
+	GRPCCertificateProvider *string `json:"grpc_certificate_provider"`
+}
+
+// CertificateProvider is xds.grpc_certificate_provider, "" when absent.
+func (x XDS) CertificateProvider() string {
+	if x.GRPCCertificateProvider == nil {
+		return ""
+	}
+	return *x.GRPCCertificateProvider
 }
 
 // Keepalive is xds.Keepalive as written in the file; 0 or absent is the
@@ -390,6 +407,11 @@ func (c *Config) validate(knownTypes []string) error {
 			return fmt.Errorf("xds.authorization.%w", err)
 		}
 	}
+	if p := c.XDS.GRPCCertificateProvider; p != nil {
+		if err := checkProviderName(*p); err != nil {
+			return fmt.Errorf("xds.grpc_certificate_provider: %w", err)
+		}
+	}
 	for _, l := range []struct{ field, addr string }{{"xds.listen", c.XDS.Listen}, {"admin.listen", c.Admin.Listen}} {
 		if err := checkListen(l.addr); err != nil {
 			return fmt.Errorf("%s: %w", l.field, err)
@@ -438,6 +460,21 @@ func (c *Config) validate(knownTypes []string) error {
 		}
 		if !known {
 			return fmt.Errorf("sources[%d] (%s): unknown source type %q (known: %s)", i, s.Name, s.Type, strings.Join(knownTypes, ", "))
+		}
+	}
+	return nil
+}
+
+// checkProviderName checks a certificate provider instance name: not
+// empty, no whitespace or control characters (it is a key of gRPC
+// clients' bootstrap, and sent as is in every cluster with TLS).
+func checkProviderName(name string) error {
+	if name == "" {
+		return errors.New("empty (leave the field out for none)")
+	}
+	for _, r := range name {
+		if unicode.IsSpace(r) || !unicode.IsPrint(r) {
+			return fmt.Errorf("%q: want a name without whitespace or control characters", name)
 		}
 	}
 	return nil

@@ -473,3 +473,43 @@ sources: [{name: s, file: {path: s.yaml}}]
 		t.Errorf("admin.tls: %+v", c.Admin.TLS)
 	}
 }
+
+func TestGRPCCertificateProvider(t *testing.T) {
+	for doc, want := range map[string]string{
+		minimal: "",
+		"xds: {grpc_certificate_provider: upstream-ca}\n" + minimal:                            "upstream-ca",
+		"xds: {grpc_certificate_provider: 'spiffe://td/ca#1'}\n" + minimal:                     "spiffe://td/ca#1",
+		`{"xds": {"grpc_certificate_provider": "ca"}, "sources": [{"name": "s", "file": {}}]}`: "ca",
+		"xds:\n  grpc_certificate_provider:\n" + minimal:                                       "", // null: absent
+	} {
+		c, err := Parse([]byte(doc), "", known)
+		if err != nil {
+			t.Errorf("Parse(%q): %v", doc, err)
+			continue
+		}
+		if got := c.XDS.CertificateProvider(); got != want {
+			t.Errorf("Parse(%q): grpc_certificate_provider %q, want %q", doc, got, want)
+		}
+	}
+	for doc, want := range map[string][]string{
+		"xds: {grpc_certificate_provider: ''}":            {"xds.grpc_certificate_provider: empty"},
+		"xds: {grpc_certificate_provider: 'upstream ca'}": {"xds.grpc_certificate_provider", `"upstream ca"`, "whitespace"},
+		"xds: {grpc_certificate_provider: ' ca'}":         {"xds.grpc_certificate_provider", "whitespace"},
+		"xds: {grpc_certificate_provider: \"ca\\t\"}":     {"xds.grpc_certificate_provider", "whitespace"},
+		"xds: {grpc_certificate_provider: \"c\\x01a\"}":   {"xds.grpc_certificate_provider", "control characters"},
+		"xds: {grpc_certificate_provider: 7}":             {"xds.grpc_certificate_provider", "cannot use a JSON number"},
+		"xds: {grpc_certificate_provider: [ca]}":          {"xds.grpc_certificate_provider", "cannot use a JSON array"},
+		"xds: {grpc_certificate_providers: ca}":           {`unknown field "grpc_certificate_providers" in xds`},
+	} {
+		_, err := Parse([]byte(doc+"\nsources: [{name: s, file: {}}]\n"), "", known)
+		if err == nil {
+			t.Errorf("Parse(%q) succeeded", doc)
+			continue
+		}
+		for _, w := range want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("Parse(%q): error %q does not contain %q", doc, err, w)
+			}
+		}
+	}
+}

@@ -184,6 +184,7 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		DefaultLocality:   DefaultLocalities(c),
 		Limits:            c.Limits,
 	}
+	opts.GRPCCertificateProvider = c.XDS.CertificateProvider()
 	if len(perSource)+len(perService) > 0 {
 		checker := healthcheck.NewChecker(healthcheck.Options{Workers: c.HealthChecks.Workers, Logger: log, Metrics: reg})
 		checks = healthcheck.NewManager(checker, perSource, perService)

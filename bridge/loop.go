@@ -130,7 +130,12 @@ type Loop struct {
 	published map[string]sources.Service        // service → the merged input last translated
 	pubOpts   map[string]translate.Options      // service → the options it was translated with (its policy included)
 	held      map[string][]translate.Diagnostic // service → the diagnostics of its held subsets when translated
-	policies  map[string]*policy.File           // policy source → its policy
+	// retranslate are services to translate again in the next flush even
+	// if their input is unchanged (a subset cluster name freed or taken).
+	retranslate map[string]bool
+	// effective memoizes effectivePolicy during a flush (nil outside).
+	effective map[string]effective
+	policies  map[string]*policy.File // policy source → its policy
 	// failoverDeps: the services whose failover names a service (their
 	// assignments carry its endpoints); routeDeps: those whose routes,
 	// splits or redirect name it (they follow its policy).
@@ -194,6 +199,7 @@ func New(opts Options, pub Publisher) *Loop {
 		published:    map[string]sources.Service{},
 		pubOpts:      map[string]translate.Options{},
 		held:         map[string][]translate.Diagnostic{},
+		retranslate:  map[string]bool{},
 		policies:     map[string]*policy.File{},
 		failoverDeps: newDepIndex(),
 		routeDeps:    newDepIndex(),
@@ -529,15 +535,51 @@ func (l *Loop) flush() {
 
 	// Who names whom first: a service's held subsets (effectivePolicy)
 	// follow the policies of the services that name it, also when both
-	// change in this flush.
+	// change in this flush. A service going away frees the subsets it
+	// held, and those naming it see it gone (their diagnostics).
+	var more []string
 	for _, name := range names {
 		if merged[name].keep {
 			pol, _ := l.policyFor(name)
 			l.setDeps(name, pol)
-		} else {
-			l.setDeps(name, nil)
+			continue
 		}
+		if _, was := l.published[name]; was {
+			for _, t := range l.routeDeps.of[name] {
+				if len(l.held[t]) > 0 {
+					more = append(more, t)
+				}
+			}
+			for _, t := range l.failoverDeps.of[name] {
+				if len(l.held[t]) > 0 {
+					more = append(more, t)
+				}
+			}
+			for d := range l.routeDeps.by[name] {
+				more = append(more, d)
+			}
+		}
+		l.setDeps(name, nil)
 	}
+	if len(more) > 0 {
+		for _, n := range more {
+			if _, ok := merged[n]; ok {
+				continue
+			}
+			svc, keep := l.merge(n)
+			merged[n] = mergedService{svc, keep}
+			names = append(names, n)
+			if keep {
+				pol, _ := l.policyFor(n)
+				l.setDeps(n, pol)
+			} else {
+				l.setDeps(n, nil)
+			}
+		}
+		sort.Strings(names)
+	}
+	l.effective = make(map[string]effective)
+	defer func() { l.effective = nil }()
 
 	var changed []translate.Resources
 	var removed []string
@@ -566,7 +608,7 @@ func (l *Loop) flush() {
 		own, _ := l.policyFor(name)
 		pol, held := l.effectivePolicy(name)
 		opts := translate.Options{DefaultLocality: l.opts.DefaultLocality[l.owner(name)], Policy: pol, Failover: l.failoverTargets(name, own, merged), Targets: l.routeTargets(name, own), GRPCCertificateProvider: l.opts.GRPCCertificateProvider}
-		if old, was := l.published[name]; was && !l.refused[name] && reflect.DeepEqual(old, svc) && reflect.DeepEqual(l.pubOpts[name], opts) && reflect.DeepEqual(l.held[name], held) {
+		if old, was := l.published[name]; was && !l.refused[name] && !l.retranslate[name] && reflect.DeepEqual(old, svc) && reflect.DeepEqual(l.pubOpts[name], opts) && reflect.DeepEqual(l.held[name], held) {
 			continue
 		}
 		r := opts.ServiceWithin(svc, l.opts.Limits)
@@ -625,6 +667,7 @@ func (l *Loop) flush() {
 		l.pruneDropped(n)
 	}
 	clear(l.dirty)
+	clear(l.retranslate)
 	l.updateChecks()
 	l.m.flushes.Inc()
 	l.m.flushSeconds.Observe(l.now().Sub(start).Seconds())

@@ -359,10 +359,39 @@ func policyTargets(pol *policy.Service) []string {
 // clients fail the calls), for a change made elsewhere; Consul refuses
 // such a write for the same reason. So the subset stays, with its last
 // filter, until nothing names it; each is a diagnostic of the service.
+//
+// Within a flush (l.effective set) the result is computed once per
+// service: every service naming a hub asks for the hub's.
 func (l *Loop) effectivePolicy(name string) (*policy.Service, []translate.Diagnostic) {
+	if e, ok := l.effective[name]; ok {
+		return e.pol, e.diags
+	}
+	pol, diags := l.computeEffectivePolicy(name)
+	if l.effective != nil {
+		l.effective[name] = effective{pol, diags}
+	}
+	return pol, diags
+}
+
+type effective struct {
+	pol   *policy.Service
+	diags []translate.Diagnostic
+}
+
+func (l *Loop) computeEffectivePolicy(name string) (*policy.Service, []translate.Diagnostic) {
 	pol, _ := l.policyFor(name)
 	prev := l.pubOpts[name].Policy
 	if prev == nil || len(prev.Subsets) == 0 {
+		return pol, nil
+	}
+	dropped := false
+	for sub := range prev.Subsets {
+		if pol == nil || !hasSubset(pol, sub) {
+			dropped = true
+			break
+		}
+	}
+	if !dropped {
 		return pol, nil
 	}
 	var deps []string
@@ -465,6 +494,6 @@ func (l *Loop) dirtySubsetOwner(service string) bool {
 		return false
 	}
 	l.dirty[owner] = true
-	delete(l.pubOpts, owner) // translated again even if its input is the same
+	l.retranslate[owner] = true // even if its input is the same
 	return true
 }

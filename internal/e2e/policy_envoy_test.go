@@ -485,7 +485,7 @@ func TestEnvoyOutlierDetectionEjects(t *testing.T) {
 	// After the ejection: every request passes and none reaches the bad
 	// host.
 	const n = 300
-	badBefore := bad.hits.Load()
+	badBefore, tAfter := bad.hits.Load(), time.Now()
 	got = map[string]int{}
 	failed := 0
 	var firstErr error
@@ -501,7 +501,7 @@ func TestEnvoyOutlierDetectionEjects(t *testing.T) {
 		got[name]++
 	}
 	badAfter := bad.hits.Load() - badBefore
-	t.Logf("after the ejection: %d requests, %d failed, per backend %v; the bad host received %d", n, failed, got, badAfter)
+	t.Logf("after the ejection: %d requests in %v, %d failed, per backend %v; the bad host received %d", n, time.Since(tAfter).Round(time.Millisecond), failed, got, badAfter)
 	if failed != 0 || badAfter != 0 || got["b1"] == 0 || got["b2"] == 0 {
 		t.Errorf("after the ejection: %d failed (first: %v), the bad host received %d, per backend %v; want none failed, none to the bad host, both good hosts used", failed, firstErr, badAfter, got)
 	}

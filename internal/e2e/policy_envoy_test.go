@@ -644,6 +644,12 @@ func TestEnvoySubsetRoutingOnConsulTags(t *testing.T) {
 			break
 		}
 	}
+	for _, r := range recsV2 {
+		if r.err == nil && r.subset == "b1" {
+			t.Errorf("an x-version: v2 request reached b1 during the change")
+			break
+		}
+	}
 
 	withHdr, without = measure("tags v1: b1, v2: b2 b3 b4", n)
 	if err := only(withHdr, "b2", "b3", "b4"); err != nil {

@@ -559,6 +559,7 @@ func (l *Loop) flush() {
 				more = append(more, d)
 			}
 		}
+		delete(l.pubOpts, name) // holds nothing any more (effectivePolicy)
 		l.setDeps(name, nil)
 	}
 	if len(more) > 0 {

@@ -378,3 +378,94 @@ func TestReferencedSubsetKept(t *testing.T) {
 		t.Errorf("api diagnostics %v", l.Diagnostics()["api"])
 	}
 }
+
+// heldLoop drives a Loop by hand (handle, flush) for the held-subset
+// cases: web routes /canary to api/v2, then api's policy drops v2.
+type heldLoop struct {
+	t     *testing.T
+	l     *Loop
+	cache *xds.Cache
+}
+
+var (
+	heldV12    = map[string]policy.Subset{"v1": {Filter: "Port == 1"}, "v2": {Filter: "Port != 1"}}
+	heldV1     = map[string]policy.Subset{"v1": {Filter: "Port == 1"}}
+	heldCanary = policy.Service{Routes: []policy.Route{{Match: policy.Match{Prefix: "/canary"}, Destination: &policy.Target{Service: "api", Subset: "v2"}}}}
+)
+
+func newHeldLoop(t *testing.T) *heldLoop {
+	h := &heldLoop{t: t, cache: xds.NewCache()}
+	h.l = New(Options{Sources: []string{"a", "policy"}}, h.cache)
+	h.pub(service("web", 1), service("api", 1, 2))
+	h.pol(map[string]policy.Service{"web": heldCanary, "api": {Subsets: heldV12}})
+	h.pol(map[string]policy.Service{"web": heldCanary, "api": {Subsets: heldV1}})
+	if !h.has("api/v2") {
+		t.Fatalf("api/v2 not held; api diagnostics %v", h.l.Diagnostics()["api"])
+	}
+	return h
+}
+
+func (h *heldLoop) pub(svcs ...sources.Service) {
+	h.l.handle(event{kind: evPublish, update: sources.Update{Source: "a", Services: svcs}, source: "a"})
+	h.l.flush()
+}
+
+func (h *heldLoop) pol(m map[string]policy.Service) {
+	h.l.handle(event{kind: evPolicy, policy: sources.PolicyUpdate{Source: "policy", Policy: &policy.File{Services: m}}, source: "policy"})
+	h.l.flush()
+}
+
+func (h *heldLoop) has(cluster string) bool { return h.cache.Get(xds.ClusterType, cluster) != nil }
+
+// A service named like one of api's subsets (api/x) appearing
+// re-translates api; its held v2 stays.
+func TestHeldSubsetSurvivesSubsetNamedService(t *testing.T) {
+	h := newHeldLoop(t)
+	h.pub(service("web", 1), service("api", 1, 2), service("api/x", 9))
+	if !h.has("api/v2") {
+		t.Fatalf("api/v2 released while web still names it; api diagnostics %v", h.l.Diagnostics()["api"])
+	}
+}
+
+// The only service naming the held subset goes: the subset goes with it.
+func TestHeldSubsetFreedWhenItsNamerGoes(t *testing.T) {
+	h := newHeldLoop(t)
+	h.pub(service("api", 1, 2))
+	if h.has("api/v2") {
+		t.Fatalf("api/v2 still published after web is gone; api diagnostics %v", h.l.Diagnostics()["api"])
+	}
+	if d := h.l.Diagnostics()["api"]; len(d) != 0 {
+		t.Errorf("api diagnostics %v", d)
+	}
+}
+
+// api goes and comes back without v2: web's route to api/v2 is reported
+// (its cluster does not exist).
+func TestHeldSubsetGoneWithItsServiceIsReported(t *testing.T) {
+	h := newHeldLoop(t)
+	h.pub(service("web", 1))
+	h.pub(service("web", 1), service("api", 1, 2))
+	var found bool
+	for _, d := range h.l.Diagnostics()["web"] {
+		found = found || strings.Contains(d.Message, `service "api" has no subset "v2"`)
+	}
+	if h.has("api/v2") || !found {
+		t.Fatalf("api/v2 published %v; web diagnostics %v", h.has("api/v2"), h.l.Diagnostics()["web"])
+	}
+}
+
+// A dependent whose policy comes from a pattern holds the subset too.
+func TestHeldSubsetByPattern(t *testing.T) {
+	h := &heldLoop{t: t, cache: xds.NewCache()}
+	h.l = New(Options{Sources: []string{"a", "policy"}}, h.cache)
+	h.pub(service("web", 1), service("api", 1, 2))
+	h.pol(map[string]policy.Service{"w*": heldCanary, "api": {Subsets: heldV12}})
+	h.pol(map[string]policy.Service{"w*": heldCanary, "api": {Subsets: heldV1}})
+	if !h.has("api/v2") {
+		t.Fatal("api/v2 not held for w*")
+	}
+	h.pol(map[string]policy.Service{"api": {Subsets: heldV1}})
+	if h.has("api/v2") {
+		t.Fatal("api/v2 not released when w* went")
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -85,9 +86,12 @@ var agentSeq atomic.Int64
 func FreePort(t testing.TB) int {
 	t.Helper()
 	lo, hi := 20000, ephemeralLow()
+	portsMu.Lock()
+	defer portsMu.Unlock()
 	for i := 0; i < 200 && hi-lo > 1000; i++ {
 		p := lo + rand.IntN(hi-lo)
-		if portFree(p) {
+		if !portsGiven[p] && portFree(p) {
+			portsGiven[p] = true // never twice in a process: an agent's six ports differ
 			return p
 		}
 	}
@@ -98,6 +102,11 @@ func FreePort(t testing.TB) int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 func portFree(p int) bool {
 	addr := "127.0.0.1:" + strconv.Itoa(p)

@@ -443,6 +443,12 @@ sources:
 		t.Errorf("Envoy's cluster web/v1 hosts: %v; want b1's and b2's", h)
 	}
 	cdFailures(t, "grpc-go across the resolver", gt.since(gi), t0, cdGRPCRace, false)
+	// Which came first on Envoy: the route naming web/v1, or web/v1's
+	// assignment (which warms it)? Both in ms since the epoch.
+	st := ev.stats(t, "update_time")
+	t.Logf("Envoy: RDS web applied at %d, cluster web/v1's EDS at %d (the route %d ms before the assignment; negative: after)",
+		st["http.ingress.rds.web.update_time"], st["cluster.web/v1.update_time"],
+		st["cluster.web/v1.update_time"]-st["http.ingress.rds.web.update_time"])
 	// Envoy's failures are its no_cluster answers, one for one.
 	if n, nc := cdFailures(t, "Envoy across the resolver", et.since(ei), t0, cdEnvoyNoCluster, true), cdNoCluster(t, ev)-nc0; int64(n) != nc {
 		t.Errorf("Envoy across the resolver: %d calls failed, Envoy's no_cluster went up by %d; want the same", n, nc)

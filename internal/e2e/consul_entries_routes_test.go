@@ -184,14 +184,13 @@ func (l *crLoad) end() { close(l.stop); <-l.done }
 // crSetup is the agent, the backends registered in it, the entries every
 // test starts from, the bridge and the two clients.
 type crSetup struct {
-	a      *consultest.Agent
-	br     *bridge
-	ev     *envoy
-	grpc   *crClient // proxyless
-	envoy  *crClient // through Envoy
-	greet  []string  // greeter's backends: g1, g2 (v1), g3 (v2)
-	next   string    // greeter-next's: n1
-	phases []string  // the failure figures of each phase, for the log
+	a     *consultest.Agent
+	br    *bridge
+	ev    *envoy
+	grpc  *crClient // proxyless
+	envoy *crClient // through Envoy
+	greet []string  // greeter's backends: g1, g2 (v1), g3 (v2)
+	next  string    // greeter-next's: n1
 }
 
 func crStart(t *testing.T) *crSetup {
@@ -322,8 +321,8 @@ func (s *crSetup) crPhase(t *testing.T, what string) {
 	t.Helper()
 	line := fmt.Sprintf("%s: grpc-go %d calls, %d failed; envoy %d calls, %d failed",
 		what, s.grpc.calls.Load(), s.grpc.failed.Load(), s.envoy.calls.Load(), s.envoy.failed.Load())
-	s.phases = append(s.phases, line)
 	t.Log(line)
+	s.crNoDiagnostics(t)
 }
 
 // crChange names the phase a change starts (failed calls are counted by
@@ -386,6 +385,13 @@ func (s *crSetup) crFinish(t *testing.T, raced map[string][]string) {
 	}
 	s.ev.assertNoRejections(t)
 	assertNoNACKs(t, s.br)
+	s.crNoDiagnostics(t)
+}
+
+// crNoDiagnostics asserts that the Consul source converted every entry
+// whole: /debug/sources lists no config-entry diagnostic.
+func (s *crSetup) crNoDiagnostics(t *testing.T) {
+	t.Helper()
 	var diags struct {
 		Sources []struct {
 			Name  string `json:"name"`

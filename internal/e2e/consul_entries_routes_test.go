@@ -154,7 +154,7 @@ func (c *crClient) crWaitExactly(t *testing.T, br *bridge, what, method, tenant 
 }
 
 // crLoad is background traffic on a client: one call of greeter's
-// default (Check, no header) every few milliseconds until stopped. Its
+// default (Check, no header) every 10ms until stopped. Its
 // calls and failures count in the client's totals.
 type crLoad struct {
 	stop chan struct{}
@@ -165,7 +165,7 @@ func crStartLoad(c *crClient) *crLoad {
 	l := &crLoad{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(l.done)
-		tick := time.NewTicker(5 * time.Millisecond)
+		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
 		for {
 			select {
@@ -296,18 +296,18 @@ func (s *crSetup) crEach(t *testing.T, f func(c *crClient) error) {
 	}
 }
 
-// crCheckDefault asserts greeter's default routing on both clients: 200
+// crCheckDefault asserts greeter's default routing on both clients: 100
 // calls of each kind (Check and cr.Alt, with and without x-tenant: test)
 // reach exactly g1, g2 and g3, never greeter-next.
 func (s *crSetup) crCheckDefault(t *testing.T, when string) {
 	t.Helper()
 	s.crEach(t, func(c *crClient) error {
 		for _, k := range []struct{ method, tenant string }{{crMethodCheck, ""}, {crMethodCheck, "test"}, {crMethodAlt, ""}, {crMethodAlt, "test"}} {
-			got, err := c.crTally(200, k.method, k.tenant)
+			got, err := c.crTally(100, k.method, k.tenant)
 			if err != nil {
 				return fmt.Errorf("%s, %s: %s x-tenant %q: %v", when, c.name, k.method, k.tenant, err)
 			}
-			t.Logf("%s, %s: %s x-tenant %q, 200 calls: %v", when, c.name, k.method, k.tenant, got)
+			t.Logf("%s, %s: %s x-tenant %q, 100 calls: %v", when, c.name, k.method, k.tenant, got)
 			if err := crExactly(got, s.greet...); err != nil {
 				return fmt.Errorf("%s, %s: %s x-tenant %q: %v", when, c.name, k.method, k.tenant, err)
 			}
@@ -468,7 +468,8 @@ func crEnvoyWeights(t *testing.T, ev *envoy) (map[string]uint64, error) {
 // both clients, within 5 standard deviations over 1,000 calls each; a
 // splitter with two-decimal weights (33.33/66.67) is served exactly;
 // deleting the splitter restores the default. Background calls run
-// through every change: none fails, and no client NACKs.
+// through every change: none fails through Envoy, and through the
+// proxyless client only in grpc-go's race (crRaceErr); no client NACKs.
 func TestConsulEntriesSplitter(t *testing.T) {
 	s := crStart(t)
 	loads := []*crLoad{crStartLoad(s.grpc), crStartLoad(s.envoy)}
@@ -585,8 +586,11 @@ func TestConsulEntriesSplitter(t *testing.T) {
 // (path prefix /cr.Alt/) to greeter's subset v2, on both clients, each
 // call exactly where its route says (the first route wins when both
 // match); other calls keep the default; deleting the router restores the
-// default for all. Background calls run through every change: none
-// fails, and no client NACKs.
+// default for all. Then a service-resolver's DefaultSubset v2 sends every
+// call to g3, and deleting the resolver restores the default. Background
+// calls run through every change: none fails through Envoy, and through
+// the proxyless client only in grpc-go's race (crRaceErr); no client
+// NACKs.
 func TestConsulEntriesRouter(t *testing.T) {
 	s := crStart(t)
 	loads := []*crLoad{crStartLoad(s.grpc), crStartLoad(s.envoy)}
@@ -623,11 +627,11 @@ func TestConsulEntriesRouter(t *testing.T) {
 			{crMethodAlt, "prod", []string{"g3"}},
 			{crMethodAlt, "test", []string{s.next}}, // the first route wins
 		} {
-			got, err := c.crTally(200, k.method, k.tenant)
+			got, err := c.crTally(150, k.method, k.tenant)
 			if err != nil {
 				return fmt.Errorf("router, %s: %s x-tenant %q: %v", c.name, k.method, k.tenant, err)
 			}
-			t.Logf("router, %s: %s x-tenant %q, 200 calls: %v", c.name, k.method, k.tenant, got)
+			t.Logf("router, %s: %s x-tenant %q, 150 calls: %v", c.name, k.method, k.tenant, got)
 			if err := crExactly(got, k.want...); err != nil {
 				return fmt.Errorf("router, %s: %s x-tenant %q: %v", c.name, k.method, k.tenant, err)
 			}
@@ -645,11 +649,45 @@ func TestConsulEntriesRouter(t *testing.T) {
 	s.crCheckDefault(t, "router deleted")
 	s.crPhase(t, "router deleted")
 
+	// The resolver's default subset v2: every call to g3. Then the
+	// resolver deleted (nothing names its subsets any more): the default.
+	s.crChange("resolver default subset", func() {
+		s.crSet(t, &api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "greeter", DefaultSubset: "v2",
+			Subsets: map[string]api.ServiceResolverSubset{
+				"v1": {Filter: `"v1" in Service.Tags`},
+				"v2": {Filter: `"v2" in Service.Tags`},
+			}})
+	})
+	for _, c := range s.clients() {
+		c.crWaitExactly(t, s.br, "resolver default subset v2", crMethodCheck, "", "g3")
+	}
+	s.crEach(t, func(c *crClient) error {
+		for _, k := range []struct{ method, tenant string }{{crMethodCheck, ""}, {crMethodCheck, "test"}, {crMethodAlt, ""}} {
+			got, err := c.crTally(100, k.method, k.tenant)
+			if err != nil {
+				return err
+			}
+			t.Logf("resolver default subset v2, %s: %s x-tenant %q, 100 calls: %v", c.name, k.method, k.tenant, got)
+			if err := crExactly(got, "g3"); err != nil {
+				return fmt.Errorf("resolver default subset v2, %s: %s x-tenant %q: %v", c.name, k.method, k.tenant, err)
+			}
+		}
+		return nil
+	})
+	s.crPhase(t, "resolver default subset")
+	s.crChange("resolver deleted", func() { s.crDelete(t, api.ServiceResolver, "greeter") })
+	for _, c := range s.clients() {
+		c.crWaitExactly(t, s.br, "resolver deleted", crMethodCheck, "", s.greet...)
+	}
+	s.crCheckDefault(t, "resolver deleted")
+	s.crPhase(t, "resolver deleted")
+
 	for _, l := range loads {
 		l.end()
 	}
 	s.crPhase(t, "end")
-	// The router adds greeter-next and greeter/v2 to greeter's routes;
-	// deleting it adds none.
-	s.crFinish(t, map[string][]string{"router": {"greeter-next", "greeter/v2"}})
+	// The router adds greeter-next and greeter/v2 to greeter's routes
+	// (deleting it adds none), the default subset greeter/v2, and
+	// deleting the resolver greeter again.
+	s.crFinish(t, map[string][]string{"router": {"greeter-next", "greeter/v2"}, "resolver default subset": {"greeter/v2"}, "resolver deleted": {"greeter"}})
 }

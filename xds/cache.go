@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 )
@@ -31,7 +32,8 @@ import (
 //
 // The files: store.go (resources, versions, change log, Apply), watch.go
 // (watches, readiness), delta.go, sotw.go, order.go (what the cache follows
-// per stream: clusters before their assignments), inspect.go (Get, List,
+// per stream: clusters before their assignments), routehold.go (routes
+// after their clusters' assignments), inspect.go (Get, List,
 // Stats), contract.go (what the cache relies on in go-control-plane's
 // servers), server.go (the gRPC server, whose callbacks tell the cache each
 // request's stream and when a stream ends).
@@ -47,6 +49,12 @@ type Cache struct {
 	nextID   uint64
 
 	maxBytes int // resource bytes per response (see WithMaxResponseBytes); 0: no limit
+
+	// routeHold bounds an RDS hold (routehold.go); routeHolds and
+	// routeHoldTimeouts count the RDS watches that held routes back, and
+	// those whose hold ran out.
+	routeHold                     time.Duration
+	routeHolds, routeHoldTimeouts uint64
 
 	requests map[any]*streamState // see order.go
 	streams  map[streamKey]*streamState
@@ -99,7 +107,7 @@ var _ cache.Cache = (*Cache)(nil)
 
 // NewCache returns an empty cache. It starts nothing.
 func NewCache(opts ...Option) *Cache {
-	c := &Cache{maxBytes: DefaultMaxResponseBytes, requests: map[any]*streamState{}, streams: map[streamKey]*streamState{}}
+	c := &Cache{maxBytes: DefaultMaxResponseBytes, routeHold: DefaultRouteHold, requests: map[any]*streamState{}, streams: map[streamKey]*streamState{}}
 	WithTypes(DefaultTypes...)(c)
 	for _, o := range opts {
 		o(c)

@@ -47,6 +47,14 @@ type streamState struct {
 	// the server replaced had held back (see Cache.cancel).
 	inflight map[string]*deltaResponse
 	held     map[string][]string
+	// Routes after their clusters' assignments (routehold.go): the
+	// assignments sent on the stream (by name), those of sotw responses
+	// handed to the server and not sent yet, whether the stream ever
+	// asked for assignments, and its open RDS watch.
+	edsSent    map[string]struct{}
+	pendingEDS map[*discovery.DiscoveryResponse][]string
+	edsSeen    bool
+	rds        *watch
 }
 
 // sentClusters says which cluster versions a stream was sent: every
@@ -155,7 +163,12 @@ func (c *Cache) cdsCurrent(w *watch) {
 
 // sotwSent is told by the server of each sotw response it sends.
 func (c *Cache) sotwSent(key streamKey, resp *discovery.DiscoveryResponse) {
-	if resp.GetTypeUrl() != ClusterType {
+	switch resp.GetTypeUrl() {
+	case ClusterType:
+	case EndpointType:
+		c.sotwSentEDS(key, resp)
+		return
+	default:
 		return
 	}
 	c.mu.Lock()
@@ -192,11 +205,15 @@ func (c *Cache) wakeEDS(st *streamState) {
 	if e := st.eds; e != nil && len(e.heldBack) > 0 {
 		c.tryRespond(e, e.heldBack)
 	}
+	c.wakeRDS(st)
 }
 
 // holder returns what w's response must hold back: the assignments whose
 // cluster its stream has not been sent; nil when nothing is held back.
 func (c *Cache) holder(w *watch) func(*entry) bool {
+	if w.ts.url == RouteType {
+		return c.routeHolder(w)
+	}
 	st := w.stream
 	clusters := c.types[ClusterType]
 	if st == nil || (st.cds == nil && st.pendingCDS == nil) || w.ts.url != EndpointType || clusters == nil {

@@ -259,8 +259,11 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 		Resources:   anys,
 	}
 	w.sch <- &cache.PassthroughResponse{Request: w.sreq, ReturnedResources: next, DiscoveryResponse: resp}
-	if ts.url == ClusterType {
+	switch ts.url {
+	case ClusterType:
 		c.sentCDS(w, "", resp)
+	case EndpointType:
+		c.sentEDS(w, send, nil, resp)
 	}
 	return true
 }

@@ -53,6 +53,9 @@ type entry struct {
 	verHash  uint64 // hash of (name, version), for the type's aggregate version
 	byteSize int
 	gen      uint64 // the type generation that committed this version
+	// clusters: of a RouteConfiguration, the clusters its routes name
+	// (sorted; see routehold.go).
+	clusters []string
 }
 
 // The change log is how much history of a type the cache keeps, so that an
@@ -244,6 +247,9 @@ func (c *Cache) newEntry(typeURL string, r Resource) (*entry, error) {
 		byteSize: len(b),
 	}
 	e.version = foldVersion(base, c.depVersion(r.DependsOn))
+	if typeURL == RouteType {
+		e.clusters = routeClusters(r.Msg)
+	}
 	e.delta = &discovery.Resource{Name: r.Name, Version: e.version, Resource: e.any}
 	e.verHash = verHash(r.Name, e.version)
 	return e, nil

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 )
@@ -30,7 +31,12 @@ type watch struct {
 	resp      *deltaResponse // the response sent
 
 	stream   *streamState // nil: not known (see order.go)
-	heldBack []string     // sorted: assignments held back until their cluster is sent
+	heldBack []string     // sorted: assignments held back until their cluster is sent (routes: see routehold.go)
+
+	// An RDS watch holding routes back (routehold.go): the timer that
+	// bounds the hold, and whether it fired.
+	holdTimer   *time.Timer
+	holdExpired bool
 }
 
 func (c *Cache) create(w *watch) (func(), error) {
@@ -52,6 +58,9 @@ func (c *Cache) create(w *watch) (func(), error) {
 	} else {
 		c.readSotwState(w)
 	}
+	if w.ts.url == EndpointType && w.stream != nil {
+		c.edsInterest(w)
+	}
 	if w.ts.url == ClusterType && w.stream != nil {
 		if !w.delta {
 			// A sotw CDS response still queued was dropped by the server
@@ -72,6 +81,9 @@ func (c *Cache) create(w *watch) (func(), error) {
 			w.stream.eds = w
 		case ClusterType:
 			c.cdsCurrent(w)
+		case RouteType:
+			w.stream.rds = w
+			c.routeHeld(w)
 		}
 	}
 	return func() { c.cancel(w) }, nil
@@ -130,6 +142,8 @@ func (c *Cache) respond(w *watch, woken bool, evenIfEmpty bool, changed ...strin
 	}
 	if responded {
 		c.untrack(w)
+	} else if woken {
+		c.routeHeld(w)
 	}
 	return responded
 }
@@ -138,6 +152,12 @@ func (c *Cache) untrack(w *watch) {
 	delete(w.ts.watches, w)
 	if w.stream != nil && w.stream.eds == w {
 		w.stream.eds = nil
+	}
+	if w.stream != nil && w.stream.rds == w {
+		w.stream.rds = nil
+	}
+	if w.holdTimer != nil {
+		w.holdTimer.Stop()
 	}
 }
 

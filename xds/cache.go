@@ -33,7 +33,8 @@ import (
 // The files: store.go (resources, versions, change log, Apply), watch.go
 // (watches, readiness), delta.go, sotw.go, order.go (what the cache follows
 // per stream: clusters before their assignments), routehold.go (routes
-// after their clusters' assignments), inspect.go (Get, List,
+// after their clusters' assignments), mbb.go (interim routes: make before
+// break for grpc-go), inspect.go (Get, List,
 // Stats), contract.go (what the cache relies on in go-control-plane's
 // servers), server.go (the gRPC server, whose callbacks tell the cache each
 // request's stream and when a stream ends).
@@ -55,6 +56,10 @@ type Cache struct {
 	// those whose hold ran out.
 	routeHold                     time.Duration
 	routeHolds, routeHoldTimeouts uint64
+	// noMBB: no interim routes (mbb.go); mbbInterims counts those sent.
+	noMBB       bool
+	mbbSettle   time.Duration
+	mbbInterims uint64
 
 	requests map[any]*streamState // see order.go
 	streams  map[streamKey]*streamState
@@ -107,7 +112,7 @@ var _ cache.Cache = (*Cache)(nil)
 
 // NewCache returns an empty cache. It starts nothing.
 func NewCache(opts ...Option) *Cache {
-	c := &Cache{maxBytes: DefaultMaxResponseBytes, routeHold: DefaultRouteHold, requests: map[any]*streamState{}, streams: map[streamKey]*streamState{}}
+	c := &Cache{maxBytes: DefaultMaxResponseBytes, routeHold: DefaultRouteHold, mbbSettle: DefaultMakeBeforeBreakSettle, requests: map[any]*streamState{}, streams: map[streamKey]*streamState{}}
 	WithTypes(DefaultTypes...)(c)
 	for _, o := range opts {
 		o(c)
@@ -128,6 +133,7 @@ func newTypeState(u string) *typeState {
 		fullState: cache.ResourceRequiresFullStateInSotw(u),
 		resources: map[string]*entry{},
 		deletedAt: map[string]uint64{},
+		grave:     map[string]*entry{},
 		watches:   map[*watch]struct{}{},
 	}
 }

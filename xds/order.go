@@ -3,6 +3,7 @@ package xds
 import (
 	"slices"
 	"strings"
+	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 )
@@ -51,10 +52,14 @@ type streamState struct {
 	// assignments sent on the stream (by name), those of sotw responses
 	// handed to the server and not sent yet, whether the stream ever
 	// asked for assignments, and its open RDS watch.
-	edsSent    map[string]struct{}
+	edsSent    map[string]time.Time
 	pendingEDS map[*discovery.DiscoveryResponse][]string
 	edsSeen    bool
 	rds        *watch
+	// routes: per RouteConfiguration, the versions a sotw stream holds
+	// and was last sent, for make before break (mbb.go).
+	routes map[string]map[string]*sentRoute
+	cdsw   *watch // the open sotw CDS watch (mbb.go)
 }
 
 // sentClusters says which cluster versions a stream was sent: every

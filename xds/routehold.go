@@ -81,20 +81,30 @@ func routeClusters(m proto.Message) []string {
 }
 
 // routeHolder returns what an RDS watch's response must hold back: the
-// routes naming a cluster whose assignment the stream waits for.
+// routes naming a cluster whose assignment the stream waits for, and
+// (mbb.go) the real version after an interim until the client could
+// apply the interim.
 func (c *Cache) routeHolder(w *watch) func(*entry) bool {
 	st := w.stream
-	clusters, loads := c.types[ClusterType], c.types[EndpointType]
-	if st == nil || c.routeHold <= 0 || w.holdExpired || !st.edsSeen || (st.cds == nil && st.pendingCDS == nil) || clusters == nil || loads == nil {
+	if st == nil || c.routeHold <= 0 || w.holdExpired {
 		return nil
 	}
+	clusters, loads := c.types[ClusterType], c.types[EndpointType]
+	edsRule := st.edsSeen && (st.cds != nil || st.pendingCDS != nil) && clusters != nil && loads != nil
+	mbbRule := !w.delta && !c.noMBB && st.routes != nil && clusters != nil
+	if !edsRule && !mbbRule {
+		return nil
+	}
+	now := time.Now()
 	return func(e *entry) bool {
-		for _, cn := range e.clusters {
-			if c.awaitsEDS(st, clusters, loads, cn) {
-				return true
+		if edsRule {
+			for _, cn := range e.clusters {
+				if c.awaitsEDS(st, clusters, loads, cn) {
+					return true
+				}
 			}
 		}
-		return false
+		return mbbRule && c.awaitsInterim(w, e, clusters, loads, now)
 	}
 }
 
@@ -184,10 +194,11 @@ func (c *Cache) edsDelivered(st *streamState, sent []string) {
 		return
 	}
 	if st.edsSent == nil {
-		st.edsSent = map[string]struct{}{}
+		st.edsSent = map[string]time.Time{}
 	}
+	now := time.Now()
 	for _, n := range sent {
-		st.edsSent[n] = struct{}{}
+		st.edsSent[n] = now
 	}
 	c.wakeRDS(st)
 }
@@ -197,6 +208,23 @@ func (c *Cache) wakeRDS(st *streamState) {
 	if r := st.rds; r != nil && len(r.heldBack) > 0 {
 		c.tryRespond(r, r.heldBack)
 	}
+}
+
+// wakeAt answers RDS watch w at t (or soon after), if it still holds
+// routes back then.
+func (c *Cache) wakeAt(w *watch, t time.Time) {
+	if w.wakeTimer != nil {
+		return
+	}
+	w.wakeTimer = time.AfterFunc(max(time.Until(t), time.Millisecond), func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		w.wakeTimer = nil
+		if _, open := w.ts.watches[w]; !open || w.done {
+			return
+		}
+		c.tryRespond(w, w.heldBack)
+	})
 }
 
 // routeHeld starts the bound of a hold: w, an RDS watch left open, holds

@@ -37,6 +37,8 @@ type watch struct {
 	// bounds the hold, and whether it fired.
 	holdTimer   *time.Timer
 	holdExpired bool
+	wakeTimer   *time.Timer // wakes a hold to look again (mbb.go)
+	created     time.Time   // of an RDS watch
 }
 
 func (c *Cache) create(w *watch) (func(), error) {
@@ -61,6 +63,10 @@ func (c *Cache) create(w *watch) (func(), error) {
 	if w.ts.url == EndpointType && w.stream != nil {
 		c.edsInterest(w)
 	}
+	if w.ts.url == RouteType && !w.delta {
+		w.created = time.Now()
+		c.forgetRoutes(w)
+	}
 	if w.ts.url == ClusterType && w.stream != nil {
 		if !w.delta {
 			// A sotw CDS response still queued was dropped by the server
@@ -80,6 +86,7 @@ func (c *Cache) create(w *watch) (func(), error) {
 		case EndpointType:
 			w.stream.eds = w
 		case ClusterType:
+			w.stream.cdsw = w
 			c.cdsCurrent(w)
 		case RouteType:
 			w.stream.rds = w
@@ -156,8 +163,14 @@ func (c *Cache) untrack(w *watch) {
 	if w.stream != nil && w.stream.rds == w {
 		w.stream.rds = nil
 	}
+	if w.stream != nil && w.stream.cdsw == w {
+		w.stream.cdsw = nil
+	}
 	if w.holdTimer != nil {
 		w.holdTimer.Stop()
+	}
+	if w.wakeTimer != nil {
+		w.wakeTimer.Stop()
 	}
 }
 

@@ -152,3 +152,42 @@ func TestMakeBeforeBreakAfterAssignments(t *testing.T) {
 		t.Fatalf("%d route hold timeouts; want none", st.RouteHoldTimeouts)
 	}
 }
+
+// TestMakeBeforeBreakKeepsRoutedCluster: a change whose routes stop
+// naming cluster V and that deletes V reaches a sotw client routes first:
+// V stays in its CDS until it answers the routes that no longer name it.
+func TestMakeBeforeBreakKeepsRoutedCluster(t *testing.T) {
+	h := newHarness(t, true)
+	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0), rcl("V", 0)}},
+		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0), rla("V", 0)}},
+		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("V")}})
+	c := h.sotw()
+	c.send(&discovery.DiscoveryRequest{TypeUrl: mbRDS, ResourceNames: []string{"r"}})
+	r := c.recv()
+	eq(t, "routes", []string{"V"}, mbRoutes(t, r))
+	mbSotwAck(c, r, "r")
+	c.send(&discovery.DiscoveryRequest{TypeUrl: cds, ResourceNames: []string{"A", "V"}})
+	r = c.recv()
+	eq(t, "cds", []string{"A", "V"}, sotwNames(t, r))
+	mbSotwAck(c, r, "A", "V")
+	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"A", "V"}})
+	r = c.recv()
+	mbSotwAck(c, r, "A", "V")
+	h.waitWatches(1, cds, eds, mbRDS)
+
+	// As PublishServices orders it: routes first, then the deletions.
+	h.apply(xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A")}},
+		xds.Change{TypeURL: eds, Deletes: []string{"V"}},
+		xds.Change{TypeURL: cds, Deletes: []string{"V"}})
+	im := c.recv()
+	eq(t, "interim: V's route plus one to A", []string{"V", "+A"}, mbRoutes(t, im))
+	c.none() // V stays: the client holds routes naming it
+	mbSotwAck(c, im, "r")
+	real := c.recv()
+	eq(t, "the real routes (A is held already)", []string{"A"}, mbRoutes(t, real))
+	c.none()
+	mbSotwAck(c, real, "r")
+	r = c.recv()
+	eq(t, "then V goes", []string{"A"}, sotwNames(t, r))
+	eq(t, "in a CDS response", cds, r.TypeUrl)
+}

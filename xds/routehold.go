@@ -42,7 +42,8 @@ import (
 //
 // A hold is bounded: after WithRouteHold's duration (DefaultRouteHold) the
 // watch sends what it held (a client that never asks for an assignment
-// it could). Holds and timeouts are counted (Stats).
+// it could). Holds and timeouts are counted (Stats; the wait of a real
+// route configuration after an interim, mbb.go, is a hold too).
 
 // DefaultRouteHold bounds how long an RDS response waits for the
 // assignments of the clusters it names.

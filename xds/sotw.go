@@ -287,6 +287,9 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 	for n, im := range interims {
 		version ^= verHash(n, im.version) // an interim's version_info is its own
 	}
+	for _, g := range kept {
+		version ^= g.verHash // so is that of a response keeping a deleted cluster
+	}
 	resp := &discovery.DiscoveryResponse{
 		VersionInfo: strconv.FormatUint(version, 16),
 		TypeUrl:     ts.url,

@@ -453,6 +453,11 @@ sources:
 	t.Logf("Envoy: RDS web applied at %d, cluster web/v1's EDS at %d (the route %d ms before the assignment; negative: after)",
 		st["http.ingress.rds.web.update_time"], st["cluster.web/v1.update_time"],
 		st["cluster.web/v1.update_time"]-st["http.ingress.rds.web.update_time"])
+	// The protocol's order, which the bridge keeps per stream
+	// (xds/routehold.go): the route after the assignment.
+	if d := st["cluster.web/v1.update_time"] - st["http.ingress.rds.web.update_time"]; d > 0 {
+		t.Errorf("Envoy applied the route naming web/v1 %d ms before web/v1's assignment; want after", d)
+	}
 	// No call failed, and Envoy answered none "no cluster" (the route
 	// went after web/v1's assignment).
 	if n, nc := cdFailures(t, "Envoy across the resolver", et.since(ei), t0, "", false), cdNoCluster(t, ev)-nc0; n != 0 || nc != 0 {

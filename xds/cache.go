@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 )
@@ -31,7 +32,9 @@ import (
 //
 // The files: store.go (resources, versions, change log, Apply), watch.go
 // (watches, readiness), delta.go, sotw.go, order.go (what the cache follows
-// per stream: clusters before their assignments), inspect.go (Get, List,
+// per stream: clusters before their assignments), routehold.go (routes
+// after their clusters' assignments), mbb.go (interim routes: make before
+// break for grpc-go), inspect.go (Get, List,
 // Stats), contract.go (what the cache relies on in go-control-plane's
 // servers), server.go (the gRPC server, whose callbacks tell the cache each
 // request's stream and when a stream ends).
@@ -47,6 +50,16 @@ type Cache struct {
 	nextID   uint64
 
 	maxBytes int // resource bytes per response (see WithMaxResponseBytes); 0: no limit
+
+	// routeHold bounds an RDS hold (routehold.go); routeHolds and
+	// routeHoldTimeouts count the RDS watches that held routes back, and
+	// those whose hold ran out.
+	routeHold                     time.Duration
+	routeHolds, routeHoldTimeouts uint64
+	// noMBB: no interim routes (mbb.go); mbbInterims counts those sent.
+	noMBB       bool
+	mbbSettle   time.Duration
+	mbbInterims uint64
 
 	requests map[any]*streamState // see order.go
 	streams  map[streamKey]*streamState
@@ -99,7 +112,7 @@ var _ cache.Cache = (*Cache)(nil)
 
 // NewCache returns an empty cache. It starts nothing.
 func NewCache(opts ...Option) *Cache {
-	c := &Cache{maxBytes: DefaultMaxResponseBytes, requests: map[any]*streamState{}, streams: map[streamKey]*streamState{}}
+	c := &Cache{maxBytes: DefaultMaxResponseBytes, routeHold: DefaultRouteHold, mbbSettle: DefaultMakeBeforeBreakSettle, requests: map[any]*streamState{}, streams: map[streamKey]*streamState{}}
 	WithTypes(DefaultTypes...)(c)
 	for _, o := range opts {
 		o(c)
@@ -120,6 +133,7 @@ func newTypeState(u string) *typeState {
 		fullState: cache.ResourceRequiresFullStateInSotw(u),
 		resources: map[string]*entry{},
 		deletedAt: map[string]uint64{},
+		grave:     map[string]*entry{},
 		watches:   map[*watch]struct{}{},
 	}
 }

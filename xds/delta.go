@@ -548,8 +548,11 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 	}
 	// Sent under c.mu: this does not block (contract 5).
 	w.dch <- w.resp
-	if ts.url == ClusterType {
+	switch ts.url {
+	case ClusterType:
 		c.sentCDS(w, rest, nil)
+	case EndpointType:
+		c.sentEDS(w, changed, removed, nil)
 	}
 	return true
 }

@@ -49,13 +49,19 @@ type Stats struct {
 	Marshals  uint64         // resource encodings since start
 	Resources map[string]int // per type URL
 	Watches   map[string]int // open watches per type URL
+	// RouteHolds: RDS watches that held routes back for their clusters'
+	// assignments; RouteHoldTimeouts: of those, the ones whose hold ran
+	// out (WithRouteHold) before the assignments were sent.
+	RouteHolds, RouteHoldTimeouts uint64
+	// Interims: interim RouteConfigurations sent (make before break).
+	Interims uint64
 }
 
 // Stats returns the cache's counters.
 func (c *Cache) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := Stats{Marshals: c.marshals, Resources: map[string]int{}, Watches: map[string]int{}}
+	s := Stats{Marshals: c.marshals, RouteHolds: c.routeHolds, RouteHoldTimeouts: c.routeHoldTimeouts, Interims: c.mbbInterims, Resources: map[string]int{}, Watches: map[string]int{}}
 	for u, ts := range c.types {
 		s.Resources[u] = len(ts.resources)
 		s.Watches[u] = len(ts.watches)

@@ -3,6 +3,7 @@ package xds
 import (
 	"slices"
 	"strings"
+	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 )
@@ -47,6 +48,18 @@ type streamState struct {
 	// the server replaced had held back (see Cache.cancel).
 	inflight map[string]*deltaResponse
 	held     map[string][]string
+	// Routes after their clusters' assignments (routehold.go): the
+	// assignments sent on the stream (by name), those of sotw responses
+	// handed to the server and not sent yet, whether the stream ever
+	// asked for assignments, and its open RDS watch.
+	edsSent    map[string]time.Time
+	pendingEDS map[*discovery.DiscoveryResponse][]string
+	edsSeen    bool
+	rds        *watch
+	// routes: per RouteConfiguration, the versions a sotw stream holds
+	// and was last sent, for make before break (mbb.go).
+	routes map[string]map[string]*sentRoute
+	cdsw   *watch // the open sotw CDS watch (mbb.go)
 }
 
 // sentClusters says which cluster versions a stream was sent: every
@@ -155,7 +168,12 @@ func (c *Cache) cdsCurrent(w *watch) {
 
 // sotwSent is told by the server of each sotw response it sends.
 func (c *Cache) sotwSent(key streamKey, resp *discovery.DiscoveryResponse) {
-	if resp.GetTypeUrl() != ClusterType {
+	switch resp.GetTypeUrl() {
+	case ClusterType:
+	case EndpointType:
+		c.sotwSentEDS(key, resp)
+		return
+	default:
 		return
 	}
 	c.mu.Lock()
@@ -192,11 +210,15 @@ func (c *Cache) wakeEDS(st *streamState) {
 	if e := st.eds; e != nil && len(e.heldBack) > 0 {
 		c.tryRespond(e, e.heldBack)
 	}
+	c.wakeRDS(st)
 }
 
 // holder returns what w's response must hold back: the assignments whose
 // cluster its stream has not been sent; nil when nothing is held back.
 func (c *Cache) holder(w *watch) func(*entry) bool {
+	if w.ts.url == RouteType {
+		return c.routeHolder(w)
+	}
 	st := w.stream
 	clusters := c.types[ClusterType]
 	if st == nil || (st.cds == nil && st.pendingCDS == nil) || w.ts.url != EndpointType || clusters == nil {

@@ -135,8 +135,11 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 	wild := sub.IsWildcard()
 
 	var changed, removed []string
+	var interims map[string]interim // make before break (mbb.go)
+	var kept []*entry               // deleted clusters the stream's routes still name (mbb.go)
 	w.heldBack = nil
 	hold := c.holder(w)
+	keep := c.keepCluster(w)
 	consider := func(n string) {
 		if isStateKey(n) {
 			return
@@ -155,9 +158,22 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 					w.heldBack = append(w.heldBack, n)
 					return
 				}
+				if v, sr := c.interimFor(w, e, kv, isKnown); sr != nil {
+					if interims == nil {
+						interims = map[string]interim{}
+					}
+					interims[n] = interim{v, sr}
+				}
 				changed = append(changed, n)
 			}
 		case isKnown && (!exists || !interested):
+			if !exists && interested && keep != nil {
+				if g := keep(n); g != nil {
+					kept = append(kept, g)
+					w.heldBack = append(w.heldBack, n)
+					return
+				}
+			}
 			removed = append(removed, n)
 		}
 	}
@@ -218,10 +234,14 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 		if ts.fullState {
 			next[n] = ts.resources[n].version
 		} else {
-			next[n] = ts.resources[n].version + sep + ss.held[n] + sep + strconv.Itoa(len(changed))
+			v := ts.resources[n].version
+			if im, ok := interims[n]; ok {
+				v = im.version
+			}
+			next[n] = v + sep + ss.held[n] + sep + strconv.Itoa(len(changed))
 		}
 	}
-	if !cut && len(w.heldBack) == 0 {
+	if !cut && len(w.heldBack) == 0 && len(interims) == 0 {
 		next[genKey] = strconv.FormatUint(ts.gen, 10)
 	} else {
 		delete(next, genKey) // the next request checks in full
@@ -248,19 +268,39 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 		for _, n := range send {
 			next[n] = ts.resources[n].version
 		}
+		for _, g := range kept {
+			next[g.name] = g.version
+		}
 	}
-	anys := make([]*anypb.Any, 0, len(send))
+	anys := make([]*anypb.Any, 0, len(send)+len(kept))
+	for _, g := range kept {
+		anys = append(anys, g.any)
+	}
 	for _, n := range send {
+		if im, ok := interims[n]; ok {
+			anys = append(anys, im.route.any)
+			continue
+		}
 		anys = append(anys, ts.resources[n].any)
 	}
+	version := c.sotwVersion(w, next)
+	for n, im := range interims {
+		version ^= verHash(n, im.version) // an interim's version_info is its own
+	}
+	for _, g := range kept {
+		version ^= g.verHash // so is that of a response keeping a deleted cluster
+	}
 	resp := &discovery.DiscoveryResponse{
-		VersionInfo: strconv.FormatUint(c.sotwVersion(w, next), 16),
+		VersionInfo: strconv.FormatUint(version, 16),
 		TypeUrl:     ts.url,
 		Resources:   anys,
 	}
 	w.sch <- &cache.PassthroughResponse{Request: w.sreq, ReturnedResources: next, DiscoveryResponse: resp}
-	if ts.url == ClusterType {
+	switch ts.url {
+	case ClusterType:
 		c.sentCDS(w, "", resp)
+	case EndpointType:
+		c.sentEDS(w, send, nil, resp)
 	}
 	return true
 }

@@ -53,6 +53,9 @@ type entry struct {
 	verHash  uint64 // hash of (name, version), for the type's aggregate version
 	byteSize int
 	gen      uint64 // the type generation that committed this version
+	// clusters: of a RouteConfiguration, the clusters its routes name
+	// (sorted; see routehold.go).
+	clusters []string
 }
 
 // The change log is how much history of a type the cache keeps, so that an
@@ -75,6 +78,9 @@ type typeState struct {
 	logNames  int         // names in log
 	floor     uint64      // changes at or before this generation are forgotten
 	deletedAt map[string]uint64
+	// grave: clusters deleted, as last served, while their deletion is in
+	// the change log (mbb.go: a stream may be sent one a little longer).
+	grave map[string]*entry
 
 	// watches are the type's open watches. A change is offered to each:
 	// checking a watch's interest in the changed names costs a few map
@@ -136,6 +142,9 @@ func (c *Cache) Apply(changes ...Change) error {
 			if old, ok := ts.resources[n]; ok {
 				ts.aggregate ^= old.verHash
 				delete(ts.resources, n)
+				if ts.url == ClusterType {
+					ts.grave[n] = old // see mbb.go
+				}
 				changed = append(changed, n)
 			}
 		}
@@ -163,6 +172,7 @@ func (c *Cache) put(ts *typeState, e *entry) {
 	}
 	ts.resources[e.name] = e
 	ts.aggregate ^= e.verHash
+	delete(ts.grave, e.name)
 }
 
 // markDependents notes, per other type, the names whose resources may depend
@@ -244,6 +254,9 @@ func (c *Cache) newEntry(typeURL string, r Resource) (*entry, error) {
 		byteSize: len(b),
 	}
 	e.version = foldVersion(base, c.depVersion(r.DependsOn))
+	if typeURL == RouteType {
+		e.clusters = routeClusters(r.Msg)
+	}
 	e.delta = &discovery.Resource{Name: r.Name, Version: e.version, Resource: e.any}
 	e.verHash = verHash(r.Name, e.version)
 	return e, nil
@@ -290,6 +303,11 @@ func (c *Cache) commit(ts *typeState, changed []string) {
 		ts.floor = old.gen
 		ts.logNames -= len(old.names)
 		ts.log = ts.log[1:]
+	}
+	for n := range ts.grave {
+		if _, ok := ts.deletedAt[n]; !ok {
+			delete(ts.grave, n) // forgotten with the change log
+		}
 	}
 	if !c.ready {
 		return

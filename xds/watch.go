@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 )
@@ -30,7 +31,14 @@ type watch struct {
 	resp      *deltaResponse // the response sent
 
 	stream   *streamState // nil: not known (see order.go)
-	heldBack []string     // sorted: assignments held back until their cluster is sent
+	heldBack []string     // sorted: assignments held back until their cluster is sent (routes: see routehold.go)
+
+	// An RDS watch holding routes back (routehold.go): the timer that
+	// bounds the hold, and whether it fired.
+	holdTimer   *time.Timer
+	holdExpired bool
+	wakeTimer   *time.Timer // wakes a hold to look again (mbb.go)
+	created     time.Time   // of an RDS watch
 }
 
 func (c *Cache) create(w *watch) (func(), error) {
@@ -52,6 +60,13 @@ func (c *Cache) create(w *watch) (func(), error) {
 	} else {
 		c.readSotwState(w)
 	}
+	if w.ts.url == EndpointType && w.stream != nil {
+		c.edsInterest(w)
+	}
+	if w.ts.url == RouteType && !w.delta {
+		w.created = time.Now()
+		c.forgetRoutes(w)
+	}
 	if w.ts.url == ClusterType && w.stream != nil {
 		if !w.delta {
 			// A sotw CDS response still queued was dropped by the server
@@ -71,7 +86,11 @@ func (c *Cache) create(w *watch) (func(), error) {
 		case EndpointType:
 			w.stream.eds = w
 		case ClusterType:
+			w.stream.cdsw = w
 			c.cdsCurrent(w)
+		case RouteType:
+			w.stream.rds = w
+			c.routeHeld(w)
 		}
 	}
 	return func() { c.cancel(w) }, nil
@@ -130,6 +149,8 @@ func (c *Cache) respond(w *watch, woken bool, evenIfEmpty bool, changed ...strin
 	}
 	if responded {
 		c.untrack(w)
+	} else if woken {
+		c.routeHeld(w)
 	}
 	return responded
 }
@@ -138,6 +159,18 @@ func (c *Cache) untrack(w *watch) {
 	delete(w.ts.watches, w)
 	if w.stream != nil && w.stream.eds == w {
 		w.stream.eds = nil
+	}
+	if w.stream != nil && w.stream.rds == w {
+		w.stream.rds = nil
+	}
+	if w.stream != nil && w.stream.cdsw == w {
+		w.stream.cdsw = nil
+	}
+	if w.holdTimer != nil {
+		w.holdTimer.Stop()
+	}
+	if w.wakeTimer != nil {
+		w.wakeTimer.Stop()
 	}
 }
 

@@ -1,0 +1,193 @@
+package xds_test
+
+import (
+	"testing"
+	"time"
+
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
+
+	"github.com/xdsbridge/xdsbridge/translate"
+	"github.com/xdsbridge/xdsbridge/xds"
+)
+
+// mbRoutes decodes a sotw RDS response's one RouteConfiguration into, per
+// route of its virtual host, the clusters it names ("+" marks the route
+// that never matches).
+func mbRoutes(t *testing.T, r *discovery.DiscoveryResponse) []string {
+	t.Helper()
+	if r.TypeUrl != mbRDS || len(r.Resources) != 1 {
+		t.Fatalf("want one RouteConfiguration; got type %s, %d resources", r.TypeUrl, len(r.Resources))
+	}
+	var rc route.RouteConfiguration
+	if err := r.Resources[0].UnmarshalTo(&rc); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, rt := range rc.GetVirtualHosts()[0].GetRoutes() {
+		s := ""
+		if rt.GetName() == translate.MakeBeforeBreakRouteName {
+			s = "+"
+		}
+		if c := rt.GetRoute().GetCluster(); c != "" {
+			s += c
+		}
+		for i, wc := range rt.GetRoute().GetWeightedClusters().GetClusters() {
+			if i > 0 {
+				s += ","
+			}
+			s += wc.GetName()
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// mbGRPCGoSotw sets up a grpc-go-like sotw client (RDS, then CDS and EDS by
+// name) holding route r → A, cluster A and its assignment.
+func mbGRPCGoSotw(t *testing.T, h *harness) *sotwClient {
+	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0)}},
+		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0)}},
+		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A")}})
+	c := h.sotw()
+	c.send(&discovery.DiscoveryRequest{TypeUrl: mbRDS, ResourceNames: []string{"r"}})
+	r := c.recv()
+	eq(t, "first routes: the real version", []string{"A"}, mbRoutes(t, r))
+	mbSotwAck(c, r, "r")
+	c.send(&discovery.DiscoveryRequest{TypeUrl: cds, ResourceNames: []string{"A"}})
+	r = c.recv()
+	mbSotwAck(c, r, "A")
+	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"A"}})
+	r = c.recv()
+	mbSotwAck(c, r, "A")
+	h.waitWatches(1, cds, eds, mbRDS)
+	return c
+}
+
+// TestMakeBeforeBreakInterimRoute: a route change that adds clusters V
+// (and, next, W) reaches a sotw client in two steps: first the version it
+// ACKed plus a never-matching route to the added clusters (its own
+// version), then, on the ACK of that, the real version. A client that
+// NACKs the interim gets the real version. A change naming no new
+// cluster goes at once.
+func TestMakeBeforeBreakInterimRoute(t *testing.T) {
+	const settle = 200 * time.Millisecond
+	h := newHarness(t, true, xds.WithMakeBeforeBreak(true, settle))
+	c := mbGRPCGoSotw(t, h)
+
+	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("V", 0)}},
+		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("V", 0)}},
+		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A", "V")}})
+	im := c.recv()
+	eq(t, "interim: the ACKed routes plus one to V", []string{"A", "+V"}, mbRoutes(t, im))
+	c.none() // the real version waits for the interim's ACK
+	mbSotwAck(c, im, "r")
+	c.none() // and for the client to ask for V
+	// As grpc-go: the interim names V, so it asks for V's cluster, then
+	// for its assignment.
+	c.send(&discovery.DiscoveryRequest{TypeUrl: cds, ResourceNames: []string{"A", "V"}})
+	r := c.recv()
+	eq(t, "V's cluster", []string{"A", "V"}, sotwNames(t, r))
+	mbSotwAck(c, r, "A", "V")
+	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"A", "V"}})
+	r = c.recv()
+	eq(t, "V's assignment", []string{"V"}, sotwNames(t, r))
+	sentEDS := time.Now()
+	mbSotwAck(c, r, "A", "V")
+	real := c.recv()
+	d := time.Since(sentEDS)
+	eq(t, "then the real version", []string{"A,V"}, mbRoutes(t, real))
+	t.Logf("real version %v after V's assignment", d)
+	if d < settle-20*time.Millisecond {
+		t.Fatalf("real version %v after V's assignment; want the settle time %v", d, settle)
+	}
+	if real.VersionInfo == im.VersionInfo {
+		t.Fatalf("interim and real versions share version_info %q", im.VersionInfo)
+	}
+	mbSotwAck(c, real, "r")
+
+	// The interim NACKed: the real version follows.
+	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("W", 0)}},
+		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("W", 0)}},
+		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A", "W")}})
+	im = c.recv()
+	eq(t, "interim to W", []string{"A,V", "+W"}, mbRoutes(t, im))
+	c.send(&discovery.DiscoveryRequest{TypeUrl: mbRDS, VersionInfo: real.VersionInfo, ResponseNonce: im.Nonce,
+		ResourceNames: []string{"r"}, ErrorDetail: &statuspb.Status{Message: "refused for the test"}})
+	real = c.recv()
+	eq(t, "real version after the NACK", []string{"A,W"}, mbRoutes(t, real))
+	mbSotwAck(c, real, "r")
+
+	// Fewer clusters: no interim.
+	h.apply(xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("W")}})
+	eq(t, "a change adding no cluster", []string{"W"}, mbRoutes(t, c.recv()))
+	c.none()
+	st := h.cache.Stats()
+	t.Logf("interims %d, route holds %d, timeouts %d", st.Interims, st.RouteHolds, st.RouteHoldTimeouts)
+	eq(t, "interims, timeouts", [2]uint64{2, 0}, [2]uint64{st.Interims, st.RouteHoldTimeouts})
+}
+
+// TestMakeBeforeBreakAfterAssignments: on an Envoy-like sotw stream
+// (wildcard CDS) both rules hold: the cluster, its assignment, the
+// interim routes, then (on their ACK) the real ones.
+func TestMakeBeforeBreakAfterAssignments(t *testing.T) {
+	h := newHarness(t, true)
+	c := mbEnvoySotw(t, h)
+	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("V", 0)}},
+		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("V", 0)}},
+		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A", "V")}})
+	r := c.recv()
+	eq(t, "clusters", cds, r.TypeUrl)
+	mbSotwAck(c, r)
+	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"A", "V"}})
+	r = c.recv()
+	eq(t, "V's assignment", []string{"V"}, sotwNames(t, r))
+	mbSotwAck(c, r, "A", "V")
+	r = c.recv()
+	eq(t, "interim", []string{"A", "+V"}, mbRoutes(t, r))
+	mbSotwAck(c, r, "r")
+	eq(t, "real", []string{"A,V"}, mbRoutes(t, c.recv()))
+	if st := h.cache.Stats(); st.RouteHoldTimeouts != 0 {
+		t.Fatalf("%d route hold timeouts; want none", st.RouteHoldTimeouts)
+	}
+}
+
+// TestMakeBeforeBreakKeepsRoutedCluster: a change whose routes stop
+// naming cluster V and that deletes V reaches a sotw client routes first:
+// V stays in its CDS until it answers the routes that no longer name it.
+func TestMakeBeforeBreakKeepsRoutedCluster(t *testing.T) {
+	h := newHarness(t, true)
+	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0), rcl("V", 0)}},
+		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0), rla("V", 0)}},
+		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("V")}})
+	c := h.sotw()
+	c.send(&discovery.DiscoveryRequest{TypeUrl: mbRDS, ResourceNames: []string{"r"}})
+	r := c.recv()
+	eq(t, "routes", []string{"V"}, mbRoutes(t, r))
+	mbSotwAck(c, r, "r")
+	c.send(&discovery.DiscoveryRequest{TypeUrl: cds, ResourceNames: []string{"A", "V"}})
+	r = c.recv()
+	eq(t, "cds", []string{"A", "V"}, sotwNames(t, r))
+	mbSotwAck(c, r, "A", "V")
+	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"A", "V"}})
+	r = c.recv()
+	mbSotwAck(c, r, "A", "V")
+	h.waitWatches(1, cds, eds, mbRDS)
+
+	// As PublishServices orders it: routes first, then the deletions.
+	h.apply(xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A")}},
+		xds.Change{TypeURL: eds, Deletes: []string{"V"}},
+		xds.Change{TypeURL: cds, Deletes: []string{"V"}})
+	im := c.recv()
+	eq(t, "interim: V's route plus one to A", []string{"V", "+A"}, mbRoutes(t, im))
+	c.none() // V stays: the client holds routes naming it
+	mbSotwAck(c, im, "r")
+	real := c.recv()
+	eq(t, "the real routes (A is held already)", []string{"A"}, mbRoutes(t, real))
+	c.none()
+	mbSotwAck(c, real, "r")
+	r = c.recv()
+	eq(t, "then V goes", []string{"A"}, sotwNames(t, r))
+	eq(t, "in a CDS response", cds, r.TypeUrl)
+}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -202,10 +203,35 @@ func odLoadsOnlyRequested(t *testing.T, source string, measureRepeat bool) {
 		t.Errorf("Envoy's dynamic clusters %v, want %v", got, want)
 	}
 
+	// What Envoy got from the bridge is those clusters and their
+	// assignments, not the catalog (Envoy drops resources it did not ask
+	// for, so /clusters alone would not show a bridge sending them all).
+	rx := odXDSBytes(t, ev)
+	t.Logf("bytes Envoy received from the bridge: %d", rx)
+	if rx > odMaxOnDemandBytes {
+		t.Errorf("Envoy received %d bytes of xDS, more than %d: the bridge sent more than was asked for", rx, odMaxOnDemandBytes)
+	}
+
 	ev.assertNoRejections(t)
 	if n := br.app.XDS.NACKs(); n != 0 {
 		t.Errorf("bridge counted %d NACKs", n)
 	}
+}
+
+// odMaxOnDemandBytes bounds the xDS bytes an on-demand Envoy receives for
+// a handful of clusters (5,000 clusters and their assignments are ~1 MB).
+const odMaxOnDemandBytes = 64 << 10
+
+// odXDSBytes is the bytes Envoy received on its connections to the bridge
+// (its static xdsbridge cluster).
+func odXDSBytes(t *testing.T, e *envoy) int64 {
+	t.Helper()
+	const k = "cluster.xdsbridge.upstream_cx_rx_bytes_total"
+	n, ok := e.stats(t, `^cluster\.xdsbridge\.upstream_cx_rx_bytes_total$`)[k]
+	if !ok || n <= 0 {
+		t.Fatalf("Envoy has no %s", k)
+	}
+	return n
 }
 
 // odDynamicClusters lists the names of the dynamic active clusters of
@@ -262,15 +288,27 @@ func odWaitReady(t *testing.T, br *bridge) {
 	})
 }
 
-// odMemory reads Envoy's allocator figures: server.memory_allocated (bytes
-// in use) and server.memory_heap_size (bytes the heap reserved).
+// odMemory reads Envoy's allocator figures, live from its admin /memory
+// (the server.memory_allocated and server.memory_heap_size gauges hold
+// the same figures as of the last stats flush): bytes in use and bytes
+// the heap reserved.
 func odMemory(t *testing.T, e *envoy) (allocated, heap int64) {
 	t.Helper()
-	st := e.stats(t, `^server\.memory_(allocated|heap_size)$`)
-	a, okA := st["server.memory_allocated"]
-	h, okH := st["server.memory_heap_size"]
-	if !okA || !okH || a <= 0 || h <= 0 {
-		t.Fatalf("Envoy's memory stats: %v", st)
+	body, err := e.get("/memory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Allocated string `json:"allocated"`
+		HeapSize  string `json:"heap_size"`
+	}
+	if err := json.Unmarshal([]byte(body), &m); err != nil {
+		t.Fatalf("/memory: %v: %s", err, body)
+	}
+	a, errA := strconv.ParseInt(m.Allocated, 10, 64)
+	h, errH := strconv.ParseInt(m.HeapSize, 10, 64)
+	if errA != nil || errH != nil || a <= 0 || h <= 0 {
+		t.Fatalf("/memory: %s", body)
 	}
 	return a, h
 }
@@ -320,6 +358,11 @@ func TestOdcdsEnvoyMemoryOnDemandVsWildcard(t *testing.T) {
 	t.Logf("on-demand CDS, %d clusters:    memory_allocated %s, memory_heap_size %s", len(real), mib(odAlloc), mib(odHeap))
 	t.Logf("wildcard CDS, %d clusters:  memory_allocated %s, memory_heap_size %s", odServices, mib(wAlloc), mib(wHeap))
 	t.Logf("wildcard / on-demand: allocated %.1fx, heap %.1fx", float64(wAlloc)/float64(odAlloc), float64(wHeap)/float64(odHeap))
+	odRx, wRx := odXDSBytes(t, od), odXDSBytes(t, wild)
+	t.Logf("xDS bytes received: on-demand %d, wildcard %d", odRx, wRx)
+	if odRx > odMaxOnDemandBytes {
+		t.Errorf("the on-demand Envoy received %d bytes of xDS, more than %d", odRx, odMaxOnDemandBytes)
+	}
 	if odAlloc*2 > wAlloc {
 		t.Errorf("on-demand Envoy allocates %s, not under half the wildcard Envoy's %s", mib(odAlloc), mib(wAlloc))
 	}

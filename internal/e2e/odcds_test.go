@@ -373,3 +373,60 @@ func TestOdcdsEnvoyMemoryOnDemandVsWildcard(t *testing.T) {
 		t.Errorf("bridge counted %d NACKs", n)
 	}
 }
+
+// TestOdcdsAlongsideWildcardCDS: the on-demand filter in an Envoy that
+// also subscribes to every cluster (examples/envoy-odcds.yaml with a
+// cds_config over ADS): Envoy's ADS stream subscribes to a name on top
+// of its wildcard when a request names a cluster it does not have. The
+// bridge answers such a name at once in removed_resources, so the request
+// gets its 503 without waiting out the odcds timeout; known services are
+// served from the wildcard's clusters.
+func TestOdcdsAlongsideWildcardCDS(t *testing.T) {
+	bs := startBackends(t, 2)
+	var sb strings.Builder
+	sb.WriteString("services:\n")
+	for i, b := range bs {
+		fmt.Fprintf(&sb, "  svc-%d:\n    endpoints:\n      - {address: 127.0.0.1, port: %d}\n", i, b.port)
+	}
+	br := startBridge(t, sb.String(), "")
+	odWaitReady(t, br)
+	ev := startEnvoyCerts(t, "envoy-odcds.yaml", br.app.XDSAddr(), "", "\nstatic_resources:", `
+  cds_config:
+    resource_api_version: V3
+    ads: {}
+static_resources:`)
+	if got := odDynamicClusters(t, ev); !slices.Equal(got, []string{"svc-0", "svc-1"}) {
+		t.Fatalf("wildcard Envoy's dynamic clusters %v, want svc-0 and svc-1", got)
+	}
+	failed := 0
+	for i, b := range bs {
+		for range 5 {
+			if code, body, _, err := odRequest(ev, fmt.Sprintf("svc-%d", i)); err != nil || code != http.StatusOK || body != b.name {
+				failed++
+				t.Errorf("request to svc-%d: %d %q %v", i, code, body, err)
+			}
+		}
+	}
+	t.Logf("requests to known services: %d sent, %d failed", 5*len(bs), failed)
+	var times []time.Duration
+	for i := range 5 {
+		name := fmt.Sprintf("nosuch-%d", i)
+		code, body, took, err := odRequest(ev, name)
+		if err != nil || code != http.StatusServiceUnavailable {
+			t.Errorf("request to unknown service %s: %d %q %v; want 503", name, code, body, err)
+		}
+		times = append(times, took)
+	}
+	slices.Sort(times)
+	t.Logf("time to 503 for an unknown service under wildcard CDS over %d tries: min %s, median %s, max %s", len(times), times[0].Round(time.Microsecond), times[len(times)/2].Round(time.Microsecond), times[len(times)-1].Round(time.Microsecond))
+	if max := times[len(times)-1]; max > time.Second {
+		t.Errorf("an unknown service took %s to fail; want far less than the 5 s odcds timeout", max)
+	}
+	if got := odDynamicClusters(t, ev); !slices.Equal(got, []string{"svc-0", "svc-1"}) {
+		t.Errorf("after unknown names Envoy's dynamic clusters %v, want svc-0 and svc-1", got)
+	}
+	ev.assertNoRejections(t)
+	if n := br.app.XDS.NACKs(); n != 0 {
+		t.Errorf("bridge counted %d NACKs", n)
+	}
+}

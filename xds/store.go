@@ -291,6 +291,7 @@ func (c *Cache) commit(ts *typeState, changed []string) {
 		ts.logNames -= len(old.names)
 		ts.log = ts.log[1:]
 	}
+	c.wakeREST()
 	if !c.ready {
 		return
 	}

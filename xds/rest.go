@@ -126,7 +126,7 @@ type REST struct {
 
 	mu       sync.Mutex
 	nHeld    int
-	nacked   map[string]string              // node + type → last nonce NACKed
+	nacked   map[string]string               // node + type → last nonce NACKed
 	clusters map[string]restRewrittenCluster // name → rewritten cluster
 }
 

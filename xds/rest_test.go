@@ -182,7 +182,9 @@ func TestRJRESTLongPollAnswersOnChange(t *testing.T) {
 	}
 
 	done := make(chan rjResult, 1)
-	go func() { done <- r.poll(rjCDSPath, &discovery.DiscoveryRequest{Node: &core.Node{Id: "n1"}, VersionInfo: v}) }()
+	go func() {
+		done <- r.poll(rjCDSPath, &discovery.DiscoveryRequest{Node: &core.Node{Id: "n1"}, VersionInfo: v})
+	}()
 	r.waitHeld(1)
 	changedAt := time.Now()
 	r.publish([]translate.Resources{svc("c", 1003)})

@@ -96,6 +96,9 @@ type XDS struct {
 	Limits xds.Limits `json:"limits"`
 	// Keepalive is the server's HTTP/2 keepalive (see xds.Keepalive).
 	Keepalive Keepalive `json:"keepalive"`
+	// REST, when set, serves REST-JSON polling on a listener of its own
+	// (rest.go); absent: not served.
+	REST *REST `json:"rest"`
 }
 
 // Keepalive is xds.Keepalive as written in the file; 0 or absent is the
@@ -357,6 +360,7 @@ func (c *Config) applyDefaults() {
 	c.XDS.Limits = c.XDS.Limits.WithDefaults()
 	c.XDS.TLS.applyDefaults()
 	c.Admin.TLS.applyDefaults()
+	c.XDS.REST.applyDefaults()
 }
 
 func (c *Config) validate(knownTypes []string) error {
@@ -397,6 +401,9 @@ func (c *Config) validate(knownTypes []string) error {
 	}
 	if c.XDS.Listen == c.Admin.Listen && !strings.HasSuffix(c.XDS.Listen, ":0") {
 		return fmt.Errorf("admin.listen: %q is also xds.listen", c.Admin.Listen)
+	}
+	if err := c.XDS.REST.check(c); err != nil {
+		return err
 	}
 	for _, r := range []struct {
 		field    string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -78,6 +79,12 @@ type RESTOptions struct {
 	EDS *RESTEDS
 	// Metrics is where the handler registers its collectors; nil for none.
 	Metrics prometheus.Registerer
+	// VerifyClient, when set (mTLS), verifies the client's certificate
+	// chain at every request against the client CA pool current then, as
+	// the gRPC server does at every stream open: a keep-alive connection
+	// whose certificate expired, or whose CA was taken out of the pool
+	// since its handshake, is answered 403 and closed.
+	VerifyClient func(chain []*x509.Certificate) error
 }
 
 // RESTEDS is the REST api_config_source written into clusters served over
@@ -214,6 +221,17 @@ func (r *REST) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if !ok {
 		fail(http.StatusNotFound, "xdsbridge: %q is not served: want POST /v3/discovery:clusters, /v3/discovery:endpoints, /v3/discovery:listeners or /v3/discovery:routes", trimForError(req.URL.Path))
 		return
+	}
+	if r.opts.VerifyClient != nil {
+		var chain []*x509.Certificate
+		if req.TLS != nil {
+			chain = req.TLS.PeerCertificates
+		}
+		if err := r.opts.VerifyClient(chain); err != nil {
+			w.Header().Set("Connection", "close")
+			fail(http.StatusForbidden, "xdsbridge: the client certificate does not verify against the current client CA pool: %v", err)
+			return
+		}
 	}
 	if req.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)

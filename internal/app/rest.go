@@ -29,6 +29,9 @@ func (a *App) buildREST() error {
 	}
 	o := rc.Options()
 	o.Metrics = a.Registry
+	if a.RESTTLS != nil && a.RESTTLS.MTLS() {
+		o.VerifyClient = a.RESTTLS.VerifyClient
+	}
 	a.REST = xds.NewREST(a.XDS, o)
 	return nil
 }

@@ -92,6 +92,21 @@ func TestRJRESTOverMTLS(t *testing.T) {
 	roots.AddCert(ca.Cert)
 	roots.AddCert(ca2.Cert)
 	c1 := clientCert(t, ca)
+	// A keep-alive connection of the old CA, open across the rotation.
+	kept := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "localhost", Certificates: []tls.Certificate{c1}}}}
+	defer kept.CloseIdleConnections()
+	keptPoll := func() (int, error) {
+		resp, err := kept.Post("https://"+a.RESTAddr()+"/v3/discovery:clusters", "application/json", strings.NewReader("{}"))
+		if err != nil {
+			return 0, err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	if code, err := keptPoll(); err != nil || code != 200 {
+		t.Fatalf("kept connection: %d %v", code, err)
+	}
 
 	code, body, err := rjPoll(a, &tls.Config{RootCAs: roots, ServerName: "localhost", Certificates: []tls.Certificate{c1}})
 	if err != nil || code != 200 || !strings.Contains(strings.ReplaceAll(body, " ", ""), `"name":"web"`) {
@@ -135,5 +150,10 @@ func TestRJRESTOverMTLS(t *testing.T) {
 	}
 	if _, _, err := rjPoll(a, &tls.Config{RootCAs: roots, ServerName: "localhost", Certificates: []tls.Certificate{c1}}); err == nil {
 		t.Fatal("after rotation, a client of the old CA was served")
+	}
+	// The connection verified by the old CA before the rotation is
+	// refused at its next request.
+	if code, err := keptPoll(); err != nil || code != http.StatusForbidden {
+		t.Fatalf("kept connection of the old CA after rotation: %d %v, want 403", code, err)
 	}
 }

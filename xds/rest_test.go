@@ -212,6 +212,13 @@ func TestRJRESTLongPollAnswersOnChange(t *testing.T) {
 	same := r.must(200, rjCDSPath, &discovery.DiscoveryRequest{})
 	eq(t, "same version for the same content", res.resp.GetVersionInfo(), same.resp.GetVersionInfo())
 	eq(t, "200 answers", 3.0, r.metric("xdsbridge_xds_rest_requests_total", "type", cds, "code", "200"))
+	// Wildcard answers of a version are encoded once, whatever the clients.
+	before := r.metric("xdsbridge_xds_rest_encodings_total", "type", cds)
+	again := r.must(200, rjCDSPath, &discovery.DiscoveryRequest{Node: &core.Node{Id: "n2"}})
+	eq(t, "same bytes", same.body, again.body)
+	eq(t, "encodings of a version already encoded", before, r.metric("xdsbridge_xds_rest_encodings_total", "type", cds))
+	r.must(200, rjCDSPath, &discovery.DiscoveryRequest{ResourceNames: []string{"a"}})
+	eq(t, "a named poll is encoded", before+1, r.metric("xdsbridge_xds_rest_encodings_total", "type", cds))
 }
 
 // TestRJRESTUnchangedAfterMaxWait: an up-to-date poll is answered 304

@@ -218,6 +218,11 @@ func (r *REST) Serve(ctx context.Context, lis net.Listener, tlsConf *tls.Config)
 	go func() { errc <- srv.Serve(lis) }()
 	select {
 	case <-ctx.Done():
+		// Held polls see ctx done and answer 304 at once; wait for
+		// them a moment, then close whatever is left.
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = srv.Shutdown(sctx)
+		cancel()
 		srv.Close()
 		<-errc
 		return nil
@@ -326,6 +331,11 @@ func (r *REST) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			r.notModified(w, typeURL)
 			return
 		case <-req.Context().Done():
+			// The client went away, or the server is stopping: never
+			// return without an answer (net/http would send an empty
+			// 200, which a client takes for a response and cannot
+			// parse). Nothing changed: 304.
+			r.notModified(w, typeURL)
 			return
 		}
 		v, items, changed = r.state(typeURL, names, wild, true)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -156,4 +157,103 @@ func TestRJRESTOverMTLS(t *testing.T) {
 	if code, err := keptPoll(); err != nil || code != http.StatusForbidden {
 		t.Fatalf("kept connection of the old CA after rotation: %d %v, want 403", code, err)
 	}
+}
+
+// TestRJRESTShutdownEndsHeldPolls: a poll held when the bridge stops
+// ends with the bridge, answered 304 (it used to get an empty 200, which
+// Envoy would count as a rejected update); Run returns without waiting
+// out max_wait.
+func TestRJRESTShutdownEndsHeldPolls(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "services.yaml"), []byte("services:\n  web:\n    endpoints:\n      - {address: 10.0.0.1, port: 8080}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse([]byte(`
+xds: {listen: "127.0.0.1:0", rest: {listen: "127.0.0.1:0", max_wait: 60s}}
+admin: {listen: "127.0.0.1:0"}
+logging: {level: error}
+sources: [{name: static, file: {path: services.yaml}}]
+`), dir, SourceTypeNames())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	var version string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := hc.Post("http://"+a.RESTAddr()+"/v3/discovery:clusters", "application/json", strings.NewReader("{}"))
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				_, rest, _ := strings.Cut(strings.ReplaceAll(string(b), " ", ""), `"versionInfo":"`)
+				version, _, _ = strings.Cut(rest, `"`)
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no first answer: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	polled := make(chan error, 1)
+	go func() {
+		resp, err := hc.Post("http://"+a.RESTAddr()+"/v3/discovery:clusters", "application/json", strings.NewReader(`{"version_info":"`+version+`"}`))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNotModified {
+				err = fmt.Errorf("answered %s", resp.Status)
+			}
+		}
+		polled <- err
+	}()
+	deadline = time.Now().Add(10 * time.Second)
+	for a.REST == nil || !rjHeld(t, a) {
+		if time.Now().After(deadline) {
+			t.Fatal("the poll was not held")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10s of shutdown with a poll held")
+	}
+	// 304 (nothing changed), or the connection closed: never an empty 200.
+	perr := <-polled
+	if perr != nil && strings.Contains(perr.Error(), "answered") {
+		t.Fatalf("held poll at shutdown: %v, want 304 or the connection closed", perr)
+	}
+	t.Logf("stopped %v after cancel with a poll held (max_wait 60s); the poll: %v (nil: 304)", time.Since(start), perr)
+}
+
+// rjHeld reports whether a REST poll is held.
+func rjHeld(t *testing.T, a *App) bool {
+	t.Helper()
+	mfs, err := a.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "xdsbridge_xds_rest_held_polls" {
+			return mf.GetMetric()[0].GetGauge().GetValue() > 0
+		}
+	}
+	return false
 }

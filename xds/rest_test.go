@@ -12,6 +12,8 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/genproto/googleapis/rpc/status"
@@ -392,4 +394,35 @@ func TestRJRESTClusterEDSConfig(t *testing.T) {
 	if v1 == v2 {
 		t.Fatalf("same CDS version %s with and without the EDS rewrite", v1)
 	}
+}
+
+// TestRJRESTListenersAndRoutes: LDS (wildcard) and RDS (by name) are
+// served too, nested typed configs encoded as JSON.
+func TestRJRESTListenersAndRoutes(t *testing.T) {
+	r := rjNewREST(t, true, xds.RESTOptions{})
+	r.publish([]translate.Resources{svc("a", 1001), svc("b", 1002)})
+	lds := r.must(200, "/v3/discovery:listeners", &discovery.DiscoveryRequest{})
+	rds := r.must(200, "/v3/discovery:routes", &discovery.DiscoveryRequest{ResourceNames: []string{"b"}})
+	var ln, rn []string
+	for _, a := range lds.resp.GetResources() {
+		var l listener.Listener
+		if err := a.UnmarshalTo(&l); err != nil {
+			t.Fatal(err)
+		}
+		ln = append(ln, l.GetName())
+	}
+	for _, a := range rds.resp.GetResources() {
+		var rc route.RouteConfiguration
+		if err := a.UnmarshalTo(&rc); err != nil {
+			t.Fatal(err)
+		}
+		rn = append(rn, rc.GetName())
+	}
+	eq(t, "LDS wildcard", []string{"a", "b"}, ln)
+	eq(t, "RDS by name", []string{"b"}, rn)
+	if !strings.Contains(lds.body, "HttpConnectionManager") {
+		t.Fatalf("listener JSON without its typed config: %s", lds.body)
+	}
+	empty := r.must(200, "/v3/discovery:routes", &discovery.DiscoveryRequest{})
+	eq(t, "RDS with no names: nothing", 0, len(empty.resp.GetResources()))
 }

@@ -105,6 +105,9 @@ type XDS struct {
 	// clusters. Given, it is a name without whitespace or control
 	// characters.
 	GRPCCertificateProvider *string `json:"grpc_certificate_provider"`
+	// REST, when set, serves REST-JSON polling on a listener of its own
+	// (rest.go); absent: not served.
+	REST *REST `json:"rest"`
 }
 
 // CertificateProvider is xds.grpc_certificate_provider, "" when absent.
@@ -374,6 +377,7 @@ func (c *Config) applyDefaults() {
 	c.XDS.Limits = c.XDS.Limits.WithDefaults()
 	c.XDS.TLS.applyDefaults()
 	c.Admin.TLS.applyDefaults()
+	c.XDS.REST.applyDefaults()
 }
 
 func (c *Config) validate(knownTypes []string) error {
@@ -419,6 +423,9 @@ func (c *Config) validate(knownTypes []string) error {
 	}
 	if c.XDS.Listen == c.Admin.Listen && !strings.HasSuffix(c.XDS.Listen, ":0") {
 		return fmt.Errorf("admin.listen: %q is also xds.listen", c.Admin.Listen)
+	}
+	if err := c.XDS.REST.check(c); err != nil {
+		return err
 	}
 	for _, r := range []struct {
 		field    string

@@ -73,6 +73,9 @@ type Cache struct {
 	pubMu    sync.Mutex
 	subsets  map[string][]string
 	services map[string]bool // services published by PublishServices
+
+	// restWake is closed by the next commit: REST polls wait on it (rest.go).
+	restWake chan struct{}
 }
 
 // DefaultMaxResponseBytes bounds the resource bytes of one delta response
@@ -165,7 +168,8 @@ func (c *Cache) CreateDeltaWatch(req *cache.DeltaRequest, sub cache.Subscription
 	return c.create(&watch{ts: ts, delta: true, dreq: req, sub: sub, dch: ch})
 }
 
-// Fetch is the REST polling API, which the bridge does not serve.
+// Fetch is go-control-plane's REST polling API, not used: REST-JSON
+// polling is served by REST (rest.go), which holds polls and counts NACKs.
 func (c *Cache) Fetch(context.Context, *cache.Request) (cache.Response, error) {
-	return nil, errors.New("REST xDS is not served; use gRPC ADS")
+	return nil, errors.New("xds cache: Fetch is not used; REST-JSON polling is served by xds.REST")
 }

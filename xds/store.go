@@ -309,6 +309,7 @@ func (c *Cache) commit(ts *typeState, changed []string) {
 			delete(ts.grave, n) // forgotten with the change log
 		}
 	}
+	c.wakeREST()
 	if !c.ready {
 		return
 	}

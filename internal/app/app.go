@@ -43,6 +43,12 @@ type App struct {
 	Token *AdminToken
 
 	xdsLis, adminLis net.Listener
+
+	// REST serves REST-JSON polling (xds.rest), on restLis, with RESTTLS
+	// (rest.go); nil when not configured.
+	REST    *xds.REST
+	RESTTLS *certs.Watcher
+	restLis net.Listener
 }
 
 // NewLogger builds the slog logger the config asks for.
@@ -196,7 +202,7 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	}
 	cache := xds.NewCache()
 	loop := bridge.New(opts, cache)
-	return &App{
+	a := &App{
 		Token:    token,
 		Checks:   checks,
 		Config:   c,
@@ -208,7 +214,11 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		XDS:      xds.NewServer(cache, xopts),
 		XDSTLS:   xdsTLS,
 		AdminTLS: adminTLS,
-	}, nil
+	}
+	if err := a.buildREST(); err != nil {
+		return nil, err
+	}
+	return a, nil
 }
 
 // Listen binds the xDS and admin listeners (so tests can use port 0 and ask
@@ -221,6 +231,11 @@ func (a *App) Listen() error {
 	if a.adminLis, err = net.Listen("tcp", a.Config.Admin.Listen); err != nil {
 		a.xdsLis.Close()
 		return fmt.Errorf("admin.listen: %w", err)
+	}
+	if err := a.listenREST(); err != nil {
+		a.xdsLis.Close()
+		a.adminLis.Close()
+		return err
 	}
 	return nil
 }
@@ -258,6 +273,7 @@ func (a *App) Run(ctx context.Context) error {
 		}
 	}
 	g.Go(func() error { return a.XDS.Run(ctx, a.xdsLis) })
+	a.runREST(ctx, g)
 	if a.Token != nil {
 		g.Go(func() error { return a.Token.Run(ctx) })
 	}

@@ -1,0 +1,559 @@
+package xds
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// REST-JSON polling (the xDS protocol's "REST-JSON polling subscriptions"):
+// POST /v3/discovery:clusters, :endpoints, :listeners and :routes, the
+// JSON canonical form of DiscoveryRequest and DiscoveryResponse, on a
+// listener of its own (config xds.rest).
+//
+// Stateless: what a client holds is the version_info it sends. A response's
+// version_info (and nonce) is a hash of the (name, version) of every
+// resource it carries, so it changes exactly when what the request asks
+// for changes. A poll whose version_info is the current one is held until
+// that changes (answered at once, 200) or MaxWait passes (304 Not Modified,
+// no body: what Envoy's REST fetcher takes as "nothing new"). Resource
+// names filter what is answered: CDS and LDS with no names (or "*") are
+// wildcard; EDS and RDS answer the names asked for only.
+//
+// A request with error_detail is a NACK: logged and counted as on gRPC
+// (xdsbridge_xds_nacks_total{mode="rest"}, Server.NACKs) once per client
+// node, type and nonce; the content it rejects (its response_nonce, or
+// what would be answered now if it carries none) is not answered again: the
+// poll is held as an up-to-date one until the content changes. (Envoy's
+// REST subscription sends no error_detail: it keeps its version_info and
+// polls again; see README.)
+//
+// Clusters served over REST can have their eds_config rewritten to a REST
+// api_config_source (RESTOptions.EDS): the bridge's clusters name ADS, which
+// an Envoy polling over REST does not have.
+
+// Defaults and ranges of RESTOptions.
+const (
+	DefaultRESTMaxWait      = 10 * time.Second
+	MaxRESTMaxWait          = 60 * time.Second
+	DefaultRESTMaxBodyBytes = 1 << 20
+	MinRESTMaxBodyBytes     = 1 << 10
+	MaxRESTMaxBodyBytes     = 64 << 20
+	DefaultRESTMaxHeldPolls = 1024
+	MaxRESTMaxHeldPolls     = 1 << 20
+)
+
+// RESTOptions configure the REST handler. Zero fields: their defaults.
+type RESTOptions struct {
+	// MaxWait is how long an up-to-date poll is held before it is
+	// answered 304 Not Modified.
+	MaxWait time.Duration
+	// MaxBodyBytes bounds a request body; a larger one is refused (413).
+	MaxBodyBytes int64
+	// MaxHeldPolls bounds the polls held at once; an up-to-date poll over
+	// it is answered 304 at once instead of being held.
+	MaxHeldPolls int
+	// EDS, when set, is written as the eds_config of each cluster served
+	// over REST.
+	EDS *RESTEDS
+	// Metrics is where the handler registers its collectors; nil for none.
+	Metrics prometheus.Registerer
+	// VerifyClient, when set (mTLS), verifies the client's certificate
+	// chain at every request against the client CA pool current then, as
+	// the gRPC server does at every stream open: a keep-alive connection
+	// whose certificate expired, or whose CA was taken out of the pool
+	// since its handshake, is answered 403 and closed.
+	VerifyClient func(chain []*x509.Certificate) error
+}
+
+// RESTEDS is the REST api_config_source written into clusters served over
+// REST: Envoy polls the cluster named ClusterName for their assignments.
+type RESTEDS struct {
+	ClusterName    string
+	RefreshDelay   time.Duration
+	RequestTimeout time.Duration
+}
+
+// WithDefaults returns o with every zero field set to its default.
+func (o RESTOptions) WithDefaults() RESTOptions {
+	if o.MaxWait == 0 {
+		o.MaxWait = DefaultRESTMaxWait
+	}
+	if o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = DefaultRESTMaxBodyBytes
+	}
+	if o.MaxHeldPolls == 0 {
+		o.MaxHeldPolls = DefaultRESTMaxHeldPolls
+	}
+	return o
+}
+
+// restPaths maps each REST path to the type it serves.
+var restPaths = map[string]string{
+	"/v3/discovery:clusters":  ClusterType,
+	"/v3/discovery:endpoints": EndpointType,
+	"/v3/discovery:listeners": ListenerType,
+	"/v3/discovery:routes":    RouteType,
+}
+
+// REST serves the cache's resources as REST-JSON polling. Create it with
+// NewREST; it is an http.Handler, and Serve runs it on a listener.
+type REST struct {
+	s    *Server
+	opts RESTOptions
+	log  *slog.Logger
+
+	edsSource *core.ConfigSource // nil: clusters as they are
+	edsHash   uint64             // folded into CDS versions
+
+	held      prometheus.Gauge
+	requests  *prometheus.CounterVec
+	encodings *prometheus.CounterVec
+	// wild is, per type, the last wildcard response encoded.
+	wild     map[string]*restEncoded
+	refusals *prometheus.CounterVec
+
+	mu       sync.Mutex
+	nHeld    int
+	nacked   map[string]string               // node + type → last nonce NACKed
+	clusters map[string]restRewrittenCluster // name → rewritten cluster
+}
+
+type restEncoded struct {
+	mu      sync.Mutex
+	version string
+	body    []byte
+}
+
+type restRewrittenCluster struct {
+	version string
+	any     *anypb.Any
+}
+
+// NewREST returns the REST handler serving s's cache; NACKs count in s.
+func NewREST(s *Server, opts RESTOptions) *REST {
+	opts = opts.WithDefaults()
+	r := &REST{s: s, opts: opts, log: s.log, nacked: map[string]string{}, clusters: map[string]restRewrittenCluster{},
+		held: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "xdsbridge_xds_rest_held_polls", Help: "REST xDS polls held (up to date, waiting for a change or xds.rest.max_wait).",
+		}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "xdsbridge_xds_rest_requests_total", Help: "REST xDS requests answered, by type (other: a path not served) and HTTP status code (200 resources, 304 not modified, 4xx refused, 503 not ready).",
+		}, []string{"type", "code"}),
+		encodings: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "xdsbridge_xds_rest_encodings_total", Help: "REST xDS responses encoded to JSON, by type (a wildcard response is encoded once per version, whatever the number of clients).",
+		}, []string{"type"}),
+		wild: map[string]*restEncoded{},
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "xdsbridge_xds_rest_limit_refusals_total", Help: "REST xDS requests refused (max_body_bytes: 413) or answered 304 at once instead of held (max_held_polls), by the xds.rest field.",
+		}, []string{"limit"}),
+	}
+	r.refusals.WithLabelValues("max_body_bytes")
+	for _, t := range restPaths {
+		r.wild[t] = &restEncoded{}
+	}
+	r.refusals.WithLabelValues("max_held_polls")
+	if e := opts.EDS; e != nil {
+		acs := &core.ApiConfigSource{
+			ApiType:             core.ApiConfigSource_REST,
+			TransportApiVersion: core.ApiVersion_V3,
+			ClusterNames:        []string{e.ClusterName},
+			RefreshDelay:        durationpb.New(e.RefreshDelay),
+		}
+		if e.RequestTimeout > 0 {
+			acs.RequestTimeout = durationpb.New(e.RequestTimeout)
+		}
+		r.edsSource = &core.ConfigSource{
+			ResourceApiVersion:    core.ApiVersion_V3,
+			ConfigSourceSpecifier: &core.ConfigSource_ApiConfigSource{ApiConfigSource: acs},
+		}
+		b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(r.edsSource)
+		sum := sha256.Sum256(b)
+		r.edsHash = binary.BigEndian.Uint64(sum[:8])
+	}
+	if opts.Metrics != nil {
+		opts.Metrics.MustRegister(r.held, r.requests, r.refusals, r.encodings)
+	}
+	return r
+}
+
+// Serve serves r on lis (over TLS with tlsConf, if not nil) until ctx is
+// done, then closes every connection: a held poll ends unanswered.
+func (r *REST) Serve(ctx context.Context, lis net.Listener, tlsConf *tls.Config) error {
+	srv := &http.Server{
+		Handler:           r,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      r.opts.MaxWait + 15*time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(r.log.Handler(), slog.LevelDebug),
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	if tlsConf != nil {
+		lis = tls.NewListener(lis, tlsConf)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(lis) }()
+	select {
+	case <-ctx.Done():
+		// Held polls see ctx done and answer 304 at once; wait for
+		// them a moment, then close whatever is left.
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = srv.Shutdown(sctx)
+		cancel()
+		srv.Close()
+		<-errc
+		return nil
+	case err := <-errc:
+		return fmt.Errorf("xds rest server: %w", err)
+	}
+}
+
+// ServeHTTP answers one poll.
+func (r *REST) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	typeURL, ok := restPaths[req.URL.Path]
+	label := servedType(typeURL)
+	fail := func(code int, format string, args ...any) {
+		r.requests.WithLabelValues(label, strconv.Itoa(code)).Inc()
+		http.Error(w, fmt.Sprintf(format, args...), code)
+	}
+	if !ok {
+		fail(http.StatusNotFound, "xdsbridge: %q is not served: want POST /v3/discovery:clusters, /v3/discovery:endpoints, /v3/discovery:listeners or /v3/discovery:routes", trimForError(req.URL.Path))
+		return
+	}
+	if r.opts.VerifyClient != nil {
+		var chain []*x509.Certificate
+		if req.TLS != nil {
+			chain = req.TLS.PeerCertificates
+		}
+		if err := r.opts.VerifyClient(chain); err != nil {
+			w.Header().Set("Connection", "close")
+			fail(http.StatusForbidden, "xdsbridge: the client certificate does not verify against the current client CA pool: %v", err)
+			return
+		}
+	}
+	if req.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		fail(http.StatusMethodNotAllowed, "xdsbridge: %s: want POST with a JSON DiscoveryRequest", req.Method)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.opts.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			r.refusals.WithLabelValues("max_body_bytes").Inc()
+			fail(http.StatusRequestEntityTooLarge, "xdsbridge: xds.rest.max_body_bytes (%d) reached: the request body is larger", r.opts.MaxBodyBytes)
+			return
+		}
+		fail(http.StatusBadRequest, "xdsbridge: reading the request: %v", err)
+		return
+	}
+	var dr discovery.DiscoveryRequest
+	// Unknown fields are ignored: a newer client's node carries fields
+	// these protos may not know.
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(body, &dr); err != nil {
+		fail(http.StatusBadRequest, "xdsbridge: the body is not a JSON DiscoveryRequest: %v", err)
+		return
+	}
+	if t := dr.GetTypeUrl(); t != "" && t != typeURL {
+		fail(http.StatusBadRequest, "xdsbridge: type_url %q does not match the path %s (%s)", trimForError(t), req.URL.Path, typeURL)
+		return
+	}
+	if !r.s.cache.Ready() {
+		w.Header().Set("Retry-After", "1")
+		fail(http.StatusServiceUnavailable, "xdsbridge: not ready (no complete first state yet)")
+		return
+	}
+	names, wild := restInterest(typeURL, dr.GetResourceNames())
+	var rejected string
+	if dr.GetErrorDetail() != nil {
+		rejected = dr.GetResponseNonce()
+		if rejected == "" {
+			// No nonce: the content rejected is taken to be what
+			// would be answered now.
+			v, _, _ := r.state(typeURL, names, wild, false)
+			rejected = v
+		}
+		r.nack(&dr, typeURL, rejected)
+	}
+	upToDate := func(v string) bool { return v == dr.GetVersionInfo() || v == rejected }
+
+	v, items, changed := r.state(typeURL, names, wild, true)
+	if !upToDate(v) {
+		r.answer(w, typeURL, v, items, wild)
+		return
+	}
+	r.mu.Lock()
+	if r.nHeld >= r.opts.MaxHeldPolls {
+		r.mu.Unlock()
+		r.refusals.WithLabelValues("max_held_polls").Inc()
+		w.Header().Set("X-Xdsbridge-Limit", "xds.rest.max_held_polls")
+		r.notModified(w, typeURL)
+		return
+	}
+	r.nHeld++
+	r.mu.Unlock()
+	r.held.Inc()
+	defer func() {
+		r.mu.Lock()
+		r.nHeld--
+		r.mu.Unlock()
+		r.held.Dec()
+	}()
+	timer := time.NewTimer(r.opts.MaxWait)
+	defer timer.Stop()
+	for {
+		select {
+		case <-changed:
+		case <-timer.C:
+			r.notModified(w, typeURL)
+			return
+		case <-req.Context().Done():
+			// The client went away, or the server is stopping: never
+			// return without an answer (net/http would send an empty
+			// 200, which a client takes for a response and cannot
+			// parse). Nothing changed: 304.
+			r.notModified(w, typeURL)
+			return
+		}
+		// Every commit wakes every held poll: the version alone first
+		// (no copy of 5,000 clusters for a change to one assignment).
+		if v, _, changed = r.state(typeURL, names, wild, false); upToDate(v) {
+			continue
+		}
+		v, items, changed = r.state(typeURL, names, wild, true)
+		if !upToDate(v) {
+			r.answer(w, typeURL, v, items, wild)
+			return
+		}
+	}
+}
+
+func trimForError(s string) string {
+	s, _ = bound(s, "", MaxClientStringBytes)
+	return s
+}
+
+// restInterest is what a request's names ask for: every resource (wild)
+// for CDS and LDS with no names or "*", else the names (sorted, unique).
+func restInterest(typeURL string, names []string) ([]string, bool) {
+	fullState := typeURL == ClusterType || typeURL == ListenerType
+	out := make([]string, 0, len(names))
+	seen := make(map[string]bool, len(names))
+	for _, n := range names {
+		if n == "*" && fullState {
+			return nil, true
+		}
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	if len(out) == 0 && fullState {
+		return nil, true
+	}
+	sort.Strings(out)
+	return out, false
+}
+
+type restItem struct {
+	name    string
+	version string
+	any     *anypb.Any
+	msg     proto.Message
+}
+
+// state returns the version of what the request asks for, and the channel
+// closed on the cache's next change; with items, the resources too.
+func (r *REST) state(typeURL string, names []string, wild bool, items bool) (string, []restItem, <-chan struct{}) {
+	c := r.s.cache
+	c.mu.Lock()
+	ts := c.types[typeURL]
+	ch := c.restChanged()
+	var v uint64
+	var out []restItem
+	add := func(e *entry) {
+		v ^= e.verHash
+		if items {
+			out = append(out, restItem{name: e.name, version: e.version, any: e.any, msg: e.msg})
+		}
+	}
+	if ts != nil {
+		if wild {
+			for _, e := range ts.resources {
+				add(e)
+			}
+		} else {
+			for _, n := range names {
+				if e, ok := ts.resources[n]; ok {
+					add(e)
+				}
+			}
+		}
+	}
+	c.mu.Unlock()
+	if typeURL == ClusterType {
+		v ^= r.edsHash
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return strconv.FormatUint(v, 16), out, ch
+}
+
+// answer writes a 200 with the resources.
+func (r *REST) answer(w http.ResponseWriter, typeURL, version string, items []restItem, wild bool) {
+	var b []byte
+	var err error
+	if wild {
+		// Every wildcard poll of a version gets the same bytes: encoded
+		// once (5,000 clusters: 1.4 MB of JSON, ~80 ms), not per client.
+		enc := r.wild[typeURL]
+		enc.mu.Lock()
+		if enc.version != version || enc.body == nil {
+			enc.body, err = r.encode(typeURL, version, items)
+			enc.version = version
+			if err != nil {
+				enc.body = nil
+			}
+		}
+		b = enc.body
+		enc.mu.Unlock()
+	} else {
+		b, err = r.encode(typeURL, version, items)
+	}
+	if err != nil {
+		r.requests.WithLabelValues(servedType(typeURL), "500").Inc()
+		r.log.Error("REST xDS: encoding a response", "type", typeURL, "error", err)
+		http.Error(w, "xdsbridge: encoding the response failed", http.StatusInternalServerError)
+		return
+	}
+	r.requests.WithLabelValues(servedType(typeURL), "200").Inc()
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+}
+
+// encode returns the JSON DiscoveryResponse of items.
+func (r *REST) encode(typeURL, version string, items []restItem) ([]byte, error) {
+	r.encodings.WithLabelValues(servedType(typeURL)).Inc()
+	resp := &discovery.DiscoveryResponse{VersionInfo: version, TypeUrl: typeURL, Nonce: version, Resources: make([]*anypb.Any, 0, len(items))}
+	for _, it := range items {
+		a := it.any
+		if typeURL == ClusterType && r.edsSource != nil {
+			a = r.rewriteCluster(it)
+		}
+		resp.Resources = append(resp.Resources, a)
+	}
+	return protojson.Marshal(resp)
+}
+
+func (r *REST) notModified(w http.ResponseWriter, typeURL string) {
+	r.requests.WithLabelValues(servedType(typeURL), "304").Inc()
+	w.WriteHeader(http.StatusNotModified)
+}
+
+// rewriteCluster returns the cluster with its EDS config source replaced
+// by the REST one, encoded once per cluster version.
+func (r *REST) rewriteCluster(it restItem) *anypb.Any {
+	c, ok := it.msg.(*cluster.Cluster)
+	if !ok || c.GetEdsClusterConfig() == nil {
+		return it.any
+	}
+	r.mu.Lock()
+	rc, ok := r.clusters[it.name]
+	r.mu.Unlock()
+	if ok && rc.version == it.version {
+		return rc.any
+	}
+	nc := proto.Clone(c).(*cluster.Cluster)
+	nc.EdsClusterConfig.EdsConfig = r.edsSource
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(nc)
+	if err != nil {
+		return it.any
+	}
+	a := &anypb.Any{TypeUrl: ClusterType, Value: b}
+	r.mu.Lock()
+	if len(r.clusters) >= 1<<16 {
+		r.clusters = map[string]restRewrittenCluster{} // forget removed clusters' encodings
+	}
+	r.clusters[it.name] = restRewrittenCluster{version: it.version, any: a}
+	r.mu.Unlock()
+	return a
+}
+
+// nack logs and counts a REST NACK once per node, type and nonce.
+func (r *REST) nack(dr *discovery.DiscoveryRequest, typeURL, nonce string) {
+	node, _ := bound(dr.GetNode().GetId(), "", MaxClientStringBytes)
+	nonce, _ = bound(nonce, "", MaxClientStringBytes)
+	key := node + "\x00" + typeURL
+	r.mu.Lock()
+	if r.nacked[key] == nonce {
+		r.mu.Unlock()
+		r.s.m.nackLogsSuppressed.WithLabelValues("repeated").Inc()
+		return
+	}
+	if len(r.nacked) >= 4096 {
+		r.nacked = map[string]string{}
+	}
+	r.nacked[key] = nonce
+	r.mu.Unlock()
+
+	s := r.s
+	msg, cut := bound(dr.GetErrorDetail().GetMessage(), "", MaxNACKMessageBytes)
+	if cut {
+		s.m.truncated.WithLabelValues("nack_message").Inc()
+	}
+	s.mu.Lock()
+	s.nackTotal++
+	logIt, suppressed := s.nackLogAll.allow(time.Now())
+	s.mu.Unlock()
+	s.m.nacks.WithLabelValues(servedType(typeURL), "rest").Inc()
+	if !logIt {
+		s.m.nackLogsSuppressed.WithLabelValues("server_rate").Inc()
+		return
+	}
+	args := []any{"node", node, "mode", "rest", "type", typeURL, "nonce", nonce, "error", msg}
+	if suppressed > 0 {
+		args = append(args, "nacks_not_logged_server_wide", suppressed)
+	}
+	s.log.Warn("xDS client rejected an update (NACK); it keeps its previous config and the same content is not sent again", args...)
+}
+
+// restChanged returns the channel closed by the cache's next commit (or
+// MarkReady). c.mu must be held.
+func (c *Cache) restChanged() <-chan struct{} {
+	if c.restWake == nil {
+		c.restWake = make(chan struct{})
+	}
+	return c.restWake
+}
+
+// wakeREST wakes the REST polls waiting for a change. c.mu must be held.
+func (c *Cache) wakeREST() {
+	if c.restWake != nil {
+		close(c.restWake)
+		c.restWake = nil
+	}
+}

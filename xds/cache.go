@@ -60,6 +60,8 @@ type Cache struct {
 	pubMu    sync.Mutex
 	subsets  map[string][]string
 	services map[string]bool // services published by PublishServices
+
+	subs map[chan struct{}]struct{} // see Subscribe (notify.go); under mu
 }
 
 // DefaultMaxResponseBytes bounds the resource bytes of one delta response

@@ -169,6 +169,7 @@ func (c *Cache) MarkReady() {
 		return
 	}
 	c.ready = true
+	c.notifySubs()
 	types := make([]*typeState, 0, len(c.types))
 	for _, ts := range c.types {
 		types = append(types, ts)

@@ -79,6 +79,9 @@ type Writer struct {
 	// cur is the content of each file (path relative to dir) as last
 	// written or found on disk; nil until the first write.
 	cur map[string][]byte
+	// memo is each file as last rendered, so that only files whose
+	// resources changed are encoded again.
+	memo map[string]encoded
 
 	rounds, written, removed, failures atomic.Uint64
 }
@@ -173,14 +176,14 @@ func (w *Writer) WriteOnce() (Result, error) {
 }
 
 func (w *Writer) writeOnce() (Result, error) {
+	if w.cur == nil {
+		w.cur = w.onDisk()
+	}
 	files, versions, err := w.render()
 	if err != nil {
 		return Result{}, err
 	}
 	res := Result{Versions: versions}
-	if w.cur == nil {
-		w.cur = w.onDisk()
-	}
 	if w.cfg.Mode == ModeWatchedDirectory {
 		err = w.swap(files, &res)
 	} else {
@@ -202,25 +205,40 @@ func (w *Writer) render() ([]file, map[string]string, error) {
 	ext := Ext(w.cfg.Format)
 	var files []file
 	versions := map[string]string{}
-	add := func(rel, typeURL string, msgs []proto.Message) error {
-		data, version, err := encode(typeURL, msgs, w.cfg.Format)
-		if err != nil {
-			return fmt.Errorf("%s: %w", rel, err)
+	memo := make(map[string]encoded, len(w.memo))
+	// add encodes the file of infos, or takes it from the last render if
+	// the resources' versions (content hashes) are the same.
+	add := func(rel, typeURL string, infos []xds.ResourceInfo, edit func(proto.Message) proto.Message) error {
+		h := sha256.New()
+		msgs := make([]proto.Message, 0, len(infos))
+		for _, ri := range infos {
+			fmt.Fprintf(h, "%s\x00%s\x00", ri.Name, ri.Version)
+			msgs = append(msgs, ri.Msg)
 		}
-		files = append(files, file{rel: rel, data: data})
-		versions[rel] = version
+		key := string(h.Sum(nil))
+		e, ok := w.memo[rel]
+		if !ok || e.key != key {
+			for i, m := range msgs {
+				msgs[i] = edit(m)
+			}
+			data, version, err := encode(typeURL, msgs, w.cfg.Format)
+			if err != nil {
+				return fmt.Errorf("%s: %w", rel, err)
+			}
+			e = encoded{key: key, data: data, version: version}
+		}
+		memo[rel] = e
+		files = append(files, file{rel: rel, data: e.data})
+		versions[rel] = e.version
 		return nil
 	}
+	same := func(m proto.Message) proto.Message { return m }
 	for _, ri := range snap[xds.EndpointType] {
-		if err := add(filepath.Join(EndpointsDir, FileName(ri.Name)+ext), xds.EndpointType, []proto.Message{ri.Msg}); err != nil {
+		if err := add(filepath.Join(EndpointsDir, FileName(ri.Name)+ext), xds.EndpointType, []xds.ResourceInfo{ri}, same); err != nil {
 			return nil, nil, err
 		}
 	}
-	clusters := make([]proto.Message, 0, len(snap[xds.ClusterType]))
-	for _, ri := range snap[xds.ClusterType] {
-		clusters = append(clusters, w.withFileEDS(ri.Msg))
-	}
-	if err := add("clusters"+ext, xds.ClusterType, clusters); err != nil {
+	if err := add("clusters"+ext, xds.ClusterType, snap[xds.ClusterType], w.withFileEDS); err != nil {
 		return nil, nil, err
 	}
 	for _, t := range []struct{ name, url string }{{"listeners", xds.ListenerType}, {"routes", xds.RouteType}} {
@@ -228,15 +246,19 @@ func (w *Writer) render() ([]file, map[string]string, error) {
 		if len(snap[t.url]) == 0 && w.cur[rel] == nil {
 			continue // never had any: no file
 		}
-		msgs := make([]proto.Message, 0, len(snap[t.url]))
-		for _, ri := range snap[t.url] {
-			msgs = append(msgs, ri.Msg)
-		}
-		if err := add(rel, t.url, msgs); err != nil {
+		if err := add(rel, t.url, snap[t.url], same); err != nil {
 			return nil, nil, err
 		}
 	}
+	w.memo = memo
 	return files, versions, nil
+}
+
+// encoded is a file as last rendered: key hashes the names and versions
+// of its resources.
+type encoded struct {
+	key, version string
+	data         []byte
 }
 
 // withFileEDS returns a copy of an EDS cluster whose eds_config reads

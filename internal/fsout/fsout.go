@@ -39,6 +39,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -82,6 +83,9 @@ type Writer struct {
 	// memo is each file as last rendered, so that only files whose
 	// resources changed are encoded again.
 	memo map[string]encoded
+	// carried are the assignments of removed clusters kept in the
+	// current generation (mode watched_directory, see swap).
+	carried map[string]bool
 
 	rounds, written, removed, failures atomic.Uint64
 }
@@ -457,6 +461,21 @@ func writeAtomic(path string, data []byte) error {
 // resolved ..data just before the swap may still be reading the
 // previous one).
 func (w *Writer) swap(files []file, res *Result) error {
+	// The assignment of a removed cluster stays one generation more:
+	// on the swap every subscription of the directory reads again, the
+	// removed cluster's EDS perhaps before CDS removes the cluster, and it
+	// must find its file. (Make before break, as mode path orders it.)
+	rendered := make(map[string]bool, len(files))
+	for _, f := range files {
+		rendered[f.rel] = true
+	}
+	carried := map[string]bool{}
+	for rel, data := range w.cur {
+		if !rendered[rel] && filepath.Dir(rel) == EndpointsDir && !w.carried[rel] {
+			files = append(files, file{rel: rel, data: data})
+			carried[rel] = true
+		}
+	}
 	same := len(files) == len(w.cur)
 	for _, f := range files {
 		if old, ok := w.cur[f.rel]; !ok || !bytes.Equal(old, f.data) {
@@ -467,6 +486,7 @@ func (w *Writer) swap(files []file, res *Result) error {
 	if same {
 		return nil
 	}
+	res.Written = slices.DeleteFunc(res.Written, func(rel string) bool { return carried[rel] })
 	keep := make(map[string]bool, len(files))
 	for _, f := range files {
 		keep[f.rel] = true
@@ -501,7 +521,7 @@ func (w *Writer) swap(files []file, res *Result) error {
 		os.RemoveAll(genDir)
 		return err
 	}
-	w.cur = next
+	w.cur, w.carried = next, carried
 	for name := range top {
 		link := filepath.Join(w.dir, name)
 		want := filepath.Join(dataLink, name)

@@ -311,6 +311,18 @@ func TestFsWatchedDirectoryLayout(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The assignments of the 3 clusters just removed stay one generation
+	// more; the next write drops them.
+	if got, want := fsList(t, filepath.Join(dir, "endpoints")), []string{"c000.json", "c001.json", "c002.json", "c003.json", "c004.json"}; !slices.Equal(got, want) {
+		t.Fatalf("endpoints/ just after removing 3 clusters: %v; want %v", got, want)
+	}
+	res, err := w.WriteOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"endpoints/c002.json", "endpoints/c003.json", "endpoints/c004.json"}; !slices.Equal(res.Removed, want) || len(res.Written) != 0 {
+		t.Fatalf("next write: wrote %v, removed %v; want removed %v", res.Written, res.Removed, want)
+	}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -337,15 +349,7 @@ func TestFsWatchedDirectoryLayout(t *testing.T) {
 			t.Fatalf("%s -> %q; want ..data/%s", n, got, n)
 		}
 	}
-	eps, err := os.ReadDir(filepath.Join(dir, "endpoints"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var files []string
-	for _, e := range eps {
-		files = append(files, e.Name())
-	}
-	if want := []string{"c000.json", "c001.json"}; !slices.Equal(files, want) {
+	if files, want := fsList(t, filepath.Join(dir, "endpoints")), []string{"c000.json", "c001.json"}; !slices.Equal(files, want) {
 		t.Fatalf("endpoints/ %v; want %v", files, want)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "clusters.json"))
@@ -398,4 +402,18 @@ func TestFsFileName(t *testing.T) {
 			t.Errorf("FileName(%q) = %q; want %q", in, got, want)
 		}
 	}
+}
+
+// fsList lists the names in a directory.
+func fsList(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
 }

@@ -206,6 +206,7 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		if files, err = fsout.New(cache, cfc, log); err != nil {
 			return nil, fmt.Errorf("outputs.filesystem.%w", err)
 		}
+		files.Register(reg)
 	}
 	return &App{
 		Files:    files,

@@ -48,6 +48,7 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -386,7 +387,11 @@ func (w *Writer) onDisk() map[string][]byte {
 	for _, sub := range []string{"", EndpointsDir} {
 		ents, _ := os.ReadDir(filepath.Join(root, sub))
 		for _, e := range ents {
-			if e.Type().IsRegular() {
+			switch {
+			case e.Type().IsRegular() && strings.HasPrefix(e.Name(), ".") && strings.Contains(e.Name(), ".tmp-"):
+				// A temporary file of an interrupted writeAtomic.
+				os.Remove(filepath.Join(root, sub, e.Name()))
+			case e.Type().IsRegular():
 				read(filepath.Join(sub, e.Name()))
 			}
 		}
@@ -598,4 +603,23 @@ func WriteDir(c *xds.Cache, cfg Config, log *slog.Logger) (Result, error) {
 		return Result{}, err
 	}
 	return w.WriteOnce()
+}
+
+// Register exports the writer's counters (Stats) to reg, as
+// xdsbridge_files_{rounds,written,removed,write_failures}_total.
+func (w *Writer) Register(reg prometheus.Registerer) {
+	if reg == nil {
+		return
+	}
+	for _, m := range []struct {
+		name, help string
+		v          *atomic.Uint64
+	}{
+		{"xdsbridge_files_rounds_total", "Rounds of the filesystem output: the served resources compared with the files.", &w.rounds},
+		{"xdsbridge_files_written_total", "Files the filesystem output wrote (new or changed content).", &w.written},
+		{"xdsbridge_files_removed_total", "Files the filesystem output removed (resources no longer served).", &w.removed},
+		{"xdsbridge_files_write_failures_total", "Rounds of the filesystem output that failed (retried after a second).", &w.failures},
+	} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: m.name, Help: m.help}, func() float64 { return float64(m.v.Load()) }))
+	}
 }

@@ -2,6 +2,7 @@ package fsout_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -285,10 +287,25 @@ func TestFsUnchangedNotRewritten(t *testing.T) {
 				t.Fatal("clusters file rewritten though unchanged")
 			}
 
-			// A restarted writer finds everything written.
+			// The counters, as exported.
+			reg := prometheus.NewRegistry()
+			w.Register(reg)
+			if n := fsCounter(t, reg, "xdsbridge_files_written_total"); n != 5 {
+				t.Fatalf("xdsbridge_files_written_total %v; want 5 (4, then 1)", n)
+			}
+
+			// A restarted writer finds everything written, and removes a
+			// temporary file an interrupted write left.
+			stray := filepath.Join(dir, ".clusters.yaml.tmp-123")
+			if err := os.WriteFile(stray, []byte("resources: ["), 0o644); err != nil {
+				t.Fatal(err)
+			}
 			w2 := fsWriter(t, c, cfg)
 			if res, err = w2.WriteOnce(); err != nil || len(res.Written)+len(res.Removed) != 0 {
 				t.Fatalf("restarted writer: wrote %v, removed %v, err %v", res.Written, res.Removed, err)
+			}
+			if _, err := os.Stat(stray); mode == fsout.ModePath && !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("stray temporary file left: %v", err)
 			}
 		})
 	}
@@ -416,4 +433,20 @@ func fsList(t *testing.T, dir string) []string {
 		out = append(out, e.Name())
 	}
 	return out
+}
+
+// fsCounter is the value of a registered counter.
+func fsCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }

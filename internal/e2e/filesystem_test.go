@@ -128,12 +128,17 @@ func fsVersionText(ev *envoy, stat string) (string, error) {
 	return "", fmt.Errorf("no %s.version_text in %q", stat, body)
 }
 
-// fsWaitVersion waits until Envoy's subscription stat has applied the
-// version of the bridge's file.
-func fsWaitVersion(t *testing.T, ev *envoy, stat, file string) {
+// fsWaitVersion waits until the bridge's file has a version other than
+// old (any, if old is empty) and Envoy's subscription stat has applied
+// it; it returns that version.
+func fsWaitVersion(t *testing.T, ev *envoy, stat, file, old string) string {
 	t.Helper()
-	waitFor(t, 20*time.Second, stat+" at the version of "+filepath.Base(file), func() error {
-		want := fsFileVersion(t, file)
+	var want string
+	waitFor(t, 20*time.Second, stat+" at a new version of "+filepath.Base(file), func() error {
+		want = fsFileVersion(t, file)
+		if want == old {
+			return fmt.Errorf("file still at %q", old)
+		}
 		got, err := fsVersionText(ev, stat)
 		if err != nil {
 			return err
@@ -143,6 +148,7 @@ func fsWaitVersion(t *testing.T, ev *envoy, stat, file string) {
 		}
 		return nil
 	})
+	return want
 }
 
 // TestFsEnvoyFollowsFiles: a real Envoy with no gRPC path to the bridge,
@@ -191,22 +197,30 @@ sources:
 			ev := launchEnvoy(t, "envoy-files.yaml", "127.0.0.1:0", "", true, replace...)
 
 			ev.waitTraffic(t, "b1", "b2")
-			fsWaitVersion(t, ev, "cluster_manager.cds", clusters)
-			fsWaitVersion(t, ev, "cluster.web", webFile)
+			cdsV := fsWaitVersion(t, ev, "cluster_manager.cds", clusters, "")
+			webV := fsWaitVersion(t, ev, "cluster.web", webFile, "")
 			tr := fsStartTraffic(t, ev)
 
+			// change edits the services file and waits for Envoy to apply
+			// the new version of file (stat); it logs how long that took.
+			change := func(what, services, stat, file, old string) string {
+				t.Helper()
+				start := time.Now()
+				br.writeServices(t, services)
+				v := fsWaitVersion(t, ev, stat, file, old)
+				t.Logf("%s: Envoy at the file's new version %s after %v", what, v, time.Since(start).Round(time.Millisecond))
+				return v
+			}
+
 			// Endpoint changes: only web's file changes.
-			cdsVersion := fsFileVersion(t, clusters)
-			br.writeServices(t, servicesYAML("web", b1))
+			webV = change("web: b1", servicesYAML("web", b1), "cluster.web", webFile, webV)
 			ev.waitTraffic(t, "b1")
-			fsWaitVersion(t, ev, "cluster.web", webFile)
 			tr.check(t, "web: b1")
-			br.writeServices(t, servicesYAML("web", b1, b3))
+			webV = change("web: b1 b3", servicesYAML("web", b1, b3), "cluster.web", webFile, webV)
 			ev.waitTraffic(t, "b1", "b3")
-			fsWaitVersion(t, ev, "cluster.web", webFile)
 			tr.check(t, "web: b1 b3")
-			if v := fsFileVersion(t, clusters); v != cdsVersion {
-				t.Fatalf("clusters file version changed from %s to %s with the clusters unchanged", cdsVersion, v)
+			if v := fsFileVersion(t, clusters); v != cdsV {
+				t.Fatalf("clusters file version changed from %s to %s with the clusters unchanged", cdsV, v)
 			}
 
 			// New services: new clusters, whose endpoints files Envoy
@@ -215,21 +229,19 @@ sources:
 			for _, name := range []string{"api", "db", "cache"} {
 				withAPI += fmt.Sprintf("  %s:\n    endpoints:\n      - {address: 127.0.0.1, port: %d}\n", name, b2.port)
 			}
-			br.writeServices(t, withAPI)
-			fsWaitVersion(t, ev, "cluster_manager.cds", clusters)
+			cdsV = change("api, db, cache added", withAPI, "cluster_manager.cds", clusters, cdsV)
 			waitFor(t, 20*time.Second, "cluster api with b2 in Envoy", func() error {
 				if got := ev.clusterHosts(t, "api"); !slices.Equal(got, hostsOf(b2)) {
 					return fmt.Errorf("api hosts %v", got)
 				}
 				return nil
 			})
-			fsWaitVersion(t, ev, "cluster.api", filepath.Join(out, "endpoints", "api"+ext))
+			fsWaitVersion(t, ev, "cluster.api", filepath.Join(out, "endpoints", "api"+ext), "")
 			tr.check(t, "api, db, cache added")
 
 			// The services removed: the clusters go, then their files
 			// (several at once, for Envoy's order of reading them to vary).
-			br.writeServices(t, servicesYAML("web", b1, b3))
-			fsWaitVersion(t, ev, "cluster_manager.cds", clusters)
+			change("api, db, cache removed", servicesYAML("web", b1, b3), "cluster_manager.cds", clusters, cdsV)
 			waitFor(t, 20*time.Second, "cluster api gone from Envoy", func() error {
 				body, err := ev.get("/clusters")
 				if err != nil {
@@ -242,9 +254,8 @@ sources:
 			})
 			tr.check(t, "api, db, cache removed")
 
-			br.writeServices(t, servicesYAML("web", b2))
+			change("web: b2", servicesYAML("web", b2), "cluster.web", webFile, webV)
 			ev.waitTraffic(t, "b2")
-			fsWaitVersion(t, ev, "cluster.web", webFile)
 			tr.check(t, "web: b2")
 			tr.halt()
 

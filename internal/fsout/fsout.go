@@ -181,7 +181,14 @@ func (w *Writer) WriteOnce() (Result, error) {
 }
 
 func (w *Writer) writeOnce() (Result, error) {
-	if w.cur == nil {
+	first := w.cur == nil
+	if first {
+		if w.cfg.Mode == ModePath {
+			// Left by mode watched_directory: its endpoints symlink.
+			if fi, err := os.Lstat(filepath.Join(w.dir, EndpointsDir)); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+				os.Remove(filepath.Join(w.dir, EndpointsDir))
+			}
+		}
 		w.cur = w.onDisk()
 	}
 	files, versions, err := w.render()
@@ -191,8 +198,14 @@ func (w *Writer) writeOnce() (Result, error) {
 	res := Result{Versions: versions}
 	if w.cfg.Mode == ModeWatchedDirectory {
 		err = w.swap(files, &res)
-	} else {
-		err = w.replace(files, &res)
+	} else if err = w.replace(files, &res); err == nil && first {
+		// Left by mode watched_directory: ..data and its generations.
+		ents, _ := os.ReadDir(w.dir)
+		for _, e := range ents {
+			if n := e.Name(); strings.HasPrefix(n, genPrefix) || n == dataLink || n == dataLink+"_tmp" {
+				os.RemoveAll(filepath.Join(w.dir, n))
+			}
+		}
 	}
 	return res, err
 }
@@ -532,6 +545,9 @@ func (w *Writer) swap(files []file, res *Result) error {
 		want := filepath.Join(dataLink, name)
 		if got, err := os.Readlink(link); err == nil && got == want {
 			continue
+		}
+		if fi, err := os.Lstat(link); err == nil && fi.IsDir() {
+			os.RemoveAll(link) // mode path's endpoints directory
 		}
 		if err := symlinkAtomic(want, link); err != nil {
 			return err

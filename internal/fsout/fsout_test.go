@@ -450,3 +450,50 @@ func fsCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("no metric %s", name)
 	return 0
 }
+
+// TestFsModeSwitch: a directory written in one mode is taken over by the
+// other, back and forth, leaving the other mode's layout behind, every
+// file whole.
+func TestFsModeSwitch(t *testing.T) {
+	c := xds.NewCache()
+	fsPublish(t, c, 3)
+	c.MarkReady()
+	dir := t.TempDir()
+	for i, mode := range []string{fsout.ModePath, fsout.ModeWatchedDirectory, fsout.ModePath, fsout.ModeWatchedDirectory} {
+		fsPublish(t, c, 3+i)
+		w := fsWriter(t, c, fsout.Config{Dir: dir, Mode: mode})
+		if _, err := w.WriteOnce(); err != nil {
+			t.Fatalf("%d (%s): %v", i, mode, err)
+		}
+		top := fsList(t, dir)
+		var want []string
+		if mode == fsout.ModeWatchedDirectory {
+			want = []string{"..data", "clusters.yaml", "endpoints"}
+			top = slices.DeleteFunc(top, func(n string) bool { return strings.HasPrefix(n, "..2") })
+		} else {
+			want = []string{"clusters.yaml", "endpoints"}
+			if fi, err := os.Lstat(filepath.Join(dir, "endpoints")); err != nil || !fi.IsDir() {
+				t.Fatalf("%d (%s): endpoints is not a directory: %v", i, mode, err)
+			}
+		}
+		if !slices.Equal(top, want) {
+			t.Fatalf("%d (%s): top level %v; want %v", i, mode, top, want)
+		}
+		if got := len(fsList(t, filepath.Join(dir, "endpoints"))); got != 3+i {
+			t.Fatalf("%d (%s): %d assignment files; want %d", i, mode, got, 3+i)
+		}
+		for _, p := range []string{"clusters.yaml", "endpoints/c000.yaml"} {
+			b, err := os.ReadFile(filepath.Join(dir, p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := fsDecode(p, b)
+			if err == nil {
+				err = fsCheckWhole(resp)
+			}
+			if err != nil {
+				t.Fatalf("%d (%s): %s: %v", i, mode, p, err)
+			}
+		}
+	}
+}

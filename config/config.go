@@ -56,6 +56,8 @@ type Config struct {
 	// translate.Limits for each field, its default and its range; 0 or
 	// absent is the default).
 	Limits translate.Limits `json:"limits"`
+	// Outputs are deliveries besides the xDS server (config/outputs.go).
+	Outputs Outputs `json:"outputs"`
 	// BaseDir is the directory the config was read from (relative paths in
 	// source configs are relative to it). Not part of the file.
 	BaseDir string `json:"-"`
@@ -378,6 +380,7 @@ func (c *Config) applyDefaults() {
 	c.XDS.TLS.applyDefaults()
 	c.Admin.TLS.applyDefaults()
 	c.XDS.REST.applyDefaults()
+	c.Outputs.applyDefaults()
 }
 
 func (c *Config) validate(knownTypes []string) error {
@@ -396,6 +399,9 @@ func (c *Config) validate(knownTypes []string) error {
 	}
 	if err := c.XDS.Limits.Check(); err != nil {
 		return fmt.Errorf("xds.limits.%w", err)
+	}
+	if err := c.Outputs.check(); err != nil {
+		return err
 	}
 	if err := c.XDS.TLS.check("xds.tls"); err != nil {
 		return err

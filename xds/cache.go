@@ -76,6 +76,7 @@ type Cache struct {
 
 	// restWake is closed by the next commit: REST polls wait on it (rest.go).
 	restWake chan struct{}
+	subs     map[chan struct{}]struct{} // see Subscribe (notify.go); under mu
 }
 
 // DefaultMaxResponseBytes bounds the resource bytes of one delta response

@@ -293,6 +293,7 @@ func (c *Cache) commit(ts *typeState, changed []string) {
 	}
 	ts.log = append(ts.log, genChange{gen: ts.gen, names: changed})
 	ts.logNames += len(changed)
+	c.notifySubs()
 	for len(ts.log) > 1 && (len(ts.log) > maxLogGens || ts.logNames > maxLogNames) {
 		old := ts.log[0]
 		for _, n := range old.names {

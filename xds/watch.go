@@ -202,6 +202,7 @@ func (c *Cache) MarkReady() {
 		return
 	}
 	c.ready = true
+	c.notifySubs()
 	types := make([]*typeState, 0, len(c.types))
 	for _, ts := range c.types {
 		types = append(types, ts)

@@ -5,6 +5,7 @@
 //	xdsbridge -config FILE          run on FILE
 //	xdsbridge validate -config FILE check FILE, its sources' files and its TLS files
 //	xdsbridge dump -config FILE     print the resources it would serve
+//	xdsbridge dump -out DIR         write them as Envoy's files (outputs.filesystem layout)
 package main
 
 import (
@@ -23,6 +24,7 @@ import (
 
 	"github.com/xdsbridge/xdsbridge/config"
 	"github.com/xdsbridge/xdsbridge/internal/app"
+	"github.com/xdsbridge/xdsbridge/internal/fsout"
 )
 
 //go:embed default.yaml
@@ -45,6 +47,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	cfgPath := fs.String("config", "", "config file (YAML or JSON); default: the embedded default (file source on examples/services.yaml)")
 	format := fs.String("format", "yaml", "dump: output format, yaml or json")
 	timeout := fs.Duration("timeout", 30*time.Second, "dump: how long to wait for every source's first sync")
+	out := fs.String("out", "", "dump: write the files of outputs.filesystem into this directory, once, instead of printing (-format yaml, json or proto)")
+	mode := fs.String("mode", "", "dump -out: path or watched_directory (default: outputs.filesystem.mode, else path)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -74,7 +78,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, "config ok")
 		return nil
 	case "dump":
-		return dump(cfg, *format, *timeout, stdout, stderr)
+		return dump(cfg, *format, *timeout, stdout, stderr, *out, *mode)
 	}
 	log := app.NewLogger(cfg.Logging, stderr)
 	a, err := app.New(cfg, log)
@@ -101,10 +105,17 @@ func loadConfig(path string) (*config.Config, error) {
 
 // dump runs the sources until they synced, without serving, and prints the
 // resources.
-func dump(cfg *config.Config, format string, timeout time.Duration, stdout, stderr io.Writer) error {
-	if format != "yaml" && format != "json" {
+func dump(cfg *config.Config, format string, timeout time.Duration, stdout, stderr io.Writer, outDir, mode string) error {
+	var files fsout.Config
+	if outDir != "" {
+		files = fsout.DumpConfig(cfg.Outputs.Filesystem, outDir, format, mode)
+		if err := files.Check(); err != nil {
+			return fmt.Errorf("-%w", err) // "-format: ...", "-mode: ..."
+		}
+	} else if format != "yaml" && format != "json" {
 		return fmt.Errorf("-format: %q is not yaml or json", format)
 	}
+	cfg.Outputs.Filesystem = nil // dump writes once, below
 	cfg.XDS.Listen, cfg.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0"
 	a, err := app.New(cfg, app.NewLogger(cfg.Logging, stderr))
 	if err != nil {
@@ -123,6 +134,15 @@ func dump(cfg *config.Config, format string, timeout time.Duration, stdout, stde
 			return errors.New("timed out waiting for every source's first sync")
 		case <-time.After(10 * time.Millisecond):
 		}
+	}
+	if outDir != "" {
+		defer func() { cancel(); <-done }()
+		res, err := fsout.WriteDir(a.Cache, files, nil)
+		if err != nil {
+			return fmt.Errorf("-out: %w", err)
+		}
+		fmt.Fprintf(stdout, "wrote %d files to %s\n", len(res.Written), outDir)
+		return nil
 	}
 	out := app.Resources(a.Cache, "", "")
 	cancel()

@@ -21,6 +21,7 @@ import (
 	"github.com/xdsbridge/xdsbridge/config"
 	"github.com/xdsbridge/xdsbridge/healthcheck"
 	"github.com/xdsbridge/xdsbridge/internal/certs"
+	"github.com/xdsbridge/xdsbridge/internal/fsout"
 	"github.com/xdsbridge/xdsbridge/sources"
 	"github.com/xdsbridge/xdsbridge/xds"
 )
@@ -41,6 +42,9 @@ type App struct {
 	XDSTLS, AdminTLS *certs.Watcher
 	// Token guards /debug/* (admin.token_file); nil when not configured.
 	Token *AdminToken
+	// Files is the filesystem output (outputs.filesystem); nil when not
+	// configured.
+	Files *fsout.Writer
 
 	xdsLis, adminLis net.Listener
 
@@ -202,7 +206,17 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	}
 	cache := xds.NewCache()
 	loop := bridge.New(opts, cache)
+	var files *fsout.Writer
+	if fc := c.Outputs.Filesystem; fc != nil {
+		cfc := *fc
+		cfc.Dir = c.Path(fc.Dir)
+		if files, err = fsout.New(cache, cfc, log); err != nil {
+			return nil, fmt.Errorf("outputs.filesystem.%w", err)
+		}
+		files.Register(reg)
+	}
 	a := &App{
+		Files:    files,
 		Token:    token,
 		Checks:   checks,
 		Config:   c,
@@ -276,6 +290,9 @@ func (a *App) Run(ctx context.Context) error {
 	a.runREST(ctx, g)
 	if a.Token != nil {
 		g.Go(func() error { return a.Token.Run(ctx) })
+	}
+	if a.Files != nil {
+		g.Go(func() error { return a.Files.Run(ctx) })
 	}
 	srv := NewAdminServer(a.Config.Admin, a.AdminHandler())
 	adminLis := a.adminLis

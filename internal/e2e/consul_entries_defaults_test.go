@@ -7,7 +7,6 @@ import (
 	"net"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -60,58 +59,11 @@ func cdCall(hc healthpb.HealthClient) (string, error) {
 	return "", fmt.Errorf("no x-backend in the response headers %v", md)
 }
 
-// cdTraffic makes RPCs one after another until ended, recording each
-// (rpcRecord.subset is the backend's name).
-type cdTraffic struct {
-	mu   sync.Mutex
-	recs []rpcRecord
-	stop chan struct{}
-	done chan struct{}
-}
-
-func cdStartTraffic(call func() (string, error)) *cdTraffic {
-	tr := &cdTraffic{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(tr.done)
-		for {
-			select {
-			case <-tr.stop:
-				return
-			default:
-			}
-			start := time.Now()
-			name, err := call()
-			tr.mu.Lock()
-			tr.recs = append(tr.recs, rpcRecord{start: start, subset: name, err: err})
-			tr.mu.Unlock()
-		}
-	}()
-	return tr
-}
-
-func (tr *cdTraffic) n() int {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	return len(tr.recs)
-}
-
-func (tr *cdTraffic) since(i int) []rpcRecord {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	return append([]rpcRecord(nil), tr.recs[i:]...)
-}
-
-func (tr *cdTraffic) end() []rpcRecord {
-	close(tr.stop)
-	<-tr.done
-	return tr.since(0)
-}
-
 // cdSettle waits until the last streak RPCs of tr since index i0 reached
 // exactly the backends named, then until n more RPCs were made, and
 // returns the tally of those n (the figures of the new state) and of all
 // RPCs since i0 (failures across the change).
-func cdSettle(t *testing.T, who string, tr *cdTraffic, i0, streak, n int, want ...string) (after, across map[string]int) {
+func cdSettle(t *testing.T, who string, tr *policyTraffic, i0, streak, n int, want ...string) (after, across map[string]int) {
 	t.Helper()
 	sort.Strings(want)
 	waitFor(t, 20*time.Second, fmt.Sprintf("%s: %d RPCs in a row to exactly %v", who, streak, want), func() error {
@@ -389,7 +341,7 @@ sources:
 	// 0. No entries: grpc-go reaches all three; Envoy has web's three
 	// hosts and its route, speaks HTTP/1.1 to them (default), and every
 	// gRPC call through it fails.
-	gt := cdStartTraffic(grpcCall)
+	gt := startCalls(grpcCall)
 	after, _ := cdSettle(t, "grpc-go, no entries", gt, 0, 100, 200, all...)
 	t.Logf("grpc-go, no entries, 200 RPCs: %v", after)
 	waitFor(t, 20*time.Second, "Envoy: web's three hosts and its route", func() error {
@@ -409,7 +361,7 @@ sources:
 	gi, t0 := gt.n(), time.Now()
 	cdSet(t, a, &api.ServiceConfigEntry{Kind: api.ServiceDefaults, Name: "web", Protocol: "grpc"})
 	cdWaitUpstream(t, ev, "web", "http2", "5s")
-	et := cdStartTraffic(envoyCall)
+	et := startCalls(envoyCall)
 	eAfter, eAcross := cdSettle(t, "Envoy, protocol grpc", et, 0, 100, 300, all...)
 	t.Logf("Envoy, service-defaults protocol grpc: 300 calls %v (since the change: %v)", eAfter, eAcross)
 	if eAfter["failed"] != 0 {

@@ -80,6 +80,23 @@ type policyTraffic struct {
 }
 
 func startPolicyTraffic(c *xdsClient, subsetOf map[string]string) *policyTraffic {
+	return startCalls(func() (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var p peer.Peer
+		if _, err := c.health.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p)); err != nil {
+			return "", err
+		}
+		if sub := subsetOf[p.Addr.String()]; sub != "" {
+			return sub, nil
+		}
+		return "unknown " + p.Addr.String(), nil
+	})
+}
+
+// startCalls makes calls one after another until ended, recording each
+// (rpcRecord.subset is what call returned: a subset, a backend's name).
+func startCalls(call func() (string, error)) *policyTraffic {
 	tr := &policyTraffic{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(tr.done)
@@ -90,23 +107,27 @@ func startPolicyTraffic(c *xdsClient, subsetOf map[string]string) *policyTraffic
 			default:
 			}
 			start := time.Now()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			var p peer.Peer
-			_, err := c.health.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p))
-			cancel()
-			r := rpcRecord{start: start, err: err}
-			if err == nil {
-				r.subset = subsetOf[p.Addr.String()]
-				if r.subset == "" {
-					r.subset = "unknown " + p.Addr.String()
-				}
-			}
+			name, err := call()
 			tr.mu.Lock()
-			tr.recs = append(tr.recs, r)
+			tr.recs = append(tr.recs, rpcRecord{start: start, subset: name, err: err})
 			tr.mu.Unlock()
 		}
 	}()
 	return tr
+}
+
+// n is how many calls were made so far.
+func (tr *policyTraffic) n() int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return len(tr.recs)
+}
+
+// since is the calls made from the i-th on.
+func (tr *policyTraffic) since(i int) []rpcRecord {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return append([]rpcRecord(nil), tr.recs[i:]...)
 }
 
 func (tr *policyTraffic) snapshot() []rpcRecord {
@@ -115,8 +136,13 @@ func (tr *policyTraffic) snapshot() []rpcRecord {
 	return append([]rpcRecord(nil), tr.recs...)
 }
 
+// end stops the traffic (idempotent) and returns every record.
 func (tr *policyTraffic) end() []rpcRecord {
-	close(tr.stop)
+	select {
+	case <-tr.stop:
+	default:
+		close(tr.stop)
+	}
 	<-tr.done
 	return tr.snapshot()
 }

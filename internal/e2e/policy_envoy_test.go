@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -162,52 +161,6 @@ func (h *epHTTP) ok(headers ...string) (string, error) {
 	return name, err
 }
 
-// epTraffic runs do, one call after another, until stopped, recording
-// each call (rpcRecord.subset holds what do returned: a backend's name).
-type epTraffic struct {
-	mu   sync.Mutex
-	recs []rpcRecord
-	stop chan struct{}
-	done chan struct{}
-}
-
-func epStartTraffic(do func() (string, error)) *epTraffic {
-	tr := &epTraffic{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(tr.done)
-		for {
-			select {
-			case <-tr.stop:
-				return
-			default:
-			}
-			start := time.Now()
-			name, err := do()
-			tr.mu.Lock()
-			tr.recs = append(tr.recs, rpcRecord{start: start, subset: name, err: err})
-			tr.mu.Unlock()
-		}
-	}()
-	return tr
-}
-
-func (tr *epTraffic) snapshot() []rpcRecord {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	return append([]rpcRecord(nil), tr.recs...)
-}
-
-// end stops the traffic (idempotent) and returns every record.
-func (tr *epTraffic) end() []rpcRecord {
-	select {
-	case <-tr.stop:
-	default:
-		close(tr.stop)
-	}
-	<-tr.done
-	return tr.snapshot()
-}
-
 // epFirstError is the first failed record's error, for the log.
 func epFirstError(recs []rpcRecord) error {
 	for _, r := range recs {
@@ -281,7 +234,7 @@ func TestEnvoyGRPCUpstreamHTTP2(t *testing.T) {
 	}
 
 	// protocol: grpc, under traffic.
-	tr := epStartTraffic(call)
+	tr := startCalls(call)
 	defer tr.end()
 	t0 := time.Now()
 	writePolicy(t, policyPath, "services:\n  greeter:\n    protocol: grpc\n")
@@ -594,9 +547,9 @@ func TestEnvoySubsetRoutingOnConsulTags(t *testing.T) {
 	}
 
 	// web-2 (b2) re-registered with tag v2, under traffic both ways.
-	trV2 := epStartTraffic(func() (string, error) { return h.ok(v2...) })
+	trV2 := startCalls(func() (string, error) { return h.ok(v2...) })
 	defer trV2.end()
-	trV1 := epStartTraffic(func() (string, error) { return h.ok() })
+	trV1 := startCalls(func() (string, error) { return h.ok() })
 	defer trV1.end()
 	waitFor(t, 10*time.Second, "traffic both ways", func() error {
 		if len(trV2.snapshot()) < 50 || len(trV1.snapshot()) < 50 {

@@ -97,6 +97,13 @@ func (c *Cache) interimFor(w *watch, e *entry, held string, known bool) (string,
 	if !known || strings.HasSuffix(w.ss.rejected[e.name], interimMark) {
 		return "", nil
 	}
+	// Only a stream that also carries the client's clusters (ADS, as
+	// grpc-go's) gets an interim: on a stream of routes alone the
+	// clusters come on another stream, whose order this one cannot
+	// follow, and the real version would wait out the hold.
+	if st.cds == nil && st.pendingCDS == nil {
+		return "", nil
+	}
 	prev := st.routes[e.name][held]
 	rc, ok := prev.msgRC()
 	if !ok {

@@ -210,7 +210,9 @@ func (c *Cache) MarkReady() {
 	sort.Slice(types, func(i, j int) bool { return typeBefore(types[i], types[j]) })
 	for _, ts := range types {
 		for _, w := range sortedWatches(ts.watches) {
-			c.respond(w, false, mustAnswer(w))
+			if !c.respond(w, false, mustAnswer(w)) {
+				c.routeHeld(w) // a route held back here is bounded too
+			}
 		}
 	}
 }

@@ -1,0 +1,200 @@
+package xds_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
+
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
+
+	"github.com/xdsbridge/xdsbridge/xds"
+)
+
+// Envoy without ADS: CDS/EDS on one stream, RDS on its own
+// RouteDiscoveryService stream. A route change adding cluster V goes to
+// the RDS stream at once, without an interim (which would wait out the
+// route hold there).
+func TestMbRoutesOnlyStreamGetsNoInterim(t *testing.T) {
+	h := newHarness(t, true, xds.WithMakeBeforeBreak(true, 50*time.Millisecond), xds.WithRouteHold(2*time.Second))
+	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0)}},
+		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0)}},
+		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A")}})
+	c := h.sotw() // CDS + EDS
+	c.send(&discovery.DiscoveryRequest{TypeUrl: cds})
+	r := c.recv()
+	mbSotwAck(c, r)
+	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"A"}})
+	r = c.recv()
+	mbSotwAck(c, r, "A")
+	rs := &sotwClient{openStream(h, func(ctx context.Context) (grpcStream[*discovery.DiscoveryRequest, *discovery.DiscoveryResponse], error) {
+		return routeservice.NewRouteDiscoveryServiceClient(h.conn).StreamRoutes(ctx)
+	}, func(r *discovery.DiscoveryResponse) string { return fmt.Sprintf("rds %s", r.VersionInfo) })}
+	rs.send(&discovery.DiscoveryRequest{TypeUrl: mbRDS, ResourceNames: []string{"r"}})
+	r = rs.recv()
+	mbSotwAck(rs, r, "r")
+	h.waitWatches(1, cds, eds, mbRDS)
+
+	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("V", 0)}},
+		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("V", 0)}},
+		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A", "V")}})
+	r = c.recv() // CDS with V
+	mbSotwAck(c, r)
+	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"A", "V"}})
+	r = c.recv()
+	mbSotwAck(c, r, "A", "V")
+	start := time.Now()
+	got := rs.recv()
+	d := time.Since(start)
+	eq(t, "a routes-only stream gets the real routes, no interim", []string{"A,V"}, mbRoutes(t, got))
+	st := h.cache.Stats()
+	if d > time.Second || st.Interims != 0 || st.RouteHoldTimeouts != 0 {
+		t.Fatalf("routes after %v (interims %d, hold timeouts %d): a stream without clusters must not wait", d, st.Interims, st.RouteHoldTimeouts)
+	}
+}
+
+// Envoy-like sotw ADS: route r → V. The bridge deletes r and V (listener
+// gone); the client unsubscribes r (RDS request with no names).
+func TestMbGraveAfterRouteUnsubscribed(t *testing.T) {
+	h := newHarness(t, true)
+	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0), rcl("V", 0)}},
+		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0), rla("V", 0)}},
+		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("V")}})
+	c := h.sotw()
+	c.send(&discovery.DiscoveryRequest{TypeUrl: cds})
+	r := c.recv()
+	mbSotwAck(c, r)
+	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"A", "V"}})
+	r = c.recv()
+	mbSotwAck(c, r, "A", "V")
+	c.send(&discovery.DiscoveryRequest{TypeUrl: mbRDS, ResourceNames: []string{"r"}})
+	r = c.recv()
+	mbSotwAck(c, r, "r")
+	h.waitWatches(1, cds, eds, mbRDS)
+
+	h.apply(xds.Change{TypeURL: mbRDS, Deletes: []string{"r"}},
+		xds.Change{TypeURL: eds, Deletes: []string{"V"}},
+		xds.Change{TypeURL: cds, Deletes: []string{"V"}})
+	// Envoy drops the listener, unsubscribes r and V's assignment.
+	c.send(&discovery.DiscoveryRequest{TypeUrl: mbRDS, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce})
+	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"A"}})
+	deadline := time.After(3 * time.Second)
+	for {
+		got := make(chan *discovery.DiscoveryResponse, 1)
+		go func() { got <- c.recv() }()
+		select {
+		case r = <-got:
+			t.Logf("got %s %v", mbTypeName(r.TypeUrl), sotwNames(t, r))
+			if r.TypeUrl == cds {
+				names := sotwNames(t, r)
+				if len(names) == 1 && names[0] == "A" {
+					return
+				}
+				mbSotwAck(c, r)
+			}
+		case <-deadline:
+			t.Fatalf("V, deleted from the bridge, still in the stream's CDS after 3s (the stream no longer subscribes any route)")
+		}
+	}
+}
+
+// After one interim was NACKed (and the real version ACKed), does a later
+// change adding a cluster get an interim again?
+func TestMbInterimAfterNackedInterim(t *testing.T) {
+	h := newHarness(t, true, xds.WithMakeBeforeBreak(true, 20*time.Millisecond))
+	c := mbGRPCGoSotw(t, h)
+	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("W", 0)}},
+		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("W", 0)}},
+		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A", "W")}})
+	im := c.recv()
+	eq(t, "interim to W", []string{"A", "+W"}, mbRoutes(t, im))
+	c.send(&discovery.DiscoveryRequest{TypeUrl: mbRDS, VersionInfo: "x", ResponseNonce: im.Nonce,
+		ResourceNames: []string{"r"}, ErrorDetail: &statuspb.Status{Message: "refused for the test"}})
+	real := c.recv()
+	eq(t, "real version after the NACK", []string{"A,W"}, mbRoutes(t, real))
+	mbSotwAck(c, real, "r")
+	c.send(&discovery.DiscoveryRequest{TypeUrl: cds, ResourceNames: []string{"A", "W"}})
+	r := c.recv()
+	mbSotwAck(c, r, "A", "W")
+	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"A", "W"}})
+	r = c.recv()
+	mbSotwAck(c, r, "A", "W")
+	h.waitWatches(1, cds, eds, mbRDS)
+
+	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("X", 0)}},
+		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("X", 0)}},
+		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A", "W", "X")}})
+	r = c.recv()
+	eq(t, "a later change adding X: interim again", []string{"A,W", "+X"}, mbRoutes(t, r))
+}
+
+// An Envoy-like delta client reconnects while the bridge is not ready
+// (CDS wildcard, EDS A, RDS r). Route r names C, new to it. At
+// MarkReady the routes are held for C's assignment; the client never
+// asks for it (e.g. it rejected C). WithRouteHold should bound the hold.
+func TestRouteHoldAtMarkReadyBounded(t *testing.T) {
+	h := newHarness(t, false, xds.WithRouteHold(500*time.Millisecond))
+	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0), rcl("C", 0)}},
+		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0), rla("C", 0)}},
+		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A", "C")}})
+	c := h.delta("n")
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"A"}})
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: mbRDS, ResourceNamesSubscribe: []string{"r"}})
+	h.waitWatches(1, cds, eds, mbRDS)
+	h.cache.MarkReady()
+	start := time.Now()
+	for i := 0; i < 3; i++ {
+		r := c.recv() // fails the test after its own timeout
+		ty := mbTypeName(r.TypeUrl)
+		t.Logf("got %s after %v", ty, time.Since(start))
+		if ty == "rds" {
+			if d := time.Since(start); d > 2*time.Second {
+				t.Fatalf("RDS %v after MarkReady (WithRouteHold 500ms)", d)
+			}
+			return
+		}
+	}
+	st := h.cache.Stats()
+	t.Fatalf("no RDS response after MarkReady (WithRouteHold 500ms); holds %d timeouts %d", st.RouteHolds, st.RouteHoldTimeouts)
+}
+
+// Non-ADS Envoy: routes V→A and V deleted. CDS stream drops V at once;
+// the routes-only stream gets the real routes at once (no interim still
+// naming V, no hold: it carries no clusters to order against).
+func TestMbRoutesOnlyStreamClusterDeleted(t *testing.T) {
+	h := newHarness(t, true)
+	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0), rcl("V", 0)}},
+		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0), rla("V", 0)}},
+		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("V")}})
+	c := h.sotw()
+	c.send(&discovery.DiscoveryRequest{TypeUrl: cds})
+	r := c.recv()
+	mbSotwAck(c, r)
+	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"A", "V"}})
+	r = c.recv()
+	mbSotwAck(c, r, "A", "V")
+	rs := &sotwClient{openStream(h, func(ctx context.Context) (grpcStream[*discovery.DiscoveryRequest, *discovery.DiscoveryResponse], error) {
+		return routeservice.NewRouteDiscoveryServiceClient(h.conn).StreamRoutes(ctx)
+	}, func(r *discovery.DiscoveryResponse) string { return fmt.Sprintf("rds %s", r.VersionInfo) })}
+	rs.send(&discovery.DiscoveryRequest{TypeUrl: mbRDS, ResourceNames: []string{"r"}})
+	r = rs.recv()
+	mbSotwAck(rs, r, "r")
+	h.waitWatches(1, cds, eds, mbRDS)
+
+	h.apply(xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A")}},
+		xds.Change{TypeURL: eds, Deletes: []string{"V"}},
+		xds.Change{TypeURL: cds, Deletes: []string{"V"}})
+	r = c.recv()
+	goneAt := time.Now()
+	eq(t, "CDS drops V at once", []string{"A"}, sotwNames(t, r))
+	got := rs.recv()
+	d := time.Since(goneAt)
+	eq(t, "a routes-only stream gets the real routes, no interim naming V", []string{"A"}, mbRoutes(t, got))
+	if d > 500*time.Millisecond {
+		t.Fatalf("routes naming V (deleted from CDS) stayed the client's newest for %v", d)
+	}
+}

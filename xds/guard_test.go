@@ -914,7 +914,7 @@ func TestLimitInitialVersionsPerConnection(t *testing.T) {
 	select {
 	case err := <-ends[1]:
 		wantLimit(t, err, codes.ResourceExhausted, "max_initial_version_bytes_per_connection")
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("a connection holding 8 × 3 MiB of initial_resource_versions was not stopped")
 	}
 	if n := h.refusals("max_initial_version_bytes_per_connection"); n != 1 {

@@ -44,30 +44,7 @@ sources:
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err = New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for !a.Cache.Ready() {
-		if time.Now().After(deadline) {
-			t.Fatal("not ready")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return a, ca, dir
+	return startApp(t, cfg), ca, dir
 }
 
 // rjPoll POSTs an empty DiscoveryRequest for clusters over TLS.

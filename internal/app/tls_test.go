@@ -54,7 +54,14 @@ sources:
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err = New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return startApp(t, cfg), ca, dir
+}
+
+// startApp runs the app of cfg until the test ends (Run must return nil)
+// and waits until it is ready.
+func startApp(t *testing.T, cfg *config.Config) *App {
+	t.Helper()
+	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +84,7 @@ sources:
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return a, ca, dir
+	return a
 }
 
 // clusters asks for every cluster over a delta ADS stream and returns

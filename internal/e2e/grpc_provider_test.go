@@ -35,16 +35,8 @@ func raStartTLSBridge(t *testing.T, b grpcBackend, xds string) *bridge {
 	if err := os.WriteFile(filepath.Join(dir, "services.yaml"), []byte(grpcServicesYAML("greeter", b)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "policy.yaml"), []byte(raTLSPolicy), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return startBridgeConfig(t, dir, xds+`
-sources:
-  - name: static
-    file: {path: services.yaml, settle: 10ms}
-  - name: policy
-    policy_file: {path: policy.yaml, settle: 10ms}
-`, nil)
+	br, _ := startPolicyBridge(t, dir, xds, staticSource, raTLSPolicy)
+	return br
 }
 
 // raServedCluster fetches the named cluster from the bridge's xDS server

@@ -56,28 +56,6 @@ func odRequest(e *envoy, service string) (int, string, time.Duration, error) {
 	return resp.StatusCode, string(b), time.Since(start), nil
 }
 
-// odClusterNames lists the clusters Envoy's admin /clusters shows, but its
-// static xdsbridge cluster.
-func odClusterNames(t *testing.T, e *envoy) []string {
-	t.Helper()
-	body, err := e.get("/clusters")
-	if err != nil {
-		t.Fatal(err)
-	}
-	set := map[string]bool{}
-	for _, line := range strings.Split(body, "\n") {
-		if name, _, ok := strings.Cut(line, "::"); ok && name != "xdsbridge" {
-			set[name] = true
-		}
-	}
-	out := make([]string, 0, len(set))
-	for n := range set {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // TestOdcdsEnvoyLoadsOnlyRequestedClusters: a real Envoy whose bootstrap
 // subscribes to no cluster (examples/envoy-odcds.yaml: ADS, no
 // cds_config, the on-demand filter's odcds) in front of a bridge of 5,000
@@ -113,7 +91,7 @@ func odLoadsOnlyRequested(t *testing.T, source string, measureRepeat bool) {
 	}
 	sort.Strings(names)
 	// Before any request Envoy holds no cluster of the bridge's.
-	if got := odClusterNames(t, ev); len(got) != 0 {
+	if got := envoyClusters(t, ev); len(got) != 0 {
 		t.Fatalf("Envoy holds clusters before any request: %v", got)
 	}
 	const perService = 10
@@ -138,7 +116,7 @@ func odLoadsOnlyRequested(t *testing.T, source string, measureRepeat bool) {
 
 	// Exactly those 3 clusters: in /clusters (each with its one host), in
 	// the config dump, and in the cluster manager's gauges.
-	if got := odClusterNames(t, ev); !slices.Equal(got, names) {
+	if got := envoyClusters(t, ev); !slices.Equal(got, names) {
 		t.Errorf("Envoy's /clusters names %v, want %v", got, names)
 	}
 	for _, n := range names {
@@ -170,7 +148,7 @@ func odLoadsOnlyRequested(t *testing.T, source string, measureRepeat bool) {
 	if max := times[len(times)-1]; max > time.Second {
 		t.Errorf("an unknown service took %s to fail; want far less than the 5 s odcds timeout", max)
 	}
-	if got := odClusterNames(t, ev); !slices.Equal(got, names) {
+	if got := envoyClusters(t, ev); !slices.Equal(got, names) {
 		t.Errorf("after unknown names Envoy's /clusters names %v, want %v", got, names)
 	}
 	if measureRepeat {

@@ -63,6 +63,26 @@ const (
 `
 )
 
+// staticSource is a sources list item: the file source on dir's
+// services.yaml.
+const staticSource = "  - name: static\n    file: {path: services.yaml, settle: 10ms}\n"
+
+// startPolicyBridge writes dir/policy.yaml and starts the bridge with the
+// config head given (e.g. an xds block), the sources given (YAML list
+// items) and the policy file after them. It returns the bridge and the
+// policy file's path.
+func startPolicyBridge(t *testing.T, dir, head, sourcesYAML, policyYAML string) (*bridge, string) {
+	t.Helper()
+	path := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(path, []byte(policyYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	br := startBridgeConfig(t, dir, head+"sources:\n"+sourcesYAML+`  - name: policy
+    policy_file: {path: policy.yaml, settle: 10ms}
+`, nil)
+	return br, path
+}
+
 // rpcRecord is one RPC of a traffic run.
 type rpcRecord struct {
 	start  time.Time
@@ -212,17 +232,7 @@ func TestGRPCPolicySplit(t *testing.T) {
 	for i, b := range bs {
 		subsetOf[b.addr] = subsets[i]
 	}
-	policyPath := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(policyPath, []byte(policySplit), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	br := startBridgeConfig(t, dir, `
-sources:
-  - name: static
-    file: {path: services.yaml, settle: 10ms}
-  - name: policy
-    policy_file: {path: policy.yaml, settle: 10ms}
-`, nil)
+	br, policyPath := startPolicyBridge(t, dir, "", staticSource, policySplit)
 	c := dialXDS(t, br, "greeter")
 	// Ready: every backend has answered (stable's through the split,
 	// canary's through the split or the header route).
@@ -404,17 +414,7 @@ func TestEnvoyPolicySplit(t *testing.T) {
 	withDomains := func(p string) string {
 		return strings.Replace(p, "    protocol: grpc\n", "    domains: ['*']\n", 1)
 	}
-	policyPath := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(policyPath, []byte(strings.ReplaceAll(withDomains(policySplit), "/grpc.health.v1.Health/", "/")), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	br := startBridgeConfig(t, dir, `
-sources:
-  - name: static
-    file: {path: services.yaml, settle: 10ms}
-  - name: policy
-    policy_file: {path: policy.yaml, settle: 10ms}
-`, nil)
+	br, policyPath := startPolicyBridge(t, dir, "", staticSource, strings.ReplaceAll(withDomains(policySplit), "/grpc.health.v1.Health/", "/"))
 	ev := startEnvoyCerts(t, "envoy-sotw.yaml", br.app.XDSAddr(), "", envoyRDS...)
 	client := &http.Client{Timeout: 5 * time.Second}
 	get := func(tenant bool) (string, error) {

@@ -41,22 +41,6 @@ func epEnvoyRDS(t *testing.T, br *bridge, service string) *envoy {
 	return startEnvoyCerts(t, "envoy-sotw.yaml", br.app.XDSAddr(), "", envoyRDS[0], rds)
 }
 
-// epPolicyBridge writes dir/policy.yaml and starts the bridge with the
-// sources given (YAML list items) and the policy file after them. It
-// returns the bridge and the policy file's path.
-func epPolicyBridge(t *testing.T, dir, sourcesYAML, policyYAML string) (*bridge, string) {
-	t.Helper()
-	path := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(path, []byte(policyYAML), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	br := startBridgeConfig(t, dir, "sources:\n"+sourcesYAML+`
-  - name: policy
-    policy_file: {path: policy.yaml, settle: 10ms}
-`, nil)
-	return br, path
-}
-
 // epActiveCluster returns Envoy's active dynamic cluster named name as
 // compact JSON, or an error if it has none.
 func epActiveCluster(e *envoy, name string) (string, error) {
@@ -182,10 +166,7 @@ func TestEnvoyGRPCUpstreamHTTP2(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "services.yaml"), []byte(grpcServicesYAML("greeter", bs...)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	br, policyPath := epPolicyBridge(t, dir, `
-  - name: static
-    file: {path: services.yaml, settle: 10ms}
-`, "services: {}\n")
+	br, policyPath := startPolicyBridge(t, dir, "", staticSource, "services: {}\n")
 	ev := epEnvoyRDS(t, br, "greeter")
 	var hosts []string
 	for _, b := range bs {
@@ -352,10 +333,7 @@ func TestEnvoyOutlierDetectionEjects(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "services.yaml"), []byte(sb.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	br, policyPath := epPolicyBridge(t, dir, `
-  - name: static
-    file: {path: services.yaml, settle: 10ms}
-`, epPolicyNoOutlier)
+	br, policyPath := startPolicyBridge(t, dir, "", staticSource, epPolicyNoOutlier)
 	ev := epEnvoyRDS(t, br, "web")
 	epWaitHosts(t, ev, "web", hosts)
 	h := epNewHTTP(t, ev, "web")
@@ -499,7 +477,7 @@ func TestEnvoySubsetRoutingOnConsulTags(t *testing.T) {
 	epRegister(t, a, "web-2", bs[1], "v1")
 	epRegister(t, a, "web-3", bs[2], "v2")
 	epRegister(t, a, "web-4", bs[3], "v2")
-	br, _ := epPolicyBridge(t, t.TempDir(), consulSource(a), epPolicySubsets)
+	br, _ := startPolicyBridge(t, t.TempDir(), "", consulSource(a), epPolicySubsets)
 	ev := epEnvoyRDS(t, br, "web")
 	epWaitHosts(t, ev, "web/v1", hostsOf(bs[0], bs[1]))
 	epWaitHosts(t, ev, "web/v2", hostsOf(bs[2], bs[3]))

@@ -119,17 +119,7 @@ func raStart(t *testing.T, policy string) *raRig {
 	if err := os.WriteFile(filepath.Join(dir, "services.yaml"), []byte(grpcServicesYAML("greeter", bs...)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	policyPath := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(policyPath, []byte(policy), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	br := startBridgeConfig(t, dir, `
-sources:
-  - name: static
-    file: {path: services.yaml, settle: 10ms}
-  - name: policy
-    policy_file: {path: policy.yaml, settle: 10ms}
-`, nil)
+	br, policyPath := startPolicyBridge(t, dir, "", staticSource, policy)
 	r := &raRig{br: br, c: dialXDS(t, br, "greeter"), att: att, policy: policyPath}
 	// Ready: both backends answer (calls without an id always succeed).
 	r.c.expect(t, bs...)

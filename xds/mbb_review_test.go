@@ -23,16 +23,9 @@ func TestMbRoutesOnlyStreamGetsNoInterim(t *testing.T) {
 	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0)}},
 		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0)}},
 		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A")}})
-	c := h.sotw() // CDS + EDS
-	c.send(&discovery.DiscoveryRequest{TypeUrl: cds})
-	r := c.recv()
-	mbSotwAck(c, r)
-	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"A"}})
-	r = c.recv()
-	mbSotwAck(c, r, "A")
-	rs := &sotwClient{openStream(h, func(ctx context.Context) (grpcStream[*discovery.DiscoveryRequest, *discovery.DiscoveryResponse], error) {
-		return routeservice.NewRouteDiscoveryServiceClient(h.conn).StreamRoutes(ctx)
-	}, func(r *discovery.DiscoveryResponse) string { return fmt.Sprintf("rds %s", r.VersionInfo) })}
+	c := mbClustersClient(t, h, "A")
+	var r *discovery.DiscoveryResponse
+	rs := mbRoutesStream(h)
 	rs.send(&discovery.DiscoveryRequest{TypeUrl: mbRDS, ResourceNames: []string{"r"}})
 	r = rs.recv()
 	mbSotwAck(rs, r, "r")
@@ -63,13 +56,8 @@ func TestMbGraveAfterRouteUnsubscribed(t *testing.T) {
 	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0), rcl("V", 0)}},
 		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0), rla("V", 0)}},
 		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("V")}})
-	c := h.sotw()
-	c.send(&discovery.DiscoveryRequest{TypeUrl: cds})
-	r := c.recv()
-	mbSotwAck(c, r)
-	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"A", "V"}})
-	r = c.recv()
-	mbSotwAck(c, r, "A", "V")
+	c := mbClustersClient(t, h, "A", "V")
+	var r *discovery.DiscoveryResponse
 	c.send(&discovery.DiscoveryRequest{TypeUrl: mbRDS, ResourceNames: []string{"r"}})
 	r = c.recv()
 	mbSotwAck(c, r, "r")
@@ -170,16 +158,9 @@ func TestMbRoutesOnlyStreamClusterDeleted(t *testing.T) {
 	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0), rcl("V", 0)}},
 		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0), rla("V", 0)}},
 		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("V")}})
-	c := h.sotw()
-	c.send(&discovery.DiscoveryRequest{TypeUrl: cds})
-	r := c.recv()
-	mbSotwAck(c, r)
-	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"A", "V"}})
-	r = c.recv()
-	mbSotwAck(c, r, "A", "V")
-	rs := &sotwClient{openStream(h, func(ctx context.Context) (grpcStream[*discovery.DiscoveryRequest, *discovery.DiscoveryResponse], error) {
-		return routeservice.NewRouteDiscoveryServiceClient(h.conn).StreamRoutes(ctx)
-	}, func(r *discovery.DiscoveryResponse) string { return fmt.Sprintf("rds %s", r.VersionInfo) })}
+	c := mbClustersClient(t, h, "A", "V")
+	var r *discovery.DiscoveryResponse
+	rs := mbRoutesStream(h)
 	rs.send(&discovery.DiscoveryRequest{TypeUrl: mbRDS, ResourceNames: []string{"r"}})
 	r = rs.recv()
 	mbSotwAck(rs, r, "r")
@@ -197,4 +178,24 @@ func TestMbRoutesOnlyStreamClusterDeleted(t *testing.T) {
 	if d > 500*time.Millisecond {
 		t.Fatalf("routes naming V (deleted from CDS) stayed the client's newest for %v", d)
 	}
+}
+
+// mbClustersClient is a sotw ADS client that has ACKed every cluster (CDS
+// wildcard) and the assignments of names.
+func mbClustersClient(t *testing.T, h *harness, names ...string) *sotwClient {
+	t.Helper()
+	c := h.sotw()
+	c.send(&discovery.DiscoveryRequest{TypeUrl: cds})
+	mbSotwAck(c, c.recv())
+	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: names})
+	mbSotwAck(c, c.recv(), names...)
+	return c
+}
+
+// mbRoutesStream is a sotw client on a RouteDiscoveryService stream of its
+// own (an Envoy without ADS).
+func mbRoutesStream(h *harness) *sotwClient {
+	return &sotwClient{openStream(h, func(ctx context.Context) (grpcStream[*discovery.DiscoveryRequest, *discovery.DiscoveryResponse], error) {
+		return routeservice.NewRouteDiscoveryServiceClient(h.conn).StreamRoutes(ctx)
+	}, func(r *discovery.DiscoveryResponse) string { return fmt.Sprintf("rds %s", r.VersionInfo) })}
 }

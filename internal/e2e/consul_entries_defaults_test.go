@@ -20,28 +20,35 @@ import (
 	"github.com/xdsbridge/xdsbridge/sources/consul/consultest"
 )
 
-// cdBackend is a real gRPC server (the health service) that names itself
-// in the response header x-backend, so a call through Envoy says which
-// host answered.
-type cdBackend struct {
+// namedBackend is a real gRPC server (the health service, also under the
+// service name cr.Alt so routes can match another method prefix) that
+// names itself in the response header x-backend, so a call through Envoy
+// says which host answered.
+type namedBackend struct {
 	name string
 	port int
 }
 
-func cdStartBackend(t *testing.T, name string) cdBackend {
+func startNamedBackend(t *testing.T, name string) namedBackend {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		_ = grpc.SetHeader(ctx, metadata.Pairs("x-backend", name))
+		if err := grpc.SetHeader(ctx, metadata.Pairs("x-backend", name)); err != nil {
+			return nil, err
+		}
 		return h(ctx, req)
 	}))
-	healthpb.RegisterHealthServer(s, health.NewServer())
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(s, hs)
+	alt := healthpb.Health_ServiceDesc
+	alt.ServiceName = "cr.Alt"
+	s.RegisterService(&alt, hs)
 	go s.Serve(lis)
 	t.Cleanup(s.Stop)
-	return cdBackend{name: name, port: lis.Addr().(*net.TCPAddr).Port}
+	return namedBackend{name: name, port: lis.Addr().(*net.TCPAddr).Port}
 }
 
 // cdCall makes one health RPC (no wait-for-ready: a pick that fails is a
@@ -303,7 +310,7 @@ func TestConsulEntriesDefaultsAndResolver(t *testing.T) {
 	a := consultest.StartAgent(t, "dc1")
 	tags := map[string]string{"b1": "v1", "b2": "v1", "b3": "v2"}
 	for _, name := range []string{"b1", "b2", "b3"} {
-		b := cdStartBackend(t, name)
+		b := startNamedBackend(t, name)
 		a.Register(&api.AgentServiceRegistration{
 			ID: "web-" + name, Name: "web", Address: "127.0.0.1", Port: b.port, Tags: []string{tags[name]},
 			Check: &api.AgentServiceCheck{CheckID: "web-" + name + "-ttl", TTL: "10m", Status: api.HealthPassing},

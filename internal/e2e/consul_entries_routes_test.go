@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"net"
 	"sort"
 	"strings"
 	"sync"
@@ -16,7 +15,6 @@ import (
 	"github.com/hashicorp/consul/api"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	xdsgrpc "google.golang.org/grpc/xds"
@@ -50,34 +48,6 @@ const (
 	crMethodAlt   = "/cr.Alt/Check"
 )
 
-// crBackend is a gRPC backend that names itself in each response.
-type crBackend struct {
-	name string
-	port int
-}
-
-func crStartBackend(t *testing.T, name string) crBackend {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		if err := grpc.SetHeader(ctx, metadata.Pairs("cr-backend", name)); err != nil {
-			return nil, err
-		}
-		return h(ctx, req)
-	}))
-	hs := health.NewServer()
-	healthpb.RegisterHealthServer(s, hs)
-	alt := healthpb.Health_ServiceDesc
-	alt.ServiceName = "cr.Alt"
-	s.RegisterService(&alt, hs)
-	go s.Serve(lis)
-	t.Cleanup(s.Stop)
-	return crBackend{name: name, port: lis.Addr().(*net.TCPAddr).Port}
-}
-
 // crClient is one gRPC client of greeter (proxyless, or through Envoy),
 // with a count of its calls and of those that failed.
 type crClient struct {
@@ -108,8 +78,8 @@ func (c *crClient) crCall(method, tenant string) (string, error) {
 	var md metadata.MD
 	err := c.conn.Invoke(ctx, method, &healthpb.HealthCheckRequest{}, &healthpb.HealthCheckResponse{}, grpc.Header(&md))
 	c.calls.Add(1)
-	if err == nil && len(md.Get("cr-backend")) != 1 {
-		err = fmt.Errorf("no cr-backend header in %v", md)
+	if err == nil && len(md.Get("x-backend")) != 1 {
+		err = fmt.Errorf("no x-backend header in %v", md)
 	}
 	if err != nil {
 		c.failed.Add(1)
@@ -118,7 +88,7 @@ func (c *crClient) crCall(method, tenant string) (string, error) {
 		c.mu.Unlock()
 		return "", err
 	}
-	return md.Get("cr-backend")[0], nil
+	return md.Get("x-backend")[0], nil
 }
 
 // crTally makes n calls and counts them by backend; an error ends it.
@@ -210,7 +180,7 @@ func crStart(t *testing.T) *crSetup {
 	for _, b := range []struct{ name, service, tag string }{
 		{"g1", "greeter", "v1"}, {"g2", "greeter", "v1"}, {"g3", "greeter", "v2"}, {"n1", "greeter-next", ""},
 	} {
-		be := crStartBackend(t, b.name)
+		be := startNamedBackend(t, b.name)
 		r := &api.AgentServiceRegistration{ID: b.name, Name: b.service, Address: "127.0.0.1", Port: be.port,
 			Check: &api.AgentServiceCheck{CheckID: b.name + "-ttl", TTL: "10m", Status: api.HealthPassing}}
 		if b.tag != "" {

@@ -1,6 +1,7 @@
 // Command xdsload plays a fleet of simulated xDS clients against the
 // bridge's xDS serving path and against a baseline built the way most
-// control planes use go-control-plane, and reports how fast and how cheaply
+// control planes use go-control-plane (SnapshotCache; and LinearCache,
+// -targets bridge,snapshot,linear), and reports how fast and how cheaply
 // a change reaches the fleet (internal/load says how it measures).
 //
 //	xdsload -scenario small|large|storm [-json report.json] [-plot latency.png]
@@ -45,7 +46,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	stormOn := fs.Bool("storm", false, "after the change phase, drop and reconnect every client")
 	stormWindow := fs.Duration("storm-window", 0, "clients reconnect at random times within this window")
 	spc := fs.Int("streams-per-conn", 16, "ADS streams per gRPC client connection")
-	targets := fs.String("targets", load.TargetBridge+","+load.TargetBaseline, "targets to run, in order")
+	targets := fs.String("targets", load.TargetBridge+","+load.TargetBaseline, "targets to run, in order: bridge, baseline (or snapshot: SnapshotCache), linear (LinearCache)")
 	inproc := fs.Bool("inprocess", false, "run the serving side in this process (CPU/RSS then include the clients)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up waiting for convergence after this")
 	jsonOut := fs.String("json", "", "write the JSON report to this file")

@@ -4,6 +4,9 @@
 // go-control-plane (one SnapshotCache snapshot of every cluster and
 // assignment, rebuilt with a new version and set for every node on each
 // change), and reports how fast and how cheaply a change reaches the fleet.
+// A stronger baseline, go-control-plane's LinearCache (one per type,
+// per-resource versions, delta-capable, only the changed resources
+// updated), runs as the target "linear".
 //
 // How it measures:
 //
@@ -28,11 +31,14 @@
 //   - Encodings per resource version: the bridge cache's encoding counter
 //     over the versions the changes created; for the baseline, the resources
 //     in its responses (each encoded per response) plus those hashed for its
-//     delta version maps.
+//     delta version maps; for the LinearCache, the distinct encodings its
+//     responses carried (it encodes a resource version once and shares the
+//     bytes).
 //
 // The files: scenario.go (workloads, the synthetic fleet, Run), target.go
 // (the serving side in or out of process), serve.go (the serving process
-// and the bridge target), baseline.go (the SnapshotCache target), client.go
+// and the bridge target), baseline.go (the SnapshotCache target),
+// baseline_linear.go (the LinearCache target), client.go
 // (the simulated clients), storm.go (the reconnect storm), report.go (the
 // figures, JSON and text), plot.go (the latency plot).
 package load

@@ -22,7 +22,9 @@ type Report struct {
 	Started  time.Time          `json:"started"`
 	CLABytes int                `json:"cla_bytes"` // one service's ClusterLoadAssignment, encoded
 	Targets  []*TargetReport    `json:"targets"`
-	Ratios   map[string]float64 `json:"ratios,omitempty"` // bridge / baseline
+	Ratios   map[string]float64 `json:"ratios,omitempty"` // bridge / baseline (SnapshotCache)
+	// RatiosLinear are bridge / linear (LinearCache).
+	RatiosLinear map[string]float64 `json:"ratios_linear,omitempty"`
 	// Delta vs sotw within the bridge.
 	SotwVsDelta map[string]float64 `json:"bridge_sotw_over_delta,omitempty"`
 }
@@ -270,22 +272,31 @@ func ratio(a, b float64) float64 {
 	return round3(a / b)
 }
 
-func (r *Report) ratios() {
-	br, bl := r.target(TargetBridge), r.target(TargetBaseline)
-	if br != nil && bl != nil {
-		r.Ratios = map[string]float64{
-			"cpu_per_change":              ratio(br.CPUPerChange, bl.CPUPerChange),
-			"bytes_per_change_per_client": ratio(br.BytesPerChangePerClient, bl.BytesPerChangePerClient),
-			"ack_latency_p50":             ratio(br.Ack.P50, bl.Ack.P50),
-			"ack_latency_p99":             ratio(br.Ack.P99, bl.Ack.P99),
-		}
-		for _, m := range []string{"delta", "sotw"} {
-			a, b := br.mode(m), bl.mode(m)
-			if a != nil && b != nil {
-				r.Ratios["bytes_per_change_per_client_"+m] = ratio(a.BytesPerChangePerClient, b.BytesPerChangePerClient)
-			}
+// ratiosOver are the bridge's figures over another target's (nil when
+// either did not run).
+func ratiosOver(br, bl *TargetReport) map[string]float64 {
+	if br == nil || bl == nil {
+		return nil
+	}
+	out := map[string]float64{
+		"cpu_per_change":              ratio(br.CPUPerChange, bl.CPUPerChange),
+		"bytes_per_change_per_client": ratio(br.BytesPerChangePerClient, bl.BytesPerChangePerClient),
+		"ack_latency_p50":             ratio(br.Ack.P50, bl.Ack.P50),
+		"ack_latency_p99":             ratio(br.Ack.P99, bl.Ack.P99),
+	}
+	for _, m := range []string{"delta", "sotw"} {
+		a, b := br.mode(m), bl.mode(m)
+		if a != nil && b != nil {
+			out["bytes_per_change_per_client_"+m] = ratio(a.BytesPerChangePerClient, b.BytesPerChangePerClient)
 		}
 	}
+	return out
+}
+
+func (r *Report) ratios() {
+	br := r.target(TargetBridge)
+	r.Ratios = ratiosOver(br, r.target(TargetBaseline))
+	r.RatiosLinear = ratiosOver(br, r.target(TargetLinear))
 	if br != nil {
 		d, s := br.mode("delta"), br.mode("sotw")
 		if d != nil && s != nil {
@@ -339,6 +350,9 @@ func PrintTable(w io.Writer, rep *Report) {
 	}
 	if len(rep.Ratios) > 0 {
 		fmt.Fprintf(w, "\nbridge / baseline: %s\n", fmtMap(rep.Ratios))
+	}
+	if len(rep.RatiosLinear) > 0 {
+		fmt.Fprintf(w, "bridge / linear: %s\n", fmtMap(rep.RatiosLinear))
 	}
 	if len(rep.SotwVsDelta) > 0 {
 		fmt.Fprintf(w, "bridge sotw / delta: %s\n", fmtMap(rep.SotwVsDelta))

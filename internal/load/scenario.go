@@ -35,7 +35,8 @@ type Scenario struct {
 	SotwClusters int           `json:"sotw_clusters"`
 	Rate         float64       `json:"changes_per_second"`
 	Duration     time.Duration `json:"duration_ns"`
-	// Baseline overrides for the change phase (0: same as the bridge).
+	// Overrides for the change phase of the baselines (SnapshotCache and
+	// LinearCache; 0: same as the bridge).
 	BaselineRate     float64       `json:"baseline_changes_per_second"`
 	BaselineDuration time.Duration `json:"baseline_duration_ns"`
 	Storm            bool          `json:"storm"`
@@ -75,6 +76,14 @@ func (sc *Scenario) defaults() {
 	if len(sc.Targets) == 0 {
 		sc.Targets = []string{TargetBridge, TargetBaseline}
 	}
+	targets := make([]string, len(sc.Targets))
+	for i, t := range sc.Targets {
+		if a, ok := targetAliases[t]; ok {
+			t = a
+		}
+		targets[i] = t
+	}
+	sc.Targets = targets
 }
 
 // The synthetic fleet: service i is "svc-%05d" with endpoints
@@ -245,7 +254,7 @@ func runTarget(sc Scenario, name string) (*TargetReport, error) {
 
 	// Change phase.
 	rate, dur := sc.Rate, sc.Duration
-	if name == TargetBaseline {
+	if name != TargetBridge {
 		if sc.BaselineRate > 0 {
 			rate = sc.BaselineRate
 		}

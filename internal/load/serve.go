@@ -33,9 +33,16 @@ const (
 	// TargetBridge is the bridge's serving path: its cache and xDS server,
 	// as the app builds them (xds.NewServing).
 	TargetBridge = "bridge"
-	// TargetBaseline is go-control-plane's SnapshotCache (baseline.go).
+	// TargetBaseline is go-control-plane's SnapshotCache (baseline.go);
+	// "snapshot" names it too.
 	TargetBaseline = "baseline"
+	// TargetLinear is go-control-plane's LinearCache, one per type
+	// (baseline_linear.go).
+	TargetLinear = "linear"
 )
+
+// targetAliases are other names of targets.
+var targetAliases = map[string]string{"snapshot": TargetBaseline}
 
 // ServerStats are the serving side's counters. CPU and RSS come from
 // getrusage(RUSAGE_SELF) of the process the server runs in: the child
@@ -108,6 +115,8 @@ func startServer(target string, services, endpoints, clients int) (*server, erro
 		s.be, err = startBridge(ctx, lis, services, endpoints, s.done)
 	case TargetBaseline:
 		s.be, err = startBaseline(ctx, lis, services, endpoints, clients, s.done)
+	case TargetLinear:
+		s.be, err = startLinear(ctx, lis, services, endpoints, s.done)
 	default:
 		err = fmt.Errorf("unknown target %q", target)
 	}
@@ -256,7 +265,7 @@ func (s *server) Close() error {
 // "Q" (exit).
 func ServeMain(args []string, in io.Reader, out io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	target := fs.String("target", TargetBridge, "bridge or baseline")
+	target := fs.String("target", TargetBridge, "bridge, baseline or linear")
 	services := fs.Int("services", 100, "services")
 	endpoints := fs.Int("endpoints", 10, "endpoints per service")
 	clients := fs.Int("clients", 100, "clients (baseline: nodes to set snapshots for)")

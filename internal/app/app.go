@@ -204,7 +204,7 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	cache := xds.NewCache()
+	cache, xs := xds.NewServing(xds.ServingConfig{Options: xopts})
 	loop := bridge.New(opts, cache)
 	var files *fsout.Writer
 	if fc := c.Outputs.Filesystem; fc != nil {
@@ -225,7 +225,7 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		Sources:  srcs,
 		Loop:     loop,
 		Cache:    cache,
-		XDS:      xds.NewServer(cache, xopts),
+		XDS:      xs,
 		XDSTLS:   xdsTLS,
 		AdminTLS: adminTLS,
 	}

@@ -37,8 +37,7 @@ func deepStruct(n int) *structpb.Struct {
 func TestPoisonResourceCostsOnlyItself(t *testing.T) {
 	for _, bootstrap := range []string{"envoy-delta.yaml", "envoy-sotw.yaml"} {
 		t.Run(strings.TrimSuffix(bootstrap, ".yaml"), func(t *testing.T) {
-			cache := xds.NewCache()
-			srv := xds.NewServer(cache, xds.Options{Logger: slog.New(slog.NewTextHandler(&testWriter{t: t}, nil))})
+			cache, srv := xds.NewServing(xds.ServingConfig{Options: xds.Options{Logger: slog.New(slog.NewTextHandler(&testWriter{t: t}, nil))}})
 			lis, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)

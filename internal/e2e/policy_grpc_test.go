@@ -78,8 +78,7 @@ func TestGRPCClientTakesPolicyClusters(t *testing.T) {
 			if tc.mutate != nil {
 				tc.mutate(res.Cluster)
 			}
-			cache := xds.NewCache()
-			srv := xds.NewServer(cache, xds.Options{})
+			cache, srv := xds.NewServing(xds.ServingConfig{})
 			if err := cache.PublishServices([]translate.Resources{res}, nil); err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,7 @@
-package main
+// The target as the harness drives it: the serving side in this process
+// or in a child process ("xdsload serve") driven over stdin and stdout.
+
+package load
 
 import (
 	"bufio"
@@ -16,21 +19,21 @@ import (
 type target interface {
 	Addr() string
 	Change(seq, svc int) error
-	Stats() (serverStats, error)
+	Stats() (ServerStats, error)
 	Close() error
 }
 
 type inProcess struct{ *server }
 
-func (p inProcess) Stats() (serverStats, error) {
+func (p inProcess) Stats() (ServerStats, error) {
 	st, err := p.server.Stats()
 	st.InProcess = true
 	return st, err
 }
 
-// childEnv makes a re-executed binary (the harness itself, or the test
+// ChildEnv makes a re-executed binary (the harness itself, or the test
 // binary) run "serve".
-const childEnv = "XDSLOAD_SERVE_CHILD"
+const ChildEnv = "XDSLOAD_SERVE_CHILD"
 
 // child runs the serving side as "xdsload serve" in a child process.
 type child struct {
@@ -53,7 +56,7 @@ func startChild(target string, services, endpoints, clients int, cpuprofile stri
 		args = append(args, "-cpuprofile", cpuprofile)
 	}
 	cmd := exec.Command(exe, args...)
-	cmd.Env = append(os.Environ(), childEnv+"=1")
+	cmd.Env = append(os.Environ(), ChildEnv+"=1")
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -92,10 +95,10 @@ func (c *child) Change(seq, svc int) error {
 	return err
 }
 
-func (c *child) Stats() (serverStats, error) {
+func (c *child) Stats() (ServerStats, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var st serverStats
+	var st ServerStats
 	if _, err := io.WriteString(c.in, "S\n"); err != nil {
 		return st, err
 	}

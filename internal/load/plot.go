@@ -1,4 +1,6 @@
-package main
+// The latency plot (-plot): a PNG of each target's distribution.
+
+package load
 
 import (
 	"image/color"
@@ -10,11 +12,9 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-func sortStrings(s []string) { sort.Strings(s) }
-
-// writePlot draws the cumulative distribution of change → client ACK
+// WritePlot draws the cumulative distribution of change → client ACK
 // latency of each target, on a log time axis.
-func writePlot(path string, rep *report) error {
+func WritePlot(path string, rep *Report) error {
 	p := plot.New()
 	p.Title.Text = "xdsload " + rep.Scenario.Name + ": change → client ACK latency"
 	p.X.Label.Text = "latency (ms, log scale)"

@@ -1,10 +1,12 @@
-package main
+// The serving side: one server per target, its change applier, its
+// counters, and "xdsload serve", which runs it in a child process.
+
+package load
 
 import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -22,27 +24,30 @@ import (
 	"syscall"
 	"time"
 
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
-	"google.golang.org/grpc"
-
 	"github.com/xdsbridge/xdsbridge/translate"
 	"github.com/xdsbridge/xdsbridge/xds"
 )
 
 // Targets.
 const (
-	targetBridge   = "bridge"
-	targetBaseline = "baseline"
+	// TargetBridge is the bridge's serving path: its cache and xDS server,
+	// as the app builds them (xds.NewServing).
+	TargetBridge = "bridge"
+	// TargetBaseline is go-control-plane's SnapshotCache (baseline.go);
+	// "snapshot" names it too.
+	TargetBaseline = "baseline"
+	// TargetLinear is go-control-plane's LinearCache, one per type
+	// (baseline_linear.go).
+	TargetLinear = "linear"
 )
 
-// serverStats are the serving side's counters. CPU and RSS come from
+// targetAliases are other names of targets.
+var targetAliases = map[string]string{"snapshot": TargetBaseline}
+
+// ServerStats are the serving side's counters. CPU and RSS come from
 // getrusage(RUSAGE_SELF) of the process the server runs in: the child
 // process ("xdsload serve"), or the whole harness with -inprocess.
-type serverStats struct {
+type ServerStats struct {
 	Target      string  `json:"target"`
 	InProcess   bool    `json:"in_process"`
 	CPUSeconds  float64 `json:"cpu_seconds"`
@@ -60,19 +65,27 @@ type serverStats struct {
 	Encodings uint64 `json:"encodings"`
 }
 
-// server is the serving side: the bridge's cache and xDS server, or the
-// baseline (go-control-plane SnapshotCache, one snapshot rebuilt and set
-// for every node on each change). Changes are queued and applied by one
-// goroutine; whatever queued while it was busy is applied as one batch.
+// backend is what one target serves from.
+type backend interface {
+	// apply serves the services touched by a batch of changes, each at
+	// its marker in markers; last is the batch's last change.
+	apply(ctx context.Context, touched []int, markers []int, last int) error
+	// encodings is the count of resource encodings so far (ServerStats).
+	encodings() uint64
+}
+
+// server is the serving side of one target: a backend on a listener.
+// Changes are queued and applied by one goroutine; whatever queued while it
+// was busy is applied as one batch.
 type server struct {
 	target              string
 	services, endpoints int
-	nodes               []string
 
 	lis    net.Listener
 	cancel context.CancelFunc
 	done   chan error
 	wg     sync.WaitGroup
+	be     backend
 
 	mu      sync.Mutex
 	pending []change
@@ -82,11 +95,6 @@ type server struct {
 
 	changes, batches atomic.Int64
 	versions         atomic.Uint64
-	sent             atomic.Uint64 // baseline: resources in responses
-	hashed           atomic.Uint64 // baseline: resources hashed for delta
-
-	bc *xds.Cache
-	sc cache.SnapshotCache
 }
 
 type change struct{ seq, svc int }
@@ -102,54 +110,20 @@ func startServer(target string, services, endpoints, clients int) (*server, erro
 		lis: lis, cancel: cancel, done: make(chan error, 1),
 		wake: make(chan struct{}, 1), markers: make([]int, services),
 	}
-	for i := range clients {
-		s.nodes = append(s.nodes, nodeID(i))
-	}
 	switch target {
-	case targetBridge:
-		s.bc = xds.NewCache()
-		all := make([]translate.Resources, services)
-		for i := range services {
-			all[i], _ = translate.Service(service(i, endpoints, 0))
-		}
-		if err := s.bc.PublishServices(all, nil); err != nil {
-			cancel()
-			return nil, err
-		}
-		s.bc.MarkReady()
-		srv := xds.NewServer(s.bc, xds.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		go func() { s.done <- srv.Run(ctx, lis) }()
-	case targetBaseline:
-		// ads=false: in ADS mode the snapshot cache answers a sotw request
-		// only if it names every resource of the type in the snapshot, which
-		// grpc-go-like clients using a few clusters never do.
-		s.sc = cache.NewSnapshotCache(false, cache.IDHash{}, nil)
-		if err := s.setSnapshot(ctx, 0); err != nil {
-			cancel()
-			return nil, err
-		}
-		cb := serverv3.CallbackFuncs{
-			StreamResponseFunc: func(_ context.Context, _ int64, _ *discovery.DiscoveryRequest, r *discovery.DiscoveryResponse) {
-				s.sent.Add(uint64(len(r.GetResources())))
-			},
-			StreamDeltaResponseFunc: func(_ int64, _ *discovery.DeltaDiscoveryRequest, r *discovery.DeltaDiscoveryResponse) {
-				s.sent.Add(uint64(len(r.GetResources())))
-			},
-		}
-		xs := serverv3.NewServer(ctx, s.sc, cb)
-		gs := grpc.NewServer(grpc.MaxConcurrentStreams(1 << 20))
-		discovery.RegisterAggregatedDiscoveryServiceServer(gs, xs)
-		go func() {
-			err := gs.Serve(lis)
-			if errors.Is(err, grpc.ErrServerStopped) {
-				err = nil
-			}
-			s.done <- err
-		}()
-		go func() { <-ctx.Done(); gs.Stop() }()
+	case TargetBridge:
+		s.be, err = startBridge(ctx, lis, services, endpoints, s.done)
+	case TargetBaseline:
+		s.be, err = startBaseline(ctx, lis, services, endpoints, clients, s.done)
+	case TargetLinear:
+		s.be, err = startLinear(ctx, lis, services, endpoints, s.done)
 	default:
+		err = fmt.Errorf("unknown target %q", target)
+	}
+	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("unknown target %q", target)
+		lis.Close()
+		return nil, err
 	}
 	s.wg.Add(1)
 	go s.applier(ctx)
@@ -158,32 +132,39 @@ func startServer(target string, services, endpoints, clients int) (*server, erro
 
 func nodeID(i int) string { return fmt.Sprintf("node-%d", i) }
 
-// setSnapshot is the baseline's update: every service translated again, a
-// new snapshot with a new version, set for every node.
-func (s *server) setSnapshot(ctx context.Context, seq int) error {
-	clusters := make([]types.Resource, s.services)
-	loads := make([]types.Resource, s.services)
-	for i := range s.services {
-		r, _ := translate.Service(service(i, s.endpoints, s.markers[i]))
-		clusters[i], loads[i] = r.Cluster, r.Load
-	}
-	snap, err := cache.NewSnapshot("s"+strconv.Itoa(seq), map[resource.Type][]types.Resource{
-		resource.ClusterType:  clusters,
-		resource.EndpointType: loads,
-	})
-	if err != nil {
-		return err
-	}
-	for _, n := range s.nodes {
-		if err := s.sc.SetSnapshot(ctx, n, snap); err != nil {
-			return err
-		}
-	}
-	if snap.VersionMap != nil {
-		s.hashed.Add(uint64(2 * s.services))
-	}
-	return nil
+// bridge is the bridge's serving path: the cache and server the app
+// serves from, fed as the merge loop feeds them (translate, PublishServices).
+type bridge struct {
+	c         *xds.Cache
+	endpoints int
 }
+
+func startBridge(ctx context.Context, lis net.Listener, services, endpoints int, done chan<- error) (*bridge, error) {
+	c, srv := xds.NewServing(xds.ServingConfig{Options: xds.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}})
+	all := make([]translate.Resources, services)
+	for i := range services {
+		all[i], _ = translate.Service(service(i, endpoints, 0))
+	}
+	if err := c.PublishServices(all, nil); err != nil {
+		return nil, err
+	}
+	c.MarkReady()
+	go func() { done <- srv.Run(ctx, lis) }()
+	return &bridge{c: c, endpoints: endpoints}, nil
+}
+
+// apply is what the merge loop hands the cache for the dirty services:
+// their clusters and load assignments, translated again.
+func (b *bridge) apply(_ context.Context, touched, markers []int, _ int) error {
+	changed := make([]translate.Resources, 0, len(touched))
+	for _, svc := range touched {
+		r, _ := translate.Service(service(svc, b.endpoints, markers[svc]))
+		changed = append(changed, r)
+	}
+	return b.c.PublishServices(changed, nil)
+}
+
+func (b *bridge) encodings() uint64 { return b.c.Stats().Marshals }
 
 func (s *server) Addr() string { return s.lis.Addr().String() }
 
@@ -213,27 +194,18 @@ func (s *server) applier(ctx context.Context) {
 		if len(batch) == 0 {
 			continue
 		}
-		touched := map[int]bool{}
+		seen := map[int]bool{}
+		var touched []int
 		last := 0
 		for _, c := range batch {
 			s.markers[c.svc] = c.seq
-			touched[c.svc] = true
+			if !seen[c.svc] {
+				seen[c.svc] = true
+				touched = append(touched, c.svc)
+			}
 			last = c.seq
 		}
-		var err error
-		if s.bc != nil {
-			// What the merge loop hands the cache for a dirty service: its
-			// cluster and load assignment, translated again.
-			changed := make([]translate.Resources, 0, len(touched))
-			for svc := range touched {
-				r, _ := translate.Service(service(svc, s.endpoints, s.markers[svc]))
-				changed = append(changed, r)
-			}
-			err = s.bc.PublishServices(changed, nil)
-		} else {
-			err = s.setSnapshot(ctx, last)
-		}
-		if err != nil {
+		if err := s.be.apply(ctx, touched, s.markers, last); err != nil {
 			fmt.Fprintln(os.Stderr, "xdsload: applying changes:", err)
 			continue
 		}
@@ -243,10 +215,11 @@ func (s *server) applier(ctx context.Context) {
 	}
 }
 
-func (s *server) Stats() (serverStats, error) {
-	st := serverStats{
+func (s *server) Stats() (ServerStats, error) {
+	st := ServerStats{
 		Target: s.target, Goroutines: runtime.NumGoroutine(),
 		Changes: s.changes.Load(), Batches: s.batches.Load(), Versions: s.versions.Load(),
+		Encodings: s.be.encodings(),
 	}
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
@@ -257,12 +230,6 @@ func (s *server) Stats() (serverStats, error) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	st.HeapBytes = ms.HeapAlloc
-	if s.bc != nil {
-		cs := s.bc.Stats()
-		st.Encodings = cs.Marshals
-	} else {
-		st.Encodings = s.sent.Load() + s.hashed.Load()
-	}
 	return st, nil
 }
 
@@ -291,14 +258,14 @@ func (s *server) Close() error {
 	return <-s.done
 }
 
-// serveMain is "xdsload serve": the serving side in its own process, so
+// ServeMain is "xdsload serve": the serving side in its own process, so
 // its CPU and memory are measured apart from the simulated clients. It
 // prints "ADDR host:port", then reads commands on stdin, one a line:
 // "C seq svc" (apply a change), "S" (print the stats as one JSON line),
 // "Q" (exit).
-func serveMain(args []string, in io.Reader, out io.Writer) int {
+func ServeMain(args []string, in io.Reader, out io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	target := fs.String("target", targetBridge, "bridge or baseline")
+	target := fs.String("target", TargetBridge, "bridge, baseline or linear")
 	services := fs.Int("services", 100, "services")
 	endpoints := fs.Int("endpoints", 10, "endpoints per service")
 	clients := fs.Int("clients", 100, "clients (baseline: nodes to set snapshots for)")

@@ -1,4 +1,4 @@
-package main
+package load
 
 import (
 	"encoding/json"
@@ -12,18 +12,18 @@ import (
 // The serving side of the child-process mode is this test binary itself,
 // re-executed with childEnv set.
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) == "1" {
+	if os.Getenv(ChildEnv) == "1" {
 		args := os.Args[1:]
 		if len(args) > 0 && args[0] == "serve" {
 			args = args[1:]
 		}
-		os.Exit(serveMain(args, os.Stdin, os.Stdout))
+		os.Exit(ServeMain(args, os.Stdin, os.Stdout))
 	}
 	os.Exit(m.Run())
 }
 
-func smallScenario(inProcess bool) scenario {
-	return scenario{
+func smallScenario(inProcess bool) Scenario {
+	return Scenario{
 		Name: "smoke", Services: 20, Endpoints: 5, Clients: 20,
 		SotwShare: 0.25, SotwClusters: 4,
 		Rate: 20, Duration: 500 * time.Millisecond,
@@ -42,7 +42,7 @@ func TestSmallScenarioSmoke(t *testing.T) {
 			name = "inprocess"
 		}
 		t.Run(name, func(t *testing.T) {
-			rep, err := run(smallScenario(inProcess), io.Discard)
+			rep, err := Run(smallScenario(inProcess), io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -65,7 +65,7 @@ func TestSmallScenarioSmoke(t *testing.T) {
 				if tr.Storm == nil || !tr.Storm.Converged {
 					t.Errorf("%s: storm %+v", tr.Target, tr.Storm)
 				}
-				if tr.Target == targetBridge {
+				if tr.Target == TargetBridge {
 					if tr.EncPerVer != 1 {
 						t.Errorf("bridge: %d encodings for %d resource versions, want one each", tr.Encodings, tr.Versions)
 					}
@@ -78,14 +78,14 @@ func TestSmallScenarioSmoke(t *testing.T) {
 			}
 			dir := t.TempDir()
 			jp := filepath.Join(dir, "report.json")
-			if err := writeJSON(jp, rep); err != nil {
+			if err := WriteJSON(jp, rep); err != nil {
 				t.Fatal(err)
 			}
 			b, err := os.ReadFile(jp)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var back report
+			var back Report
 			if err := json.Unmarshal(b, &back); err != nil {
 				t.Fatalf("report JSON: %v", err)
 			}
@@ -93,13 +93,13 @@ func TestSmallScenarioSmoke(t *testing.T) {
 				t.Errorf("report JSON round trip: %d targets, ratios %v", len(back.Targets), back.Ratios)
 			}
 			pp := filepath.Join(dir, "latency.png")
-			if err := writePlot(pp, rep); err != nil {
+			if err := WritePlot(pp, rep); err != nil {
 				t.Fatal(err)
 			}
 			if st, err := os.Stat(pp); err != nil || st.Size() == 0 {
 				t.Errorf("plot: %v", err)
 			}
-			printTable(io.Discard, rep)
+			PrintTable(io.Discard, rep)
 		})
 	}
 }

@@ -1,4 +1,7 @@
-package main
+// The simulated clients: Envoy-like delta ADS and grpc-go-like sotw ADS
+// streams, each recording when it received and ACKed every change.
+
+package load
 
 import (
 	"context"

@@ -1,0 +1,388 @@
+// Scenarios, the synthetic fleet they serve, and how one is played
+// against each target.
+
+package load
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/xdsbridge/xdsbridge/sources"
+	"github.com/xdsbridge/xdsbridge/translate"
+)
+
+// Scenario is one workload, played against each target in turn.
+type Scenario struct {
+	Name      string  `json:"name"`
+	Services  int     `json:"services"`
+	Endpoints int     `json:"endpoints_per_service"`
+	Clients   int     `json:"clients"`
+	SotwShare float64 `json:"sotw_share"` // fraction of clients on sotw
+	// SotwClusters is how many clusters a sotw (grpc-go-like) client uses;
+	// 0: every cluster (wildcard CDS, EDS for all).
+	SotwClusters int           `json:"sotw_clusters"`
+	Rate         float64       `json:"changes_per_second"`
+	Duration     time.Duration `json:"duration_ns"`
+	// Overrides for the change phase of the baselines (SnapshotCache and
+	// LinearCache; 0: same as the bridge).
+	BaselineRate     float64       `json:"baseline_changes_per_second"`
+	BaselineDuration time.Duration `json:"baseline_duration_ns"`
+	Storm            bool          `json:"storm"`
+	StormWindow      time.Duration `json:"storm_window_ns"`
+	StreamsPerConn   int           `json:"streams_per_conn"`
+	InProcess        bool          `json:"in_process"`
+	Seed             uint64        `json:"seed"`
+	Timeout          time.Duration `json:"timeout_ns"`
+	Targets          []string      `json:"targets"`
+	CPUProfileDir    string        `json:"-"`
+}
+
+// Scenarios are the named workloads (-scenario); flags override their
+// sizes.
+var Scenarios = map[string]Scenario{
+	"small": {Name: "small", Services: 100, Endpoints: 10, Clients: 100, SotwShare: 0.2, SotwClusters: 10,
+		Rate: 20, Duration: 10 * time.Second},
+	"large": {Name: "large", Services: 5000, Endpoints: 10, Clients: 1000, SotwShare: 0.2, SotwClusters: 10,
+		Rate: 100, Duration: 60 * time.Second},
+	"storm": {Name: "storm", Services: 5000, Endpoints: 10, Clients: 1000, SotwShare: 0.2, SotwClusters: 10,
+		Storm: true, StormWindow: 2 * time.Second},
+}
+
+func (sc *Scenario) defaults() {
+	if sc.StreamsPerConn <= 0 {
+		sc.StreamsPerConn = 16
+	}
+	if sc.Timeout <= 0 {
+		sc.Timeout = 5 * time.Minute
+	}
+	if sc.StormWindow <= 0 {
+		sc.StormWindow = 2 * time.Second
+	}
+	if sc.Seed == 0 {
+		sc.Seed = 1
+	}
+	if len(sc.Targets) == 0 {
+		sc.Targets = []string{TargetBridge, TargetBaseline}
+	}
+	targets := make([]string, len(sc.Targets))
+	for i, t := range sc.Targets {
+		if a, ok := targetAliases[t]; ok {
+			t = a
+		}
+		targets[i] = t
+	}
+	sc.Targets = targets
+}
+
+// The synthetic fleet: service i is "svc-%05d" with endpoints
+// 10.<i>>8>.<i&255>.<j+1>:80. A change number seq sets the port of the
+// service's first endpoint to markerBase+seq, so a client that receives the
+// service's ClusterLoadAssignment can tell which change it carries (a later
+// change to the same service carries every earlier one).
+const (
+	markerBase = 1000
+	maxChanges = 65535 - markerBase
+)
+
+func svcName(i int) string { return fmt.Sprintf("svc-%05d", i) }
+
+func svcIndex(name string) int {
+	n, err := strconv.Atoi(strings.TrimPrefix(name, "svc-"))
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// service is service i at change marker (0: its initial state).
+func service(i, endpoints, marker int) sources.Service {
+	s := sources.Service{Name: svcName(i), Endpoints: make([]sources.Endpoint, 0, endpoints)}
+	for j := range endpoints {
+		port := uint32(80)
+		if j == 0 && marker > 0 {
+			port = uint32(markerBase + marker)
+		}
+		s.Endpoints = append(s.Endpoints, sources.Endpoint{
+			Address: fmt.Sprintf("10.%d.%d.%d", (i>>8)&255, i&255, j+1),
+			Port:    port,
+			Health:  sources.HealthHealthy,
+		})
+	}
+	return s
+}
+
+// markerOf is the change number a ClusterLoadAssignment carries (0: none).
+func markerOf(cla *endpoint.ClusterLoadAssignment) int32 {
+	var m int32
+	for _, g := range cla.GetEndpoints() {
+		for _, lb := range g.GetLbEndpoints() {
+			p := int32(lb.GetEndpoint().GetAddress().GetSocketAddress().GetPortValue())
+			if p >= markerBase && p-markerBase > m {
+				m = p - markerBase
+			}
+		}
+	}
+	return m
+}
+
+// Run plays the scenario against each of its targets in turn.
+func Run(sc Scenario, log io.Writer) (*Report, error) {
+	sc.defaults()
+	if sc.Rate > 0 && sc.Rate*sc.Duration.Seconds() > maxChanges-1 {
+		return nil, fmt.Errorf("at most %d changes per run", maxChanges-1)
+	}
+	rep := &Report{Scenario: sc, Machine: describeMachine(), Started: time.Now().UTC(), CLABytes: claSize(sc.Endpoints)}
+	for _, t := range sc.Targets {
+		fmt.Fprintf(log, "xdsload: %s: %s (%d services × %d endpoints, %d clients)\n", sc.Name, t, sc.Services, sc.Endpoints, sc.Clients)
+		tr, err := runTarget(sc, t)
+		if err != nil {
+			return nil, err
+		}
+		rep.Targets = append(rep.Targets, tr)
+	}
+	rep.ratios()
+	return rep, nil
+}
+
+type changeRec struct {
+	seq, svc int
+	at       int64
+}
+
+// runTarget plays the scenario against one target.
+func runTarget(sc Scenario, name string) (*TargetReport, error) {
+	rep := &TargetReport{Target: name}
+	prof := ""
+	if sc.CPUProfileDir != "" {
+		prof = fmt.Sprintf("%s/%s-%s.cpu.pprof", sc.CPUProfileDir, sc.Name, name)
+	}
+	var tg target
+	if sc.InProcess {
+		s, err := startServer(name, sc.Services, sc.Endpoints, sc.Clients)
+		if err != nil {
+			return nil, err
+		}
+		tg = inProcess{s}
+	} else {
+		ch, err := startChild(name, sc.Services, sc.Endpoints, sc.Clients, prof)
+		if err != nil {
+			return nil, err
+		}
+		tg = ch
+	}
+	defer tg.Close()
+
+	fl := newFleet(sc.Services)
+	nconns := (sc.Clients + sc.StreamsPerConn - 1) / sc.StreamsPerConn
+	conns := make([]*grpc.ClientConn, nconns)
+	for i := range conns {
+		cc, err := grpc.NewClient(tg.Addr(),
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
+		if err != nil {
+			return nil, err
+		}
+		defer cc.Close()
+		conns[i] = cc
+	}
+	rng := rand.New(rand.NewPCG(sc.Seed, 7))
+	clients := make([]*client, sc.Clients)
+	sotwEvery := 0
+	if sc.SotwShare > 0 {
+		sotwEvery = int(math.Round(1 / sc.SotwShare))
+	}
+	for i := range clients {
+		delta := sotwEvery == 0 || i%sotwEvery != sotwEvery-1
+		var subset []int
+		if !delta && sc.SotwClusters > 0 && sc.SotwClusters < sc.Services {
+			for j := range sc.SotwClusters {
+				subset = append(subset, (i*sc.SotwClusters+j*(sc.Services/sc.SotwClusters+1))%sc.Services)
+			}
+			sort.Ints(subset)
+			subset = dedup(subset)
+		}
+		clients[i] = newClient(i, delta, conns[i%nconns], fl, subset)
+	}
+	defer func() {
+		for _, c := range clients {
+			c.stop()
+		}
+	}()
+
+	// Initial sync.
+	t0 := time.Now()
+	for _, c := range clients {
+		c.start(false)
+	}
+	if err := waitFor(sc.Timeout, func() bool {
+		for _, c := range clients {
+			if !c.ready.Load() {
+				return false
+			}
+		}
+		return true
+	}, clients); err != nil {
+		notReady := 0
+		example := ""
+		for _, c := range clients {
+			if !c.ready.Load() {
+				notReady++
+				c.mu.Lock()
+				example = fmt.Sprintf("client %d (delta %v): %d/%d clusters, %d/%d assignments", c.id, c.delta, c.nClusters, c.expected(), c.nEDS, c.expected())
+				c.mu.Unlock()
+			}
+		}
+		return nil, fmt.Errorf("%s: initial sync: %w: %d clients not ready, e.g. %s", name, err, notReady, example)
+	}
+	rep.InitS = round3(time.Since(t0).Seconds())
+	initBytes := make([]int64, len(clients))
+	for i, c := range clients {
+		initBytes[i] = c.bytes.Load()
+	}
+
+	// Change phase.
+	rate, dur := sc.Rate, sc.Duration
+	if name != TargetBridge {
+		if sc.BaselineRate > 0 {
+			rate = sc.BaselineRate
+		}
+		if sc.BaselineDuration > 0 {
+			dur = sc.BaselineDuration
+		}
+	}
+	n := int(rate * dur.Seconds())
+	n = min(n, maxChanges-1)
+	st0, err := tg.Stats()
+	if err != nil {
+		return nil, err
+	}
+	rep.Server = append(rep.Server, st0)
+	b0, r0 := counters(clients)
+	final := make([]int32, sc.Services)
+	var changes []changeRec
+	var changedSvcs []int
+	start := time.Now()
+	for seq := 1; seq <= n; seq++ {
+		due := start.Add(time.Duration(float64(seq-1) / rate * float64(time.Second)))
+		time.Sleep(time.Until(due))
+		svc := rng.IntN(sc.Services)
+		at := time.Now().UnixNano()
+		if err := tg.Change(seq, svc); err != nil {
+			return nil, err
+		}
+		if final[svc] == 0 {
+			changedSvcs = append(changedSvcs, svc)
+		}
+		final[svc] = int32(seq)
+		changes = append(changes, changeRec{seq, svc, at})
+	}
+	lastChange := time.Now()
+	err = waitFor(sc.Timeout, func() bool {
+		for _, c := range clients {
+			if !c.convergedTo(final, changedSvcs) {
+				return false
+			}
+		}
+		return true
+	}, clients)
+	rep.Converged = err == nil
+	if err != nil {
+		rep.Errors = append(rep.Errors, "change phase: "+err.Error())
+	}
+	rep.ConvergeS = round3(time.Since(lastChange).Seconds())
+	rep.ChangePhase = round3(time.Since(start).Seconds())
+	st1, err := tg.Stats()
+	if err != nil {
+		return nil, err
+	}
+	rep.Server = append(rep.Server, st1)
+	b1, r1 := counters(clients)
+	rep.Changes = len(changes)
+	rep.Applied = st1.Changes - st0.Changes
+	rep.Batches = st1.Batches - st0.Batches
+	rep.CPUSeconds = round3(st1.CPUSeconds - st0.CPUSeconds)
+	rep.Encodings = st1.Encodings - st0.Encodings
+	rep.Versions = st1.Versions - st0.Versions
+	if rep.Versions > 0 {
+		rep.EncPerVer = round3(float64(rep.Encodings) / float64(rep.Versions))
+	}
+	if len(changes) > 0 {
+		rep.CPUPerChange = round3(rep.CPUSeconds * 1000 / float64(len(changes)))
+	}
+	rep.Goroutines = st1.Goroutines
+	latencies(rep, clients, changes, b0, b1, r0, r1, initBytes)
+
+	if sc.Storm {
+		rep.Storm, err = storm(sc, tg, clients, rng, n+1, initBytes)
+		if err != nil {
+			return nil, err
+		}
+	}
+	st2, err := tg.Stats()
+	if err != nil {
+		return nil, err
+	}
+	rep.Server = append(rep.Server, st2)
+	rep.PeakRSS = st2.MaxRSSBytes
+	for _, c := range clients {
+		if err := c.err(); err != nil {
+			rep.Errors = append(rep.Errors, fmt.Sprintf("client %d: %v", c.id, err))
+			break
+		}
+	}
+	return rep, nil
+}
+
+func dedup(s []int) []int {
+	out := s[:0]
+	for i, v := range s {
+		if i == 0 || v != s[i-1] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func counters(clients []*client) (bytes, responses []int64) {
+	bytes = make([]int64, len(clients))
+	responses = make([]int64, len(clients))
+	for i, c := range clients {
+		bytes[i], responses[i] = c.bytes.Load(), c.responses.Load()
+	}
+	return bytes, responses
+}
+
+// waitFor polls cond until it holds, a stream fails, or the timeout.
+func waitFor(timeout time.Duration, cond func() bool, clients []*client) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		for _, c := range clients {
+			if err := c.err(); err != nil {
+				return fmt.Errorf("client %d: %w", c.id, err)
+			}
+		}
+		if time.Now().After(deadline) {
+			return errors.New("timed out")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// claSize is the encoded size of one service's ClusterLoadAssignment.
+func claSize(endpoints int) int {
+	r, _ := translate.Service(service(1, endpoints, 1))
+	return proto.Size(r.Load)
+}

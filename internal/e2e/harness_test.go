@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/config/decode"
 	"github.com/xdsbridge/xdsbridge/internal/app"
 )
 
@@ -104,7 +105,7 @@ func runBridge(t *testing.T, cfg *config.Config) *bridge {
 func runBridgeOn(t *testing.T, cfg *config.Config, xdsListen string) *bridge {
 	t.Helper()
 	cfg.XDS.Listen, cfg.Admin.Listen = xdsListen, "127.0.0.1:0"
-	cfg.Debounce = config.Debounce{Quiet: config.Duration(10 * time.Millisecond), Max: config.Duration(100 * time.Millisecond)}
+	cfg.Debounce = config.Debounce{Quiet: decode.Duration(10 * time.Millisecond), Max: decode.Duration(100 * time.Millisecond)}
 	cfg.Logging.Level = "warn"
 	a, err := app.New(cfg, app.NewLogger(cfg.Logging, &testWriter{t: t}))
 	if err != nil {

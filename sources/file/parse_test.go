@@ -310,3 +310,17 @@ func TestParseCanonicalAddresses(t *testing.T) {
 		t.Errorf("addresses %q, want the canonical forms", got)
 	}
 }
+
+// Keys are case-sensitive: `serviCes:` is not `services:`.
+func TestTdParseKeyCase(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"serviCes:\n  web: {endpoints: [{address: 10.0.0.1, port: 80}]}\n", `unknown field "serviCes" (keys are case-sensitive: did you mean "services"?)`},
+		{"services:\n  web: {endpoints: [{address: 10.0.0.1, Port: 80}]}\n", `unknown field "Port" in services.web.endpoints[0] (keys are case-sensitive: did you mean "port"?)`},
+		{"services:\n  web: {endpoints: [{address: 10.0.0.1, port: 80, locality: {Zone: a}}]}\n", `unknown field "Zone" in services.web.endpoints[0].locality (keys are case-sensitive: did you mean "zone"?)`},
+	} {
+		_, err := Parse([]byte(tc.in))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want %q", tc.in, err, tc.want)
+		}
+	}
+}

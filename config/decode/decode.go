@@ -150,8 +150,9 @@ func fieldError(err error) error {
 	return err
 }
 
-// located is a problem found by locate: an unknown field (unknown set, path
-// is the object holding it) or a value that fails to decode (err).
+// located is a problem found by locate: an unknown field (err nil, unknown
+// its name, path the object holding it) or a value that fails to decode
+// (err).
 type located struct {
 	path    string
 	unknown string
@@ -164,14 +165,16 @@ type located struct {
 // error words the problem. decodeErr is encoding/json's own error, whose
 // wording is kept where callers may match on it.
 func (l *located) error(decodeErr error) error {
-	if l.unknown != "" && l.want != "" {
+	// An unknown field is the one problem without an error of its own;
+	// its name may be "" (`"": 1`).
+	if l.err == nil && l.want != "" {
 		hint := fmt.Sprintf("(keys are case-sensitive: did you mean %q?)", l.want)
 		if l.path == "" {
 			return fmt.Errorf("unknown field %q %s", l.unknown, hint)
 		}
 		return fmt.Errorf("unknown field %q in %s %s", l.unknown, l.path, hint)
 	}
-	if l.unknown != "" {
+	if l.err == nil {
 		if l.path == "" {
 			return fmt.Errorf("unknown field %q", l.unknown)
 		}

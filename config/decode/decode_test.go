@@ -58,6 +58,10 @@ func TestJSONStrict(t *testing.T) {
 		in, want string
 	}{
 		{`{"bogus": 1}`, `unknown field "bogus"`},
+		// An empty key is a field no struct has (it was accepted, the
+		// error lost).
+		{`{"": 1}`, `unknown field ""`},
+		{`{"items": {"a": [{"": null}]}}`, `unknown field "" in items.a[0]`},
 		{`{"items": {"a": [{"port": 1}, {"prot": 2}]}}`, `unknown field "prot" in items.a[1]`},
 		{`{"items": {"a": [{"port": 1}, {"port": -2}]}}`, `items.port: cannot use a JSON number -2 here (want uint32), at items.a[1].port`},
 		{`{"items": {"a": [{"wait": "soon"}]}}`, `items.a[0].wait: invalid duration "soon"`},

@@ -72,7 +72,10 @@ func NewLogger(c config.Logging, w io.Writer) *slog.Logger {
 func BuildSources(c *config.Config, log *slog.Logger, reg prometheus.Registerer) ([]sources.Source, error) {
 	var out []sources.Source
 	for i, sc := range c.Sources {
-		f := SourceTypes[sc.Type]
+		f, ok := SourceType(sc.Type)
+		if !ok {
+			return nil, fmt.Errorf("sources[%d] (%s): unknown source type %q (want one of %s)", i, sc.Name, sc.Type, strings.Join(SourceTypeNames(), ", "))
+		}
 		src, err := f(sc.Name, sc.Raw, sources.Env{BaseDir: c.BaseDir, Logger: log, Metrics: reg})
 		if err != nil {
 			return nil, fmt.Errorf("sources[%d] (%s).%s: %w", i, sc.Name, sc.Type, err)

@@ -29,7 +29,8 @@ import (
 	"github.com/xdsbridge/xdsbridge/internal/app"
 )
 
-// requireIntegration: CI sets XDSBRIDGE_REQUIRE_INTEGRATION=1 so a missing
+// requireBinary returns the path of a binary on PATH, or skips the test;
+// CI sets XDSBRIDGE_REQUIRE_INTEGRATION=1 so a missing
 // binary fails instead of skipping.
 func requireBinary(t *testing.T, name string) string {
 	t.Helper()

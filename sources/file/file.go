@@ -161,7 +161,7 @@ func (s *Source) ClaimedNames() ([]string, error) {
 	return names, nil
 }
 
-// Load reads and parses the file once.
+// load reads and parses the file once.
 func (s *Source) load(ctx context.Context) ([]sources.Service, error) {
 	data, err := readFile(ctx, s.path, s.max)
 	if err != nil {
@@ -186,9 +186,6 @@ func (s *Source) loadPolicy() (*policy.File, error) {
 	}
 	return f, nil
 }
-
-// Services reads and parses the file once, for `xdsbridge dump` and tests.
-func (s *Source) Services() ([]sources.Service, error) { return s.load(context.Background()) }
 
 // Run publishes the file's services and again after every change.
 func (s *Source) Run(ctx context.Context, sink sources.Sink) error {

@@ -118,7 +118,7 @@ func ParseContext(ctx context.Context, data []byte) ([]sources.Service, error) {
 	}
 	out := make([]sources.Service, 0, len(byName))
 	for _, s := range byName {
-		sources.SortEndpoints(s.Endpoints)
+		s.Endpoints = sources.Normalize(s.Endpoints)
 		out = append(out, s)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

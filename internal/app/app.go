@@ -22,6 +22,7 @@ import (
 	"github.com/xdsbridge/xdsbridge/healthcheck"
 	"github.com/xdsbridge/xdsbridge/internal/certs"
 	"github.com/xdsbridge/xdsbridge/internal/fsout"
+	promreg "github.com/xdsbridge/xdsbridge/internal/metrics"
 	"github.com/xdsbridge/xdsbridge/sources"
 	"github.com/xdsbridge/xdsbridge/xds"
 )
@@ -157,7 +158,9 @@ func ServicesAndPolicy(srcs []sources.Source) []string {
 // New builds the bridge. It starts nothing and listens on nothing.
 func New(c *config.Config, log *slog.Logger) (*App, error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := promreg.Register(reg, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, err
+	}
 	srcs, err := BuildSources(c, log, reg)
 	if err != nil {
 		return nil, err

@@ -120,8 +120,10 @@ func (k HostKey) String() string {
 	return fmt.Sprintf("%s:%d", k.Address, k.Port)
 }
 
-// Service is one named service: it becomes one Envoy cluster and one
-// ClusterLoadAssignment of the same name.
+// Service is one named service: it becomes four Envoy resources of its
+// name (a Cluster, its ClusterLoadAssignment, and the Listener and
+// RouteConfiguration of gRPC clients), plus those of its policy's subsets
+// (translate.Resources).
 type Service struct {
 	Name      string     `json:"name"`
 	Endpoints []Endpoint `json:"endpoints"`

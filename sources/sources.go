@@ -11,6 +11,11 @@
 // changes, the source publishes the full set again (Publish). When it cannot
 // refresh (its registry is down, a file fails to parse), it reports the error
 // (Fail) and publishes nothing: the bridge keeps serving the last good set.
+//
+// Each service's endpoints are published in normal form (Normalize):
+// canonical addresses, each host once, sorted. That is the one sort and
+// de-duplication of a host list between a source and the translator; the
+// merge and translation rely on it.
 package sources
 
 import (

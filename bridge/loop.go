@@ -710,12 +710,11 @@ func (l *Loop) merge(name string) (svc sources.Service, keep bool) {
 	now := l.now()
 	out := sources.Service{Name: name, Endpoints: make([]sources.Endpoint, 0, len(src.Endpoints))}
 	infos := make([]HostInfo, 0, len(src.Endpoints))
+	// The owner's endpoints are in normal form (sources.Sink.Publish):
+	// sorted, each host once.
 	seen := make(map[sources.HostKey]bool, len(src.Endpoints))
 	for _, e := range src.Endpoints {
 		k := e.Key()
-		if seen[k] {
-			continue
-		}
 		seen[k] = true
 		v := l.verdict(name, k)
 		d := healthcheck.Decide(true, e.Health, v, 0, 0)
@@ -740,6 +739,7 @@ func (l *Loop) merge(name string) (svc sources.Service, keep bool) {
 			}
 		}
 	}
+	mixed := false
 	for k, r := range ret {
 		if seen[k] {
 			delete(ret, k)
@@ -761,13 +761,17 @@ func (l *Loop) merge(name string) (svc sources.Service, keep bool) {
 		pe := r.endpoint
 		pe.Health = d.Health
 		out.Endpoints = append(out.Endpoints, pe)
+		mixed = true
 	}
 	if len(ret) > 0 {
 		l.retained[name] = ret
 	} else {
 		delete(l.retained, name)
 	}
-	sources.SortEndpoints(out.Endpoints)
+	if mixed {
+		// Retained hosts (from a map) go in among the discovered ones.
+		sources.SortEndpoints(out.Endpoints)
+	}
 	l.setHostInfo(name, infos)
 	return out, true
 }

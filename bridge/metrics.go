@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	promreg "github.com/xdsbridge/xdsbridge/internal/metrics"
 )
 
 type loopMetrics struct {
@@ -63,8 +64,8 @@ func newLoopMetrics(l *Loop, reg prometheus.Registerer) *loopMetrics {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.sourceSyncs, m.sourceErrors, m.conflicts, m.policyConflicts, m.services, m.flushes, m.flushErrors, m.invalid, m.limitExceeded, m.refused, m.refusedServices, m.flushSeconds, &staleCollector{l})
+	if err := promreg.Register(reg, m.sourceSyncs, m.sourceErrors, m.conflicts, m.policyConflicts, m.services, m.flushes, m.flushErrors, m.invalid, m.limitExceeded, m.refused, m.refusedServices, m.flushSeconds, &staleCollector{l}); err != nil {
+		panic(err)
 	}
 	return m
 }

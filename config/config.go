@@ -1,6 +1,7 @@
-// Package config reads the bridge's YAML (or JSON) configuration. Unknown
-// fields are errors naming the field; every source's block is decoded by that
-// source's own factory with the same strictness (DecodeStrict).
+// Package config is the bridge's configuration file: its schema, defaults
+// and checks. It is decoded with config/decode (unknown and miscased keys
+// are errors naming the field); every source's block is decoded by that
+// source's own factory with the same strictness (decode.JSONStrict).
 package config
 
 import (
@@ -20,25 +21,6 @@ import (
 	"github.com/xdsbridge/xdsbridge/translate"
 	"github.com/xdsbridge/xdsbridge/xds"
 )
-
-// Duration is decode.Duration: a time.Duration written as a Go duration
-// string ("50ms", "5s") or a number of seconds.
-type Duration = decode.Duration
-
-// CheckRange is decode.CheckRange: "debounce.quiet: 1h0m0s is not in 1ms..5s".
-func CheckRange(field string, d, min, max time.Duration) error {
-	return decode.CheckRange(field, d, min, max)
-}
-
-// CheckCount is decode.CheckCount.
-func CheckCount(field string, n, min, max int) error { return decode.CheckCount(field, n, min, max) }
-
-// DecodeStrict is decode.Strict: YAML or JSON into v, rejecting unknown
-// fields and keys given twice, errors naming the field.
-func DecodeStrict(data []byte, v any) error { return decode.Strict(data, v) }
-
-// DecodeJSONStrict is decode.JSONStrict.
-func DecodeJSONStrict(data []byte, v any) error { return decode.JSONStrict(data, v) }
 
 // Config is the whole configuration file.
 type Config struct {
@@ -71,7 +53,7 @@ type HealthChecks struct {
 	Services map[string]json.RawMessage `json:"services"`
 	// MaxRetention bounds how long a host absent from discovery but passing
 	// its check keeps being served; 0 (default) keeps it while it passes.
-	MaxRetention Duration `json:"max_retention"`
+	MaxRetention decode.Duration `json:"max_retention"`
 	// Workers bounds concurrent probes (default 128).
 	Workers int `json:"workers"`
 }
@@ -123,9 +105,9 @@ func (x XDS) CertificateProvider() string {
 // Keepalive is xds.Keepalive as written in the file; 0 or absent is the
 // default (30s, 10s, 5s).
 type Keepalive struct {
-	Time    Duration `json:"time"`
-	Timeout Duration `json:"timeout"`
-	MinTime Duration `json:"min_time"`
+	Time    decode.Duration `json:"time"`
+	Timeout decode.Duration `json:"timeout"`
+	MinTime decode.Duration `json:"min_time"`
 }
 
 // TLS configures a listener's TLS. The files are PEM; they are read at
@@ -142,7 +124,7 @@ type TLS struct {
 	ClientCAFile string `json:"client_ca_file"`
 	// ReloadInterval is how often the files are checked for change
 	// (default 10s; 100ms..1h).
-	ReloadInterval Duration `json:"reload_interval"`
+	ReloadInterval decode.Duration `json:"reload_interval"`
 	// MinVersion is the lowest TLS version accepted: "1.2" (default) or
 	// "1.3".
 	MinVersion string `json:"min_version"`
@@ -168,7 +150,7 @@ func (t *TLS) applyDefaults() {
 		return
 	}
 	if t.ReloadInterval == 0 {
-		t.ReloadInterval = Duration(DefaultTLSReloadInterval)
+		t.ReloadInterval = decode.Duration(DefaultTLSReloadInterval)
 	}
 	if t.MinVersion == "" {
 		t.MinVersion = "1.2"
@@ -187,7 +169,7 @@ func (t *TLS) check(field string) error {
 	default:
 		return fmt.Errorf("%s.min_version: %q is not one of 1.2, 1.3", field, t.MinVersion)
 	}
-	return CheckRange(field+".reload_interval", t.ReloadInterval.D(), MinTLSReloadInterval, MaxTLSReloadInterval)
+	return decode.CheckRange(field+".reload_interval", t.ReloadInterval.D(), MinTLSReloadInterval, MaxTLSReloadInterval)
 }
 
 // Admin configures the admin HTTP listener (/healthz, /readyz, /metrics, /debug/...).
@@ -195,13 +177,13 @@ type Admin struct {
 	Listen string `json:"listen"`
 	// Timeouts of the admin HTTP server; 0 or absent: the default (see
 	// internal/app: 5s, 10s, 30s, 60s, 5s).
-	ReadHeaderTimeout Duration `json:"read_header_timeout"`
-	ReadTimeout       Duration `json:"read_timeout"`
-	WriteTimeout      Duration `json:"write_timeout"`
-	IdleTimeout       Duration `json:"idle_timeout"`
+	ReadHeaderTimeout decode.Duration `json:"read_header_timeout"`
+	ReadTimeout       decode.Duration `json:"read_timeout"`
+	WriteTimeout      decode.Duration `json:"write_timeout"`
+	IdleTimeout       decode.Duration `json:"idle_timeout"`
 	// ShutdownTimeout is how long a shutdown waits for requests in flight
 	// before it closes their connections.
-	ShutdownTimeout Duration `json:"shutdown_timeout"`
+	ShutdownTimeout decode.Duration `json:"shutdown_timeout"`
 	// TLS, when set, serves the admin listener over TLS (mTLS with
 	// client_ca_file: then every path needs a client certificate,
 	// probes included).
@@ -217,9 +199,9 @@ type Admin struct {
 type Debounce struct {
 	// Quiet is how long the loop waits after the last event before it
 	// publishes (default 50ms).
-	Quiet Duration `json:"quiet"`
+	Quiet decode.Duration `json:"quiet"`
 	// Max is the longest an event waits while events keep coming (default 500ms).
-	Max Duration `json:"max"`
+	Max decode.Duration `json:"max"`
 }
 
 // Logging configures log/slog.
@@ -273,7 +255,7 @@ func (s *Source) UnmarshalJSON(b []byte) error {
 	}
 	if dl, ok := m["default_locality"]; ok {
 		s.DefaultLocality = &Locality{}
-		if err := DecodeJSONStrict(dl, s.DefaultLocality); err != nil {
+		if err := decode.JSONStrict(dl, s.DefaultLocality); err != nil {
 			return fmt.Errorf("default_locality: %w", err)
 		}
 		delete(m, "default_locality")
@@ -327,7 +309,7 @@ const (
 // relative paths. knownTypes lists the source types that exist.
 func Parse(data []byte, baseDir string, knownTypes []string) (*Config, error) {
 	var c Config
-	if err := DecodeStrict(data, &c); err != nil {
+	if err := decode.Strict(data, &c); err != nil {
 		return nil, err
 	}
 	c.BaseDir = baseDir
@@ -363,11 +345,11 @@ func (c *Config) applyDefaults() {
 		c.Admin.Listen = DefaultAdminListen
 	}
 	if c.Debounce.Quiet == 0 {
-		c.Debounce.Quiet = Duration(DefaultDebounceQuiet)
+		c.Debounce.Quiet = decode.Duration(DefaultDebounceQuiet)
 	}
 	if c.Debounce.Max == 0 {
 		// Never below an explicitly longer quiet period.
-		c.Debounce.Max = max(Duration(DefaultDebounceMax), c.Debounce.Quiet)
+		c.Debounce.Max = max(decode.Duration(DefaultDebounceMax), c.Debounce.Quiet)
 	}
 	if c.Logging.Format == "" {
 		c.Logging.Format = "text"
@@ -435,7 +417,7 @@ func (c *Config) validate(knownTypes []string) error {
 	}
 	for _, r := range []struct {
 		field    string
-		d        Duration
+		d        decode.Duration
 		min, max time.Duration
 	}{
 		{"debounce.quiet", c.Debounce.Quiet, MinDebounce, MaxDebounceQuiet},
@@ -445,11 +427,11 @@ func (c *Config) validate(knownTypes []string) error {
 		{"xds.keepalive.timeout", c.XDS.Keepalive.Timeout, 0, time.Hour},
 		{"xds.keepalive.min_time", c.XDS.Keepalive.MinTime, 0, time.Hour},
 	} {
-		if err := CheckRange(r.field, r.d.D(), r.min, r.max); err != nil {
+		if err := decode.CheckRange(r.field, r.d.D(), r.min, r.max); err != nil {
 			return err
 		}
 	}
-	if err := CheckCount("health_checks.workers", c.HealthChecks.Workers, 0, MaxWorkers); err != nil {
+	if err := decode.CheckCount("health_checks.workers", c.HealthChecks.Workers, 0, MaxWorkers); err != nil {
 		return err
 	}
 	if c.Debounce.Max < c.Debounce.Quiet {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdsbridge/xdsbridge/config/decode"
 	"github.com/xdsbridge/xdsbridge/translate"
 	"github.com/xdsbridge/xdsbridge/xds"
 )
@@ -42,7 +43,7 @@ func TestDefaults(t *testing.T) {
 	var fc struct {
 		Path string `json:"path"`
 	}
-	if err := DecodeJSONStrict(c.Sources[0].Raw, &fc); err != nil || fc.Path != "services.yaml" {
+	if err := decode.JSONStrict(c.Sources[0].Raw, &fc); err != nil || fc.Path != "services.yaml" {
 		t.Errorf("raw block %s: %v %+v", c.Sources[0].Raw, err, fc)
 	}
 }
@@ -81,7 +82,7 @@ sources:
 		t.Fatal(err)
 	}
 	var again []Source
-	if err := DecodeJSONStrict(b, &again); err != nil || again[1].Type != "dns" || again[0].Name != "a" {
+	if err := decode.JSONStrict(b, &again); err != nil || again[1].Type != "dns" || again[0].Name != "a" {
 		t.Errorf("round trip %s: %v %+v", b, err, again)
 	}
 }
@@ -177,107 +178,6 @@ func TestErrors(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestDuration(t *testing.T) {
-	for _, tc := range []struct {
-		in      string
-		want    time.Duration
-		wantErr string
-	}{
-		{`"50ms"`, 50 * time.Millisecond, ""},
-		{`"1m30s"`, 90 * time.Second, ""},
-		{`2`, 2 * time.Second, ""},
-		{`0.25`, 250 * time.Millisecond, ""},
-		{`0`, 0, ""},
-		{`"0s"`, 0, ""},
-		{`"bogus"`, 0, `invalid duration "bogus"`},
-		{`"5"`, 0, `invalid duration "5"`},
-		{`"-1s"`, 0, `negative duration "-1s"`},
-		{`-2`, 0, "negative duration -2"},
-		{`true`, 0, "invalid duration true"},
-		{`{}`, 0, "invalid duration {}"},
-	} {
-		var d Duration
-		err := json.Unmarshal([]byte(tc.in), &d)
-		if tc.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("%s: error %v, want %q", tc.in, err, tc.wantErr)
-			}
-			continue
-		}
-		if err != nil || d.D() != tc.want {
-			t.Errorf("%s: got %v, %v; want %v", tc.in, d.D(), err, tc.want)
-		}
-	}
-	b, err := json.Marshal(Duration(1500 * time.Millisecond))
-	if err != nil || string(b) != `"1.5s"` {
-		t.Errorf("MarshalJSON = %s, %v", b, err)
-	}
-}
-
-func TestDecodeJSONStrict(t *testing.T) {
-	type inner struct {
-		Port uint32   `json:"port"`
-		Wait Duration `json:"wait"`
-	}
-	type doc struct {
-		Items map[string][]inner `json:"items"`
-		Name  string             `json:"name"`
-		Skip  string             `json:"-"`
-	}
-	for _, tc := range []struct {
-		in, want string
-	}{
-		{`{"bogus": 1}`, `unknown field "bogus"`},
-		{`{"items": {"a": [{"port": 1}, {"prot": 2}]}}`, `unknown field "prot" in items.a[1]`},
-		{`{"items": {"a": [{"port": 1}, {"port": -2}]}}`, `items.port: cannot use a JSON number -2 here (want uint32), at items.a[1].port`},
-		{`{"items": {"a": [{"wait": "soon"}]}}`, `items.a[0].wait: invalid duration "soon"`},
-		{`{"name": 1}`, `name: cannot use a JSON number here (want string)`},
-		{`{"Skip": "x"}`, `unknown field "Skip"`},
-		{`{"name": "a"} {"name": "b"}`, "unexpected data after the document"},
-		{`{"name": "a"`, "unexpected EOF"},
-		{`[1]`, "cannot use a JSON array here"},
-	} {
-		var d doc
-		err := DecodeJSONStrict([]byte(tc.in), &d)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: error %v, want %q", tc.in, err, tc.want)
-		}
-	}
-	// Field names match case-insensitively, as encoding/json does, so a
-	// problem elsewhere is not blamed on them.
-	var d doc
-	err := DecodeJSONStrict([]byte(`{"NAME": "a", "items": {"x": [{"Port": 1, "bad": 1}]}}`), &d)
-	if err == nil || err.Error() != `unknown field "bad" in items.x[0]` {
-		t.Errorf("error %v", err)
-	}
-	// Empty and null documents leave v alone.
-	d = doc{Name: "kept"}
-	for _, in := range []string{"", "  \n", "null"} {
-		if err := DecodeJSONStrict([]byte(in), &d); err != nil || d.Name != "kept" {
-			t.Errorf("%q: %v %+v", in, err, d)
-		}
-	}
-}
-
-func TestDecodeStrictYAML(t *testing.T) {
-	var v struct {
-		A struct {
-			B []int `json:"b"`
-		} `json:"a"`
-	}
-	if err := DecodeStrict([]byte("a:\n  b: [1, 2]\n"), &v); err != nil || len(v.A.B) != 2 {
-		t.Fatalf("%v %+v", err, v)
-	}
-	err := DecodeStrict([]byte("a:\n  c: 1\n"), &v)
-	if err == nil || err.Error() != `unknown field "c" in a` {
-		t.Errorf("error %v", err)
-	}
-	err = DecodeStrict([]byte("a:\n  b: [1, x]\n"), &v)
-	if err == nil || !strings.Contains(err.Error(), "a.b[1]") {
-		t.Errorf("error %v, want the path a.b[1]", err)
 	}
 }
 
@@ -382,7 +282,7 @@ sources:
 		t.Fatal(err)
 	}
 	var again []Source
-	if err := DecodeJSONStrict(b, &again); err != nil {
+	if err := decode.JSONStrict(b, &again); err != nil {
 		t.Fatalf("round trip %s: %v", b, err)
 	}
 	for i, w := range want[1:] {
@@ -510,6 +410,22 @@ func TestGRPCCertificateProvider(t *testing.T) {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("Parse(%q): error %q does not contain %q", doc, err, w)
 			}
+		}
+	}
+}
+
+// Keys are case-sensitive in the config, a source's block and a health
+// check, each naming the key and its spelling.
+func TestTdKeyCase(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"Sources:\n  - name: static\n    file: {path: services.yaml}\n", `unknown field "Sources" (keys are case-sensitive: did you mean "sources"?)`},
+		{minimal + "debounce: {Quiet: 1s}\n", `unknown field "Quiet" in debounce (keys are case-sensitive: did you mean "quiet"?)`},
+		{minimal + "xds: {tls: {Cert_File: a}}\n", `unknown field "Cert_File" in xds.tls (keys are case-sensitive: did you mean "cert_file"?)`},
+		{"sources:\n  - name: static\n    file: {path: s.yaml}\n    default_locality: {Zone: a}\n", `unknown field "Zone" (keys are case-sensitive: did you mean "zone"?)`},
+	} {
+		_, err := Parse([]byte(tc.in), "/etc", known)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want %q", tc.in, err, tc.want)
 		}
 	}
 }

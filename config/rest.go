@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xdsbridge/xdsbridge/config/decode"
 	"github.com/xdsbridge/xdsbridge/xds"
 )
 
@@ -20,7 +21,7 @@ type REST struct {
 	TLS *TLS `json:"tls"`
 	// MaxWait is how long an up-to-date poll is held before it is answered
 	// 304 Not Modified (default 10s; 1ms..60s).
-	MaxWait Duration `json:"max_wait"`
+	MaxWait decode.Duration `json:"max_wait"`
 	// MaxBodyBytes bounds a request body (default 1 MiB; 1 KiB..64 MiB).
 	MaxBodyBytes int `json:"max_body_bytes"`
 	// MaxHeldPolls bounds the polls held at once (default 1024;
@@ -38,10 +39,10 @@ type RESTEDSConfig struct {
 	// xds.rest.listen (required).
 	ClusterName string `json:"cluster_name"`
 	// RefreshDelay is Envoy's delay between polls (default 1s; 1ms..1h).
-	RefreshDelay Duration `json:"refresh_delay"`
+	RefreshDelay decode.Duration `json:"refresh_delay"`
 	// RequestTimeout is Envoy's poll timeout (default max_wait + 5s); it
 	// must be longer than max_wait, or Envoy gives up on held polls.
-	RequestTimeout Duration `json:"request_timeout"`
+	RequestTimeout decode.Duration `json:"request_timeout"`
 }
 
 // Defaults of REST.
@@ -57,7 +58,7 @@ func (r *REST) applyDefaults() {
 		return
 	}
 	if r.MaxWait == 0 {
-		r.MaxWait = Duration(xds.DefaultRESTMaxWait)
+		r.MaxWait = decode.Duration(xds.DefaultRESTMaxWait)
 	}
 	if r.MaxBodyBytes == 0 {
 		r.MaxBodyBytes = xds.DefaultRESTMaxBodyBytes
@@ -68,10 +69,10 @@ func (r *REST) applyDefaults() {
 	r.TLS.applyDefaults()
 	if e := r.EDSConfig; e != nil {
 		if e.RefreshDelay == 0 {
-			e.RefreshDelay = Duration(DefaultRESTRefreshDelay)
+			e.RefreshDelay = decode.Duration(DefaultRESTRefreshDelay)
 		}
 		if e.RequestTimeout == 0 {
-			e.RequestTimeout = r.MaxWait + Duration(RESTRequestTimeoutMargin)
+			e.RequestTimeout = r.MaxWait + decode.Duration(RESTRequestTimeoutMargin)
 		}
 	}
 }
@@ -102,23 +103,23 @@ func (r *REST) check(c *Config) error {
 	if err := r.TLS.check("xds.rest.tls"); err != nil {
 		return err
 	}
-	if err := CheckRange("xds.rest.max_wait", r.MaxWait.D(), time.Millisecond, xds.MaxRESTMaxWait); err != nil {
+	if err := decode.CheckRange("xds.rest.max_wait", r.MaxWait.D(), time.Millisecond, xds.MaxRESTMaxWait); err != nil {
 		return err
 	}
-	if err := CheckCount("xds.rest.max_body_bytes", r.MaxBodyBytes, xds.MinRESTMaxBodyBytes, xds.MaxRESTMaxBodyBytes); err != nil {
+	if err := decode.CheckCount("xds.rest.max_body_bytes", r.MaxBodyBytes, xds.MinRESTMaxBodyBytes, xds.MaxRESTMaxBodyBytes); err != nil {
 		return err
 	}
-	if err := CheckCount("xds.rest.max_held_polls", r.MaxHeldPolls, 1, xds.MaxRESTMaxHeldPolls); err != nil {
+	if err := decode.CheckCount("xds.rest.max_held_polls", r.MaxHeldPolls, 1, xds.MaxRESTMaxHeldPolls); err != nil {
 		return err
 	}
 	if e := r.EDSConfig; e != nil {
 		if e.ClusterName == "" {
 			return errors.New("xds.rest.eds_config.cluster_name: missing (the Envoy cluster that reaches xds.rest.listen)")
 		}
-		if err := CheckRange("xds.rest.eds_config.refresh_delay", e.RefreshDelay.D(), time.Millisecond, time.Hour); err != nil {
+		if err := decode.CheckRange("xds.rest.eds_config.refresh_delay", e.RefreshDelay.D(), time.Millisecond, time.Hour); err != nil {
 			return err
 		}
-		if err := CheckRange("xds.rest.eds_config.request_timeout", e.RequestTimeout.D(), time.Millisecond, time.Hour); err != nil {
+		if err := decode.CheckRange("xds.rest.eds_config.request_timeout", e.RequestTimeout.D(), time.Millisecond, time.Hour); err != nil {
 			return err
 		}
 		if e.RequestTimeout <= r.MaxWait {

@@ -1,11 +1,11 @@
 package healthcheck
 
 import (
-	"errors"
 	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	promreg "github.com/xdsbridge/xdsbridge/internal/metrics"
 )
 
 // metrics are the checker's Prometheus collectors. They exist (and count)
@@ -73,13 +73,8 @@ func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
 // register registers c, or reuses the collector already registered under
 // the same description (a second Checker on one registry shares them).
 func register[C prometheus.Collector](reg prometheus.Registerer, c C, log *slog.Logger) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
+	c, err := promreg.Shared(reg, c)
+	if err != nil {
 		log.Warn("health check metrics not registered", "error", err)
 	}
 	return c

@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/config/decode"
 	"github.com/xdsbridge/xdsbridge/sources"
 )
 
@@ -90,7 +90,7 @@ func hostOf(a net.Addr) sources.HostKey {
 
 // ---- checks ----
 
-func ms(n int) config.Duration { return config.Duration(time.Duration(n) * time.Millisecond) }
+func ms(n int) decode.Duration { return decode.Duration(time.Duration(n) * time.Millisecond) }
 
 func httpCheck(interval int, mods ...func(*Config)) Config {
 	c := Config{Type: TypeHTTP, Interval: ms(interval), Timeout: ms(1000), HTTP: &HTTPConfig{Path: "/health"}}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/config/decode"
 )
 
 // Probe types.
@@ -73,9 +73,9 @@ var DefaultExpectedStatuses = []StatusRange{{Start: 200, End: 300}}
 // from the Checker (Normalize), except Jitter: zero there means no jitter.
 type Config struct {
 	Type               string          `json:"type"`
-	Interval           config.Duration `json:"interval"`
-	Timeout            config.Duration `json:"timeout"`
-	Jitter             config.Duration `json:"jitter"`
+	Interval           decode.Duration `json:"interval"`
+	Timeout            decode.Duration `json:"timeout"`
+	Jitter             decode.Duration `json:"jitter"`
 	HealthyThreshold   uint32          `json:"healthy_threshold"`
 	UnhealthyThreshold uint32          `json:"unhealthy_threshold"`
 	InitialState       string          `json:"initial_state"`
@@ -113,16 +113,16 @@ type GRPCConfig struct {
 // DefaultConfig returns a TCP check with every default filled in.
 func DefaultConfig() Config {
 	c := Config{Type: TypeTCP}
-	c.Jitter = config.Duration(DefaultInterval * DefaultJitterPercent / 100)
+	c.Jitter = decode.Duration(DefaultInterval * DefaultJitterPercent / 100)
 	return c.Normalize()
 }
 
 // rawConfig is the file form: pointers tell "absent" from zero.
 type rawConfig struct {
 	Type               string           `json:"type"`
-	Interval           *config.Duration `json:"interval"`
-	Timeout            *config.Duration `json:"timeout"`
-	Jitter             *config.Duration `json:"jitter"`
+	Interval           *decode.Duration `json:"interval"`
+	Timeout            *decode.Duration `json:"timeout"`
+	Jitter             *decode.Duration `json:"jitter"`
 	HealthyThreshold   *uint32          `json:"healthy_threshold"`
 	UnhealthyThreshold *uint32          `json:"unhealthy_threshold"`
 	InitialState       string           `json:"initial_state"`
@@ -139,7 +139,7 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 		return errors.New("want a mapping (type, interval, ...), not " + t[:min(len(t), 20)])
 	}
 	var r rawConfig
-	if err := config.DecodeJSONStrict(b, &r); err != nil {
+	if err := decode.JSONStrict(b, &r); err != nil {
 		return err
 	}
 	out := Config{
@@ -178,7 +178,7 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 	if r.Jitter != nil {
 		out.Jitter = *r.Jitter
 	} else {
-		out.Jitter = config.Duration(out.Interval.D() * DefaultJitterPercent / 100)
+		out.Jitter = decode.Duration(out.Interval.D() * DefaultJitterPercent / 100)
 	}
 	if zeroHealthy {
 		out.HealthyThreshold = 0
@@ -203,10 +203,10 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 func (c Config) Normalize() Config {
 	c.Type = strings.ToLower(c.Type)
 	if c.Interval == 0 {
-		c.Interval = config.Duration(DefaultInterval)
+		c.Interval = decode.Duration(DefaultInterval)
 	}
 	if c.Timeout == 0 {
-		c.Timeout = config.Duration(DefaultTimeout)
+		c.Timeout = decode.Duration(DefaultTimeout)
 	}
 	if c.HealthyThreshold == 0 {
 		c.HealthyThreshold = DefaultHealthyThreshold
@@ -313,7 +313,7 @@ func (c *Config) Validate(field string) error {
 		{"timeout", c.Timeout.D(), MinTimeout, MaxTimeout},
 		{"jitter", c.Jitter.D(), 0, MaxInterval},
 	} {
-		if err := config.CheckRange(field+"."+r.name, r.d, r.min, r.max); err != nil {
+		if err := decode.CheckRange(field+"."+r.name, r.d, r.min, r.max); err != nil {
 			return err
 		}
 	}

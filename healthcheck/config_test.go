@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/config/decode"
 	"github.com/xdsbridge/xdsbridge/sources"
 )
 
@@ -18,9 +18,9 @@ func TestParseConfigDefaults(t *testing.T) {
 	}
 	want := Config{
 		Type:               TypeHTTP,
-		Interval:           config.Duration(5 * time.Second),
-		Timeout:            config.Duration(time.Second),
-		Jitter:             config.Duration(500 * time.Millisecond),
+		Interval:           decode.Duration(5 * time.Second),
+		Timeout:            decode.Duration(time.Second),
+		Jitter:             decode.Duration(500 * time.Millisecond),
 		HealthyThreshold:   2,
 		UnhealthyThreshold: 3,
 		InitialState:       InitialUnknown,
@@ -55,7 +55,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		HealthCheck *Config `json:"health_check"`
 	}
 	yaml := "health_check:\n  http:\n    path: /healthz\n    expected_statuses: [{start: 200, end: 204}]\n  unhealthy_threshold: 5\n"
-	if err := config.DecodeStrict([]byte(yaml), &doc); err != nil {
+	if err := decode.Strict([]byte(yaml), &doc); err != nil {
 		t.Fatal(err)
 	}
 	if err := doc.HealthCheck.Validate("health_check"); err != nil {
@@ -125,7 +125,7 @@ func TestTargetKey(t *testing.T) {
 		t.Errorf("equal checks, different keys:\n%s\n%s", a.Key(), b.Key())
 	}
 	// A Go-built config gets the same defaults (jitter aside).
-	g := Target{Host: host, Check: Config{Type: "http", Jitter: config.Duration(500 * time.Millisecond)}}
+	g := Target{Host: host, Check: Config{Type: "http", Jitter: decode.Duration(500 * time.Millisecond)}}
 	if a.Key() != g.Key() {
 		t.Errorf("Go-built config differs:\n%s\n%s", a.Key(), g.Key())
 	}

@@ -11,15 +11,21 @@
 // changes, the source publishes the full set again (Publish). When it cannot
 // refresh (its registry is down, a file fails to parse), it reports the error
 // (Fail) and publishes nothing: the bridge keeps serving the last good set.
+//
+// Each service's endpoints are published in normal form (Normalize):
+// canonical addresses, each host once, sorted. That is the one sort and
+// de-duplication of a host list between a source and the translator; the
+// merge and translation rely on it.
 package sources
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -119,8 +125,10 @@ func (k HostKey) String() string {
 	return fmt.Sprintf("%s:%d", k.Address, k.Port)
 }
 
-// Service is one named service: it becomes one Envoy cluster and one
-// ClusterLoadAssignment of the same name.
+// Service is one named service: it becomes four Envoy resources of its
+// name (a Cluster, its ClusterLoadAssignment, and the Listener and
+// RouteConfiguration of gRPC clients), plus those of its policy's subsets
+// (translate.Resources).
 type Service struct {
 	Name      string     `json:"name"`
 	Endpoints []Endpoint `json:"endpoints"`
@@ -128,8 +136,9 @@ type Service struct {
 
 // Update is the full set of services a source owns, replacing what it
 // published before. A service the source published before and leaves out is
-// removed. The receiver owns the slice after Publish: the source must not
-// modify it.
+// removed. Each service's endpoints are in normal form (Normalize: canonical
+// addresses, each host once, sorted). The receiver owns the slice after
+// Publish: the source must not modify it.
 type Update struct {
 	Source   string
 	Services []Service
@@ -149,7 +158,10 @@ type PolicyUpdate struct {
 // use by several sources.
 type Sink interface {
 	// Publish replaces the source's full set of services. It blocks until the
-	// update is accepted or ctx is done.
+	// update is accepted or ctx is done. Every service's endpoints must be
+	// in normal form: the source passes them through Normalize, the one
+	// sort and de-duplication of a host list, and the sink (the merge, then
+	// translation) relies on it.
 	Publish(ctx context.Context, u Update) error
 	// PublishPolicy replaces a policy source's whole policy. It blocks
 	// until the update is accepted or ctx is done.
@@ -209,7 +221,7 @@ type Env struct {
 // start no goroutines.
 type Factory func(name string, raw json.RawMessage, env Env) (Source, error)
 
-// Clone returns a deep copy of the service, sorted endpoints included.
+// Clone returns a deep copy of the service.
 func (s Service) Clone() Service {
 	out := Service{Name: s.Name, Endpoints: make([]Endpoint, len(s.Endpoints))}
 	for i, e := range s.Endpoints {
@@ -234,28 +246,69 @@ func (e Endpoint) Clone() Endpoint {
 	return e
 }
 
-// SortEndpoints sorts endpoints by priority, locality, address and port, the
-// order translation emits them in.
+// CompareEndpoints orders endpoints by priority, locality (region, zone,
+// sub-zone), address and port: the order of the normal form and the one
+// translation emits them in.
+func CompareEndpoints(a, b Endpoint) int {
+	return cmp.Or(
+		cmp.Compare(a.Priority, b.Priority),
+		cmp.Compare(a.Locality.Region, b.Locality.Region),
+		cmp.Compare(a.Locality.Zone, b.Locality.Zone),
+		cmp.Compare(a.Locality.SubZone, b.Locality.SubZone),
+		cmp.Compare(a.Address, b.Address),
+		cmp.Compare(a.Port, b.Port),
+	)
+}
+
+// SortEndpoints sorts endpoints by CompareEndpoints, stably.
 func SortEndpoints(eps []Endpoint) {
-	sort.SliceStable(eps, func(i, j int) bool {
-		a, b := eps[i], eps[j]
-		if a.Priority != b.Priority {
-			return a.Priority < b.Priority
+	slices.SortStableFunc(eps, CompareEndpoints)
+}
+
+// Normalize puts a service's endpoints in the normal form every source
+// publishes (see Sink.Publish): each IP address in its canonical spelling
+// (lower case, zeros compressed, IPv4-mapped IPv6 unmapped), one endpoint
+// per address and port (the first in input order kept, whatever its
+// priority or locality), sorted by CompareEndpoints. It reuses eps's
+// array. An address that is not an IP is left as it is (ValidateEndpoint
+// and translation refuse it). This is the one place a host list is sorted
+// and de-duplicated on its way from a source to the translator: the merge
+// and translation rely on it.
+func Normalize(eps []Endpoint) []Endpoint {
+	seen := make(map[HostKey]bool, len(eps))
+	out := eps[:0]
+	for _, e := range eps {
+		if a, err := netip.ParseAddr(e.Address); err == nil {
+			e.Address = a.Unmap().String()
 		}
-		if a.Locality != b.Locality {
-			if a.Locality.Region != b.Locality.Region {
-				return a.Locality.Region < b.Locality.Region
-			}
-			if a.Locality.Zone != b.Locality.Zone {
-				return a.Locality.Zone < b.Locality.Zone
-			}
-			return a.Locality.SubZone < b.Locality.SubZone
+		if seen[e.Key()] {
+			continue
 		}
-		if a.Address != b.Address {
-			return a.Address < b.Address
+		seen[e.Key()] = true
+		out = append(out, e)
+	}
+	clear(eps[len(out):]) // no stale copies (and their metadata) past the end
+	SortEndpoints(out)
+	return out
+}
+
+// CheckNormal reports how eps departs from the normal form (Normalize),
+// or nil if it does not.
+func CheckNormal(eps []Endpoint) error {
+	seen := make(map[HostKey]bool, len(eps))
+	for i, e := range eps {
+		if a, err := netip.ParseAddr(e.Address); err == nil && a.Unmap().String() != e.Address {
+			return fmt.Errorf("endpoints[%d]: address %q is not in its canonical form %q", i, e.Address, a.Unmap().String())
 		}
-		return a.Port < b.Port
-	})
+		if seen[e.Key()] {
+			return fmt.Errorf("endpoints[%d]: %s is listed twice", i, e.Key())
+		}
+		seen[e.Key()] = true
+		if i > 0 && CompareEndpoints(eps[i-1], e) > 0 {
+			return fmt.Errorf("endpoints[%d]: %s is out of order (after %s)", i, e.Key(), eps[i-1].Key())
+		}
+	}
+	return nil
 }
 
 // ValidateEndpoint checks the fields every source must get right: an IP

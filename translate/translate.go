@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"slices"
 	"sort"
 	"time"
 
@@ -183,7 +184,12 @@ func (o Options) LoadAssignment(s sources.Service) (*endpoint.ClusterLoadAssignm
 		}
 		eps = append(eps, e)
 	}
-	sources.SortEndpoints(eps)
+	// From the bridge, the endpoints are in normal form (sources.Normalize)
+	// and stay sorted unless the default locality moved some; other
+	// callers may pass them in any order.
+	if !slices.IsSortedFunc(eps, sources.CompareEndpoints) {
+		sources.SortEndpoints(eps)
+	}
 
 	cla := &endpoint.ClusterLoadAssignment{ClusterName: s.Name}
 	var cur *endpoint.LocalityLbEndpoints

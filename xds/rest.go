@@ -21,6 +21,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	promreg "github.com/xdsbridge/xdsbridge/internal/metrics"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -192,8 +193,8 @@ func NewREST(s *Server, opts RESTOptions) *REST {
 		sum := sha256.Sum256(b)
 		r.edsHash = binary.BigEndian.Uint64(sum[:8])
 	}
-	if opts.Metrics != nil {
-		opts.Metrics.MustRegister(r.held, r.requests, r.refusals, r.encodings)
+	if err := promreg.Register(opts.Metrics, r.held, r.requests, r.refusals, r.encodings); err != nil {
+		panic(err)
 	}
 	return r
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	promreg "github.com/xdsbridge/xdsbridge/internal/metrics"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/experimental"
@@ -155,8 +156,8 @@ func NewServer(c *Cache, opts Options) *Server {
 	s.guard = newGuard(s.lim, s.m.guard)
 	s.authz, s.verifyClient, s.denied = opts.Authorization, opts.VerifyClient, newDeniedCounter()
 	s.connsClosed = newConnsClosedCounter()
-	if opts.Metrics != nil {
-		opts.Metrics.MustRegister(s.denied, s.connsClosed)
+	if err := promreg.Register(opts.Metrics, s.denied, s.connsClosed); err != nil {
+		panic(err)
 	}
 	return s
 }
@@ -514,10 +515,9 @@ func newMetrics(c *Cache, reg prometheus.Registerer) *metrics {
 	m.nackLogsSuppressed.WithLabelValues("repeated")
 	m.nackLogsSuppressed.WithLabelValues("rate")
 	m.nackLogsSuppressed.WithLabelValues("server_rate")
-	if reg == nil {
-		return m
+	if err := promreg.Register(reg, m.clients, m.pushes, m.nacks, m.truncated, m.nackLogsSuppressed, m.guard.refusals, m.guard.delayed, &cacheCollector{c: c}); err != nil {
+		panic(err)
 	}
-	reg.MustRegister(m.clients, m.pushes, m.nacks, m.truncated, m.nackLogsSuppressed, m.guard.refusals, m.guard.delayed, &cacheCollector{c: c})
 	return m
 }
 

@@ -16,6 +16,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -128,6 +129,11 @@ func JSONStrict(data []byte, v any) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("unexpected data after the document")
 	}
+	// encoding/json matches keys to fields case-insensitively (it took
+	// `serviCes:` for `services:`); the files' keys are case-sensitive.
+	if l := checkKeyCase(reflect.TypeOf(v), data, ""); l != nil {
+		return l.error(nil)
+	}
 	return nil
 }
 
@@ -144,18 +150,31 @@ func fieldError(err error) error {
 	return err
 }
 
-// located is a problem found by locate: an unknown field (unknown set, path
-// is the object holding it) or a value that fails to decode (err).
+// located is a problem found by locate: an unknown field (err nil, unknown
+// its name, path the object holding it) or a value that fails to decode
+// (err).
 type located struct {
 	path    string
 	unknown string
-	err     error
+	// want is the field's spelling when unknown matches a field only
+	// case-insensitively.
+	want string
+	err  error
 }
 
 // error words the problem. decodeErr is encoding/json's own error, whose
 // wording is kept where callers may match on it.
 func (l *located) error(decodeErr error) error {
-	if l.unknown != "" {
+	// An unknown field is the one problem without an error of its own;
+	// its name may be "" (`"": 1`).
+	if l.err == nil && l.want != "" {
+		hint := fmt.Sprintf("(keys are case-sensitive: did you mean %q?)", l.want)
+		if l.path == "" {
+			return fmt.Errorf("unknown field %q %s", l.unknown, hint)
+		}
+		return fmt.Errorf("unknown field %q in %s %s", l.unknown, l.path, hint)
+	}
+	if l.err == nil {
 		if l.path == "" {
 			return fmt.Errorf("unknown field %q", l.unknown)
 		}
@@ -220,15 +239,7 @@ func locate(t reflect.Type, data []byte, path string) *located {
 		for _, k := range sortedKeys(obj) {
 			f, ok := fields[k]
 			if !ok {
-				for name, g := range fields {
-					if strings.EqualFold(name, k) {
-						f, ok = g, true
-						break
-					}
-				}
-			}
-			if !ok {
-				return &located{path: path, unknown: k}
+				return &located{path: path, unknown: k, want: foldMatch(fields, k)}
 			}
 			if l := locate(f.Type, obj[k], join(path, k)); l != nil {
 				return l
@@ -311,4 +322,112 @@ func jsonFields(t reflect.Type) map[string]reflect.StructField {
 		out[name] = f
 	}
 	return out
+}
+
+// foldMatch returns the name of the field that key matches only
+// case-insensitively (the one encoding/json would fill), or "".
+func foldMatch(fields map[string]reflect.StructField, key string) string {
+	names := make([]string, 0, len(fields))
+	for name := range fields {
+		if strings.EqualFold(name, key) {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		return ""
+	}
+	return names[0]
+}
+
+// checkKeyCase walks a document that decoded into t and returns the first
+// key (in key order) that matched a struct field only case-insensitively,
+// or nil. Values of types that decode themselves (UnmarshalJSON) are left
+// to them: the bridge's own ones decode with JSONStrict.
+func checkKeyCase(t reflect.Type, data []byte, path string) *located {
+	if t == nil || !hasFields(t) {
+		return nil
+	}
+	switch t.Kind() {
+	case reflect.Pointer:
+		return checkKeyCase(t.Elem(), data, path)
+	case reflect.Struct:
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(data, &obj) != nil {
+			return nil
+		}
+		fields := fieldsOf(t)
+		for _, k := range sortedKeys(obj) {
+			f, ok := fields[k]
+			if !ok {
+				if want := foldMatch(fields, k); want != "" {
+					return &located{path: path, unknown: k, want: want}
+				}
+				continue
+			}
+			if l := checkKeyCase(f.Type, obj[k], join(path, k)); l != nil {
+				return l
+			}
+		}
+	case reflect.Map:
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(data, &obj) != nil {
+			return nil
+		}
+		for _, k := range sortedKeys(obj) {
+			if l := checkKeyCase(t.Elem(), obj[k], join(path, k)); l != nil {
+				return l
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		var arr []json.RawMessage
+		if json.Unmarshal(data, &arr) != nil {
+			return nil
+		}
+		for i, el := range arr {
+			if l := checkKeyCase(t.Elem(), el, fmt.Sprintf("%s[%d]", path, i)); l != nil {
+				return l
+			}
+		}
+	}
+	return nil
+}
+
+// fieldCache holds jsonFields per struct type and hasFields per type.
+var fieldCache, walkCache sync.Map
+
+func fieldsOf(t reflect.Type) map[string]reflect.StructField {
+	if f, ok := fieldCache.Load(t); ok {
+		return f.(map[string]reflect.StructField)
+	}
+	f := jsonFields(t)
+	fieldCache.Store(t, f)
+	return f
+}
+
+// hasFields reports whether a value of type t can hold a struct that
+// encoding/json fills field by field, so checkKeyCase must look inside.
+func hasFields(t reflect.Type) bool {
+	if v, ok := walkCache.Load(t); ok {
+		return v.(bool)
+	}
+	walkCache.Store(t, true) // a recursive type: assume so while looking
+	v := hasFieldsUncached(t)
+	walkCache.Store(t, v)
+	return v
+}
+
+func hasFieldsUncached(t reflect.Type) bool {
+	if t.Kind() != reflect.Pointer && (reflect.PointerTo(t).Implements(unmarshalerType) || reflect.PointerTo(t).Implements(textUnmarshalerType)) {
+		return false
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		return true
+	case reflect.Pointer, reflect.Slice, reflect.Array:
+		return hasFields(t.Elem())
+	case reflect.Map:
+		return t.Key().Kind() == reflect.String && hasFields(t.Elem())
+	}
+	return false
 }

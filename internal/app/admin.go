@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/config/decode"
 	"github.com/xdsbridge/xdsbridge/sources"
 	"github.com/xdsbridge/xdsbridge/xds"
 )
@@ -255,7 +256,7 @@ type AdminTimeoutSet struct {
 
 // AdminTimeouts applies the defaults to the configured timeouts.
 func AdminTimeouts(c config.Admin) AdminTimeoutSet {
-	or := func(d config.Duration, def time.Duration) time.Duration {
+	or := func(d decode.Duration, def time.Duration) time.Duration {
 		if d <= 0 {
 			return def
 		}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/config/decode"
 	"github.com/xdsbridge/xdsbridge/sources"
 	"github.com/xdsbridge/xdsbridge/translate"
 	"github.com/xdsbridge/xdsbridge/xds"
@@ -226,7 +227,7 @@ func TestAdminSlowReaders(t *testing.T) {
 		mu.Unlock()
 	})
 	write := 1500 * time.Millisecond
-	addr, _ := serve(t, config.Admin{WriteTimeout: config.Duration(write)}, h)
+	addr, _ := serve(t, config.Admin{WriteTimeout: decode.Duration(write)}, h)
 	before := heapAlloc()
 	for range clients {
 		rawGet(t, addr, "/debug/resources") // never read
@@ -260,7 +261,7 @@ func TestAdminSlowReaders(t *testing.T) {
 }
 
 func TestAdminIdleConnectionClosed(t *testing.T) {
-	addr, _ := serve(t, config.Admin{IdleTimeout: config.Duration(200 * time.Millisecond)}, (&App{Cache: xds.NewCache()}).AdminHandler())
+	addr, _ := serve(t, config.Admin{IdleTimeout: decode.Duration(200 * time.Millisecond)}, (&App{Cache: xds.NewCache()}).AdminHandler())
 	conn := rawGet(t, addr, "/healthz")
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, nil)
@@ -284,7 +285,7 @@ func TestAdminIdleConnectionClosed(t *testing.T) {
 func TestAdminShutdownPrompt(t *testing.T) {
 	c := testCache(t, 2000, 10)
 	grace := 300 * time.Millisecond
-	addr, stop := serve(t, config.Admin{ShutdownTimeout: config.Duration(grace)}, (&App{Cache: c}).AdminHandler())
+	addr, stop := serve(t, config.Admin{ShutdownTimeout: decode.Duration(grace)}, (&App{Cache: c}).AdminHandler())
 	for range 5 {
 		conn := rawGet(t, addr, "/healthz")
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
@@ -307,7 +308,7 @@ func TestAdminShutdownPrompt(t *testing.T) {
 }
 
 func TestAdminTimeoutsDefaults(t *testing.T) {
-	got := AdminTimeouts(config.Admin{WriteTimeout: config.Duration(time.Second)})
+	got := AdminTimeouts(config.Admin{WriteTimeout: decode.Duration(time.Second)})
 	want := AdminTimeoutSet{DefaultAdminReadHeaderTimeout, DefaultAdminReadTimeout, time.Second, DefaultAdminIdleTimeout, DefaultAdminShutdownTimeout}
 	if got != want {
 		t.Fatalf("AdminTimeouts = %+v, want %+v", got, want)

@@ -22,6 +22,7 @@ import (
 	"github.com/xdsbridge/xdsbridge/healthcheck"
 	"github.com/xdsbridge/xdsbridge/internal/certs"
 	"github.com/xdsbridge/xdsbridge/internal/fsout"
+	promreg "github.com/xdsbridge/xdsbridge/internal/metrics"
 	"github.com/xdsbridge/xdsbridge/sources"
 	"github.com/xdsbridge/xdsbridge/xds"
 )
@@ -72,7 +73,10 @@ func NewLogger(c config.Logging, w io.Writer) *slog.Logger {
 func BuildSources(c *config.Config, log *slog.Logger, reg prometheus.Registerer) ([]sources.Source, error) {
 	var out []sources.Source
 	for i, sc := range c.Sources {
-		f := SourceTypes[sc.Type]
+		f, ok := SourceType(sc.Type)
+		if !ok {
+			return nil, fmt.Errorf("sources[%d] (%s): unknown source type %q (want one of %s)", i, sc.Name, sc.Type, strings.Join(SourceTypeNames(), ", "))
+		}
 		src, err := f(sc.Name, sc.Raw, sources.Env{BaseDir: c.BaseDir, Logger: log, Metrics: reg})
 		if err != nil {
 			return nil, fmt.Errorf("sources[%d] (%s).%s: %w", i, sc.Name, sc.Type, err)
@@ -154,7 +158,9 @@ func ServicesAndPolicy(srcs []sources.Source) []string {
 // New builds the bridge. It starts nothing and listens on nothing.
 func New(c *config.Config, log *slog.Logger) (*App, error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := promreg.Register(reg, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, err
+	}
 	srcs, err := BuildSources(c, log, reg)
 	if err != nil {
 		return nil, err

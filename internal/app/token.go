@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xdsbridge/xdsbridge/config"
+	promreg "github.com/xdsbridge/xdsbridge/internal/metrics"
 )
 
 // Admin bearer token rules (config admin.token_file).
@@ -89,12 +90,8 @@ func NewAdminToken(path string, log *slog.Logger, reg prometheus.Registerer) (*A
 	for _, r := range []string{"missing", "invalid"} {
 		t.unauthorized.WithLabelValues(r)
 	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{t.unauthorized, t.reloadErrors} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("admin.token_file: metrics: %w", err)
-			}
-		}
+	if err := promreg.Register(reg, t.unauthorized, t.reloadErrors); err != nil {
+		return nil, fmt.Errorf("admin.token_file: %w", err)
 	}
 	return t, nil
 }

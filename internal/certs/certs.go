@@ -33,6 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xdsbridge/xdsbridge/config"
+	promreg "github.com/xdsbridge/xdsbridge/internal/metrics"
 )
 
 // Options configure a Watcher beyond its config.
@@ -474,22 +475,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "NotAfter of the certificate a listener serves, as a Unix time.",
 		}, []string{"listener"}),
 	}
-	if reg == nil {
-		return m
+	var err error
+	if m.reloads, err = promreg.Shared(reg, m.reloads); err != nil {
+		panic(err)
 	}
-	if err := reg.Register(m.reloads); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if !errors.As(err, &are) {
-			panic(err)
-		}
-		m.reloads = are.ExistingCollector.(*prometheus.CounterVec)
-	}
-	if err := reg.Register(m.expiry); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if !errors.As(err, &are) {
-			panic(err)
-		}
-		m.expiry = are.ExistingCollector.(*prometheus.GaugeVec)
+	if m.expiry, err = promreg.Shared(reg, m.expiry); err != nil {
+		panic(err)
 	}
 	return m
 }

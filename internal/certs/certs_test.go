@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/config/decode"
 	"github.com/xdsbridge/xdsbridge/internal/logbuf"
 	"github.com/xdsbridge/xdsbridge/internal/testcerts"
 )
@@ -40,7 +41,7 @@ func newFiles(t *testing.T, server testcerts.Leaf, clientCA *testcerts.CA) *file
 	t.Helper()
 	dir := t.TempDir()
 	server.Write(t, dir, "server")
-	f := &files{dir: dir, cfg: &config.Config{BaseDir: dir}, tls: &config.TLS{CertFile: "server.crt", KeyFile: "server.key", ReloadInterval: config.Duration(time.Hour), MinVersion: "1.2"}}
+	f := &files{dir: dir, cfg: &config.Config{BaseDir: dir}, tls: &config.TLS{CertFile: "server.crt", KeyFile: "server.key", ReloadInterval: decode.Duration(time.Hour), MinVersion: "1.2"}}
 	if clientCA != nil {
 		clientCA.WriteCA(t, dir, "ca.pem")
 		f.tls.ClientCAFile = "ca.pem"
@@ -368,7 +369,7 @@ func TestSymlinkSwap(t *testing.T) {
 		}
 	}
 	cfg := &config.Config{BaseDir: dir}
-	w, err := New(cfg, &config.TLS{CertFile: "tls.crt", KeyFile: "tls.key", ReloadInterval: config.Duration(time.Hour)}, "admin.tls", Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	w, err := New(cfg, &config.TLS{CertFile: "tls.crt", KeyFile: "tls.key", ReloadInterval: decode.Duration(time.Hour)}, "admin.tls", Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,7 +386,7 @@ func TestSymlinkSwap(t *testing.T) {
 func TestRunReloads(t *testing.T) {
 	ca := testcerts.NewCA(t, "ca")
 	f := newFiles(t, ca.Server(t), nil)
-	f.tls.ReloadInterval = config.Duration(config.MinTLSReloadInterval)
+	f.tls.ReloadInterval = decode.Duration(config.MinTLSReloadInterval)
 	var log logbuf.Buffer
 	w := f.watcher(t, &log, nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -512,7 +513,7 @@ func TestVerifyClientCachesPerPool(t *testing.T) {
 	ca.Server(t).Write(t, dir, "s")
 	ca.WriteCA(t, dir, "ca.pem")
 	c := &config.Config{BaseDir: dir}
-	w, err := New(c, &config.TLS{CertFile: "s.crt", KeyFile: "s.key", ClientCAFile: "ca.pem", ReloadInterval: config.Duration(time.Second)}, "xds.tls", Options{})
+	w, err := New(c, &config.TLS{CertFile: "s.crt", KeyFile: "s.key", ClientCAFile: "ca.pem", ReloadInterval: decode.Duration(time.Second)}, "xds.tls", Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,10 +25,12 @@ import (
 	"time"
 
 	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/config/decode"
 	"github.com/xdsbridge/xdsbridge/internal/app"
 )
 
-// requireIntegration: CI sets XDSBRIDGE_REQUIRE_INTEGRATION=1 so a missing
+// requireBinary returns the path of a binary on PATH, or skips the test;
+// CI sets XDSBRIDGE_REQUIRE_INTEGRATION=1 so a missing
 // binary fails instead of skipping.
 func requireBinary(t *testing.T, name string) string {
 	t.Helper()
@@ -104,7 +106,7 @@ func runBridge(t *testing.T, cfg *config.Config) *bridge {
 func runBridgeOn(t *testing.T, cfg *config.Config, xdsListen string) *bridge {
 	t.Helper()
 	cfg.XDS.Listen, cfg.Admin.Listen = xdsListen, "127.0.0.1:0"
-	cfg.Debounce = config.Debounce{Quiet: config.Duration(10 * time.Millisecond), Max: config.Duration(100 * time.Millisecond)}
+	cfg.Debounce = config.Debounce{Quiet: decode.Duration(10 * time.Millisecond), Max: decode.Duration(100 * time.Millisecond)}
 	cfg.Logging.Level = "warn"
 	a, err := app.New(cfg, app.NewLogger(cfg.Logging, &testWriter{t: t}))
 	if err != nil {

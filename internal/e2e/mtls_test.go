@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/config/decode"
 	"github.com/xdsbridge/xdsbridge/internal/testcerts"
 )
 
@@ -338,7 +339,7 @@ func TestEnvoyMTLSRotation(t *testing.T) {
 	oldCA, newCA := testcerts.NewCA(t, "old CA"), testcerts.NewCA(t, "new CA")
 	bs := startBackends(t, 3)
 	br := startMTLSBridge(t, oldCA, servicesYAML("web", bs[0]), func(c *config.Config) {
-		c.XDS.TLS.ReloadInterval = config.Duration(100 * time.Millisecond)
+		c.XDS.TLS.ReloadInterval = decode.Duration(100 * time.Millisecond)
 	})
 	// Envoy already trusts both CAs for the bridge (its static bootstrap
 	// is not reloaded); its own certificate is from the old one.

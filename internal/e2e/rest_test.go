@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/config/decode"
 )
 
 // rjHit sends n requests through Envoy to cluster (by the x-cluster
@@ -120,8 +121,8 @@ func TestRJEnvoyREST(t *testing.T) {
 	const maxWait = 2 * time.Second // polls are held and answered 304 during the test
 	b := startBridgeConfig(t, dir, string(cfg), func(c *config.Config) {
 		c.XDS.REST.Listen = "127.0.0.1:0"
-		c.XDS.REST.MaxWait = config.Duration(maxWait)
-		c.XDS.REST.EDSConfig.RequestTimeout = config.Duration(maxWait + 5*time.Second)
+		c.XDS.REST.MaxWait = decode.Duration(maxWait)
+		c.XDS.REST.EDSConfig.RequestTimeout = decode.Duration(maxWait + 5*time.Second)
 	})
 	// Ready before Envoy polls: a poll before the first state is answered
 	// 503, which Envoy counts as an update_failure, asserted 0 below.

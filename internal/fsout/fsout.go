@@ -56,6 +56,7 @@ import (
 
 	// Registers every type the translator puts in an Any (HCM, router,
 	// ...), which the JSON and YAML encodings must resolve.
+	promreg "github.com/xdsbridge/xdsbridge/internal/metrics"
 	_ "github.com/xdsbridge/xdsbridge/translate"
 	"github.com/xdsbridge/xdsbridge/xds"
 )
@@ -636,6 +637,8 @@ func (w *Writer) Register(reg prometheus.Registerer) {
 		{"xdsbridge_files_removed_total", "Files the filesystem output removed (resources no longer served).", &w.removed},
 		{"xdsbridge_files_write_failures_total", "Rounds of the filesystem output that failed (retried after a second).", &w.failures},
 	} {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: m.name, Help: m.help}, func() float64 { return float64(m.v.Load()) }))
+		if err := promreg.Register(reg, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: m.name, Help: m.help}, func() float64 { return float64(m.v.Load()) })); err != nil {
+			panic(err)
+		}
 	}
 }

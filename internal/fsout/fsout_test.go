@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/config/decode"
 	"github.com/xdsbridge/xdsbridge/internal/fsout"
 	"github.com/xdsbridge/xdsbridge/translate"
 	"github.com/xdsbridge/xdsbridge/xds"
@@ -132,7 +133,7 @@ func TestFsNoPartialFile(t *testing.T) {
 				fsPublish(t, c, 1)
 				c.MarkReady()
 				dir := filepath.Join(t.TempDir(), "out")
-				w := fsWriter(t, c, fsout.Config{Dir: dir, Format: format, Mode: mode, Debounce: config.Duration(time.Millisecond)})
+				w := fsWriter(t, c, fsout.Config{Dir: dir, Format: format, Mode: mode, Debounce: decode.Duration(time.Millisecond)})
 				if _, err := w.WriteOnce(); err != nil {
 					t.Fatal(err)
 				}

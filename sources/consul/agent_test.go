@@ -26,8 +26,6 @@ func startAgent(t testing.TB, dc string, extra ...string) *agent {
 	return consultest.StartAgent(t, dc, extra...)
 }
 
-func freePort(t testing.TB) int { return consultest.FreePort(t) }
-
 // startSource runs a source with the given config block until the test
 // ends, then checks that Run returned nil promptly.
 func startSource(t testing.TB, raw string) (*Source, *sourcestest.Sink) {

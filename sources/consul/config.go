@@ -9,7 +9,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/config/decode"
 	"github.com/xdsbridge/xdsbridge/sources"
 )
 
@@ -41,13 +41,13 @@ type Config struct {
 	Consistency string `json:"consistency"`
 	// MaxStale is the largest X-Consul-LastContact a stale read may have;
 	// staler results are read again with consistent mode (default 10s).
-	MaxStale config.Duration `json:"max_stale"`
+	MaxStale decode.Duration `json:"max_stale"`
 	// UseCache serves reads from the agent's cache (?cached; with the
 	// streaming backend for health queries). Not with consistency=consistent.
 	UseCache bool `json:"use_cache"`
 
 	// WaitTime is the blocking-query wait (default 5m, Consul's maximum 10m).
-	WaitTime config.Duration `json:"wait_time"`
+	WaitTime decode.Duration `json:"wait_time"`
 	// MaxConcurrentQueries bounds the HTTP requests in flight to the agent,
 	// and so its connections (default 64). When the selected services of all
 	// datacenters outnumber it, service watches switch from holding blocking
@@ -63,13 +63,13 @@ type Config struct {
 	FeedRateLimit float64 `json:"feed_rate_limit"`
 	// RetryMin and RetryMax bound the exponential backoff after errors
 	// (defaults 500ms, 30s).
-	RetryMin config.Duration `json:"retry_min"`
-	RetryMax config.Duration `json:"retry_max"`
+	RetryMin decode.Duration `json:"retry_min"`
+	RetryMax decode.Duration `json:"retry_max"`
 	// Coalesce is how long changes are batched before a publish (default 20ms, 0–1s).
-	Coalesce config.Duration `json:"coalesce"`
+	Coalesce decode.Duration `json:"coalesce"`
 	// HintedRefresh is how often a service watch that waits for change
 	// hints re-reads anyway (default 5m).
-	HintedRefresh config.Duration `json:"hinted_refresh"`
+	HintedRefresh decode.Duration `json:"hinted_refresh"`
 
 	Mapping Mapping `json:"mapping"`
 
@@ -120,7 +120,7 @@ type Mapping struct {
 	// true); false skips such instances with a warning.
 	ResolveHostnames *bool `json:"resolve_hostnames"`
 	// ResolveTimeout bounds one hostname lookup (default 2s).
-	ResolveTimeout config.Duration `json:"resolve_timeout"`
+	ResolveTimeout decode.Duration `json:"resolve_timeout"`
 	// Warning is the status of an instance with a warning check and no
 	// critical one: healthy (default, with Weights.Warning) or degraded.
 	Warning string `json:"warning"`
@@ -179,7 +179,7 @@ var taggedAddressKeys = []string{"lan", "lan_ipv4", "lan_ipv6", "wan", "wan_ipv4
 // (CA, client certificate and key); no other I/O.
 func parseConfig(raw json.RawMessage, baseDir string) (*settings, error) {
 	var c Config
-	if err := config.DecodeJSONStrict(raw, &c); err != nil {
+	if err := decode.JSONStrict(raw, &c); err != nil {
 		return nil, err
 	}
 	s := &settings{}
@@ -312,7 +312,7 @@ func (c *Config) queryOptions(s *settings) error {
 		return fmt.Errorf("use_cache: cannot be combined with consistency: consistent")
 	}
 	s.maxStale = orDefault(c.MaxStale.D(), 10*time.Second)
-	if err := config.CheckRange("max_stale", s.maxStale, 0, time.Hour); err != nil {
+	if err := decode.CheckRange("max_stale", s.maxStale, 0, time.Hour); err != nil {
 		return err
 	}
 	s.waitTime = orDefault(c.WaitTime.D(), 5*time.Minute)
@@ -344,7 +344,7 @@ func (c *Config) pacing(s *settings) error {
 	if s.rateBurst < 0 {
 		return fmt.Errorf("rate_burst: %d is negative", s.rateBurst)
 	}
-	if err := config.CheckCount("rate_burst", s.rateBurst, 1, 10000); err != nil {
+	if err := decode.CheckCount("rate_burst", s.rateBurst, 1, 10000); err != nil {
 		return err
 	}
 	s.feedRate = orDefault(c.FeedRateLimit, 10)
@@ -353,10 +353,10 @@ func (c *Config) pacing(s *settings) error {
 	}
 	s.retryMin = orDefault(c.RetryMin.D(), 500*time.Millisecond)
 	s.retryMax = orDefault(c.RetryMax.D(), 30*time.Second)
-	if err := config.CheckRange("retry_min", s.retryMin, time.Millisecond, time.Minute); err != nil {
+	if err := decode.CheckRange("retry_min", s.retryMin, time.Millisecond, time.Minute); err != nil {
 		return err
 	}
-	if err := config.CheckRange("retry_max", s.retryMax, time.Millisecond, time.Hour); err != nil {
+	if err := decode.CheckRange("retry_max", s.retryMax, time.Millisecond, time.Hour); err != nil {
 		return err
 	}
 	if s.retryMax < s.retryMin {
@@ -370,7 +370,7 @@ func (c *Config) pacing(s *settings) error {
 	if s.hintedRefresh < time.Second {
 		return fmt.Errorf("hinted_refresh: %s is shorter than 1s", s.hintedRefresh)
 	}
-	if err := config.CheckRange("hinted_refresh", s.hintedRefresh, time.Second, 24*time.Hour); err != nil {
+	if err := decode.CheckRange("hinted_refresh", s.hintedRefresh, time.Second, 24*time.Hour); err != nil {
 		return err
 	}
 	return nil
@@ -387,7 +387,7 @@ func (m Mapping) settings() (mappingSettings, error) {
 		namespace:      orDefault(m.MetadataNamespace, "consul"),
 		clusterName:    orDefault(m.ClusterName, "{service}"),
 	}
-	if err := config.CheckRange("mapping.resolve_timeout", out.resolveTimeout, time.Millisecond, time.Minute); err != nil {
+	if err := decode.CheckRange("mapping.resolve_timeout", out.resolveTimeout, time.Millisecond, time.Minute); err != nil {
 		return out, err
 	}
 	if out.failoverTagged == "" {

@@ -1,10 +1,10 @@
 package consul
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	promreg "github.com/xdsbridge/xdsbridge/internal/metrics"
 )
 
 // metrics are the source's Prometheus collectors, all with the constant
@@ -116,12 +116,7 @@ func (m *metrics) register(r prometheus.Registerer) error {
 	if m.withEntries {
 		cs = append(cs, m.policyPublishes, m.diagnostics)
 	}
-	for _, c := range append(cs, m.staleness) {
-		if err := r.Register(c); err != nil {
-			return fmt.Errorf("registering metrics: %w", err)
-		}
-	}
-	return nil
+	return promreg.Register(r, append(cs, m.staleness)...)
 }
 
 // staleness is the age of a datacenter's data (see the metric's help).

@@ -360,8 +360,9 @@ func (s *Source) failingLocked() bool {
 }
 
 // snapshotLocked builds the full set of services from the last good state:
-// instances grouped by cluster name, sorted, duplicates (same address and
-// port) dropped in favour of the lower priority.
+// instances grouped by cluster name, each service's endpoints in normal
+// form (sources.Normalize; of a host in two datacenters, the lower
+// priority's is kept), services sorted by name.
 func (s *Source) snapshotLocked() []sources.Service {
 	byName := map[string][]sources.Endpoint{}
 	for _, dc := range s.dcs {
@@ -386,25 +387,11 @@ func (s *Source) snapshotLocked() []sources.Service {
 			s.log.Warn("skipping service with an unusable cluster name", "error", err)
 			continue
 		}
-		sources.SortEndpoints(eps)
-		out = append(out, sources.Service{Name: name, Endpoints: dedupe(eps)})
+		// Local datacenter first, then failover order: the first of a host
+		// listed twice is the one of the lower priority.
+		out = append(out, sources.Service{Name: name, Endpoints: sources.Normalize(eps)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
-}
-
-// dedupe drops endpoints whose address and port appeared earlier in the
-// sorted slice (a lower priority wins).
-func dedupe(eps []sources.Endpoint) []sources.Endpoint {
-	seen := make(map[sources.HostKey]bool, len(eps))
-	out := eps[:0]
-	for _, e := range eps {
-		if seen[e.Key()] {
-			continue
-		}
-		seen[e.Key()] = true
-		out = append(out, e)
-	}
 	return out
 }
 

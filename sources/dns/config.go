@@ -11,7 +11,7 @@ import (
 
 	mdns "github.com/miekg/dns"
 
-	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/config/decode"
 	"github.com/xdsbridge/xdsbridge/sources"
 )
 
@@ -51,7 +51,7 @@ type Config struct {
 	// nameservers of /etc/resolv.conf.
 	Resolvers []string `json:"resolvers,omitempty"`
 	// Timeout bounds one query to one server (default 5s, as c-ares).
-	Timeout config.Duration `json:"timeout,omitempty"`
+	Timeout decode.Duration `json:"timeout,omitempty"`
 	// MaxConcurrency bounds resolutions in flight across all names (default 64).
 	MaxConcurrency int `json:"max_concurrency,omitempty"`
 	// Services are the clusters this source owns.
@@ -68,15 +68,15 @@ type ServiceConfig struct {
 	DNSLookupFamily Family `json:"dns_lookup_family,omitempty"`
 	// DNSRefreshRate is the refresh interval (default 5000ms). A pointer, so
 	// that an explicit 0s is told from an absent field and refused.
-	DNSRefreshRate *config.Duration `json:"dns_refresh_rate,omitempty"`
+	DNSRefreshRate *decode.Duration `json:"dns_refresh_rate,omitempty"`
 	// DNSFailureRefreshRate is the retry interval after a failure (default:
 	// DNSRefreshRate).
-	DNSFailureRefreshRate *config.Duration `json:"dns_failure_refresh_rate,omitempty"`
+	DNSFailureRefreshRate *decode.Duration `json:"dns_failure_refresh_rate,omitempty"`
 	// RespectDNSTTL makes record TTLs drive the refresh interval.
 	RespectDNSTTL bool `json:"respect_dns_ttl,omitempty"`
 	// DNSJitter delays each refresh by a random amount in [0, DNSJitter).
 	// Default: a tenth of the interval being scheduled.
-	DNSJitter *config.Duration `json:"dns_jitter,omitempty"`
+	DNSJitter *decode.Duration `json:"dns_jitter,omitempty"`
 	// SRV makes each host name an SRV name; targets and ports come from the
 	// SRV records.
 	SRV bool `json:"srv,omitempty"`
@@ -92,7 +92,7 @@ type HostConfig struct {
 // parseConfig decodes and validates raw, filling in defaults.
 func parseConfig(raw json.RawMessage) (*Config, error) {
 	var c Config
-	if err := config.DecodeJSONStrict(raw, &c); err != nil {
+	if err := decode.JSONStrict(raw, &c); err != nil {
 		return nil, err
 	}
 	if err := c.validate(); err != nil {
@@ -104,7 +104,7 @@ func parseConfig(raw json.RawMessage) (*Config, error) {
 
 func (c *Config) applyDefaults() {
 	if c.Timeout == 0 {
-		c.Timeout = config.Duration(DefaultTimeout)
+		c.Timeout = decode.Duration(DefaultTimeout)
 	}
 	if c.MaxConcurrency == 0 {
 		c.MaxConcurrency = DefaultMaxConcurrency
@@ -118,7 +118,7 @@ func (c *Config) applyDefaults() {
 			s.DNSLookupFamily = FamilyAuto
 		}
 		if s.DNSRefreshRate == nil {
-			d := config.Duration(DefaultRefreshRate)
+			d := decode.Duration(DefaultRefreshRate)
 			s.DNSRefreshRate = &d
 		}
 		if s.DNSFailureRefreshRate == nil {
@@ -139,11 +139,11 @@ func (c *Config) validate() error {
 	}
 	// Ranges (README); 0 is the default.
 	if c.Timeout != 0 {
-		if err := config.CheckRange("timeout", c.Timeout.D(), time.Millisecond, time.Minute); err != nil {
+		if err := decode.CheckRange("timeout", c.Timeout.D(), time.Millisecond, time.Minute); err != nil {
 			return err
 		}
 	}
-	if err := config.CheckCount("max_concurrency", c.MaxConcurrency, 0, maxConcurrency); err != nil {
+	if err := decode.CheckCount("max_concurrency", c.MaxConcurrency, 0, maxConcurrency); err != nil {
 		return err
 	}
 	if len(c.Services) == 0 {
@@ -180,17 +180,17 @@ func (s ServiceConfig) validate(field string) error {
 	// Absent means the default; a value given, 0s included, must be in range.
 	for _, r := range []struct {
 		name string
-		d    *config.Duration
+		d    *decode.Duration
 	}{{"dns_refresh_rate", s.DNSRefreshRate}, {"dns_failure_refresh_rate", s.DNSFailureRefreshRate}} {
 		if r.d == nil {
 			continue
 		}
-		if err := config.CheckRange(field+"."+r.name, r.d.D(), minRefreshRate, maxRefreshRate); err != nil {
+		if err := decode.CheckRange(field+"."+r.name, r.d.D(), minRefreshRate, maxRefreshRate); err != nil {
 			return err
 		}
 	}
 	if s.DNSJitter != nil {
-		if err := config.CheckRange(field+".dns_jitter", s.DNSJitter.D(), 0, maxRefreshRate); err != nil {
+		if err := decode.CheckRange(field+".dns_jitter", s.DNSJitter.D(), 0, maxRefreshRate); err != nil {
 			return err
 		}
 	}

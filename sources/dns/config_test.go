@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/config/decode"
 	"github.com/xdsbridge/xdsbridge/sources"
 )
 
@@ -70,7 +70,7 @@ func TestConfigErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var raw json.RawMessage
-			if err := config.DecodeStrict([]byte(tc.yaml), &raw); err != nil {
+			if err := decode.Strict([]byte(tc.yaml), &raw); err != nil {
 				t.Fatal(err)
 			}
 			_, err := New("dns", raw, sources.Env{})
@@ -83,7 +83,7 @@ func TestConfigErrors(t *testing.T) {
 
 func TestConfigDefaults(t *testing.T) {
 	var raw json.RawMessage
-	err := config.DecodeStrict([]byte(`
+	err := decode.Strict([]byte(`
 resolvers: ["10.0.0.53", "[::1]:5353"]
 services:
   - name: billing
@@ -103,11 +103,11 @@ services:
 	if err != nil {
 		t.Fatal(err)
 	}
-	zero := config.Duration(0)
-	dur := func(d time.Duration) *config.Duration { c := config.Duration(d); return &c }
+	zero := decode.Duration(0)
+	dur := func(d time.Duration) *decode.Duration { c := decode.Duration(d); return &c }
 	want := &Config{
 		Resolvers:      []string{"10.0.0.53", "[::1]:5353"},
-		Timeout:        config.Duration(5 * time.Second),
+		Timeout:        decode.Duration(5 * time.Second),
 		MaxConcurrency: 64,
 		Services: []ServiceConfig{{
 			Name: "billing", Type: "STRICT_DNS", DNSLookupFamily: "AUTO",

@@ -60,6 +60,9 @@ func FuzzAnswers(f *testing.F) {
 			}
 			svc := &service{targets: []*target{{answer: addrs}}}
 			seen := map[sources.HostKey]bool{}
+			if err := sources.CheckNormal(svc.endpoints()); err != nil {
+				t.Fatalf("%+v: endpoints not in normal form: %v", spec, err)
+			}
 			for _, e := range svc.endpoints() {
 				if err := sources.ValidateEndpoint("endpoint", e); err != nil {
 					t.Fatalf("%+v: %v", spec, err)

@@ -2,10 +2,10 @@ package dns
 
 import (
 	"errors"
-	"fmt"
 
 	mdns "github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
+	promreg "github.com/xdsbridge/xdsbridge/internal/metrics"
 )
 
 // metrics are the source's Prometheus collectors, all with a constant label
@@ -50,12 +50,7 @@ func newMetrics(source string) *metrics {
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.queries, m.tcpFallbacks, m.resolutions, m.names, m.publishes} {
-		if err := r.Register(c); err != nil {
-			return fmt.Errorf("registering metrics: %w", err)
-		}
-	}
-	return nil
+	return promreg.Register(r, m.queries, m.tcpFallbacks, m.resolutions, m.names, m.publishes)
 }
 
 // observeQuery counts one query by its outcome.

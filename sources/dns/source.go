@@ -326,7 +326,8 @@ func jitter(sc ServiceConfig, interval time.Duration) time.Duration {
 }
 
 // endpoints computes the service's endpoints from its targets' answers,
-// sorted. Called with s.mu held or by the scheduler (the only writer).
+// in normal form (sources.Normalize: a host two targets resolve to is
+// listed once). Called with s.mu held or by the scheduler (the only writer).
 func (svc *service) endpoints() []sources.Endpoint {
 	var out []sources.Endpoint
 	if svc.logical {
@@ -335,18 +336,12 @@ func (svc *service) endpoints() []sources.Endpoint {
 		}
 		return out
 	}
-	seen := make(map[netip.AddrPort]struct{})
 	for _, t := range svc.targets {
 		for _, a := range t.answer {
-			if _, dup := seen[a.key()]; dup {
-				continue
-			}
-			seen[a.key()] = struct{}{}
 			out = append(out, endpoint(a))
 		}
 	}
-	sources.SortEndpoints(out)
-	return out
+	return sources.Normalize(out)
 }
 
 func endpoint(a hostAddr) sources.Endpoint {

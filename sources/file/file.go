@@ -24,7 +24,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
-	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/config/decode"
 	"github.com/xdsbridge/xdsbridge/policy"
 	"github.com/xdsbridge/xdsbridge/sources"
 )
@@ -35,10 +35,10 @@ type Config struct {
 	Path string `json:"path"`
 	// Settle is how long to wait after a change before re-reading, so a
 	// burst of writes is read once (default 20ms).
-	Settle config.Duration `json:"settle"`
+	Settle decode.Duration `json:"settle"`
 	// MaxSettle bounds the hold: a stream of changes closer than Settle
 	// is read at most MaxSettle after the first (default 10 × Settle).
-	MaxSettle config.Duration `json:"max_settle"`
+	MaxSettle decode.Duration `json:"max_settle"`
 	// MaxBytes caps the file's size; a larger file is refused (default
 	// DefaultMaxBytes, 8 MiB).
 	MaxBytes int64 `json:"max_bytes"`
@@ -88,7 +88,7 @@ func NewPolicy(name string, raw json.RawMessage, env sources.Env) (sources.Sourc
 
 func newFileSource(name string, raw json.RawMessage, env sources.Env, isPolicy bool) (sources.Source, error) {
 	var c Config
-	if err := config.DecodeJSONStrict(raw, &c); err != nil {
+	if err := decode.JSONStrict(raw, &c); err != nil {
 		return nil, err
 	}
 	if c.Path == "" {
@@ -99,7 +99,7 @@ func newFileSource(name string, raw json.RawMessage, env sources.Env, isPolicy b
 		p = filepath.Join(env.BaseDir, p)
 	}
 	settle := c.Settle.D()
-	if err := config.CheckRange("settle", settle, 0, 10*time.Second); err != nil {
+	if err := decode.CheckRange("settle", settle, 0, 10*time.Second); err != nil {
 		return nil, err
 	}
 	if settle == 0 {
@@ -161,7 +161,7 @@ func (s *Source) ClaimedNames() ([]string, error) {
 	return names, nil
 }
 
-// Load reads and parses the file once.
+// load reads and parses the file once.
 func (s *Source) load(ctx context.Context) ([]sources.Service, error) {
 	data, err := readFile(ctx, s.path, s.max)
 	if err != nil {
@@ -186,9 +186,6 @@ func (s *Source) loadPolicy() (*policy.File, error) {
 	}
 	return f, nil
 }
-
-// Services reads and parses the file once, for `xdsbridge dump` and tests.
-func (s *Source) Services() ([]sources.Service, error) { return s.load(context.Background()) }
 
 // Run publishes the file's services and again after every change.
 func (s *Source) Run(ctx context.Context, sink sources.Sink) error {

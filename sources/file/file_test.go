@@ -420,12 +420,12 @@ func TestNew(t *testing.T) {
 func TestServices(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "services.json")
 	write(t, path, []byte(`{"services": {"web": {"endpoints": [{"address": "10.0.0.1", "port": 80}]}}}`))
-	svcs, err := newSource(t, path).Services()
+	svcs, err := newSource(t, path).load(context.Background())
 	if err != nil || len(svcs) != 1 || svcs[0].Name != "web" {
 		t.Fatalf("Services = %v, %v", svcs, err)
 	}
 	write(t, path, []byte(`{"services": {"web": {"endpoints": [{"address": "10.0.0.1", "port": 0}]}}}`))
-	if _, err := newSource(t, path).Services(); err == nil || !strings.Contains(err.Error(), path+": services.web.endpoints[0].port") {
+	if _, err := newSource(t, path).load(context.Background()); err == nil || !strings.Contains(err.Error(), path+": services.web.endpoints[0].port") {
 		t.Errorf("error %v, want the file and field", err)
 	}
 }
@@ -689,7 +689,7 @@ func TestLoadCost(t *testing.T) {
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		start := time.Now()
-		svcs, err := src.Services()
+		svcs, err := src.load(context.Background())
 		d := time.Since(start)
 		runtime.ReadMemStats(&after)
 		if err != nil {

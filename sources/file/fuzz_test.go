@@ -63,6 +63,11 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		checkServices(t, svcs)
+		for _, s := range svcs {
+			if err := sources.CheckNormal(s.Endpoints); err != nil {
+				t.Fatalf("service %q not in normal form: %v", s.Name, err)
+			}
+		}
 	})
 }
 

@@ -12,7 +12,7 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/config/decode"
 	"github.com/xdsbridge/xdsbridge/sources"
 )
 
@@ -57,7 +57,7 @@ func ParseContext(ctx context.Context, data []byte) ([]sources.Service, error) {
 		return nil, err
 	}
 	var doc document
-	if err := config.DecodeStrict(data, &doc); err != nil {
+	if err := decode.Strict(data, &doc); err != nil {
 		return nil, err
 	}
 	// An empty document (0 bytes, whitespace, comments, `null`, `{}`, or
@@ -118,7 +118,7 @@ func ParseContext(ctx context.Context, data []byte) ([]sources.Service, error) {
 	}
 	out := make([]sources.Service, 0, len(byName))
 	for _, s := range byName {
-		sources.SortEndpoints(s.Endpoints)
+		s.Endpoints = sources.Normalize(s.Endpoints)
 		out = append(out, s)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

@@ -310,3 +310,59 @@ func TestParseCanonicalAddresses(t *testing.T) {
 		t.Errorf("addresses %q, want the canonical forms", got)
 	}
 }
+
+// Keys are case-sensitive: `serviCes:` is not `services:`.
+func TestTdParseKeyCase(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"serviCes:\n  web: {endpoints: [{address: 10.0.0.1, port: 80}]}\n", `unknown field "serviCes" (keys are case-sensitive: did you mean "services"?)`},
+		{"services:\n  web: {endpoints: [{address: 10.0.0.1, Port: 80}]}\n", `unknown field "Port" in services.web.endpoints[0] (keys are case-sensitive: did you mean "port"?)`},
+		{"services:\n  web: {endpoints: [{address: 10.0.0.1, port: 80, locality: {Zone: a}}]}\n", `unknown field "Zone" in services.web.endpoints[0].locality (keys are case-sensitive: did you mean "zone"?)`},
+	} {
+		_, err := Parse([]byte(tc.in))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+// The file source publishes each service's endpoints in normal form
+// (sources.Normalize): sorted, whatever their order in the file, in both
+// formats.
+func TestTdParseNormal(t *testing.T) {
+	svcs, err := Parse([]byte(`services:
+  web:
+    endpoints:
+      - {address: 10.0.0.9, port: 80}
+      - {address: "::FFFF:10.0.0.1", port: 80, locality: {zone: b}}
+      - {address: 10.0.0.5, port: 80, priority: 1}
+      - {address: 10.0.0.2, port: 80, locality: {zone: a}}
+      - {address: 10.0.0.1, port: 79}
+cluster_load_assignments:
+  - cluster_name: api
+    endpoints:
+      - priority: 1
+        lb_endpoints: [{endpoint: {address: {socket_address: {address: 10.1.0.2, port_value: 80}}}}]
+      - lb_endpoints:
+          - {endpoint: {address: {socket_address: {address: 10.1.0.9, port_value: 80}}}}
+          - {endpoint: {address: {socket_address: {address: 10.1.0.1, port_value: 80}}}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(svcs) != 2 {
+		t.Fatalf("services %+v", svcs)
+	}
+	for _, s := range svcs {
+		if err := sources.CheckNormal(s.Endpoints); err != nil {
+			t.Errorf("%s: %v", s.Name, err)
+		}
+		var keys []string
+		for _, e := range s.Endpoints {
+			keys = append(keys, e.Key().String())
+		}
+		t.Logf("%s: %v", s.Name, keys)
+	}
+	if got := svcs[1].Endpoints[0].Key().String(); svcs[1].Name != "web" || got != "10.0.0.1:79" {
+		t.Errorf("web's first endpoint %s", got)
+	}
+}

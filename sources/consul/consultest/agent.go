@@ -233,9 +233,6 @@ func (a *Agent) Restart() {
 	a.WaitLeader()
 }
 
-// Running reports whether the agent process is running.
-func (a *Agent) Running() bool { return a.cmd != nil }
-
 func (a *Agent) WaitLeader() {
 	a.T.Helper()
 	deadline := time.Now().Add(30 * time.Second)

@@ -1,0 +1,63 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func tdCounter() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "td_total", Help: "h"}, []string{"l"})
+}
+
+func TestTdRegister(t *testing.T) {
+	if err := Register(nil, tdCounter()); err != nil {
+		t.Fatalf("nil registry: %v", err)
+	}
+	reg := prometheus.NewRegistry()
+	a := tdCounter()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "td_gauge", Help: "h"})
+	if err := Register(reg, a, g); err != nil {
+		t.Fatal(err)
+	}
+	a.WithLabelValues("x").Inc()
+	if n := testutil.CollectAndCount(reg); n != 2 {
+		t.Errorf("%d series registered, want 2", n)
+	}
+	// The same metric again is an error, named.
+	err := Register(reg, tdCounter())
+	if err == nil || !strings.Contains(err.Error(), "registering metrics: duplicate metrics collector registration attempted") {
+		t.Errorf("second registration: %v", err)
+	}
+	// So is another metric of the name with other labels.
+	err = Register(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "td_total", Help: "h"}))
+	if err == nil || !strings.HasPrefix(err.Error(), "registering metrics: ") {
+		t.Errorf("conflicting registration: %v", err)
+	}
+}
+
+func TestTdShared(t *testing.T) {
+	if c, err := Shared(nil, tdCounter()); err != nil || c == nil {
+		t.Fatalf("nil registry: %v %v", c, err)
+	}
+	reg := prometheus.NewRegistry()
+	first, err := Shared(reg, tdCounter())
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := Shared(reg, tdCounter())
+	if err != nil || second != first {
+		t.Fatalf("second instance got %p (%v), want the first's %p", second, err, first)
+	}
+	first.WithLabelValues("x").Inc()
+	second.WithLabelValues("x").Inc()
+	if v := testutil.ToFloat64(first.WithLabelValues("x")); v != 2 {
+		t.Errorf("shared counter %v, want 2", v)
+	}
+	// A conflicting metric of the name (other type) is an error.
+	if _, err := Shared(reg, prometheus.NewCounter(prometheus.CounterOpts{Name: "td_total", Help: "h"})); err == nil {
+		t.Error("conflicting metric shared")
+	}
+}

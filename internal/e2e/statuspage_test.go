@@ -100,8 +100,6 @@ func pgStartBrowser(t *testing.T) *pgBrowser {
 	ctx, cancel := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancel(); acancel() })
 	b := &pgBrowser{ctx: ctx}
-	start, scancel := context.WithTimeout(ctx, 20*time.Second)
-	defer scancel()
 	// The first Run starts the browser: under the browser's own context,
 	// bounded by a timer that cancels it.
 	timer := time.AfterFunc(20*time.Second, cancel)
@@ -110,7 +108,6 @@ func pgStartBrowser(t *testing.T) *pgBrowser {
 	if err != nil {
 		t.Fatalf("chromium: %v", err)
 	}
-	_ = start
 	msgs := chromedp.Console(ctx)
 	go func() {
 		for m, err := range msgs {

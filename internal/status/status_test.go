@@ -175,7 +175,7 @@ func TestPgSampler(t *testing.T) {
 	}
 	s.Tick() // baseline
 	total = 5
-	for i, step := range []struct {
+	for _, step := range []struct {
 		add uint64
 		lat time.Duration
 	}{{10, 0}, {0, 4 * time.Millisecond}, {20, 8 * time.Millisecond}, {40, 2 * time.Millisecond}} {
@@ -183,7 +183,6 @@ func TestPgSampler(t *testing.T) {
 		lat = step.lat
 		at = at.Add(10 * time.Second)
 		s.Tick()
-		_ = i
 	}
 	got := s.Samples()
 	var pushes []uint64

@@ -24,13 +24,16 @@ import (
 	"github.com/xdsbridge/xdsbridge/xds"
 )
 
-// AdminHandler serves /healthz, /readyz, /metrics and /debug/*. With
-// admin.token_file (a.Token set), every /debug/* handler is wrapped by
-// a.Token.Guard: it needs Authorization: Bearer <token>; the probes and
-// /metrics stay open.
+// AdminHandler serves the status page (/), /healthz, /readyz, /metrics and
+// /debug/*. With admin.token_file (a.Token set), the status page and every
+// /debug/* handler are wrapped by a.Token.Guard: they need Authorization:
+// Bearer <token>; the probes and /metrics stay open.
 func (a *App) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	debug := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, a.Token.Guard(h)) }
+	// The status page (status.go), guarded as /debug/* is. "GET /{$}" is
+	// / alone: other paths stay 404.
+	mux.Handle("GET /{$}", a.Token.Guard(a.StatusPage()))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})

@@ -54,6 +54,9 @@ type App struct {
 	REST    *xds.REST
 	RESTTLS *certs.Watcher
 	restLis net.Listener
+
+	// status is the status page's sampler (status.go).
+	status statusOnce
 }
 
 // NewLogger builds the slog logger the config asks for.
@@ -300,6 +303,7 @@ func (a *App) Run(ctx context.Context) error {
 	if a.Files != nil {
 		g.Go(func() error { return a.Files.Run(ctx) })
 	}
+	g.Go(func() error { return a.StatusSampler().Run(ctx) })
 	srv := NewAdminServer(a.Config.Admin, a.AdminHandler())
 	adminLis := a.adminLis
 	if a.AdminTLS != nil {

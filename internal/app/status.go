@@ -1,0 +1,159 @@
+package app
+
+import (
+	"sort"
+	"sync"
+
+	"github.com/xdsbridge/xdsbridge/bridge"
+	"github.com/xdsbridge/xdsbridge/internal/status"
+	"github.com/xdsbridge/xdsbridge/sources"
+	"github.com/xdsbridge/xdsbridge/xds"
+)
+
+// statusOnce builds the status page's sampler once: AdminHandler (the
+// page) and Run (the sampler's goroutine) share it.
+type statusOnce struct {
+	once    sync.Once
+	sampler *status.Sampler
+}
+
+// StatusSampler is the sampler of the status page's chart (pushes per
+// interval). Run runs it.
+func (a *App) StatusSampler() *status.Sampler {
+	a.status.once.Do(func() {
+		a.status.sampler = &status.Sampler{Pushes: a.pushesTotal}
+	})
+	return a.status.sampler
+}
+
+// StatusPage is the admin listener's status page (GET /).
+func (a *App) StatusPage() *status.Page {
+	return &status.Page{
+		Ready:    a.Loop.Ready,
+		Sources:  a.statusSources,
+		Services: a.statusServices,
+		Hosts:    a.statusHosts,
+		Clients:  a.statusClients,
+		Chart:    a.StatusSampler(),
+	}
+}
+
+// pushesTotal sums xdsbridge_xds_pushes_total over its labels.
+func (a *App) pushesTotal() uint64 {
+	mfs, err := a.Registry.Gather()
+	if err != nil && mfs == nil {
+		return 0
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() != "xdsbridge_xds_pushes_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			n += m.GetCounter().GetValue()
+		}
+	}
+	return uint64(n)
+}
+
+func (a *App) statusSources() []status.SourceRow {
+	var out []status.SourceRow
+	for _, st := range a.Loop.Sources() {
+		out = append(out, status.SourceRow{
+			Name: st.Name, Synced: st.Synced, Stale: st.Stale, DataAge: st.DataAge,
+			LastError: st.LastError, LastErrorTime: st.LastErrorTime, Services: st.Services, Policies: st.Policies,
+		})
+	}
+	return out
+}
+
+// statusServices lists every service with hosts explained or a cluster
+// served: its endpoints counted by health, its owner (the first claimant
+// of a conflict, else the source of its hosts).
+func (a *App) statusServices() []status.ServiceRow {
+	conflicts := a.Loop.Conflicts()
+	rows := map[string]*status.ServiceRow{}
+	row := func(name string) *status.ServiceRow {
+		r := rows[name]
+		if r == nil {
+			r = &status.ServiceRow{Name: name}
+			rows[name] = r
+		}
+		return r
+	}
+	for name, hosts := range a.Loop.Hosts("") {
+		r := row(name)
+		for _, h := range hosts {
+			if r.Source == "" {
+				r.Source = h.Source
+			}
+			if !h.Published {
+				r.Unpublished++
+				continue
+			}
+			switch h.Health {
+			case sources.HealthHealthy:
+				r.Healthy++
+			case sources.HealthUnhealthy:
+				r.Unhealthy++
+			case sources.HealthDraining:
+				r.Draining++
+			default:
+				r.Other++
+			}
+		}
+	}
+	for _, ri := range a.Cache.List(xds.ClusterType) {
+		row(ri.Name)
+	}
+	for name, claimants := range conflicts {
+		if len(claimants) == 0 {
+			continue
+		}
+		r := row(name)
+		r.Source, r.Claimants = claimants[0], claimants[1:]
+	}
+	out := make([]status.ServiceRow, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (a *App) statusHosts(service string) []status.HostRow {
+	hosts := a.Loop.Hosts(service)[service]
+	out := make([]status.HostRow, 0, len(hosts))
+	for _, h := range hosts {
+		out = append(out, hostRow(h))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Host < out[j].Host })
+	return out
+}
+
+func hostRow(h bridge.HostInfo) status.HostRow {
+	r := status.HostRow{Host: h.Host, Source: h.Source, SourceHealth: h.SourceHealth.String(), Check: h.Check.String(),
+		Published: h.Published, Health: h.Health.String(), Rule: string(h.Rule)}
+	if !h.Discovered {
+		r.SourceHealth = "ABSENT"
+	}
+	return r
+}
+
+// statusClients lists the connected xDS clients.
+//
+// adapter: replace with xds.Server.ClientStatuses when it lands. Until
+// then it shows one row per stream from xds.Server.Clients, whose sync
+// state is not known (UNKNOWN; NACKED with the last NACK's detail when the
+// stream NACKed).
+func (a *App) statusClients() []status.ClientRow {
+	var out []status.ClientRow
+	for _, c := range a.XDS.Clients() {
+		t := status.TypeRow{Type: c.TypeURL, State: "UNKNOWN", Responses: c.Responses, NACKs: c.NACKs}
+		if c.NACKs > 0 {
+			t.State, t.NACKDetail = "NACKED", c.LastNACK
+		}
+		out = append(out, status.ClientRow{Node: c.Node, Cluster: c.Cluster, Mode: c.Mode, Connected: c.Opened, Types: []status.TypeRow{t}})
+	}
+	return out
+}

@@ -171,11 +171,11 @@ type syncRec struct {
 	// (its generation, the newest commit generation among what it
 	// carries, when), until the server's response callback gives it a
 	// nonce.
-	pend           any
-	pendGen        uint64
-	pendMax        uint64
-	everSent       bool
-	lastGen        uint64 // of the latest response handed
+	pend     any
+	pendGen  uint64
+	pendMax  uint64
+	everSent bool
+	lastGen  uint64 // of the latest response handed
 	// The latest response sent: its nonce, generation, newest commit
 	// generation, and whether the client answered it.
 	nonce            string
@@ -500,4 +500,3 @@ func (c *Cache) forgetLast(w *watch) {
 func (c *Cache) sentDelta(key streamKey, resp *discovery.DeltaDiscoveryResponse) {
 	c.responseSent(key, resp.GetTypeUrl(), resp, resp.GetNonce())
 }
-

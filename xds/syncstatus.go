@@ -463,7 +463,9 @@ func (c *Cache) typeStatus(st *streamState, ts *typeState, detail bool) (TypeSta
 		t.State = NotSent
 	case r.lastNACK || (rejected && r.nack != nil && !r.outstanding()):
 		t.State, t.NACK, t.Since = Nacked, r.nack, r.nack.At
-	case r.outstanding():
+	case r.outstanding() || !r.hasAcked:
+		// (Not acknowledged: a response the server dropped for a newer
+		// request, whose answer is still to come.)
 		t.State, t.Since = Stale, r.outstandingSince
 	case w == nil || w.done:
 		t.State, t.Since = Stale, time.Now() // a request being processed

@@ -162,7 +162,7 @@ func TestAuthorizationAllowsAndRefuses(t *testing.T) {
 	r := c.recv()
 	eq(t, "allowed client's CDS", []string{"a", "b"}, names(r))
 	c.ack(r)
-	cl := h.srv.Clients()
+	cl := h.srv.ClientStatuses()
 	if len(cl) != 1 || cl[0].Identity != "spiffe://prod.test/ns/a/sa/envoy" {
 		t.Fatalf("clients: %+v", cl)
 	}
@@ -196,7 +196,7 @@ func TestAuthorizationAllowsAndRefuses(t *testing.T) {
 	if n := strings.Count(th.logs.String(), "xDS client refused"); n < 1 || n > 10 {
 		t.Errorf("%d refusals logged for %d denials, want 1..10:\n%s", n, tries, th.logs)
 	}
-	if cl := h.srv.Clients(); len(cl) != 1 {
+	if cl := h.srv.ClientStatuses(); len(cl) != 1 {
 		t.Errorf("refused streams listed: %+v", cl)
 	}
 	// The allowed stream is still served.

@@ -77,6 +77,10 @@ type Cache struct {
 	// restWake is closed by the next commit: REST polls wait on it (rest.go).
 	restWake chan struct{}
 	subs     map[chan struct{}]struct{} // see Subscribe (notify.go); under mu
+
+	// ackObserver, when set, is told each change → ACK latency
+	// (syncstatus.go); called under mu.
+	ackObserver func(typeURL string, d time.Duration)
 }
 
 // DefaultMaxResponseBytes bounds the resource bytes of one delta response

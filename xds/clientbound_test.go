@@ -29,7 +29,7 @@ func TestClientStringsBounded(t *testing.T) {
 	for i := range 3 {
 		s.request(true, 1, node, EndpointType, fmt.Sprint("nonce", i), msg(strings.Repeat("x", 1<<20)), true)
 	}
-	cl := s.Clients()
+	cl := s.ClientStatuses()
 	if len(cl) != 1 {
 		t.Fatalf("clients: %+v", cl)
 	}
@@ -50,7 +50,7 @@ func TestClientStringsBounded(t *testing.T) {
 	}
 	// Short values are kept as sent.
 	s.request(true, 1, &core.Node{Id: "envoy-1", Cluster: "edge"}, EndpointType, "", nil, false)
-	if ci := s.Clients()[0]; ci.Node != "envoy-1" || ci.Cluster != "edge" {
+	if ci := s.ClientStatuses()[0]; ci.Node != "envoy-1" || ci.Cluster != "edge" {
 		t.Fatalf("short node stored as %q/%q", ci.Node, ci.Cluster)
 	}
 }

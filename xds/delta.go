@@ -546,6 +546,7 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 		},
 		sent: sent,
 	}
+	c.handed(w, w.resp.DeltaDiscoveryResponse, ts.newestGen(changed, removed))
 	// Sent under c.mu: this does not block (contract 5).
 	w.dch <- w.resp
 	switch ts.url {

@@ -265,7 +265,7 @@ func TestLimitTenThousandStreams(t *testing.T) {
 	if served != xds.DefaultMaxStreamsPerConnection || served+refused != attempts {
 		t.Fatalf("served %d, refused %d of %d", served, refused, attempts)
 	}
-	if n := len(h.srv.Clients()); n != served {
+	if n := len(h.srv.ClientStatuses()); n != served {
 		t.Fatalf("%d streams open on the server, want %d", n, served)
 	}
 	// 4 more on a second connection: the server's 20 are reached.
@@ -321,7 +321,7 @@ func TestLimitNamesAbuse(t *testing.T) {
 	if byLimit["max_name_bytes_per_stream"] < xds.DefaultMaxStreamsPerConnection || byLimit["max_name_bytes_per_stream"] != h.refusals("max_name_bytes_per_stream") {
 		t.Fatalf("ended for name bytes: %d (counted %d), want at least %d", byLimit["max_name_bytes_per_stream"], h.refusals("max_name_bytes_per_stream"), xds.DefaultMaxStreamsPerConnection)
 	}
-	waitFor(t, "no streams left", func() bool { return len(h.srv.Clients()) == 0 })
+	waitFor(t, "no streams left", func() bool { return len(h.srv.ClientStatuses()) == 0 })
 }
 
 // A client that keeps each stream under the per-stream bound is stopped
@@ -345,13 +345,13 @@ func TestLimitNameBytesPerConnection(t *testing.T) {
 		}
 	}
 	wantLimit(t, sub(ctx, "c"), codes.ResourceExhausted, "max_name_bytes_per_connection")
-	cl := h.srv.Clients()
+	cl := h.srv.ClientStatuses()
 	if len(cl) != 2 || cl[0].NameBytes < 1500*1024 || cl[0].SubscribedNames < 1500 ||
-		cl[0].MemoryEstimateBytes < 2*cl[0].NameBytes+cl[0].SubscribedNames*xds.PerNameOverheadBytes {
+		cl[0].EstimatedBytes < 2*cl[0].NameBytes+cl[0].SubscribedNames*xds.PerNameOverheadBytes {
 		t.Fatalf("clients: %+v", cl)
 	}
 	cancel1()
-	waitFor(t, "stream a closed", func() bool { return len(h.srv.Clients()) == 1 })
+	waitFor(t, "stream a closed", func() bool { return len(h.srv.ClientStatuses()) == 1 })
 	if err := sub(ctx, "d"); err != nil {
 		t.Fatalf("after stream a ended: %v", err)
 	}
@@ -565,11 +565,11 @@ func TestLimitsLetEnvoyThrough(t *testing.T) {
 			t.Errorf("%s: %d refusals", l, r)
 		}
 	}
-	for _, c := range h.srv.Clients() {
-		if c.SubscribedNames < n || c.MemoryEstimateBytes < 2*c.NameBytes+int64(n)*xds.PerNameOverheadBytes {
-			t.Errorf("client %s: %d names, %d bytes, estimate %d", c.Mode, c.SubscribedNames, c.NameBytes, c.MemoryEstimateBytes)
+	for _, c := range h.srv.ClientStatuses() {
+		if c.SubscribedNames < n || c.EstimatedBytes < 2*c.NameBytes+int64(n)*xds.PerNameOverheadBytes {
+			t.Errorf("client %s: %d names, %d bytes, estimate %d", c.Mode, c.SubscribedNames, c.NameBytes, c.EstimatedBytes)
 		}
-		t.Logf("%s: %d names, %d name bytes, memory estimate %d bytes", c.Mode, c.SubscribedNames, c.NameBytes, c.MemoryEstimateBytes)
+		t.Logf("%s: %d names, %d name bytes, memory estimate %d bytes", c.Mode, c.SubscribedNames, c.NameBytes, c.EstimatedBytes)
 	}
 }
 
@@ -686,7 +686,7 @@ func TestLimitHeaderBytes(t *testing.T) {
 		}
 		t.Logf("amplified %v: %d bytes sent, %d streams reset, connection closed %v", amplified, wrote, reset, closed)
 	}
-	if n := len(h.srv.Clients()); n != 0 {
+	if n := len(h.srv.ClientStatuses()); n != 0 {
 		t.Fatalf("%d streams served", n)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -792,7 +792,7 @@ func TestLimitNameBytesTotal(t *testing.T) {
 		t.Fatalf("%d refusals counted", n)
 	}
 	end1()
-	waitFor(t, "the first stream's names released", func() bool { return len(h.srv.Clients()) == 1 })
+	waitFor(t, "the first stream's names released", func() bool { return len(h.srv.ClientStatuses()) == 1 })
 	if _, err := sub(c3, "d"); err != nil {
 		t.Fatalf("after a stream ended: %v", err)
 	}
@@ -826,7 +826,7 @@ func TestLimitReconnectInitialVersions(t *testing.T) {
 				t.Fatalf("reconnect %v: ended: %v", reconnect, d.err)
 			default:
 			}
-			for _, c := range h.srv.Clients() {
+			for _, c := range h.srv.ClientStatuses() {
 				if c.SubscribedNames == n+3 {
 					return true
 				}
@@ -834,7 +834,7 @@ func TestLimitReconnectInitialVersions(t *testing.T) {
 			return false
 		})
 		d.cancel()
-		waitFor(t, "the stream closed", func() bool { return len(h.srv.Clients()) == 0 })
+		waitFor(t, "the stream closed", func() bool { return len(h.srv.ClientStatuses()) == 0 })
 	}
 	for _, l := range []string{"max_names_per_stream", "max_name_bytes_per_stream", "max_names_per_connection", "max_name_bytes_per_connection"} {
 		if r := h.refusals(l); r != 0 {
@@ -941,9 +941,9 @@ func TestLimitInitialVersionsStayCounted(t *testing.T) {
 	ivStreams(t, ctx, h.dial(), 4, iv, true)
 	waitFor(t, "four streams estimated to hold their versions", func() bool {
 		var est int64
-		cs := h.srv.Clients()
+		cs := h.srv.ClientStatuses()
 		for _, c := range cs {
-			est += c.MemoryEstimateBytes
+			est += c.EstimatedBytes
 		}
 		return len(cs) == 4 && est >= int64(4*4*size)
 	})

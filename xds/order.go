@@ -60,6 +60,10 @@ type streamState struct {
 	// and was last sent, for make before break (mbb.go).
 	routes map[string]map[string]*sentRoute
 	cdsw   *watch // the open sotw CDS watch (mbb.go)
+	// Sync status (syncstatus.go): per type, what was sent and answered,
+	// and the latest watch (until cancelled), whose state the status reads.
+	sync map[string]*syncRec
+	last map[string]*watch
 }
 
 // sentClusters says which cluster versions a stream was sent: every

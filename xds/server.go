@@ -38,6 +38,7 @@ import (
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/peer"
 )
 
 // Type URLs served.
@@ -114,27 +115,19 @@ type streamKey struct {
 	id    int64
 }
 
+// clientInfo is what the server follows of one stream (shown as
+// ClientStatus).
 type clientInfo struct {
-	Node      string    `json:"node"`
-	Identity  string    `json:"identity,omitempty"` // the certificate SAN xds.authorization matched
-	Cluster   string    `json:"cluster,omitempty"`
-	Mode      string    `json:"mode"`
-	TypeURL   string    `json:"type_url"`
-	Opened    time.Time `json:"opened"`
-	Responses uint64    `json:"responses"`
-	NACKs     uint64    `json:"nacks"`
-	LastNACK  string    `json:"last_nack,omitempty"`
-	// SubscribedNames and NameBytes are the resource names the stream
-	// subscribes to (every type) and their bytes, as the limits count them.
-	SubscribedNames int64 `json:"subscribed_names"`
-	NameBytes       int64 `json:"name_bytes"`
-	// MemoryEstimateBytes estimates the heap the stream costs the server:
-	// PerStreamOverheadBytes + NameBytesFactor × NameBytes +
-	// SubscribedNames × PerNameOverheadBytes (measured; see guard.go),
-	// plus NameBytesFactor × the initial_resource_versions held. It
-	// leaves out the responses being sent, whose resource encodings are
-	// shared by every client.
-	MemoryEstimateBytes int64 `json:"memory_estimate_bytes"`
+	Node      string
+	Identity  string // the certificate SAN xds.authorization matched
+	Cluster   string
+	Mode      string
+	TypeURL   string
+	Peer      string
+	Opened    time.Time
+	Responses uint64
+	NACKs     uint64
+	LastNACK  string
 
 	acct *streamAcct // nil for a stream not opened through Run's server
 	// The last NACKed nonce, by type: a NACK repeating it is counted and
@@ -159,11 +152,25 @@ func NewServer(c *Cache, opts Options) *Server {
 	if err := promreg.Register(opts.Metrics, s.denied, s.connsClosed); err != nil {
 		panic(err)
 	}
+	s.observeChangeACK(opts.Metrics)
 	return s
 }
 
-// Cache returns the server's cache.
-func (s *Server) Cache() *Cache { return s.cache }
+// observeChangeACK exports the change → ACK latencies the cache measures
+// (syncstatus.go) as a histogram by type; no per-client labels.
+func (s *Server) observeChangeACK(reg prometheus.Registerer) {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "xdsbridge_xds_change_ack_seconds",
+		Help:    "Time from the commit of a resource version to a client's ACK of the response carrying it (the newest version a response carried, counted when committed after the client's previous ACK of the type), by type.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+	}, []string{"type"})
+	if reg != nil {
+		reg.MustRegister(h)
+	}
+	s.cache.mu.Lock()
+	s.cache.ackObserver = func(typeURL string, d time.Duration) { h.WithLabelValues(servedType(typeURL)).Observe(d.Seconds()) }
+	s.cache.mu.Unlock()
+}
 
 // Run serves xDS on lis until ctx is done, then closes every stream.
 func (s *Server) Run(ctx context.Context, lis net.Listener) error {
@@ -250,7 +257,11 @@ func servedType(typeURL string) string {
 func (s *Server) opened(ctx context.Context, delta bool, id int64, typeURL string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.clients[streamKey{delta, id}] = &clientInfo{Mode: modeName(delta), TypeURL: typeLabel(typeURL), Opened: time.Now(),
+	var addr string
+	if p, _ := peer.FromContext(ctx); p != nil && p.Addr != nil {
+		addr = p.Addr.String()
+	}
+	s.clients[streamKey{delta, id}] = &clientInfo{Mode: modeName(delta), TypeURL: typeLabel(typeURL), Opened: time.Now(), Peer: addr,
 		acct: streamAcctOf(ctx), nackLog: logLimiter{perMinute: s.lim.NACKLogsPerMinute}}
 	s.m.clients.WithLabelValues(typeLabel(typeURL), modeName(delta)).Inc()
 }
@@ -436,6 +447,7 @@ func (s *Server) callbacks() serverv3.Callbacks {
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, req *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
 			s.cache.sotwSent(streamKey{false, id}, resp)
+			s.cache.responseSent(streamKey{false, id}, resp.GetTypeUrl(), resp, resp.GetNonce())
 			s.responded(false, id, req.GetTypeUrl())
 		},
 		StreamDeltaRequestFunc: func(id int64, req *discovery.DeltaDiscoveryRequest) error {
@@ -443,36 +455,83 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			s.request(true, id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail(), req.GetErrorDetail() != nil)
 			return nil
 		},
-		StreamDeltaResponseFunc: func(id int64, req *discovery.DeltaDiscoveryRequest, _ *discovery.DeltaDiscoveryResponse) {
+		StreamDeltaResponseFunc: func(id int64, req *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
+			s.cache.sentDelta(streamKey{true, id}, resp)
 			s.responded(true, id, req.GetTypeUrl())
 		},
 	}
 }
 
-// ClientInfo describes one connected xDS stream.
-type ClientInfo = clientInfo
+// ClientStatuses returns the connected streams and their sync status,
+// sorted by node, then stream (delta before sotw for the same id). It is
+// safe for concurrent use; see syncstatus.go for what each state means and
+// what computing it costs.
+func (s *Server) ClientStatuses() []ClientStatus {
+	out, _ := s.clientStatuses("", false)
+	return out
+}
 
-// Clients returns the connected streams, sorted by mode and open time.
-func (s *Server) Clients() []ClientInfo {
+// ClientStatus returns the streams of the client whose node id is node,
+// with each resource of interest to them, current and held; none when no
+// stream has that node id.
+func (s *Server) ClientStatus(node string) ClientDetail {
+	cs, res := s.clientStatuses(node, true)
+	d := ClientDetail{Streams: []ClientStreamDetail{}}
+	for i, c := range cs {
+		d.Streams = append(d.Streams, ClientStreamDetail{ClientStatus: c, Resources: res[i]})
+	}
+	return d
+}
+
+func (s *Server) clientStatuses(node string, detail bool) ([]ClientStatus, [][]ResourceSync) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]ClientInfo, 0, len(s.clients))
-	for _, ci := range s.clients {
-		c := *ci
-		c.nackNonces = nil
+	out := make([]ClientStatus, 0, len(s.clients))
+	keys := make([]streamKey, 0, len(s.clients))
+	for k, ci := range s.clients {
+		if detail && ci.Node != node {
+			continue
+		}
+		c := ClientStatus{Node: ci.Node, Cluster: ci.Cluster, Identity: ci.Identity, Mode: ci.Mode, TypeURL: ci.TypeURL,
+			Stream: k.id, Peer: ci.Peer, Connected: ci.Opened, Responses: ci.Responses, NACKs: ci.NACKs, LastNACK: ci.LastNACK}
 		if a := ci.acct; a != nil {
 			c.SubscribedNames, c.NameBytes = a.names.Load(), a.bytes.Load()
-			c.MemoryEstimateBytes = a.memoryEstimate()
+			c.EstimatedBytes = a.memoryEstimate()
 		}
 		out = append(out, c)
+		keys = append(keys, k)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Mode != out[j].Mode {
-			return out[i].Mode < out[j].Mode
+	s.mu.Unlock()
+	// The cache's lock is not taken under the server's.
+	types, res := s.cache.syncStatus(keys, detail)
+	var details [][]ResourceSync
+	for i, k := range keys {
+		out[i].Types = types[k]
+		if out[i].Types == nil {
+			out[i].Types = []TypeStatus{}
 		}
-		return out[i].Opened.Before(out[j].Opened)
+	}
+	idx := make([]int, len(out))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool {
+		x, y := out[idx[a]], out[idx[b]]
+		if x.Node != y.Node {
+			return x.Node < y.Node
+		}
+		if x.Stream != y.Stream {
+			return x.Stream < y.Stream
+		}
+		return x.Mode < y.Mode
 	})
-	return out
+	sorted := make([]ClientStatus, len(out))
+	for i, j := range idx {
+		sorted[i] = out[j]
+		if detail {
+			details = append(details, res[keys[j]])
+		}
+	}
+	return sorted, details
 }
 
 // NACKs returns the number of NACKs received since start.

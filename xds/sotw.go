@@ -295,6 +295,7 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 		TypeUrl:     ts.url,
 		Resources:   anys,
 	}
+	c.handed(w, resp, ts.newestGen(changed, removed))
 	w.sch <- &cache.PassthroughResponse{Request: w.sreq, ReturnedResources: next, DiscoveryResponse: resp}
 	switch ts.url {
 	case ClusterType:

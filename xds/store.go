@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
@@ -93,6 +94,7 @@ type typeState struct {
 type genChange struct {
 	gen   uint64
 	names []string
+	at    time.Time // when committed (change → ACK latency, syncstatus.go)
 }
 
 // Apply performs the changes in order, notifying watches after each step, so
@@ -291,7 +293,7 @@ func (c *Cache) commit(ts *typeState, changed []string) {
 			ts.deletedAt[n] = ts.gen
 		}
 	}
-	ts.log = append(ts.log, genChange{gen: ts.gen, names: changed})
+	ts.log = append(ts.log, genChange{gen: ts.gen, names: changed, at: time.Now()})
 	ts.logNames += len(changed)
 	c.notifySubs()
 	for len(ts.log) > 1 && (len(ts.log) > maxLogGens || ts.logNames > maxLogNames) {

@@ -60,6 +60,8 @@ func (c *Cache) create(w *watch) (func(), error) {
 	} else {
 		c.readSotwState(w)
 	}
+	c.noteAnswer(w)
+	c.trackLast(w)
 	if w.ts.url == EndpointType && w.stream != nil {
 		c.edsInterest(w)
 	}
@@ -78,7 +80,7 @@ func (c *Cache) create(w *watch) (func(), error) {
 		}
 	}
 	if c.ready && c.respond(w, false, mustAnswer(w)) {
-		return func() {}, nil
+		return func() { c.mu.Lock(); c.forgetLast(w); c.mu.Unlock() }, nil
 	}
 	w.ts.watches[w] = struct{}{}
 	if w.stream != nil {
@@ -109,6 +111,7 @@ func (c *Cache) cancel(w *watch) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.untrack(w)
+	c.forgetLast(w)
 	st := w.stream
 	if !w.delta || st == nil {
 		return

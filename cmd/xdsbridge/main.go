@@ -1,11 +1,14 @@
 // Command xdsbridge serves service registries to Envoy and gRPC clients over
 // xDS (delta and state-of-the-world ADS).
 //
-//	xdsbridge                       run on the embedded default config
-//	xdsbridge -config FILE          run on FILE
+//	xdsbridge [run] [-config FILE]  serve (run is the default; serve is an alias)
 //	xdsbridge validate -config FILE check FILE, its sources' files and its TLS files
 //	xdsbridge dump -config FILE     print the resources it would serve
 //	xdsbridge dump -out DIR         write them as Envoy's files (outputs.filesystem layout)
+//	xdsbridge status                each connected client's sync status (admin listener)
+//	xdsbridge status -node N        that client's resources and versions
+//	xdsbridge status hosts SERVICE  why each host of SERVICE is (not) served
+//	xdsbridge help                  the commands and their flags
 package main
 
 import (
@@ -15,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -37,25 +41,91 @@ func main() {
 	}
 }
 
-func run(args []string, stdout, stderr io.Writer) error {
-	cmd := "serve"
-	if len(args) > 0 && (args[0] == "validate" || args[0] == "dump" || args[0] == "serve") {
-		cmd, args = args[0], args[1:]
-	}
+// commands are the subcommands, in the order help lists them.
+var commands = []struct{ name, args, summary string }{
+	{"run", "[-config FILE]", "serve xDS and the admin listener (the default command; serve is an alias)"},
+	{"validate", "[-config FILE]", "check the config, its sources' files, its TLS files and admin token file, and exit"},
+	{"dump", "[-config FILE] [-format yaml|json] [-out DIR]", "print the resources the config serves (or write Envoy's files), without serving"},
+	{"status", "[-admin ADDR] [-node N] | hosts [SERVICE]", "a running bridge's clients and their sync status (-node: one client's resources; hosts: why each host is served or not)"},
+}
+
+// cmdFlags are the flags of every command; each command's flag set
+// defines those it takes.
+type cmdFlags struct {
+	config, format, out, mode *string
+	timeout                   *time.Duration
+	status                    statusFlags
+}
+
+func newFlagSet(cmd string, stderr io.Writer) (*flag.FlagSet, *cmdFlags) {
 	fs := flag.NewFlagSet("xdsbridge "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cfgPath := fs.String("config", "", "config file (YAML or JSON); default: the embedded default (file source on examples/services.yaml)")
-	format := fs.String("format", "yaml", "dump: output format, yaml or json")
-	timeout := fs.Duration("timeout", 30*time.Second, "dump: how long to wait for every source's first sync")
-	out := fs.String("out", "", "dump: write the files of outputs.filesystem into this directory, once, instead of printing (-format yaml, json or proto)")
-	mode := fs.String("mode", "", "dump -out: path or watched_directory (default: outputs.filesystem.mode, else path)")
+	f := &cmdFlags{}
+	f.config = fs.String("config", "", "config file (YAML or JSON); default: the embedded default (file source on examples/services.yaml)")
+	switch cmd {
+	case "dump":
+		f.format = fs.String("format", "yaml", "output format, yaml or json")
+		f.timeout = fs.Duration("timeout", 30*time.Second, "how long to wait for every source's first sync")
+		f.out = fs.String("out", "", "write the files of outputs.filesystem into this directory, once, instead of printing (-format yaml, json or proto)")
+		f.mode = fs.String("mode", "", "with -out: path or watched_directory (default: outputs.filesystem.mode, else path)")
+	case "status":
+		f.status.define(fs)
+	}
+	fs.Usage = func() {
+		for _, c := range commands {
+			if c.name == cmd || (cmd == "serve" && c.name == "run") {
+				fmt.Fprintf(fs.Output(), "Usage: xdsbridge %s %s\n  %s\n", cmd, c.args, c.summary)
+			}
+		}
+		fs.PrintDefaults()
+	}
+	return fs, f
+}
+
+// usage lists the commands, one line each, and each one's flags.
+func usage(w io.Writer) {
+	fmt.Fprint(w, "Usage: xdsbridge [COMMAND] [FLAGS]\n\nCommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, "  help      this help\n")
+	for _, c := range commands {
+		fmt.Fprintf(w, "\nxdsbridge %s %s\n", c.name, c.args)
+		fs, _ := newFlagSet(c.name, w)
+		fs.PrintDefaults()
+	}
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	cmd := "run"
+	if len(args) > 0 {
+		switch args[0] {
+		case "help", "-h", "-help", "--help":
+			usage(stdout)
+			return nil
+		case "run", "serve", "validate", "dump", "status":
+			cmd, args = args[0], args[1:]
+		default:
+			if len(args[0]) > 0 && args[0][0] != '-' {
+				usage(stderr)
+				return fmt.Errorf("unknown command %q", args[0])
+			}
+		}
+	}
+	fs, f := newFlagSet(cmd, stderr)
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
 		return err
+	}
+	if cmd == "status" {
+		return status(fs, f, stdout)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	cfg, err := loadConfig(*cfgPath)
+	cfg, err := loadConfig(*f.config)
 	if err != nil {
 		return err
 	}
@@ -78,7 +148,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, "config ok")
 		return nil
 	case "dump":
-		return dump(cfg, *format, *timeout, stdout, stderr, *out, *mode)
+		return dump(cfg, *f.format, *f.timeout, stdout, stderr, *f.out, *f.mode)
 	}
 	log := app.NewLogger(cfg.Logging, stderr)
 	a, err := app.New(cfg, log)
@@ -117,7 +187,9 @@ func dump(cfg *config.Config, format string, timeout time.Duration, stdout, stde
 	}
 	cfg.Outputs.Filesystem = nil // dump writes once, below
 	cfg.XDS.Listen, cfg.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0"
-	a, err := app.New(cfg, app.NewLogger(cfg.Logging, stderr))
+	// Not the serving log lines (listening, sources synced, published):
+	// only warnings and errors, on stderr.
+	a, err := app.New(cfg, dumpLogger(cfg.Logging, stderr))
 	if err != nil {
 		return err
 	}
@@ -158,4 +230,14 @@ func dump(cfg *config.Config, format string, timeout time.Duration, stdout, stde
 	}
 	_, err = stdout.Write(b)
 	return err
+}
+
+// dumpLogger is the config's logger at WARN at least.
+func dumpLogger(c config.Logging, w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(c.Level))
+	if lvl < slog.LevelWarn {
+		c.Level = "warn"
+	}
+	return app.NewLogger(c, w)
 }

@@ -89,8 +89,15 @@ func (a *App) AdminHandler() http.Handler {
 	debug("GET /debug/hosts", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, a.Loop.Hosts(r.URL.Query().Get("service")))
 	})
-	debug("GET /debug/clients", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"clients": a.XDS.Clients(), "nacks": a.XDS.NACKs()})
+	// /debug/clients: every stream and its sync status per type;
+	// ?node=N: that client's streams with each resource of interest,
+	// current and held (xds.ClientDetail).
+	debug("GET /debug/clients", func(w http.ResponseWriter, r *http.Request) {
+		if q := r.URL.Query(); q.Has("node") {
+			writeJSON(w, http.StatusOK, map[string]any{"node": q.Get("node"), "streams": a.XDS.ClientStatus(q.Get("node")).Streams})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"clients": a.XDS.ClientStatuses(), "nacks": a.XDS.NACKs()})
 	})
 	return mux
 }

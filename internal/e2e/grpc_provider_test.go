@@ -156,7 +156,7 @@ func TestGRPCCertificateProviderFromConfig(t *testing.T) {
 	}
 	var nack string
 	waitFor(t, 10*time.Second, "grpc-go's NACK of the cluster without an instance", func() error {
-		for _, cl := range bare.app.XDS.Clients() {
+		for _, cl := range bare.app.XDS.ClientStatuses() {
 			if strings.Contains(cl.LastNACK, "ca_certificate_provider_instance") {
 				nack = cl.LastNACK
 				return nil

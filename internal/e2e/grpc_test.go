@@ -135,7 +135,7 @@ func assertNoNACKs(t *testing.T, br *bridge) {
 	t.Helper()
 	if n := br.app.XDS.NACKs(); n != 0 {
 		var reasons []string
-		for _, c := range br.app.XDS.Clients() {
+		for _, c := range br.app.XDS.ClientStatuses() {
 			if c.LastNACK != "" {
 				reasons = append(reasons, c.TypeURL+": "+c.LastNACK)
 			}

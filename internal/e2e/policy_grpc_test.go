@@ -121,7 +121,7 @@ func TestGRPCClientTakesPolicyClusters(t *testing.T) {
 			lastNACK := func() string {
 				// One ADS stream carries every type: the NACK is the
 				// stream's.
-				for _, c := range srv.Clients() {
+				for _, c := range srv.ClientStatuses() {
 					if c.LastNACK != "" {
 						return c.LastNACK
 					}

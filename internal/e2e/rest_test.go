@@ -252,7 +252,7 @@ func TestRJEnvoyREST(t *testing.T) {
 	if n := b.app.XDS.NACKs(); n != 0 {
 		t.Errorf("bridge counted %d NACKs", n)
 	}
-	if c := b.app.XDS.Clients(); len(c) != 0 {
+	if c := b.app.XDS.ClientStatuses(); len(c) != 0 {
 		t.Errorf("Envoy has gRPC streams to the bridge (want REST only): %+v", c)
 	}
 	ok200 := rjBridgeMetric(t, b, "xdsbridge_xds_rest_requests_total", "code", "200")

@@ -194,7 +194,7 @@ func TestEnvoyBridgeRestarts(t *testing.T) {
 			if c := connected(); c != 1 {
 				return fmt.Errorf("envoy connected_state %d", c)
 			}
-			if n := len(br.app.XDS.Clients()); n == 0 {
+			if n := len(br.app.XDS.ClientStatuses()); n == 0 {
 				return fmt.Errorf("the bridge has no client")
 			}
 			return nil

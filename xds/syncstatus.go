@@ -1,0 +1,504 @@
+package xds
+
+import (
+	"slices"
+	"sort"
+	"strconv"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+)
+
+// Per-client sync status (/debug/clients, xdsbridge status): for every
+// stream and type, whether the client holds what the cache serves.
+//
+// The bookkeeping on the hot path is O(1) per request and response, under
+// the cache lock the cache takes anyway: per stream and type, what the last
+// response handed to the server was (its type generation, the newest
+// commit among what it carried, when), its nonce once the server sends it,
+// whether the client answered it (ACK or NACK, from the watch the answer
+// creates) and a ring of change → ACK latencies. What the client holds is
+// not copied: a status is computed on demand from the state the cache
+// already keeps per stream (the compact delta state, the explicit sotw
+// state) in the stream's latest watch, which costs, per stream and type,
+// a lookup per resource of interest (every resource of the type for a
+// wildcard subscription), under the cache lock.
+//
+// Versions (Current, Acked, Sent) are type generations: the cache counts
+// the changes of each type, and a response is computed at the generation
+// current then. A client can be SYNCED with Acked < Current: the changes
+// since were to resources it does not subscribe to (or may not read).
+// Per-resource versions are in ClientDetail.
+
+// Sync states.
+const (
+	// Synced: the client acknowledged the latest response, and the state it
+	// holds has the current version of every resource of interest (every
+	// resource of the type it may read for a wildcard subscription, else
+	// every existing resource it subscribes to).
+	Synced = "SYNCED"
+	// Stale: a response is sent and not acknowledged yet (Since: when the
+	// first response not acknowledged was handed to the server), or the
+	// client acknowledged everything sent and still lacks a current version
+	// (held back: an assignment waiting for its cluster, routes for their
+	// assignments; Since: the commit of the oldest version it lacks). A
+	// request being processed reads as STALE for its duration.
+	Stale = "STALE"
+	// Nacked: the client rejected the latest response it answered, or
+	// lacks a resource it rejected (which is not sent again at that
+	// version).
+	Nacked = "NACKED"
+	// NotSent: no response of the type was sent yet on the stream (the
+	// cache is not ready, or the first request is being processed).
+	NotSent = "NOT_SENT"
+)
+
+// SyncLatencySamples is the number of change → ACK latencies kept per
+// stream and type (for last, p50, p99).
+const SyncLatencySamples = 64
+
+// MaxBehindNames bounds TypeStatus.Behind.
+const MaxBehindNames = 10
+
+// ClientStatus is one connected xDS stream and its sync status per type.
+type ClientStatus struct {
+	Node     string `json:"node"`
+	Cluster  string `json:"cluster,omitempty"`
+	Identity string `json:"identity,omitempty"` // the certificate SAN xds.authorization matched
+	// Mode is delta or sotw (REST-JSON polling has no stream: not listed).
+	Mode string `json:"mode"`
+	// TypeURL is the stream's: "ads" for an aggregated stream.
+	TypeURL   string    `json:"type_url"`
+	Stream    int64     `json:"stream"`
+	Peer      string    `json:"peer,omitempty"`
+	Connected time.Time `json:"connected"`
+	Responses uint64    `json:"responses"`
+	NACKs     uint64    `json:"nacks"`
+	LastNACK  string    `json:"last_nack,omitempty"`
+	// SubscribedNames and NameBytes are the resource names the stream
+	// subscribes to (every type) and their bytes, as the limits count them.
+	SubscribedNames int64 `json:"subscribed_names"`
+	NameBytes       int64 `json:"name_bytes"`
+	// EstimatedBytes estimates the heap the stream costs the server:
+	// PerStreamOverheadBytes + NameBytesFactor × NameBytes +
+	// SubscribedNames × PerNameOverheadBytes (measured; see guard.go),
+	// plus NameBytesFactor × the initial_resource_versions held. It is an
+	// estimate; it leaves out the responses being sent, whose resource
+	// encodings are shared by every client.
+	EstimatedBytes int64        `json:"memory_estimate_bytes"`
+	Types          []TypeStatus `json:"types"`
+}
+
+// TypeStatus is a stream's sync status for one type.
+type TypeStatus struct {
+	Type    string `json:"type"` // clusters, endpoints, listeners, routes (else the URL)
+	TypeURL string `json:"type_url"`
+	State   string `json:"state"` // SYNCED, STALE, NACKED, NOT_SENT
+	// Subscribed: names subscribed to (0 with Wildcard: every resource).
+	Subscribed int  `json:"subscribed"`
+	Wildcard   bool `json:"wildcard"`
+	// Current, Acked and Sent are type generations: the type's now, that
+	// of the last response the client acknowledged, and that of the last
+	// response sent ("" for none).
+	Current string      `json:"current"`
+	Acked   string      `json:"acked,omitempty"`
+	Sent    string      `json:"sent,omitempty"`
+	Since   time.Time   `json:"since,omitzero"` // STALE since, NACKED at
+	NACK    *NACKStatus `json:"nack,omitempty"`
+	// Behind: up to MaxBehindNames resources of interest the client does
+	// not hold at their current version, sorted.
+	Behind []string `json:"behind,omitempty"`
+	// Change → ACK latency: from the commit of the newest resource version
+	// a response carried to the client's ACK of that response (counted when
+	// the change came after the client's previous ACK), over the last
+	// SyncLatencySamples samples.
+	LatencyLast time.Duration `json:"latency_last_ns"`
+	LatencyP50  time.Duration `json:"latency_p50_ns"`
+	LatencyP99  time.Duration `json:"latency_p99_ns"`
+	Samples     int           `json:"samples"`
+}
+
+// NACKStatus is the last rejection of a type by a client.
+type NACKStatus struct {
+	Version string    `json:"version"` // the type generation of the response rejected
+	Detail  string    `json:"detail"`
+	At      time.Time `json:"at"`
+}
+
+// ClientDetail is one client's streams with every resource of interest.
+type ClientDetail struct {
+	Streams []ClientStreamDetail `json:"streams"`
+}
+
+// ClientStreamDetail is one stream's status and resources.
+type ClientStreamDetail struct {
+	ClientStatus
+	Resources []ResourceSync `json:"resources"`
+}
+
+// ResourceSync is one resource of interest to a client: the version served
+// and the one the client holds as far as the cache knows ("" when it holds
+// none, or an older one the compact delta state does not name).
+type ResourceSync struct {
+	Type     string `json:"type"`
+	Name     string `json:"name"`
+	Current  string `json:"current"`
+	Held     string `json:"held,omitempty"`
+	Synced   bool   `json:"synced"`
+	Rejected bool   `json:"rejected,omitempty"` // the current version, rejected by the client
+}
+
+// ShortType is the short name of a served type URL (clusters, endpoints,
+// listeners, routes), else the URL.
+func ShortType(typeURL string) string {
+	switch typeURL {
+	case ClusterType:
+		return "clusters"
+	case EndpointType:
+		return "endpoints"
+	case ListenerType:
+		return "listeners"
+	case RouteType:
+		return "routes"
+	}
+	return typeURL
+}
+
+// syncRec is what the cache follows of one stream's type for its status.
+type syncRec struct {
+	// pend: the latest response handed to the server and not sent yet
+	// (its generation, the newest commit generation among what it
+	// carries, when), until the server's response callback gives it a
+	// nonce.
+	pend     any
+	pendGen  uint64
+	pendMax  uint64
+	everSent bool
+	lastGen  uint64 // of the latest response handed
+	// The latest response sent: its nonce, generation, newest commit
+	// generation, and whether the client answered it.
+	nonce            string
+	sentGen, sentMax uint64
+	answered         bool
+	outstandingSince time.Time
+	// The last answer: an ACK (acked*) or a NACK (lastNACK, nack).
+	hasAcked   bool
+	ackedGen   uint64
+	lastNACK   bool
+	nack       *NACKStatus
+	subscribed int
+	wildcard   bool
+	// A ring of change → ACK latencies, allocated at the first sample.
+	lat           []time.Duration
+	latNext, latN int
+}
+
+// outstanding: a response is handed or sent and not answered.
+func (r *syncRec) outstanding() bool { return r.pend != nil || (r.nonce != "" && !r.answered) }
+
+func (st *streamState) rec(url string) *syncRec {
+	if st.sync == nil {
+		st.sync = map[string]*syncRec{}
+	}
+	r := st.sync[url]
+	if r == nil {
+		r = &syncRec{}
+		st.sync[url] = r
+	}
+	return r
+}
+
+// noteAnswer records, when w is created, what its request answers: the
+// latest response sent on its stream and type (an ACK, or a NACK with its
+// detail), or an older one (nothing). Under c.mu.
+func (c *Cache) noteAnswer(w *watch) {
+	st := w.stream
+	if st == nil {
+		return
+	}
+	r := st.rec(w.ts.url)
+	r.subscribed, r.wildcard = len(w.sub.SubscribedResources()), w.sub.IsWildcard()
+	if r.wildcard {
+		r.subscribed = 0
+	}
+	var nonce string
+	var detail *rpcstatus.Status
+	if w.delta {
+		nonce, detail = w.dreq.GetResponseNonce(), w.dreq.GetErrorDetail()
+	} else {
+		// A sotw response still queued was dropped by the server for
+		// this request (contract 4): it will not be sent.
+		r.pend = nil
+		nonce, detail = w.sreq.GetResponseNonce(), w.sreq.GetErrorDetail()
+	}
+	if r.answered || r.nonce == "" || nonce != r.nonce {
+		return
+	}
+	now := time.Now()
+	r.answered = true
+	if detail != nil {
+		msg, _ := bound(detail.GetMessage(), "", MaxNACKMessageBytes)
+		r.lastNACK = true
+		r.nack = &NACKStatus{Version: strconv.FormatUint(r.sentGen, 10), Detail: msg, At: now}
+		return
+	}
+	// A change → ACK sample: the response carried a version committed
+	// after the state the client acknowledged before (not a new client's
+	// first state, nor a newly subscribed resource committed long ago).
+	if r.hasAcked && r.sentMax > r.ackedGen {
+		if at, ok := w.ts.commitTime(r.sentMax); ok {
+			d := now.Sub(at)
+			if r.lat == nil {
+				r.lat = make([]time.Duration, SyncLatencySamples)
+			}
+			r.lat[r.latNext] = d
+			r.latNext = (r.latNext + 1) % SyncLatencySamples
+			r.latN = min(r.latN+1, SyncLatencySamples)
+			if c.ackObserver != nil {
+				c.ackObserver(w.ts.url, d)
+			}
+		}
+	}
+	r.hasAcked, r.ackedGen, r.lastNACK = true, r.sentGen, false
+}
+
+// handed records a response handed to the server for w: resp identifies
+// it when sent; maxGen is the newest commit generation among what it
+// carries. Under c.mu.
+func (c *Cache) handed(w *watch, resp any, maxGen uint64) {
+	st := w.stream
+	if st == nil {
+		return
+	}
+	r := st.rec(w.ts.url)
+	if !r.outstanding() {
+		r.outstandingSince = time.Now()
+	}
+	r.pend, r.pendGen, r.pendMax, r.lastGen, r.everSent = resp, w.ts.gen, maxGen, w.ts.gen, true
+}
+
+// responseSent records the nonce of a response the server sends (its
+// response callback, before the client can answer it).
+func (c *Cache) responseSent(key streamKey, typeURL string, resp any, nonce string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.streams[key]
+	if st == nil || st.sync[typeURL] == nil {
+		return
+	}
+	if r := st.sync[typeURL]; r.pend == resp {
+		r.nonce, r.sentGen, r.sentMax, r.answered, r.pend = nonce, r.pendGen, r.pendMax, false, nil
+	}
+}
+
+// commitTime returns when generation gen was committed, if it is still in
+// the change log.
+func (ts *typeState) commitTime(gen uint64) (time.Time, bool) {
+	i := sort.Search(len(ts.log), func(i int) bool { return ts.log[i].gen >= gen })
+	if i < len(ts.log) && ts.log[i].gen == gen {
+		return ts.log[i].at, true
+	}
+	return time.Time{}, false
+}
+
+// newestGen is the newest commit generation among names (deletions
+// included).
+func (ts *typeState) newestGen(names ...[]string) uint64 {
+	var g uint64
+	for _, l := range names {
+		for _, n := range l {
+			if e, ok := ts.resources[n]; ok {
+				g = max(g, e.gen)
+			} else {
+				g = max(g, ts.deletedAt[n])
+			}
+		}
+	}
+	return g
+}
+
+// heldOf returns, for w (the stream's latest watch, its state as read),
+// the version the client holds of existing resource e of interest ("" for
+// none or unknown) and whether it is the rejected current one.
+func (w *watch) heldOf(e *entry) (held string, rejected bool) {
+	n := e.name
+	if _, ok := slices.BinarySearch(w.heldBack, n); ok {
+		return "", false
+	}
+	if !w.delta {
+		ss := &w.ss
+		if v, ok := ss.rejected[n]; ok && v == e.version {
+			return ss.held[n], true
+		}
+		return ss.held[n], false
+	}
+	ds := &w.ds
+	if ds.allRest {
+		if inJoined(ds.seq.joined, n) {
+			return "", false
+		}
+	} else if _, ok := slices.BinarySearch(ds.rest, n); ok {
+		return "", false
+	}
+	if v, ok := ds.rejected[n]; ok && v == e.version {
+		return "", true
+	}
+	if _, ok := ds.newSub[n]; ok && ds.complete {
+		return "", false
+	}
+	if v, ok := w.known[n]; ok {
+		return v, false
+	}
+	if !ds.complete || ds.stale {
+		return "", false
+	}
+	if _, isSub := w.sub.SubscribedResources()[n]; ds.wildOn && !isSub {
+		return "", false
+	}
+	if e.gen > ds.gen {
+		return "", false // an older version
+	}
+	return e.version, false
+}
+
+// interest calls fn for each existing resource of interest to w's client.
+func (w *watch) interest(fn func(e *entry)) {
+	if w.sub.IsWildcard() {
+		for n, e := range w.ts.resources {
+			if !w.hidden(n) {
+				fn(e)
+			}
+		}
+		return
+	}
+	for n := range w.sub.SubscribedResources() {
+		if e, ok := w.lookup(n); ok {
+			fn(e)
+		}
+	}
+}
+
+// syncStatus computes the type statuses of the streams keyed, and with
+// detail each one's resources. Under c.mu.
+func (c *Cache) syncStatus(keys []streamKey, detail bool) (map[streamKey][]TypeStatus, map[streamKey][]ResourceSync) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[streamKey][]TypeStatus, len(keys))
+	var res map[streamKey][]ResourceSync
+	if detail {
+		res = map[streamKey][]ResourceSync{}
+	}
+	for _, k := range keys {
+		st := c.streams[k]
+		if st == nil {
+			continue
+		}
+		types := make([]*typeState, 0, len(st.sync))
+		for u := range st.sync {
+			if ts := c.types[u]; ts != nil {
+				types = append(types, ts)
+			}
+		}
+		sort.Slice(types, func(i, j int) bool { return typeBefore(types[i], types[j]) })
+		for _, ts := range types {
+			t, rs := c.typeStatus(st, ts, detail)
+			out[k] = append(out[k], t)
+			if detail {
+				res[k] = append(res[k], rs...)
+			}
+		}
+	}
+	return out, res
+}
+
+func (c *Cache) typeStatus(st *streamState, ts *typeState, detail bool) (TypeStatus, []ResourceSync) {
+	r := st.sync[ts.url]
+	t := TypeStatus{Type: ShortType(ts.url), TypeURL: ts.url, Subscribed: r.subscribed, Wildcard: r.wildcard,
+		Current: strconv.FormatUint(ts.gen, 10)}
+	if r.everSent {
+		t.Sent = strconv.FormatUint(r.lastGen, 10)
+	}
+	if r.hasAcked {
+		t.Acked = strconv.FormatUint(r.ackedGen, 10)
+	}
+	if r.latN > 0 {
+		s := slices.Clone(r.lat[:r.latN])
+		slices.Sort(s)
+		t.LatencyLast = r.lat[(r.latNext+SyncLatencySamples-1)%SyncLatencySamples]
+		t.LatencyP50 = s[(len(s)-1)*50/100]
+		t.LatencyP99 = s[(len(s)-1)*99/100]
+		t.Samples = r.latN
+	}
+	// What the client holds: the state of the stream's latest watch.
+	var behind []string
+	var rsync []ResourceSync
+	var rejected bool
+	oldest := uint64(0)
+	w := st.last[ts.url]
+	if w != nil {
+		w.interest(func(e *entry) {
+			held, rej := w.heldOf(e)
+			ok := held == e.version && !rej
+			if !ok {
+				behind = append(behind, e.name)
+				rejected = rejected || rej
+				if oldest == 0 || e.gen < oldest {
+					oldest = e.gen
+				}
+			}
+			if detail {
+				rsync = append(rsync, ResourceSync{Type: t.Type, Name: e.name, Current: e.version, Held: held, Synced: ok, Rejected: rej})
+			}
+		})
+	}
+	sort.Strings(behind)
+	sort.Slice(rsync, func(i, j int) bool { return rsync[i].Name < rsync[j].Name })
+	if len(behind) > MaxBehindNames {
+		behind = behind[:MaxBehindNames]
+	}
+	t.Behind = behind
+	switch {
+	case !r.everSent:
+		t.State = NotSent
+	case r.lastNACK || (rejected && r.nack != nil && !r.outstanding()):
+		t.State, t.NACK, t.Since = Nacked, r.nack, r.nack.At
+	case r.outstanding() || !r.hasAcked:
+		// (Not acknowledged: a response the server dropped for a newer
+		// request, whose answer is still to come.)
+		t.State, t.Since = Stale, r.outstandingSince
+	case w == nil || w.done:
+		t.State, t.Since = Stale, time.Now() // a request being processed
+	case len(behind) > 0:
+		t.State = Stale
+		if at, ok := ts.commitTime(oldest); ok {
+			t.Since = at
+		}
+	default:
+		t.State = Synced
+	}
+	return t, rsync
+}
+
+// trackLast makes w its stream's latest watch of its type. Under c.mu.
+func (c *Cache) trackLast(w *watch) {
+	if st := w.stream; st != nil {
+		if st.last == nil {
+			st.last = map[string]*watch{}
+		}
+		st.last[w.ts.url] = w
+	}
+}
+
+// forgetLast: w is cancelled; the server changes its subscription state
+// next (contract 3), which the status must no longer read.
+func (c *Cache) forgetLast(w *watch) {
+	if st := w.stream; st != nil && st.last[w.ts.url] == w {
+		delete(st.last, w.ts.url)
+	}
+}
+
+// sentDelta is the server's delta response callback: the response's nonce.
+func (c *Cache) sentDelta(key streamKey, resp *discovery.DeltaDiscoveryResponse) {
+	c.responseSent(key, resp.GetTypeUrl(), resp, resp.GetNonce())
+}

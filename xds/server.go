@@ -104,6 +104,10 @@ type Server struct {
 	// verifyClient is Options.VerifyClient.
 	verifyClient func([]*x509.Certificate) error
 
+	// recentACK holds the change → ACK latencies since the last
+	// DrainChangeACK (the status page's chart).
+	recentACK recentLatencies
+
 	mu         sync.Mutex
 	clients    map[streamKey]*clientInfo
 	nackTotal  uint64
@@ -164,12 +168,60 @@ func (s *Server) observeChangeACK(reg prometheus.Registerer) {
 		Help:    "Time from the commit of a resource version to a client's ACK of the response carrying it (the newest version a response carried, counted when committed after the client's previous ACK of the type), by type.",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 	}, []string{"type"})
-	if reg != nil {
-		reg.MustRegister(h)
+	if err := promreg.Register(reg, h); err != nil {
+		panic(err)
 	}
 	s.cache.mu.Lock()
-	s.cache.ackObserver = func(typeURL string, d time.Duration) { h.WithLabelValues(servedType(typeURL)).Observe(d.Seconds()) }
+	s.cache.ackObserver = func(typeURL string, d time.Duration) {
+		h.WithLabelValues(servedType(typeURL)).Observe(d.Seconds())
+		s.recentACK.add(d)
+	}
 	s.cache.mu.Unlock()
+}
+
+// maxRecentLatencies bounds the latencies kept between two
+// DrainChangeACK calls; when full, every other one kept is dropped and
+// the stride of those kept doubles, so what is kept stays an even sample.
+const maxRecentLatencies = 4096
+
+// recentLatencies collects latencies for one reader that drains them.
+type recentLatencies struct {
+	mu     sync.Mutex
+	ds     []time.Duration
+	stride int // keep one sample in stride (0: 1)
+	n      int // samples seen since the last one kept
+}
+
+func (r *recentLatencies) add(d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stride > 1 {
+		if r.n++; r.n < r.stride {
+			return
+		}
+		r.n = 0
+	}
+	if len(r.ds) == maxRecentLatencies {
+		k := r.ds[:0]
+		for i := 0; i < len(r.ds); i += 2 {
+			k = append(k, r.ds[i])
+		}
+		r.ds, r.stride, r.n = k, max(r.stride, 1)*2, 0
+	}
+	r.ds = append(r.ds, d)
+}
+
+// DrainChangeACK returns the change → ACK latencies (every client and
+// type) observed since the previous call, at most maxRecentLatencies of
+// them, evenly thinned; nil when none. It is meant for one reader (the
+// status page's sampler); safe for concurrent use.
+func (s *Server) DrainChangeACK() []time.Duration {
+	r := &s.recentACK
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ds := r.ds
+	r.ds, r.stride, r.n = nil, 0, 0
+	return ds
 }
 
 // Run serves xDS on lis until ctx is done, then closes every stream.

@@ -1,8 +1,10 @@
 package app
 
 import (
+	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/xdsbridge/xdsbridge/bridge"
 	"github.com/xdsbridge/xdsbridge/internal/status"
@@ -21,7 +23,7 @@ type statusOnce struct {
 // interval). Run runs it.
 func (a *App) StatusSampler() *status.Sampler {
 	a.status.once.Do(func() {
-		a.status.sampler = &status.Sampler{Pushes: a.pushesTotal}
+		a.status.sampler = &status.Sampler{Pushes: a.pushesTotal, LatencyP50: a.statusLatencyP50}
 	})
 	return a.status.sampler
 }
@@ -140,20 +142,32 @@ func hostRow(h bridge.HostInfo) status.HostRow {
 	return r
 }
 
-// statusClients lists the connected xDS clients.
-//
-// adapter: replace with xds.Server.ClientStatuses when it lands. Until
-// then it shows one row per stream from xds.Server.Clients, whose sync
-// state is not known (UNKNOWN; NACKED with the last NACK's detail when the
-// stream NACKed).
+// statusClients lists the connected xDS clients, one row per stream, with
+// each type's sync status (xds.Server.ClientStatuses).
 func (a *App) statusClients() []status.ClientRow {
 	var out []status.ClientRow
-	for _, c := range a.XDS.Clients() {
-		t := status.TypeRow{Type: c.TypeURL, State: "UNKNOWN", Responses: c.Responses, NACKs: c.NACKs}
-		if c.NACKs > 0 {
-			t.State, t.NACKDetail = "NACKED", c.LastNACK
+	for _, c := range a.XDS.ClientStatuses() {
+		row := status.ClientRow{Node: c.Node, Cluster: c.Cluster, Mode: c.Mode, Connected: c.Connected, Responses: c.Responses, NACKs: c.NACKs}
+		for _, t := range c.Types {
+			tr := status.TypeRow{Type: t.Type, State: t.State, Since: t.Since,
+				LatencyP50: t.LatencyP50, LatencyP99: t.LatencyP99, Samples: t.Samples}
+			if t.NACK != nil {
+				tr.NACKDetail = t.NACK.Detail
+			}
+			row.Types = append(row.Types, tr)
 		}
-		out = append(out, status.ClientRow{Node: c.Node, Cluster: c.Cluster, Mode: c.Mode, Connected: c.Opened, Types: []status.TypeRow{t}})
+		out = append(out, row)
 	}
 	return out
+}
+
+// statusLatencyP50 is the median change → ACK latency since the previous
+// sample of the status page's chart.
+func (a *App) statusLatencyP50() (time.Duration, bool) {
+	ds := a.XDS.DrainChangeACK()
+	if len(ds) == 0 {
+		return 0, false
+	}
+	slices.Sort(ds)
+	return ds[len(ds)/2], true
 }

@@ -207,28 +207,8 @@ func TestPgStatusPageBrowser(t *testing.T) {
 	if row := pgEnvoyRow(d); !strings.Contains(row.NodeText, pgHostileNode) {
 		t.Errorf("the Envoy's node id does not show literally: %q", row.NodeText)
 	}
-	// The Envoy's sync state: SYNCED once the page reads
-	// xds.Server.ClientStatuses (see the adapter in internal/app/status.go).
-	if os.Getenv("PG_EXPECT_SYNCED") == "1" {
-		t.Run("synced", func(t *testing.T) {
-			pgWaitDOM(t, browser, 10*time.Second, "the Envoy SYNCED", &d, func(d pgDOM) error {
-				rows := 0
-				for _, c := range d.Clients {
-					if c.Node != pgHostileNode {
-						continue
-					}
-					rows++
-					if c.State != "SYNCED" {
-						return fmt.Errorf("the Envoy's %s: %q", c.Type, c.State)
-					}
-				}
-				if rows == 0 {
-					return fmt.Errorf("no row of the Envoy: %+v", d.Clients)
-				}
-				return nil
-			})
-		})
-	}
+	// The Envoy's sync state, per type (xds.Server.ClientStatuses).
+	pgWaitDOM(t, browser, 10*time.Second, "the Envoy SYNCED", &d, pgEnvoySynced)
 
 	// A change shows up in the same document, without navigation.
 	browser.eval(t, "mark the document", `(window.pgMarker = 1) === 1`)
@@ -249,6 +229,8 @@ func TestPgStatusPageBrowser(t *testing.T) {
 	if d.Hosts[h2].Health != "UNHEALTHY" {
 		t.Errorf("failing host after the change: %+v", d.Hosts[h2])
 	}
+	// The Envoy took the change: SYNCED again, on the page.
+	pgWaitDOM(t, browser, 10*time.Second, "the Envoy SYNCED after the change", &d, pgEnvoySynced)
 
 	// Traffic through the Envoy reaches the healthy hosts only.
 	ev.waitTraffic(t, "b1", "b3")
@@ -386,4 +368,23 @@ func pgWaitDOM(t *testing.T, b *pgBrowser, timeout time.Duration, what string, d
 		}
 		return cond(got)
 	})
+}
+
+// pgEnvoySynced: the Envoy's rows show clusters and endpoints, every row
+// SYNCED.
+func pgEnvoySynced(d pgDOM) error {
+	types := map[string]bool{}
+	for _, c := range d.Clients {
+		if c.Node != pgHostileNode {
+			continue
+		}
+		types[c.Type] = true
+		if c.State != "SYNCED" {
+			return fmt.Errorf("the Envoy's %s: %q", c.Type, c.State)
+		}
+	}
+	if !types["clusters"] || !types["endpoints"] {
+		return fmt.Errorf("the Envoy's rows have types %v, want clusters and endpoints: %+v", types, d.Clients)
+	}
+	return nil
 }

@@ -70,7 +70,9 @@ type HostRow struct {
 type ClientRow struct {
 	Node, Cluster, Mode string
 	Connected           time.Time
-	Types               []TypeRow
+	// Responses and NACKs count the stream's responses and rejections.
+	Responses, NACKs uint64
+	Types            []TypeRow
 }
 
 // TypeRow is a client's status for one resource type.
@@ -80,8 +82,6 @@ type TypeRow struct {
 	// Since is when the type entered State (zero: unknown).
 	Since      time.Time
 	NACKDetail string
-	Responses  uint64
-	NACKs      uint64
 	LatencyP50 time.Duration
 	LatencyP99 time.Duration
 	Samples    int

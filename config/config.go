@@ -218,7 +218,8 @@ type Debounce struct {
 	// Quiet is how long the loop waits after the last event before it
 	// publishes (default 50ms).
 	Quiet Duration `json:"quiet"`
-	// Max is the longest an event waits while events keep coming (default 500ms).
+	// Max is the longest an event waits while events keep coming (default
+	// 500ms, or Quiet if longer: DebounceDefaults).
 	Max Duration `json:"max"`
 }
 
@@ -314,6 +315,21 @@ const (
 	DefaultDebounceMax   = 500 * time.Millisecond
 )
 
+// DebounceDefaults is the one rule for the debounce defaults, of the
+// config and of the merge loop (bridge.Options): a quiet period of 0 is
+// DefaultDebounceQuiet, and a max of 0 is DefaultDebounceMax, or the quiet
+// period when that is longer. Other values are returned as they are.
+func DebounceDefaults(quiet, maxHold time.Duration) (time.Duration, time.Duration) {
+	if quiet == 0 {
+		quiet = DefaultDebounceQuiet
+	}
+	if maxHold == 0 {
+		// Never below an explicitly longer quiet period.
+		maxHold = max(DefaultDebounceMax, quiet)
+	}
+	return quiet, maxHold
+}
+
 // Ranges, checked at load (README, "Bad input and limits").
 const (
 	MinDebounce      = time.Millisecond
@@ -362,13 +378,8 @@ func (c *Config) applyDefaults() {
 	if c.Admin.Listen == "" {
 		c.Admin.Listen = DefaultAdminListen
 	}
-	if c.Debounce.Quiet == 0 {
-		c.Debounce.Quiet = Duration(DefaultDebounceQuiet)
-	}
-	if c.Debounce.Max == 0 {
-		// Never below an explicitly longer quiet period.
-		c.Debounce.Max = max(Duration(DefaultDebounceMax), c.Debounce.Quiet)
-	}
+	quiet, maxHold := DebounceDefaults(c.Debounce.Quiet.D(), c.Debounce.Max.D())
+	c.Debounce.Quiet, c.Debounce.Max = Duration(quiet), Duration(maxHold)
 	if c.Logging.Format == "" {
 		c.Logging.Format = "text"
 	}

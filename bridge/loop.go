@@ -219,9 +219,28 @@ func (l *Loop) Run(ctx context.Context) error {
 	defer retention.Stop()
 	var retentionAt time.Time // when retention is armed for; zero: stopped
 	var firstDirty time.Time
+	var lastFlush time.Time // when the last flush began; zero: none yet
 	armed := false
-	dirtied := func() {
+	flush := func() {
+		armed = false
+		lastFlush = l.now()
+		l.flush()
+	}
+	// dirtied schedules the flush of what an event or an expiry made
+	// dirty, and reports whether it flushed at once. At the leading edge
+	// (no flush pending, and none within the quiet period before) it
+	// flushes at once, with the events already queued: an isolated change
+	// is published without waiting. Otherwise it holds off: the flush
+	// waits for the quiet period after the last event, bounded by the max
+	// hold since the first, so changes that follow a flush closely go
+	// together, and a steady stream publishes at least once per max hold.
+	dirtied := func() bool {
 		now := l.now()
+		if !armed && (lastFlush.IsZero() || now.Sub(lastFlush) >= l.opts.Quiet) {
+			l.handleQueued()
+			flush()
+			return true
+		}
 		if !armed {
 			firstDirty = now
 			armed = true
@@ -231,19 +250,18 @@ func (l *Loop) Run(ctx context.Context) error {
 			wait = max(hold, 0)
 		}
 		timer.Reset(wait)
+		return false
 	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case ev := <-l.events:
-			if l.handle(ev) {
-				dirtied()
+			if !l.handle(ev) || !dirtied() {
+				continue // nothing flushed: events change no retained host
 			}
-			continue // events change no retained host
 		case <-timer.C:
-			armed = false
-			l.flush()
+			flush()
 		case <-retention.C:
 			retentionAt = time.Time{}
 			if l.expireRetained() {
@@ -261,6 +279,19 @@ func (l *Loop) Run(ctx context.Context) error {
 			if !next.IsZero() {
 				retention.Reset(max(next.Sub(l.now()), 0))
 			}
+		}
+	}
+}
+
+// handleQueued applies the events already queued, without waiting for
+// more.
+func (l *Loop) handleQueued() {
+	for range cap(l.events) {
+		select {
+		case ev := <-l.events:
+			l.handle(ev)
+		default:
+			return
 		}
 	}
 }

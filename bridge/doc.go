@@ -7,9 +7,11 @@
 //	                                            Publisher (the xDS cache)
 //
 // Sources only send events; the loop marks the services an event touches as
-// dirty, waits for a quiet period (bounded by a maximum hold, so a steady
-// stream cannot starve updates), then rebuilds only the dirty services and
-// publishes what changed.
+// dirty and rebuilds only the dirty services, publishing what changed: at
+// once when nothing was flushed in the quiet period before (the leading
+// edge), else once the events have been quiet for the quiet period
+// (hold-off), bounded by a maximum hold, so a steady stream cannot starve
+// updates and a burst costs a few publishes.
 //
 // The files:
 //

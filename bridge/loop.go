@@ -35,8 +35,10 @@ type Options struct {
 	// synced only once it has published both, whichever comes first.
 	// Every other source is synced by its first publish of either.
 	ServicesAndPolicy []string
-	// Quiet is how long the loop waits after the last event; MaxHold is
-	// the longest a dirty service waits while events keep coming. Zero
+	// Quiet is how long the loop waits after the last event, when an
+	// event comes within Quiet of the last flush (otherwise it flushes at
+	// once); MaxHold is the longest a dirty service waits while events
+	// keep coming. Zero
 	// values take the config's defaults (config.DebounceDefaults: 50ms, and
 	// 500ms or Quiet if longer); a MaxHold below Quiet is Quiet.
 	Quiet   time.Duration

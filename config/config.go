@@ -216,7 +216,8 @@ type Admin struct {
 // Debounce configures how the merge loop batches bursts of source events.
 type Debounce struct {
 	// Quiet is how long the loop waits after the last event before it
-	// publishes (default 50ms).
+	// publishes, when the event follows a publish within Quiet; a change
+	// after a quiet period is published at once (default 50ms).
 	Quiet Duration `json:"quiet"`
 	// Max is the longest an event waits while events keep coming (default
 	// 500ms, or Quiet if longer: DebounceDefaults).

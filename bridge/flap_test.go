@@ -17,12 +17,12 @@ import (
 func TestChecksFlapWithinDebounce(t *testing.T) {
 	const quiet = 500 * time.Millisecond // far above the time the toggles take
 	rec := newRecorder()
-	fc := &fakeChecks{verdicts: map[sources.HostKey]healthcheck.CheckVerdict{}}
+	fc := &fakeChecks{verdicts: map[sources.HostKey]healthcheck.Verdict{}}
 	l := run(t, Options{Sources: []string{"a"}, Quiet: quiet, MaxHold: 20 * quiet, HealthChecks: fc}, rec)
 	h1 := sources.HostKey{Address: "10.0.0.1", Port: 1}
 	h2 := sources.HostKey{Address: "10.0.0.1", Port: 2}
-	fc.set(h1, healthcheck.CheckHealthy)
-	fc.set(h2, healthcheck.CheckHealthy)
+	fc.set(h1, healthcheck.Healthy)
+	fc.set(h2, healthcheck.Healthy)
 	publish(t, l, "a", service("x", 1, 2))
 	rec.next(t)
 	health := func() sources.HealthStatus {
@@ -35,9 +35,9 @@ func TestChecksFlapWithinDebounce(t *testing.T) {
 
 	flap := func(n int) {
 		for i := 0; i < n; i++ {
-			v := healthcheck.CheckUnhealthy
+			v := healthcheck.Unhealthy
 			if i%2 == 1 {
-				v = healthcheck.CheckHealthy
+				v = healthcheck.Healthy
 			}
 			fc.set(h2, v)
 			l.ChecksChanged(context.Background(), "x")

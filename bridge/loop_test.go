@@ -321,11 +321,11 @@ func TestPublishErrorIsRetried(t *testing.T) {
 // fakeChecks is a Checks with verdicts set by the test.
 type fakeChecks struct {
 	mu       sync.Mutex
-	verdicts map[sources.HostKey]healthcheck.CheckVerdict
+	verdicts map[sources.HostKey]healthcheck.Verdict
 	hosts    []healthcheck.ServiceHosts
 }
 
-func (f *fakeChecks) Verdict(_ string, k sources.HostKey) healthcheck.CheckVerdict {
+func (f *fakeChecks) Verdict(_ string, k sources.HostKey) healthcheck.Verdict {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.verdicts[k]
@@ -339,7 +339,7 @@ func (f *fakeChecks) SetHosts(h []healthcheck.ServiceHosts) {
 	f.hosts = h
 }
 
-func (f *fakeChecks) set(k sources.HostKey, v healthcheck.CheckVerdict) {
+func (f *fakeChecks) set(k sources.HostKey, v healthcheck.Verdict) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.verdicts[k] = v
@@ -347,12 +347,12 @@ func (f *fakeChecks) set(k sources.HostKey, v healthcheck.CheckVerdict) {
 
 func TestMatrixRetainsAbsentHealthyHostAndDeletesWhenItFails(t *testing.T) {
 	rec := newRecorder()
-	fc := &fakeChecks{verdicts: map[sources.HostKey]healthcheck.CheckVerdict{}}
+	fc := &fakeChecks{verdicts: map[sources.HostKey]healthcheck.Verdict{}}
 	l := run(t, Options{Sources: []string{"a"}, Quiet: time.Millisecond, HealthChecks: fc}, rec)
 	h1 := sources.HostKey{Address: "10.0.0.1", Port: 1}
 	h2 := sources.HostKey{Address: "10.0.0.1", Port: 2}
-	fc.set(h1, healthcheck.CheckHealthy)
-	fc.set(h2, healthcheck.CheckHealthy)
+	fc.set(h1, healthcheck.Healthy)
+	fc.set(h2, healthcheck.Healthy)
 	publish(t, l, "a", service("x", 1, 2))
 	if c := rec.next(t); c.loads["x"] != 2 {
 		t.Fatalf("%+v", c)
@@ -365,13 +365,13 @@ func TestMatrixRetainsAbsentHealthyHostAndDeletesWhenItFails(t *testing.T) {
 		t.Fatalf("hosts %+v", hosts)
 	}
 	// Its check fails: deleted.
-	fc.set(h2, healthcheck.CheckUnhealthy)
+	fc.set(h2, healthcheck.Unhealthy)
 	l.ChecksChanged(context.Background(), "x")
 	if c := rec.next(t); c.loads["x"] != 1 {
 		t.Fatalf("after the absent host failed: %+v", c)
 	}
 	// A discovered host failing its check stays published (UNHEALTHY).
-	fc.set(h1, healthcheck.CheckUnhealthy)
+	fc.set(h1, healthcheck.Unhealthy)
 	l.ChecksChanged(context.Background(), "x")
 	if c := rec.next(t); c.loads["x"] != 1 {
 		t.Fatalf("discovered failing host dropped: %+v", c)
@@ -380,25 +380,6 @@ func TestMatrixRetainsAbsentHealthyHostAndDeletesWhenItFails(t *testing.T) {
 		t.Fatalf("hosts %+v", h)
 	}
 }
-
-func TestCheckClaims(t *testing.T) {
-	err := CheckClaims([]sources.Source{claimer{"a", []string{"x", "y"}}, claimer{"b", []string{"y"}}})
-	if err == nil || err.Error() != `service "y" is claimed by sources "a" and "b": a service name is owned by one source` {
-		t.Fatalf("err = %v", err)
-	}
-	if err := CheckClaims([]sources.Source{claimer{"a", []string{"x"}}, claimer{"b", []string{"y"}}}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-type claimer struct {
-	name  string
-	names []string
-}
-
-func (c claimer) Name() string                            { return c.name }
-func (c claimer) Run(context.Context, sources.Sink) error { return nil }
-func (c claimer) ClaimedNames() ([]string, error)         { return c.names, nil }
 
 // retainedMetric reads xdsbridge_hosts_retained.
 func retainedMetric(t *testing.T, reg *prometheus.Registry) float64 {
@@ -431,11 +412,11 @@ func hostInfo(l *Loop, service string, k sources.HostKey) (HostInfo, bool) {
 func retentionLoop(t *testing.T, ret time.Duration) (*Loop, *recorder, *fakeChecks, *prometheus.Registry) {
 	t.Helper()
 	rec := newRecorder()
-	fc := &fakeChecks{verdicts: map[sources.HostKey]healthcheck.CheckVerdict{}}
+	fc := &fakeChecks{verdicts: map[sources.HostKey]healthcheck.Verdict{}}
 	reg := prometheus.NewRegistry()
 	l := run(t, Options{Sources: []string{"a"}, Quiet: 5 * time.Millisecond, HealthChecks: fc, MaxRetention: ret, Metrics: reg}, rec)
-	fc.set(sources.HostKey{Address: "10.0.0.1", Port: 1}, healthcheck.CheckHealthy)
-	fc.set(sources.HostKey{Address: "10.0.0.1", Port: 2}, healthcheck.CheckHealthy)
+	fc.set(sources.HostKey{Address: "10.0.0.1", Port: 1}, healthcheck.Healthy)
+	fc.set(sources.HostKey{Address: "10.0.0.1", Port: 2}, healthcheck.Healthy)
 	publish(t, l, "a", service("x", 1, 2))
 	if c := rec.next(t); c.loads["x"] != 2 {
 		t.Fatalf("%+v", c)
@@ -553,12 +534,12 @@ func TestRetentionExpiryRetriedAfterPublishFailure(t *testing.T) {
 func TestHostsMetricNone(t *testing.T) {
 	rec := newRecorder()
 	reg := prometheus.NewRegistry()
-	fc := &fakeChecks{verdicts: map[sources.HostKey]healthcheck.CheckVerdict{}}
+	fc := &fakeChecks{verdicts: map[sources.HostKey]healthcheck.Verdict{}}
 	l := run(t, Options{Sources: []string{"a"}, Quiet: time.Millisecond, HealthChecks: fc, Metrics: reg}, rec)
 	h1 := sources.HostKey{Address: "10.0.0.1", Port: 1}
 	h2 := sources.HostKey{Address: "10.0.0.1", Port: 2}
-	fc.set(h1, healthcheck.CheckHealthy)
-	fc.set(h2, healthcheck.CheckUnhealthy)
+	fc.set(h1, healthcheck.Healthy)
+	fc.set(h2, healthcheck.Unhealthy)
 	hosts := func() map[string]float64 {
 		t.Helper()
 		mfs, err := reg.Gather()
@@ -587,7 +568,7 @@ func TestHostsMetricNone(t *testing.T) {
 		t.Fatalf("h2 removed: xdsbridge_hosts %v, want %v", got, want)
 	}
 	// The next merge of x forgets it.
-	fc.set(h1, healthcheck.CheckUnhealthy)
+	fc.set(h1, healthcheck.Unhealthy)
 	l.ChecksChanged(context.Background(), "x")
 	rec.next(t)
 	if got, want := hosts(), map[string]float64{"UNHEALTHY": 1}; !reflect.DeepEqual(got, want) {

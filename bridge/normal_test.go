@@ -14,11 +14,11 @@ import (
 // published, so nothing is translated or published again.
 func TestTdRetainedHostsKeepOrder(t *testing.T) {
 	rec := newRecorder()
-	fc := &fakeChecks{verdicts: map[sources.HostKey]healthcheck.CheckVerdict{}}
+	fc := &fakeChecks{verdicts: map[sources.HostKey]healthcheck.Verdict{}}
 	l := run(t, Options{Sources: []string{"a"}, Quiet: time.Millisecond, HealthChecks: fc}, rec)
 	var all, some []uint32
 	for p := uint32(1); p <= 12; p++ {
-		fc.set(sources.HostKey{Address: "10.0.0.1", Port: p}, healthcheck.CheckHealthy)
+		fc.set(sources.HostKey{Address: "10.0.0.1", Port: p}, healthcheck.Healthy)
 		all = append(all, p)
 		if p%3 == 0 {
 			some = append(some, p)

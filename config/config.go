@@ -198,9 +198,11 @@ type Admin struct {
 // Debounce configures how the merge loop batches bursts of source events.
 type Debounce struct {
 	// Quiet is how long the loop waits after the last event before it
-	// publishes (default 50ms).
+	// publishes, when the event follows a publish within Quiet; a change
+	// after a quiet period is published at once (default 50ms).
 	Quiet decode.Duration `json:"quiet"`
-	// Max is the longest an event waits while events keep coming (default 500ms).
+	// Max is the longest an event waits while events keep coming (default
+	// 500ms, or Quiet if longer: DebounceDefaults).
 	Max decode.Duration `json:"max"`
 }
 
@@ -296,6 +298,21 @@ const (
 	DefaultDebounceMax   = 500 * time.Millisecond
 )
 
+// DebounceDefaults is the one rule for the debounce defaults, of the
+// config and of the merge loop (bridge.Options): a quiet period of 0 is
+// DefaultDebounceQuiet, and a max of 0 is DefaultDebounceMax, or the quiet
+// period when that is longer. Other values are returned as they are.
+func DebounceDefaults(quiet, maxHold time.Duration) (time.Duration, time.Duration) {
+	if quiet == 0 {
+		quiet = DefaultDebounceQuiet
+	}
+	if maxHold == 0 {
+		// Never below an explicitly longer quiet period.
+		maxHold = max(DefaultDebounceMax, quiet)
+	}
+	return quiet, maxHold
+}
+
 // Ranges, checked at load (README, "Bad input and limits").
 const (
 	MinDebounce      = time.Millisecond
@@ -344,13 +361,8 @@ func (c *Config) applyDefaults() {
 	if c.Admin.Listen == "" {
 		c.Admin.Listen = DefaultAdminListen
 	}
-	if c.Debounce.Quiet == 0 {
-		c.Debounce.Quiet = decode.Duration(DefaultDebounceQuiet)
-	}
-	if c.Debounce.Max == 0 {
-		// Never below an explicitly longer quiet period.
-		c.Debounce.Max = max(decode.Duration(DefaultDebounceMax), c.Debounce.Quiet)
-	}
+	quiet, maxHold := DebounceDefaults(c.Debounce.Quiet.D(), c.Debounce.Max.D())
+	c.Debounce.Quiet, c.Debounce.Max = decode.Duration(quiet), decode.Duration(maxHold)
 	if c.Logging.Format == "" {
 		c.Logging.Format = "text"
 	}

@@ -30,17 +30,25 @@ import (
 // DefaultWorkers is the default bound on probes in flight at once.
 const DefaultWorkers = 128
 
-// Verdict is what the probes say of a target, after thresholds.
+// Verdict is what an active check says of a host, after thresholds: the
+// checker's verdict of a target, and what the merge asks of a host
+// (Manager.Verdict), which may also be NoCheck.
 type Verdict int
 
 const (
-	// Unknown: no verdict yet. The host's discovery health stands.
+	// Unknown: checked, but no verdict yet. The host's discovery health
+	// stands.
 	Unknown Verdict = iota
+	// Healthy: the check passes.
 	Healthy
+	// Unhealthy: the check fails.
 	Unhealthy
+	// NoCheck: no active check is configured for the host (the merge's
+	// look-up only; a checker's target always has a check).
+	NoCheck
 )
 
-var verdictNames = [...]string{"unknown", "healthy", "unhealthy"}
+var verdictNames = [...]string{"unknown", "healthy", "unhealthy", "none"}
 
 func (v Verdict) String() string {
 	if v >= 0 && int(v) < len(verdictNames) {
@@ -49,20 +57,8 @@ func (v Verdict) String() string {
 	return fmt.Sprintf("Verdict(%d)", int(v))
 }
 
-// MarshalText writes the verdict's name (unknown, healthy, unhealthy).
+// MarshalText writes the verdict's name (unknown, healthy, unhealthy, none).
 func (v Verdict) MarshalText() ([]byte, error) { return []byte(v.String()), nil }
-
-// Health maps the verdict onto an endpoint health status: Unknown is
-// HealthUnknown, which the merge reads as "no opinion" (discovery stands).
-func (v Verdict) Health() sources.HealthStatus {
-	switch v {
-	case Healthy:
-		return sources.HealthHealthy
-	case Unhealthy:
-		return sources.HealthUnhealthy
-	}
-	return sources.HealthUnknown
-}
 
 // Target is what to probe: an address:port and the check to run there.
 type Target struct {

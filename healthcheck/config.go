@@ -110,13 +110,6 @@ type GRPCConfig struct {
 	Authority string `json:"authority,omitempty"`
 }
 
-// DefaultConfig returns a TCP check with every default filled in.
-func DefaultConfig() Config {
-	c := Config{Type: TypeTCP}
-	c.Jitter = decode.Duration(DefaultInterval * DefaultJitterPercent / 100)
-	return c.Normalize()
-}
-
 // rawConfig is the file form: pointers tell "absent" from zero.
 type rawConfig struct {
 	Type               string           `json:"type"`

@@ -95,12 +95,12 @@ func (m *Manager) key(service string, host sources.HostKey) (TargetKey, bool) {
 
 // Verdict is the check verdict of a host of a service, for the merge. A
 // host of a checked service that is not a target yet (just discovered) has
-// no verdict yet: CheckPending. It is the verdict last delivered on the
+// no verdict yet: Unknown. It is the verdict last delivered on the
 // checker's Transitions (Checker.Delivered), not the current one: Run
 // reports every change of it, so what the merge publishes from it is
 // always corrected by a later rebuild, even when a change is undone before
 // it is reported (and so never is).
-func (m *Manager) Verdict(service string, host sources.HostKey) CheckVerdict {
+func (m *Manager) Verdict(service string, host sources.HostKey) Verdict {
 	m.mu.Lock()
 	hk, checked := m.keys[service]
 	k, ok := hk[host]
@@ -109,16 +109,9 @@ func (m *Manager) Verdict(service string, host sources.HostKey) CheckVerdict {
 		return NoCheck
 	}
 	if !ok {
-		return CheckPending
+		return Unknown
 	}
-	switch m.checker.Delivered(k) {
-	case Healthy:
-		return CheckHealthy
-	case Unhealthy:
-		return CheckUnhealthy
-	default:
-		return CheckPending
-	}
+	return m.checker.Delivered(k)
 }
 
 // Detail is the checker's state of a host of a service, for /debug/hosts.

@@ -15,7 +15,7 @@ type publisher struct {
 	m         *Manager
 	service   string
 	host      sources.HostKey
-	published CheckVerdict
+	published Verdict
 }
 
 func (p *publisher) flush() { p.published = p.m.Verdict(p.service, p.host) }
@@ -30,16 +30,6 @@ func (p *publisher) drain(c *Checker) int {
 		n++
 		p.flush()
 	}
-}
-
-func checkVerdictOf(v Verdict) CheckVerdict {
-	switch v {
-	case Healthy:
-		return CheckHealthy
-	case Unhealthy:
-		return CheckUnhealthy
-	}
-	return CheckPending
 }
 
 // TestManagerVerdictConsistentWithTransitions: a consumer that rebuilds on
@@ -70,7 +60,7 @@ func TestManagerVerdictConsistentWithTransitions(t *testing.T) {
 	p.flush()
 	set(Healthy)
 	p.drain(c)
-	if want := checkVerdictOf(c.Verdict(k)); p.published != want {
+	if want := c.Verdict(k); p.published != want {
 		t.Errorf("published %s after the transitions were drained; the verdict is %s", p.published, want)
 	}
 
@@ -96,7 +86,7 @@ func TestManagerVerdictConsistentWithTransitions(t *testing.T) {
 			}
 		}
 		p.drain(c)
-		if want := checkVerdictOf(c.Verdict(k)); p.published != want {
+		if want := c.Verdict(k); p.published != want {
 			t.Fatalf("run %d: published %s after the transitions were drained; the verdict is %s (ops %v)", run, p.published, want, ops)
 		}
 	}

@@ -32,37 +32,6 @@ const (
 	RuleRetentionExpired Rule = "absent from discovery longer than max retention: removed"
 )
 
-// CheckVerdict is what an active check says of a host, after thresholds.
-type CheckVerdict int
-
-const (
-	// NoCheck: no active check is configured for the host.
-	NoCheck CheckVerdict = iota
-	// CheckPending: a check is configured but has no verdict yet.
-	CheckPending
-	// CheckHealthy: the check passes.
-	CheckHealthy
-	// CheckUnhealthy: the check fails.
-	CheckUnhealthy
-)
-
-func (v CheckVerdict) String() string {
-	switch v {
-	case NoCheck:
-		return "none"
-	case CheckPending:
-		return "pending"
-	case CheckHealthy:
-		return "healthy"
-	case CheckUnhealthy:
-		return "unhealthy"
-	}
-	return "invalid"
-}
-
-// MarshalText writes the verdict's name.
-func (v CheckVerdict) MarshalText() ([]byte, error) { return []byte(v.String()), nil }
-
 // Decision is the published state of one host and why.
 type Decision struct {
 	// Publish is false when the host is left out of the service.
@@ -85,29 +54,29 @@ type Decision struct {
 // absentFor is how long the host has been absent (ignored when discovered);
 // maxRetention 0 means retain without limit; otherwise a host absent for
 // maxRetention or longer is removed.
-func Decide(discovered bool, sourceHealth sources.HealthStatus, check CheckVerdict, absentFor, maxRetention time.Duration) Decision {
+func Decide(discovered bool, sourceHealth sources.HealthStatus, check Verdict, absentFor, maxRetention time.Duration) Decision {
 	if discovered {
 		if sourceHealth == sources.HealthDraining {
 			return Decision{true, sources.HealthDraining, RuleDrain}
 		}
 		switch check {
-		case CheckHealthy:
+		case Healthy:
 			return Decision{true, sources.HealthHealthy, RuleDiscoveredOK}
-		case CheckUnhealthy:
+		case Unhealthy:
 			return Decision{true, sources.HealthUnhealthy, RuleDiscoveredFailed}
-		case CheckPending:
+		case Unknown:
 			return Decision{true, sourceHealth, RuleNotYetChecked}
 		default:
 			return Decision{true, sourceHealth, RuleDiscoveryOnly}
 		}
 	}
 	switch check {
-	case CheckHealthy:
+	case Healthy:
 		if maxRetention > 0 && absentFor >= maxRetention {
 			return Decision{false, sources.HealthUnknown, RuleRetentionExpired}
 		}
 		return Decision{true, sources.HealthHealthy, RuleRetained}
-	case CheckUnhealthy:
+	case Unhealthy:
 		return Decision{false, sources.HealthUnknown, RuleAbsentFailed}
 	default:
 		return Decision{false, sources.HealthUnknown, RuleAbsentUnchecked}

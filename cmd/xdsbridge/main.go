@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/healthcheck"
 	"github.com/xdsbridge/xdsbridge/internal/app"
 	"github.com/xdsbridge/xdsbridge/internal/fsout"
 )
@@ -134,7 +135,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if _, err := app.BuildSources(cfg, app.NewLogger(cfg.Logging, io.Discard), nil); err != nil {
 			return err
 		}
-		if _, _, err := app.BuildHealthChecks(cfg); err != nil {
+		if _, _, err := healthcheck.FromConfig(cfg); err != nil {
 			return err
 		}
 		// Loads xds.tls and admin.tls as run does; a certificate near its

@@ -86,35 +86,10 @@ func BuildSources(c *config.Config, log *slog.Logger, reg prometheus.Registerer)
 		}
 		out = append(out, src)
 	}
-	if err := bridge.CheckClaims(out); err != nil {
+	if err := sources.CheckClaims(out); err != nil {
 		return nil, err
 	}
 	return out, nil
-}
-
-// BuildHealthChecks parses the configured checks: per source (a source
-// entry's health_check) and per service (health_checks.services). Errors
-// name the field.
-func BuildHealthChecks(c *config.Config) (perSource, perService map[string]healthcheck.Config, err error) {
-	perSource, perService = map[string]healthcheck.Config{}, map[string]healthcheck.Config{}
-	for i, sc := range c.Sources {
-		if len(sc.HealthCheck) == 0 {
-			continue
-		}
-		hc, err := healthcheck.ParseConfig(sc.HealthCheck, fmt.Sprintf("sources[%d].health_check", i))
-		if err != nil {
-			return nil, nil, err
-		}
-		perSource[sc.Name] = hc
-	}
-	for name, raw := range c.HealthChecks.Services {
-		hc, err := healthcheck.ParseConfig(raw, "health_checks.services."+name)
-		if err != nil {
-			return nil, nil, err
-		}
-		perService[name] = hc
-	}
-	return perSource, perService, nil
 }
 
 // DefaultLocalities maps each source to the locality of its endpoints that
@@ -172,7 +147,7 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	for i, s := range srcs {
 		names[i] = s.Name()
 	}
-	perSource, perService, err := BuildHealthChecks(c)
+	perSource, perService, err := healthcheck.FromConfig(c)
 	if err != nil {
 		return nil, err
 	}

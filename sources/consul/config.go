@@ -65,7 +65,8 @@ type Config struct {
 	// (defaults 500ms, 30s).
 	RetryMin decode.Duration `json:"retry_min"`
 	RetryMax decode.Duration `json:"retry_max"`
-	// Coalesce is how long changes are batched before a publish (default 20ms, 0–1s).
+	// Coalesce is the shortest time between publishes (default 20ms, 0–1s):
+	// a change after a quiet window is published at once, later ones batched.
 	Coalesce decode.Duration `json:"coalesce"`
 	// HintedRefresh is how often a service watch that waits for change
 	// hints re-reads anyway (default 5m).

@@ -68,6 +68,7 @@ func (s *Source) storeEntries(kind string, list []api.ConfigEntry) {
 	}
 	s.mu.Unlock()
 	if changed {
+		s.entriesChanged.Store(true)
 		s.signal()
 	}
 }

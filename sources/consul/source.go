@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -39,6 +40,10 @@ type Source struct {
 	wrapConn         func(net.Conn) net.Conn
 
 	changed chan struct{} // capacity 1: "state changed, flush soon"
+	// entriesChanged: config entries changed since the last flush. Their
+	// changes wait the whole coalescing window (no leading edge): one
+	// edit of several entries comes in as several reads.
+	entriesChanged atomic.Bool
 
 	mu          sync.Mutex
 	dcs         []*dcState // local first, then failover order
@@ -256,8 +261,8 @@ func (s *Source) signal() {
 	}
 }
 
-// coordinate batches state changes for the coalescing window, then reports
-// errors and publishes the full set when it changed. It returns when ctx is
+// coordinate flushes state changes, at most once per coalescing window:
+// it reports errors and publishes the full set when it changed. It returns when ctx is
 // done.
 func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 	var (
@@ -265,6 +270,7 @@ func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 		published bool
 		failed    bool // Fail was called since the last publish
 		pol       policyPublisher
+		lastFlush time.Time
 	)
 	for {
 		select {
@@ -272,9 +278,23 @@ func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 			return
 		case <-s.changed:
 		}
-		if sleep(ctx, s.set.coalesce) != nil {
-			return
+		// Leading edge: once the services were published, a change after
+		// a quiet coalescing window is flushed at once, and changes within
+		// the window of the last flush wait for its end and go together
+		// (one flush per window). Until then (the initial reads), and for
+		// config entries, each signal waits the whole window, for the
+		// reads of one change to come in together.
+		wait := s.set.coalesce
+		if published && !s.entriesChanged.Load() {
+			wait -= time.Since(lastFlush)
 		}
+		if wait > 0 {
+			if sleep(ctx, wait) != nil {
+				return
+			}
+		}
+		s.entriesChanged.Store(false)
+		lastFlush = time.Now()
 		errs, ready, failing, snap := s.takeFlush()
 		if errs != nil {
 			sink.Fail(ctx, s.name, errs)

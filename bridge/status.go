@@ -1,0 +1,192 @@
+package bridge
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/xdsbridge/xdsbridge/healthcheck"
+	"github.com/xdsbridge/xdsbridge/sources"
+	"github.com/xdsbridge/xdsbridge/translate"
+)
+
+// snapshots are what the admin handlers read (/debug/sources,
+// /debug/hosts, conflicts, diagnostics, /readyz): copies the Run goroutine
+// writes as its state changes, behind their own mutex.
+type snapshots struct {
+	mu        sync.Mutex
+	status    map[string]*SourceStatus          // source → its status
+	hostInfo  map[string][]HostInfo             // service → its hosts, as last merged
+	conflicts map[string][]string               // service → claimants, owner first
+	diags     map[string][]translate.Diagnostic // service → its translation diagnostics
+	ready     bool
+}
+
+func (s *snapshots) init(srcs []string) {
+	*s = snapshots{
+		status:    map[string]*SourceStatus{},
+		hostInfo:  map[string][]HostInfo{},
+		conflicts: map[string][]string{},
+		diags:     map[string][]translate.Diagnostic{},
+	}
+	for _, name := range srcs {
+		s.status[name] = &SourceStatus{Name: name}
+	}
+}
+
+// sourceLocked is the status of a source, created if new; s.mu is held.
+func (s *snapshots) sourceLocked(name string) *SourceStatus {
+	st, ok := s.status[name]
+	if !ok {
+		st = &SourceStatus{Name: name}
+		s.status[name] = st
+	}
+	return st
+}
+
+// sourceFailed records a failed refresh of a source: its last good state
+// is served, stale.
+func (s *snapshots) sourceFailed(name string, err error, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.sourceLocked(name)
+	st.LastError = err.Error()
+	st.LastErrorTime = at
+	st.Stale = true
+}
+
+// sourceSynced records a publish of a source; update sets the fields of
+// what it published, with s.mu held.
+func (s *snapshots) sourceSynced(name string, synced bool, at time.Time, update func(*SourceStatus)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.sourceLocked(name)
+	st.Synced = synced
+	st.LastSync = at
+	st.Stale = false
+	update(st)
+}
+
+func (s *snapshots) setReady() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ready = true
+}
+
+func (l *Loop) setDiags(service string, diags []translate.Diagnostic) {
+	l.snap.mu.Lock()
+	defer l.snap.mu.Unlock()
+	if len(diags) > 0 {
+		l.snap.diags[service] = diags
+	} else {
+		delete(l.snap.diags, service)
+	}
+}
+
+// setHostInfo sets the hosts of a service as merged (sorted by host); nil
+// forgets the service.
+func (l *Loop) setHostInfo(service string, infos []HostInfo) {
+	l.snap.mu.Lock()
+	defer l.snap.mu.Unlock()
+	if infos == nil {
+		delete(l.snap.hostInfo, service)
+		return
+	}
+	l.snap.hostInfo[service] = infos
+}
+
+// SourceStatus is what the loop knows of one source.
+type SourceStatus struct {
+	Name          string    `json:"name"`
+	Synced        bool      `json:"synced"`
+	LastSync      time.Time `json:"last_sync,omitzero"`
+	LastError     string    `json:"last_error,omitempty"`
+	LastErrorTime time.Time `json:"last_error_time,omitzero"`
+	// Stale is true when the source's last refresh failed: its last good
+	// services are still served.
+	Stale bool `json:"stale"`
+	// DataAge is how old the served data of the source is.
+	DataAge  string `json:"data_age,omitempty"`
+	Services int    `json:"services"`
+	// Policies is how many entries (names and patterns) a policy source's
+	// policy has.
+	Policies int `json:"policies,omitempty"`
+}
+
+// HostInfo explains one host of a service: why it is published, or not.
+type HostInfo struct {
+	Host         string               `json:"host"`
+	Discovered   bool                 `json:"discovered"`
+	Source       string               `json:"source,omitempty"`
+	SourceHealth sources.HealthStatus `json:"source_health"`
+	Check        healthcheck.Verdict  `json:"check"`
+	CheckState   any                  `json:"check_state,omitempty"`
+	Published    bool                 `json:"published"`
+	Health       sources.HealthStatus `json:"health"`
+	Rule         healthcheck.Rule     `json:"rule"`
+	AbsentSince  time.Time            `json:"absent_since,omitzero"`
+}
+
+// Ready reports whether every source synced and the first state was
+// published. Safe for concurrent use.
+func (l *Loop) Ready() bool {
+	l.snap.mu.Lock()
+	defer l.snap.mu.Unlock()
+	return l.snap.ready
+}
+
+// Sources returns the status of every source, sorted by name. Safe for
+// concurrent use.
+func (l *Loop) Sources() []SourceStatus {
+	l.snap.mu.Lock()
+	defer l.snap.mu.Unlock()
+	out := make([]SourceStatus, 0, len(l.snap.status))
+	now := l.now()
+	for _, st := range l.snap.status {
+		c := *st
+		if c.Synced {
+			c.DataAge = now.Sub(c.LastSync).Round(time.Millisecond).String()
+		}
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Hosts returns the explanation of every host of a service, or of all
+// services when service is "". Safe for concurrent use.
+func (l *Loop) Hosts(service string) map[string][]HostInfo {
+	l.snap.mu.Lock()
+	defer l.snap.mu.Unlock()
+	out := map[string][]HostInfo{}
+	for s, hs := range l.snap.hostInfo {
+		if service == "" || s == service {
+			out[s] = append([]HostInfo(nil), hs...)
+		}
+	}
+	return out
+}
+
+// Conflicts returns services claimed by more than one source: service →
+// claimants, owner first. Safe for concurrent use.
+func (l *Loop) Conflicts() map[string][]string {
+	l.snap.mu.Lock()
+	defer l.snap.mu.Unlock()
+	out := make(map[string][]string, len(l.snap.conflicts))
+	for k, v := range l.snap.conflicts {
+		out[k] = append([]string(nil), v...)
+	}
+	return out
+}
+
+// Diagnostics returns translation diagnostics per service. Safe for
+// concurrent use.
+func (l *Loop) Diagnostics() map[string][]translate.Diagnostic {
+	l.snap.mu.Lock()
+	defer l.snap.mu.Unlock()
+	out := make(map[string][]translate.Diagnostic, len(l.snap.diags))
+	for k, v := range l.snap.diags {
+		out[k] = append([]translate.Diagnostic(nil), v...)
+	}
+	return out
+}

@@ -1,0 +1,32 @@
+package healthcheck
+
+import (
+	"fmt"
+
+	"github.com/xdsbridge/xdsbridge/config"
+)
+
+// FromConfig parses the configured checks: per source (a source entry's
+// health_check) and per service (health_checks.services), for NewManager.
+// Errors name the field.
+func FromConfig(c *config.Config) (perSource, perService map[string]Config, err error) {
+	perSource, perService = map[string]Config{}, map[string]Config{}
+	for i, sc := range c.Sources {
+		if len(sc.HealthCheck) == 0 {
+			continue
+		}
+		hc, err := ParseConfig(sc.HealthCheck, fmt.Sprintf("sources[%d].health_check", i))
+		if err != nil {
+			return nil, nil, err
+		}
+		perSource[sc.Name] = hc
+	}
+	for name, raw := range c.HealthChecks.Services {
+		hc, err := ParseConfig(raw, "health_checks.services."+name)
+		if err != nil {
+			return nil, nil, err
+		}
+		perService[name] = hc
+	}
+	return perSource, perService, nil
+}

@@ -70,3 +70,35 @@ func TestRv1StatusPrintsNoControlCharacters(t *testing.T) {
 		}
 	}
 }
+
+// With admin.tls in -config, `status -config FILE -admin HOST:PORT` must
+// speak https: over plain http the bearer token crosses the network in
+// clear text (the TLS listener then answers 400, too late).
+func TestRv1StatusAdminAddrKeepsConfigTLS(t *testing.T) {
+	const token = "0123456789abcdef0123456789abcdef"
+	leaked := make(chan string, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		leaked <- r.Header.Get("Authorization")
+		fmt.Fprint(w, `{"clients":[],"nacks":0}`)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "admin-token"), []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	services, err := filepath.Abs("../../examples/services.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := fmt.Sprintf("admin:\n  listen: 127.0.0.1:1\n  token_file: admin-token\n  tls: {cert_file: c.pem, key_file: k.pem}\nsources:\n  - name: static\n    file:\n      path: %s\n", services)
+	cfgPath := filepath.Join(dir, "xdsbridge.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := ssRun("status", "-config", cfgPath, "-admin", strings.TrimPrefix(srv.URL, "http://"))
+	select {
+	case h := <-leaked:
+		t.Fatalf("the token went over plain http (Authorization %q); status: %v\n%s", h, err, out)
+	default:
+	}
+}

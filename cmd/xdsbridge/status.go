@@ -28,7 +28,7 @@ type statusFlags struct {
 }
 
 func (f *statusFlags) define(fs *flag.FlagSet) {
-	f.admin = fs.String("admin", "", "the admin listener: host:port or a URL (default: admin.listen of -config, on 127.0.0.1 if it listens on every address)")
+	f.admin = fs.String("admin", "", "the admin listener: host:port (https when -config has admin.tls) or a URL (default: admin.listen of -config, on 127.0.0.1 if it listens on every address)")
 	f.node = fs.String("node", "", "show this client (node id): its streams, each type's versions, and every resource with the version it holds")
 	f.tokenFile = fs.String("token-file", "", "file holding the admin bearer token (default: admin.token_file of -config)")
 	f.caFile = fs.String("cacert", "", "CA file to verify the admin listener's certificate (https; default: the system's)")
@@ -118,9 +118,11 @@ func newAdminClient(f *cmdFlags) (*adminClient, error) {
 		}
 		if addr == "" {
 			addr = localAddr(cfg.Admin.Listen)
-			if cfg.Admin.TLS != nil {
-				scheme = "https"
-			}
+		}
+		// The listener of -config speaks TLS: so does an -admin without
+		// a scheme (over http the token would cross in clear text).
+		if cfg.Admin.TLS != nil {
+			scheme = "https"
 		}
 		if tokenFile == "" {
 			// Relative to the config file's directory, as the server

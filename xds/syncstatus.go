@@ -23,7 +23,7 @@ import (
 // already keeps per stream (the compact delta state, the explicit sotw
 // state) in the stream's latest watch, which costs, per stream and type,
 // a lookup per resource of interest (every resource of the type for a
-// wildcard subscription), under the cache lock.
+// wildcard subscription), under the cache lock (taken per stream).
 //
 // Versions (Current, Acked, Sent) are type generations: the cache counts
 // the changes of each type, and a response is computed at the generation

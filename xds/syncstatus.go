@@ -23,7 +23,7 @@ import (
 // already keeps per stream (the compact delta state, the explicit sotw
 // state) in the stream's latest watch, which costs, per stream and type,
 // a lookup per resource of interest (every resource of the type for a
-// wildcard subscription), under the cache lock.
+// wildcard subscription), under the cache lock (taken per stream).
 //
 // Versions (Current, Acked, Sent) are type generations: the cache counts
 // the changes of each type, and a response is computed at the generation
@@ -380,36 +380,44 @@ func (w *watch) interest(fn func(e *entry)) {
 }
 
 // syncStatus computes the type statuses of the streams keyed, and with
-// detail each one's resources. Under c.mu.
+// detail each one's resources. It takes c.mu once per stream, not across
+// them: a stream's status costs a lookup per resource of interest, and
+// commits and requests must not wait for every stream's (each stream's
+// status is consistent on its own; no reader needs them at one instant).
 func (c *Cache) syncStatus(keys []streamKey, detail bool) (map[streamKey][]TypeStatus, map[streamKey][]ResourceSync) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	out := make(map[streamKey][]TypeStatus, len(keys))
 	var res map[streamKey][]ResourceSync
 	if detail {
 		res = map[streamKey][]ResourceSync{}
 	}
 	for _, k := range keys {
-		st := c.streams[k]
-		if st == nil {
-			continue
-		}
-		types := make([]*typeState, 0, len(st.sync))
-		for u := range st.sync {
-			if ts := c.types[u]; ts != nil {
-				types = append(types, ts)
-			}
-		}
-		sort.Slice(types, func(i, j int) bool { return typeBefore(types[i], types[j]) })
-		for _, ts := range types {
-			t, rs := c.typeStatus(st, ts, detail)
-			out[k] = append(out[k], t)
-			if detail {
-				res[k] = append(res[k], rs...)
-			}
-		}
+		c.streamSyncStatus(k, detail, out, res)
 	}
 	return out, res
+}
+
+// streamSyncStatus adds stream k's statuses to out (and res, with detail).
+func (c *Cache) streamSyncStatus(k streamKey, detail bool, out map[streamKey][]TypeStatus, res map[streamKey][]ResourceSync) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.streams[k]
+	if st == nil {
+		return
+	}
+	types := make([]*typeState, 0, len(st.sync))
+	for u := range st.sync {
+		if ts := c.types[u]; ts != nil {
+			types = append(types, ts)
+		}
+	}
+	sort.Slice(types, func(i, j int) bool { return typeBefore(types[i], types[j]) })
+	for _, ts := range types {
+		t, rs := c.typeStatus(st, ts, detail)
+		out[k] = append(out[k], t)
+		if detail {
+			res[k] = append(res[k], rs...)
+		}
+	}
 }
 
 func (c *Cache) typeStatus(st *streamState, ts *typeState, detail bool) (TypeStatus, []ResourceSync) {

@@ -12,9 +12,11 @@ import (
 	"net/url"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/xdsbridge/xdsbridge/xds"
 )
@@ -26,7 +28,7 @@ type statusFlags struct {
 }
 
 func (f *statusFlags) define(fs *flag.FlagSet) {
-	f.admin = fs.String("admin", "", "the admin listener: host:port or a URL (default: admin.listen of -config, on 127.0.0.1 if it listens on every address)")
+	f.admin = fs.String("admin", "", "the admin listener: host:port (https when -config has admin.tls) or a URL (default: admin.listen of -config, on 127.0.0.1 if it listens on every address)")
 	f.node = fs.String("node", "", "show this client (node id): its streams, each type's versions, and every resource with the version it holds")
 	f.tokenFile = fs.String("token-file", "", "file holding the admin bearer token (default: admin.token_file of -config)")
 	f.caFile = fs.String("cacert", "", "CA file to verify the admin listener's certificate (https; default: the system's)")
@@ -116,12 +118,16 @@ func newAdminClient(f *cmdFlags) (*adminClient, error) {
 		}
 		if addr == "" {
 			addr = localAddr(cfg.Admin.Listen)
-			if cfg.Admin.TLS != nil {
-				scheme = "https"
-			}
+		}
+		// The listener of -config speaks TLS: so does an -admin without
+		// a scheme (over http the token would cross in clear text).
+		if cfg.Admin.TLS != nil {
+			scheme = "https"
 		}
 		if tokenFile == "" {
-			tokenFile = cfg.Admin.TokenFile
+			// Relative to the config file's directory, as the server
+			// reads it.
+			tokenFile = cfg.Path(cfg.Admin.TokenFile)
 		}
 	}
 	base := addr
@@ -223,7 +229,7 @@ func printClients(w io.Writer, clients []xds.ClientStatus, nacks uint64, now tim
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSTREAM\tMODE\tAGE\tMEMORY\tTYPE\tSTATE\tACKED\tCURRENT\tSUBSCRIBED\tLATENCY LAST/P50/P99\tDETAIL")
 	for _, c := range clients {
-		lead := fmt.Sprintf("%s\t%d\t%s\t%s\t%s", orDash(c.Node), c.Stream, c.Mode, age(now.Sub(c.Connected)), kib(c.EstimatedBytes))
+		lead := fmt.Sprintf("%s\t%d\t%s\t%s\t%s", orDash(term(c.Node)), c.Stream, c.Mode, age(now.Sub(c.Connected)), kib(c.EstimatedBytes))
 		if len(c.Types) == 0 {
 			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t\n", lead)
 			continue
@@ -242,13 +248,13 @@ func printNode(w io.Writer, streams []xds.ClientStreamDetail, now time.Time) {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		fmt.Fprintf(w, "node %s", s.Node)
+		fmt.Fprintf(w, "node %s", term(s.Node))
 		if s.Cluster != "" {
-			fmt.Fprintf(w, " (cluster %s)", s.Cluster)
+			fmt.Fprintf(w, " (cluster %s)", term(s.Cluster))
 		}
-		fmt.Fprintf(w, ": %s stream %d (%s)", s.Mode, s.Stream, s.TypeURL)
+		fmt.Fprintf(w, ": %s stream %d (%s)", s.Mode, s.Stream, term(s.TypeURL))
 		if s.Peer != "" {
-			fmt.Fprintf(w, " from %s", s.Peer)
+			fmt.Fprintf(w, " from %s", term(s.Peer))
 		}
 		fmt.Fprintf(w, ", connected %s ago; %d responses, %d NACKs; memory estimate %s\n\n", age(now.Sub(s.Connected)), s.Responses, s.NACKs, kib(s.EstimatedBytes))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -272,7 +278,7 @@ func printNode(w io.Writer, streams []xds.ClientStreamDetail, now time.Time) {
 			if !r.Synced {
 				synced = "NO"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Type, r.Name, r.Current, held, synced)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Type, term(r.Name), r.Current, held, synced)
 		}
 		tw.Flush()
 	}
@@ -289,7 +295,7 @@ func printHosts(w io.Writer, hosts map[string][]map[string]any) {
 	fmt.Fprintln(tw, "SERVICE\tHOST\tDISCOVERED\tSOURCE\tSOURCE HEALTH\tCHECK\tPUBLISHED\tHEALTH\tABSENT SINCE\tRULE")
 	for _, s := range services {
 		for _, h := range hosts[s] {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s, str(h["host"]), str(h["discovered"]), str(h["source"]),
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", term(s), str(h["host"]), str(h["discovered"]), str(h["source"]),
 				str(h["source_health"]), str(h["check"]), str(h["published"]), str(h["health"]), str(h["absent_since"]), str(h["rule"]))
 		}
 	}
@@ -301,7 +307,7 @@ func str(v any) string {
 	case nil:
 		return "-"
 	case string:
-		return orDash(v)
+		return orDash(term(v))
 	case bool:
 		if v {
 			return "yes"
@@ -314,6 +320,27 @@ func str(v any) string {
 	}
 	return string(b)
 }
+
+// term escapes what a client or a source chose (node ids, names, rules)
+// for the terminal: control characters (escape sequences, new lines and
+// tabs that would forge rows or columns) are written as Go escapes.
+func term(s string) string {
+	if !strings.ContainsFunc(s, isControl) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if isControl(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func isControl(r rune) bool { return r < 0x20 || (r >= 0x7f && r < 0xa0) || r == utf8.RuneError }
 
 func orDash(s string) string {
 	if s == "" {
@@ -347,7 +374,7 @@ func detail(t xds.TypeStatus, now time.Time) string {
 		}
 	}
 	if len(t.Behind) > 0 {
-		parts = append(parts, "lacks "+strings.Join(t.Behind, ","))
+		parts = append(parts, "lacks "+term(strings.Join(t.Behind, ",")))
 	}
 	return strings.Join(parts, "; ")
 }

@@ -1,0 +1,29 @@
+package file
+
+import (
+	"strings"
+	"testing"
+)
+
+// Two plain YAML keys that the YAML-to-JSON conversion (sigs.k8s.io/yaml,
+// YAML 1.1) reads as the same key are keys given twice: `y:` and `yes:`
+// both become "true", and one service (with its endpoints) would silently
+// vanish while the other is served under the name "true".
+func TestRv2ParseYAMLKeysResolvingAlike(t *testing.T) {
+	for _, in := range []string{
+		"services:\n  y: {endpoints: [{address: 10.0.0.1, port: 80}]}\n  yes: {endpoints: [{address: 10.0.0.2, port: 80}]}\n",
+		"services:\n  on: {endpoints: [{address: 10.0.0.1, port: 80}]}\n  \"true\": {endpoints: [{address: 10.0.0.2, port: 80}]}\n",
+		"services:\n  1.10: {endpoints: [{address: 10.0.0.1, port: 80}]}\n  1.1: {endpoints: [{address: 10.0.0.2, port: 80}]}\n",
+		"services:\n  web: {endpoints: [{address: 10.0.0.1, port: 80, metadata: {lb: {y: a, Yes: b}}}]}\n",
+	} {
+		svcs, err := Parse([]byte(in))
+		if err == nil || !strings.Contains(err.Error(), "duplicate key") {
+			t.Errorf("%q: services %+v, error %v; want a duplicate key error", in, svcs, err)
+		}
+	}
+	// Quoted keys stay strings: "yes" and "y" are two services.
+	svcs, err := Parse([]byte("services:\n  \"yes\": {endpoints: [{address: 10.0.0.1, port: 80}]}\n  \"y\": {endpoints: [{address: 10.0.0.2, port: 80}]}\n"))
+	if err != nil || len(svcs) != 2 {
+		t.Fatalf("quoted keys: %+v, %v", svcs, err)
+	}
+}

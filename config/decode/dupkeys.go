@@ -75,6 +75,18 @@ func jsonKey(k *yaml3.Node) string {
 	if k.Style&(yaml3.DoubleQuotedStyle|yaml3.SingleQuotedStyle|yaml3.LiteralStyle|yaml3.FoldedStyle|yaml3.TaggedStyle) != 0 {
 		return k.Value
 	}
+	// The common case, cheaply: a plain key that starts with a letter is
+	// a string unless it is one of YAML 1.1's bool or null words.
+	if v := k.Value; v != "" && (v[0] >= 'a' && v[0] <= 'z' || v[0] >= 'A' && v[0] <= 'Z' || v[0] == '_') {
+		if len(v) > 5 {
+			return v
+		}
+		switch strings.ToLower(v) {
+		case "y", "yes", "n", "no", "on", "off", "true", "false", "null":
+		default:
+			return v
+		}
+	}
 	j, err := yaml.YAMLToJSON([]byte("k: " + k.Value))
 	if err != nil {
 		return k.Value

@@ -87,18 +87,17 @@ func jsonKey(k *yaml3.Node) string {
 			return v
 		}
 	}
-	j, err := yaml.YAMLToJSON([]byte("k: " + k.Value))
+	// The key alone in a mapping, converted as the document was.
+	j, err := yaml.YAMLToJSON([]byte(k.Value + ": 0"))
 	if err != nil {
 		return k.Value
 	}
 	var m map[string]json.RawMessage
-	if json.Unmarshal(j, &m) != nil {
+	if json.Unmarshal(j, &m) != nil || len(m) != 1 {
 		return k.Value
 	}
-	raw := m["k"]
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s
+	for name := range m {
+		return name
 	}
-	return strings.TrimSpace(string(raw))
+	return k.Value
 }

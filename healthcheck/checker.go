@@ -160,6 +160,9 @@ type Checker struct {
 	// Pending transitions, coalesced per key, in first-queued order.
 	pend      map[TargetKey]*Transition
 	pendOrder []TargetKey
+	// counted is this checker's part of the targets gauge, which checkers
+	// on one registry share (internal/metrics.Shared).
+	counted int
 }
 
 type target struct {
@@ -281,14 +284,15 @@ func (c *Checker) SetTargets(ts []Target) error {
 			c.queueTransition(t)
 		}
 	}
-	n := len(c.targets)
+	delta := len(c.targets) - c.counted
+	c.counted = len(c.targets)
 	c.compactPending()
 	c.mu.Unlock()
 
 	for _, conn := range toClose {
 		conn.Close()
 	}
-	c.m.setTargets(n)
+	c.m.addTargets(delta)
 	if wake {
 		signal(c.wake)
 	}

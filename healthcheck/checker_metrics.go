@@ -91,6 +91,8 @@ func (m *metrics) observe(typ string, ok bool, latency time.Duration) {
 	}
 }
 
-func (m *metrics) setTargets(n int) { m.targets.Set(float64(n)) }
+// addTargets counts a checker's targets in the gauge; checkers sharing it
+// add their parts (a Set from each would leave the last one's count).
+func (m *metrics) addTargets(delta int) { m.targets.Add(float64(delta)) }
 
 func (m *metrics) transition(v Verdict) { m.transitions.WithLabelValues(v.String()).Inc() }

@@ -1,9 +1,12 @@
 package decode
 
 import (
+	"encoding/json"
 	"fmt"
+	"strings"
 
 	yaml3 "go.yaml.in/yaml/v3"
+	"sigs.k8s.io/yaml"
 )
 
 // checkDuplicateKeys reports the first mapping key given twice in a YAML
@@ -41,18 +44,60 @@ func dupWalk(n *yaml3.Node, path string) error {
 			if k.Kind != yaml3.ScalarNode || k.Tag == "!!merge" {
 				continue
 			}
-			if first, ok := seen[k.Value]; ok {
+			// Keys are compared as the YAML-to-JSON conversion reads
+			// them (YAML 1.1): `y:` and `yes:` are both "true", `1.10:`
+			// is "1.1"; the second would silently replace the first.
+			name := jsonKey(k)
+			if first, ok := seen[name]; ok {
 				where := "key"
 				if path != "" {
 					where = "key in " + path
 				}
+				if first.Value != k.Value || name != k.Value {
+					return fmt.Errorf("duplicate %s %q: lines %d and %d (%q and %q both read as %q; quote them to keep them apart)", where, name, first.Line, k.Line, first.Value, k.Value, name)
+				}
 				return fmt.Errorf("duplicate %s %q: lines %d and %d (a key may be given once)", where, k.Value, first.Line, k.Line)
 			}
-			seen[k.Value] = k
-			if err := dupWalk(v, join(path, k.Value)); err != nil {
+			seen[name] = k
+			if err := dupWalk(v, join(path, name)); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// jsonKey returns a mapping key as the YAML-to-JSON conversion
+// (sigs.k8s.io/yaml, YAML 1.1) turns it into a JSON key: a plain scalar
+// may be a bool, a number or null there (`on` is "true"); a quoted or
+// tagged one is its text.
+func jsonKey(k *yaml3.Node) string {
+	if k.Style&(yaml3.DoubleQuotedStyle|yaml3.SingleQuotedStyle|yaml3.LiteralStyle|yaml3.FoldedStyle|yaml3.TaggedStyle) != 0 {
+		return k.Value
+	}
+	// The common case, cheaply: a plain key that starts with a letter is
+	// a string unless it is one of YAML 1.1's bool or null words.
+	if v := k.Value; v != "" && (v[0] >= 'a' && v[0] <= 'z' || v[0] >= 'A' && v[0] <= 'Z' || v[0] == '_') {
+		if len(v) > 5 {
+			return v
+		}
+		switch strings.ToLower(v) {
+		case "y", "yes", "n", "no", "on", "off", "true", "false", "null":
+		default:
+			return v
+		}
+	}
+	// The key alone in a mapping, converted as the document was.
+	j, err := yaml.YAMLToJSON([]byte(k.Value + ": 0"))
+	if err != nil {
+		return k.Value
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(j, &m) != nil || len(m) != 1 {
+		return k.Value
+	}
+	for name := range m {
+		return name
+	}
+	return k.Value
 }

@@ -89,7 +89,31 @@ func (r *resolver) resolve(ctx context.Context, spec lookupSpec) ([]hostAddr, er
 	if err != nil {
 		return nil, fmt.Errorf("resolving %s: %w", spec.name, err)
 	}
+	if spec.srv {
+		return dedupeSRV(out), nil
+	}
 	return dedupe(out), nil
+}
+
+// dedupeSRV drops repeated address:port pairs of an SRV resolution,
+// keeping, where the first one stood, the one of the lowest priority
+// (then the lowest target name, then the highest weight): servers rotate
+// SRV records, and the host published must not change with their order.
+func dedupeSRV(in []hostAddr) []hostAddr {
+	at := make(map[netip.AddrPort]int, len(in))
+	out := in[:0]
+	for _, h := range in {
+		i, dup := at[h.key()]
+		if !dup {
+			at[h.key()] = len(out)
+			out = append(out, h)
+			continue
+		}
+		if c := cmp.Or(cmp.Compare(h.Priority, out[i].Priority), cmp.Compare(h.Hostname, out[i].Hostname), cmp.Compare(out[i].Weight, h.Weight)); c < 0 {
+			out[i] = h
+		}
+	}
+	return out
 }
 
 // dedupe drops repeated address:port pairs, keeping the first.

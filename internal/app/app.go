@@ -155,6 +155,9 @@ func ServicesAndPolicy(srcs []sources.Source) []string {
 func New(c *config.Config, log *slog.Logger) (*App, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := ApplyMemoryLimit(c, log, reg); err != nil {
+		return nil, err
+	}
 	srcs, err := BuildSources(c, log, reg)
 	if err != nil {
 		return nil, err

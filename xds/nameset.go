@@ -235,14 +235,13 @@ func (s *sharedSet[K]) remember(k deriveKey, c *sharedSet[K]) {
 func (t *setTable[K]) forget(key setKey) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	l := t.m[key]
-	live := l[:0]
-	for _, wp := range l {
+	// A new slice: derive reads the old one outside the lock.
+	var live []weak.Pointer[sharedSet[K]]
+	for _, wp := range t.m[key] {
 		if wp.Value() != nil {
 			live = append(live, wp)
 		}
 	}
-	clear(l[len(live):])
 	if len(live) == 0 {
 		delete(t.m, key)
 	} else {

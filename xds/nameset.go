@@ -263,3 +263,14 @@ func (t *setTable[K]) live() int {
 	}
 	return n
 }
+
+// entries is the number of entries in the table, live or not (tests).
+func (t *setTable[K]) entries() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, l := range t.m {
+		n += len(l)
+	}
+	return n
+}

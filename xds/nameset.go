@@ -138,14 +138,18 @@ func (s *sharedSet[K]) derive(add, remove []K) *sharedSet[K] {
 	// removals. The names it added to s are then exactly these (they are
 	// not in s, and these, none in s, are among them and as many), and so
 	// are those it removed: it is s ∪ added − removed.
+	//
+	// s.mu is held until the derived set is remembered: streams deriving
+	// from s at once (a fleet reconnecting) wait for the first to build
+	// the set, instead of each building its own. (Lock order: s.mu, then
+	// the table's.)
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if wp, ok := s.memo[k]; ok {
 		if c := wp.Value(); c != nil && len(c.m) == size && holdsAll(c, added) && holdsNone(c, removed) {
-			s.mu.Unlock()
 			return c
 		}
 	}
-	s.mu.Unlock()
 
 	h := s.h + k.addHash - k.remHash
 	key := setKey{h, size}
@@ -215,10 +219,8 @@ func holdsNone[K comparable](s *sharedSet[K], names []K) bool {
 	return true
 }
 
-// remember records that derivation k of s gives c.
+// remember records that derivation k of s gives c. s.mu is held.
 func (s *sharedSet[K]) remember(k deriveKey, c *sharedSet[K]) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.memo == nil {
 		s.memo = map[deriveKey]weak.Pointer[sharedSet[K]]{}
 	}

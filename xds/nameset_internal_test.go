@@ -110,3 +110,39 @@ func TestMMNameSetsShared(t *testing.T) {
 		t.Fatalf("no set collected, or its entry kept: %d live, %d entries", nameSets.live(), nameSets.entries())
 	}
 }
+
+// Streams deriving the same set at once (a fleet reconnecting) share one
+// set: the first builds it, the others wait and take it.
+func TestMMNameSetsSharedWhenConcurrent(t *testing.T) {
+	// More Ps than this machine's 2 cores, so that the derivations
+	// overlap (with 2 they rarely do, and the test would not fail
+	// without the lock that makes one wait for the other).
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
+	names := make([]string, 5000)
+	for i := range names {
+		names[i] = fmt.Sprintf("mm-concurrent-%d-%04d", time.Now().UnixNano(), i)
+	}
+	const n = 64
+	got := make([]*nameSet, n)
+	start := make(chan struct{})
+	done := make(chan int)
+	for i := range n {
+		go func() {
+			<-start
+			got[i] = emptyNames.derive(names, nil)
+			done <- i
+		}()
+	}
+	close(start)
+	for range n {
+		<-done
+	}
+	distinct := map[*nameSet]bool{}
+	for _, s := range got {
+		distinct[s] = true
+	}
+	t.Logf("%d goroutines derived %d distinct sets", n, len(distinct))
+	if len(distinct) != 1 {
+		t.Fatalf("%d distinct sets for the same names", len(distinct))
+	}
+}

@@ -40,6 +40,11 @@ type Config struct {
 	Limits translate.Limits `json:"limits"`
 	// Outputs are deliveries besides the xDS server (config/outputs.go).
 	Outputs Outputs `json:"outputs"`
+	// MemoryLimit is the Go runtime's soft memory limit: "auto" or absent
+	// (90 % of the container's cgroup memory limit, none without one),
+	// "off", or a size ("512MiB", bytes); GOMEMLIMIT in the environment
+	// wins. See internal/memlimit.
+	MemoryLimit string `json:"memory_limit"`
 	// BaseDir is the directory the config was read from (relative paths in
 	// source configs are relative to it). Not part of the file.
 	BaseDir string `json:"-"`

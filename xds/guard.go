@@ -317,10 +317,13 @@ type streamAcct struct {
 	last   time.Time
 }
 
-// typeNames is one type's subscribed names (hash → bytes), their bytes,
+// typeNames is one type's subscribed names (their hashes), their bytes,
 // and the bytes of the type's last request that are not names.
 type typeNames struct {
-	set   map[uint64]uint32
+	// set: the hashes of the names subscribed (a name's size is its
+	// length, read again from an unsubscription); shared between the
+	// streams subscribed to the same names (nameset.go).
+	set   *hashSet
 	bytes int
 	other int
 	// The bytes of the initial_resource_versions of the type's first
@@ -456,7 +459,7 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 	tn := a.types[string(typeURL)] // no allocation
 	dn, db := 0, 0
 	if tn == nil {
-		tn = &typeNames{set: map[uint64]uint32{}}
+		tn = &typeNames{set: hashSets.empty}
 		a.types[string(typeURL)] = tn
 		dn = 1
 	}
@@ -471,35 +474,55 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 		div, tn.ivLast = ivBytes-tn.ivLast, ivBytes
 	}
 
-	add := func(name []byte, size int) {
-		h := maphash.Bytes(a.g.seed, name)
-		if _, ok := tn.set[h]; ok {
-			return
-		}
-		tn.set[h] = uint32(size)
-		tn.bytes += size
-		dn++
-		db += size
-	}
 	if delta {
+		// Subscriptions, then unsubscriptions, as go-control-plane applies
+		// them; the set is derived once (none for a request without names,
+		// the common ACK).
+		var adds, rems []uint64
+		var added, removed map[uint64]struct{}
 		fields(b, func(num protowire.Number, v []byte, _ int) {
-			if num == deltaSubscribe {
-				add(v, len(v))
+			if num != deltaSubscribe {
+				return
 			}
+			h := maphash.Bytes(a.g.seed, v)
+			if tn.set.has(h) {
+				return
+			}
+			if added == nil {
+				added = map[uint64]struct{}{}
+			}
+			if _, ok := added[h]; ok {
+				return
+			}
+			added[h] = struct{}{}
+			adds = append(adds, h)
+			tn.bytes += len(v)
+			dn++
+			db += len(v)
 		})
-		// Unsubscribes after subscribes, as go-control-plane applies them.
 		fields(b, func(num protowire.Number, v []byte, _ int) {
 			if num != deltaUnsubscribe {
 				return
 			}
 			h := maphash.Bytes(a.g.seed, v)
-			if size, ok := tn.set[h]; ok {
-				delete(tn.set, h)
-				tn.bytes -= int(size)
-				dn--
-				db -= int(size)
+			if _, ok := removed[h]; ok {
+				return
 			}
+			if _, ok := added[h]; !ok && !tn.set.has(h) {
+				return
+			}
+			if removed == nil {
+				removed = map[uint64]struct{}{}
+			}
+			removed[h] = struct{}{}
+			rems = append(rems, h)
+			tn.bytes -= len(v)
+			dn--
+			db -= len(v)
 		})
+		if len(adds)+len(rems) > 0 {
+			tn.set = tn.set.derive(adds, rems)
+		}
 	} else {
 		// The list replaces the type's set; unchanged (the common ACK),
 		// nothing is rebuilt.
@@ -508,20 +531,31 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 			if num == sotwResourceNames {
 				n++
 				if same {
-					_, same = tn.set[maphash.Bytes(a.g.seed, v)]
+					same = tn.set.has(maphash.Bytes(a.g.seed, v))
 				}
 			}
 		})
-		if !same || n != len(tn.set) {
-			dn -= len(tn.set)
+		if !same || n != tn.set.len() {
+			dn -= tn.set.len()
 			db -= tn.bytes
-			tn.set = make(map[uint64]uint32, min(n, lim.MaxNamesPerStream+1))
 			tn.bytes = 0
+			var hs []uint64
+			seen := make(map[uint64]struct{}, min(n, lim.MaxNamesPerStream+1))
 			fields(b, func(num protowire.Number, v []byte, _ int) {
-				if num == sotwResourceNames {
-					add(v, len(v))
+				if num != sotwResourceNames {
+					return
 				}
+				h := maphash.Bytes(a.g.seed, v)
+				if _, ok := seen[h]; ok {
+					return
+				}
+				seen[h] = struct{}{}
+				hs = append(hs, h)
+				tn.bytes += len(v)
+				dn++
+				db += len(v)
 			})
+			tn.set = hashSets.empty.derive(hs, nil)
 		}
 	}
 	if dn == 0 && db == 0 && div == 0 {
@@ -537,10 +571,10 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 	cn, cb, civ := a.conn.names, a.conn.bytes, a.conn.ivBytes
 	a.conn.mu.Unlock()
 	total := a.g.bytes.Add(int64(db + div))
-	if len(tn.set) > lim.MaxNamesPerStream {
+	if tn.set.len() > lim.MaxNamesPerStream {
 		t, _ := bound(string(typeURL), "", MaxClientStringBytes)
 		return a.g.limitError(codes.ResourceExhausted, "max_names_per_stream", lim.MaxNamesPerStream,
-			"the stream subscribed to %d names of %s", len(tn.set), t)
+			"the stream subscribed to %d names of %s", tn.set.len(), t)
 	}
 	switch {
 	case bytes > int64(lim.MaxNameBytesPerStream):

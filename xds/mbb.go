@@ -252,7 +252,7 @@ func (c *Cache) awaitsInterim(w *watch, e *entry, clusters, loads *typeState, no
 		if _, ok := loads.resources[cn]; !ok {
 			continue
 		}
-		t, sent := st.edsSent[cn]
+		t, sent := st.edsSent.sentAt(cn)
 		if !sent {
 			return true
 		}

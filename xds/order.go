@@ -3,7 +3,6 @@ package xds
 import (
 	"slices"
 	"strings"
-	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 )
@@ -52,7 +51,7 @@ type streamState struct {
 	// assignments sent on the stream (by name), those of sotw responses
 	// handed to the server and not sent yet, whether the stream ever
 	// asked for assignments, and its open RDS watch.
-	edsSent    map[string]time.Time
+	edsSent    sentAssignments
 	pendingEDS map[*discovery.DiscoveryResponse][]string
 	edsSeen    bool
 	rds        *watch

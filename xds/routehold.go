@@ -112,7 +112,7 @@ func (c *Cache) routeHolder(w *watch) func(*entry) bool {
 // awaitsEDS reports whether the stream waits for the assignment of
 // cluster cn (see the file's comment).
 func (c *Cache) awaitsEDS(st *streamState, clusters, loads *typeState, cn string) bool {
-	if _, sent := st.edsSent[cn]; sent {
+	if st.edsSent.has(cn) {
 		return false
 	}
 	if _, ok := clusters.resources[cn]; !ok || !st.vis.sees(cn) {
@@ -144,12 +144,11 @@ func (c *Cache) edsInterest(w *watch) {
 	if w.sub.IsWildcard() {
 		return
 	}
-	sub := w.sub.SubscribedResources()
-	for n := range st.edsSent {
-		if _, ok := sub[n]; !ok {
-			delete(st.edsSent, n)
-		}
+	var subSet *nameSet
+	if ds, ok := w.sub.(deltaSub); ok {
+		subSet = ds.names
 	}
+	st.edsSent.keep(w.sub.SubscribedResources(), subSet)
 }
 
 // sentEDS records an EDS response to w: sent at once on a delta stream,
@@ -168,8 +167,8 @@ func (c *Cache) sentEDS(w *watch, sent, removed []string, resp *discovery.Discov
 		}
 		return
 	}
-	for _, n := range removed {
-		delete(st.edsSent, n)
+	if len(removed) > 0 {
+		st.edsSent.remove(removed)
 	}
 	c.edsDelivered(st, sent)
 }
@@ -194,13 +193,7 @@ func (c *Cache) edsDelivered(st *streamState, sent []string) {
 	if len(sent) == 0 {
 		return
 	}
-	if st.edsSent == nil {
-		st.edsSent = map[string]time.Time{}
-	}
-	now := time.Now()
-	for _, n := range sent {
-		st.edsSent[n] = now
-	}
+	st.edsSent.add(st.key.delta, sent, time.Now())
 	c.wakeRDS(st)
 }
 

@@ -29,6 +29,7 @@ import (
 	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
 	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/rest/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -259,7 +260,10 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.keep.Time, Timeout: s.keep.Timeout}),
 		grpc.Creds(s.creds), // nil: plaintext
 	)
-	xs := serverv3.NewServer(ctx, s.cache, s.callbacks(), sotw.WithOrderedADS())
+	// go-control-plane's sotw and REST servers; the delta server is ours
+	// (deltaserver.go: the same stream life, shared subscription sets).
+	cb := s.callbacks()
+	xs := serverv3.NewServerAdvanced(rest.NewServer(s.cache, cb), sotw.NewServer(ctx, s.cache, cb, sotw.WithOrderedADS()), newDeltaServer(ctx, s.cache, cb))
 	discovery.RegisterAggregatedDiscoveryServiceServer(gs, xs)
 	clusterservice.RegisterClusterDiscoveryServiceServer(gs, xs)
 	endpointservice.RegisterEndpointDiscoveryServiceServer(gs, xs)

@@ -139,6 +139,9 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	if err := promreg.Register(reg, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, err
 	}
+	if err := ApplyMemoryLimit(c, log, reg); err != nil {
+		return nil, err
+	}
 	srcs, err := BuildSources(c, log, reg)
 	if err != nil {
 		return nil, err

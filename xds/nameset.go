@@ -1,0 +1,278 @@
+package xds
+
+import (
+	"hash/maphash"
+	"maps"
+	"runtime"
+	"sync"
+	"weak"
+)
+
+// Shared, immutable sets of resource names.
+//
+// 800 Envoys subscribed to the assignments of 5,000 clusters hold 800
+// copies of the same 5,000-name set: go-control-plane's delta server keeps
+// a map per stream and type (~250 kB, plus the names' strings kept from the
+// request), and the cache's record of the assignments sent on each stream
+// (routehold.go) another. A nameSet is never changed once made: a stream
+// whose subscription changes derives a new set (derive), and equal sets are
+// one set. Two ways find an equal set without building it: a set remembers
+// what was derived from it (the next step of the same path: every Envoy
+// subscribes to the same names, and is sent its first assignments in the
+// same sorted parts), and a process-wide table indexes every live set by
+// its size and the sum of its names' hashes (different paths to the same
+// set). Both hold their sets weakly: a set nothing else holds is collected,
+// and its entries go with it.
+
+// sharedSet is an immutable set. Read m, never write it.
+type sharedSet[K comparable] struct {
+	m   map[K]struct{}
+	h   uint64 // sum of the table's hash over m
+	tab *setTable[K]
+
+	mu   sync.Mutex
+	memo map[deriveKey]weak.Pointer[sharedSet[K]]
+}
+
+// nameSet is a set of resource names; hashSet one of name hashes (the
+// guard's accounting, guard.go).
+type (
+	nameSet = sharedSet[string]
+	hashSet = sharedSet[uint64]
+)
+
+// setTable indexes the live sets of a key type.
+type setTable[K comparable] struct {
+	hash  func(K) uint64
+	empty *sharedSet[K] // the root of every derivation
+
+	mu sync.Mutex
+	m  map[setKey][]weak.Pointer[sharedSet[K]]
+}
+
+func newSetTable[K comparable](hash func(K) uint64) *setTable[K] {
+	t := &setTable[K]{hash: hash, m: map[setKey][]weak.Pointer[sharedSet[K]]{}}
+	t.empty = &sharedSet[K]{m: map[K]struct{}{}, tab: t}
+	return t
+}
+
+// deriveKey identifies a derivation from a set: the names it adds (not in
+// the set) and removes (in the set), by count and sum of hashes. A derived
+// set found under the key is checked to hold every name added and none
+// removed, which with the counts proves it is the one (see derive).
+type deriveKey struct {
+	addHash, remHash uint64
+	adds, rems       int
+}
+
+type setKey struct {
+	h uint64
+	n int
+}
+
+var (
+	nameSeed = maphash.MakeSeed()
+	nameSets = newSetTable(func(n string) uint64 { return maphash.String(nameSeed, n) })
+	// hashSets: the keys are maphash values already.
+	hashSets = newSetTable(func(h uint64) uint64 { return h })
+	// emptyNames is the empty set of names.
+	emptyNames = nameSets.empty
+)
+
+// maxMemo bounds the derivations a set remembers.
+const maxMemo = 16
+
+func (s *sharedSet[K]) has(n K) bool {
+	_, ok := s.m[n]
+	return ok
+}
+
+func (s *sharedSet[K]) len() int { return len(s.m) }
+
+// derive returns the set s ∪ add − remove (the removals applied after the
+// additions, as a delta request's unsubscriptions after its
+// subscriptions): s itself if that changes nothing, else a shared equal
+// set if one is alive, else a new one.
+func (s *sharedSet[K]) derive(add, remove []K) *sharedSet[K] {
+	hash := s.tab.hash
+	var rem map[K]struct{}
+	for _, n := range remove {
+		if rem == nil {
+			rem = make(map[K]struct{}, len(remove))
+		}
+		rem[n] = struct{}{}
+	}
+	var k deriveKey
+	var added, removed []K
+	var addSet map[K]struct{}
+	for _, n := range add {
+		if _, ok := s.m[n]; ok {
+			continue
+		}
+		if _, ok := rem[n]; ok {
+			continue
+		}
+		if addSet == nil {
+			addSet = make(map[K]struct{}, len(add))
+		}
+		if _, dup := addSet[n]; dup {
+			continue
+		}
+		addSet[n] = struct{}{}
+		added = append(added, n)
+		k.addHash += hash(n)
+	}
+	for n := range rem {
+		if _, ok := s.m[n]; ok {
+			removed = append(removed, n)
+			k.remHash += hash(n)
+		}
+	}
+	k.adds, k.rems = len(added), len(removed)
+	if k.adds+k.rems == 0 {
+		return s
+	}
+	size := len(s.m) + k.adds - k.rems
+	// A set derived from s before the same way: it holds every name added
+	// and none removed, and its size is s's plus the additions minus the
+	// removals. The names it added to s are then exactly these (they are
+	// not in s, and these, none in s, are among them and as many), and so
+	// are those it removed: it is s ∪ added − removed.
+	//
+	// s.mu is held until the derived set is remembered: streams deriving
+	// from s at once (a fleet reconnecting) wait for the first to build
+	// the set, instead of each building its own. (Lock order: s.mu, then
+	// the table's.)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if wp, ok := s.memo[k]; ok {
+		if c := wp.Value(); c != nil && len(c.m) == size && holdsAll(c, added) && holdsNone(c, removed) {
+			return c
+		}
+	}
+
+	h := s.h + k.addHash - k.remHash
+	key := setKey{h, size}
+	// Another path to the same set: checked name by name.
+	tab := s.tab
+	tab.mu.Lock()
+	cands := tab.m[key]
+	tab.mu.Unlock()
+	for _, wp := range cands {
+		c := wp.Value()
+		if c == nil || len(c.m) != size {
+			continue
+		}
+		same := true
+		for n := range c.m {
+			_, isAdded := addSet[n]
+			_, isRemoved := rem[n]
+			if !isAdded && (isRemoved || !s.has(n)) {
+				same = false
+				break
+			}
+		}
+		if same {
+			s.remember(k, c)
+			return c
+		}
+	}
+
+	var m map[K]struct{}
+	if k.rems == 0 {
+		m = maps.Clone(s.m)
+	} else {
+		m = make(map[K]struct{}, size)
+		for n := range s.m {
+			if _, ok := rem[n]; !ok {
+				m[n] = struct{}{}
+			}
+		}
+	}
+	for _, n := range added {
+		m[n] = struct{}{}
+	}
+	c := &sharedSet[K]{m: m, h: h, tab: tab}
+	tab.mu.Lock()
+	tab.m[key] = append(tab.m[key], weak.Make(c))
+	tab.mu.Unlock()
+	runtime.AddCleanup(c, tab.forget, key)
+	s.remember(k, c)
+	return c
+}
+
+func holdsAll[K comparable](s *sharedSet[K], names []K) bool {
+	for _, n := range names {
+		if !s.has(n) {
+			return false
+		}
+	}
+	return true
+}
+
+func holdsNone[K comparable](s *sharedSet[K], names []K) bool {
+	for _, n := range names {
+		if s.has(n) {
+			return false
+		}
+	}
+	return true
+}
+
+// remember records that derivation k of s gives c. s.mu is held.
+func (s *sharedSet[K]) remember(k deriveKey, c *sharedSet[K]) {
+	if s.memo == nil {
+		s.memo = map[deriveKey]weak.Pointer[sharedSet[K]]{}
+	}
+	if len(s.memo) >= maxMemo {
+		maps.DeleteFunc(s.memo, func(_ deriveKey, wp weak.Pointer[sharedSet[K]]) bool { return wp.Value() == nil })
+		if len(s.memo) >= maxMemo {
+			clear(s.memo)
+		}
+	}
+	s.memo[k] = weak.Make(c)
+}
+
+// forget drops the table's entries of collected sets under key.
+func (t *setTable[K]) forget(key setKey) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	// A new slice: derive reads the old one outside the lock.
+	var live []weak.Pointer[sharedSet[K]]
+	for _, wp := range t.m[key] {
+		if wp.Value() != nil {
+			live = append(live, wp)
+		}
+	}
+	if len(live) == 0 {
+		delete(t.m, key)
+	} else {
+		t.m[key] = live
+	}
+}
+
+// live is the number of sets in the table (tests).
+func (t *setTable[K]) live() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, l := range t.m {
+		for _, wp := range l {
+			if wp.Value() != nil {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// entries is the number of entries in the table, live or not (tests).
+func (t *setTable[K]) entries() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, l := range t.m {
+		n += len(l)
+	}
+	return n
+}

@@ -1,0 +1,148 @@
+package xds
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
+)
+
+// deltaSub against go-control-plane's stream.Subscription, which the
+// delta server used: random requests (names subscribed, unsubscribed,
+// "*", repeated, initial versions, states installed between requests)
+// leave the same subscribed names, wildcard and returned-resources map.
+func TestMMDeltaSubMatchesGoControlPlane(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	names := func(max int) []string {
+		var out []string
+		for range rng.IntN(max + 1) {
+			if rng.IntN(8) == 0 {
+				out = append(out, "*")
+			} else {
+				out = append(out, fmt.Sprintf("n%d", rng.IntN(12)))
+			}
+		}
+		return out
+	}
+	checks := 0
+	for run := range 2000 {
+		var initial map[string]string
+		if rng.IntN(3) == 0 {
+			initial = map[string]string{}
+			for _, n := range names(4) {
+				initial[n] = "v0"
+			}
+		}
+		subs, unsubs := names(5), names(2)
+		ref := stream.NewDeltaSubscription(subs, unsubs, maps.Clone(initial), true)
+		got := newDeltaSub(subs, unsubs, maps.Clone(initial))
+		for step := range 8 {
+			checks++
+			if !maps.Equal(ref.SubscribedResources(), got.SubscribedResources()) || ref.IsWildcard() != got.IsWildcard() ||
+				!maps.Equal(ref.ReturnedResources(), got.ReturnedResources()) {
+				t.Fatalf("run %d step %d: subscribed %v wildcard %v returned %v; go-control-plane: %v %v %v", run, step,
+					got.SubscribedResources(), got.IsWildcard(), got.ReturnedResources(),
+					ref.SubscribedResources(), ref.IsWildcard(), ref.ReturnedResources())
+			}
+			if rng.IntN(2) == 0 {
+				// A response installed: the cache's new map.
+				m := map[string]string{}
+				for _, n := range names(4) {
+					m[n] = fmt.Sprint("v", step)
+				}
+				ref.SetReturnedResources(m)
+				got.returned = maps.Clone(m)
+			}
+			subs, unsubs = names(4), names(4)
+			ref.UpdateResourceSubscriptions(subs, unsubs)
+			got.update(subs, unsubs)
+		}
+	}
+	t.Logf("%d states compared", checks)
+}
+
+// Equal sets are one set however they were reached; a derivation that
+// changes nothing returns the set itself; sets nothing holds are
+// collected and leave the table.
+func TestMMNameSetsShared(t *testing.T) {
+	all := make([]string, 500)
+	for i := range all {
+		all[i] = fmt.Sprintf("mm-cluster-%03d", i)
+	}
+	// Subscribed at once (an Envoy's EDS request) ...
+	a := emptyNames.derive(all, nil)
+	b := emptyNames.derive(all, nil)
+	// ... and sent in parts, in another order, with a detour.
+	c := emptyNames
+	for i := 0; i < len(all); i += 64 {
+		c = c.derive(all[i:min(i+64, len(all))], nil)
+	}
+	d := emptyNames.derive(append([]string{"mm-other"}, all[250:]...), nil).derive(all[:250], []string{"mm-other"})
+	t.Logf("sets: a %p b %p c %p d %p, %d names", a, b, c, d, a.len())
+	if a.len() != len(all) || a != b || a != c || a != d {
+		t.Fatalf("equal sets not shared: %p %p %p %p", a, b, c, d)
+	}
+	if a.derive(all[:10], nil) != a || a.derive(nil, []string{"mm-absent"}) != a {
+		t.Fatal("a derivation that changes nothing made a new set")
+	}
+	e := a.derive([]string{"mm-new"}, all[:1])
+	if e == a || e.len() != len(all) || !e.has("mm-new") || e.has(all[0]) || !a.has(all[0]) || a.has("mm-new") {
+		t.Fatalf("derive changed the original or missed a name: %d names", e.len())
+	}
+	hs := hashSets.empty.derive([]uint64{1, 2, 3}, nil)
+	if hs != hashSets.empty.derive([]uint64{3, 2, 1, 2}, nil) {
+		t.Fatal("hash sets not shared")
+	}
+
+	before, entries := nameSets.live(), nameSets.entries()
+	a, b, c, d, e = nil, nil, nil, nil, nil
+	deadline := time.Now().Add(10 * time.Second)
+	for (nameSets.live() >= before || nameSets.entries() >= entries) && time.Now().Before(deadline) {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("live sets in the table: %d before, %d after; entries %d before, %d after", before, nameSets.live(), entries, nameSets.entries())
+	if nameSets.live() >= before || nameSets.entries() >= entries {
+		t.Fatalf("no set collected, or its entry kept: %d live, %d entries", nameSets.live(), nameSets.entries())
+	}
+}
+
+// Streams deriving the same set at once (a fleet reconnecting) share one
+// set: the first builds it, the others wait and take it.
+func TestMMNameSetsSharedWhenConcurrent(t *testing.T) {
+	// More Ps than this machine's 2 cores, so that the derivations
+	// overlap (with 2 they rarely do, and the test would not fail
+	// without the lock that makes one wait for the other).
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(8))
+	names := make([]string, 5000)
+	for i := range names {
+		names[i] = fmt.Sprintf("mm-concurrent-%d-%04d", time.Now().UnixNano(), i)
+	}
+	const n = 64
+	got := make([]*nameSet, n)
+	start := make(chan struct{})
+	done := make(chan int)
+	for i := range n {
+		go func() {
+			<-start
+			got[i] = emptyNames.derive(names, nil)
+			done <- i
+		}()
+	}
+	close(start)
+	for range n {
+		<-done
+	}
+	distinct := map[*nameSet]bool{}
+	for _, s := range got {
+		distinct[s] = true
+	}
+	t.Logf("%d goroutines derived %d distinct sets", n, len(distinct))
+	if len(distinct) != 1 {
+		t.Fatalf("%d distinct sets for the same names", len(distinct))
+	}
+}

@@ -84,8 +84,10 @@ type ClientStatus struct {
 	// PerStreamOverheadBytes + NameBytesFactor × NameBytes +
 	// SubscribedNames × PerNameOverheadBytes (measured; see guard.go),
 	// plus NameBytesFactor × the initial_resource_versions held. It is an
-	// estimate; it leaves out the responses being sent, whose resource
-	// encodings are shared by every client.
+	// estimate, and an upper bound: it is the cost of names no other
+	// stream subscribes to, while streams subscribed to the same set share
+	// one copy of it (nameset.go); it leaves out the responses being sent,
+	// whose resource encodings are shared by every client.
 	EstimatedBytes int64        `json:"memory_estimate_bytes"`
 	Types          []TypeStatus `json:"types"`
 }

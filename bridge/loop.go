@@ -236,9 +236,11 @@ func (l *Loop) Run(ctx context.Context) error {
 	// waits for the quiet period after the last event, bounded by the max
 	// hold since the first, so changes that follow a flush closely go
 	// together, and a steady stream publishes at least once per max hold.
-	dirtied := func() bool {
+	// holdOff skips the leading edge: the event is known to be half of a
+	// pair whose other half follows.
+	dirtied := func(holdOff bool) bool {
 		now := l.now()
-		if !armed && (lastFlush.IsZero() || now.Sub(lastFlush) >= l.opts.Quiet) {
+		if !holdOff && !armed && (lastFlush.IsZero() || now.Sub(lastFlush) >= l.opts.Quiet) {
 			l.handleQueued()
 			flush()
 			return true
@@ -259,7 +261,15 @@ func (l *Loop) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case ev := <-l.events:
-			if !l.handle(ev) || !dirtied() {
+			// A source that publishes services and a policy hands one
+			// flush of its state over as PublishPolicy then Publish
+			// (the Consul source: config entries, then the catalog).
+			// The policy holds off rather than taking the leading edge,
+			// so the services that follow it go out with it: a
+			// blue/green switch (hosts and default subset) is not
+			// published half-done (rv4).
+			hold := ev.kind == evPolicy && contains(l.opts.ServicesAndPolicy, ev.source)
+			if !l.handle(ev) || !dirtied(hold) {
 				continue // nothing flushed: events change no retained host
 			}
 		case <-timer.C:
@@ -267,7 +277,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		case <-retention.C:
 			retentionAt = time.Time{}
 			if l.expireRetained() {
-				dirtied()
+				dirtied(false)
 			}
 		}
 		// Re-arm the retention timer for the earliest retained host still

@@ -241,9 +241,11 @@ func (l *Loop) Run(ctx context.Context) error {
 	dirtied := func(holdOff bool) bool {
 		now := l.now()
 		if !holdOff && !armed && (lastFlush.IsZero() || now.Sub(lastFlush) >= l.opts.Quiet) {
-			l.handleQueued()
-			flush()
-			return true
+			if !l.handleQueued() {
+				flush()
+				return true
+			}
+			// A queued event holds off: arm instead.
 		}
 		if !armed {
 			firstDirty = now
@@ -268,8 +270,7 @@ func (l *Loop) Run(ctx context.Context) error {
 			// so the services that follow it go out with it: a
 			// blue/green switch (hosts and default subset) is not
 			// published half-done (rv4).
-			hold := ev.kind == evPolicy && contains(l.opts.ServicesAndPolicy, ev.source)
-			if !l.handle(ev) || !dirtied(hold) {
+			if !l.handle(ev) || !dirtied(l.holdsOff(ev)) {
 				continue // nothing flushed: events change no retained host
 			}
 		case <-timer.C:
@@ -296,16 +297,25 @@ func (l *Loop) Run(ctx context.Context) error {
 }
 
 // handleQueued applies the events already queued, without waiting for
-// more.
-func (l *Loop) handleQueued() {
+// more, and reports whether one of them holds off (holdsOff).
+func (l *Loop) handleQueued() (holdOff bool) {
 	for range cap(l.events) {
 		select {
 		case ev := <-l.events:
 			l.handle(ev)
+			holdOff = holdOff || l.holdsOff(ev)
 		default:
-			return
+			return holdOff
 		}
 	}
+	return holdOff
+}
+
+// holdsOff reports whether an event must not be flushed at the leading
+// edge: the policy of a source that publishes services too, whose services
+// of the same flush follow it (see Run).
+func (l *Loop) holdsOff(ev event) bool {
+	return ev.kind == evPolicy && contains(l.opts.ServicesAndPolicy, ev.source)
 }
 
 // handle applies one event to the state and reports whether anything became

@@ -17,10 +17,17 @@ type rv4SubsetRecorder struct {
 	mu    sync.Mutex
 	lives []int
 	ch    chan struct{}
+	gate  chan struct{} // when set, the next publish waits for it to close
 }
 
 func (r *rv4SubsetRecorder) PublishServices(changed []translate.Resources, _ []string) error {
 	r.mu.Lock()
+	if g := r.gate; g != nil {
+		r.gate = nil
+		r.mu.Unlock()
+		<-g
+		r.mu.Lock()
+	}
 	defer r.mu.Unlock()
 	n := -1
 	for _, res := range changed {
@@ -107,5 +114,53 @@ func TestRv4ServicesAndPolicyFlushNotSplit(t *testing.T) {
 	}
 	if empty > 0 {
 		t.Fatalf("%d of %d blue/green switches published half-done: the default subset with no endpoint (endpoints of x/live per publish: %v)", empty, trials, rec.lives)
+	}
+}
+
+// TestRv4QueuedPolicyHoldsOff: the same when the policy is not the event
+// that takes the leading edge but is queued behind it (another source's
+// change) and applied with it (handleQueued): the flush must still wait
+// for the services that follow the policy.
+func TestRv4QueuedPolicyHoldsOff(t *testing.T) {
+	const quiet = 20 * time.Millisecond
+	rec := &rv4SubsetRecorder{ch: make(chan struct{}, 1)}
+	l := run(t, Options{Sources: []string{"a", "c"}, ServicesAndPolicy: []string{"c"}, Quiet: quiet, MaxHold: 10 * quiet}, rec)
+	ctx := context.Background()
+	pol := func(version string) {
+		if err := l.PublishPolicy(ctx, sources.PolicyUpdate{Source: "c", Policy: rv4Live(version)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svcs := func(port uint32, version string) {
+		if err := l.Publish(ctx, sources.Update{Source: "c", Services: []sources.Service{rv4Host(port, version)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pol("v1")
+	svcs(1, "v1")
+	publish(t, l, "a", service("y", 1))
+	waitTrue(t, l.Ready)
+	time.Sleep(3 * quiet)
+
+	// A flush held in the publisher longer than the quiet period, while
+	// another change of a and Consul's policy are queued behind it.
+	gate := make(chan struct{})
+	rec.mu.Lock()
+	rec.gate = gate
+	rec.mu.Unlock()
+	publish(t, l, "a", service("y", 1, 2))
+	time.Sleep(2 * quiet)
+	publish(t, l, "a", service("y", 1, 2, 3)) // takes the leading edge once the flush is done
+	pol("v2")
+	close(gate)
+	time.Sleep(2 * time.Millisecond) // Consul compares its snapshot between the two calls
+	svcs(2, "v2")
+	time.Sleep(10 * quiet)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, n := range rec.lives {
+		if n == 0 {
+			t.Fatalf("the switch was published half-done: the default subset with no endpoint (endpoints of x/live per publish: %v)", rec.lives)
+		}
 	}
 }

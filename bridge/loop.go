@@ -33,7 +33,9 @@ type Options struct {
 	// ServicesAndPolicy names the sources (of Sources) that publish both
 	// services and a policy (sources.PolicyPublisher): each counts as
 	// synced only once it has published both, whichever comes first.
-	// Every other source is synced by its first publish of either.
+	// Every other source is synced by its first publish of either. Their
+	// policies never take the leading edge of the debounce: the services
+	// of the same flush follow them (PublishPolicy, then Publish).
 	ServicesAndPolicy []string
 	// Quiet is how long the loop waits after the last event, when an
 	// event comes within Quiet of the last flush (otherwise it flushes at

@@ -33,7 +33,9 @@ type Options struct {
 	// ServicesAndPolicy names the sources (of Sources) that publish both
 	// services and a policy (sources.PolicyPublisher): each counts as
 	// synced only once it has published both, whichever comes first.
-	// Every other source is synced by its first publish of either.
+	// Every other source is synced by its first publish of either. Their
+	// policies never take the leading edge of the debounce: the services
+	// of the same flush follow them (PublishPolicy, then Publish).
 	ServicesAndPolicy []string
 	// Quiet is how long the loop waits after the last event, when an
 	// event comes within Quiet of the last flush (otherwise it flushes at
@@ -236,12 +238,16 @@ func (l *Loop) Run(ctx context.Context) error {
 	// waits for the quiet period after the last event, bounded by the max
 	// hold since the first, so changes that follow a flush closely go
 	// together, and a steady stream publishes at least once per max hold.
-	dirtied := func() bool {
+	// holdOff skips the leading edge: the event is known to be half of a
+	// pair whose other half follows.
+	dirtied := func(holdOff bool) bool {
 		now := l.now()
-		if !armed && (lastFlush.IsZero() || now.Sub(lastFlush) >= l.opts.Quiet) {
-			l.handleQueued()
-			flush()
-			return true
+		if !holdOff && !armed && (lastFlush.IsZero() || now.Sub(lastFlush) >= l.opts.Quiet) {
+			if !l.handleQueued() {
+				flush()
+				return true
+			}
+			// A queued event holds off: arm instead.
 		}
 		if !armed {
 			firstDirty = now
@@ -259,7 +265,14 @@ func (l *Loop) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case ev := <-l.events:
-			if !l.handle(ev) || !dirtied() {
+			// A source that publishes services and a policy hands one
+			// flush of its state over as PublishPolicy then Publish
+			// (the Consul source: config entries, then the catalog).
+			// The policy holds off rather than taking the leading edge,
+			// so the services that follow it go out with it: a
+			// blue/green switch (hosts and default subset) is not
+			// published half-done (rv4).
+			if !l.handle(ev) || !dirtied(l.holdsOff(ev)) {
 				continue // nothing flushed: events change no retained host
 			}
 		case <-timer.C:
@@ -267,7 +280,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		case <-retention.C:
 			retentionAt = time.Time{}
 			if l.expireRetained() {
-				dirtied()
+				dirtied(false)
 			}
 		}
 		// Re-arm the retention timer for the earliest retained host still
@@ -286,16 +299,25 @@ func (l *Loop) Run(ctx context.Context) error {
 }
 
 // handleQueued applies the events already queued, without waiting for
-// more.
-func (l *Loop) handleQueued() {
+// more, and reports whether one of them holds off (holdsOff).
+func (l *Loop) handleQueued() (holdOff bool) {
 	for range cap(l.events) {
 		select {
 		case ev := <-l.events:
 			l.handle(ev)
+			holdOff = holdOff || l.holdsOff(ev)
 		default:
-			return
+			return holdOff
 		}
 	}
+	return holdOff
+}
+
+// holdsOff reports whether an event must not be flushed at the leading
+// edge: the policy of a source that publishes services too, whose services
+// of the same flush follow it (see Run).
+func (l *Loop) holdsOff(ev event) bool {
+	return ev.kind == evPolicy && contains(l.opts.ServicesAndPolicy, ev.source)
 }
 
 // handle applies one event to the state and reports whether anything became

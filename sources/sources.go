@@ -185,7 +185,9 @@ type Source interface {
 // policy besides their services (the Consul source with config_entries).
 // When PublishesPolicy reports true, the bridge counts the source synced
 // only once it has published both, so that clients never see its services
-// before their policy, nor the other way round.
+// before their policy, nor the other way round. One change of both is
+// handed over as PublishPolicy, then Publish: the bridge holds the policy
+// back for the services that follow it, so both go out together.
 type PolicyPublisher interface {
 	PublishesPolicy() bool
 }

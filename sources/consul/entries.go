@@ -68,7 +68,7 @@ func (s *Source) storeEntries(kind string, list []api.ConfigEntry) {
 	}
 	s.mu.Unlock()
 	if changed {
-		s.entriesChanged.Store(true)
+		s.entriesAt.CompareAndSwap(0, time.Now().UnixNano())
 		s.signal()
 	}
 }

@@ -40,10 +40,12 @@ type Source struct {
 	wrapConn         func(net.Conn) net.Conn
 
 	changed chan struct{} // capacity 1: "state changed, flush soon"
-	// entriesChanged: config entries changed since the last flush. Their
-	// changes wait the whole coalescing window (no leading edge): one
-	// edit of several entries comes in as several reads.
-	entriesChanged atomic.Bool
+	// entriesAt: when config entries first changed since the last flush
+	// (UnixNano; 0: they did not). Their changes wait the whole
+	// coalescing window from then (no leading edge, and not cut short by
+	// a window a service change started): one edit of several entries
+	// comes in as several reads.
+	entriesAt atomic.Int64
 
 	mu          sync.Mutex
 	dcs         []*dcState // local first, then failover order
@@ -283,17 +285,24 @@ func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 		// the window of the last flush wait for its end and go together
 		// (one flush per window). Until then (the initial reads), and for
 		// config entries, each signal waits the whole window, for the
-		// reads of one change to come in together.
+		// reads of one change to come in together; entries read during a
+		// shorter wait extend it to their whole window.
 		wait := s.set.coalesce
-		if published && !s.entriesChanged.Load() {
+		if published && s.entriesAt.Load() == 0 {
 			wait -= time.Since(lastFlush)
 		}
-		if wait > 0 {
+		for wait > 0 {
 			if sleep(ctx, wait) != nil {
 				return
 			}
+			// Entries read meanwhile wait the whole window from when they
+			// were read (at most one window more: entriesAt is the first).
+			wait = 0
+			if at := s.entriesAt.Load(); at != 0 {
+				wait = time.Until(time.Unix(0, at).Add(s.set.coalesce))
+			}
 		}
-		s.entriesChanged.Store(false)
+		s.entriesAt.Store(0)
 		lastFlush = time.Now()
 		errs, ready, failing, snap := s.takeFlush()
 		if errs != nil {

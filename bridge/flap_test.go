@@ -10,8 +10,9 @@ import (
 )
 
 // TestChecksFlapWithinDebounce: verdict changes of a host that come faster
-// than the debounce are folded into one rebuild, which publishes only the
-// net change: none when the host ends where it started, one when it ends
+// than the debounce, within the quiet period after a flush, are folded into
+// one rebuild (a first change after a quiet period takes the leading edge
+// and is published at once), which publishes only the net change: none when the host ends where it started, one when it ends
 // on the other verdict. Pushes never outnumber verdict changes; here they
 // are fewer.
 func TestChecksFlapWithinDebounce(t *testing.T) {

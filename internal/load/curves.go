@@ -323,7 +323,11 @@ func (c *Curve) per() string {
 
 // fitText is "0.31 MB per client + 120 MB".
 func (c *Curve) fitText(f Fit, unit string) string {
-	return fmt.Sprintf("%.4g %s per %s %+.4g %s", f.Slope, unit, c.per(), f.Intercept, unit)
+	sign, b := "+", f.Intercept
+	if b < 0 {
+		sign, b = "−", -b
+	}
+	return fmt.Sprintf("%.4g %s per %s %s %.4g %s", f.Slope, unit, c.per(), sign, b, unit)
 }
 
 func metricLabel(m string) string {

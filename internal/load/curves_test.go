@@ -94,6 +94,13 @@ func TestScCurvesSmoke(t *testing.T) {
 					t.Errorf("point %d: empty figures %+v", i, p)
 				}
 			}
+			if tc.param == SweepServices {
+				p0, p1 := c.Points[0], c.Points[1]
+				want := (p1.PeakRSSMB - p0.PeakRSSMB) / float64(p1.X-p0.X)
+				if p0.RSSPerServiceMB != 0 || math.Abs(p1.RSSPerServiceMB-want) > 1e-3 {
+					t.Errorf("RSS per service: %g at the smallest point (want 0), %g at %d (want %g)", p0.RSSPerServiceMB, p1.RSSPerServiceMB, p1.X, want)
+				}
+			}
 			dir := t.TempDir()
 			if err := WriteCurve(dir, c); err != nil {
 				t.Fatal(err)

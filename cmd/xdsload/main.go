@@ -5,6 +5,8 @@
 // a change reaches the fleet (internal/load says how it measures).
 //
 //	xdsload -scenario small|large|storm [-json report.json] [-plot latency.png]
+//	xdsload curves -sweep clients=250,500,1000,2000 -services 5000 -out DIR
+//	xdsload curves -sweep services=1000,5000,20000 -clients 500 -out DIR
 //	xdsload serve ...   (the serving side, run by xdsload itself)
 package main
 
@@ -31,6 +33,9 @@ func main() {
 }
 
 func runMain(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "curves" {
+		return curvesMain(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("xdsload", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	name := fs.String("scenario", "small", "small, large or storm (sizes below override it)")
@@ -103,6 +108,61 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	if *plotOut != "" {
 		if err := load.WritePlot(*plotOut, rep); err != nil {
 			fmt.Fprintln(stderr, "xdsload:", err)
+			return 1
+		}
+	}
+	return 0
+}
+
+// curvesMain runs "xdsload curves": the large scenario's shape once per
+// point of a sweep of clients or services, and writes the curve's JSON,
+// one PNG per figure, and a Markdown table to stdout.
+func curvesMain(args []string, stdout, stderr io.Writer) int {
+	def := load.CurveScenario()
+	fs := flag.NewFlagSet("xdsload curves", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	sweep := fs.String("sweep", "", "the swept size and its points: clients=250,500,1000,2000 or services=1000,5000,20000")
+	services := fs.Int("services", def.Services, "services (when clients are swept)")
+	clients := fs.Int("clients", 500, "simulated xDS clients (when services are swept)")
+	endpoints := fs.Int("endpoints", def.Endpoints, "endpoints per service")
+	sotw := fs.Float64("sotw", def.SotwShare, "share of clients on sotw ADS")
+	sotwClusters := fs.Int("sotw-clusters", def.SotwClusters, "clusters each sotw client uses (0: all)")
+	rate := fs.Float64("rate", def.Rate, "changes per second")
+	duration := fs.Duration("duration", def.Duration, "change phase duration per point")
+	spc := fs.Int("streams-per-conn", 16, "ADS streams per gRPC client connection")
+	targets := fs.String("targets", load.TargetBridge, "targets to run at each point: bridge, baseline (snapshot), linear")
+	timeout := fs.Duration("timeout", 5*time.Minute, "give up waiting for convergence after this")
+	out := fs.String("out", "", "write curve-<param>.json and the PNGs to this directory")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *sweep == "" || *out == "" {
+		fmt.Fprintln(stderr, "xdsload curves: -sweep and -out are required")
+		return 2
+	}
+	param, values, err := load.ParseSweep(*sweep)
+	if err != nil {
+		fmt.Fprintln(stderr, "xdsload curves:", err)
+		return 2
+	}
+	sc := def
+	sc.Services, sc.Clients, sc.Endpoints = *services, *clients, *endpoints
+	sc.SotwShare, sc.SotwClusters, sc.Rate, sc.Duration = *sotw, *sotwClusters, *rate, *duration
+	sc.StreamsPerConn, sc.Timeout = *spc, *timeout
+	sc.Targets = strings.Split(*targets, ",")
+	c, err := load.RunCurve(sc, param, values, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "xdsload curves:", err)
+		return 1
+	}
+	if err := load.WriteCurve(*out, c); err != nil {
+		fmt.Fprintln(stderr, "xdsload curves:", err)
+		return 1
+	}
+	load.PrintCurveTable(stdout, c)
+	for _, p := range c.Points {
+		if !p.Converged || p.Missing > 0 || len(p.Errors) > 0 {
+			fmt.Fprintf(stderr, "xdsload curves: %s=%d %s: converged %v, %d pairs missing, errors %v\n", param, p.X, p.Target, p.Converged, p.Missing, p.Errors)
 			return 1
 		}
 	}

@@ -40,5 +40,7 @@
 // and the bridge target), baseline.go (the SnapshotCache target),
 // baseline_linear.go (the LinearCache target), client.go
 // (the simulated clients), storm.go (the reconnect storm), report.go (the
-// figures, JSON and text), plot.go (the latency plot).
+// figures, JSON and text), plot.go (the latency plot), curves.go
+// ("xdsload curves": the scenario once per point of a sweep of clients
+// or services, least-squares growth per figure, JSON, PNGs, Markdown).
 package load

@@ -649,11 +649,13 @@ func (a *streamAcct) release() error {
 // name, i.e. 2.05 × the name's bytes + 74; 23,150 bytes per stream (22,500
 // before the guard tracked live streams for max_streams, on the same machine).
 //
-// The names are held twice: the request's strings (go-control-plane's
-// subscription and the cache's noted request share them) and the cache's
-// record of the response that answered them. The rest per name is
-// go-control-plane's subscription map entry, the request's string header
-// and the guard's hash entry.
+// The names are held twice: the request's strings (the delta server's
+// subscription set and the cache's noted request share them) and the
+// cache's record of the response that answered them. The rest per name is
+// the subscription set's map entry, the request's string header and the
+// guard's hash set entry. (Made-up names are the stream's own: the shared
+// sets of nameset.go save nothing on them, and the estimate counts no
+// sharing.)
 const (
 	PerStreamOverheadBytes = 23 << 10
 	NameBytesFactor        = 2

@@ -1,11 +1,13 @@
 package xds
 
 import (
+	"fmt"
 	"maps"
 	"math/rand/v2"
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestRV3SetsUnderCollisionsAndGC: with a hash that collides on purpose
@@ -68,5 +70,30 @@ func TestRV3SetsUnderCollisionsAndGC(t *testing.T) {
 	close(errs)
 	for e := range errs {
 		t.Fatal(e)
+	}
+}
+
+// TestRV3SetsCollectedWithTheirEntries: on a table of its own (the
+// process-wide one also holds other tests' sets, whose collection would
+// pass for these), every set nothing holds is collected, and the table
+// keeps no entry of it.
+func TestRV3SetsCollectedWithTheirEntries(t *testing.T) {
+	tab := newSetTable(func(n string) uint64 { return uint64(len(n)) * 0x9e3779b97f4a7c15 })
+	s := tab.empty
+	for i := range 50 {
+		s = s.derive([]string{fmt.Sprint("rv3-", i)}, nil)
+		_ = tab.empty.derive([]string{fmt.Sprint("rv3-other-", i)}, []string{"x"})
+	}
+	if tab.live() == 0 || tab.entries() == 0 {
+		t.Fatal("no set in the table")
+	}
+	s = nil
+	deadline := time.Now().Add(10 * time.Second)
+	for tab.live()+tab.entries() > 0 && time.Now().Before(deadline) {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if l, e := tab.live(), tab.entries(); l+e > 0 {
+		t.Fatalf("%d sets alive, %d entries kept after nothing holds them", l, e)
 	}
 }

@@ -8,10 +8,12 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 )
 
-// This file holds everything the cache relies on in go-control-plane's
-// servers (pkg/server/delta/v3, pkg/server/sotw/v3, pkg/server/stream/v3)
-// beyond the documented cache.ConfigWatcher interface. contract_test.go
-// runs the real servers and fails if an upgrade changes any of it.
+// This file holds everything the cache relies on in the xDS servers
+// (go-control-plane's pkg/server/sotw/v3 and pkg/server/stream/v3, and
+// deltaserver.go, adapted from its pkg/server/delta/v3) beyond the
+// documented cache.ConfigWatcher interface. contract_test.go runs the
+// servers as served (newXDSServer) and fails if an upgrade or a change to
+// deltaserver.go changes any of it.
 //
 //  1. Per-stream state rides in the returned-resources map. For each stream
 //     and type the server keeps the map of the last response it sent

@@ -12,15 +12,14 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
-	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-// These tests pin what contract.go says the cache relies on in
-// go-control-plane's servers. If one fails after an upgrade, the cache's
+// These tests pin what contract.go says the cache relies on in the
+// servers, as served (newXDSServer: go-control-plane's sotw server, our
+// delta server). If one fails after an upgrade, the cache's
 // state handling must change with it.
 
 // spy records the state each watch of the real server is created with.
@@ -28,6 +27,9 @@ type spy struct {
 	*Cache
 	mu     sync.Mutex
 	states []map[string]string // a copy of ReturnedResources, per watch
+	// foreignDelta: a delta watch came from a server other than the one
+	// served (deltaserver.go), whose subscriptions are deltaSubs.
+	foreignDelta bool
 }
 
 func (s *spy) record(sub cache.Subscription) {
@@ -47,6 +49,10 @@ func (s *spy) CreateWatch(req *cache.Request, sub cache.Subscription, ch chan ca
 
 func (s *spy) CreateDeltaWatch(req *cache.DeltaRequest, sub cache.Subscription, ch chan cache.DeltaResponse) (func(), error) {
 	s.record(sub)
+	s.mu.Lock()
+	_, own := sub.(deltaSub)
+	s.foreignDelta = s.foreignDelta || !own
+	s.mu.Unlock()
 	return s.Cache.CreateDeltaWatch(req, sub, ch)
 }
 
@@ -88,7 +94,7 @@ func startContract(t *testing.T) (*spy, discovery.AggregatedDiscoveryServiceClie
 	sp := &spy{Cache: c}
 	ctx, cancel := context.WithCancel(context.Background())
 	gs := grpc.NewServer()
-	discovery.RegisterAggregatedDiscoveryServiceServer(gs, serverv3.NewServer(ctx, sp, nil, sotw.WithOrderedADS()))
+	discovery.RegisterAggregatedDiscoveryServiceServer(gs, newXDSServer(ctx, sp, nil))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -252,5 +258,29 @@ func TestStreamStateGoesWithTheStream(t *testing.T) {
 			t.Fatalf("after every stream ended: %d streams, %d noted requests kept", streams, requests)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRV3ContractRunsTheServedDeltaServer: the contract tests run the
+// delta server the Server serves (deltaserver.go), not go-control-plane's
+// it replaced, so a change to it that breaks a contract fails them.
+func TestRV3ContractRunsTheServedDeltaServer(t *testing.T) {
+	sp, client := startContract(t)
+	st, err := client.DeltaAggregatedResources(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.CloseSend()
+	if err := st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesSubscribe: []string{"a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	sp.last(t, 1)
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if sp.foreignDelta {
+		t.Fatal("the contract tests' delta watches come from another delta server than the one served")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -121,7 +122,7 @@ func (g *guard) HandleRPC(context.Context, stats.RPCStats)                      
 
 // intercept admits a stream if its connection and the server are under
 // their stream limits, and serves it through a guardedStream.
-func (g *guard) intercept(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+func (g *guard) intercept(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ca, _ := ss.Context().Value(connKey{}).(*connAcct)
 	if ca == nil { // not through Run's server: a connection of its own
 		ca = &connAcct{live: map[*streamAcct]struct{}{}}
@@ -141,6 +142,9 @@ func (g *guard) intercept(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInf
 	}
 
 	a := &streamAcct{g: g, conn: ca, ctx: ss.Context(), types: map[string]*typeNames{}, tokens: float64(g.lim.RequestBurst), last: time.Now()}
+	if info != nil {
+		a.defType = streamTypeURL(info.FullMethod)
+	}
 	// The stream's slots and names are released when its context ends (the
 	// client closed or reset it, or the handler returned), exactly once:
 	// go-control-plane's handler can return later than that, and a client
@@ -299,6 +303,10 @@ type streamAcct struct {
 	ctx  context.Context // the stream's
 	end  func()          // releases the stream, once
 
+	// defType: the type of a stream of one type (DeltaEndpoints, ...),
+	// which the server gives a request without a type URL; nil for ADS.
+	defType []byte
+
 	mu       sync.Mutex
 	types    map[string]*typeNames
 	released bool
@@ -438,6 +446,11 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 		}
 	}) {
 		return nil
+	}
+	if len(typeURL) == 0 {
+		// The server serves it as the stream's type: its names are that
+		// type's, not another type's.
+		typeURL = a.defType
 	}
 	// initial_resource_versions (a reconnecting client's state) are not
 	// subscribed names: go-control-plane uses them for the type's first
@@ -636,11 +649,13 @@ func (a *streamAcct) release() error {
 // name, i.e. 2.05 × the name's bytes + 74; 23,150 bytes per stream (22,500
 // before the guard tracked live streams for max_streams, on the same machine).
 //
-// The names are held twice: the request's strings (go-control-plane's
-// subscription and the cache's noted request share them) and the cache's
-// record of the response that answered them. The rest per name is
-// go-control-plane's subscription map entry, the request's string header
-// and the guard's hash entry.
+// The names are held twice: the request's strings (the delta server's
+// subscription set and the cache's noted request share them) and the
+// cache's record of the response that answered them. The rest per name is
+// the subscription set's map entry, the request's string header and the
+// guard's hash set entry. (Made-up names are the stream's own: the shared
+// sets of nameset.go save nothing on them, and the estimate counts no
+// sharing.)
 const (
 	PerStreamOverheadBytes = 23 << 10
 	NameBytesFactor        = 2
@@ -650,4 +665,22 @@ const (
 // memoryEstimate is the stream's estimated cost in bytes.
 func (a *streamAcct) memoryEstimate() int64 {
 	return PerStreamOverheadBytes + NameBytesFactor*(a.bytes.Load()+a.ivBytes.Load()) + a.names.Load()*PerNameOverheadBytes
+}
+
+// streamTypeURL is the type the server gives the requests without a type
+// URL of a stream of one type (go-control-plane's handlers of
+// DeltaEndpoints, StreamClusters, ...), by its gRPC method; nil for ADS.
+func streamTypeURL(method string) []byte {
+	svc, _, _ := strings.Cut(strings.TrimPrefix(method, "/"), "/")
+	switch svc {
+	case "envoy.service.cluster.v3.ClusterDiscoveryService":
+		return []byte(ClusterType)
+	case "envoy.service.endpoint.v3.EndpointDiscoveryService":
+		return []byte(EndpointType)
+	case "envoy.service.listener.v3.ListenerDiscoveryService":
+		return []byte(ListenerType)
+	case "envoy.service.route.v3.RouteDiscoveryService":
+		return []byte(RouteType)
+	}
+	return nil
 }

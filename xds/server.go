@@ -28,6 +28,7 @@ import (
 	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
 	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
 	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/rest/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
@@ -260,10 +261,7 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.keep.Time, Timeout: s.keep.Timeout}),
 		grpc.Creds(s.creds), // nil: plaintext
 	)
-	// go-control-plane's sotw and REST servers; the delta server is ours
-	// (deltaserver.go: the same stream life, shared subscription sets).
-	cb := s.callbacks()
-	xs := serverv3.NewServerAdvanced(rest.NewServer(s.cache, cb), sotw.NewServer(ctx, s.cache, cb, sotw.WithOrderedADS()), newDeltaServer(ctx, s.cache, cb))
+	xs := newXDSServer(ctx, s.cache, s.callbacks())
 	discovery.RegisterAggregatedDiscoveryServiceServer(gs, xs)
 	clusterservice.RegisterClusterDiscoveryServiceServer(gs, xs)
 	endpointservice.RegisterEndpointDiscoveryServiceServer(gs, xs)
@@ -484,6 +482,14 @@ func (s *Server) responded(delta bool, id int64, typeURL string) {
 	}
 	s.mu.Unlock()
 	s.m.pushes.WithLabelValues(servedType(typeURL), modeName(delta)).Inc()
+}
+
+// newXDSServer is the xDS server the cache is served by: go-control-plane's
+// sotw and REST servers, and ours for delta (deltaserver.go: the same
+// stream life, shared subscription sets). contract_test.go runs this very
+// composition, so that what contract.go says holds of the servers served.
+func newXDSServer(ctx context.Context, c cache.Cache, cb serverv3.Callbacks) serverv3.Server {
+	return serverv3.NewServerAdvanced(rest.NewServer(c, cb), sotw.NewServer(ctx, c, cb, sotw.WithOrderedADS()), newDeltaServer(ctx, c, cb))
 }
 
 func (s *Server) callbacks() serverv3.Callbacks {

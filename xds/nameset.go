@@ -5,6 +5,7 @@ import (
 	"maps"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"weak"
 )
 
@@ -48,6 +49,8 @@ type setTable[K comparable] struct {
 
 	mu sync.Mutex
 	m  map[setKey][]weak.Pointer[sharedSet[K]]
+
+	built atomic.Int64 // entries of the sets built so far (tests)
 }
 
 func newSetTable[K comparable](hash func(K) uint64) *setTable[K] {
@@ -192,6 +195,7 @@ func (s *sharedSet[K]) derive(add, remove []K) *sharedSet[K] {
 	for _, n := range added {
 		m[n] = struct{}{}
 	}
+	tab.built.Add(int64(len(m)))
 	c := &sharedSet[K]{m: m, h: h, tab: tab}
 	tab.mu.Lock()
 	tab.m[key] = append(tab.m[key], weak.Make(c))

@@ -142,6 +142,7 @@ func (c *Cache) edsInterest(w *watch) {
 		st.pendingEDS = nil
 	}
 	if w.sub.IsWildcard() {
+		st.edsSent.unbounded()
 		return
 	}
 	var subSet *nameSet

@@ -1,0 +1,138 @@
+package xds
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestSentAssignmentsModel checks a delta stream's record of the
+// assignments sent against a plain map, over random histories of sends,
+// removals and subscription changes (each send within the subscription,
+// as respondDelta sends only names of interest; a wildcard lets anything
+// be sent).
+func TestSentAssignmentsModel(t *testing.T) {
+	for seed := range uint64(300) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 7))
+			universe := make([]string, 40+r.IntN(200))
+			for i := range universe {
+				universe[i] = fmt.Sprintf("c%03d", i)
+			}
+			var s sentAssignments
+			model := map[string]bool{}
+			sub := emptyNames
+			wild := false
+			for step := range 200 {
+				switch op := r.IntN(10); {
+				case op < 5: // a response sends some names of interest
+					var names []string
+					for range 1 + r.IntN(80) {
+						n := universe[r.IntN(len(universe))]
+						if wild || sub.has(n) {
+							names = append(names, n)
+						}
+					}
+					s.add(true, names, time.Time{})
+					for _, n := range names {
+						model[n] = true
+					}
+				case op < 6: // a response reports names removed
+					var names []string
+					for range 1 + r.IntN(10) {
+						names = append(names, universe[r.IntN(len(universe))])
+					}
+					s.remove(names)
+					for _, n := range names {
+						delete(model, n)
+					}
+				default: // a new request: the subscription changes, or not
+					var add, rem []string
+					for range r.IntN(60) {
+						add = append(add, universe[r.IntN(len(universe))])
+					}
+					for range r.IntN(20) {
+						rem = append(rem, universe[r.IntN(len(universe))])
+					}
+					if r.IntN(3) == 0 {
+						add, rem = nil, nil
+					}
+					sub = sub.derive(add, rem)
+					wild = r.IntN(8) == 0
+					if wild {
+						s.unbounded()
+					} else {
+						s.keep(sub.m, sub)
+						for n := range model {
+							if !sub.has(n) {
+								delete(model, n)
+							}
+						}
+					}
+				}
+				for _, n := range universe {
+					if s.has(n) != model[n] {
+						t.Fatalf("step %d: has(%s) = %v, the model says %v", step, n, s.has(n), model[n])
+					}
+				}
+				if s.len() != len(model) {
+					t.Fatalf("step %d: %d names sent, the model says %d", step, s.len(), len(model))
+				}
+				for n := range s.extra {
+					if s.set.has(n) {
+						t.Fatalf("step %d: %s both in the set and the overlay", step, n)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestSentAssignmentsSyncLinear: an Envoy's first sync of n assignments in
+// parts copies O(n) names into shared sets, not O(n²), and ends holding
+// its subscription's set; a second Envoy on the same path builds nothing.
+func TestSentAssignmentsSyncLinear(t *testing.T) {
+	const n, part = 20000, 65
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("service-%05d", i)
+	}
+	sub := emptyNames.derive(names, nil)
+	// Envoys in step (a fleet syncing at once): each part to each.
+	sync := func(envoys int) []*sentAssignments {
+		ss := make([]*sentAssignments, envoys)
+		for i := range ss {
+			ss[i] = &sentAssignments{}
+			ss[i].keep(sub.m, sub)
+		}
+		for p := range slices.Chunk(names, part) {
+			for _, s := range ss {
+				s.add(true, p, time.Time{})
+				s.keep(sub.m, sub) // the part's ACK, a new watch
+			}
+		}
+		return ss
+	}
+	before := nameSets.built.Load()
+	a := sync(1)[0]
+	built := nameSets.built.Load() - before
+	if a.set != sub || len(a.extra) != 0 {
+		t.Fatalf("after the sync: set %p (%d names) + %d in the overlay, want the subscription's set %p", a.set, a.set.len(), len(a.extra), sub)
+	}
+	if built > 2*n {
+		t.Fatalf("the sync built sets of %d names in all for %d names: want at most %d", built, n, 2*n)
+	}
+	t.Logf("%d names in %d parts: sets of %d names built (%.2f per name)", n, (n+part-1)/part, built, float64(built)/n)
+
+	before = nameSets.built.Load()
+	for i, s := range sync(8) {
+		if s.set != sub {
+			t.Errorf("Envoy %d does not hold the subscription's set", i)
+		}
+	}
+	if again := nameSets.built.Load() - before; again > 2*n {
+		t.Errorf("8 Envoys in step built sets of %d names, want at most %d (shared)", again, 2*n)
+	}
+}

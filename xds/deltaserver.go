@@ -271,6 +271,12 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, reqCh <-chan *discove
 			if err != nil {
 				return err
 			}
+			// The request stays with the watch (and its response) until
+			// the next one of its type, and its names were read: an
+			// Envoy's first request for 5,000 assignments holds 160 kB of
+			// them, and a fleet syncing at once holds one per Envoy until
+			// its first part is acknowledged.
+			req.ResourceNamesSubscribe, req.ResourceNamesUnsubscribe, req.InitialResourceVersions = nil, nil, nil
 			watches[typeURL] = w
 		}
 	}

@@ -83,12 +83,21 @@ type Cache struct {
 	ackObserver func(typeURL string, d time.Duration)
 }
 
-// DefaultMaxResponseBytes bounds the resource bytes of one delta response
+// DefaultMaxResponseBytes bounds the encoded size of one delta response
 // (and of a sotw response of a type whose responses need not carry every
-// resource). A new Envoy subscribed to 5,000 assignments would otherwise
-// get them in one 2 MB message, encoded and held by gRPC for every stream
-// that connects at once; above the bound the rest follows each ACK.
+// resource): its resources with their envelopes, and the response's own
+// fields (envelope). A new Envoy subscribed to 5,000 assignments would
+// otherwise get them in one 2 MB message, encoded and held by gRPC for
+// every stream that connects at once; above the bound the rest follows
+// each ACK. A part fits a 32 KiB buffer of the server's pool (counting the
+// resources' bytes only, a part was ~47 KB with 242-byte assignments, and
+// took a 64 KiB buffer).
 const DefaultMaxResponseBytes = 32 << 10
+
+// envelope bounds what a response adds to its resources: the type URL, a
+// nonce, a system version, with their tags and lengths (removed names are
+// not counted).
+func envelope(typeURL string) int { return len(typeURL) + 64 }
 
 // DefaultTypes are the types a cache serves unless told otherwise, in
 // make-before-break order.
@@ -107,7 +116,7 @@ func WithTypes(typeURLs ...string) Option {
 	}
 }
 
-// WithMaxResponseBytes bounds the resource bytes of one response (n <= 0:
+// WithMaxResponseBytes bounds the encoded size of one response (n <= 0:
 // no bound; default DefaultMaxResponseBytes). Above it a delta response
 // carries a first part and the rest follows each ACK; so does a sotw
 // response of a type that need not carry every resource (EDS, RDS). A

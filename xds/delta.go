@@ -381,7 +381,7 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 					return
 				}
 				changed = append(changed, n)
-				size += e.byteSize
+				size += e.deltaSize
 			}
 		case wild || isSub:
 			if _, h, maybe := held(n); h || maybe {
@@ -397,8 +397,9 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 	// rejected response is halved, carries a first part (a resource larger
 	// than the bound goes alone); the rest is kept in the state, and
 	// follows the ACK.
+	maxRes := c.maxBytes - envelope(ts.url)
 	over := func(count, size int) bool {
-		return count > 1 && ((c.maxBytes > 0 && size > c.maxBytes) || (ds.limit > 0 && count > ds.limit))
+		return count > 1 && ((c.maxBytes > 0 && size > maxRes) || (ds.limit > 0 && count > ds.limit))
 	}
 	var rest string
 	switch {
@@ -424,9 +425,9 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 		sort.Strings(changed)
 		total := 0
 		for i, n := range changed {
-			total += ts.resources[n].byteSize
+			total += ts.resources[n].deltaSize
 			if over(i+1, total) {
-				rest = strings.Join(changed[i:], sep)
+				rest = ts.allNames().suffix(changed[i:])
 				changed = changed[:i]
 				break
 			}
@@ -448,7 +449,7 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 						return w.hidden(n) && !h && !maybe
 					})
 				}
-				rest = strings.Join(tail, sep)
+				rest = ts.allNames().suffix(tail)
 				break
 			}
 		}

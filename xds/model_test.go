@@ -213,7 +213,7 @@ func genHistory(seed uint64, steps int) *mhistory {
 	h := &mhistory{seed: seed, names: 6 + g.rng.IntN(5)}
 	g.h = h
 	if g.rng.IntN(2) == 0 {
-		h.maxBytes = 40 + g.rng.IntN(200)
+		h.maxBytes = 150 + g.rng.IntN(800) // the bound counts the envelope (~130 B) and each resource's (~100 B)
 	}
 	h.poison = g.rng.IntN(2) == 0
 	for range 2 + g.rng.IntN(3) {

@@ -201,9 +201,9 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 	// a delta one; what it leaves out is found by the next full check.
 	cut := false
 	if !ts.fullState {
-		total := 0
+		total := envelope(ts.url)
 		for i, n := range changed {
-			total += ts.resources[n].byteSize
+			total += ts.resources[n].anySize
 			if i > 0 && ((c.maxBytes > 0 && total > c.maxBytes) || (ss.limit > 0 && i >= ss.limit)) {
 				changed, cut = changed[:i], true
 				break

@@ -175,7 +175,7 @@ func TestQuietNamedClientOlderThanLog(t *testing.T) {
 // splitCache serves n clusters, about two to a response.
 func splitCache(t *testing.T, n int) (*xds.Cache, []string) {
 	t.Helper()
-	c := xds.NewCache(xds.WithTypes(xds.ClusterType), xds.WithMaxResponseBytes(200))
+	c := xds.NewCache(xds.WithTypes(xds.ClusterType), xds.WithMaxResponseBytes(2800))
 	var all []xds.Resource
 	var names []string
 	for i := range n {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
@@ -53,7 +54,12 @@ type entry struct {
 	delta    *discovery.Resource
 	verHash  uint64 // hash of (name, version), for the type's aggregate version
 	byteSize int
-	gen      uint64 // the type generation that committed this version
+	// deltaSize, anySize: what the resource adds to an encoded delta
+	// response (its Resource: name, version, the Any) and to a sotw one
+	// (the Any), with the field's tag and length: the bound of a response
+	// (WithMaxResponseBytes) counts these.
+	deltaSize, anySize int
+	gen                uint64 // the type generation that committed this version
 	// clusters: of a RouteConfiguration, the clusters its routes name
 	// (sorted; see routehold.go).
 	clusters []string
@@ -79,6 +85,9 @@ type typeState struct {
 	logNames  int         // names in log
 	floor     uint64      // changes at or before this generation are forgotten
 	deletedAt map[string]uint64
+	// names: the resource names sorted, while no name comes or goes
+	// (sortednames.go); nil: to be built.
+	names *sortedNames
 	// grave: clusters deleted, as last served, while their deletion is in
 	// the change log (mbb.go: a stream may be sent one a little longer).
 	grave map[string]*entry
@@ -144,6 +153,7 @@ func (c *Cache) Apply(changes ...Change) error {
 			if old, ok := ts.resources[n]; ok {
 				ts.aggregate ^= old.verHash
 				delete(ts.resources, n)
+				ts.names = nil
 				if ts.url == ClusterType {
 					ts.grave[n] = old // see mbb.go
 				}
@@ -171,6 +181,8 @@ func sameDep(a, b *Dep) bool {
 func (c *Cache) put(ts *typeState, e *entry) {
 	if old, ok := ts.resources[e.name]; ok {
 		ts.aggregate ^= old.verHash
+	} else {
+		ts.names = nil
 	}
 	ts.resources[e.name] = e
 	ts.aggregate ^= e.verHash
@@ -208,6 +220,7 @@ func (c *Cache) reversion(ts *typeState, names []string) []string {
 		ne := *e
 		ne.version = v
 		ne.delta = &discovery.Resource{Name: e.name, Version: v, Resource: e.any}
+		ne.sizes()
 		ne.verHash = verHash(e.name, v)
 		c.put(ts, &ne)
 		touched = append(touched, n)
@@ -260,8 +273,16 @@ func (c *Cache) newEntry(typeURL string, r Resource) (*entry, error) {
 		e.clusters = routeClusters(r.Msg)
 	}
 	e.delta = &discovery.Resource{Name: r.Name, Version: e.version, Resource: e.any}
+	e.sizes()
 	e.verHash = verHash(r.Name, e.version)
 	return e, nil
+}
+
+// sizes sets deltaSize and anySize (a repeated message field of number
+// below 16: one byte of tag, then the length).
+func (e *entry) sizes() {
+	e.deltaSize = 1 + protowire.SizeBytes(proto.Size(e.delta))
+	e.anySize = 1 + protowire.SizeBytes(proto.Size(e.any))
 }
 
 func foldVersion(base, dep string) string {

@@ -3,17 +3,20 @@ package xds
 import (
 	"fmt"
 
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 )
 
-// codec is gRPC's proto codec with one difference: a message is encoded
-// into a buffer from the server's own pool, whose tiers are powers of two.
+// codec is gRPC's proto codec with two differences. A message is encoded
+// into a buffer from the server's own pool, whose tiers are powers of two:
 // gRPC's default pool hands any message over 32 KiB a 1 MiB buffer and
 // keeps it across a garbage collection; a thousand Envoys receiving their
 // first state in parts would hold a gigabyte of such buffers. Pooling
-// still matters: those first states are ~2 GB of encoded responses.
+// still matters: those first states are ~2 GB of encoded responses. And a
+// delta request's initial_resource_versions is decoded by decode.go, into
+// a map made at its size, not through reflection.
 type codec struct{}
 
 var _ encoding.CodecV2 = codec{}
@@ -62,6 +65,9 @@ func (codec) Unmarshal(data mem.BufferSlice, v any) error {
 		if gm.a.checkWire(m, buf.ReadOnlyData()) != nil {
 			return nil
 		}
+	}
+	if dr, ok := m.(*discovery.DeltaDiscoveryRequest); ok {
+		return decodeDeltaRequest(buf.ReadOnlyData(), dr)
 	}
 	return proto.Unmarshal(buf.ReadOnlyData(), m)
 }

@@ -1,0 +1,76 @@
+package xds
+
+import (
+	"testing"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// entryBytes is a map entry with the given fields appended raw.
+func entryBytes(parts ...func([]byte) []byte) []byte {
+	var e []byte
+	for _, p := range parts {
+		e = p(e)
+	}
+	return protowire.AppendBytes(protowire.AppendTag(nil, deltaInitialVersions, protowire.BytesType), e)
+}
+
+func str(num protowire.Number, s string) func([]byte) []byte {
+	return func(b []byte) []byte {
+		return protowire.AppendString(protowire.AppendTag(b, num, protowire.BytesType), s)
+	}
+}
+
+// FuzzDecode: the delta request decoder gives what proto.Unmarshal gives,
+// message and refusal alike, for any bytes.
+func FuzzDecode(f *testing.F) {
+	req := &discovery.DeltaDiscoveryRequest{
+		Node:                     &core.Node{Id: "envoy-1", Cluster: "edge"},
+		TypeUrl:                  EndpointType,
+		ResourceNamesSubscribe:   []string{"a", "b"},
+		ResourceNamesUnsubscribe: []string{"c"},
+		InitialResourceVersions:  map[string]string{"a": "1", "b": "2", "": ""},
+		ResponseNonce:            "7",
+		ErrorDetail:              &status.Status{Code: 3, Message: "bad"},
+	}
+	full, _ := proto.MarshalOptions{Deterministic: true}.Marshal(req)
+	f.Add(full)
+	f.Add(full[:len(full)-3])
+	noMap, _ := proto.Marshal(&discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType, ResponseNonce: "1"})
+	f.Add(noMap)
+	// Entries: a duplicate key (the last wins), no key or value, an
+	// unknown field, a key of the wrong wire type, invalid UTF-8, a field
+	// 5 that is a varint, and the map between other fields.
+	var odd []byte
+	odd = append(odd, entryBytes(str(1, "x"), str(2, "1"))...)
+	odd = append(odd, entryBytes(str(2, "2"), str(1, "x"))...)
+	odd = append(odd, entryBytes()...)
+	odd = append(odd, entryBytes(str(1, "y"), str(9, "?"), str(2, "3"))...)
+	odd = append(odd, entryBytes(func(b []byte) []byte {
+		return protowire.AppendVarint(protowire.AppendTag(b, 1, protowire.VarintType), 5)
+	}, str(2, "4"))...)
+	odd = protowire.AppendVarint(protowire.AppendTag(odd, deltaInitialVersions, protowire.VarintType), 1)
+	odd = append(odd, noMap...)
+	odd = append(odd, entryBytes(str(1, "z"), str(2, "5"))...)
+	f.Add(odd)
+	f.Add(entryBytes(str(1, "\xff"), str(2, "1")))
+	f.Add(entryBytes(str(1, "k"), str(2, "\xc3")))
+	f.Add(append(entryBytes(str(1, "k")), 0x2a, 0x05, 0x0a))
+
+	f.Fuzz(func(t *testing.T, b []byte) {
+		want := &discovery.DeltaDiscoveryRequest{}
+		wantErr := proto.Unmarshal(b, want)
+		got := &discovery.DeltaDiscoveryRequest{}
+		gotErr := decodeDeltaRequest(b, got)
+		if (gotErr != nil) != (wantErr != nil) {
+			t.Fatalf("error %v, proto.Unmarshal's %v", gotErr, wantErr)
+		}
+		if wantErr == nil && !proto.Equal(got, want) {
+			t.Fatalf("decoded\n%v\nproto.Unmarshal decodes\n%v", got, want)
+		}
+	})
+}

@@ -351,6 +351,11 @@ func (s *Server) request(delta bool, id int64, node *core.Node, typeURL, nonce s
 	}
 	nonce, _ = bound(nonce, "", MaxClientStringBytes)
 	label := servedType(typeURL)
+	if typeURL == "" && ok && ci.TypeURL != "ads" {
+		// A stream of one type (DeltaEndpoints, StreamClusters...): a
+		// request without a type URL is of the stream's type.
+		label = ci.TypeURL
+	}
 	var nodeID string
 	now := time.Now()
 	logIt, suppressed := true, 0

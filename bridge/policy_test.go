@@ -469,3 +469,24 @@ func TestHeldSubsetByPattern(t *testing.T) {
 		t.Fatal("api/v2 not released when w* went")
 	}
 }
+
+// Policies says where each published service's policy is from, and
+// follows a policy's removal and a service's.
+func TestPoliciesSnapshot(t *testing.T) {
+	rec := newRecorder()
+	l := run(t, Options{Sources: []string{"a", "policy"}, Quiet: time.Millisecond}, rec)
+	publish(t, l, "a", service("web", 1), service("api-eu", 1), service("db", 1))
+	publishPolicy(t, l, "policy", map[string]policy.Service{"web": {Protocol: policy.ProtocolGRPC}, "api-*": {Protocol: policy.ProtocolHTTP2}})
+	rec.next(t)
+	waitTrue(t, l.Ready)
+	if d := cmp.Diff(map[string]string{"web": "policy: web", "api-eu": "policy: api-*"}, l.Policies()); d != "" {
+		t.Fatalf("policies (-want +got):\n%s", d)
+	}
+	publishPolicy(t, l, "policy", map[string]policy.Service{"api-*": {Protocol: policy.ProtocolHTTP2}})
+	rec.next(t)
+	publish(t, l, "a", service("web", 1), service("db", 1))
+	rec.next(t)
+	if d := cmp.Diff(map[string]string{}, l.Policies()); d != "" {
+		t.Fatalf("after web's policy and api-eu went (-want +got):\n%s", d)
+	}
+}

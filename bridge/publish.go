@@ -154,6 +154,13 @@ func (l *Loop) publish(t translation) bool {
 	for n, s := range t.inputs {
 		l.published[n] = s
 		l.pubOpts[n] = t.opts[n]
+		from := ""
+		if t.opts[n].Policy != nil {
+			if _, from = l.policyFor(n); from == "" {
+				from = "(subsets kept while other services name them)"
+			}
+		}
+		l.snap.setPolicyFrom(n, from)
 		if h := t.held[n]; len(h) > 0 {
 			l.held[n] = h
 		} else {
@@ -165,6 +172,7 @@ func (l *Loop) publish(t translation) bool {
 		delete(l.pubOpts, n)
 		delete(l.held, n)
 		delete(l.retained, n)
+		l.snap.setPolicyFrom(n, "")
 	}
 	return true
 }

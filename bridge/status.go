@@ -19,6 +19,7 @@ type snapshots struct {
 	hostInfo  map[string][]HostInfo             // service → its hosts, as last merged
 	conflicts map[string][]string               // service → claimants, owner first
 	diags     map[string][]translate.Diagnostic // service → its translation diagnostics
+	policies  map[string]string                 // service → where its policy is from ("source: key")
 	ready     bool
 }
 
@@ -28,6 +29,7 @@ func (s *snapshots) init(srcs []string) {
 		hostInfo:  map[string][]HostInfo{},
 		conflicts: map[string][]string{},
 		diags:     map[string][]translate.Diagnostic{},
+		policies:  map[string]string{},
 	}
 	for _, name := range srcs {
 		s.status[name] = &SourceStatus{Name: name}
@@ -177,6 +179,31 @@ func (l *Loop) Conflicts() map[string][]string {
 		out[k] = append([]string(nil), v...)
 	}
 	return out
+}
+
+// Policies returns, per published service that has a policy, where it is
+// from: the policy source and the key (the service's name or the pattern
+// that matched it), as "source: key". Safe for concurrent use.
+func (l *Loop) Policies() map[string]string {
+	l.snap.mu.Lock()
+	defer l.snap.mu.Unlock()
+	out := make(map[string]string, len(l.snap.policies))
+	for k, v := range l.snap.policies {
+		out[k] = v
+	}
+	return out
+}
+
+// setPolicyFrom records where a published service's policy is from ("":
+// it has none, or is not published).
+func (s *snapshots) setPolicyFrom(service, from string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if from == "" {
+		delete(s.policies, service)
+	} else {
+		s.policies[service] = from
+	}
 }
 
 // Diagnostics returns translation diagnostics per service. Safe for

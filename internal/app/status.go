@@ -108,6 +108,9 @@ func (a *App) statusServices() []status.ServiceRow {
 	for _, ri := range a.Cache.List(xds.ClusterType) {
 		row(ri.Name)
 	}
+	for name, from := range a.Loop.Policies() {
+		row(name).Policy = from
+	}
 	for name, claimants := range conflicts {
 		if len(claimants) == 0 {
 			continue

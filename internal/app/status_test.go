@@ -21,6 +21,7 @@ func pgStatusApp(t *testing.T, token string) *App {
   web: {endpoints: [{address: 10.0.0.1, port: 80}, {address: 10.0.0.2, port: 80, health: draining}]}
   api: {endpoints: [{address: 10.0.0.3, port: 81}]}
 `), 0o644)
+	os.WriteFile(filepath.Join(dir, "policy.yaml"), []byte("services:\n  web: {protocol: http2}\n"), 0o644)
 	admin := `admin: {listen: "127.0.0.1:0"}`
 	if token != "" {
 		testcerts.WriteFile(t, filepath.Join(dir, "admin.token"), []byte(token+"\n"))
@@ -29,7 +30,7 @@ func pgStatusApp(t *testing.T, token string) *App {
 	cfg, err := config.Parse([]byte(`
 xds: {listen: "127.0.0.1:0"}
 `+admin+`
-sources: [{name: files, file: {path: services.yaml}}]
+sources: [{name: files, file: {path: services.yaml}}, {name: pol, policy_file: {path: policy.yaml}}]
 `), dir, SourceTypeNames())
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +66,7 @@ func TestPgStatusPage(t *testing.T) {
 	for _, want := range []string{
 		`<tr class="source" data-name="files">`, `<span class="badge synced">SYNCED</span>`,
 		`<tr class="service sel" data-name="web">`, `<tr class="service" data-name="api">`,
-		`<td>files</td>`,
+		`<td>files</td>`, `<td>pol: web</td>`,
 		`<tr class="host" data-host="10.0.0.2:80">`, `<span class="badge draining">DRAINING</span>`,
 		"source drains the host: DRAINING wins over health checks",
 		"discovered, no health check: source health stands",

@@ -205,7 +205,11 @@ func TestSplitRestGoesWithTheStream(t *testing.T) {
 	before := heap()
 	for range 300 {
 		s := newSim(t, c, xds.ClusterType)
-		s.req(names, nil, nil)
+		// All but the last name: a rest that is a suffix of the type's
+		// names is a substring of the cache's shared sorted names
+		// (sortednames.go), which a rest kept cache-side would not grow;
+		// this one is the stream's own (RV5).
+		s.req(names[:len(names)-1], nil, nil)
 		if s.take() == nil {
 			t.Fatal("no first part")
 		}

@@ -172,7 +172,8 @@ func TestQuietNamedClientOlderThanLog(t *testing.T) {
 	eq(t, "held", want, s.held)
 }
 
-// splitCache serves n clusters, about two to a response.
+// splitCache serves n clusters, 26 to a response (each ~106 bytes
+// encoded, and the response's own fields).
 func splitCache(t *testing.T, n int) (*xds.Cache, []string) {
 	t.Helper()
 	c := xds.NewCache(xds.WithTypes(xds.ClusterType), xds.WithMaxResponseBytes(2800))

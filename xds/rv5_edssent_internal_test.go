@@ -13,7 +13,8 @@ import (
 // TestRV5SentAssignmentsThroughTheCache drives a delta EDS stream through
 // the cache as the delta server does (deltaSub, responses installed in
 // order, commits crossing requests so that a queued response is in flight
-// when the next watch is made, "*" toggles, visibility aside) and checks,
+// when the next watch is made, "*" toggles; half the seeds a client that
+// may read some names only) and checks,
 // after every step, the invariant the sent record relies on (set ∪ extra
 // within the subscription last kept to) and that every name it says was
 // sent was in a response since the client last subscribed to it.
@@ -65,6 +66,10 @@ func TestRV5SentAssignmentsThroughTheCache(t *testing.T) {
 			c.MarkReady()
 
 			key := streamKey{true, 1}
+			if seed%2 == 1 {
+				// A restricted client: it may read names ending in 0-4.
+				c.openStream(key, &visibility{patterns: []string{"*[0-4]"}})
+			}
 			ch := make(chan cache.DeltaResponse, 64)
 			var sub deltaSub
 			first := true
@@ -83,6 +88,9 @@ func TestRV5SentAssignmentsThroughTheCache(t *testing.T) {
 						nonce = dr.Nonce
 						sub.returned = resp.GetNextVersionMap()
 						for _, res := range dr.Resources {
+							if seed%2 == 1 && res.Name[len(res.Name)-1] > '4' {
+								t.Fatalf("%s sent to a client that may not read it", res.Name)
+							}
 							sentSince[res.Name] = true
 						}
 						for _, n := range dr.RemovedResources {

@@ -15,7 +15,7 @@ import (
 // subscribe to few.
 //
 // The overlay is what keeps an Envoy's first sync linear: its 5,000
-// assignments come in ~80 parts, and deriving a shared set per part
+// assignments come in ~60 parts, and deriving a shared set per part
 // copied the set so far each time (n²/160 map inserts per Envoy; at
 // 20,000 services the initial sync was superlinear). Names sent are added
 // to extra, which is folded into the shared set only when it is as large

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/xdsbridge/xdsbridge/sources"
 	"github.com/xdsbridge/xdsbridge/translate"
@@ -529,8 +530,21 @@ func TestEachVersionEncodedOnce(t *testing.T) {
 // made in between is not lost, and no version is sent twice.
 func TestDeltaLargeResponseSplit(t *testing.T) {
 	all, want := services(10)
-	size := proto.Size(all[0].Load)
-	h := newHarness(t, true, xds.WithMaxResponseBytes(3*size)) // three assignments a response
+	// The bound counts each resource as encoded in the response (name,
+	// version, Any, tag and length) and the response's own fields (type
+	// URL, nonce, version: at most len(type URL)+64): three assignments a
+	// response. (A bound of 3×proto.Size(assignment) is below the
+	// response's own fields: every part carried one assignment.)
+	c0 := xds.NewCache()
+	if err := c0.PublishServices(all, nil); err != nil {
+		t.Fatal(err)
+	}
+	any0, err := anypb.New(all[0].Load)
+	if err != nil {
+		t.Fatal(err)
+	}
+	per := proto.Size(&discovery.DeltaDiscoveryResponse{Resources: []*discovery.Resource{{Name: want[0], Version: current(c0, eds)[want[0]], Resource: any0}}})
+	h := newHarness(t, true, xds.WithMaxResponseBytes(len(eds)+64+3*per+per/2)) // three assignments a response
 	h.publish(all)
 	current := func() map[string]string { return current(h.cache, eds) }
 	c := h.delta("n1")
@@ -543,6 +557,9 @@ func TestDeltaLargeResponseSplit(t *testing.T) {
 		parts++
 		if len(r.Resources) > 3 {
 			t.Fatalf("part %d carries %d resources, bound is 3", parts, len(r.Resources))
+		}
+		if parts == 1 && len(r.Resources) != 3 {
+			t.Fatalf("the first part carries %d resources, want 3 (RV5)", len(r.Resources))
 		}
 		for n, v := range versions(r) {
 			if sent[n+"@"+v] {

@@ -43,8 +43,12 @@ type deltaSub struct {
 	// wildcard: the subscription holds the wildcard; allowLegacyWildcard:
 	// no name was ever subscribed, so an empty request is a wildcard.
 	wildcard, allowLegacyWildcard bool
-	// names: subscribed by name (shared; never written).
-	names *nameSet
+	// names: subscribed by name (shared; never written). grewFrom: the
+	// names before the last request, if it removed none of them (names
+	// holds them all): an Envoy subscribes to its assignments a CDS part
+	// at a time, and what was sent within the old names is within these
+	// without looking (edssent.go).
+	names, grewFrom *nameSet
 	// returned: the client's state as the cache last set it (its map,
 	// marked in place by unsubscriptions), or a first request's
 	// initial_resource_versions.
@@ -117,7 +121,15 @@ func (s *deltaSub) update(subscribed, unsubscribed []string) {
 		removed[n] = struct{}{}
 		remove = append(remove, n)
 	}
+	old := s.names
 	s.names = s.names.derive(add, remove)
+	s.grewFrom = old
+	for _, n := range remove {
+		if old.has(n) {
+			s.grewFrom = nil
+			break
+		}
+	}
 }
 
 func (s deltaSub) SubscribedResources() map[string]struct{} { return s.names.m }

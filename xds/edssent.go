@@ -127,12 +127,13 @@ func (s *sentAssignments) remove(names []string) {
 }
 
 // keep forgets the names not in sub (a subscription's names; subSet, its
-// shared set, on a delta stream). Nothing is looked at on a delta stream
-// whose subscription is the one last kept to, or whose set is the
-// subscription's.
-func (s *sentAssignments) keep(sub map[string]struct{}, subSet *nameSet) {
+// shared set, on a delta stream, and grewFrom, the set it grew from
+// without removals, if it did). Nothing is looked at on a delta stream
+// whose subscription is the one last kept to or grew from it, or whose set
+// is the subscription's.
+func (s *sentAssignments) keep(sub map[string]struct{}, subSet, grewFrom *nameSet) {
 	if s.set != nil {
-		if subSet != nil && (subSet == s.within || (subSet == s.set && len(s.extra) == 0)) {
+		if subSet != nil && (subSet == s.within || (grewFrom != nil && grewFrom == s.within) || (subSet == s.set && len(s.extra) == 0)) {
 			s.within = subSet
 			return
 		}

@@ -23,7 +23,8 @@ func TestSentAssignmentsModel(t *testing.T) {
 			}
 			var s sentAssignments
 			model := map[string]bool{}
-			sub := emptyNames
+			ds := deltaSub{names: emptyNames, returned: map[string]string{}} // the server's subscription
+			sub := ds.names
 			wild := false
 			for step := range 200 {
 				switch op := r.IntN(10); {
@@ -56,15 +57,19 @@ func TestSentAssignmentsModel(t *testing.T) {
 					for range r.IntN(20) {
 						rem = append(rem, universe[r.IntN(len(universe))])
 					}
-					if r.IntN(3) == 0 {
+					switch r.IntN(3) {
+					case 0:
 						add, rem = nil, nil
+					case 1:
+						rem = nil // the subscription grows (grewFrom)
 					}
-					sub = sub.derive(add, rem)
+					ds.update(add, rem)
+					sub = ds.names
 					wild = r.IntN(8) == 0
 					if wild {
 						s.unbounded()
 					} else {
-						s.keep(sub.m, sub)
+						s.keep(sub.m, sub, ds.grewFrom)
 						for n := range model {
 							if !sub.has(n) {
 								delete(model, n)
@@ -105,12 +110,12 @@ func TestSentAssignmentsSyncLinear(t *testing.T) {
 		ss := make([]*sentAssignments, envoys)
 		for i := range ss {
 			ss[i] = &sentAssignments{}
-			ss[i].keep(sub.m, sub)
+			ss[i].keep(sub.m, sub, nil)
 		}
 		for p := range slices.Chunk(names, part) {
 			for _, s := range ss {
 				s.add(true, p, time.Time{})
-				s.keep(sub.m, sub) // the part's ACK, a new watch
+				s.keep(sub.m, sub, sub) // the part's ACK, a new watch
 			}
 		}
 		return ss

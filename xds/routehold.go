@@ -145,11 +145,11 @@ func (c *Cache) edsInterest(w *watch) {
 		st.edsSent.unbounded()
 		return
 	}
-	var subSet *nameSet
+	var subSet, grewFrom *nameSet
 	if ds, ok := w.sub.(deltaSub); ok {
-		subSet = ds.names
+		subSet, grewFrom = ds.names, ds.grewFrom
 	}
-	st.edsSent.keep(w.sub.SubscribedResources(), subSet)
+	st.edsSent.keep(w.sub.SubscribedResources(), subSet, grewFrom)
 }
 
 // sentEDS records an EDS response to w: sent at once on a delta stream,

@@ -57,7 +57,7 @@ func (codec) Unmarshal(data mem.BufferSlice, v any) error {
 		return fmt.Errorf("xds codec: cannot decode into %T", v)
 	}
 	buf := data.MaterializeToBuffer(bufferPool)
-	defer buf.Free()
+	defer func() { buf.Free() }()
 	if guarded {
 		// A request over a limit is not decoded; the guarded stream
 		// returns the limit's error.
@@ -67,7 +67,23 @@ func (codec) Unmarshal(data mem.BufferSlice, v any) error {
 		}
 	}
 	if dr, ok := m.(*discovery.DeltaDiscoveryRequest); ok {
-		return decodeDeltaRequest(buf.ReadOnlyData(), dr)
+		b := buf.ReadOnlyData()
+		if guarded && resumeEntries(b) > 0 {
+			// A resume is decoded with a place in the resume gate
+			// (resumegate.go); one that waits for it waits without
+			// this copy (gRPC holds the bytes meanwhile).
+			took := resumes.tryEnter()
+			if !took {
+				buf.Free()
+				took = resumes.enter()
+				buf = data.MaterializeToBuffer(bufferPool)
+				b = buf.ReadOnlyData()
+			}
+			if took {
+				gm.a.tookResume()
+			}
+		}
+		return decodeDeltaRequest(b, dr)
 	}
 	return proto.Unmarshal(buf.ReadOnlyData(), m)
 }

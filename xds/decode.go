@@ -47,13 +47,28 @@ func decodeDeltaRequest(b []byte, m *discovery.DeltaDiscoveryRequest) error {
 		b = b[n+m:]
 	}
 	if bad != nil {
-		return bad
+		return bad // the stream ends, and gives the place back
 	}
 	if err := proto.Unmarshal(rest, m); err != nil {
 		return err
 	}
 	m.InitialResourceVersions = versions
 	return nil
+}
+
+// resumeEntries is the number of initial_resource_versions entries of an
+// encoded delta request (0 if it is not well formed: the decoder refuses
+// it).
+func resumeEntries(b []byte) int {
+	entries := 0
+	if !fields(b, func(num protowire.Number, _ []byte, _ int) {
+		if num == deltaInitialVersions {
+			entries++
+		}
+	}) {
+		return 0
+	}
+	return entries
 }
 
 var errEntryUTF8 = errors.New("proto: initial_resource_versions: string field contains invalid UTF-8")

@@ -280,6 +280,9 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, reqCh <-chan *discove
 			}
 			var err error
 			w.cancel, err = s.cache.CreateDeltaWatch(req, w.sub, responses)
+			// The cache took it: a place in the resume gate goes back
+			// (resumegate.go).
+			streamAcctOf(str.Context()).leaveResume()
 			if err != nil {
 				return err
 			}

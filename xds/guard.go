@@ -311,6 +311,9 @@ type streamAcct struct {
 	types    map[string]*typeNames
 	released bool
 	err      error // the limit the stream went over
+	// resumeHeld: places the stream holds in the resume gate
+	// (resumegate.go), given back when it ends.
+	resumeHeld int
 
 	// names and bytes are the stream's totals, also in conn's; read by
 	// Server.Clients.
@@ -623,6 +626,9 @@ func (a *streamAcct) release() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.released = true
+	for ; a.resumeHeld > 0; a.resumeHeld-- {
+		resumes.leave()
+	}
 	n, b, iv := a.names.Swap(0), a.bytes.Swap(0), a.ivBytes.Swap(0)
 	a.conn.mu.Lock()
 	a.conn.names -= int(n)

@@ -160,6 +160,7 @@ func TestErrors(t *testing.T) {
 		{"bad resource pattern", mtls + "authorization: {allow: [{dns: a, resources: ['web-[']}]}}" + src, []string{"xds.authorization.allow[0].resources[0]", "web-["}},
 		{"unknown rule field", mtls + "authorization: {allow: [{dns_prefix: a}]}}" + src, []string{`unknown field "dns_prefix"`}},
 		{"xds limit out of range", "xds: {limits: {max_streams_per_connection: -1}}" + src, []string{"xds.limits.max_streams_per_connection: -1 is not in 1..65536"}},
+		{"resumes_decoding out of range", "xds: {limits: {resumes_decoding: -2}}" + src, []string{"xds.limits.resumes_decoding: -2 is not in 1..65536"}},
 		{"xds limit too small", "xds: {limits: {max_node_bytes: 10}}" + src, []string{"xds.limits.max_node_bytes: 10 is not in 1024.."}},
 		{"xds header limit too small", "xds: {limits: {max_header_bytes: 1000}}" + src, []string{"xds.limits.max_header_bytes: 1000 is not in 4096..1048576"}},
 		{"xds total name bytes too small", "xds: {limits: {max_name_bytes_total: 1000}}" + src, []string{"xds.limits.max_name_bytes_total: 1000 is not in 1048576..1099511627776"}},
@@ -345,7 +346,7 @@ xds:
       - spiffe_trust_domain: prod.example.org
       - uri_prefix: spiffe://partner.example.org/ns/pay/
         resources: ["pay-*", ledger]
-  limits: {max_streams_per_connection: 4}
+  limits: {max_streams_per_connection: 4, resumes_decoding: 3}
   keepalive: {min_time: 20s}
 admin:
   tls: {cert_file: a.pem, key_file: a.key}
@@ -358,7 +359,7 @@ sources: [{name: s, file: {path: s.yaml}}]
 	if got := c.XDS.TLS; got.ReloadInterval.D() != DefaultTLSReloadInterval || got.MinVersion != "1.2" {
 		t.Errorf("xds.tls defaults: %+v", got)
 	}
-	if got := c.XDS.Limits; got.MaxStreamsPerConnection != 4 || got.MaxStreams != xds.DefaultMaxStreams || got.MaxNodeBytes != xds.DefaultMaxNodeBytes {
+	if got := c.XDS.Limits; got.MaxStreamsPerConnection != 4 || got.ResumesDecoding != 3 || got.MaxStreams != xds.DefaultMaxStreams || got.MaxNodeBytes != xds.DefaultMaxNodeBytes {
 		t.Errorf("xds.limits: %+v", got)
 	}
 	if c.XDS.Keepalive.MinTime.D() != 20*time.Second || len(c.XDS.Authorization.Allow) != 2 || c.XDS.Authorization.Allow[1].Resources[1] != "ledger" {

@@ -72,10 +72,16 @@ func (codec) Unmarshal(data mem.BufferSlice, v any) error {
 			// A resume is decoded with a place in the resume gate
 			// (resumegate.go); one that waits for it waits without
 			// this copy (gRPC holds the bytes meanwhile).
-			took := resumes.tryEnter()
+			g := gm.a.g
+			took := g.resumes.tryEnter()
 			if !took {
 				buf.Free()
-				took = resumes.enter()
+				took = g.resumes.enter()
+				outcome := "place"
+				if !took {
+					outcome = "none"
+				}
+				g.m.resumesWaited.WithLabelValues(outcome).Inc()
 				buf = data.MaterializeToBuffer(bufferPool)
 				b = buf.ReadOnlyData()
 			}

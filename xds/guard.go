@@ -54,11 +54,14 @@ type guard struct {
 	mu      sync.Mutex
 	live    map[*streamAcct]struct{}
 	waiting atomic.Bool // a stream waits for one to end (reserve)
+	// resumes: the resume gate (resumegate.go).
+	resumes *resumeGate
 }
 
 type guardMetrics struct {
-	refusals *prometheus.CounterVec
-	delayed  prometheus.Counter
+	refusals      *prometheus.CounterVec
+	delayed       prometheus.Counter
+	resumesWaited *prometheus.CounterVec
 }
 
 func newGuardMetrics() *guardMetrics {
@@ -71,7 +74,13 @@ func newGuardMetrics() *guardMetrics {
 			Name: "xdsbridge_xds_requests_delayed_total",
 			Help: "xDS requests read late because their stream sent faster than xds.limits.requests_per_second (burst request_burst).",
 		}),
+		resumesWaited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "xdsbridge_xds_resumes_waited_total",
+			Help: "Delta requests with initial_resource_versions that waited to be decoded (xds.limits.resumes_decoding), by outcome: place (decoded in turn) or none (decoded without a place after a second in which the cache took no other).",
+		}, []string{"outcome"}),
 	}
+	m.resumesWaited.WithLabelValues("place")
+	m.resumesWaited.WithLabelValues("none")
 	for _, l := range []string{"max_streams", "max_streams_per_connection", "max_names_per_stream",
 		"max_name_bytes_per_stream", "max_names_per_connection", "max_name_bytes_per_connection",
 		"max_name_bytes_total", "max_initial_version_bytes_per_connection", "max_node_bytes", "max_recv_message_bytes"} {
@@ -81,7 +90,8 @@ func newGuardMetrics() *guardMetrics {
 }
 
 func newGuard(lim Limits, m *guardMetrics) *guard {
-	return &guard{lim: lim, m: m, seed: maphash.MakeSeed(), live: map[*streamAcct]struct{}{}}
+	return &guard{lim: lim, m: m, seed: maphash.MakeSeed(), live: map[*streamAcct]struct{}{},
+		resumes: newResumeGate(lim.ResumesDecoding, resumeWait)}
 }
 
 // limitError is the error of a limit reached: ResourceExhausted (or
@@ -627,7 +637,7 @@ func (a *streamAcct) release() error {
 	defer a.mu.Unlock()
 	a.released = true
 	for ; a.resumeHeld > 0; a.resumeHeld-- {
-		resumes.leave()
+		a.g.resumes.leave()
 	}
 	n, b, iv := a.names.Swap(0), a.bytes.Swap(0), a.ivBytes.Swap(0)
 	a.conn.mu.Lock()

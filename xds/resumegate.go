@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"runtime"
 	"sync/atomic"
 	"time"
 )
@@ -34,10 +33,8 @@ type resumeGate struct {
 // resumeWait bounds the wait for a place while none comes back.
 const resumeWait = time.Second
 
-var resumes = newResumeGate(4*runtime.GOMAXPROCS(0), resumeWait)
-
 func newResumeGate(n int, wait time.Duration) *resumeGate {
-	return &resumeGate{places: make(chan struct{}, n), wait: wait}
+	return &resumeGate{places: make(chan struct{}, max(n, 1)), wait: wait}
 }
 
 // tryEnter takes a place if one is free.
@@ -83,7 +80,7 @@ func (a *streamAcct) tookResume() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.released {
-		resumes.leave()
+		a.g.resumes.leave()
 		return
 	}
 	a.resumeHeld++
@@ -99,6 +96,6 @@ func (a *streamAcct) leaveResume() {
 	defer a.mu.Unlock()
 	if a.resumeHeld > 0 {
 		a.resumeHeld--
-		resumes.leave()
+		a.g.resumes.leave()
 	}
 }

@@ -63,9 +63,9 @@ func TestResumeGatePlacesGoBack(t *testing.T) {
 	}
 	wg.Wait()
 	deadline := time.Now().Add(5 * time.Second)
-	for xds.ResumePlacesHeld() != 0 {
+	for h.srv.ResumePlacesHeld() != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d places of the resume gate still held after every stream ended", xds.ResumePlacesHeld())
+			t.Fatalf("%d places of the resume gate still held after every stream ended", h.srv.ResumePlacesHeld())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -77,7 +77,7 @@ func TestResumeGatePlacesGoBack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := xds.ResumePlacesHeld(); n != 0 {
+	if n := h.srv.ResumePlacesHeld(); n != 0 {
 		t.Fatalf("20 open streams whose resumes were answered hold %d places", n)
 	}
 	start := time.Now()

@@ -641,7 +641,7 @@ func newMetrics(c *Cache, reg prometheus.Registerer) *metrics {
 	m.nackLogsSuppressed.WithLabelValues("repeated")
 	m.nackLogsSuppressed.WithLabelValues("rate")
 	m.nackLogsSuppressed.WithLabelValues("server_rate")
-	if err := promreg.Register(reg, m.clients, m.pushes, m.nacks, m.truncated, m.nackLogsSuppressed, m.guard.refusals, m.guard.delayed, &cacheCollector{c: c}); err != nil {
+	if err := promreg.Register(reg, m.clients, m.pushes, m.nacks, m.truncated, m.nackLogsSuppressed, m.guard.refusals, m.guard.delayed, m.guard.resumesWaited, &cacheCollector{c: c}); err != nil {
 		panic(err)
 	}
 	return m

@@ -38,14 +38,22 @@ func (l *Loop) applyPolicy(u sources.PolicyUpdate) bool {
 		f = &policy.File{}
 	}
 	before := map[string]*policy.Service{}
+	beforeFrom := map[string]string{}
 	names := l.knownServices()
 	for _, n := range names {
-		before[n], _ = l.policyFor(n)
+		before[n], beforeFrom[n] = l.policyFor(n)
 	}
 	l.policies[src] = f
 	dirty := false
 	for _, n := range names {
-		after, _ := l.policyFor(n)
+		after, afterFrom := l.policyFor(n)
+		if reflect.DeepEqual(before[n], after) && afterFrom != beforeFrom[n] {
+			// The same policy from another key or source: nothing to
+			// translate, but the status page says where it is from.
+			if opts, ok := l.pubOpts[n]; ok {
+				l.snap.setPolicyFrom(n, l.policyFrom(n, opts))
+			}
+		}
 		if !reflect.DeepEqual(before[n], after) {
 			l.dirty[n] = true
 			dirty = true

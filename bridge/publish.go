@@ -106,6 +106,9 @@ func (l *Loop) translateAll(names []string, merged map[string]mergedService) tra
 		pol, held := l.effectivePolicy(name)
 		opts := translate.Options{DefaultLocality: l.opts.DefaultLocality[l.owner(name)], Policy: pol, Failover: l.failoverTargets(name, own, merged), Targets: l.routeTargets(name, own), GRPCCertificateProvider: l.opts.GRPCCertificateProvider}
 		if old, was := l.published[name]; was && !l.refused[name] && !l.retranslate[name] && reflect.DeepEqual(old, svc) && reflect.DeepEqual(l.pubOpts[name], opts) && reflect.DeepEqual(l.held[name], held) {
+			// Its policy may have moved to another key or source with
+			// the same content: the status page says where it is now.
+			l.snap.setPolicyFrom(name, l.policyFrom(name, opts))
 			continue
 		}
 		r := opts.ServiceWithin(svc, l.opts.Limits)
@@ -140,6 +143,18 @@ func (l *Loop) translateAll(names []string, merged map[string]mergedService) tra
 	return t
 }
 
+// policyFrom is where the policy of service n, translated with opts, is
+// from ("": it has none).
+func (l *Loop) policyFrom(n string, opts translate.Options) string {
+	if opts.Policy == nil {
+		return ""
+	}
+	if _, from := l.policyFor(n); from != "" {
+		return from
+	}
+	return "(subsets kept while other services name them)"
+}
+
 // publish hands the translation to the Publisher and, once it took it,
 // records what is published. It reports false when publishing failed:
 // nothing is recorded, and the dirty set stays for the next flush.
@@ -154,13 +169,7 @@ func (l *Loop) publish(t translation) bool {
 	for n, s := range t.inputs {
 		l.published[n] = s
 		l.pubOpts[n] = t.opts[n]
-		from := ""
-		if t.opts[n].Policy != nil {
-			if _, from = l.policyFor(n); from == "" {
-				from = "(subsets kept while other services name them)"
-			}
-		}
-		l.snap.setPolicyFrom(n, from)
+		l.snap.setPolicyFrom(n, l.policyFrom(n, t.opts[n]))
 		if h := t.held[n]; len(h) > 0 {
 			l.held[n] = h
 		} else {

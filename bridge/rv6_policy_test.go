@@ -1,0 +1,32 @@
+package bridge
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/xdsbridge/xdsbridge/policy"
+)
+
+// RV6: a service whose policy moves to another key (or source) with the
+// same content is not translated again (its options compare equal), and
+// Policies must still say where its policy is now from.
+func TestRV6PoliciesFollowSameContentMove(t *testing.T) {
+	rec := newRecorder()
+	l := run(t, Options{Sources: []string{"a", "policy"}, Quiet: time.Millisecond}, rec)
+	publish(t, l, "a", service("web", 1), service("api-eu", 1))
+	publishPolicy(t, l, "policy", map[string]policy.Service{"web": {Protocol: policy.ProtocolGRPC}, "api-*": {Protocol: policy.ProtocolHTTP2}})
+	rec.next(t)
+	waitTrue(t, l.Ready)
+	if d := cmp.Diff(map[string]string{"web": "policy: web", "api-eu": "policy: api-*"}, l.Policies()); d != "" {
+		t.Fatalf("policies (-want +got):\n%s", d)
+	}
+	// api-eu now has a policy by name, the same as the pattern's; web's
+	// changes (so that there is a publish to wait for).
+	publishPolicy(t, l, "policy", map[string]policy.Service{"web": {Protocol: policy.ProtocolHTTP2}, "api-*": {Protocol: policy.ProtocolHTTP2}, "api-eu": {Protocol: policy.ProtocolHTTP2}})
+	rec.next(t)
+	if d := cmp.Diff(map[string]string{"web": "policy: web", "api-eu": "policy: api-eu"}, l.Policies()); d != "" {
+		t.Fatalf("after api-eu got a policy by name (-want +got):\n%s", d)
+	}
+}

@@ -19,13 +19,9 @@ import (
 // compares them), and the same refusals: a malformed message, or a key or
 // value that is not UTF-8 (proto3 strings).
 func decodeDeltaRequest(b []byte, m *discovery.DeltaDiscoveryRequest) error {
-	entries := 0
-	if !fields(b, func(num protowire.Number, _ []byte, _ int) {
-		if num == deltaInitialVersions {
-			entries++
-		}
-	}) || entries == 0 {
-		return proto.Unmarshal(b, m)
+	entries := resumeEntries(b)
+	if entries == 0 {
+		return proto.Unmarshal(b, m) // none, or not well formed: its error
 	}
 	// The other fields, as they came (a field 5 that is not
 	// length-delimited among them: the runtime keeps it as unknown); then

@@ -470,6 +470,23 @@ func TestHeldSubsetByPattern(t *testing.T) {
 	}
 }
 
+// waitPolicies waits for Policies to be want: the recorder sees a publish
+// before the loop records it.
+func waitPolicies(t *testing.T, l *Loop, what string, want map[string]string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		d := cmp.Diff(want, l.Policies())
+		if d == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: policies (-want +got):\n%s", what, d)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // Policies says where each published service's policy is from, and
 // follows a policy's removal and a service's.
 func TestPoliciesSnapshot(t *testing.T) {
@@ -479,14 +496,10 @@ func TestPoliciesSnapshot(t *testing.T) {
 	publishPolicy(t, l, "policy", map[string]policy.Service{"web": {Protocol: policy.ProtocolGRPC}, "api-*": {Protocol: policy.ProtocolHTTP2}})
 	rec.next(t)
 	waitTrue(t, l.Ready)
-	if d := cmp.Diff(map[string]string{"web": "policy: web", "api-eu": "policy: api-*"}, l.Policies()); d != "" {
-		t.Fatalf("policies (-want +got):\n%s", d)
-	}
+	waitPolicies(t, l, "first", map[string]string{"web": "policy: web", "api-eu": "policy: api-*"})
 	publishPolicy(t, l, "policy", map[string]policy.Service{"api-*": {Protocol: policy.ProtocolHTTP2}})
 	rec.next(t)
 	publish(t, l, "a", service("web", 1), service("db", 1))
 	rec.next(t)
-	if d := cmp.Diff(map[string]string{}, l.Policies()); d != "" {
-		t.Fatalf("after web's policy and api-eu went (-want +got):\n%s", d)
-	}
+	waitPolicies(t, l, "after web's policy and api-eu went", map[string]string{})
 }

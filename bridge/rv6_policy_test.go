@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/xdsbridge/xdsbridge/policy"
 )
 
@@ -19,14 +17,10 @@ func TestRV6PoliciesFollowSameContentMove(t *testing.T) {
 	publishPolicy(t, l, "policy", map[string]policy.Service{"web": {Protocol: policy.ProtocolGRPC}, "api-*": {Protocol: policy.ProtocolHTTP2}})
 	rec.next(t)
 	waitTrue(t, l.Ready)
-	if d := cmp.Diff(map[string]string{"web": "policy: web", "api-eu": "policy: api-*"}, l.Policies()); d != "" {
-		t.Fatalf("policies (-want +got):\n%s", d)
-	}
+	waitPolicies(t, l, "first", map[string]string{"web": "policy: web", "api-eu": "policy: api-*"})
 	// api-eu now has a policy by name, the same as the pattern's; web's
 	// changes (so that there is a publish to wait for).
 	publishPolicy(t, l, "policy", map[string]policy.Service{"web": {Protocol: policy.ProtocolHTTP2}, "api-*": {Protocol: policy.ProtocolHTTP2}, "api-eu": {Protocol: policy.ProtocolHTTP2}})
 	rec.next(t)
-	if d := cmp.Diff(map[string]string{"web": "policy: web", "api-eu": "policy: api-eu"}, l.Policies()); d != "" {
-		t.Fatalf("after api-eu got a policy by name (-want +got):\n%s", d)
-	}
+	waitPolicies(t, l, "after api-eu got a policy by name", map[string]string{"web": "policy: web", "api-eu": "policy: api-eu"})
 }

@@ -183,4 +183,3 @@ func TestFilesOutputStaysInItsDirectory(t *testing.T) {
 		})
 	}
 }
-

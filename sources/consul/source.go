@@ -56,6 +56,12 @@ type Source struct {
 	published   time.Time
 	staleSince  time.Time // when the first watch failed; zero while none is failing
 	ce          *ceState  // nil without config_entries
+
+	// The last snapshot, by cluster name, and its sorted names
+	// (snapshotLocked); genSeq numbers the changes of service states.
+	clusters     map[string]*clusterCache
+	clusterNames []string
+	genSeq       uint64
 }
 
 // ceState is what the config-entry watches know. Guarded by Source.mu.
@@ -85,6 +91,7 @@ type dcState struct {
 
 	list     watchInfo
 	feed     watchInfo // the change feed, in hinted mode
+	sweep    watchInfo // the reads of every check, in hinted mode
 	listSeen bool
 	selected int
 	services map[string]*svcState
@@ -98,6 +105,9 @@ type svcState struct {
 	published bool // false: every instance is an excluded proxy/gateway kind
 	instances []instance
 	nodes     map[string]bool
+	checks    map[string]bool // service checks: node "\x00" check ID
+	checkless bool            // an instance has no service check
+	gen       uint64          // Source.genSeq at the last change
 }
 
 // watchInfo is one watch's progress, shown by DebugInfo.
@@ -268,7 +278,6 @@ func (s *Source) signal() {
 // done.
 func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 	var (
-		last      []sources.Service
 		published bool
 		failed    bool // Fail was called since the last publish
 		pol       policyPublisher
@@ -304,7 +313,7 @@ func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 		}
 		s.entriesAt.Store(0)
 		lastFlush = time.Now()
-		errs, ready, failing, snap := s.takeFlush()
+		errs, ready, failing, snap, changed := s.takeFlush()
 		if errs != nil {
 			sink.Fail(ctx, s.name, errs)
 			failed = true
@@ -316,14 +325,14 @@ func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 			continue
 		}
 		recovered := failed && !failing
-		if published && !recovered && reflect.DeepEqual(snap, last) {
+		if published && !recovered && !changed {
 			continue
 		}
 		if err := sink.Publish(ctx, sources.Update{Source: s.name, Services: snap}); err != nil {
 			return
 		}
 		s.metrics.publishes.Inc()
-		last, published, failed = snap, true, failing
+		published, failed = true, failing
 		s.mu.Lock()
 		s.published = time.Now()
 		s.mu.Unlock()
@@ -331,8 +340,8 @@ func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 }
 
 // takeFlush takes the pending errors and, when the initial reads are all
-// done, a snapshot of every service.
-func (s *Source) takeFlush() (errs error, ready, failing bool, snap []sources.Service) {
+// done, a snapshot of every service and whether it changed.
+func (s *Source) takeFlush() (errs error, ready, failing bool, snap []sources.Service, changed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.pendingErrs) > 0 {
@@ -346,9 +355,9 @@ func (s *Source) takeFlush() (errs error, ready, failing bool, snap []sources.Se
 	ready = s.readyLocked()
 	failing = s.failingLocked()
 	if ready {
-		snap = s.snapshotLocked()
+		snap, changed = s.snapshotLocked()
 	}
-	return errs, ready, failing, snap
+	return errs, ready, failing, snap, changed
 }
 
 // readyLocked: every datacenter's list was read and every selected service's
@@ -376,7 +385,7 @@ func (s *Source) failingLocked() bool {
 		}
 	}
 	for _, dc := range s.dcs {
-		if dc.list.failing || dc.feed.failing {
+		if dc.list.failing || dc.feed.failing || dc.sweep.failing {
 			return true
 		}
 		for _, st := range dc.services {
@@ -388,40 +397,112 @@ func (s *Source) failingLocked() bool {
 	return false
 }
 
+// clusterCache is one cluster of the last snapshot and the service states
+// it was built from.
+type clusterCache struct {
+	members []clusterMember
+	svc     sources.Service
+	skip    bool // unusable cluster name: left out
+}
+
+// clusterMember is one service state of a cluster at one generation.
+type clusterMember struct {
+	st  *svcState
+	gen uint64
+}
+
+// sameMembers reports whether a and b hold the same states at the same
+// generations, in any order.
+func sameMembers(a, b []clusterMember) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, m := range a {
+		found := false
+		for _, n := range b {
+			if m == n {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
 // snapshotLocked builds the full set of services from the last good state:
 // instances grouped by cluster name, each service's endpoints in normal
 // form (sources.Normalize; of a host in two datacenters, the lower
-// priority's is kept), services sorted by name.
-func (s *Source) snapshotLocked() []sources.Service {
-	byName := map[string][]sources.Endpoint{}
+// priority's is kept), services sorted by name. It reports whether the set
+// differs from the previous snapshot's.
+//
+// Only the clusters whose service states changed (a new generation, a
+// state added or removed) are built again; the others are the previous
+// snapshot's values, Endpoints slices included, so a change costs the
+// clusters it touches plus a walk over the names, and the bridge's
+// comparison of an unchanged service is a pointer comparison. Neither the
+// source nor the bridge modifies a published slice.
+func (s *Source) snapshotLocked() ([]sources.Service, bool) {
+	byName := make(map[string][]clusterMember, len(s.clusters))
 	for _, dc := range s.dcs {
 		for name, st := range dc.services {
 			if !st.ready || !st.published {
 				continue
 			}
 			cn := clusterName(s.set.mapping.clusterName, name, dc.actual)
-			eps := byName[cn]
-			if eps == nil {
-				eps = []sources.Endpoint{}
-			}
-			for _, in := range st.instances {
-				eps = append(eps, in.endpoint.Clone())
-			}
-			byName[cn] = eps
+			byName[cn] = append(byName[cn], clusterMember{st: st, gen: st.gen})
 		}
 	}
-	out := make([]sources.Service, 0, len(byName))
-	for name, eps := range byName {
-		if err := sources.ValidateServiceName("cluster", name); err != nil {
-			s.log.Warn("skipping service with an unusable cluster name", "error", err)
+	changed, setChanged := false, len(byName) != len(s.clusters)
+	next := make(map[string]*clusterCache, len(byName))
+	for cn, ms := range byName {
+		old := s.clusters[cn]
+		if old != nil && sameMembers(old.members, ms) {
+			next[cn] = old
 			continue
 		}
-		// Local datacenter first, then failover order: the first of a host
-		// listed twice is the one of the lower priority.
-		out = append(out, sources.Service{Name: name, Endpoints: sources.Normalize(eps)})
+		setChanged = setChanged || old == nil
+		c := &clusterCache{members: ms}
+		next[cn] = c
+		if err := sources.ValidateServiceName("cluster", cn); err != nil {
+			s.log.Warn("skipping service with an unusable cluster name", "error", err)
+			c.skip = true
+			continue
+		}
+		// Local datacenter first, then failover order (the members are in
+		// datacenter order): the first of a host listed twice is the one
+		// of the lower priority.
+		eps := []sources.Endpoint{}
+		for _, m := range ms {
+			for _, in := range m.st.instances {
+				eps = append(eps, in.endpoint.Clone())
+			}
+		}
+		c.svc = sources.Service{Name: cn, Endpoints: sources.Normalize(eps)}
+		if old != nil && !old.skip && reflect.DeepEqual(old.svc, c.svc) {
+			c.svc = old.svc
+		} else {
+			changed = true
+		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
+	if setChanged || s.clusterNames == nil {
+		changed = true
+		s.clusterNames = make([]string, 0, len(next))
+		for cn, c := range next {
+			if !c.skip {
+				s.clusterNames = append(s.clusterNames, cn)
+			}
+		}
+		sort.Strings(s.clusterNames)
+	}
+	s.clusters = next
+	out := make([]sources.Service, len(s.clusterNames))
+	for i, cn := range s.clusterNames {
+		out[i] = next[cn].svc
+	}
+	return out, changed
 }
 
 // recordError notes a failed read for DebugInfo and queues it for

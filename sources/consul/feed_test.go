@@ -95,6 +95,12 @@ func TestSnapshotReusesUnchangedServices(t *testing.T) {
 			t.Errorf("%s unchanged but built again", second[i].Name)
 		}
 	}
+	// A state is built again only at a new generation: s0's instances
+	// replaced without one are not read.
+	d.services["s0"].instances = state(99).instances
+	if again, _ := s.snapshotLocked(); again[0].Endpoints[0].Port != 80 {
+		t.Errorf("s0 built again without a new generation: %+v", again[0])
+	}
 	// A new generation with the same endpoints is no change.
 	s.genSeq++
 	st.gen = s.genSeq

@@ -12,16 +12,74 @@ import (
 	"github.com/xdsbridge/xdsbridge/sources"
 )
 
-// Sink records Publish, PublishPolicy and Fail calls. It is safe for concurrent use.
+// Sink records Publish, PublishPolicy, Fail, Confirm and ReportDropped
+// calls. It is safe for concurrent use.
 type Sink struct {
 	mu       sync.Mutex
 	updates  []sources.Update
 	policies []sources.PolicyUpdate
 	errs     []error
+	confirms []time.Time
+	dropped  []sources.Dropped
 	changed  chan struct{}
 }
 
-var _ sources.Sink = (*Sink)(nil)
+var (
+	_ sources.Sink         = (*Sink)(nil)
+	_ sources.Confirmer    = (*Sink)(nil)
+	_ sources.DropReporter = (*Sink)(nil)
+)
+
+// Confirm records at.
+func (s *Sink) Confirm(_ context.Context, _ string, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.confirms = append(s.confirms, at)
+	s.notify()
+}
+
+// Confirms returns the times of every Confirm so far.
+func (s *Sink) Confirms() []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Time(nil), s.confirms...)
+}
+
+// WaitConfirms blocks until at least n confirmations were recorded, or
+// fails the test after timeout.
+func (s *Sink) WaitConfirms(t testing.TB, timeout time.Duration, n int) {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		got, ch := len(s.confirms), s.changed
+		s.mu.Unlock()
+		if got >= n {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			t.Fatalf("timed out after %s waiting for %d confirmations (%d)", timeout, n, got)
+		}
+	}
+}
+
+// ReportDropped records the list.
+func (s *Sink) ReportDropped(_ context.Context, _ string, dropped []sources.Dropped) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dropped = dropped
+	s.notify()
+}
+
+// Dropped returns the last reported list of dropped instances.
+func (s *Sink) Dropped() []sources.Dropped {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]sources.Dropped(nil), s.dropped...)
+}
 
 // NewSink returns an empty recording sink.
 func NewSink() *Sink { return &Sink{changed: make(chan struct{})} }

@@ -87,4 +87,3 @@ func (a *App) Dropped(service string) []DroppedInstance {
 	})
 	return out
 }
-

@@ -181,14 +181,14 @@ func (s *Source) PublishesPolicy() bool { return s.set.configEntries }
 // error only when the Consul client cannot be built (an unreadable token
 // file; the TLS files were loaded by New).
 func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
-	client, transport, err := s.newClient(s.set.maxQueries)
+	client, transport, err := s.newClient(s.set.maxQueries, s.wrapRoundTripper)
 	if err != nil {
 		return fmt.Errorf("consul source %s: %w", s.name, err)
 	}
 	defer transport.CloseIdleConnections()
 	// The liveness probe has a client and a connection of its own: it is
 	// never queued behind the blocking queries holding the others.
-	liveClient, liveTransport, err := s.newClient(1)
+	liveClient, liveTransport, err := s.newClient(1, nil)
 	if err != nil {
 		return fmt.Errorf("consul source %s: %w", s.name, err)
 	}
@@ -231,8 +231,9 @@ func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
 }
 
 // newClient builds an API client on a transport of its own with at most
-// maxConns connections (max_concurrent_queries for the watches).
-func (s *Source) newClient(maxConns int) (*api.Client, *http.Transport, error) {
+// maxConns connections (max_concurrent_queries for the watches), its
+// round tripper wrapped by wrapRT if not nil.
+func (s *Source) newClient(maxConns int, wrapRT func(http.RoundTripper) http.RoundTripper) (*api.Client, *http.Transport, error) {
 	ac := *s.set.apiConfig
 	transport := newTransport(maxConns, s.wrapConn)
 	// Loaded and checked at New; with it set, the API does not load the
@@ -242,8 +243,8 @@ func (s *Source) newClient(maxConns int) (*api.Client, *http.Transport, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if s.wrapRoundTripper != nil {
-		hc.Transport = s.wrapRoundTripper(hc.Transport)
+	if wrapRT != nil {
+		hc.Transport = wrapRT(hc.Transport)
 	}
 	ac.HttpClient = hc
 	ac.Transport = transport

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -14,7 +11,6 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/xdsbridge/xdsbridge/internal/app"
 	"github.com/xdsbridge/xdsbridge/sources/consul/consultest"
 )
 
@@ -54,30 +50,7 @@ sources:
       services: {include: [web], exclude_tags: [canary]}
       mapping: {resolve_hostnames: false}
 `, ssFreePort(t), adminAddr, a.Addr())
-	cfgPath := filepath.Join(dir, "xdsbridge.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c, err := loadConfig(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ap, err := app.New(c, dumpLogger(c.Logging, &bytes.Buffer{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ap.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- ap.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
+	ssRunConfig(t, filepath.Join(dir, "xdsbridge.yaml"), cfg)
 
 	out := ssWait(t, `Dropped by their source`, "status", "hosts", "web", "-admin", adminAddr)
 	t.Logf("status hosts web:\n%s", out)
@@ -96,7 +69,7 @@ sources:
 		}
 	}
 
-	out, err = ssRun("status", "-admin", adminAddr)
+	out, err := ssRun("status", "-admin", adminAddr)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}

@@ -2,7 +2,6 @@ package consul
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -78,7 +77,7 @@ func (lv *liveness) run(ctx context.Context, sink sources.Sink) {
 		case <-tick.C:
 			if !inflight {
 				inflight = true
-				go func() { results <- lv.probe(ctx, after/2) }()
+				go func() { results <- lv.s.askLeader(ctx, lv.client, after/2, epLiveness) }()
 			}
 			lv.confirm(ctx, sink)
 		case err := <-results:
@@ -138,28 +137,6 @@ func (lv *liveness) confirm(ctx context.Context, sink sources.Sink) {
 		lv.s.log.Info("consul source " + lv.s.name + " confirmed again: the agent answers")
 	}
 	sources.Confirm(ctx, sink, lv.s.name, at)
-}
-
-// probe asks the agent for its leader, within timeout: nil when it names
-// one.
-func (lv *liveness) probe(ctx context.Context, timeout time.Duration) error {
-	pctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	leader, err := lv.client.Status().LeaderWithQueryOptions((&api.QueryOptions{}).WithContext(pctx))
-	m := lv.s.metrics
-	switch {
-	case err != nil && pctx.Err() != nil && ctx.Err() == nil:
-		m.requests.WithLabelValues(epLiveness, "error").Inc()
-		return fmt.Errorf("no answer within %s", timeout)
-	case err != nil:
-		m.requests.WithLabelValues(epLiveness, "error").Inc()
-		return err
-	case leader == "":
-		m.requests.WithLabelValues(epLiveness, "no_leader").Inc()
-		return errors.New("the agent knows no cluster leader")
-	}
-	m.requests.WithLabelValues(epLiveness, "ok").Inc()
-	return nil
 }
 
 // debug is the liveness part of DebugInfo.

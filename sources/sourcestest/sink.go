@@ -49,21 +49,7 @@ func (s *Sink) Confirms() []time.Time {
 // fails the test after timeout.
 func (s *Sink) WaitConfirms(t testing.TB, timeout time.Duration, n int) {
 	t.Helper()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		s.mu.Lock()
-		got, ch := len(s.confirms), s.changed
-		s.mu.Unlock()
-		if got >= n {
-			return
-		}
-		select {
-		case <-ch:
-		case <-deadline.C:
-			t.Fatalf("timed out after %s waiting for %d confirmations (%d)", timeout, n, got)
-		}
-	}
+	s.wait(t, timeout, fmt.Sprintf("%d confirmations", n), func() bool { return len(s.confirms) >= n })
 }
 
 // ReportDropped records the list.
@@ -150,13 +136,20 @@ func (s *Sink) Last() (sources.Update, bool) {
 // fails the test after timeout.
 func (s *Sink) WaitFor(t testing.TB, timeout time.Duration, what string, cond func(updates []sources.Update, errs []error) bool) {
 	t.Helper()
+	s.wait(t, timeout, what, func() bool { return cond(s.updates, s.errs) })
+}
+
+// wait blocks until cond, called with s.mu held, holds, or fails the test
+// after timeout.
+func (s *Sink) wait(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	for {
 		s.mu.Lock()
-		ok := cond(s.updates, s.errs)
+		ok := cond()
 		ch := s.changed
-		n, e := len(s.updates), len(s.errs)
+		n, e, c := len(s.updates), len(s.errs), len(s.confirms)
 		s.mu.Unlock()
 		if ok {
 			return
@@ -164,7 +157,7 @@ func (s *Sink) WaitFor(t testing.TB, timeout time.Duration, what string, cond fu
 		select {
 		case <-ch:
 		case <-deadline.C:
-			t.Fatalf("timed out after %s waiting for %s (%d updates, %d errors; last: %s)", timeout, what, n, e, s.describeLast())
+			t.Fatalf("timed out after %s waiting for %s (%d updates, %d errors, %d confirmations; last: %s)", timeout, what, n, e, c, s.describeLast())
 		}
 	}
 }

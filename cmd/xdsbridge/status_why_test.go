@@ -88,6 +88,7 @@ sources:
 		`<span class="why">consul checks: critical (web-1-ttl &#39;HTTP GET http://127.0.0.1:8081/health: 503 Service Unavailable&#39;), passing (serfHealth &#39;Agent alive and reachable&#39;)</span>`,
 		`<td>consul</td><td class="wrap">web-3 on node ` + a.Node + ` (dc1)</td><td>excluded_tag</td><td class="wrap">tag &#34;canary&#34; is in services.exclude_tags</td>`,
 		`<td class="dropped">1 excluded_tag 1 unresolvable_address </td>`,
+		`<td>source&#39;s</td>`,
 	} {
 		if !strings.Contains(string(page), want) {
 			t.Errorf("no %q in the status page", want)

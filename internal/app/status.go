@@ -144,6 +144,9 @@ func hostRow(h bridge.HostInfo) status.HostRow {
 	if !h.Discovered {
 		r.SourceHealth = "ABSENT"
 	}
+	if r.Check == "none" && r.Why != "" {
+		r.Check = "source's" // no xdsbridge check: the source's own checks decide
+	}
 	return r
 }
 

@@ -39,15 +39,17 @@ type liveness struct {
 	s      *Source
 	client *api.Client
 
+	started time.Time // when run started: the silence is counted from it until the first answer
+
 	mu         sync.Mutex
-	lastAnswer time.Time // the last answer of the agent: a probe or a read
+	lastAnswer time.Time // the last answer of the agent, a probe's or a read's; zero: none yet
 	lastProbe  string    // the last probe failure ("" after a success)
 	stale      bool      // reported stale; not confirmed since
 	confirmed  time.Time // the last answer confirmed to the sink
 }
 
 func newLiveness(s *Source, client *api.Client) *liveness {
-	return &liveness{s: s, client: client, lastAnswer: time.Now()}
+	return &liveness{s: s, client: client, started: time.Now()}
 }
 
 // answered records an answer of the agent.
@@ -96,7 +98,7 @@ func (lv *liveness) run(ctx context.Context, sink sources.Sink) {
 			}
 		case <-deadline.C:
 			lv.mu.Lock()
-			silent := time.Since(lv.lastAnswer)
+			silent := time.Since(lv.lastAnswerOrStart())
 			report := silent >= after && !lv.stale
 			if report {
 				lv.stale = true
@@ -114,6 +116,15 @@ func (lv *liveness) run(ctx context.Context, sink sources.Sink) {
 			}
 		}
 	}
+}
+
+// lastAnswerOrStart is the last answer, or the start before the first;
+// lv.mu is held.
+func (lv *liveness) lastAnswerOrStart() time.Time {
+	if lv.lastAnswer.IsZero() {
+		return lv.started
+	}
+	return lv.lastAnswer
 }
 
 // confirm tells the sink of the agent's last answer when it is newer than
@@ -146,7 +157,7 @@ func (lv *liveness) debug(now time.Time) *DebugLiveness {
 	return &DebugLiveness{
 		StaleAfter:  lv.s.set.staleAfter.String(),
 		LastAnswer:  lv.lastAnswer,
-		SilentFor:   now.Sub(lv.lastAnswer).Round(time.Millisecond).String(),
+		SilentFor:   now.Sub(lv.lastAnswerOrStart()).Round(time.Millisecond).String(),
 		ProbeError:  lv.lastProbe,
 		ReportStale: lv.stale,
 	}
@@ -155,9 +166,11 @@ func (lv *liveness) debug(now time.Time) *DebugLiveness {
 // DebugLiveness is the liveness probe's state in DebugInfo.
 type DebugLiveness struct {
 	StaleAfter string    `json:"stale_after"`
-	LastAnswer time.Time `json:"last_answer"`
-	SilentFor  string    `json:"silent_for"`
-	ProbeError string    `json:"probe_error,omitempty"`
+	LastAnswer time.Time `json:"last_answer,omitzero"`
+	// SilentFor is the time since the last answer (since the start
+	// before the first).
+	SilentFor  string `json:"silent_for"`
+	ProbeError string `json:"probe_error,omitempty"`
 	// ReportStale: the agent has not answered for stale_after; no answer
 	// was confirmed since.
 	ReportStale bool `json:"stale"`

@@ -13,7 +13,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -57,6 +59,8 @@ type Source struct {
 	staleSince  time.Time // when the first watch failed; zero while none is failing
 	ce          *ceState  // nil without config_entries
 
+	live atomic.Pointer[liveness] // set by Run
+
 	// The last snapshot, by cluster name, and its sorted names
 	// (snapshotLocked); genSeq numbers the changes of service states.
 	clusters     map[string]*clusterCache
@@ -80,6 +84,7 @@ var (
 	_ sources.Source          = (*Source)(nil)
 	_ sources.Debugger        = (*Source)(nil)
 	_ sources.PolicyPublisher = (*Source)(nil)
+	_ sources.HostExplainer   = (*Source)(nil)
 )
 
 // dcState is what is known about one datacenter. Guarded by Source.mu.
@@ -105,9 +110,10 @@ type svcState struct {
 	published bool // false: every instance is an excluded proxy/gateway kind
 	instances []instance
 	nodes     map[string]bool
-	checks    map[string]bool // service checks: node "\x00" check ID
-	checkless bool            // an instance has no service check
-	gen       uint64          // Source.genSeq at the last change
+	dropped   []sources.Dropped // instances left out, and why
+	checks    map[string]bool   // service checks: node "\x00" check ID
+	checkless bool              // an instance has no service check
+	gen       uint64            // Source.genSeq at the last change
 }
 
 // watchInfo is one watch's progress, shown by DebugInfo.
@@ -182,19 +188,32 @@ func (s *Source) PublishesPolicy() bool { return s.set.configEntries }
 // error only when the Consul client cannot be built (an unreadable token
 // file; the TLS files were loaded by New).
 func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
-	client, transport, err := s.newClient()
+	client, transport, err := s.newClient(s.set.maxQueries, s.wrapRoundTripper)
 	if err != nil {
 		return fmt.Errorf("consul source %s: %w", s.name, err)
 	}
 	defer transport.CloseIdleConnections()
+	// The liveness probe has a client and a connection of its own: it is
+	// never queued behind the blocking queries holding the others.
+	liveClient, liveTransport, err := s.newClient(1, nil)
+	if err != nil {
+		return fmt.Errorf("consul source %s: %w", s.name, err)
+	}
+	defer liveTransport.CloseIdleConnections()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r := newRunner(s, client)
+	lv := newLiveness(s, liveClient)
+	s.live.Store(lv)
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		r.rec.run(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		lv.run(ctx, sink)
 	}()
 	for _, dc := range s.dcs {
 		wg.Add(1)
@@ -218,11 +237,12 @@ func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
 	return nil
 }
 
-// newClient builds the API client on a transport of its own whose
-// connections are bounded by max_concurrent_queries.
-func (s *Source) newClient() (*api.Client, *http.Transport, error) {
+// newClient builds an API client on a transport of its own with at most
+// maxConns connections (max_concurrent_queries for the watches), its
+// round tripper wrapped by wrapRT if not nil.
+func (s *Source) newClient(maxConns int, wrapRT func(http.RoundTripper) http.RoundTripper) (*api.Client, *http.Transport, error) {
 	ac := *s.set.apiConfig
-	transport := newTransport(s.set.maxQueries, s.wrapConn)
+	transport := newTransport(maxConns, s.wrapConn)
 	// Loaded and checked at New; with it set, the API does not load the
 	// files again.
 	transport.TLSClientConfig = s.set.tls.config.Clone()
@@ -230,8 +250,8 @@ func (s *Source) newClient() (*api.Client, *http.Transport, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if s.wrapRoundTripper != nil {
-		hc.Transport = s.wrapRoundTripper(hc.Transport)
+	if wrapRT != nil {
+		hc.Transport = wrapRT(hc.Transport)
 	}
 	ac.HttpClient = hc
 	ac.Transport = transport
@@ -282,6 +302,8 @@ func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 		failed    bool // Fail was called since the last publish
 		pol       policyPublisher
 		lastFlush time.Time
+		// lastDropped is the dropped instances last reported.
+		lastDropped []sources.Dropped
 	)
 	for {
 		select {
@@ -313,7 +335,7 @@ func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 		}
 		s.entriesAt.Store(0)
 		lastFlush = time.Now()
-		errs, ready, failing, snap, changed := s.takeFlush()
+		errs, ready, failing, snap, changed, dropped := s.takeFlush()
 		if errs != nil {
 			sink.Fail(ctx, s.name, errs)
 			failed = true
@@ -323,6 +345,10 @@ func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 		}
 		if !ready {
 			continue
+		}
+		if !reflect.DeepEqual(dropped, lastDropped) {
+			sources.ReportDropped(ctx, sink, s.name, slices.Clone(dropped))
+			lastDropped = dropped
 		}
 		recovered := failed && !failing
 		if published && !recovered && !changed {
@@ -340,8 +366,9 @@ func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 }
 
 // takeFlush takes the pending errors and, when the initial reads are all
-// done, a snapshot of every service and whether it changed.
-func (s *Source) takeFlush() (errs error, ready, failing bool, snap []sources.Service, changed bool) {
+// done, a snapshot of every service, whether it changed, and the instances
+// dropped.
+func (s *Source) takeFlush() (errs error, ready, failing bool, snap []sources.Service, changed bool, dropped []sources.Dropped) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.pendingErrs) > 0 {
@@ -356,8 +383,9 @@ func (s *Source) takeFlush() (errs error, ready, failing bool, snap []sources.Se
 	failing = s.failingLocked()
 	if ready {
 		snap, changed = s.snapshotLocked()
+		dropped = s.droppedLocked()
 	}
-	return errs, ready, failing, snap, changed
+	return errs, ready, failing, snap, changed, dropped
 }
 
 // readyLocked: every datacenter's list was read and every selected service's
@@ -403,6 +431,8 @@ type clusterCache struct {
 	members []clusterMember
 	svc     sources.Service
 	skip    bool // unusable cluster name: left out
+	// why explains the health of each host: its Consul checks.
+	why map[sources.HostKey]string
 }
 
 // clusterMember is one service state of a cluster at one generation.
@@ -475,9 +505,13 @@ func (s *Source) snapshotLocked() ([]sources.Service, bool) {
 		// datacenter order): the first of a host listed twice is the one
 		// of the lower priority.
 		eps := []sources.Endpoint{}
+		c.why = map[sources.HostKey]string{}
 		for _, m := range ms {
 			for _, in := range m.st.instances {
 				eps = append(eps, in.endpoint.Clone())
+				if k := normalKey(in.endpoint); c.why[k] == "" {
+					c.why[k] = in.why // the first: local datacenter first, as Normalize keeps
+				}
 			}
 		}
 		c.svc = sources.Service{Name: cn, Endpoints: sources.Normalize(eps)}
@@ -503,6 +537,43 @@ func (s *Source) snapshotLocked() ([]sources.Service, bool) {
 		out[i] = next[cn].svc
 	}
 	return out, changed
+}
+
+// normalKey is an endpoint's host as Normalize spells it.
+func normalKey(e sources.Endpoint) sources.HostKey {
+	k := e.Key()
+	if a, err := netip.ParseAddr(k.Address); err == nil {
+		k.Address = a.Unmap().String()
+	}
+	return k
+}
+
+// ExplainHost implements sources.HostExplainer: the Consul checks that
+// decided a published host's health.
+func (s *Source) ExplainHost(service string, host sources.HostKey) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.clusters[service]; c != nil {
+		return c.why[host]
+	}
+	return ""
+}
+
+// droppedLocked lists the instances every datacenter's services drop.
+func (s *Source) droppedLocked() []sources.Dropped {
+	var out []sources.Dropped
+	for _, dc := range s.dcs {
+		for _, st := range dc.services {
+			out = append(out, st.dropped...)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Service != out[j].Service {
+			return out[i].Service < out[j].Service
+		}
+		return out[i].Instance < out[j].Instance
+	})
+	return out
 }
 
 // recordError notes a failed read for DebugInfo and queues it for

@@ -279,6 +279,9 @@ func (w *watch) success(meta *api.QueryMeta) {
 	}
 	w.info.lastContact = meta.LastContact
 	w.info.lastSuccess = time.Now()
+	if lv := s.live.Load(); lv != nil {
+		lv.answered(w.info.lastSuccess)
+	}
 	w.info.state = "idle"
 	if recovered {
 		s.noteRecoveredLocked()
@@ -499,7 +502,10 @@ func (r *runner) store(ctx context.Context, dc *dcState, name string, st *svcSta
 	if len(entries) > 0 && entries[0].Node != nil && entries[0].Node.Datacenter != "" {
 		info.name = entries[0].Node.Datacenter
 	}
-	instances, publish := s.mapper.mapEntries(ctx, name, info, entries)
+	instances, dropped, publish := s.mapper.mapEntries(ctx, name, info, entries)
+	for i := range dropped {
+		dropped[i].Service = clusterName(s.set.mapping.clusterName, name, info.name)
+	}
 	nodes, checks, checkless := checksOf(entries)
 	s.mu.Lock()
 	if dc.services[name] != st { // removed from the list meanwhile
@@ -507,8 +513,8 @@ func (r *runner) store(ctx context.Context, dc *dcState, name string, st *svcSta
 		return
 	}
 	dc.actual = info.name
-	changed := !st.ready || st.published != publish || !reflect.DeepEqual(st.instances, instances)
-	st.ready, st.published, st.instances, st.nodes = true, publish, instances, nodes
+	changed := !st.ready || st.published != publish || !reflect.DeepEqual(st.instances, instances) || !reflect.DeepEqual(st.dropped, dropped)
+	st.ready, st.published, st.instances, st.nodes, st.dropped = true, publish, instances, nodes, dropped
 	st.checks, st.checkless = checks, checkless
 	if changed {
 		s.genSeq++

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -30,6 +31,18 @@ type scaleConfig struct {
 	phase    time.Duration
 	idle     time.Duration
 	flipOver int // flips cycle over the first flipOver services (0: all)
+	replicas int // sources run side by side (latency: the first's)
+	churn    []churnPhase
+}
+
+// churnPhase changes instances at a steady rate: "redeploy" replaces an
+// instance by one of a new ID with its own check (same address, port and
+// tags), "meta" changes an instance's service meta in place (its check
+// unchanged). Both move the service list's index without changing the
+// list.
+type churnPhase struct {
+	kind string
+	rate int
 }
 
 // TestCatalogFlipsAtSteadyRate runs a small catalog-scale run against a
@@ -48,7 +61,11 @@ func TestCatalogFlipsAtSteadyRate(t *testing.T) {
 //
 // XDSBRIDGE_CONSUL_BENCH_SERVICES (default 5000), _RATES (flips per second,
 // comma-separated, one phase each; default 10,100), _SECONDS (per phase,
-// default 60) and _IDLE (seconds, default 30) adjust it.
+// default 60), _IDLE (seconds, default 30), _REPLICAS (sources side by
+// side, default 1) and _CHURN (phases of instance changes after the flips,
+// e.g. "redeploy:1,meta:1"; see churnPhase) adjust it; _DEV=1 runs a
+// dev agent (-dev: no data directory, no disk writes) instead of a server
+// with a data directory.
 func TestCatalogScaleBenchmark(t *testing.T) {
 	if os.Getenv("XDSBRIDGE_CONSUL_BENCH") != "1" {
 		t.Skip("set XDSBRIDGE_CONSUL_BENCH=1 to run the benchmark")
@@ -69,45 +86,74 @@ func TestCatalogScaleBenchmark(t *testing.T) {
 		}
 		cfg.rates = append(cfg.rates, r)
 	}
+	cfg.replicas = envInt(t, "XDSBRIDGE_CONSUL_BENCH_REPLICAS", 1)
+	if c := os.Getenv("XDSBRIDGE_CONSUL_BENCH_CHURN"); c != "" {
+		for _, f := range strings.Split(c, ",") {
+			kind, r, _ := strings.Cut(strings.TrimSpace(f), ":")
+			rate, err := strconv.Atoi(r)
+			if (kind != "redeploy" && kind != "meta") || err != nil || rate <= 0 {
+				t.Fatalf("XDSBRIDGE_CONSUL_BENCH_CHURN: %q is not redeploy:N or meta:N", f)
+			}
+			cfg.churn = append(cfg.churn, churnPhase{kind: kind, rate: rate})
+		}
+	}
 	runScale(t, cfg)
 }
 
 // runScale starts a single Consul server (-server -bootstrap-expect=1 with a
-// data directory), registers the services through the catalog API, runs the
+// data directory; -dev with XDSBRIDGE_CONSUL_BENCH_DEV=1), registers the services through the catalog API, runs the
 // source into a sink that times each flip, and logs: the initial sync time;
 // while idle, then at each flip rate, the process's CPU (the source, the
 // sink and the flipping client; cores), its RSS, Consul's CPU and the
 // requests the source sent per second; for the flips, the time from the
 // catalog write's call to the first Publish showing it, p50/p99/max.
 func runScale(t *testing.T, cfg scaleConfig) {
-	a := consultest.StartPersistentAgent(t, "dc1")
+	start := consultest.StartPersistentAgent
+	if os.Getenv("XDSBRIDGE_CONSUL_BENCH_DEV") == "1" {
+		start = consultest.StartAgent
+	}
+	a := start(t, "dc1")
 	registerCatalog(t, a, cfg.services)
 
+	// One request counter for every replica: Consul's load.
 	rt := &countingRT{byEP: map[string]int{}}
-	src, err := New("consul", []byte(fmt.Sprintf(`{"address": %q, "services": {"exclude": ["consul"]}}`, a.Addr())), sources.Env{Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := src.(*Source)
-	s.wrapRoundTripper = func(next http.RoundTripper) http.RoundTripper { rt.next = next; return rt }
 	sink := newFlipSink(cfg.services)
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	start := time.Now()
-	go func() { done <- s.Run(ctx, sink) }()
+	replicas := max(cfg.replicas, 1)
+	done := make(chan error, replicas)
+	began := time.Now()
+	var sinks []*flipSink
+	for r := 0; r < replicas; r++ {
+		src, err := New("consul", []byte(fmt.Sprintf(`{"address": %q, "services": {"exclude": ["consul"]}}`, a.Addr())), sources.Env{Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := src.(*Source)
+		s.wrapRoundTripper = func(next http.RoundTripper) http.RoundTripper { return countInto{next: next, c: rt} }
+		k := sink
+		if r > 0 {
+			k = newFlipSink(cfg.services)
+		}
+		sinks = append(sinks, k)
+		go func() { done <- s.Run(ctx, k) }()
+	}
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
+		for range replicas {
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
 		}
 	})
-	select {
-	case <-sink.synced:
-	case <-time.After(3 * time.Minute):
-		t.Fatalf("no publish with %d services after 3m", cfg.services)
+	for _, k := range sinks {
+		select {
+		case <-k.synced:
+		case <-time.After(3 * time.Minute):
+			t.Fatalf("no publish with %d services after 3m", cfg.services)
+		}
 	}
-	t.Logf("%d services × %d instances: initial sync %s, %d requests", cfg.services, scaleNodes,
-		time.Since(start).Round(time.Millisecond), rt.total())
+	t.Logf("%d services × %d instances, %d replicas: initial sync %s, %d requests", cfg.services, scaleNodes, replicas,
+		time.Since(began).Round(time.Millisecond), rt.total())
 
 	time.Sleep(time.Second) // let the start-up reads settle
 	if cfg.idle > 0 {
@@ -157,10 +203,13 @@ func runScale(t *testing.T, cfg scaleConfig) {
 			flips++
 			go func() {
 				defer func() { <-writes }()
+				t0 := time.Now()
 				if err := setCheck(writer, 0, i, status); err != nil {
 					sink.cancel(svc)
 					sink.noteFailed()
+					return
 				}
+				sink.noteWrite(time.Since(t0))
 			}()
 		}
 		tick.Stop()
@@ -175,9 +224,75 @@ func runScale(t *testing.T, cfg scaleConfig) {
 			t.Errorf("%d flips/s: %d flips, %d not published within 30s, %d catalog writes failed", rate, flips, missed, failed)
 			continue
 		}
-		t.Logf("%d flips/s for %s (%d flips, %d ticks skipped with 8 writes in flight): flip → Publish p50 %s, p99 %s, max %s; %s",
-			rate, cfg.phase, flips, skipped, pct(lat, 0.50), pct(lat, 0.99), lat[len(lat)-1].Round(time.Microsecond), usage)
+		wl := sink.takeWrites()
+		t.Logf("%d flips/s for %s (%d flips, %d ticks skipped with 8 writes in flight): flip → Publish p50 %s, p99 %s, max %s (the catalog write's own call p50 %s, p99 %s); %s",
+			rate, cfg.phase, flips, skipped, pct(lat, 0.50), pct(lat, 0.99), lat[len(lat)-1].Round(time.Microsecond), pct(wl, 0.5), pct(wl, 0.99), usage)
 	}
+	for _, ph := range cfg.churn {
+		churnAt(t, a, writer, rt, ph, cfg.services, cfg.phase)
+	}
+}
+
+// countInto is a round tripper counting into a shared countingRT.
+type countInto struct {
+	next http.RoundTripper
+	c    *countingRT
+}
+
+func (x countInto) RoundTrip(r *http.Request) (*http.Response, error) {
+	x.c.count(r)
+	return x.next.RoundTrip(r)
+}
+
+// churnAt runs one churn phase.
+func churnAt(t *testing.T, a *consultest.Agent, writer *api.Client, rt *countingRT, ph churnPhase, services int, d time.Duration) {
+	m := startMeasure(a, rt)
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	tick := time.NewTicker(time.Second / time.Duration(ph.rate))
+	defer tick.Stop()
+	n := 0
+	for end := time.Now().Add(d); time.Now().Before(end); n++ {
+		<-tick.C
+		i := (n * 7919) % services // a spread of services, none twice
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := churnOne(writer, ph.kind, i); err != nil {
+				failed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	time.Sleep(2 * time.Second) // the reads it caused
+	t.Logf("%s at %d/s for %s: %d changes (%d failed); %s", ph.kind, ph.rate, d, n, failed.Load(), m.stop())
+}
+
+// churnOne changes service i's instance on node 1 (once per service).
+func churnOne(c *api.Client, kind string, i int) error {
+	node, _ := scaleNode(1)
+	svc := scaleName(i)
+	id := fmt.Sprintf("%s-1", svc)
+	inst := api.AgentService{ID: id, Service: svc, Port: 10000 + i, Tags: []string{"bench"}}
+	var ops api.TxnOps
+	switch kind {
+	case "meta":
+		inst.Meta = map[string]string{"version": "2"}
+		ops = api.TxnOps{{Service: &api.ServiceTxnOp{Verb: api.ServiceSet, Node: node, Service: inst}}}
+	default: // redeploy
+		inst.ID = id + "r"
+		ops = api.TxnOps{
+			{Service: &api.ServiceTxnOp{Verb: api.ServiceDelete, Node: node, Service: api.AgentService{ID: id}}},
+			{Service: &api.ServiceTxnOp{Verb: api.ServiceSet, Node: node, Service: inst}},
+			{Check: &api.CheckTxnOp{Verb: api.CheckSet, Check: api.HealthCheck{
+				Node: node, CheckID: inst.ID + "-chk", Name: "bench", Status: api.HealthPassing, ServiceID: inst.ID, ServiceName: svc}}},
+		}
+	}
+	ok, resp, _, err := c.Txn().Txn(ops, nil)
+	if err == nil && !ok {
+		err = fmt.Errorf("transaction refused: %+v", resp.Errors)
+	}
+	return err
 }
 
 func scaleName(i int) string { return fmt.Sprintf("svc-%05d", i) }
@@ -268,6 +383,7 @@ type flipSink struct {
 	last    []sources.Service
 	pending map[string]pendingFlip
 	lat     []time.Duration
+	writes  []time.Duration
 	failed  int
 }
 
@@ -350,6 +466,26 @@ func (k *flipSink) takeFailed() int {
 	n := k.failed
 	k.failed = 0
 	return n
+}
+
+func (k *flipSink) noteWrite(d time.Duration) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.writes = append(k.writes, d)
+}
+
+// takeWrites returns the sorted durations of the catalog writes and
+// starts over.
+func (k *flipSink) takeWrites() []time.Duration {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	w := k.writes
+	k.writes = nil
+	sort.Slice(w, func(i, j int) bool { return w[i] < w[j] })
+	if len(w) == 0 {
+		w = []time.Duration{0}
+	}
+	return w
 }
 
 func (k *flipSink) pendingCount() int {

@@ -248,6 +248,7 @@ func (x countInto) RoundTrip(r *http.Request) (*http.Response, error) {
 func churnAt(t *testing.T, a *consultest.Agent, writer *api.Client, rt *countingRT, ph churnPhase, services int, d time.Duration) {
 	m := startMeasure(a, rt)
 	var failed atomic.Int64
+	var firstErr atomic.Value
 	var wg sync.WaitGroup
 	tick := time.NewTicker(time.Second / time.Duration(ph.rate))
 	defer tick.Stop()
@@ -260,12 +261,16 @@ func churnAt(t *testing.T, a *consultest.Agent, writer *api.Client, rt *counting
 			defer wg.Done()
 			if err := churnOne(writer, ph.kind, i); err != nil {
 				failed.Add(1)
+				firstErr.CompareAndSwap(nil, err.Error())
 			}
 		}()
 	}
 	wg.Wait()
 	time.Sleep(2 * time.Second) // the reads it caused
-	t.Logf("%s at %d/s for %s: %d changes (%d failed); %s", ph.kind, ph.rate, d, n, failed.Load(), m.stop())
+	if failed.Load() > 0 {
+		t.Errorf("%s: %d of %d changes failed, the first: %v", ph.kind, failed.Load(), n, firstErr.Load())
+	}
+	t.Logf("%s at %d/s for %s: %d changes; %s", ph.kind, ph.rate, d, n, m.stop())
 }
 
 // churnOne changes service i's instance on node 1 (once per service).
@@ -282,7 +287,7 @@ func churnOne(c *api.Client, kind string, i int) error {
 	default: // redeploy
 		inst.ID = id + "r"
 		ops = api.TxnOps{
-			{Service: &api.ServiceTxnOp{Verb: api.ServiceDelete, Node: node, Service: api.AgentService{ID: id}}},
+			{Service: &api.ServiceTxnOp{Verb: api.ServiceDelete, Node: node, Service: api.AgentService{ID: id, Service: svc}}},
 			{Service: &api.ServiceTxnOp{Verb: api.ServiceSet, Node: node, Service: inst}},
 			{Check: &api.CheckTxnOp{Verb: api.CheckSet, Check: api.HealthCheck{
 				Node: node, CheckID: inst.ID + "-chk", Name: "bench", Status: api.HealthPassing, ServiceID: inst.ID, ServiceName: svc}}},

@@ -101,6 +101,24 @@ type outcome struct {
 
 func (o outcome) failed() bool { return len(o.NACKs) > 0 || o.Stuck != "" }
 
+// summary is one line: what became of the policy.
+func (o outcome) summary() string {
+	switch {
+	case o.Refused != "":
+		return "refused by the parser: " + fieldKind(o.Refused)
+	case o.failed():
+		return "rejected: " + strings.Join(causes(o), "; ")
+	}
+	s := "accepted by every client"
+	if len(o.Diags) > 0 {
+		s += fmt.Sprintf(", %d translator diagnostics (%s)", len(o.Diags), o.Diags[0])
+	}
+	if len(o.ConsulDiags) > 0 {
+		s += fmt.Sprintf(", %d conversion diagnostics (%s)", len(o.ConsulDiags), o.ConsulDiags[0])
+	}
+	return s
+}
+
 // gate is the served stack and its clients.
 type gate struct {
 	t      *testing.T

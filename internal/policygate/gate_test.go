@@ -1,0 +1,160 @@
+package policygate
+
+import (
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// knownDefects are the corpus policies the clients still reject because
+// of defects known and being fixed (issue 25), each with the cause it
+// must be rejected for (knownCauses' label). Once a fix is merged, its
+// policies run clean and must leave this list: a policy listed here that
+// runs clean fails the test, so does one rejected for another cause.
+var knownDefects = map[string]string{
+	"gen-s1-006.yaml":                             "outlier-base-over-max",
+	"gen-s1-019.yaml":                             "outlier-base-over-max",
+	"gen-s1-024.yaml":                             "outlier-base-over-max",
+	"gen-s1-042.consul.json":                      "failover-duplicate-address",
+	"gen-s1-044.consul.json":                      "failover-duplicate-address",
+	"gen-s1-059.consul.json":                      "failover-duplicate-address",
+	"gen-s1-071.consul.json":                      "failover-duplicate-address",
+	"gen-s1-074.yaml":                             "outlier-base-over-max",
+	"gen-s1-076.yaml":                             "failover-duplicate-address",
+	"gen-s1-086.consul.json":                      "failover-duplicate-address",
+	"gen-s1-108.consul.json":                      "failover-duplicate-address",
+	"hostile-failover-own-subset.consul.json":     "failover-duplicate-address",
+	"hostile-failover-self.yaml":                  "failover-duplicate-address",
+	"hostile-outlier-base-over-max.yaml":          "outlier-base-over-max",
+	"hostile-outlier-max-under-default-base.yaml": "outlier-base-over-max",
+	"hostile-pattern-star-failover.yaml":          "failover-duplicate-address",
+	"hostile-regex-escape.consul.json":            "regex",
+	"hostile-regex-escape.yaml":                   "regex",
+	"hostile-regex-header-escape.yaml":            "regex",
+	"hostile-regex-lazy-program-size.yaml":        "regex",
+}
+
+// loadCorpus reads testdata/corpus: policy files (*.yaml) and Consul
+// config entries (*.consul.json), sorted by name.
+func loadCorpus(t *testing.T) []policyCase {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join("testdata", "corpus", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(paths)
+	var out []policyCase
+	for _, p := range paths {
+		name := filepath.Base(p)
+		consul := strings.HasSuffix(name, ".consul.json")
+		if !consul && !strings.HasSuffix(name, ".yaml") {
+			t.Fatalf("testdata/corpus/%s: want *.yaml (a policy file) or *.consul.json (config entries)", name)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, policyCase{Name: name, Consul: consul, Body: b})
+	}
+	if len(out) == 0 {
+		t.Fatal("testdata/corpus is empty")
+	}
+	return out
+}
+
+// The committed corpus through the bridge to a delta Envoy, a SotW Envoy
+// and grpc-go: every policy published is accepted by every client, or
+// refused by the parser, or listed in knownDefects with its cause.
+func TestPolicyGateCorpus(t *testing.T) {
+	g := startGate(t)
+	tl := newTally()
+	for _, c := range loadCorpus(t) {
+		out := g.run(c)
+		tl.add(c.Name, out)
+		t.Logf("%s: %s", c.Name, out.summary())
+		want, marked := knownDefects[c.Name]
+		switch {
+		case out.failed() && !marked:
+			t.Errorf("%s: the clients rejected what the bridge published:\n  %s\npolicy:\n%s", c.Name, strings.Join(append(out.NACKs, out.Stuck), "\n  "), c.Body)
+		case out.failed():
+			for _, got := range causes(out) {
+				if got != "known "+want {
+					t.Errorf("%s: listed in knownDefects as %q, rejected for %q:\n  %s", c.Name, want, got, strings.Join(out.NACKs, "\n  "))
+				}
+			}
+		case marked:
+			t.Errorf("%s runs clean now: remove it from knownDefects (%q)", c.Name, want)
+		}
+	}
+	t.Logf("corpus:\n%s", tl)
+}
+
+// XDSBRIDGE_GATE_N generated policies (seed XDSBRIDGE_GATE_SEED, default
+// 1) through the same clients. Each cause of rejection is reported once,
+// with its first policy minimised; a rejection of a defect not in
+// knownCauses fails the test. XDSBRIDGE_GATE_SAVE=<dir> saves each policy
+// rejected (its first, minimised, per cause), XDSBRIDGE_GATE_SAVE_ALL=1
+// every policy, as corpus files.
+func TestPolicyGateGenerated(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("XDSBRIDGE_GATE_N"))
+	if n <= 0 {
+		t.Skip("set XDSBRIDGE_GATE_N=<policies> to run generated policies")
+	}
+	seed := uint64(1)
+	if s := os.Getenv("XDSBRIDGE_GATE_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("XDSBRIDGE_GATE_SEED: %v", err)
+		}
+		seed = v
+	}
+	save := os.Getenv("XDSBRIDGE_GATE_SAVE")
+	saveAll := os.Getenv("XDSBRIDGE_GATE_SAVE_ALL") == "1"
+	if save != "" {
+		if err := os.MkdirAll(save, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := startGate(t)
+	gn := newGen(seed)
+	tl := newTally()
+	for i := range n {
+		c := gn.next(i)
+		c.Name = strings.Replace(c.Name, "gen-", "s"+strconv.FormatUint(seed, 10)+"-", 1)
+		out := g.run(c)
+		known := len(tl.failedBy)
+		tl.add(c.Name, out)
+		if save != "" && saveAll {
+			writeCase(t, save, c)
+		}
+		if !out.failed() || len(tl.failedBy) == known {
+			continue
+		}
+		for _, cs := range causes(out) {
+			if tl.example[cs] != c.Name || tl.failedBy[cs] != 1 {
+				continue
+			}
+			m := minimize(c, cs, g.run)
+			if strings.HasPrefix(cs, "new: ") {
+				t.Errorf("%s: %s\n  %s\nminimised:\n%s", c.Name, cs, strings.Join(out.NACKs, "\n  "), m.Body)
+			} else {
+				t.Logf("%s: %s\nminimised:\n%s", c.Name, cs, m.Body)
+			}
+			if save != "" {
+				m.Name = strings.TrimSuffix(strings.TrimSuffix(c.Name, ".yaml"), ".consul.json") + "-min" + strings.TrimPrefix(c.Name, strings.TrimSuffix(strings.TrimSuffix(c.Name, ".yaml"), ".consul.json"))
+				writeCase(t, save, m)
+			}
+		}
+	}
+	t.Logf("seed %d:\n%s", seed, tl)
+}
+
+func writeCase(t *testing.T, dir string, c policyCase) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, c.Name), c.Body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

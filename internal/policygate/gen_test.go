@@ -108,7 +108,9 @@ func (g *gen) headerMatch() map[string]any {
 		h["range"] = map[string]any{"start": s, "end": s + val(g, []int64{1, 10, 1000}, []int64{0, -1})}
 	default:
 		h["exact"] = g.headerValue()
-		h["prefix"] = g.headerValue() // two kinds: refused by the parser
+		if g.chance(g.hostile) {
+			h["prefix"] = g.headerValue() // two kinds: refused by the parser
+		}
 	}
 	if g.chance(0.2) {
 		h["invert"] = true
@@ -180,17 +182,23 @@ func (g *gen) retry() map[string]any {
 		ons = append(ons, val(g, on, []string{"bogus", "5xx,reset", "", "UNAVAILABLE", "retriable-headers"}))
 	}
 	r := map[string]any{"retry_on": ons}
+	if g.chance(0.2) {
+		r["retry_on"] = append(ons, "retriable-status-codes")
+		r["status_codes"] = []any{val(g, []any{500, 503, 429}, []any{100, 0, 600, 599, 4294967295})}
+	}
 	if g.chance(0.6) {
 		r["num_retries"] = val(g, []any{1, 2, 3, 5, 10}, append([]any{100, 101}, u32Edges...))
 	}
 	if g.chance(0.4) {
-		r["base_interval"] = g.duration()
-	}
-	if g.chance(0.4) {
+		// An interval each, as often as not plausible together (max
+		// at least base).
+		i := g.r.IntN(len(durOK))
+		r["base_interval"] = val(g, durOK[i:i+1], durBad)
+		if g.chance(0.5) {
+			r["max_interval"] = val(g, durOK[i:], durBad)
+		}
+	} else if g.chance(0.2) {
 		r["max_interval"] = g.duration()
-	}
-	if g.chance(0.2) {
-		r["status_codes"] = []any{val(g, []any{500, 503, 429}, []any{100, 0, 600, 599, 4294967295})}
 	}
 	if g.chance(0.2) {
 		r["per_try_timeout"] = g.duration()
@@ -200,7 +208,7 @@ func (g *gen) retry() map[string]any {
 
 func (g *gen) target(self string, subsets []string) map[string]any {
 	t := map[string]any{}
-	if g.chance(0.8) {
+	if !g.chance(g.hostile) {
 		t["service"] = val(g, append(catalogNames(), self), ghosts)
 	}
 	if len(subsets) > 0 && g.chance(0.4) {
@@ -255,17 +263,19 @@ func (g *gen) filePolicy(self string) map[string]any {
 		s["connect_timeout"] = g.duration()
 	}
 	if g.chance(0.25) {
-		lb := map[string]any{"policy": val(g, []string{"round_robin", "least_request", "ring_hash", "maglev", "random"}, []string{"", "bogus"})}
-		if g.chance(0.3) {
+		policy := val(g, []string{"round_robin", "least_request", "ring_hash", "maglev", "random"}, []string{"", "bogus"})
+		lb := map[string]any{"policy": policy}
+		// Each policy's settings, and now and then another's.
+		if g.chance(0.5) && (policy == "least_request" || g.chance(g.hostile)) {
 			lb["least_request"] = map[string]any{"choice_count": val(g, []any{2, 3, 10}, u32Edges)}
 		}
-		if g.chance(0.3) {
+		if g.chance(0.5) && (policy == "ring_hash" || g.chance(g.hostile)) {
 			lb["ring_hash"] = map[string]any{
 				"minimum_ring_size": val(g, []any{1024, 4096}, []any{0, 1, 8388608, 8388609, uint64(1) << 63}),
 				"maximum_ring_size": val(g, []any{8192, 65536}, []any{0, 1, 8388608, 8388609, uint64(1) << 63}),
 			}
 		}
-		if g.chance(0.5) {
+		if g.chance(0.7) && (policy == "ring_hash" || policy == "maglev" || g.chance(g.hostile)) {
 			var hps []any
 			for range 1 + g.r.IntN(3) {
 				hp := map[string]any{}
@@ -275,7 +285,7 @@ func (g *gen) filePolicy(self string) map[string]any {
 				case 1:
 					c := map[string]any{"name": val(g, []string{"session", "id"}, []string{"", "a b", "a;b", "\x01"})}
 					if g.chance(0.5) {
-						c["ttl"] = g.duration()
+						c["ttl"] = val(g, []string{"1s", "10s", "1h"}, durBad)
 					}
 					if g.chance(0.3) {
 						c["path"] = g.path()
@@ -341,8 +351,11 @@ func (g *gen) filePolicy(self string) map[string]any {
 	}
 	if g.chance(0.08) {
 		s["redirect"] = g.target(self, subsets)
+		if !g.chance(g.hostile) {
+			delete(s, "default_subset") // a redirect takes its target's
+		}
 	}
-	if g.chance(0.2) {
+	if g.chance(0.2) && (s["redirect"] == nil || g.chance(g.hostile)) {
 		var fo []any
 		for range 1 + g.r.IntN(3) {
 			fo = append(fo, g.target(self, subsets))

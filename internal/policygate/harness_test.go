@@ -36,8 +36,7 @@ import (
 )
 
 // The catalog every policy applies to: services with hosts whose metadata
-// subsets can select (app.version, Service.Tags are not published by the
-// file source, so subsets filter on metadata). Nothing listens on the
+// subsets can select (app.version). Nothing listens on the
 // hosts: the clients only have to accept the configuration.
 var catalog = map[string][]sources.Endpoint{
 	"api":     hosts(20001, "1", "2"),
@@ -45,6 +44,13 @@ var catalog = map[string][]sources.Endpoint{
 	"greeter": hosts(20021, "1", "1", "2", "3"),
 	"back":    hosts(20031, "1", "2"),
 	"billing": hosts(20041, "1"),
+	// IPv6, a second priority, weights, a hostname, a control byte in
+	// metadata, a degraded host.
+	"edge": {
+		{Address: "::1", Port: 20061, Health: sources.HealthHealthy, Metadata: sources.Metadata{"app": {"version": "1"}}},
+		{Address: "127.0.0.1", Port: 20062, Priority: 1, Weight: 7, Hostname: "edge.local", Health: sources.HealthHealthy, Metadata: sources.Metadata{"app": {"version": "2\x01"}}},
+		{Address: "127.0.0.1", Port: 20063, Priority: 1, Health: sources.HealthDegraded, Metadata: sources.Metadata{"app": {"version": "2"}}},
+	},
 }
 
 // marker is the service whose policy the gate changes with every

@@ -1,6 +1,7 @@
 package policygate
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -69,25 +70,56 @@ func loadCorpus(t *testing.T) []policyCase {
 func TestPolicyGateCorpus(t *testing.T) {
 	g := startGate(t)
 	tl := newTally()
-	for _, c := range loadCorpus(t) {
+	cases := loadCorpus(t)
+	for i, c := range cases {
 		out := g.run(c)
-		tl.add(c.Name, out)
-		t.Logf("%s: %s", c.Name, out.summary())
-		want, marked := knownDefects[c.Name]
-		switch {
-		case out.failed() && !marked:
-			t.Errorf("%s: the clients rejected what the bridge published:\n  %s\npolicy:\n%s", c.Name, strings.Join(append(out.NACKs, out.Stuck), "\n  "), c.Body)
-		case out.failed():
-			for _, got := range causes(out) {
-				if got != "known "+want {
-					t.Errorf("%s: listed in knownDefects as %q, rejected for %q:\n  %s", c.Name, want, got, strings.Join(out.NACKs, "\n  "))
+		problems := corpusProblems(c, out)
+		if len(problems) > 0 {
+			// A client slower than the settle window (a loaded machine)
+			// answers the previous policy during this one's: both run
+			// again, alone, with a long window, and that decides.
+			t.Logf("%s: %s; running it and the policy before again, slowly", c.Name, out.summary())
+			g.window = slowSettleWindow
+			if i > 0 {
+				g.reset(c.Name)
+				for _, p := range corpusProblems(cases[i-1], g.run(cases[i-1])) {
+					t.Error(p)
 				}
 			}
-		case marked:
-			t.Errorf("%s runs clean now: remove it from knownDefects (%q)", c.Name, want)
+			g.reset(c.Name)
+			out = g.run(c)
+			problems = corpusProblems(c, out)
+			g.window = settleWindow
 		}
+		for _, p := range problems {
+			t.Error(p)
+		}
+		tl.add(c.Name, out)
+		t.Logf("%s: %s", c.Name, out.summary())
 	}
 	t.Logf("corpus:\n%s", tl)
+}
+
+// corpusProblems is what is wrong with a corpus policy's outcome: a
+// rejection not listed in knownDefects, or for another cause than listed,
+// or a policy listed that ran clean.
+func corpusProblems(c policyCase, out outcome) []string {
+	want, marked := knownDefects[c.Name]
+	switch {
+	case out.failed() && !marked:
+		return []string{fmt.Sprintf("%s: the clients rejected what the bridge published:\n  %s\npolicy:\n%s", c.Name, strings.Join(append(out.NACKs, out.Stuck), "\n  "), c.Body)}
+	case out.failed():
+		var ps []string
+		for _, got := range causes(out) {
+			if got != "known "+want {
+				ps = append(ps, fmt.Sprintf("%s: listed in knownDefects as %q, rejected for %q:\n  %s", c.Name, want, got, strings.Join(out.NACKs, "\n  ")))
+			}
+		}
+		return ps
+	case marked:
+		return []string{fmt.Sprintf("%s runs clean now: remove it from knownDefects (%q)", c.Name, want)}
+	}
+	return nil
 }
 
 // XDSBRIDGE_GATE_N generated policies (seed XDSBRIDGE_GATE_SEED, default

@@ -307,8 +307,9 @@ func parseCase(c policyCase) (*policy.File, outcome) {
 // publish publishes f (with the marker's policy added) as the policy
 // source's whole policy, waits for the merge loop to publish it and for
 // every client to ACK or NACK what changed, and returns the NACKs and the
-// translator's diagnostics (but the marker's). With synced, every client
-// must ACK: a NACK it holds from before does not count as settled.
+// translator's diagnostics (but the marker's). With synced, a client
+// must hold every current version: a NACKED type settles only with
+// nothing behind (the rejected version is no longer current).
 func (g *gate) publish(f *policy.File, synced bool) outcome {
 	g.t.Helper()
 	g.seq++

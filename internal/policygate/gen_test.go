@@ -440,7 +440,7 @@ func (g *gen) consulCase(i int) policyCase {
 				}
 			}
 			if g.chance(0.1) {
-				e["Redirect"] = consulTarget(g.target(name, subsets), "")
+				e["Redirect"] = consulTarget(g.target(name, subsets), false)
 			}
 			if g.chance(0.3) {
 				fo := map[string]any{}
@@ -448,9 +448,9 @@ func (g *gen) consulCase(i int) policyCase {
 				for range 1 + g.r.IntN(2) {
 					t := g.target(name, subsets)
 					if g.chance(0.3) {
-						fo[pick(g, keys...)] = map[string]any{"Targets": []any{consulTarget(t, "Partition"), consulTarget(g.target(name, subsets), "Partition")}}
+						fo[pick(g, keys...)] = map[string]any{"Targets": []any{consulTarget(t, true), consulTarget(g.target(name, subsets), true)}}
 					} else {
-						fo[pick(g, keys...)] = consulTarget(t, "")
+						fo[pick(g, keys...)] = consulTarget(t, false)
 					}
 				}
 				e["Failover"] = fo
@@ -520,10 +520,9 @@ func (g *gen) consulCase(i int) policyCase {
 }
 
 // consulTarget is a policy target as a Consul resolver target (Redirect,
-// Failover, Targets); with partition set, the target's Partition field
-// is named so (Consul's failover Targets), else the target has
-// Datacenters (failover) or Datacenter.
-func consulTarget(t map[string]any, partition string) map[string]any {
+// Failover, an item of Failover Targets). An item of Targets names a
+// service (api if the target has none).
+func consulTarget(t map[string]any, inTargets bool) map[string]any {
 	c := map[string]any{}
 	if v, ok := t["service"]; ok {
 		c["Service"] = v
@@ -534,7 +533,7 @@ func consulTarget(t map[string]any, partition string) map[string]any {
 	if v, ok := t["datacenter"]; ok {
 		c["Datacenter"] = v
 	}
-	if partition != "" && len(c) == 0 {
+	if inTargets && c["Service"] == nil {
 		c["Service"] = "api"
 	}
 	return c

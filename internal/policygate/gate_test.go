@@ -12,7 +12,7 @@ import (
 )
 
 // knownDefects are the corpus policies the clients still reject because
-// of defects known and being fixed (issue 25), each with the cause it
+// of defects known and being fixed, each with the cause it
 // must be rejected for (knownCauses' label). Once a fix is merged, its
 // policies run clean and must leave this list: a policy listed here that
 // runs clean fails the test, so does one rejected for another cause.

@@ -11,12 +11,15 @@ import (
 )
 
 // knownCauses name the client rejections of defects known and being
-// fixed (issue 25's list), by a substring of the client's error detail.
-// A rejection matching none is a new defect.
+// fixed, by a substring of the client's error detail: regexes RE2
+// refuses (syntax, program size), failover targets that list a host of
+// the assignment again, outlier detection whose max_ejection_time is
+// under its base_ejection_time (given or Envoy's default, 30s). A
+// rejection matching none is a new defect.
 var knownCauses = []struct{ label, detail string }{
 	{"regex", "invalid escape sequence"},
-	{"regex", "regex"},
-	{"regex", "RE2"},
+	{"regex", "RE2 program size"},
+	{"regex", "nvalid regex"},
 	{"failover-duplicate-address", "duplicate endpoint with the same address"},
 	{"outlier-base-over-max", "max_ejection_time cannot be smaller than base_ejection_time"},
 }

@@ -37,11 +37,11 @@ var knownDefects = map[string]string{
 	"hostile-regex-lazy-program-size.yaml":        "regex",
 }
 
-// loadCorpus reads testdata/corpus: policy files (*.yaml) and Consul
-// config entries (*.consul.json), sorted by name.
-func loadCorpus(t *testing.T) []policyCase {
+// loadCorpus reads dir: policy files (*.yaml) and Consul config entries
+// (*.consul.json), sorted by name.
+func loadCorpus(t *testing.T, dir string) []policyCase {
 	t.Helper()
-	paths, err := filepath.Glob(filepath.Join("testdata", "corpus", "*"))
+	paths, err := filepath.Glob(filepath.Join(dir, "*"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func loadCorpus(t *testing.T) []policyCase {
 		name := filepath.Base(p)
 		consul := strings.HasSuffix(name, ".consul.json")
 		if !consul && !strings.HasSuffix(name, ".yaml") {
-			t.Fatalf("testdata/corpus/%s: want *.yaml (a policy file) or *.consul.json (config entries)", name)
+			t.Fatalf("%s: want *.yaml (a policy file) or *.consul.json (config entries)", p)
 		}
 		b, err := os.ReadFile(p)
 		if err != nil {
@@ -60,7 +60,7 @@ func loadCorpus(t *testing.T) []policyCase {
 		out = append(out, policyCase{Name: name, Consul: consul, Body: b})
 	}
 	if len(out) == 0 {
-		t.Fatal("testdata/corpus is empty")
+		t.Fatalf("%s is empty", dir)
 	}
 	return out
 }
@@ -68,10 +68,16 @@ func loadCorpus(t *testing.T) []policyCase {
 // The committed corpus through the bridge to a delta Envoy, a SotW Envoy
 // and grpc-go: every policy published is accepted by every client, or
 // refused by the parser, or listed in knownDefects with its cause.
+// XDSBRIDGE_GATE_CORPUS=<dir> runs the policies of dir instead (as
+// testdata/slow, too slow for CI).
 func TestPolicyGateCorpus(t *testing.T) {
+	dir := filepath.Join("testdata", "corpus")
+	if d := os.Getenv("XDSBRIDGE_GATE_CORPUS"); d != "" {
+		dir = d
+	}
+	cases := loadCorpus(t, dir)
 	g := startGate(t)
 	tl := newTally()
-	cases := loadCorpus(t)
 	for i, c := range cases {
 		out := g.run(c)
 		problems := corpusProblems(c, out)
@@ -98,7 +104,7 @@ func TestPolicyGateCorpus(t *testing.T) {
 		tl.add(c.Name, out)
 		t.Logf("%s: %s", c.Name, out.summary())
 	}
-	t.Logf("corpus:\n%s", tl)
+	t.Logf("%s:\n%s%s", dir, tl, g.envoyMemory())
 }
 
 // corpusProblems is what is wrong with a corpus policy's outcome: a

@@ -439,6 +439,27 @@ func (g *gate) settle(synced bool) string {
 	}
 }
 
+// envoyMemory is each Envoy's heap, as its admin /memory says.
+func (g *gate) envoyMemory() string {
+	var b strings.Builder
+	for i, e := range g.envoys {
+		var m struct {
+			Allocated string `json:"allocated"`
+			HeapSize  string `json:"heap_size"`
+		}
+		body, err := e.get("/memory")
+		if err == nil {
+			err = json.Unmarshal([]byte(body), &m)
+		}
+		if err != nil {
+			g.t.Errorf("%s /memory: %v", g.nodes[i], err)
+			continue
+		}
+		fmt.Fprintf(&b, "%s: heap %s bytes, %s allocated\n", g.nodes[i], m.HeapSize, m.Allocated)
+	}
+	return b.String()
+}
+
 // warming says which Envoy has clusters warming, or "".
 func (g *gate) warming() string {
 	for i, e := range g.envoys {

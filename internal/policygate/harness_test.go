@@ -73,14 +73,7 @@ func hosts(port uint32, versions ...string) []sources.Endpoint {
 }
 
 // catalogNames is the catalog's services, sorted.
-func catalogNames() []string {
-	out := make([]string, 0, len(catalog))
-	for n := range catalog {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
+func catalogNames() []string { return sortedKeys(catalog) }
 
 // A policyCase is one policy: a policy file (YAML) or a list of Consul
 // config entries (JSON).

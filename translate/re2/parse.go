@@ -1,0 +1,386 @@
+package re2
+
+import (
+	"errors"
+	"regexp/syntax"
+	"strings"
+	"unicode/utf8"
+)
+
+// maxRune is the largest character Envoy's RE2 reads: it parses patterns
+// as Latin-1, one character per byte (measured: \x{ff} is accepted,
+// \x{100} refused, and \p{Greek} matches nothing).
+const maxRune = 0xFF
+
+// op is the kind of a node, after RE2's own (re2/regexp.h).
+type op int
+
+const (
+	opNoMatch op = iota
+	opEmpty
+	opLiteral // runes, a LiteralString when more than one
+	opClass   // ranges
+	opAnyChar // (?s).: any character, one byte in Latin-1
+	opAnyByte // \C
+	opBeginLine
+	opEndLine
+	opBeginText
+	opEndText
+	opWordBoundary
+	opNoWordBoundary
+	opCapture
+	opStar
+	opPlus
+	opQuest
+	opRepeat
+	opConcat
+	opAlternate
+)
+
+// node is a parsed regex as RE2 holds it.
+type node struct {
+	op        op
+	runes     []rune // opLiteral
+	fold      bool   // opLiteral: ASCII case folding
+	ranges    []rune // opClass: lo, hi pairs, sorted, at most maxRune
+	nongreedy bool
+	min, max  int // opRepeat; max -1: no maximum
+	sub       []*node
+}
+
+func (n *node) isEmptyWidth() bool {
+	return n.op >= opBeginLine && n.op <= opNoWordBoundary
+}
+
+// parse reads pattern as RE2 reads it with Envoy's options (RE2's
+// defaults, Latin-1: see maxRune). Go's parser is a port of RE2's and
+// parses the same syntax with these differences, handled here:
+//   - RE2 refuses an escape naming a character above maxRune (\x{100});
+//     Go reads the pattern as UTF-8 and accepts any character.
+//   - RE2 accepts \C (any byte); Go refuses it.
+//   - RE2 folds case only for ASCII letters in Latin-1; Go folds every
+//     Latin-1 letter (a class under (?i) may count a few instructions
+//     more than RE2's, never fewer).
+//   - Classes are cut at maxRune, as RE2 cuts them.
+//
+// The rest (repetition counts above 1000 or nesting to more than 1000
+// copies, (?P<n> and (?<n>, no possessive forms, lookaround,
+// backreferences, \Z, \G, \e, (?x)) RE2 and Go agree on, as the golden
+// file from Envoy checks.
+func parse(pattern string) (*node, error) {
+	if err := scanEscapes(pattern); err != nil {
+		return nil, err
+	}
+	// One character per byte; bytes above ASCII as private-use characters
+	// (no case folding: RE2 folds only ASCII letters in Latin-1), \C as
+	// a private-use character of its own.
+	var b strings.Builder
+	for i := 0; i < len(pattern); i++ {
+		b.WriteRune(fromByte(pattern[i]))
+	}
+	s := replaceAnyByte(b.String())
+	re, err := syntax.Parse(s, syntax.Perl)
+	if err != nil {
+		var se *syntax.Error
+		if errors.As(err, &se) {
+			return nil, &Error{Msg: string(se.Code) + ": " + latin1(se.Expr)}
+		}
+		return nil, &Error{Msg: err.Error()}
+	}
+	return convert(re), nil
+}
+
+// highBase is where bytes 0x80 to 0xFF are moved for Go's parser: a
+// block of the private use area, without case folding.
+const highBase = 0xF780
+
+// anyByte stands for \C in what Go's parser reads.
+const anyByte = 0xF700
+
+func fromByte(c byte) rune {
+	if c < 0x80 {
+		return rune(c)
+	}
+	return highBase + rune(c-0x80)
+}
+
+// toByte is the character (at most maxRune) that r stands for, or r.
+func toByte(r rune) rune {
+	if highBase <= r && r <= highBase+0x7F {
+		return r - highBase + 0x80
+	}
+	return r
+}
+
+// latin1 turns back what Go's parser read into the pattern's bytes.
+func latin1(s string) string {
+	b := make([]byte, 0, len(s))
+	for _, r := range s {
+		switch {
+		case r == anyByte:
+			b = append(b, `\C`...)
+		case toByte(r) <= maxRune:
+			b = append(b, byte(toByte(r)))
+		default:
+			b = utf8.AppendRune(b, r)
+		}
+	}
+	return string(b)
+}
+
+// scanEscapes refuses, as RE2 does, a \x{...} or octal escape above
+// maxRune and a \C in a class, with RE2's error text ("invalid escape sequence: \x{100",
+// up to the digit that went over).
+func scanEscapes(p string) error {
+	inClass := false
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		switch {
+		case c == '[' && !inClass:
+			inClass = true
+			// A ] first in a class (after an optional ^) is literal.
+			j := i + 1
+			if j < len(p) && p[j] == '^' {
+				j++
+			}
+			if j < len(p) && p[j] == ']' {
+				i = j
+			}
+			if strings.HasPrefix(p[i+1:], "[:") {
+				if k := strings.Index(p[i+1:], ":]"); k >= 0 {
+					i += k + 2
+				}
+			}
+		case c == '[' && inClass && strings.HasPrefix(p[i:], "[:"):
+			if k := strings.Index(p[i:], ":]"); k >= 0 {
+				i += k + 1
+			}
+		case c == ']' && inClass:
+			inClass = false
+		case c == '\\' && i+1 < len(p):
+			start := i
+			i++
+			switch p[i] {
+			case 'Q':
+				if inClass {
+					continue
+				}
+				if k := strings.Index(p[i:], `\E`); k >= 0 {
+					i += k + 1
+				} else {
+					i = len(p)
+				}
+			case 'C':
+				if inClass {
+					return &Error{Msg: `invalid escape sequence: \C`}
+				}
+			case '0', '1', '2', '3', '4', '5', '6', '7':
+				v, j := 0, i
+				for ; j < len(p) && j < i+3 && '0' <= p[j] && p[j] <= '7'; j++ {
+					v = v*8 + int(p[j]-'0')
+				}
+				if v > maxRune {
+					return &Error{Msg: "invalid escape sequence: " + p[start:j]}
+				}
+			case 'x':
+				if i+1 < len(p) && p[i+1] == '{' {
+					v := 0
+					for j := i + 2; j < len(p) && isHex(p[j]); j++ {
+						v = v*16 + unhex(p[j])
+						if v > maxRune {
+							return &Error{Msg: "invalid escape sequence: " + p[start:j+1]}
+						}
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// replaceAnyByte rewrites \C outside classes and \Q...\E as anyByte.
+func replaceAnyByte(s string) string {
+	if !strings.Contains(s, `\C`) {
+		return s
+	}
+	var b strings.Builder
+	inClass, quoted := false, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case quoted:
+			if strings.HasPrefix(s[i:], `\E`) {
+				quoted = false
+				b.WriteString(`\E`)
+				i++
+				continue
+			}
+		case c == '\\' && i+1 < len(s):
+			switch {
+			case s[i+1] == 'Q' && !inClass:
+				quoted = true
+			case s[i+1] == 'C' && !inClass:
+				b.WriteRune(anyByte)
+				i++
+				continue
+			}
+			b.WriteByte(c)
+			b.WriteByte(s[i+1])
+			i++
+			continue
+		case c == '[' && !inClass:
+			inClass = true
+		case c == ']' && inClass:
+			inClass = false
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) int {
+	switch {
+	case c <= '9':
+		return int(c - '0')
+	case c >= 'a':
+		return int(c-'a') + 10
+	}
+	return int(c-'A') + 10
+}
+
+// convert turns Go's parse into RE2's, cutting classes at maxRune.
+func convert(re *syntax.Regexp) *node {
+	ng := re.Flags&syntax.NonGreedy != 0
+	switch re.Op {
+	case syntax.OpNoMatch:
+		return &node{op: opNoMatch}
+	case syntax.OpEmptyMatch:
+		return &node{op: opEmpty}
+	case syntax.OpLiteral:
+		fold := re.Flags&syntax.FoldCase != 0
+		var subs []*node
+		var lit []rune
+		flush := func() {
+			if len(lit) > 0 {
+				subs = append(subs, &node{op: opLiteral, runes: lit, fold: fold})
+				lit = nil
+			}
+		}
+		for _, r := range re.Rune {
+			if r == anyByte {
+				flush()
+				subs = append(subs, &node{op: opAnyByte})
+				continue
+			}
+			lit = append(lit, toByte(r))
+		}
+		flush()
+		if len(subs) == 1 {
+			return subs[0]
+		}
+		return &node{op: opConcat, sub: subs}
+	case syntax.OpCharClass:
+		return class(re.Rune)
+	case syntax.OpAnyCharNotNL:
+		return class([]rune{0, '\n' - 1, '\n' + 1, utf8.MaxRune})
+	case syntax.OpAnyChar:
+		return &node{op: opAnyChar}
+	case syntax.OpBeginLine:
+		return &node{op: opBeginLine}
+	case syntax.OpEndLine:
+		return &node{op: opEndLine}
+	case syntax.OpBeginText:
+		return &node{op: opBeginText}
+	case syntax.OpEndText:
+		return &node{op: opEndText}
+	case syntax.OpWordBoundary:
+		return &node{op: opWordBoundary}
+	case syntax.OpNoWordBoundary:
+		return &node{op: opNoWordBoundary}
+	case syntax.OpCapture:
+		return &node{op: opCapture, sub: []*node{convert(re.Sub[0])}}
+	case syntax.OpStar:
+		return &node{op: opStar, nongreedy: ng, sub: []*node{convert(re.Sub[0])}}
+	case syntax.OpPlus:
+		return &node{op: opPlus, nongreedy: ng, sub: []*node{convert(re.Sub[0])}}
+	case syntax.OpQuest:
+		return &node{op: opQuest, nongreedy: ng, sub: []*node{convert(re.Sub[0])}}
+	case syntax.OpRepeat:
+		return &node{op: opRepeat, nongreedy: ng, min: re.Min, max: re.Max, sub: []*node{convert(re.Sub[0])}}
+	case syntax.OpConcat, syntax.OpAlternate:
+		n := &node{op: opConcat}
+		if re.Op == syntax.OpAlternate {
+			n.op = opAlternate
+		}
+		for _, s := range re.Sub {
+			n.sub = append(n.sub, convert(s))
+		}
+		return n
+	}
+	return &node{op: opNoMatch}
+}
+
+// class is a character class cut at maxRune. A byte above ASCII is in it
+// when its private-use stand-in (a literal byte) or the character itself
+// (a Unicode class or escape) is; in a negated class (Go negates over all
+// of Unicode, so the class holds utf8.MaxRune) when both are. As RE2's
+// parser does, one character becomes a literal and an ASCII letter in
+// both cases a literal folding case.
+func class(rs []rune) *node {
+	negated := len(rs) > 0 && rs[len(rs)-1] == utf8.MaxRune
+	var real, stand [maxRune + 1]bool
+	for i := 0; i+1 < len(rs); i += 2 {
+		for r := rs[i]; r <= min(rs[i+1], maxRune); r++ {
+			real[r] = true
+		}
+		for r := max(rs[i], highBase); r <= min(rs[i+1], highBase+0x7F); r++ {
+			stand[toByte(r)] = true
+		}
+	}
+	var in [maxRune + 1]bool
+	for r := range in {
+		switch {
+		case r < 0x80:
+			in[r] = real[r]
+		case negated:
+			in[r] = real[r] && stand[r]
+		default:
+			in[r] = real[r] || stand[r]
+		}
+	}
+	var cut []rune
+	count := 0
+	for r := rune(0); r <= maxRune; r++ {
+		if !in[r] {
+			continue
+		}
+		count++
+		if n := len(cut); n > 0 && cut[n-1] == r-1 {
+			cut[n-1] = r
+		} else {
+			cut = append(cut, r, r)
+		}
+	}
+	switch {
+	case count == 0:
+		return &node{op: opClass}
+	case count == 1:
+		return &node{op: opLiteral, runes: []rune{cut[0]}}
+	case count == 2 && 'A' <= cut[0] && cut[0] <= 'Z' && classHas(cut, cut[0]+'a'-'A'):
+		return &node{op: opLiteral, runes: []rune{cut[0] + 'a' - 'A'}, fold: true}
+	}
+	return &node{op: opClass, ranges: cut}
+}
+
+func classHas(rs []rune, r rune) bool {
+	for i := 0; i+1 < len(rs); i += 2 {
+		if rs[i] <= r && r <= rs[i+1] {
+			return true
+		}
+	}
+	return false
+}

@@ -44,8 +44,11 @@ type node struct {
 	fold      bool   // opLiteral: ASCII case folding
 	ranges    []rune // opClass: lo, hi pairs, sorted, at most maxRune
 	nongreedy bool
-	min, max  int // opRepeat; max -1: no maximum
-	sub       []*node
+	// flags are a repetition's parse flags, which RE2 compares before
+	// merging two repetitions.
+	flags    syntax.Flags
+	min, max int // opRepeat; max -1: no maximum
+	sub      []*node
 }
 
 func (n *node) isEmptyWidth() bool {
@@ -304,13 +307,13 @@ func convert(re *syntax.Regexp) *node {
 	case syntax.OpCapture:
 		return &node{op: opCapture, sub: []*node{convert(re.Sub[0])}}
 	case syntax.OpStar:
-		return &node{op: opStar, nongreedy: ng, sub: []*node{convert(re.Sub[0])}}
+		return starPlusQuest(opStar, convert(re.Sub[0]), re.Flags)
 	case syntax.OpPlus:
-		return &node{op: opPlus, nongreedy: ng, sub: []*node{convert(re.Sub[0])}}
+		return starPlusQuest(opPlus, convert(re.Sub[0]), re.Flags)
 	case syntax.OpQuest:
-		return &node{op: opQuest, nongreedy: ng, sub: []*node{convert(re.Sub[0])}}
+		return starPlusQuest(opQuest, convert(re.Sub[0]), re.Flags)
 	case syntax.OpRepeat:
-		return &node{op: opRepeat, nongreedy: ng, min: re.Min, max: re.Max, sub: []*node{convert(re.Sub[0])}}
+		return &node{op: opRepeat, nongreedy: ng, flags: re.Flags, min: re.Min, max: re.Max, sub: []*node{convert(re.Sub[0])}}
 	case syntax.OpConcat, syntax.OpAlternate:
 		n := &node{op: opConcat}
 		if re.Op == syntax.OpAlternate {
@@ -323,6 +326,22 @@ func convert(re *syntax.Regexp) *node {
 	}
 	return &node{op: opNoMatch}
 }
+
+// starPlusQuest is x*, x+ or x? as RE2 builds them (in its parser and
+// Regexp::StarPlusOrQuest): with the same flags, a repetition of a
+// repetition is the inner one when both are alike, else x*. Go's parser
+// keeps (?:a*)? as it is.
+func starPlusQuest(o op, sub *node, flags syntax.Flags) *node {
+	if isStarPlusQuest(sub.op) && sub.flags == flags {
+		if sub.op == o || sub.op == opStar {
+			return sub
+		}
+		return &node{op: opStar, nongreedy: sub.nongreedy, flags: flags, sub: sub.sub}
+	}
+	return &node{op: o, nongreedy: flags&syntax.NonGreedy != 0, flags: flags, sub: []*node{sub}}
+}
+
+func isStarPlusQuest(o op) bool { return o == opStar || o == opPlus || o == opQuest }
 
 // class is a character class cut at maxRune. A byte above ASCII is in it
 // when its private-use stand-in (a literal byte) or the character itself

@@ -1,6 +1,9 @@
 package re2
 
-import "sort"
+import (
+	"regexp/syntax"
+	"sort"
+)
 
 // This file builds the program RE2 builds for a parsed regex and counts
 // its instructions as RE2::ProgramSize does. It follows, rule by rule
@@ -361,7 +364,7 @@ func coalesce(re *node) *node {
 		if !canCoalesce(r1, r2) {
 			continue
 		}
-		nre := &node{op: opRepeat, nongreedy: r1.nongreedy, sub: []*node{r1.sub[0]}}
+		nre := &node{op: opRepeat, nongreedy: r1.nongreedy, flags: r1.flags, sub: []*node{r1.sub[0]}}
 		switch r1.op {
 		case opStar:
 			nre.min, nre.max = 0, -1
@@ -440,40 +443,49 @@ func equal(a, b *node) bool {
 	return false
 }
 
-// simplify rewrites repetitions as RE2's SimplifyWalker does.
+// simplify rewrites repetitions as RE2's SimplifyWalker does. It
+// returns re itself when nothing under it changes.
 func simplify(re *node) *node {
+	changed := false
 	subs := make([]*node, len(re.sub))
 	for i, s := range re.sub {
 		subs[i] = simplify(s)
+		changed = changed || subs[i] != s
 	}
 	switch re.op {
 	case opClass:
 		if len(re.ranges) == 0 {
 			return &node{op: opNoMatch}
 		}
-		return re
 	case opConcat, opAlternate, opCapture:
-		return &node{op: re.op, sub: subs}
+		if changed {
+			return &node{op: re.op, sub: subs}
+		}
 	case opStar, opPlus, opQuest:
 		s := subs[0]
 		if s.op == opEmpty {
 			return s
 		}
-		if s.op == re.op && s.nongreedy == re.nongreedy {
+		if !changed {
+			return re
+		}
+		if s.op == re.op && s.flags == re.flags {
 			return s
 		}
-		return &node{op: re.op, nongreedy: re.nongreedy, sub: subs}
+		return &node{op: re.op, nongreedy: re.nongreedy, flags: re.flags, sub: subs}
 	case opRepeat:
 		s := subs[0]
 		if s.op == opEmpty {
 			return s
 		}
-		return simplifyRepeat(s, re.min, re.max, re.nongreedy)
+		return simplifyRepeat(s, re.min, re.max, re.flags)
 	}
 	return re
 }
 
-func simplifyRepeat(x *node, lo, hi int, ng bool) *node {
+// simplifyRepeat is x{lo,hi} (hi -1: no maximum) as RE2 writes it with
+// x*, x+ and x? (SimplifyRepeat).
+func simplifyRepeat(x *node, lo, hi int, f syntax.Flags) *node {
 	allEmpty := x.isEmptyWidth()
 	if x.op == opConcat || x.op == opAlternate {
 		allEmpty = true
@@ -487,15 +499,15 @@ func simplifyRepeat(x *node, lo, hi int, ng bool) *node {
 	if hi == -1 {
 		switch lo {
 		case 0:
-			return &node{op: opStar, nongreedy: ng, sub: []*node{x}}
+			return starPlusQuest(opStar, x, f)
 		case 1:
-			return &node{op: opPlus, nongreedy: ng, sub: []*node{x}}
+			return starPlusQuest(opPlus, x, f)
 		}
 		subs := make([]*node, 0, lo)
 		for i := 0; i < lo-1; i++ {
 			subs = append(subs, x)
 		}
-		subs = append(subs, &node{op: opPlus, nongreedy: ng, sub: []*node{x}})
+		subs = append(subs, starPlusQuest(opPlus, x, f))
 		return &node{op: opConcat, sub: subs}
 	}
 	if lo == 0 && hi == 0 {
@@ -513,9 +525,9 @@ func simplifyRepeat(x *node, lo, hi int, ng bool) *node {
 		nre = &node{op: opConcat, sub: subs}
 	}
 	if hi > lo {
-		suf := &node{op: opQuest, nongreedy: ng, sub: []*node{x}}
+		suf := starPlusQuest(opQuest, x, f)
 		for i := lo + 1; i < hi; i++ {
-			suf = &node{op: opQuest, nongreedy: ng, sub: []*node{{op: opConcat, sub: []*node{x, suf}}}}
+			suf = starPlusQuest(opQuest, &node{op: opConcat, sub: []*node{x, suf}}, f)
 		}
 		if nre == nil {
 			nre = suf

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xdsbridge/xdsbridge/config/decode"
+	"github.com/xdsbridge/xdsbridge/policy/re2"
 )
 
 // FieldError is a problem with one field of a policy. Path leads from the
@@ -325,9 +326,16 @@ func (c *checker) route(p []string, r *Route, self *Service) {
 	for i, h := range m.Headers {
 		c.header(sub(p, fmt.Sprintf("match.headers[%d]", i)), h)
 	}
+	methodsOK := true
 	for i, meth := range m.Methods {
 		if !methodName.MatchString(meth) {
 			c.add(p, fmt.Sprintf("match.methods[%d]", i), "%q is not an HTTP method (upper case, as GET)", meth)
+			methodsOK = false
+		}
+	}
+	if methodsOK && len(m.Methods) > 1 {
+		if err := re2.Check(MethodsRegex(m.Methods), re2.DefaultMaxProgramSize); err != nil {
+			c.add(p, "match.methods", "%d methods: Envoy matches them with one regex, and %v: %s", len(m.Methods), err, envoyRefusesRoutes)
 		}
 	}
 	for i, q := range m.QueryParameters {
@@ -375,14 +383,39 @@ func (c *checker) regex(p []string, field, re string) {
 	if re == "" {
 		return
 	}
+	if err := RegexError(re); err != nil {
+		c.add(p, field, "%v", err)
+	}
+}
+
+// RegexError says why gRPC clients or Envoy would refuse the regex re,
+// or is nil. gRPC clients compile it with Go's regexp, Envoy with RE2
+// (see package re2), each refusing with it the whole route
+// configuration.
+func RegexError(re string) error {
 	if len(re) > MaxRegexBytes {
-		c.add(p, field, "%d bytes; at most %d", len(re), MaxRegexBytes)
-		return
+		return fmt.Errorf("%d bytes; at most %d", len(re), MaxRegexBytes)
 	}
-	// Go's regexp is RE2's syntax, which Envoy and gRPC use.
 	if _, err := regexp.Compile(re); err != nil {
-		c.add(p, field, "%q: %v", re, err)
+		return fmt.Errorf("%q: %v", re, err)
 	}
+	if err := re2.Check(re, re2.DefaultMaxProgramSize); err != nil {
+		return fmt.Errorf("%q: %v: %s", re, err, envoyRefusesRoutes)
+	}
+	return nil
+}
+
+// envoyRefusesRoutes says what a regex Envoy refuses costs.
+const envoyRefusesRoutes = "Envoy would refuse the service's whole route configuration"
+
+// MethodsRegex is the regex that matches any of several methods (Envoy
+// matches :method with it).
+func MethodsRegex(methods []string) string {
+	alts := make([]string, len(methods))
+	for i, meth := range methods {
+		alts[i] = regexp.QuoteMeta(meth)
+	}
+	return strings.Join(alts, "|")
 }
 
 func (c *checker) header(p []string, h HeaderMatch) {

@@ -63,10 +63,22 @@ type frag struct {
 }
 
 type compiler struct {
-	inst []inst
+	inst     []inst
+	tooLarge bool
 }
 
+// maxInst bounds the instructions compiled. RE2 stops at about 700,000
+// with the memory Envoy gives it ("pattern too large - compile
+// failed"); a program this large is far over any program size limit.
+const maxInst = 1 << 19
+
 func (c *compiler) alloc(in inst) int {
+	if len(c.inst) >= maxInst {
+		// Keep going on instruction 0 (the fail instruction): the
+		// result is thrown away.
+		c.tooLarge = true
+		return 0
+	}
 	c.inst = append(c.inst, in)
 	return len(c.inst) - 1
 }
@@ -207,6 +219,9 @@ func foldsASCII(ranges []rune) bool {
 }
 
 func (c *compiler) compile(n *node) frag {
+	if c.tooLarge {
+		return frag{}
+	}
 	switch n.op {
 	case opNoMatch:
 		return frag{}
@@ -259,10 +274,18 @@ func (c *compiler) compile(n *node) frag {
 }
 
 // programSize compiles re as RE2::Init does and counts the flattened
-// program.
-func programSize(re *node) int {
+// program; -1 when it has more than maxInst instructions. With limit > 0,
+// a program certainly larger than limit (see lowerBound) is not compiled:
+// the count returned is then a lower bound, and exact false.
+func programSize(re *node, limit int) (n int, exact bool) {
 	re = requiredPrefix(re)
 	re = simplify(coalesce(re))
+	if limit > 0 {
+		// Less the anchors, which the compiler may take out.
+		if n := lowerBound(re, map[*node]int{}) - 2; n > limit {
+			return n, false
+		}
+	}
 	re, anchorStart := anchor(re, 0, true)
 	re, _ = anchor(re, 0, false)
 	c := &compiler{inst: []inst{{op: iFail}}}
@@ -275,11 +298,67 @@ func programSize(re *node) int {
 		all = c.cat(c.star(any, true), all)
 	}
 	startUnanchored := all.begin
+	if c.tooLarge {
+		return -1, true
+	}
 	if start == 0 && startUnanchored == 0 {
-		return 1
+		return 1, true
 	}
 	c.optimize(start)
-	return c.flatten(start, startUnanchored)
+	return c.flatten(start, startUnanchored), true
+}
+
+// lowerBound is at most the number of instructions the flattened
+// program of a simplified re holds, less its match instruction: each
+// byte range, capture and empty-width instruction that can be reached is
+// emitted once; a literal is a byte range per character, a class at least
+// one, a capture two. A part that matches nothing (0, -1 here) compiles
+// to nothing reachable. It takes time in the size of the tree, not of the
+// program (x{1000} is one node used 1000 times), and lets Check refuse a
+// huge program without building it.
+func lowerBound(re *node, memo map[*node]int) int {
+	if n, ok := memo[re]; ok {
+		return n
+	}
+	n := 0
+	switch re.op {
+	case opNoMatch:
+		n = -1
+	case opLiteral:
+		n = len(re.runes)
+	case opClass:
+		n = 1
+		if len(re.ranges) == 0 {
+			n = -1
+		}
+	case opAnyChar, opAnyByte, opBeginLine, opEndLine, opBeginText, opEndText, opWordBoundary, opNoWordBoundary:
+		n = 1
+	case opCapture, opPlus:
+		n = lowerBound(re.sub[0], memo)
+		if n >= 0 && re.op == opCapture {
+			n += 2
+		}
+	case opStar, opQuest:
+		n = max(lowerBound(re.sub[0], memo), 0)
+	case opConcat:
+		for _, s := range re.sub {
+			k := lowerBound(s, memo)
+			if k < 0 {
+				n = -1
+				break
+			}
+			n += k
+		}
+	case opAlternate:
+		n = -1
+		for _, s := range re.sub {
+			if k := lowerBound(s, memo); k >= 0 {
+				n = max(n, 0) + k
+			}
+		}
+	}
+	memo[re] = n
+	return n
 }
 
 // requiredPrefix drops a leading ^literal (RE2 matches it apart).

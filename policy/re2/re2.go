@@ -44,22 +44,37 @@ func (e *Error) Error() string { return e.Msg }
 // compiles pattern to, as Envoy's RE2 counts them, or an *Error when RE2
 // does not parse it.
 func ProgramSize(pattern string) (int, error) {
+	n, _, err := programSizeUpTo(pattern, 0)
+	return n, err
+}
+
+// programSizeUpTo is ProgramSize, or for a large program certainly over
+// limit (> 0) a lower bound of its size (exact false).
+func programSizeUpTo(pattern string, limit int) (n int, exact bool, err error) {
 	re, err := parse(pattern)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	return programSize(re), nil
+	n, exact = programSize(re, limit)
+	if n < 0 {
+		return 0, false, &Error{Msg: "pattern too large - compile failed"}
+	}
+	return n, exact, nil
 }
 
 // Check returns nil when Envoy accepts pattern with a program size limit
 // of max, else an error saying why it is refused.
 func Check(pattern string, max int) error {
-	n, err := ProgramSize(pattern)
+	n, exact, err := programSizeUpTo(pattern, max)
 	if err != nil {
 		return fmt.Errorf("RE2 refuses it: %w", err)
 	}
 	if n > max {
-		return fmt.Errorf("its RE2 program has %d instructions; Envoy refuses more than %d (re2.max_program_size.error_level)", n, max)
+		atLeast := ""
+		if !exact {
+			atLeast = "at least "
+		}
+		return fmt.Errorf("its RE2 program has %s%d instructions; Envoy refuses more than %d (re2.max_program_size.error_level)", atLeast, n, max)
 	}
 	return nil
 }

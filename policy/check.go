@@ -56,6 +56,9 @@ const (
 	MaxHeaderMatches = 32
 	MaxRingSize      = 8 * 1024 * 1024 // Envoy's bound on maximum_ring_size
 	MaxRegexBytes    = 4096
+	// DefaultBaseEjectionTime is Envoy's outlier_detection
+	// base_ejection_time when left out.
+	DefaultBaseEjectionTime = 30 * time.Second
 	// MaxRetries is gRPC's bound on attempts (5) less the first one:
 	// more are accepted and mean 4 to gRPC clients.
 	MaxRetries = 100
@@ -67,6 +70,8 @@ var (
 	// headerName is an HTTP field name (RFC 9110 token) or an HTTP/2
 	// pseudo-header.
 	headerName = regexp.MustCompile("^:?[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$")
+	// cookieName is an RFC 6265 cookie-name (an RFC 9110 token).
+	cookieName = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$")
 )
 
 // GRPCRetryOn are the retry conditions gRPC clients honour (gRFC A44).
@@ -152,6 +157,16 @@ func (c *checker) service(p []string, s *Service) {
 		c.duration(q, "max_ejection_time", od.MaxEjectionTime, time.Millisecond)
 		c.percent(q, "max_ejection_percent", od.MaxEjectionPercent)
 		c.percent(q, "enforcing_consecutive_5xx", od.EnforcingConsecutive5xx)
+		// Envoy refuses the cluster when max_ejection_time is below
+		// base_ejection_time (default 30s); a max left out is
+		// max(300s, base).
+		base := od.BaseEjectionTime.D()
+		if base == 0 {
+			base = DefaultBaseEjectionTime
+		}
+		if m := od.MaxEjectionTime.D(); m != 0 && m < base {
+			c.add(q, "max_ejection_time", "%v < base_ejection_time %v (Envoy refuses a maximum below the base; the base defaults to %v)", m, base, DefaultBaseEjectionTime)
+		}
 	}
 	if t := s.TLS; t != nil {
 		if t.SNI != "" && !validHost(t.SNI) {
@@ -284,6 +299,11 @@ func (c *checker) loadBalancer(p []string, lb *LoadBalancer) {
 			n++
 			if h.Cookie.Name == "" {
 				c.add(p, f+".cookie.name", "required")
+			} else if !cookieName.MatchString(h.Cookie.Name) {
+				c.add(p, f+".cookie.name", "%q is not a cookie name (RFC 6265: letters, digits and !#$%%&'*+-.^_`|~)", h.Cookie.Name)
+			}
+			if i := strings.IndexFunc(h.Cookie.Path, func(r rune) bool { return isControl(r) || r == ';' }); i >= 0 {
+				c.add(p, f+".cookie.path", "%q: byte %d (%q) cannot be in a Set-Cookie path", h.Cookie.Path, i, h.Cookie.Path[i])
 			}
 			c.duration(sub(p, f), "cookie.ttl", h.Cookie.TTL, time.Second)
 		}
@@ -373,6 +393,11 @@ func (c *checker) route(p []string, r *Route, self *Service) {
 		c.target(p, "destination", *r.Destination, self)
 	}
 	c.splits(p, "split", r.Split, self)
+	if r.PrefixRewrite != "" {
+		if msg := pathProblem(r.PrefixRewrite); msg != "" {
+			c.add(p, "prefix_rewrite", "%q: %s", r.PrefixRewrite, msg)
+		}
+	}
 	c.duration(p, "timeout", r.Timeout, time.Millisecond)
 	if r.Retry != nil {
 		c.retry(sub(p, "retry"), r.Retry)
@@ -451,22 +476,45 @@ func (c *checker) splits(p []string, field string, splits []Split, self *Service
 		c.add(p, field, "%d shares; at most %d", len(splits), MaxSplits)
 	}
 	var sum float64
+	valid := true
 	for i, s := range splits {
 		f := fmt.Sprintf("%s[%d]", field, i)
 		switch {
 		case !(s.Weight >= 0 && s.Weight <= 100):
 			c.add(p, f+".weight", "%v is not a percentage (0..100)", s.Weight)
+			valid = false
 		case math.Abs(s.Weight*100-math.Round(s.Weight*100)) > 1e-6:
 			c.add(p, f+".weight", "%v: at most 2 decimals", s.Weight)
+			valid = false
 		default:
 			sum += s.Weight
 		}
 		c.target(p, f, Target{Service: s.Service, Subset: s.Subset}, self)
 	}
-	if sum == 0 {
-		c.add(p, field, "the weights add up to 0: at least one must be above 0")
+	// Weights are percentages of the requests, and must add up to 100
+	// as in Consul's service-splitter (in hundredths: two decimals).
+	if valid && math.Round(sum*100) != 100*100 {
+		c.add(p, field, "the weights add up to %v; they must add up to 100 (each is the percentage of the requests that share takes)", math.Round(sum*100)/100)
 	}
 }
+
+// pathProblem says why s cannot begin a request path (a prefix_rewrite),
+// or is "": it must start with / and hold only visible ASCII (anything
+// else percent-encoded), as Envoy sends it in the :path header.
+func pathProblem(s string) string {
+	if !strings.HasPrefix(s, "/") {
+		return "must start with /"
+	}
+	for i := 0; i < len(s); i++ {
+		if b := s[i]; b <= ' ' || b >= 0x7f {
+			return fmt.Sprintf("byte %d (0x%02x) cannot be in a request path: write it percent-encoded", i, b)
+		}
+	}
+	return ""
+}
+
+// isControl reports whether r is an ASCII control character.
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 func (c *checker) retry(p []string, r *Retry) {
 	if len(r.On) == 0 {
@@ -512,7 +560,7 @@ func checkDomain(d string) string {
 		return "at most one *, first or last"
 	case len(d) > 2 && strings.Contains(d[1:len(d)-1], "*"):
 		return "* only first or last"
-	case strings.ContainsAny(d, " /\t\r\n"):
+	case strings.ContainsAny(d, " /") || strings.ContainsFunc(d, isControl):
 		return "not a host name"
 	}
 	return ""

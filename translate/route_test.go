@@ -143,7 +143,7 @@ split:
 routes:
   - match: {prefix: /canary/}
     split:
-      - {weight: 50, service: other}
+      - {weight: 49.99, service: other}
       - {weight: 25.25, service: other, subset: blue}
       - {weight: 0, subset: v2}
       - {weight: 24.75}

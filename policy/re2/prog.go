@@ -273,16 +273,21 @@ func (c *compiler) compile(n *node) frag {
 	return frag{}
 }
 
+// exactUpTo is the size up to which programSize counts exactly, even
+// with a limit (a program that size takes a millisecond).
+const exactUpTo = 10000
+
 // programSize compiles re as RE2::Init does and counts the flattened
 // program; -1 when it has more than maxInst instructions. With limit > 0,
-// a program certainly larger than limit (see lowerBound) is not compiled:
-// the count returned is then a lower bound, and exact false.
+// a program certainly larger than limit and than exactUpTo (see
+// lowerBound) is not compiled: the count returned is then a lower bound,
+// and exact false.
 func programSize(re *node, limit int) (n int, exact bool) {
 	re = requiredPrefix(re)
 	re = simplify(coalesce(re))
 	if limit > 0 {
 		// Less the anchors, which the compiler may take out.
-		if n := lowerBound(re, map[*node]int{}) - 2; n > limit {
+		if n := lowerBound(re, map[*node]int{}) - 2; n > limit && n > exactUpTo {
 			return n, false
 		}
 	}

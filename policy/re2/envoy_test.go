@@ -128,17 +128,31 @@ func compareWithEnvoy(t *testing.T, answers []goldenEntry) int {
 }
 
 // The golden file is Envoy's answer today: re-derived from the real
-// Envoy (about 20 s). XDSBRIDGE_RE2_GOLDEN_UPDATE=1 rewrites it from
-// Envoy's answers.
+// Envoy. Each regex Envoy refuses costs a run of its own, so by default
+// two of each kind of refusal are asked (about 10 s in all);
+// XDSBRIDGE_RE2_GOLDEN_ALL=1 asks them all, and
+// XDSBRIDGE_RE2_GOLDEN_UPDATE=1 rewrites the file from Envoy's answers.
 func TestGoldenAgainstEnvoy(t *testing.T) {
 	envoy := requireEnvoy(t)
-	golden := readGolden(t)
+	update := os.Getenv("XDSBRIDGE_RE2_GOLDEN_UPDATE") == "1"
+	all := update || os.Getenv("XDSBRIDGE_RE2_GOLDEN_ALL") == "1"
+	var golden []goldenEntry
+	kinds := map[string]int{}
+	for _, e := range readGolden(t) {
+		if e.Error != "" && !all {
+			kind, _, _ := strings.Cut(e.Error, ":")
+			if kinds[kind]++; kinds[kind] > 2 {
+				continue
+			}
+		}
+		golden = append(golden, e)
+	}
 	regexes := make([]string, len(golden))
 	for i, e := range golden {
 		regexes[i] = e.Regex
 	}
 	answers := askEnvoy(t, envoy, regexes)
-	if os.Getenv("XDSBRIDGE_RE2_GOLDEN_UPDATE") == "1" {
+	if update {
 		var b strings.Builder
 		for _, e := range answers {
 			line, err := json.Marshal(e)

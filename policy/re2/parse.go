@@ -2,6 +2,7 @@ package re2
 
 import (
 	"errors"
+	"fmt"
 	"regexp/syntax"
 	"strings"
 	"unicode/utf8"
@@ -71,17 +72,17 @@ func (n *node) isEmptyWidth() bool {
 // backreferences, \Z, \G, \e, (?x)) RE2 and Go agree on, as the golden
 // file from Envoy checks.
 func parse(pattern string) (*node, error) {
-	if err := scanEscapes(pattern); err != nil {
+	pre, err := preprocess(pattern)
+	if err != nil {
 		return nil, err
 	}
-	// One character per byte; bytes above ASCII as private-use characters
-	// (no case folding: RE2 folds only ASCII letters in Latin-1), \C as
-	// a private-use character of its own.
+	// One character per byte; bytes above ASCII as stand-ins (no case
+	// folding: RE2 folds only ASCII letters in Latin-1).
 	var b strings.Builder
-	for i := 0; i < len(pattern); i++ {
-		b.WriteRune(fromByte(pattern[i]))
+	for i := 0; i < len(pre); i++ {
+		b.WriteRune(fromByte(pre[i]))
 	}
-	s := replaceAnyByte(b.String())
+	s := b.String()
 	re, err := syntax.Parse(s, syntax.Perl)
 	if err != nil {
 		var se *syntax.Error
@@ -94,11 +95,12 @@ func parse(pattern string) (*node, error) {
 }
 
 // highBase is where bytes 0x80 to 0xFF are moved for Go's parser: a
-// block of the private use area, without case folding.
-const highBase = 0xF780
+// block of unassigned characters (plane 14), which no Unicode class RE2
+// knows holds and which have no case folding.
+const highBase = 0xEFF00
 
-// anyByte stands for \C in what Go's parser reads.
-const anyByte = 0xF700
+// anyByte stands for \C in what Go's parser reads (unassigned too).
+const anyByte = 0xEFE00
 
 func fromByte(c byte) rune {
 	if c < 0x80 {
@@ -131,10 +133,18 @@ func latin1(s string) string {
 	return string(b)
 }
 
-// scanEscapes refuses, as RE2 does, a \x{...} or octal escape above
-// maxRune and a \C in a class, with RE2's error text ("invalid escape sequence: \x{100",
-// up to the digit that went over).
-func scanEscapes(p string) error {
+// preprocess refuses what RE2 refuses and Go's parser would accept, and
+// rewrites what Go's parser would read otherwise than RE2, into a pattern
+// for Go's parser (still one byte a character):
+//   - a \x{...} or octal escape above maxRune is refused with RE2's
+//     error text ("invalid escape sequence: \x{100", up to the digit
+//     that went over), as is \C in a class;
+//   - \C elsewhere becomes anyByte;
+//   - \p{Name}, \pN, \P and \p{^Name} become the class's Latin-1
+//     content (see group), or are refused when RE2 does not know the
+//     name ("invalid character class range: \p{Name}").
+func preprocess(p string) (string, error) {
+	var b strings.Builder
 	inClass := false
 	for i := 0; i < len(p); i++ {
 		c := p[i]
@@ -147,16 +157,18 @@ func scanEscapes(p string) error {
 				j++
 			}
 			if j < len(p) && p[j] == ']' {
-				i = j
+				j++
+			} else {
+				j = i + 1
 			}
-			if strings.HasPrefix(p[i+1:], "[:") {
-				if k := strings.Index(p[i+1:], ":]"); k >= 0 {
-					i += k + 2
-				}
-			}
+			b.WriteString(p[i:j])
+			i = j - 1
+			continue
 		case c == '[' && inClass && strings.HasPrefix(p[i:], "[:"):
 			if k := strings.Index(p[i:], ":]"); k >= 0 {
+				b.WriteString(p[i : i+k+2])
 				i += k + 1
+				continue
 			}
 		case c == ']' && inClass:
 			inClass = false
@@ -165,25 +177,28 @@ func scanEscapes(p string) error {
 			i++
 			switch p[i] {
 			case 'Q':
-				if inClass {
+				if !inClass {
+					end := len(p)
+					if k := strings.Index(p[i:], `\E`); k >= 0 {
+						end = i + k + 2
+					}
+					b.WriteString(p[start:end])
+					i = end - 1
 					continue
-				}
-				if k := strings.Index(p[i:], `\E`); k >= 0 {
-					i += k + 1
-				} else {
-					i = len(p)
 				}
 			case 'C':
 				if inClass {
-					return &Error{Msg: `invalid escape sequence: \C`}
+					return "", &Error{Msg: `invalid escape sequence: \C`}
 				}
+				fmt.Fprintf(&b, `\x{%x}`, anyByte)
+				continue
 			case '0', '1', '2', '3', '4', '5', '6', '7':
 				v, j := 0, i
 				for ; j < len(p) && j < i+3 && '0' <= p[j] && p[j] <= '7'; j++ {
 					v = v*8 + int(p[j]-'0')
 				}
 				if v > maxRune {
-					return &Error{Msg: "invalid escape sequence: " + p[start:j]}
+					return "", &Error{Msg: "invalid escape sequence: " + p[start:j]}
 				}
 			case 'x':
 				if i+1 < len(p) && p[i+1] == '{' {
@@ -191,54 +206,98 @@ func scanEscapes(p string) error {
 					for j := i + 2; j < len(p) && isHex(p[j]); j++ {
 						v = v*16 + unhex(p[j])
 						if v > maxRune {
-							return &Error{Msg: "invalid escape sequence: " + p[start:j+1]}
+							return "", &Error{Msg: "invalid escape sequence: " + p[start:j+1]}
 						}
 					}
 				}
-			}
-		}
-	}
-	return nil
-}
-
-// replaceAnyByte rewrites \C outside classes and \Q...\E as anyByte.
-func replaceAnyByte(s string) string {
-	if !strings.Contains(s, `\C`) {
-		return s
-	}
-	var b strings.Builder
-	inClass, quoted := false, false
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case quoted:
-			if strings.HasPrefix(s[i:], `\E`) {
-				quoted = false
-				b.WriteString(`\E`)
-				i++
+			case 'p', 'P':
+				end, name := i+1, ""
+				switch {
+				case end < len(p) && p[end] == '{':
+					if k := strings.IndexByte(p[end:], '}'); k >= 0 {
+						name, end = p[end+1:end+k], end+k+1
+					}
+				case end < len(p):
+					name, end = p[end:end+1], end+1
+				}
+				if name == "" {
+					break // Go's parser refuses it too
+				}
+				neg := p[i] == 'P'
+				if strings.HasPrefix(name, "^") {
+					neg, name = !neg, name[1:]
+				}
+				ranges, ok := group(name)
+				if !ok {
+					return "", &Error{Msg: "invalid character class range: " + p[start:end]}
+				}
+				b.WriteString(groupClass(ranges, neg, inClass))
+				i = end - 1
 				continue
 			}
-		case c == '\\' && i+1 < len(s):
-			switch {
-			case s[i+1] == 'Q' && !inClass:
-				quoted = true
-			case s[i+1] == 'C' && !inClass:
-				b.WriteRune(anyByte)
-				i++
-				continue
-			}
-			b.WriteByte(c)
-			b.WriteByte(s[i+1])
-			i++
+			b.WriteString(p[start : i+1])
 			continue
-		case c == '[' && !inClass:
-			inClass = true
-		case c == ']' && inClass:
-			inClass = false
 		}
 		b.WriteByte(c)
 	}
-	return b.String()
+	return b.String(), nil
+}
+
+// groupClass writes Latin-1 ranges for Go's parser, bytes above ASCII as
+// their stand-ins: as a class, or as ranges to go in one (inClass). A
+// negated group in a class is written as its complement among the bytes.
+func groupClass(ranges []rune, neg, inClass bool) string {
+	if neg && inClass {
+		var in [maxRune + 1]bool
+		for i := 0; i+1 < len(ranges); i += 2 {
+			for r := ranges[i]; r <= ranges[i+1]; r++ {
+				in[r] = true
+			}
+		}
+		var out []rune
+		for r := rune(0); r <= maxRune; r++ {
+			if in[r] {
+				continue
+			}
+			if n := len(out); n > 0 && out[n-1] == r-1 {
+				out[n-1] = r
+			} else {
+				out = append(out, r, r)
+			}
+		}
+		ranges, neg = out, false
+	}
+	var b strings.Builder
+	esc := func(r rune) { fmt.Fprintf(&b, `\x{%x}`, fromByte(byte(r))) }
+	for i := 0; i+1 < len(ranges); i += 2 {
+		lo, hi := ranges[i], ranges[i+1]
+		if lo < 0x80 && hi >= 0x80 { // split where the stand-ins begin
+			esc(lo)
+			b.WriteByte('-')
+			esc(0x7f)
+			lo = 0x80
+		}
+		esc(lo)
+		b.WriteByte('-')
+		esc(hi)
+	}
+	if b.Len() == 0 {
+		// Nothing: a character no byte stands for.
+		switch {
+		case inClass:
+			return `\x{10fffe}`
+		case neg:
+			return `[\x{0}-\x{10ffff}]`
+		}
+		return `[^\x{0}-\x{10ffff}]`
+	}
+	switch {
+	case inClass:
+		return b.String()
+	case neg:
+		return "[^" + b.String() + "]"
+	}
+	return "[" + b.String() + "]"
 }
 
 func isHex(c byte) bool {
@@ -274,12 +333,17 @@ func convert(re *syntax.Regexp) *node {
 			}
 		}
 		for _, r := range re.Rune {
-			if r == anyByte {
+			switch r = toByte(r); {
+			case r == anyByte:
 				flush()
 				subs = append(subs, &node{op: opAnyByte})
 				continue
+			case r > maxRune: // from an empty group (groupClass)
+				flush()
+				subs = append(subs, &node{op: opNoMatch})
+				continue
 			}
-			lit = append(lit, toByte(r))
+			lit = append(lit, r)
 		}
 		flush()
 		if len(subs) == 1 {

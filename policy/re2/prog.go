@@ -64,6 +64,7 @@ type frag struct {
 
 type compiler struct {
 	inst     []inst
+	max      int // instructions compiled at most (maxInst, or checkInst)
 	tooLarge bool
 }
 
@@ -72,8 +73,14 @@ type compiler struct {
 // failed"); a program this large is far over any program size limit.
 const maxInst = 1 << 19
 
+// checkInst bounds the instructions compiled to check a program against
+// a limit: beyond, the regex is refused without its size. Only parts
+// that match nothing ([^\x00-\xff]* compiles to an instruction that
+// flattening drops) can make that many for a program within the limit.
+func checkInst(limit int) int { return max(exactUpTo, 64*limit) }
+
 func (c *compiler) alloc(in inst) int {
-	if len(c.inst) >= maxInst {
+	if len(c.inst) >= c.max {
 		// Keep going on instruction 0 (the fail instruction): the
 		// result is thrown away.
 		c.tooLarge = true
@@ -207,6 +214,17 @@ func (c *compiler) class(ranges []rune) frag {
 	return f
 }
 
+// classRanges is how many byte ranges a class compiles to (see class).
+func classRanges(ranges []rune) int {
+	fold, n := foldsASCII(ranges), 0
+	for i := 0; i+1 < len(ranges); i += 2 {
+		if !(fold && 'A' <= ranges[i] && ranges[i+1] <= 'Z') {
+			n++
+		}
+	}
+	return n
+}
+
 // foldsASCII reports whether every ASCII letter of the class comes with
 // its other case (RE2's CharClass::FoldsASCII).
 func foldsASCII(ranges []rune) bool {
@@ -281,19 +299,25 @@ const exactUpTo = 10000
 // program; -1 when it has more than maxInst instructions. With limit > 0,
 // a program certainly larger than limit and than exactUpTo (see
 // lowerBound) is not compiled: the count returned is then a lower bound,
-// and exact false.
+// and exact false; as it is when the program compiles to more than
+// checkInst(limit) instructions, or -2 if not certainly over limit.
 func programSize(re *node, limit int) (n int, exact bool) {
 	re = requiredPrefix(re)
 	re = simplify(coalesce(re))
+	lb := 0
 	if limit > 0 {
 		// Less the anchors, which the compiler may take out.
-		if n := lowerBound(re, map[*node]int{}) - 2; n > limit && n > exactUpTo {
-			return n, false
+		lb = lowerBound(re, map[*node]int{}) - 2
+		if lb > limit && lb > exactUpTo {
+			return lb, false
 		}
 	}
 	re, anchorStart := anchor(re, 0, true)
 	re, _ = anchor(re, 0, false)
-	c := &compiler{inst: []inst{{op: iFail}}}
+	c := &compiler{inst: []inst{{op: iFail}}, max: maxInst}
+	if limit > 0 {
+		c.max = checkInst(limit)
+	}
 	all := c.compile(re)
 	m := c.alloc(inst{op: iMatch})
 	all = c.cat(all, frag{m, nil, false})
@@ -303,7 +327,12 @@ func programSize(re *node, limit int) (n int, exact bool) {
 		all = c.cat(c.star(any, true), all)
 	}
 	startUnanchored := all.begin
-	if c.tooLarge {
+	switch {
+	case c.tooLarge && lb > limit:
+		return lb, false
+	case c.tooLarge && limit > 0:
+		return -2, false
+	case c.tooLarge:
 		return -1, true
 	}
 	if start == 0 && startUnanchored == 0 {
@@ -316,8 +345,8 @@ func programSize(re *node, limit int) (n int, exact bool) {
 // lowerBound is at most the number of instructions the flattened
 // program of a simplified re holds, less its match instruction: each
 // byte range, capture and empty-width instruction that can be reached is
-// emitted once; a literal is a byte range per character, a class at least
-// one, a capture two. A part that matches nothing (0, -1 here) compiles
+// emitted once; a literal is a byte range per character, a class one per
+// range, a capture two. A part that matches nothing (0, -1 here) compiles
 // to nothing reachable. It takes time in the size of the tree, not of the
 // program (x{1000} is one node used 1000 times), and lets Check refuse a
 // huge program without building it.
@@ -332,7 +361,7 @@ func lowerBound(re *node, memo map[*node]int) int {
 	case opLiteral:
 		n = len(re.runes)
 	case opClass:
-		n = 1
+		n = classRanges(re.ranges)
 		if len(re.ranges) == 0 {
 			n = -1
 		}
@@ -686,30 +715,32 @@ func (c *compiler) isMatch(id int) bool {
 	}
 }
 
-// orderedSet is an insertion-ordered set of instruction ids.
-type orderedSet struct {
-	ids []int
-	has map[int]bool
+// flattener holds Prog::Flatten's bookkeeping, indexed by instruction.
+type flattener struct {
+	c      *compiler
+	isRoot []bool
+	roots  []int // in the order found, as RE2's rootmap
+	stamp  []int // the list walk that last saw each instruction
+	walk   int
+	seen   []int // the instructions the current walk saw
 }
 
-func (s *orderedSet) add(id int) {
-	if s.has == nil {
-		s.has = map[int]bool{}
-	}
-	if !s.has[id] {
-		s.has[id] = true
-		s.ids = append(s.ids, id)
+func (f *flattener) addRoot(id int) {
+	if !f.isRoot[id] {
+		f.isRoot[id] = true
+		f.roots = append(f.roots, id)
 	}
 }
 
 // flatten counts the instructions of the flattened program (Prog::Flatten).
 func (c *compiler) flatten(start, startUnanchored int) int {
-	var roots orderedSet
-	roots.add(0)
-	roots.add(startUnanchored)
-	roots.add(start)
-	preds := map[int][]int{}
-	reach := map[int]bool{}
+	n := len(c.inst)
+	f := &flattener{c: c, isRoot: make([]bool, n), stamp: make([]int, n)}
+	f.addRoot(0)
+	f.addRoot(startUnanchored)
+	f.addRoot(start)
+	preds := make([][]int, n)
+	reach := make([]bool, n)
 	stk := []int{startUnanchored}
 	for len(stk) > 0 {
 		id := stk[len(stk)-1]
@@ -725,7 +756,7 @@ func (c *compiler) flatten(start, startUnanchored int) int {
 				id = in.out
 				continue
 			case iByteRange, iCapture, iEmptyWidth:
-				roots.add(in.out)
+				f.addRoot(in.out)
 				id = in.out
 				continue
 			case iNop:
@@ -736,33 +767,35 @@ func (c *compiler) flatten(start, startUnanchored int) int {
 		}
 	}
 	// Mark dominators, highest id first, over the roots found so far.
-	sorted := append([]int(nil), roots.ids...)
+	sorted := append([]int(nil), f.roots...)
 	sort.Ints(sorted)
 	for i := len(sorted) - 1; i > 0; i-- {
 		root := sorted[i]
 		if root == startUnanchored || root == start {
 			continue
 		}
-		seen := c.reachList(root, &roots, nil)
-		for _, id := range seen.ids {
+		f.list(root, nil)
+		for _, id := range f.seen {
 			for _, p := range preds[id] {
-				if !seen.has[p] {
-					roots.add(id)
+				if f.stamp[p] != f.walk {
+					f.addRoot(id)
 				}
 			}
 		}
 	}
-	n := 0
-	for _, root := range roots.ids {
-		c.reachList(root, &roots, &n)
+	count := 0
+	for i := 0; i < len(f.roots); i++ {
+		f.list(f.roots[i], &count)
 	}
-	return n
+	return count
 }
 
-// reachList walks the list from root as MarkDominator and EmitList do,
-// counting into count the instructions EmitList would emit.
-func (c *compiler) reachList(root int, roots *orderedSet, count *int) orderedSet {
-	var seen orderedSet
+// list walks the list from root as MarkDominator and EmitList do (f.seen
+// holds what it saw), counting into count the instructions EmitList
+// would emit.
+func (f *flattener) list(root int, count *int) {
+	f.walk++
+	f.seen = f.seen[:0]
 	emit := func() {
 		if count != nil {
 			*count++
@@ -772,18 +805,14 @@ func (c *compiler) reachList(root int, roots *orderedSet, count *int) orderedSet
 	for len(stk) > 0 {
 		id := stk[len(stk)-1]
 		stk = stk[:len(stk)-1]
-		for {
-			if seen.has[id] {
+		for f.stamp[id] != f.walk {
+			f.stamp[id] = f.walk
+			f.seen = append(f.seen, id)
+			if id != root && f.isRoot[id] {
+				emit() // a Nop jumping to that list
 				break
 			}
-			seen.add(id)
-			if id != root && roots.has[id] {
-				if count != nil {
-					emit() // a Nop jumping to that list
-				}
-				break
-			}
-			in := c.inst[id]
+			in := f.c.inst[id]
 			if in.op == iAltMatch {
 				emit()
 			}
@@ -800,5 +829,4 @@ func (c *compiler) reachList(root int, roots *orderedSet, count *int) orderedSet
 			break
 		}
 	}
-	return seen
 }

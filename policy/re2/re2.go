@@ -25,12 +25,19 @@
 // TestGoldenAgainstEnvoy).
 package re2
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // DefaultMaxProgramSize is Envoy's default
 // re2.max_program_size.error_level: a regex whose program has more
 // instructions is refused.
 const DefaultMaxProgramSize = 100
+
+// errTooLargeToCount refuses a regex that compiles to more instructions
+// than are counted against a limit (see checkInst).
+var errTooLargeToCount = errors.New("it compiles to too many instructions to count (parts of it match nothing)")
 
 // Error is a regex RE2 refuses, with RE2's own wording where it has one
 // (Envoy passes RE2's message through).
@@ -56,8 +63,11 @@ func programSizeUpTo(pattern string, limit int) (n int, exact bool, err error) {
 		return 0, false, err
 	}
 	n, exact = programSize(re, limit)
-	if n < 0 {
+	switch n {
+	case -1:
 		return 0, false, &Error{Msg: "pattern too large - compile failed"}
+	case -2:
+		return 0, false, errTooLargeToCount
 	}
 	return n, exact, nil
 }
@@ -66,6 +76,9 @@ func programSizeUpTo(pattern string, limit int) (n int, exact bool, err error) {
 // of max, else an error saying why it is refused.
 func Check(pattern string, max int) error {
 	n, exact, err := programSizeUpTo(pattern, max)
+	if err == errTooLargeToCount {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("RE2 refuses it: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -76,5 +77,25 @@ func TestCheckWording(t *testing.T) {
 	}
 	if err := Check(`(?:a+?){32}`, DefaultMaxProgramSize); err != nil {
 		t.Errorf("(?:a+?){32}: %v", err)
+	}
+}
+
+// A program far over the limit is refused without being built whole,
+// with a lower bound of its size; one that compiles to very many
+// instructions that match nothing is refused as too large to count.
+func TestCheckLargePrograms(t *testing.T) {
+	if n, err := ProgramSize(`\pL{1000}`); err != nil || n != 7004 {
+		t.Fatalf(`\pL{1000}: %d, %v`, n, err)
+	}
+	err := Check(`\pL{1000}`, DefaultMaxProgramSize)
+	if err == nil || !strings.HasPrefix(err.Error(), "its RE2 program has at least ") {
+		t.Errorf(`\pL{1000}: %v`, err)
+	}
+	dead := strings.Repeat(`(?:[^\x00-\xff]*){1000}`, 20)
+	if n, err := ProgramSize(dead); err != nil || n > DefaultMaxProgramSize {
+		t.Fatalf("%d, %v", n, err)
+	}
+	if err := Check(dead, DefaultMaxProgramSize); err != errTooLargeToCount {
+		t.Errorf("%v, want %v", err, errTooLargeToCount)
 	}
 }

@@ -11,22 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-)
 
-// requireEnvoy finds envoy on PATH, or skips; with
-// XDSBRIDGE_REQUIRE_INTEGRATION=1 (CI) a missing envoy fails the test.
-func requireEnvoy(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("envoy")
-	if err == nil {
-		return p
-	}
-	if os.Getenv("XDSBRIDGE_REQUIRE_INTEGRATION") == "1" {
-		t.Fatal("envoy not found on PATH (run .ci/install.sh)")
-	}
-	t.Skip("envoy not found on PATH; run .ci/install.sh")
-	return ""
-}
+	"github.com/xdsbridge/xdsbridge/internal/testbin"
+)
 
 var (
 	envoySize  = regexp.MustCompile(`RE2 program size of (\d+) > max program size of 0 set for the warn`)
@@ -106,34 +93,13 @@ func askEnvoy(t *testing.T, envoy string, regexes []string) []goldenEntry {
 	return out
 }
 
-// compareWithEnvoy reports every regex whose computed answer differs
-// from Envoy's and returns how many agree exactly.
-func compareWithEnvoy(t *testing.T, answers []goldenEntry) int {
-	t.Helper()
-	agree := 0
-	for _, e := range answers {
-		n, err := ProgramSize(e.Regex)
-		switch {
-		case e.Error != "" && err == nil:
-			t.Errorf("%q: size %d; Envoy refuses it: %s", e.Regex, n, e.Error)
-		case e.Error == "" && err != nil:
-			t.Errorf("%q: %v; Envoy accepts it (size %d)", e.Regex, err, e.Size)
-		case e.Error == "" && n != e.Size:
-			t.Errorf("%q: size %d, Envoy counts %d", e.Regex, n, e.Size)
-		default:
-			agree++
-		}
-	}
-	return agree
-}
-
 // The golden file is Envoy's answer today: re-derived from the real
 // Envoy. Each regex Envoy refuses costs a run of its own, so by default
 // two of each kind of refusal are asked (about 10 s in all);
 // XDSBRIDGE_RE2_GOLDEN_ALL=1 asks them all, and
 // XDSBRIDGE_RE2_GOLDEN_UPDATE=1 rewrites the file from Envoy's answers.
 func TestGoldenAgainstEnvoy(t *testing.T) {
-	envoy := requireEnvoy(t)
+	envoy := testbin.Envoy(t)
 	update := os.Getenv("XDSBRIDGE_RE2_GOLDEN_UPDATE") == "1"
 	all := update || os.Getenv("XDSBRIDGE_RE2_GOLDEN_ALL") == "1"
 	var golden []goldenEntry
@@ -182,7 +148,7 @@ func TestRandomRegexesAgainstEnvoy(t *testing.T) {
 	if n <= 0 {
 		t.Skip("set XDSBRIDGE_RE2_RANDOM=N to compare N random regexes with Envoy")
 	}
-	envoy := requireEnvoy(t)
+	envoy := testbin.Envoy(t)
 	seed, _ := strconv.ParseUint(os.Getenv("XDSBRIDGE_RE2_SEED"), 10, 64)
 	rng := rand.New(rand.NewPCG(seed, 25))
 	atoms := []string{"a", "[a-z]", ".", `\d`, `\w`, `\s`, "[^/]", "(?i:k)", "[0-9a-f]", "(?:ab|cd)", "(a)", `\b`, "^", "$",

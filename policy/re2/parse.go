@@ -314,6 +314,13 @@ func unhex(c byte) int {
 	return int(c-'A') + 10
 }
 
+// simpleOps are the operators without arguments, as RE2 names them.
+var simpleOps = map[syntax.Op]op{
+	syntax.OpAnyChar: opAnyChar, syntax.OpBeginLine: opBeginLine, syntax.OpEndLine: opEndLine,
+	syntax.OpBeginText: opBeginText, syntax.OpEndText: opEndText,
+	syntax.OpWordBoundary: opWordBoundary, syntax.OpNoWordBoundary: opNoWordBoundary,
+}
+
 // convert turns Go's parse into RE2's, cutting classes at maxRune.
 func convert(re *syntax.Regexp) *node {
 	ng := re.Flags&syntax.NonGreedy != 0
@@ -354,20 +361,8 @@ func convert(re *syntax.Regexp) *node {
 		return class(re.Rune)
 	case syntax.OpAnyCharNotNL:
 		return class([]rune{0, '\n' - 1, '\n' + 1, utf8.MaxRune})
-	case syntax.OpAnyChar:
-		return &node{op: opAnyChar}
-	case syntax.OpBeginLine:
-		return &node{op: opBeginLine}
-	case syntax.OpEndLine:
-		return &node{op: opEndLine}
-	case syntax.OpBeginText:
-		return &node{op: opBeginText}
-	case syntax.OpEndText:
-		return &node{op: opEndText}
-	case syntax.OpWordBoundary:
-		return &node{op: opWordBoundary}
-	case syntax.OpNoWordBoundary:
-		return &node{op: opNoWordBoundary}
+	case syntax.OpAnyChar, syntax.OpBeginLine, syntax.OpEndLine, syntax.OpBeginText, syntax.OpEndText, syntax.OpWordBoundary, syntax.OpNoWordBoundary:
+		return &node{op: simpleOps[re.Op]}
 	case syntax.OpCapture:
 		return &node{op: opCapture, sub: []*node{convert(re.Sub[0])}}
 	case syntax.OpStar:

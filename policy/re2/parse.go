@@ -57,14 +57,17 @@ func (n *node) isEmptyWidth() bool {
 }
 
 // parse reads pattern as RE2 reads it with Envoy's options (RE2's
-// defaults, Latin-1: see maxRune). Go's parser is a port of RE2's and
+// defaults but Latin-1: see maxRune). Go's parser is a port of RE2's and
 // parses the same syntax with these differences, handled here:
-//   - RE2 refuses an escape naming a character above maxRune (\x{100});
-//     Go reads the pattern as UTF-8 and accepts any character.
+//   - RE2 refuses an escape naming a character above maxRune (\x{100},
+//     \777); Go reads the pattern as UTF-8 and accepts any character.
 //   - RE2 accepts \C (any byte); Go refuses it.
+//   - RE2 knows Unicode classes by other names than Go 1.26 (groups.go).
 //   - RE2 folds case only for ASCII letters in Latin-1; Go folds every
-//     Latin-1 letter (a class under (?i) may count a few instructions
-//     more than RE2's, never fewer).
+//     letter. Bytes above ASCII are given to Go's parser as stand-ins
+//     that do not fold (highBase).
+//   - RE2 merges a repetition of a repetition ((?:a*)? is a*); Go keeps
+//     both (starPlusQuest).
 //   - Classes are cut at maxRune, as RE2 cuts them.
 //
 // The rest (repetition counts above 1000 or nesting to more than 1000

@@ -23,6 +23,13 @@
 // The answers are compared with the real Envoy in this package's tests
 // (testdata/envoy.golden, regenerated from Envoy by
 // TestGoldenAgainstEnvoy).
+//
+// Check bounds its own work: a program certainly far over the limit is
+// refused with a lower bound of its size ("at least"), without being
+// built; and a regex compiling to more than 64 times the limit in
+// instructions that flattening then drops (parts that match nothing, as
+// (?:[^\x00-\xff]*){1000}) is refused as too large to count, where Envoy
+// might accept it.
 package re2
 
 import (

@@ -87,7 +87,7 @@ services:
 
 // Every value Check accepts at the edges of the policy is accepted by
 // Envoy 1.40 (clusters and route configurations, in one bootstrap) and
-// the routes by grpc-go; and
+// by grpc-go; and
 // what Check refuses because Envoy refuses it, Envoy does refuse, so the
 // check is needed and the first half can fail.
 func TestEnvoyAcceptsPolicyEdges(t *testing.T) {
@@ -122,6 +122,26 @@ func TestEnvoyAcceptsPolicyEdges(t *testing.T) {
 
 	t.Run("grpc-go routes", func(t *testing.T) {
 		startGRPCRig(t).grpcRoutes(t, "edges", "routes", rcs["routes"])
+	})
+	t.Run("grpc-go clusters", func(t *testing.T) {
+		// A split over every edge cluster: grpc-go subscribes to each.
+		rig := startGRPCRig(t)
+		rig.policyClusters = map[string]*cluster.Cluster{}
+		var split []policy.Split
+		w := float64(100 / len(clusters))
+		for i, c := range clusters {
+			rig.policyClusters[c.Name] = c
+			if i == len(clusters)-1 {
+				w = 100 - w*float64(len(clusters)-1)
+			}
+			split = append(split, policy.Split{Weight: w, Service: c.Name})
+		}
+		p := &policy.Service{Split: split}
+		if errs := p.Check(); len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		rc, _ := RouteConfigFor("edges", p)
+		rig.grpcRoutes(t, "edges-clusters", "edges", rc)
 	})
 
 	// Refused by Check, and by Envoy when sent anyway.

@@ -55,7 +55,13 @@ const (
 	MaxSplits        = 100
 	MaxHeaderMatches = 32
 	MaxRingSize      = 8 * 1024 * 1024 // Envoy's bound on maximum_ring_size
-	MaxRegexBytes    = 4096
+	// MaxMinimumRingSize bounds minimum_ring_size: every Envoy builds a
+	// ring of at least that many entries for each cluster of the service
+	// (each subset's too), about 50 bytes an entry, and a ring of
+	// Envoy's own bound costs every Envoy ~400 MB and seconds per
+	// cluster. grpc-go caps its ring at 4,096 entries.
+	MaxMinimumRingSize = 128 * 1024
+	MaxRegexBytes      = 4096
 	// DefaultBaseEjectionTime is Envoy's outlier_detection
 	// base_ejection_time when left out.
 	DefaultBaseEjectionTime = 30 * time.Second
@@ -273,8 +279,8 @@ func (c *checker) loadBalancer(p []string, lb *LoadBalancer) {
 		if lb.Policy != LBRingHash {
 			c.add(p, "ring_hash", "only with policy ring_hash")
 		}
-		if r.MinimumRingSize > MaxRingSize {
-			c.add(p, "ring_hash.minimum_ring_size", "%d: at most %d", r.MinimumRingSize, MaxRingSize)
+		if r.MinimumRingSize > MaxMinimumRingSize {
+			c.add(p, "ring_hash.minimum_ring_size", "%d: at most %d (every Envoy builds a ring of at least this many entries, about 50 bytes each, for each of the service's clusters)", r.MinimumRingSize, MaxMinimumRingSize)
 		}
 		if r.MaximumRingSize > MaxRingSize {
 			c.add(p, "ring_hash.maximum_ring_size", "%d: at most %d", r.MaximumRingSize, MaxRingSize)

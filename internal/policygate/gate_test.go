@@ -57,8 +57,8 @@ func loadCorpus(t *testing.T, dir string) []policyCase {
 // The committed corpus through the bridge to a delta Envoy, a SotW Envoy
 // and grpc-go: every policy published is accepted by every client, or
 // refused by the parser, or listed in knownDefects with its cause.
-// XDSBRIDGE_GATE_CORPUS=<dir> runs the policies of dir instead (as
-// testdata/slow, too slow for CI).
+// XDSBRIDGE_GATE_CORPUS=<dir> runs the policies of dir instead (a saved
+// run's, say).
 func TestPolicyGateCorpus(t *testing.T) {
 	dir := filepath.Join("testdata", "corpus")
 	if d := os.Getenv("XDSBRIDGE_GATE_CORPUS"); d != "" {

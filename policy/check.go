@@ -23,13 +23,22 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return FieldPath(e.Path) + ": " + e.Msg }
 
+// isIndex reports whether a path segment is a list index, "[N]" (a key
+// such as the pattern "[ab]*" is not).
+func isIndex(seg string) bool {
+	if len(seg) < 3 || seg[0] != '[' || seg[len(seg)-1] != ']' {
+		return false
+	}
+	return strings.Trim(seg[1:len(seg)-1], "0123456789") == ""
+}
+
 // FieldPath writes a path as the README and error messages do:
 // services."web.internal".routes[0].match. Keys with a dot, a bracket, a
 // quote or a space are quoted.
 func FieldPath(path []string) string {
 	var b strings.Builder
 	for _, seg := range path {
-		if strings.HasPrefix(seg, "[") {
+		if isIndex(seg) {
 			b.WriteString(seg)
 			continue
 		}

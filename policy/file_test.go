@@ -208,3 +208,20 @@ func TestTdParseFileKeyCase(t *testing.T) {
 		}
 	}
 }
+
+// TestFieldPathQuotesPatternKeys: a service key that is a pattern
+// starting with a bracket is a key, quoted, not a list index.
+func TestFieldPathQuotesPatternKeys(t *testing.T) {
+	for _, tc := range []struct {
+		path []string
+		want string
+	}{
+		{[]string{"services", "[ab]*", "failover", "[0]"}, `services."[ab]*".failover[0]`},
+		{[]string{"services", "web", "routes", "[12]", "match"}, `services.web.routes[12].match`},
+		{[]string{"services", "[]"}, `services."[]"`},
+	} {
+		if got := FieldPath(tc.path); got != tc.want {
+			t.Errorf("FieldPath(%q) = %s, want %s", tc.path, got, tc.want)
+		}
+	}
+}

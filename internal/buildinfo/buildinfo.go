@@ -17,6 +17,13 @@ import (
 // `go install ...@vX.Y.Z`), else "devel".
 var Version string
 
+// Revision, CommitTime and Modified stand in for the toolchain's
+// vcs.revision, vcs.time and vcs.modified when the binary has none: the
+// toolchain does not stamp a build from a git worktree (whose .git is a
+// file) or from a source tree without .git, so the release script stamps
+// them at link time as well. Stamped by the toolchain, its values win.
+var Revision, CommitTime, Modified string
+
 // Info describes one build.
 type Info struct {
 	// Version is the release version ("v0.1.0"), or "devel".
@@ -46,8 +53,9 @@ func Get() Info {
 func fromBuildInfo(version string, bi *debug.BuildInfo) Info {
 	in := Info{
 		Version:   version,
-		Revision:  "unknown",
-		Time:      "unknown",
+		Revision:  orUnknown(Revision),
+		Time:      orUnknown(CommitTime),
+		Modified:  Modified == "true",
 		GoVersion: runtime.Version(),
 		Platform:  runtime.GOOS + "/" + runtime.GOARCH,
 	}
@@ -73,6 +81,13 @@ func fromBuildInfo(version string, bi *debug.BuildInfo) Info {
 		in.Version = "devel"
 	}
 	return in
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }
 
 // Commit is the revision, with "-modified" when the work tree had

@@ -56,3 +56,22 @@ func TestFromBuildInfoVersionFallback(t *testing.T) {
 		t.Errorf("without build info: %+v", in)
 	}
 }
+
+// Without the toolchain's VCS settings the link-time ones are used; with
+// them, the toolchain's win.
+func TestFromBuildInfoLinkTimeCommit(t *testing.T) {
+	defer func(r, c, m string) { Revision, CommitTime, Modified = r, c, m }(Revision, CommitTime, Modified)
+	Revision, CommitTime, Modified = "1111111111111111111111111111111111111111", "2026-11-01T00:00:00Z", "true"
+	in := fromBuildInfo("v0.1.0", &debug.BuildInfo{})
+	if in.Revision != Revision || in.Time != CommitTime || !in.Modified {
+		t.Errorf("link-time commit not used: %+v", in)
+	}
+	in = fromBuildInfo("v0.1.0", &debug.BuildInfo{Settings: []debug.BuildSetting{
+		{Key: "vcs.revision", Value: "2222222222222222222222222222222222222222"},
+		{Key: "vcs.time", Value: "2026-11-02T00:00:00Z"},
+		{Key: "vcs.modified", Value: "false"},
+	}})
+	if in.Revision != "2222222222222222222222222222222222222222" || in.Time != "2026-11-02T00:00:00Z" || in.Modified {
+		t.Errorf("toolchain's VCS settings do not win: %+v", in)
+	}
+}

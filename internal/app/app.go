@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -196,6 +197,9 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		return nil, err
 	}
 	cache, xs := xds.NewServing(xds.ServingConfig{Options: xopts})
+	if err := promreg.Register(reg, &syncStates{clients: xs.ClientStatuses, now: time.Now}); err != nil {
+		return nil, err
+	}
 	loop := bridge.New(opts, cache)
 	var files *fsout.Writer
 	if fc := c.Outputs.Filesystem; fc != nil {

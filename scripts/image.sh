@@ -5,7 +5,7 @@
 #   scripts/image.sh [VERSION]
 #
 # Builds the linux binary of this machine's architecture with
-# scripts/release.sh (into dist/), stages the build context, builds the
+# scripts/release.sh, stages the build context, builds the
 # image xdsbridge:VERSION, then checks it without running a container
 # (podman run is refused in some sandboxes): the image's config (numeric
 # non-root user, entrypoint, health check), and, from its exported
@@ -50,8 +50,9 @@ fi
 podman rmi -f "localhost/xdsbridge-probe:$$" >/dev/null 2>&1 || true
 
 # The binary, as released.
-PLATFORMS=linux/$arch DIST=dist scripts/release.sh "$VERSION" >/dev/null
-bin=dist/xdsbridge_${VERSION}_linux_${arch}/xdsbridge
+dist=$work/dist
+PLATFORMS=linux/$arch DIST=$dist scripts/release.sh "$VERSION" >/dev/null
+bin=$dist/xdsbridge_${VERSION}_linux_${arch}/xdsbridge
 
 # The build context.
 ctx=$work/context
@@ -59,7 +60,7 @@ mkdir -p "$ctx/etc/xdsbridge" "$ctx/licenses"
 cp "$bin" "$ctx/xdsbridge"
 cp /etc/ssl/certs/ca-certificates.crt "$ctx/ca-certificates.crt"
 cp deploy/container/xdsbridge.yaml examples/services.yaml "$ctx/etc/xdsbridge/"
-cp -R "dist/xdsbridge_${VERSION}_linux_${arch}/licenses/." "$ctx/licenses/"
+cp -R "$dist/xdsbridge_${VERSION}_linux_${arch}/licenses/." "$ctx/licenses/"
 cp LICENSE THIRD_PARTY_LICENSES.md "$ctx/licenses/"
 find "$ctx" -type d -exec chmod 755 {} +
 find "$ctx" -type f -exec chmod 644 {} +

@@ -39,7 +39,7 @@ cannot() {
 	echo "image: SKIPPED: $1"
 	exit 0
 }
-command -v podman >/dev/null 2>&1 || cannot "podman is not installed (.ci/install.d/podman.sh installs it)"
+command -v podman >/dev/null 2>&1 || cannot "podman is not installed (.ci/install.d/release-tools.sh installs it)"
 # Can this podman build at all? A one-file image from scratch.
 mkdir -p "$work/probe"
 echo probe >"$work/probe/f"

@@ -419,9 +419,10 @@ func kib(n int64) string {
 	return fmt.Sprintf("~%.0f KiB", float64(n)/1024)
 }
 
-// probeReady (xdsbridge healthcheck) exits 0 (returns nil) when the bridge's /readyz answers 200,
-// and fails otherwise, with the reason: a scratch container image has no
-// shell or curl for its health check.
+// probeReady (xdsbridge healthcheck) returns nil, and the process exits 0,
+// when the bridge's /readyz answers 200, and an error naming the reason
+// otherwise: a scratch container image has no shell or curl for its health
+// check.
 func probeReady(f *cmdFlags, stdout io.Writer) error {
 	c, err := newAdminClient(f)
 	if err != nil {

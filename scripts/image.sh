@@ -67,7 +67,7 @@ find "$ctx" -type f -exec chmod 644 {} +
 chmod 755 "$ctx/xdsbridge"
 
 # docker format: the OCI image format has no HEALTHCHECK.
-podman build -q --format docker --build-arg "VERSION=$VERSION" --build-arg "REVISION=$(git rev-parse HEAD)" \
+podman build -q --layers=false --format docker --build-arg "VERSION=$VERSION" --build-arg "REVISION=$(git rev-parse HEAD)" \
 	-t "$image" -f deploy/container/Containerfile "$ctx" >/dev/null
 echo "image: built $image"
 

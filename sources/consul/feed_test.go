@@ -58,6 +58,41 @@ func TestChangeFeedDiffSeesChecksLeaving(t *testing.T) {
 	}
 }
 
+// A read of every check (after the service list's index moved) wakes the
+// services whose checks are not those of their last read: one added, gone
+// or of another status, or an instance without checks. A check whose
+// output alone changed since (a higher ModifyIndex, the same status) wakes
+// nothing.
+func TestCheckSweepWakesOnlyChangedServices(t *testing.T) {
+	read := func(checks map[string]string, checkless bool) *svcState {
+		st := &svcState{ready: true, checks: checks, checkless: checkless}
+		st.info.index = 5
+		return st
+	}
+	h := sweepHint(api.HealthChecks{
+		feedCheckOf("n1", "a-chk", "a", api.HealthPassing, 100),
+		feedCheckOf("n1", "b-chk", "b", api.HealthPassing, 3),
+		feedCheckOf("n2", "b-chk", "b", api.HealthPassing, 4),
+		feedCheckOf("n1", "c-chk", "c", api.HealthCritical, 3),
+		feedCheckOf("n1", "serfHealth", "", api.HealthCritical, 100),
+	})
+	for _, tc := range []struct {
+		name string
+		st   *svcState
+		want bool
+	}{
+		{"a", read(map[string]string{"n1\x00a-chk": api.HealthPassing}, false), false},
+		{"b", read(map[string]string{"n1\x00b-chk": api.HealthPassing}, false), true},
+		{"c", read(map[string]string{"n1\x00c-chk": api.HealthPassing}, false), true},
+		{"d", read(map[string]string{"n1\x00d-chk": api.HealthPassing}, false), true},
+		{"a", read(map[string]string{"n1\x00a-chk": api.HealthPassing}, true), true},
+	} {
+		if got := hintWakes(h, tc.name, tc.st); got != tc.want {
+			t.Errorf("%s (checks %q, checkless %v): wakes %v, want %v", tc.name, tc.st.checks, tc.st.checkless, got, tc.want)
+		}
+	}
+}
+
 // A snapshot rebuilds only the clusters whose service states changed:
 // the others are the previous snapshot's values with the same Endpoints
 // slices, and an unchanged state reports no change.

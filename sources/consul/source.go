@@ -111,7 +111,7 @@ type svcState struct {
 	instances []instance
 	nodes     map[string]bool
 	dropped   []sources.Dropped // instances left out, and why
-	checks    map[string]bool   // service checks: node "\x00" check ID
+	checks    map[string]string // service check status by node "\x00" check ID
 	checkless bool              // an instance has no service check
 	gen       uint64            // Source.genSeq at the last change
 }

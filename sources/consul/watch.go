@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"strings"
 	"sync"
@@ -526,10 +527,11 @@ func (r *runner) store(ctx context.Context, dc *dcState, name string, st *svcSta
 	}
 }
 
-// checksOf returns the nodes of a health result, its service checks (node
-// and check ID) and whether an instance has no service check.
-func checksOf(entries []*api.ServiceEntry) (nodes, checks map[string]bool, checkless bool) {
-	nodes, checks = map[string]bool{}, map[string]bool{}
+// checksOf returns the nodes of a health result, the status of its service
+// checks (by node and check ID) and whether an instance has no service
+// check.
+func checksOf(entries []*api.ServiceEntry) (nodes map[string]bool, checks map[string]string, checkless bool) {
+	nodes, checks = map[string]bool{}, map[string]string{}
 	for _, e := range entries {
 		if e == nil || e.Node == nil {
 			continue
@@ -538,7 +540,7 @@ func checksOf(entries []*api.ServiceEntry) (nodes, checks map[string]bool, check
 		own := false
 		for _, c := range e.Checks {
 			if c != nil && c.ServiceID != "" {
-				checks[e.Node.Node+"\x00"+c.CheckID] = true
+				checks[e.Node.Node+"\x00"+c.CheckID] = c.Status
 				own = true
 			}
 		}
@@ -553,10 +555,11 @@ func checksOf(entries []*api.ServiceEntry) (nodes, checks map[string]bool, check
 type hint struct {
 	services map[string]uint64 // service name → highest check ModifyIndex
 	nodes    map[string]uint64 // node name → highest node-check ModifyIndex
-	// present, when set, is every service check of the datacenter (node
-	// and check ID): a service with a check not in it, or with an instance
-	// without checks, is woken too.
-	present map[string]bool
+	// checks, when set, is the status of every service check of the
+	// datacenter, by service name, then node and check ID: a service
+	// whose checks are not those of its last read (one added, gone, or of
+	// another status), or with an instance without checks, is woken too.
+	checks map[string]map[string]string
 	// orElseAll: wake every service when the hint wakes none (the change
 	// is one the checks do not show).
 	orElseAll bool
@@ -658,10 +661,11 @@ func (r *runner) changeFeed(ctx context.Context, dc *dcState, out chan<- hint) {
 
 // checkSweep reads, on each request on want (in hinted mode), every check
 // of the datacenter once, not blocking, and sends to out the hint of what
-// the service list's index moved for: services with a check modified after
-// their last read, services with a check that is gone, and services with
-// an instance without checks; every service when none of these is found.
-// One read of the checks replaces a read of every service.
+// the service list's index moved for: services whose service checks are
+// not those of their last read (one added, gone, or of another status) and
+// services with an instance without checks; every service when none of
+// these is found. One read of the checks replaces a read of every service;
+// a check whose output alone changed wakes nothing.
 func (r *runner) checkSweep(ctx context.Context, dc *dcState, want <-chan struct{}, out chan<- hint) {
 	w := r.newWatch(dc, epHealthState, dc.label+": health state (all checks)", &dc.sweep)
 	w.bucket = newTokenBucket(r.s.set.feedRate, int(max(r.s.set.feedRate, 1)))
@@ -684,24 +688,29 @@ func (r *runner) checkSweep(ctx context.Context, dc *dcState, want <-chan struct
 				return
 			}
 		}
-		h := newHint()
-		h.present = make(map[string]bool, len(checks))
-		h.orElseAll = true
-		for _, c := range checks {
-			if c == nil {
-				continue
-			}
-			h.add(c, c.ModifyIndex)
-			if c.ServiceID != "" {
-				h.present[c.Node+"\x00"+c.CheckID] = true
-			}
-		}
 		select {
-		case out <- h:
+		case out <- sweepHint(checks):
 		case <-ctx.Done():
 			return
 		}
 	}
+}
+
+// sweepHint is the hint of a read of every check (checkSweep).
+func sweepHint(checks api.HealthChecks) hint {
+	h := hint{checks: map[string]map[string]string{}, orElseAll: true}
+	for _, c := range checks {
+		if c == nil || c.ServiceID == "" {
+			continue // node checks: the change feed has their status
+		}
+		m := h.checks[c.ServiceName]
+		if m == nil {
+			m = map[string]string{}
+			h.checks[c.ServiceName] = m
+		}
+		m[c.Node+"\x00"+c.CheckID] = c.Status
+	}
+	return h
 }
 
 // applyHint wakes the service watches whose last read is older than a
@@ -740,16 +749,8 @@ func hintWakes(h hint, name string, st *svcState) bool {
 			return true
 		}
 	}
-	if h.present == nil {
+	if h.checks == nil {
 		return false
 	}
-	if st.checkless {
-		return true
-	}
-	for c := range st.checks {
-		if !h.present[c] {
-			return true
-		}
-	}
-	return false
+	return st.checkless || !maps.Equal(st.checks, h.checks[name])
 }

@@ -135,6 +135,14 @@ type Loop struct {
 	// limits, or failing validation): what is served is an older version
 	// (published) or nothing.
 	refused map[string]bool
+	// failoverAdded is how many hosts each published service's failover
+	// adds (translate.Result.FailoverEndpoints), failoverTotal their sum,
+	// bounded by Limits.MaxFailoverEndpoints; failoverDenied are the
+	// services whose failover the bound left out, with the room they had
+	// then, translated again when there is more.
+	failoverAdded  map[string]int
+	failoverTotal  int
+	failoverDenied map[string]int
 	// retained are the hosts kept after they left discovery (merge.go).
 	retained  map[string]map[sources.HostKey]retainedHost
 	lastHosts []healthcheck.ServiceHosts
@@ -158,25 +166,27 @@ func New(opts Options, pub Publisher) *Loop {
 	}
 	opts.Limits = opts.Limits.WithDefaults()
 	l := &Loop{
-		opts:         opts,
-		pub:          pub,
-		log:          opts.Logger,
-		now:          opts.Now,
-		events:       make(chan event, 64),
-		bySource:     map[string]map[string]sources.Service{},
-		claims:       map[string][]string{},
-		synced:       map[string]bool{},
-		gotKinds:     map[string]syncKinds{},
-		dirty:        map[string]bool{},
-		published:    map[string]sources.Service{},
-		pubOpts:      map[string]translate.Options{},
-		held:         map[string][]translate.Diagnostic{},
-		retranslate:  map[string]bool{},
-		policies:     map[string]*policy.File{},
-		failoverDeps: newDepIndex(),
-		routeDeps:    newDepIndex(),
-		refused:      map[string]bool{},
-		retained:     map[string]map[sources.HostKey]retainedHost{},
+		opts:           opts,
+		pub:            pub,
+		log:            opts.Logger,
+		now:            opts.Now,
+		events:         make(chan event, 64),
+		bySource:       map[string]map[string]sources.Service{},
+		claims:         map[string][]string{},
+		synced:         map[string]bool{},
+		gotKinds:       map[string]syncKinds{},
+		dirty:          map[string]bool{},
+		published:      map[string]sources.Service{},
+		pubOpts:        map[string]translate.Options{},
+		held:           map[string][]translate.Diagnostic{},
+		retranslate:    map[string]bool{},
+		policies:       map[string]*policy.File{},
+		failoverDeps:   newDepIndex(),
+		routeDeps:      newDepIndex(),
+		refused:        map[string]bool{},
+		failoverAdded:  map[string]int{},
+		failoverDenied: map[string]int{},
+		retained:       map[string]map[sources.HostKey]retainedHost{},
 	}
 	l.snap.init(opts.Sources)
 	l.m = newLoopMetrics(l, opts.Metrics)

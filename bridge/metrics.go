@@ -22,6 +22,8 @@ type loopMetrics struct {
 	refused         prometheus.Counter
 	refusedServices prometheus.Gauge
 	flushSeconds    prometheus.Histogram
+	// failoverEndpoints: hosts failover adds across the catalog.
+	failoverEndpoints prometheus.Gauge
 }
 
 func newLoopMetrics(l *Loop, reg prometheus.Registerer) *loopMetrics {
@@ -59,12 +61,15 @@ func newLoopMetrics(l *Loop, reg prometheus.Registerer) *loopMetrics {
 		refusedServices: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "xdsbridge_services_refused", Help: "Services whose latest input is refused (over the limits or failing validation): an older version, or nothing, is served.",
 		}),
+		failoverEndpoints: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "xdsbridge_failover_endpoints", Help: "Hosts the policies' failover targets add to the published assignments, across the catalog (bounded by limits.max_failover_endpoints).",
+		}),
 		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "xdsbridge_merge_flush_seconds", Help: "Time to rebuild and publish dirty services.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
 	}
-	if err := promreg.Register(reg, m.sourceSyncs, m.sourceErrors, m.conflicts, m.policyConflicts, m.services, m.flushes, m.flushErrors, m.invalid, m.limitExceeded, m.refused, m.refusedServices, m.flushSeconds, &staleCollector{l}); err != nil {
+	if err := promreg.Register(reg, m.sourceSyncs, m.sourceErrors, m.conflicts, m.policyConflicts, m.services, m.flushes, m.flushErrors, m.invalid, m.limitExceeded, m.refused, m.refusedServices, m.failoverEndpoints, m.flushSeconds, &staleCollector{l}); err != nil {
 		panic(err)
 	}
 	return m

@@ -1,7 +1,9 @@
 package bridge
 
 import (
+	"maps"
 	"reflect"
+	"slices"
 	"sort"
 
 	"github.com/xdsbridge/xdsbridge/healthcheck"
@@ -90,6 +92,8 @@ func (l *Loop) translateAll(names []string, merged map[string]mergedService) tra
 				t.removed = append(t.removed, name)
 			}
 			delete(l.refused, name)
+			l.setFailoverAdded(name, 0)
+			delete(l.failoverDenied, name)
 			l.setDiags(name, nil)
 			l.setFailoverDeps(name, nil)
 			l.routeDeps.set(name, nil)
@@ -111,36 +115,90 @@ func (l *Loop) translateAll(names []string, merged map[string]mergedService) tra
 			l.snap.setPolicyFrom(name, l.policyFrom(name, opts))
 			continue
 		}
-		r := opts.ServiceWithin(svc, l.opts.Limits)
-		r.Diagnostics = append(r.Diagnostics, held...)
-		l.dropCollidingSubsets(name, &r)
-		l.setDiags(name, r.Diagnostics)
-		for _, d := range r.Diagnostics {
-			l.log.Warn("translation diagnostic", "service", d.Service, "field", d.Field, "message", d.Message)
-		}
-		for limit, n := range r.Exceeded {
-			l.m.limitExceeded.WithLabelValues(limit).Add(float64(n))
-		}
-		if r.Refused {
-			l.m.refused.Inc()
-			l.refused[name] = true
-			_, was := l.published[name]
-			l.log.Error("service over the translation limits; serving its last published version", "service", name, "has_published_version", was)
-			continue
-		}
-		if err := r.Validate(); err != nil {
-			l.m.invalid.Inc()
-			l.refused[name] = true
-			l.log.Error("generated resource failed validation; serving the last valid one", "service", name, "error", err)
-			continue
-		}
-		delete(l.refused, name)
-		t.changed = append(t.changed, r.Resources)
-		t.inputs[name] = svc
-		t.opts[name] = opts
-		t.held[name] = held
+		l.translateOne(name, svc, opts, held, &t)
 	}
+	l.retryFailoverDenied(&t)
 	return t
+}
+
+// translateOne translates one service within the limits and the failover
+// budget the rest of the catalog leaves it, and adds it to t unless it is
+// refused (over the limits, or failing validation: its last published
+// version stays).
+func (l *Loop) translateOne(name string, svc sources.Service, opts translate.Options, held []translate.Diagnostic, t *translation) {
+	budget := max(l.opts.Limits.MaxFailoverEndpoints-(l.failoverTotal-l.failoverAdded[name]), 0)
+	r := opts.ServiceWithinBudget(svc, l.opts.Limits, budget)
+	r.Diagnostics = append(r.Diagnostics, held...)
+	l.dropCollidingSubsets(name, &r)
+	l.setDiags(name, r.Diagnostics)
+	for _, d := range r.Diagnostics {
+		l.log.Warn("translation diagnostic", "service", d.Service, "field", d.Field, "message", d.Message)
+	}
+	for limit, n := range r.Exceeded {
+		l.m.limitExceeded.WithLabelValues(limit).Add(float64(n))
+	}
+	if r.Refused {
+		l.m.refused.Inc()
+		l.refused[name] = true
+		_, was := l.published[name]
+		l.log.Error("service over the translation limits; serving its last published version", "service", name, "has_published_version", was)
+		return
+	}
+	if err := r.Validate(); err != nil {
+		l.m.invalid.Inc()
+		l.refused[name] = true
+		l.log.Error("generated resource failed validation; serving the last valid one", "service", name, "error", err)
+		return
+	}
+	delete(l.refused, name)
+	l.setFailoverAdded(name, r.FailoverEndpoints)
+	if r.Exceeded[translate.LimitFailoverEndpoints] > 0 {
+		l.failoverDenied[name] = budget // the room that was too small
+	} else {
+		delete(l.failoverDenied, name)
+	}
+	if i := slices.IndexFunc(t.changed, func(c translate.Resources) bool { return c.Cluster.GetName() == name }); i >= 0 {
+		t.changed[i] = r.Resources // translated again in this flush
+	} else {
+		t.changed = append(t.changed, r.Resources)
+	}
+	t.inputs[name] = svc
+	t.opts[name] = opts
+	t.held[name] = held
+}
+
+// setFailoverAdded records how many hosts the failover of a published
+// service adds (its share of max_failover_endpoints).
+func (l *Loop) setFailoverAdded(name string, n int) {
+	l.failoverTotal += n - l.failoverAdded[name]
+	if n == 0 {
+		delete(l.failoverAdded, name)
+	} else {
+		l.failoverAdded[name] = n
+	}
+	l.m.failoverEndpoints.Set(float64(l.failoverTotal))
+}
+
+// retryFailoverDenied translates again, once, the services whose failover
+// max_failover_endpoints left out, if there is more room now than when it
+// was left out (a failover shrank or went away): in name order, each
+// takes what it fits.
+func (l *Loop) retryFailoverDenied(t *translation) {
+	for _, name := range slices.Sorted(maps.Keys(l.failoverDenied)) {
+		room := l.opts.Limits.MaxFailoverEndpoints - (l.failoverTotal - l.failoverAdded[name])
+		if room <= l.failoverDenied[name] {
+			continue
+		}
+		svc, ok := t.inputs[name]
+		opts, held := t.opts[name], t.held[name]
+		if !ok {
+			if svc, ok = l.published[name]; !ok {
+				continue
+			}
+			opts, held = l.pubOpts[name], l.held[name]
+		}
+		l.translateOne(name, svc, opts, held, t)
+	}
 }
 
 // policyFrom is where the policy of service n, translated with opts, is

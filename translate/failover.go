@@ -63,6 +63,30 @@ func (o Options) appendFailover(service string, cla *endpoint.ClusterLoadAssignm
 			continue
 		}
 		target := *ft.Service
+		what := fmt.Sprintf("service %q", target.Name)
+		if t.Subset != "" {
+			what = fmt.Sprintf("subset %q of service %q", t.Subset, target.Name)
+		}
+		// overLimit reports, and counts, a target whose n hosts the
+		// limits leave no room for.
+		overLimit := func(n int) bool {
+			limit := ""
+			switch {
+			case total+n > lim.MaxAssignmentEndpoints:
+				limit = LimitAssignmentEndpoints
+				diag(i, fmt.Sprintf("%s would add %d hosts to the %d listed, more than %s %d; failover target dropped (the service's own hosts stay)", what, n, total, LimitAssignmentEndpoints, lim.MaxAssignmentEndpoints))
+			case budget >= 0 && added+n > budget:
+				limit = LimitFailoverEndpoints
+				diag(i, fmt.Sprintf("%s would add %d hosts, and failover across the catalog already adds up to %s %d; failover target dropped (the service's own hosts stay)", what, n, LimitFailoverEndpoints, lim.MaxFailoverEndpoints))
+			default:
+				return false
+			}
+			if over == nil {
+				over = map[string]int{}
+			}
+			over[limit]++
+			return true
+		}
 		var add *endpoint.ClusterLoadAssignment
 		if t.Subset != "" {
 			var sub policy.Subset
@@ -81,6 +105,11 @@ func (o Options) appendFailover(service string, cla *endpoint.ClusterLoadAssignm
 			}
 			add = subs[0].Load
 		} else {
+			// Over the limits, the target's assignment is not built: with
+			// a pattern's failover, most services may be.
+			if n := newHosts(target.Endpoints, seen); n > 0 && overLimit(n) {
+				continue
+			}
 			add, _ = Options{DefaultLocality: o.DefaultLocality}.LoadAssignment(sources.Service{Name: target.Name, Endpoints: target.Endpoints})
 		}
 		// The target's groups without the hosts already listed.
@@ -114,10 +143,6 @@ func (o Options) appendFailover(service string, cla *endpoint.ClusterLoadAssignm
 			n += len(g.LbEndpoints)
 			groups = append(groups, g)
 		}
-		what := fmt.Sprintf("service %q", target.Name)
-		if t.Subset != "" {
-			what = fmt.Sprintf("subset %q of service %q", t.Subset, target.Name)
-		}
 		self := target.Name == service && t.Subset == ""
 		switch {
 		case self:
@@ -127,23 +152,7 @@ func (o Options) appendFailover(service string, cla *endpoint.ClusterLoadAssignm
 		case shared > 0:
 			diag(i, fmt.Sprintf("%d of the %d hosts of %s are already listed at a higher priority (each address is listed once); the other %d added", shared, offered, what, n))
 		}
-		if n == 0 {
-			continue
-		}
-		if total+n > lim.MaxAssignmentEndpoints {
-			if over == nil {
-				over = map[string]int{}
-			}
-			over[LimitAssignmentEndpoints]++
-			diag(i, fmt.Sprintf("%s would add %d hosts to the %d listed, more than %s %d; failover target dropped (the service's own hosts stay)", what, n, total, LimitAssignmentEndpoints, lim.MaxAssignmentEndpoints))
-			continue
-		}
-		if budget >= 0 && added+n > budget {
-			if over == nil {
-				over = map[string]int{}
-			}
-			over[LimitFailoverEndpoints]++
-			diag(i, fmt.Sprintf("%s would add %d hosts, and failover across the catalog already adds up to %s %d; failover target dropped (the service's own hosts stay)", what, n, LimitFailoverEndpoints, lim.MaxFailoverEndpoints))
+		if n == 0 || overLimit(n) {
 			continue
 		}
 		base := uint32(0)
@@ -167,6 +176,22 @@ func (o Options) appendFailover(service string, cla *endpoint.ClusterLoadAssignm
 		added += n
 	}
 	return diags, added, over
+}
+
+// newHosts counts the endpoints, of valid address and port, whose host is
+// not in seen: what a target adds (LoadAssignment drops the others).
+func newHosts(eps []sources.Endpoint, seen map[netip.AddrPort]bool) int {
+	n := 0
+	for _, e := range eps {
+		a, err := netip.ParseAddr(e.Address)
+		if err != nil || e.Port == 0 || e.Port > 65535 {
+			continue
+		}
+		if !seen[netip.AddrPortFrom(a.Unmap(), uint16(e.Port))] {
+			n++
+		}
+	}
+	return n
 }
 
 // hostAddr is the address and port of a published host (canonical, as

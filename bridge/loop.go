@@ -120,9 +120,6 @@ type Loop struct {
 	published map[string]sources.Service        // service → the merged input last translated
 	pubOpts   map[string]translate.Options      // service → the options it was translated with (its policy included)
 	held      map[string][]translate.Diagnostic // service → the diagnostics of its held subsets when translated
-	// retranslate are services to translate again in the next flush even
-	// if their input is unchanged (a subset cluster name freed or taken).
-	retranslate map[string]bool
 	// effective memoizes effectivePolicy during a flush (nil outside).
 	effective map[string]effective
 	policies  map[string]*policy.File // policy source → its policy
@@ -143,6 +140,9 @@ type Loop struct {
 	failoverAdded  map[string]int
 	failoverTotal  int
 	failoverDenied map[string]int
+	// refusedNames are, per source, the service names it publishes that
+	// are refused (claims.go), each with why.
+	refusedNames map[string]map[string]string
 	// retained are the hosts kept after they left discovery (merge.go).
 	retained  map[string]map[sources.HostKey]retainedHost
 	lastHosts []healthcheck.ServiceHosts
@@ -179,13 +179,13 @@ func New(opts Options, pub Publisher) *Loop {
 		published:      map[string]sources.Service{},
 		pubOpts:        map[string]translate.Options{},
 		held:           map[string][]translate.Diagnostic{},
-		retranslate:    map[string]bool{},
 		policies:       map[string]*policy.File{},
 		failoverDeps:   newDepIndex(),
 		routeDeps:      newDepIndex(),
 		refused:        map[string]bool{},
 		failoverAdded:  map[string]int{},
 		failoverDenied: map[string]int{},
+		refusedNames:   map[string]map[string]string{},
 		retained:       map[string]map[sources.HostKey]retainedHost{},
 	}
 	l.snap.init(opts.Sources)
@@ -433,7 +433,6 @@ func (l *Loop) flush() {
 		l.pruneDropped(n)
 	}
 	clear(l.dirty)
-	clear(l.retranslate)
 	l.updateChecks()
 	l.m.flushes.Inc()
 	l.m.flushSeconds.Observe(l.now().Sub(start).Seconds())

@@ -22,6 +22,8 @@ type loopMetrics struct {
 	refused         prometheus.Counter
 	refusedServices prometheus.Gauge
 	flushSeconds    prometheus.Histogram
+	// refusedNames: service names refused (ValidateServiceName), by source.
+	refusedNames *prometheus.GaugeVec
 	// failoverEndpoints: hosts failover adds across the catalog.
 	failoverEndpoints prometheus.Gauge
 }
@@ -61,6 +63,9 @@ func newLoopMetrics(l *Loop, reg prometheus.Registerer) *loopMetrics {
 		refusedServices: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "xdsbridge_services_refused", Help: "Services whose latest input is refused (over the limits or failing validation): an older version, or nothing, is served.",
 		}),
+		refusedNames: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "xdsbridge_service_names_refused", Help: "Services a source publishes under a name the bridge refuses (empty, too long, whitespace or control characters, or the \"/\" of derived names such as a subset's cluster): not published.",
+		}, []string{"source"}),
 		failoverEndpoints: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "xdsbridge_failover_endpoints", Help: "Hosts the policies' failover targets add to the published assignments, across the catalog (bounded by limits.max_failover_endpoints).",
 		}),
@@ -69,7 +74,7 @@ func newLoopMetrics(l *Loop, reg prometheus.Registerer) *loopMetrics {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
 	}
-	if err := promreg.Register(reg, m.sourceSyncs, m.sourceErrors, m.conflicts, m.policyConflicts, m.services, m.flushes, m.flushErrors, m.invalid, m.limitExceeded, m.refused, m.refusedServices, m.failoverEndpoints, m.flushSeconds, &staleCollector{l}); err != nil {
+	if err := promreg.Register(reg, m.sourceSyncs, m.sourceErrors, m.conflicts, m.policyConflicts, m.services, m.flushes, m.flushErrors, m.invalid, m.limitExceeded, m.refused, m.refusedServices, m.refusedNames, m.failoverEndpoints, m.flushSeconds, &staleCollector{l}); err != nil {
 		panic(err)
 	}
 	return m

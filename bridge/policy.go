@@ -470,38 +470,3 @@ func hasSubset(p *policy.Service, subset string) bool {
 	_, ok := p.Subsets[subset]
 	return ok
 }
-
-// dropCollidingSubsets leaves out of r the subsets whose cluster name
-// (service/subset) is a service some source claims: that service keeps
-// its cluster, and the subset is a diagnostic. (Consul and DNS names
-// cannot hold a slash; a services file's can.)
-func (l *Loop) dropCollidingSubsets(name string, r *translate.Result) {
-	kept := r.Subsets[:0]
-	for _, s := range r.Subsets {
-		cname := s.Cluster.GetName()
-		if _, claimed := l.claims[cname]; claimed {
-			r.Diagnostics = append(r.Diagnostics, translate.Diagnostic{Service: name, Field: "subsets." + strings.TrimPrefix(cname, name+"/"),
-				Message: fmt.Sprintf("its cluster name %q is a service's; the subset is not published while that service exists", cname)})
-			continue
-		}
-		kept = append(kept, s)
-	}
-	r.Subsets = kept
-}
-
-// dirtySubsetOwner marks dirty the service whose subset cluster could be
-// named like service (service/subset) when a source starts or stops
-// claiming that name, and reports whether it did.
-func (l *Loop) dirtySubsetOwner(service string) bool {
-	i := strings.LastIndexByte(service, '/')
-	if i <= 0 {
-		return false
-	}
-	owner := service[:i]
-	if _, ok := l.published[owner]; !ok {
-		return false
-	}
-	l.dirty[owner] = true
-	l.retranslate[owner] = true // even if its input is the same
-	return true
-}

@@ -109,7 +109,7 @@ func (l *Loop) translateAll(names []string, merged map[string]mergedService) tra
 		own, _ := l.policyFor(name)
 		pol, held := l.effectivePolicy(name)
 		opts := translate.Options{DefaultLocality: l.opts.DefaultLocality[l.owner(name)], Policy: pol, Failover: l.failoverTargets(name, own, merged), Targets: l.routeTargets(name, own), GRPCCertificateProvider: l.opts.GRPCCertificateProvider}
-		if old, was := l.published[name]; was && !l.refused[name] && !l.retranslate[name] && reflect.DeepEqual(old, svc) && reflect.DeepEqual(l.pubOpts[name], opts) && reflect.DeepEqual(l.held[name], held) {
+		if old, was := l.published[name]; was && !l.refused[name] && reflect.DeepEqual(old, svc) && reflect.DeepEqual(l.pubOpts[name], opts) && reflect.DeepEqual(l.held[name], held) {
 			// Its policy may have moved to another key or source with
 			// the same content: the status page says where it is now.
 			l.snap.setPolicyFrom(name, l.policyFrom(name, opts))
@@ -129,7 +129,6 @@ func (l *Loop) translateOne(name string, svc sources.Service, opts translate.Opt
 	budget := max(l.opts.Limits.MaxFailoverEndpoints-(l.failoverTotal-l.failoverAdded[name]), 0)
 	r := opts.ServiceWithinBudget(svc, l.opts.Limits, budget)
 	r.Diagnostics = append(r.Diagnostics, held...)
-	l.dropCollidingSubsets(name, &r)
 	l.setDiags(name, r.Diagnostics)
 	for _, d := range r.Diagnostics {
 		l.log.Warn("translation diagnostic", "service", d.Service, "field", d.Field, "message", d.Message)

@@ -192,6 +192,9 @@ type Result struct {
 	// Exceeded counts, per limit name (LimitMetadataDepth, ...), what each
 	// limit dropped or refused. Nil when nothing was.
 	Exceeded map[string]int
+	// BlackHoles counts, by kind (BlackHoleRoute, ...), the references of
+	// the policy to services no source publishes. Nil when none.
+	BlackHoles map[string]int
 	// FailoverEndpoints is how many hosts the failover targets added, over
 	// the service's assignment and its subsets'.
 	FailoverEndpoints int
@@ -251,7 +254,10 @@ func (o Options) ServiceWithinBudget(s sources.Service, lim Limits, budget int) 
 	size = r.dropFailoverOverSize(s.Name, "cluster_load_assignment", cla, own, added, size, lim)
 	c, cdiags := o.ServiceCluster(s.Name)
 	r.Diagnostics = append(r.Diagnostics, cdiags...)
-	rc, routeDiags := routeConfig(s.Name, o.Policy, o.Targets)
+	pol, holeDiags, holes := o.blackHoles(s.Name)
+	r.Diagnostics = append(r.Diagnostics, holeDiags...)
+	r.BlackHoles = holes
+	rc, routeDiags := routeConfig(s.Name, pol, o.Targets)
 	r.Diagnostics = append(r.Diagnostics, routeDiags...)
 	res := Resources{Cluster: c, Load: cla, Listener: APIListener(s.Name), Route: rc}
 	type sized struct {

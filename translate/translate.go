@@ -96,6 +96,10 @@ type Options struct {
 	// splits and redirect name (nil: the default policy), resolved by the
 	// merge loop; a service not in the map is taken as it is.
 	Targets map[string]*policy.Service
+	// Absent are the services the policy's routes, splits, redirect and
+	// failover name (and the failover targets of those) that no source
+	// publishes, sorted: black holes (blackhole.go). Nil: none.
+	Absent []string
 }
 
 // FailoverTarget is one failover target of a service's policy.

@@ -140,6 +140,9 @@ type Loop struct {
 	failoverAdded  map[string]int
 	failoverTotal  int
 	failoverDenied map[string]int
+	// blackHoles are the black holes of each published service's policy
+	// by kind (translate.Result.BlackHoles).
+	blackHoles map[string]map[string]int
 	// refusedNames are, per source, the service names it publishes that
 	// are refused (claims.go), each with why.
 	refusedNames map[string]map[string]string
@@ -186,6 +189,7 @@ func New(opts Options, pub Publisher) *Loop {
 		failoverAdded:  map[string]int{},
 		failoverDenied: map[string]int{},
 		refusedNames:   map[string]map[string]string{},
+		blackHoles:     map[string]map[string]int{},
 		retained:       map[string]map[sources.HostKey]retainedHost{},
 	}
 	l.snap.init(opts.Sources)

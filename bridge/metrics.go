@@ -2,7 +2,9 @@ package bridge
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
 	promreg "github.com/xdsbridge/xdsbridge/internal/metrics"
+	"github.com/xdsbridge/xdsbridge/translate"
 )
 
 type loopMetrics struct {
@@ -24,6 +26,9 @@ type loopMetrics struct {
 	flushSeconds    prometheus.Histogram
 	// refusedNames: service names refused (ValidateServiceName), by source.
 	refusedNames *prometheus.GaugeVec
+	// blackHoles: references of published services' policies to services
+	// nobody publishes, by kind.
+	blackHoles *prometheus.GaugeVec
 	// failoverEndpoints: hosts failover adds across the catalog.
 	failoverEndpoints prometheus.Gauge
 }
@@ -66,6 +71,9 @@ func newLoopMetrics(l *Loop, reg prometheus.Registerer) *loopMetrics {
 		refusedNames: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "xdsbridge_service_names_refused", Help: "Services a source publishes under a name the bridge refuses (empty, too long, whitespace or control characters, or the \"/\" of derived names such as a subset's cluster): not published.",
 		}, []string{"source"}),
+		blackHoles: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "xdsbridge_black_holes", Help: "References of the published policies to services nobody publishes, by kind: route (a route's destination), split (a share, dropped while so), redirect, failover (adds no host), redirect_cycle (two services redirecting to each other).",
+		}, []string{"kind"}),
 		failoverEndpoints: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "xdsbridge_failover_endpoints", Help: "Hosts the policies' failover targets add to the published assignments, across the catalog (bounded by limits.max_failover_endpoints).",
 		}),
@@ -74,7 +82,10 @@ func newLoopMetrics(l *Loop, reg prometheus.Registerer) *loopMetrics {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
 	}
-	if err := promreg.Register(reg, m.sourceSyncs, m.sourceErrors, m.conflicts, m.policyConflicts, m.services, m.flushes, m.flushErrors, m.invalid, m.limitExceeded, m.refused, m.refusedServices, m.refusedNames, m.failoverEndpoints, m.flushSeconds, &staleCollector{l}); err != nil {
+	for _, kind := range []string{translate.BlackHoleRoute, translate.BlackHoleSplit, translate.BlackHoleRedirect, translate.BlackHoleFailover, translate.BlackHoleRedirectCycle} {
+		m.blackHoles.WithLabelValues(kind)
+	}
+	if err := promreg.Register(reg, m.sourceSyncs, m.sourceErrors, m.conflicts, m.policyConflicts, m.services, m.flushes, m.flushErrors, m.invalid, m.limitExceeded, m.refused, m.refusedServices, m.refusedNames, m.blackHoles, m.failoverEndpoints, m.flushSeconds, &staleCollector{l}); err != nil {
 		panic(err)
 	}
 	return m

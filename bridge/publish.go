@@ -36,6 +36,12 @@ func (l *Loop) addNamingDependents(names []string, merged map[string]mergedServi
 		if merged[name].keep {
 			pol, _ := l.policyFor(name)
 			l.setDeps(name, pol)
+			if _, was := l.published[name]; !was {
+				// Those naming it were black holes: no longer.
+				for d := range l.routeDeps.by[name] {
+					more = append(more, d)
+				}
+			}
 			continue
 		}
 		if _, was := l.published[name]; was {
@@ -92,6 +98,7 @@ func (l *Loop) translateAll(names []string, merged map[string]mergedService) tra
 				t.removed = append(t.removed, name)
 			}
 			delete(l.refused, name)
+			l.setBlackHoles(name, nil)
 			l.setFailoverAdded(name, 0)
 			delete(l.failoverDenied, name)
 			l.setDiags(name, nil)
@@ -109,6 +116,7 @@ func (l *Loop) translateAll(names []string, merged map[string]mergedService) tra
 		own, _ := l.policyFor(name)
 		pol, held := l.effectivePolicy(name)
 		opts := translate.Options{DefaultLocality: l.opts.DefaultLocality[l.owner(name)], Policy: pol, Failover: l.failoverTargets(name, own, merged), Targets: l.routeTargets(name, own), GRPCCertificateProvider: l.opts.GRPCCertificateProvider}
+		opts.Absent = l.absentTargets(name, own, merged)
 		if old, was := l.published[name]; was && !l.refused[name] && reflect.DeepEqual(old, svc) && reflect.DeepEqual(l.pubOpts[name], opts) && reflect.DeepEqual(l.held[name], held) {
 			// Its policy may have moved to another key or source with
 			// the same content: the status page says where it is now.
@@ -150,6 +158,7 @@ func (l *Loop) translateOne(name string, svc sources.Service, opts translate.Opt
 		return
 	}
 	delete(l.refused, name)
+	l.setBlackHoles(name, r.BlackHoles)
 	l.setFailoverAdded(name, r.FailoverEndpoints)
 	if r.Exceeded[translate.LimitFailoverEndpoints] > 0 {
 		l.failoverDenied[name] = budget // the room that was too small
@@ -164,6 +173,22 @@ func (l *Loop) translateOne(name string, svc sources.Service, opts translate.Opt
 	t.inputs[name] = svc
 	t.opts[name] = opts
 	t.held[name] = held
+}
+
+// setBlackHoles records the black holes of a published service's policy
+// (translate.Result.BlackHoles) in the xdsbridge_black_holes gauge.
+func (l *Loop) setBlackHoles(name string, holes map[string]int) {
+	for kind, n := range l.blackHoles[name] {
+		l.m.blackHoles.WithLabelValues(kind).Sub(float64(n))
+	}
+	for kind, n := range holes {
+		l.m.blackHoles.WithLabelValues(kind).Add(float64(n))
+	}
+	if len(holes) == 0 {
+		delete(l.blackHoles, name)
+	} else {
+		l.blackHoles[name] = holes
+	}
 }
 
 // setFailoverAdded records how many hosts the failover of a published

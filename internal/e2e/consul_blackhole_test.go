@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -36,15 +35,7 @@ func TestConsulRouterToServiceWithoutInstancesFailsOver(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	br := startBridgeConfig(t, t.TempDir(), fmt.Sprintf(`
-sources:
-  - name: consul
-    consul:
-      address: %q
-      wait_time: 2s
-      coalesce: 10ms
-      config_entries: true
-`, a.Addr()), nil)
+	br := startConsulBridge(t, a)
 	routes := func() []string {
 		rc, _ := br.app.Cache.Get(xds.RouteType, "greeter").(*route.RouteConfiguration)
 		return translate.RouteClusters(rc)

@@ -15,6 +15,21 @@ import (
 	"github.com/xdsbridge/xdsbridge/xds"
 )
 
+// startConsulBridge runs the bridge with one source, the Consul agent a:
+// every service and config entry.
+func startConsulBridge(t *testing.T, a *consultest.Agent) *bridge {
+	t.Helper()
+	return startBridgeConfig(t, t.TempDir(), fmt.Sprintf(`
+sources:
+  - name: consul
+    consul:
+      address: %q
+      wait_time: 2s
+      coalesce: 10ms
+      config_entries: true
+`, a.Addr()), nil)
+}
+
 // A Consul service registered as "greeter/v1", the name of greeter's
 // subset cluster, does not take that cluster over: the name is refused
 // with a diagnostic and counted, and greeter/v1 keeps greeter's v1 host.
@@ -35,15 +50,7 @@ func TestConsulServiceNamedLikeASubset(t *testing.T) {
 	}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	br := startBridgeConfig(t, t.TempDir(), fmt.Sprintf(`
-sources:
-  - name: consul
-    consul:
-      address: %q
-      wait_time: 2s
-      coalesce: 10ms
-      config_entries: true
-`, a.Addr()), nil)
+	br := startConsulBridge(t, a)
 
 	ports := func() []uint32 {
 		cla, _ := br.app.Cache.Get(xds.EndpointType, "greeter/v1").(*endpoint.ClusterLoadAssignment)

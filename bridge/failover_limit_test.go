@@ -50,4 +50,16 @@ func TestFailoverEndpointsBudget(t *testing.T) {
 		t.Errorf("s3: diagnostics %v", diags)
 	}
 	waitTrue(t, func() bool { return testutil.ToFloat64(l.m.failoverEndpoints) == 3 })
+
+	// In one flush, s0 appears (translated first, in name order, while
+	// s2 still holds the room) and s2 goes: s0 is translated again with
+	// the room, and published once; s3 still has none.
+	publish(t, l, "a", service("big", 101, 102, 103), service("s0", 9), service("s3", 3))
+	c = rec.next(t)
+	if d := cmp.Diff([]string{"s0"}, c.changed); d != "" || c.loads["s0"] != 4 {
+		t.Fatalf("published %v (-want +got):\n%s\nendpoints %v; want s0's 1 and big's 3", c.changed, d, c.loads)
+	}
+	if diags := l.Diagnostics()["s0"]; len(diags) != 0 {
+		t.Errorf("s0: diagnostics %v", diags)
+	}
 }

@@ -165,11 +165,7 @@ func (l *Loop) translateOne(name string, svc sources.Service, opts translate.Opt
 	} else {
 		delete(l.failoverDenied, name)
 	}
-	if i := slices.IndexFunc(t.changed, func(c translate.Resources) bool { return c.Cluster.GetName() == name }); i >= 0 {
-		t.changed[i] = r.Resources // translated again in this flush
-	} else {
-		t.changed = append(t.changed, r.Resources)
-	}
+	t.changed = append(t.changed, r.Resources)
 	t.inputs[name] = svc
 	t.opts[name] = opts
 	t.held[name] = held
@@ -213,15 +209,22 @@ func (l *Loop) retryFailoverDenied(t *translation) {
 		if room <= l.failoverDenied[name] {
 			continue
 		}
-		svc, ok := t.inputs[name]
+		svc, inFlush := t.inputs[name]
 		opts, held := t.opts[name], t.held[name]
-		if !ok {
+		if !inFlush {
+			var ok bool
 			if svc, ok = l.published[name]; !ok {
 				continue
 			}
 			opts, held = l.pubOpts[name], l.held[name]
 		}
+		n := len(t.changed)
 		l.translateOne(name, svc, opts, held, t)
+		if inFlush && len(t.changed) > n {
+			// The new translation replaces the one of this flush.
+			i := slices.IndexFunc(t.changed, func(c translate.Resources) bool { return c.Cluster.GetName() == name })
+			t.changed = slices.Delete(t.changed, i, i+1)
+		}
 	}
 }
 

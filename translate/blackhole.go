@@ -101,7 +101,7 @@ func (o Options) blackHoles(service string) (*policy.Service, []Diagnostic, map[
 				count(BlackHoleRedirect, "redirect", "service %q is not published: every request for this service fails until it is", r.Service)
 			}
 		case r.Service != "" && r.Service != service:
-			if tp := o.Targets[r.Service]; tp != nil && tp.Redirect != nil && tp.Redirect.Service == service && tp.Redirect.Datacenter == "" {
+			if tp := o.Targets[r.Service]; tp != nil && tp.Redirect != nil && tp.Redirect.Service == service && tp.Redirect.Subset == "" && tp.Redirect.Datacenter == "" {
 				count(BlackHoleRedirectCycle, "redirect", "redirect cycle: %s → %s → %s; a redirect's target is taken as it is, so each keeps its own hosts: remove one of the redirects", service, r.Service, service)
 			}
 		}

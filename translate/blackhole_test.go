@@ -68,6 +68,12 @@ func TestBlackHoles(t *testing.T) {
 			counts:   map[string]int{BlackHoleRedirectCycle: 1},
 		},
 		{
+			name:     "redirect back to a subset is no cycle",
+			pol:      &policy.Service{Redirect: &policy.Target{Service: "api"}},
+			targets:  map[string]*policy.Service{"api": {Redirect: &policy.Target{Service: "web", Subset: "v1"}}},
+			clusters: []string{"web/v1"},
+		},
+		{
 			name:     "target without hosts follows its failover",
 			pol:      &policy.Service{Routes: []policy.Route{{Match: policy.Match{Prefix: "/a"}, Destination: &policy.Target{Service: "empty"}}}, Split: []policy.Split{{Weight: 1, Service: "empty"}, {Weight: 1, Service: "web"}}},
 			targets:  map[string]*policy.Service{"empty": {Failover: []policy.Target{{Service: "empty", Subset: "x"}, {Datacenter: "dc2"}, {Service: "gone"}, {Service: "backup", Subset: "v1"}}}},

@@ -1,0 +1,211 @@
+package decode
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Error is a problem at one place of a document: the field's path (mapping
+// keys and "[i]" sequence indexes, from the top), where it is written (line
+// and column, 0 when the document is not at hand, as for JSONStrict), and
+// what is wrong, in the document's own terms.
+//
+//	line 3, column 5: xds.listen: expected host:port, got 18000
+type Error struct {
+	Path         []string
+	Line, Column int
+	Msg          string
+	// Err is the error the problem came from (a field's UnmarshalJSON),
+	// or nil.
+	Err error
+	// keyInMsg: Msg names the path itself (`unknown field "x" in a`).
+	keyInMsg bool
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.Line > 0 {
+		fmt.Fprintf(&b, "line %d, column %d: ", e.Line, e.Column)
+	}
+	if p := FieldPath(e.Path); p != "" && !e.keyInMsg {
+		b.WriteString(p)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Under returns err as an *Error at path prefix + its own path: a block
+// decoded on its own (a source's block, a health check) placed where it
+// sits in its document. An error that is not an *Error becomes one at
+// prefix.
+func Under(err error, prefix ...string) error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		c := *e
+		c.Path = append(append([]string{}, prefix...), e.Path...)
+		return &c
+	}
+	return &Error{Path: append([]string{}, prefix...), Msg: err.Error(), Err: err}
+}
+
+// FieldPath writes a path as error messages do: services."web.internal"
+// .routes[0].match. A key that is empty, or holds a dot, a bracket, a
+// quote, a space, a control or non-printable character or bytes that are
+// not UTF-8, is quoted (strconv.Quote), so what a message shows is what
+// the file holds and no terminal control byte is printed raw.
+func FieldPath(path []string) string {
+	var b strings.Builder
+	for _, seg := range path {
+		if strings.HasPrefix(seg, "[") && strings.HasSuffix(seg, "]") {
+			b.WriteString(seg)
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		if needsQuote(seg) {
+			b.WriteString(strconv.Quote(seg))
+		} else {
+			b.WriteString(seg)
+		}
+	}
+	return b.String()
+}
+
+func needsQuote(s string) bool {
+	if s == "" || !utf8.ValidString(s) || strings.ContainsAny(s, ".[]\" ") {
+		return true
+	}
+	for _, r := range s {
+		if !strconv.IsPrint(r) {
+			return true
+		}
+	}
+	return false
+}
+
+// Suggest returns the candidate closest to name by edit distance, if it
+// is close enough to be a likely typo ("adress" for "address"), else "".
+func Suggest(name string, candidates []string) string {
+	best, bestD := "", -1
+	for _, c := range candidates {
+		d := editDistance(strings.ToLower(name), strings.ToLower(c))
+		if bestD < 0 || d < bestD || d == bestD && c < best {
+			best, bestD = c, d
+		}
+	}
+	if bestD < 0 || bestD > max(2, utf8.RuneCountInString(name)/3) || bestD >= utf8.RuneCountInString(best) {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b, in runes.
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	prev := make([]int, len(rb)+1)
+	cur := make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		cur[0] = i
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(rb)]
+}
+
+// unknownHint is what follows an unknown key: the field it most likely
+// means, else the keys that mapping takes.
+func unknownHint(key string, fields map[string]reflect.StructField) string {
+	names := make([]string, 0, len(fields))
+	for n := range fields {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if s := Suggest(key, names); s != "" {
+		return fmt.Sprintf(" (did you mean %q?)", s)
+	}
+	if len(names) == 0 {
+		return " (this mapping takes no keys)"
+	}
+	return " (expected one of: " + strings.Join(names, ", ") + ")"
+}
+
+// expected says, in YAML terms, what a value of type t is written as.
+func expected(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Pointer:
+		return expected(t.Elem())
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int64:
+		return "a whole number"
+	case reflect.Int8, reflect.Int16, reflect.Int32:
+		bits := t.Bits()
+		return fmt.Sprintf("a whole number from %d to %d", -(int64(1) << (bits - 1)), int64(1)<<(bits-1)-1)
+	case reflect.Uint, reflect.Uint64, reflect.Uintptr:
+		return fmt.Sprintf("a whole number from 0 to %d", uint64(math.MaxUint64))
+	case reflect.Uint8, reflect.Uint16, reflect.Uint32:
+		return fmt.Sprintf("a whole number from 0 to %d", uint64(1)<<t.Bits()-1)
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "a mapping"
+	}
+	return "a value"
+}
+
+// Describe says, in YAML terms, what a JSON value is: a number as
+// written, a string quoted (cut at 40 bytes), "a list", "a mapping",
+// true, false or null.
+func Describe(raw []byte) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return "nothing"
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			return "a string"
+		}
+		if len(s) > 40 {
+			s = s[:40] + "..."
+		}
+		return "the string " + strconv.Quote(s)
+	case '[':
+		return "a list"
+	case '{':
+		return "a mapping"
+	}
+	if len(raw) > 40 {
+		return string(raw[:40]) + "..."
+	}
+	return string(raw)
+}

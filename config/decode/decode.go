@@ -202,14 +202,10 @@ func describeJSONKind(v string) string {
 // unknownField is the error of a key no field of the mapping at path has.
 func unknownField(path []string, key string, fields map[string]reflect.StructField) *Error {
 	full := append(append([]string{}, path...), key)
-	where := ""
-	if len(path) > 0 {
-		where = " in " + FieldPath(path)
-	}
 	if want := foldMatch(fields, key); want != "" {
-		return &Error{Path: full, keyInMsg: true, Msg: fmt.Sprintf("unknown field %q%s (keys are case-sensitive: did you mean %q?)", key, where, want)}
+		return &Error{Path: full, unknown: true, Msg: fmt.Sprintf("(keys are case-sensitive: did you mean %q?)", want)}
 	}
-	return &Error{Path: full, keyInMsg: true, Msg: fmt.Sprintf("unknown field %q%s%s", key, where, unknownHint(key, fields))}
+	return &Error{Path: full, unknown: true, Msg: unknownHint(key, fields)}
 }
 
 // leafError is the error of a value at path that did not decode: a type
@@ -221,11 +217,7 @@ func leafError(raw []byte, path []string, want string, err error) *Error {
 		if want == "" {
 			want = expected(te.Type)
 		}
-		msg := "expected " + want + ", got " + Describe(raw)
-		if len(path) == 0 {
-			msg = "the document: " + msg
-		}
-		return &Error{Path: path, Msg: msg}
+		return &Error{Path: path, Msg: "expected " + want + ", got " + Describe(raw)}
 	}
 	var inner *Error
 	if errors.As(err, &inner) {

@@ -69,7 +69,7 @@ func TestJSONStrict(t *testing.T) {
 		{`{"Skip": "x"}`, `unknown field "Skip"`},
 		{`{"name": "a"} {"name": "b"}`, "unexpected data after the document"},
 		{`{"name": "a"`, "unexpected EOF"},
-		{`[1]`, "the document: expected a mapping, got a list"},
+		{`[1]`, "expected a mapping, got a list"},
 	} {
 		var d doc
 		err := JSONStrict([]byte(tc.in), &d)

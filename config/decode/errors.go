@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	yaml3 "go.yaml.in/yaml/v3"
 )
 
 // Error is a problem at one place of a document: the field's path (mapping
@@ -26,8 +28,10 @@ type Error struct {
 	// Err is the error the problem came from (a field's UnmarshalJSON),
 	// or nil.
 	Err error
-	// keyInMsg: Msg names the path itself (`unknown field "x" in a`).
-	keyInMsg bool
+	// unknown: the last key of Path is one its mapping does not take;
+	// Msg is the hint that follows (`unknown field "x" in a (did you mean
+	// "y"?)`).
+	unknown bool
 }
 
 func (e *Error) Error() string {
@@ -35,7 +39,15 @@ func (e *Error) Error() string {
 	if e.Line > 0 {
 		fmt.Fprintf(&b, "line %d, column %d: ", e.Line, e.Column)
 	}
-	if p := FieldPath(e.Path); p != "" && !e.keyInMsg {
+	if e.unknown && len(e.Path) > 0 {
+		fmt.Fprintf(&b, "unknown field %q", e.Path[len(e.Path)-1])
+		if p := FieldPath(e.Path[:len(e.Path)-1]); p != "" {
+			b.WriteString(" in " + p)
+		}
+		b.WriteString(" " + e.Msg)
+		return b.String()
+	}
+	if p := FieldPath(e.Path); p != "" {
 		b.WriteString(p)
 		b.WriteString(": ")
 	}
@@ -145,12 +157,12 @@ func unknownHint(key string, fields map[string]reflect.StructField) string {
 	}
 	sort.Strings(names)
 	if s := Suggest(key, names); s != "" {
-		return fmt.Sprintf(" (did you mean %q?)", s)
+		return fmt.Sprintf("(did you mean %q?)", s)
 	}
 	if len(names) == 0 {
-		return " (this mapping takes no keys)"
+		return "(this mapping takes no keys)"
 	}
-	return " (expected one of: " + strings.Join(names, ", ") + ")"
+	return "(expected one of: " + strings.Join(names, ", ") + ")"
 }
 
 // expected says, in YAML terms, what a value of type t is written as.
@@ -208,4 +220,69 @@ func Describe(raw []byte) string {
 		return string(raw[:40]) + "..."
 	}
 	return string(raw)
+}
+
+// Locate returns the line and column, in data, of what err is about: the
+// path of an *Error it wraps, else the field path its message starts with
+// ("xds.listen: ...", "sources[0] (static): ..."), under prefix (where the
+// block that err is about sits in data). 0, 0 when err names no place
+// data has, or already names its line.
+func Locate(data []byte, prefix []string, err error) (line, column int) {
+	if err == nil || len(data) == 0 {
+		return 0, 0
+	}
+	var path []string
+	var e *Error
+	switch {
+	case errors.As(err, &e):
+		if e.Line > 0 {
+			return 0, 0
+		}
+		path = e.Path
+	default:
+		path = leadingPath(err.Error())
+	}
+	full := append(append([]string{}, prefix...), path...)
+	if len(full) == 0 {
+		return 0, 0
+	}
+	var root yaml3.Node
+	if yaml3.Unmarshal(data, &root) != nil || len(root.Content) == 0 {
+		return 0, 0
+	}
+	if _, v := entry(root.Content[0], full[0]); v == nil {
+		return 0, 0
+	}
+	return position(&root, full)
+}
+
+// leadingPath parses the field path a message starts with: keys of
+// letters, digits, _ and -, joined by dots, with [i] indexes, up to a
+// colon, comma, space or parenthesis. Nil if the message starts otherwise.
+func leadingPath(msg string) []string {
+	end := strings.IndexFunc(msg, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.' || r == '[' || r == ']')
+	})
+	if end <= 0 || !strings.ContainsRune(":, (", rune(msg[end])) {
+		return nil
+	}
+	var path []string
+	for _, part := range strings.Split(msg[:end], ".") {
+		key, idx, _ := strings.Cut(part, "[")
+		if key == "" && idx == "" {
+			return nil
+		}
+		if key != "" {
+			path = append(path, key)
+		}
+		for idx != "" {
+			i, rest, ok := strings.Cut(idx, "]")
+			if !ok {
+				return nil
+			}
+			path = append(path, "["+i+"]")
+			idx = strings.TrimPrefix(rest, "[")
+		}
+	}
+	return path
 }

@@ -39,7 +39,7 @@ func TestStrictErrorsInYAMLTerms(t *testing.T) {
 		{"tags: x\n", `line 1, column 1: tags: expected a list, got the string "x"`},
 		{"address: [a]\n", `line 1, column 1: address: expected a string, got a list`},
 		{"services: [web]\n", `line 1, column 1: services: expected a mapping, got a list`},
-		{"- listen: x\n", `line 1, column 1: the document: expected a mapping, got a list`},
+		{"- listen: x\n", `line 1, column 1: expected a mapping, got a list`},
 		{"wait: [1]\n", `line 1, column 1: wait: invalid duration: expected a duration like 5s (or a number of seconds), got a list`},
 		{"wait: soon\n", `line 1, column 1: wait: invalid duration "soon" (expected a duration like 5s, 1m30s or 250ms)`},
 		// The path through a map key, not the struct fields alone

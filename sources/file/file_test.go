@@ -379,7 +379,7 @@ func TestNew(t *testing.T) {
 		{raw: `{}`, wantErr: "path: missing"},
 		{raw: ``, wantErr: "path: missing"},
 		{raw: `{"pth": "x"}`, wantErr: `unknown field "pth"`},
-		{raw: `{"path": 1}`, wantErr: "path: cannot use a JSON number"},
+		{raw: `{"path": 1}`, wantErr: "path: expected a string, got 1"},
 		{raw: `{"path": "x", "settle": "soon"}`, wantErr: `settle: invalid duration "soon"`},
 		{raw: `{"path": "x", "settle": "-1s"}`, wantErr: "settle: negative duration"},
 		{raw: `{"path": "x", "settle": "1s", "max_settle": "500ms"}`, wantErr: "max_settle: 500ms is less than settle"},

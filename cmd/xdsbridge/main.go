@@ -27,7 +27,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/xdsbridge/xdsbridge/config"
-	"github.com/xdsbridge/xdsbridge/healthcheck"
 	"github.com/xdsbridge/xdsbridge/internal/app"
 	"github.com/xdsbridge/xdsbridge/internal/fsout"
 )
@@ -124,7 +123,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return status(fs, f, stdout)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+		// `xdsbridge run bridge.yaml`: the config is a flag, and a
+		// positional argument would be easy to take for it silently.
+		if fs.NArg() == 1 && *f.config == "" {
+			return fmt.Errorf("unexpected argument %q: use -config %s", fs.Arg(0), fs.Arg(0))
+		}
+		return fmt.Errorf("unexpected arguments %q (the config file is given with -config FILE)", fs.Args())
 	}
 	cfg, err := loadConfig(*f.config)
 	if err != nil {
@@ -132,19 +136,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	switch cmd {
 	case "validate":
-		if _, err := app.BuildSources(cfg, app.NewLogger(cfg.Logging, io.Discard), nil); err != nil {
+		// The check run makes at start; a certificate near its expiry is
+		// logged at WARN.
+		warnings, err := app.Check(cfg, dumpLogger(cfg.Logging, stderr))
+		if err != nil {
 			return err
 		}
-		if _, _, err := healthcheck.FromConfig(cfg); err != nil {
-			return err
-		}
-		// Loads xds.tls and admin.tls as run does; a certificate near its
-		// expiry is logged at WARN.
-		if _, _, err := app.BuildTLS(cfg, app.NewLogger(cfg.Logging, stderr), nil); err != nil {
-			return err
-		}
-		if _, err := app.AdminTokenFromConfig(cfg, nil, nil); err != nil {
-			return err
+		for _, w := range warnings {
+			fmt.Fprintln(stderr, "warning:", w)
 		}
 		fmt.Fprintln(stdout, "config ok")
 		return nil
@@ -199,6 +198,15 @@ func dump(cfg *config.Config, format string, timeout time.Duration, stdout, stde
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	for !a.Cache.Ready() {
+		// A source that failed before its first sync (a services file
+		// that does not exist) is not waited for until the timeout.
+		for _, st := range a.Loop.Sources() {
+			if !st.Synced && st.LastError != "" {
+				cancel()
+				<-done
+				return fmt.Errorf("source %s has not synced: %s", st.Name, st.LastError)
+			}
+		}
 		select {
 		case err := <-done:
 			return fmt.Errorf("stopped before every source synced: %v", err)

@@ -15,13 +15,24 @@ import (
 )
 
 func TestValidateExampleConfigs(t *testing.T) {
-	for _, cfg := range []string{"../../examples/xdsbridge.yaml", "../../examples/consul.yaml", "../../examples/xdsbridge-policy.yaml"} {
-		var out bytes.Buffer
-		if err := run([]string{"validate", "-config", cfg}, &out, &out); err != nil {
+	policy, err := filepath.Abs("../../examples/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cfg, warnings := range map[string]string{
+		"../../examples/xdsbridge.yaml": "",
+		"../../examples/consul.yaml":    "",
+		// The example policy also shows services the example services
+		// file does not publish.
+		"../../examples/xdsbridge-policy.yaml": "warning: sources[1] (policy): " + policy + ": line 10, column 3: services.greeter: no source publishes service \"greeter\"\n" +
+			"warning: sources[1] (policy): " + policy + ": line 43, column 3: services.cart: no source publishes service \"cart\"\n",
+	} {
+		var out, errOut bytes.Buffer
+		if err := run([]string{"validate", "-config", cfg}, &out, &errOut); err != nil {
 			t.Fatalf("%s: %v", cfg, err)
 		}
-		if strings.TrimSpace(out.String()) != "config ok" {
-			t.Fatalf("%s: output %q", cfg, out.String())
+		if out.String() != "config ok\n" || errOut.String() != warnings {
+			t.Errorf("%s: stdout %q, stderr %q; want stderr %q", cfg, out.String(), errOut.String(), warnings)
 		}
 	}
 }
@@ -87,7 +98,7 @@ func TestValidateNamesTheField(t *testing.T) {
 	for _, tc := range []struct{ config, want string }{
 		{"xds: {lisen: x}\nsources: [{name: s, file: {path: s.yaml}}]\n", `unknown field "lisen"`},
 		{"sources: [{name: s, file: {path: bad.yaml}}]\n", "bad.yaml"}, // the services file is invalid
-		{"xds: {listen: not-an-addr}\nsources: [{name: s, file: {path: ok.yaml}}]\n", `xds.listen: "not-an-addr" is not host:port`},
+		{"xds: {listen: not-an-addr}\nsources: [{name: s, file: {path: ok.yaml}}]\n", `line 1, column 7: xds.listen: expected host:port (e.g. "127.0.0.1:18000", ":18000"), got "not-an-addr"`},
 		{"admin: {listen: \"127.0.0.1:99999\"}\nsources: [{name: s, file: {path: ok.yaml}}]\n", `admin.listen: "127.0.0.1:99999": port "99999" is not a number in 0..65535`},
 		{"xds: {listen: \"127.0.0.1:http\"}\nsources: [{name: s, file: {path: ok.yaml}}]\n", `xds.listen: "127.0.0.1:http": port "http"`},
 		{"xds: {listen: \"127.0.0.1:7000\"}\nadmin: {listen: \"127.0.0.1:7000\"}\nsources: [{name: s, file: {path: ok.yaml}}]\n", `admin.listen: "127.0.0.1:7000" is also xds.listen`},
@@ -95,7 +106,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"sources: [{name: s, dns: {services: [{name: a, hosts: [{name: '', port: 80}]}]}}]\n", "hosts[0].name"},
 		{"sources: [{name: s, file: {path: ok.yaml}, health_check: {type: htp}}]\n", "sources[0].health_check"},
 		{"default_locality: {zon: a}\nsources: [{name: s, file: {path: ok.yaml}}]\n", `unknown field "zon" in default_locality`},
-		{"sources: [{name: s, file: {path: ok.yaml}, default_locality: {zon: a}}]\n", `sources[0]: default_locality: unknown field "zon"`},
+		{"sources: [{name: s, file: {path: ok.yaml}, default_locality: {zon: a}}]\n", `line 1, column 63: unknown field "zon" in sources[0].default_locality (did you mean "zone"?)`},
 		{"sources: [{name: c, consul: {tls: {ca_file: ok.yaml}}}]\n", "sources[0] (c).consul: tls.ca_file: " + filepath.Join(dir, "ok.yaml") + ": not PEM"},
 	} {
 		os.WriteFile(filepath.Join(dir, "ok.yaml"), []byte("services: {}\n"), 0o644)
@@ -111,14 +122,48 @@ func TestValidateNamesTheField(t *testing.T) {
 }
 
 // A services file that does not exist yet is allowed at start (the source
-// waits for it, not yet synced), in validate as in run.
+// waits for it, not yet synced), in validate as in run, with a warning
+// naming its absolute path; dump says so at once instead of waiting for
+// its timeout.
 func TestValidateMissingServicesFile(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "c.yaml")
 	os.WriteFile(p, []byte("sources: [{name: s, file: {path: later.yaml}}]\n"), 0o644)
-	var out bytes.Buffer
-	if err := run([]string{"validate", "-config", p}, &out, &out); err != nil {
+	var out, errOut bytes.Buffer
+	if err := run([]string{"validate", "-config", p}, &out, &errOut); err != nil {
 		t.Fatal(err)
+	}
+	want := "warning: sources[0] (s): services file " + filepath.Join(dir, "later.yaml") + " does not exist (yet): it may appear later; until it does, this source serves nothing and the bridge is not ready\n"
+	if out.String() != "config ok\n" || errOut.String() != want {
+		t.Errorf("validate: stdout %q, stderr %q; want stderr %q", out.String(), errOut.String(), want)
+	}
+	out.Reset()
+	errOut.Reset()
+	err := run([]string{"dump", "-config", p, "-timeout", "1m"}, &out, &errOut)
+	wantErr := "source s has not synced: stat " + filepath.Join(dir, "later.yaml") + ": no such file or directory"
+	if err == nil || err.Error() != wantErr {
+		t.Errorf("dump: error %v; want %q", err, wantErr)
+	}
+}
+
+// The config file is the -config flag; a positional argument is refused
+// with the flag to use, not taken for something else.
+func TestPositionalConfigArgument(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "bridge.yaml"}, `unexpected argument "bridge.yaml": use -config bridge.yaml`},
+		{[]string{"validate", "bridge.yaml"}, `unexpected argument "bridge.yaml": use -config bridge.yaml`},
+		{[]string{"dump", "-format", "json", "b.yaml"}, `unexpected argument "b.yaml": use -config b.yaml`},
+		{[]string{"run", "-config", "a.yaml", "b.yaml"}, `unexpected arguments ["b.yaml"] (the config file is given with -config FILE)`},
+		{[]string{"run", "a.yaml", "b.yaml"}, `unexpected arguments ["a.yaml" "b.yaml"] (the config file is given with -config FILE)`},
+	} {
+		var out bytes.Buffer
+		err := run(tc.args, &out, &out)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%q: error %v; want %q", tc.args, err, tc.want)
+		}
 	}
 }
 

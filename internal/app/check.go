@@ -135,11 +135,15 @@ func Warnings(c *config.Config, srcs []sources.Source) []string {
 		if err != nil || f == nil {
 			continue
 		}
+		// In the file's order.
 		keys := make([]string, 0, len(f.Services))
 		for k := range f.Services {
 			keys = append(keys, k)
 		}
-		sort.Strings(keys)
+		sort.Slice(keys, func(i, j int) bool {
+			li, lj := decode.Line(data, "services", keys[i]), decode.Line(data, "services", keys[j])
+			return li < lj || li == lj && keys[i] < keys[j]
+		})
 		for _, name := range keys {
 			if policy.IsPattern(name) || static[name] {
 				continue

@@ -425,7 +425,7 @@ func TestServices(t *testing.T) {
 		t.Fatalf("Services = %v, %v", svcs, err)
 	}
 	write(t, path, []byte(`{"services": {"web": {"endpoints": [{"address": "10.0.0.1", "port": 0}]}}}`))
-	if _, err := newSource(t, path).load(context.Background()); err == nil || !strings.Contains(err.Error(), path+": services.web.endpoints[0].port") {
+	if _, err := newSource(t, path).load(context.Background()); err == nil || !strings.Contains(err.Error(), path+": line 1, column 61: services.web.endpoints[0].port") {
 		t.Errorf("error %v, want the file and field", err)
 	}
 }

@@ -32,11 +32,8 @@ func checkNodes(n *yaml3.Node, path []string) error {
 			}
 		}
 	case yaml3.ScalarNode:
-		if n.ShortTag() == "!!float" {
-			switch strings.ToLower(strings.TrimLeft(n.Value, "+-")) {
-			case ".nan", ".inf":
-				return &Error{Path: path, Line: n.Line, Column: n.Column, Msg: fmt.Sprintf("expected a finite number, got %s", n.Value)}
-			}
+		if nonFinite(n) {
+			return &Error{Path: path, Line: n.Line, Column: n.Column, Msg: fmt.Sprintf("expected a finite number, got %s", n.Value)}
 		}
 	case yaml3.MappingNode:
 		seen := map[string]*yaml3.Node{}
@@ -63,12 +60,29 @@ func checkNodes(n *yaml3.Node, path []string) error {
 				return e
 			}
 			seen[name] = k
+			if nonFinite(v) {
+				// Where the entry is written, as for every other error.
+				return &Error{Path: sub(name), Line: k.Line, Column: k.Column, Msg: fmt.Sprintf("expected a finite number, got %s", v.Value)}
+			}
 			if err := checkNodes(v, sub(name)); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// nonFinite reports whether n is a float scalar that is not a finite
+// number (.nan, .inf, -.Inf), which JSON cannot hold.
+func nonFinite(n *yaml3.Node) bool {
+	if n.Kind != yaml3.ScalarNode || n.ShortTag() != "!!float" {
+		return false
+	}
+	switch strings.ToLower(strings.TrimLeft(n.Value, "+-")) {
+	case ".nan", ".inf":
+		return true
+	}
+	return false
 }
 
 // jsonKey returns a mapping key as the YAML-to-JSON conversion

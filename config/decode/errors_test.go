@@ -47,9 +47,9 @@ func TestStrictErrorsInYAMLTerms(t *testing.T) {
 		{"services:\n  web:\n    retry: {num_retries: 4294967296}\n", `line 3, column 13: services.web.retry.num_retries: expected a whole number from 0 to 4294967295, got 4294967296`},
 		// Numbers that are not finite, with their line (the conversion to
 		// JSON failed with "json: unsupported value: NaN").
-		{"weight: .nan\n", `line 1, column 9: weight: expected a finite number, got .nan`},
-		{"port: 80\nweight: -.Inf\n", `line 2, column 9: weight: expected a finite number, got -.Inf`},
-		{"services:\n  web:\n    retry: {num_retries: .inf}\n", `line 3, column 26: services.web.retry.num_retries: expected a finite number, got .inf`},
+		{"weight: .nan\n", `line 1, column 1: weight: expected a finite number, got .nan`},
+		{"port: 80\nweight: -.Inf\n", `line 2, column 1: weight: expected a finite number, got -.Inf`},
+		{"services:\n  web:\n    retry: {num_retries: .inf}\n", `line 3, column 13: services.web.retry.num_retries: expected a finite number, got .inf`},
 		// A key with control bytes is shown escaped, not sent to the
 		// terminal.
 		{"services:\n  \"w\\x1b[2Jb\": {retry: {num_retries: x}}\n", `line 2, column 25: services."w\x1b[2Jb".retry.num_retries: expected a whole number from 0 to 4294967295, got the string "x"`},

@@ -20,7 +20,7 @@ func TestFieldPathEscapesControlBytes(t *testing.T) {
 // for its field names the whole path.
 func TestNonFiniteAndOverflowNameTheField(t *testing.T) {
 	for in, want := range map[string]string{
-		"services:\n  web:\n    split:\n      - {weight: .nan, service: a}\n":    "line 4, column 10: services.web.split[0].weight: expected a finite number, got .nan",
+		"services:\n  web:\n    split:\n      - {weight: .nan, service: a}\n":        "line 4, column 10: services.web.split[0].weight: expected a finite number, got .nan",
 		"services:\n  web:\n    retry: {retry_on: [5xx], num_retries: 4294967296}\n": "line 3, column 30: services.web.retry.num_retries: expected a whole number from 0 to 4294967295, got 4294967296",
 	} {
 		_, err := ParseFile([]byte(in))

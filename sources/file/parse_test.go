@@ -374,7 +374,7 @@ func TestParseErrorsNameLineAndColumn(t *testing.T) {
 		{"services:\n  web.internal:\n    endpoints:\n      - port: 80\n        address: web.internal\n",
 			`line 5, column 9: services.web.internal.endpoints[0].address: "web.internal" is not an IP address (names belong to the dns source)`},
 		{"services:\n  web:\n    endpoints:\n      - {address: 10.0.0.1, port: 80, weight: .nan}\n",
-			"line 4, column 47: services.web.endpoints[0].weight: expected a finite number, got .nan"},
+			"line 4, column 39: services.web.endpoints[0].weight: expected a finite number, got .nan"},
 		{"services:\n  web:\n    endpoints:\n      - {address: 10.0.0.1, port: 4294967296}\n",
 			"line 4, column 29: services.web.endpoints[0].port: expected a whole number from 0 to 4294967295, got 4294967296"},
 		{"services:\n  web:\n    endpoints: {address: 10.0.0.1}\n",

@@ -353,3 +353,30 @@ func TestValidateAdminTokenFile(t *testing.T) {
 		}
 	}
 }
+
+// validate names the file, line and column of errors found after the
+// config decoded: in a source's block, a health check, a TLS file.
+func TestValidateErrorsNameLineAndColumn(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "ok.yaml"), []byte("services: {}\n"), 0o644)
+	p := filepath.Join(dir, "c.yaml")
+	for _, tc := range []struct{ config, want string }{
+		{"sources:\n  - name: s\n    file: {path: ok.yaml}\n    health_check: {type: tcp, interval: [1]}\n",
+			"line 4, column 31: sources[0].health_check.interval: invalid duration: expected a duration like 5s (or a number of seconds), got a list"},
+		{"sources:\n  - name: c\n    consul:\n      address: 127.0.0.1\n      token_file: tok\n",
+			"line 5, column 7: sources[0] (c).consul: token_file: open " + filepath.Join(dir, "tok") + ": no such file or directory"},
+		{"sources:\n  - name: c\n    consul: {adress: x}\n",
+			`line 3, column 14: sources[0] (c).consul: unknown field "adress" (did you mean "address"?)`},
+		{"sources:\n  - name: s\n    file: {path: ok.yaml, settle: 1h}\n",
+			"line 3, column 27: sources[0] (s).file: settle: 1h is not in 0s..10s"},
+		{"admin:\n  token_file: missing-token\nsources: [{name: s, file: {path: ok.yaml}}]\n",
+			"line 2, column 3: admin.token_file: "},
+	} {
+		os.WriteFile(p, []byte(tc.config), 0o644)
+		var out bytes.Buffer
+		err := run([]string{"validate", "-config", p}, &out, &out)
+		if want := p + ": " + tc.want; err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%q:\n got %v\nwant %s", tc.config, err, want)
+		}
+	}
+}

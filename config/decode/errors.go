@@ -223,7 +223,8 @@ func Describe(raw []byte) string {
 }
 
 // Locate returns the line and column, in data, of what err is about: the
-// path of an *Error it wraps, else the field path its message starts with
+// path of the *Error err is (or wraps with no text added), else the field
+// path its message starts with
 // ("xds.listen: ...", "sources[0] (static): ..."), under prefix (where the
 // block that err is about sits in data). 0, 0 when err names no place
 // data has, or already names its line.
@@ -234,12 +235,13 @@ func Locate(data []byte, prefix []string, err error) (line, column int) {
 	var path []string
 	var e *Error
 	switch {
-	case errors.As(err, &e):
-		if e.Line > 0 {
-			return 0, 0
-		}
+	case errors.As(err, &e) && e.Line > 0:
+		return 0, 0
+	case e != nil && err.Error() == e.Error():
 		path = e.Path
 	default:
+		// An *Error wrapped under text naming more of the path
+		// ("sources[0].health_check.interval: ..."): the text has it all.
 		path = leadingPath(err.Error())
 	}
 	full := append(append([]string{}, prefix...), path...)

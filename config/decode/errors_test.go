@@ -1,6 +1,8 @@
 package decode
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 )
 
@@ -95,6 +97,29 @@ func TestSuggest(t *testing.T) {
 	} {
 		if got := Suggest(in, fields); got != want {
 			t.Errorf("Suggest(%q) = %q; want %q", in, got, want)
+		}
+	}
+}
+
+func TestLocate(t *testing.T) {
+	doc := []byte("sources:\n  - name: s\n    file: {path: s.yaml}\n    health_check: {type: tcp, interval: [1]}\nxds:\n  listen: x\n")
+	inner := &Error{Path: []string{"interval"}, Msg: "invalid duration"}
+	for _, tc := range []struct {
+		name      string
+		prefix    []string
+		err       error
+		line, col int
+	}{
+		{"an *Error under a prefix", []string{"sources", "[0]", "health_check"}, inner, 4, 31},
+		{"an *Error wrapped under text naming its full path", nil, fmt.Errorf("sources[0].health_check.interval: %w", inner), 4, 31},
+		{"a message leading with its path", nil, errors.New(`xds.listen: "x" is not host:port`), 6, 3},
+		{"a path the document lacks in part", nil, errors.New("xds.tls.cert_file: missing"), 5, 1},
+		{"a path the document lacks", nil, errors.New("admin.listen: bad"), 0, 0},
+		{"a message with no path", nil, errors.New("at least one source is needed"), 0, 0},
+		{"an error that names its line", nil, &Error{Path: []string{"xds"}, Line: 5, Column: 1, Msg: "x"}, 0, 0},
+	} {
+		if l, c := Locate(doc, tc.prefix, tc.err); l != tc.line || c != tc.col {
+			t.Errorf("%s: Locate = %d, %d; want %d, %d", tc.name, l, c, tc.line, tc.col)
 		}
 	}
 }

@@ -147,7 +147,15 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		return nil, err
 	}
 	for _, w := range k.warnings {
-		log.Warn(w)
+		log.Warn("config: " + w)
+	}
+	warnings := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "xdsbridge_config_warnings",
+		Help: "Warnings of the config at start (logged at WARN, printed by validate): a services or policy file that does not exist yet, a policy for a service no static source publishes.",
+	})
+	warnings.Set(float64(len(k.warnings)))
+	if err := promreg.Register(reg, warnings); err != nil {
+		return nil, err
 	}
 	srcs, perSource, perService, xdsTLS, adminTLS, token := k.srcs, k.perSource, k.perService, k.xdsTLS, k.adminTLS, k.token
 	names := make([]string, len(srcs))

@@ -1,9 +1,11 @@
 package app
 
 import (
+	"bytes"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -51,5 +53,36 @@ func TestPolicyForUnpublishedServiceWarns(t *testing.T) {
 				t.Errorf("warnings (-want +got):\n%s", d)
 			}
 		})
+	}
+}
+
+// run logs the warnings validate prints, and counts them.
+func TestNewLogsAndCountsConfigWarnings(t *testing.T) {
+	dir := t.TempDir()
+	c, err := config.Parse([]byte("xds: {listen: '127.0.0.1:0'}\nadmin: {listen: '127.0.0.1:0'}\nsources: [{name: s, file: {path: later.yaml}}]\n"), dir, SourceTypeNames())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	a, err := New(c, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "sources[0] (s): services file " + filepath.Join(dir, "later.yaml") + " does not exist (yet)"
+	if !strings.Contains(logs.String(), `level=WARN msg="config: `+want) {
+		t.Errorf("log:\n%s\nwant a WARN line %q", logs.String(), want)
+	}
+	mfs, err := a.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := -1.0
+	for _, mf := range mfs {
+		if mf.GetName() == "xdsbridge_config_warnings" && len(mf.GetMetric()) == 1 {
+			got = mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	if got != 1 {
+		t.Errorf("xdsbridge_config_warnings = %v; want 1", got)
 	}
 }

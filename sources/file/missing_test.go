@@ -1,37 +1,17 @@
 package file
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/xdsbridge/xdsbridge/internal/logbuf"
 	"github.com/xdsbridge/xdsbridge/sources"
 )
-
-// lockedBuffer is a log destination safe for the source's goroutine and
-// the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // A services file that does not exist at start is a config warning naming
 // its absolute path, and the log does not claim a last valid content the
@@ -43,7 +23,7 @@ func TestMissingFileWarnsWithItsPath(t *testing.T) {
 	if err := os.Mkdir("conf", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs logbuf.Buffer
 	raw, _ := json.Marshal(map[string]any{"path": "services.yaml", "settle": "10ms"})
 	s, err := New("static", raw, sources.Env{BaseDir: "conf", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {

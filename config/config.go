@@ -360,10 +360,7 @@ func Parse(data []byte, baseDir string, knownTypes []string) (*Config, error) {
 	c.Document = data
 	c.applyDefaults()
 	if err := c.validate(knownTypes); err != nil {
-		if line, col := decode.Locate(data, nil, err); line > 0 {
-			return nil, fmt.Errorf("line %d, column %d: %w", line, col, err)
-		}
-		return nil, err
+		return nil, c.ErrorAt(nil, err, err)
 	}
 	return &c, nil
 }

@@ -259,6 +259,10 @@ func TestConfigErrorsDoNotEchoSecrets(t *testing.T) {
 		"consul: {token: " + secret + ", token_file: t}",
 		"consul: {tokn: " + secret + "}",
 		"consul: {token: {value: " + secret + "}}",
+		// a secret where a mapping, a number or a list is expected
+		"consul: {tls: " + secret + "}",
+		"consul: {max_concurrent_queries: " + secret + "}",
+		"consul: {services: {include: " + secret + "}}",
 		// dns: userinfo in a resolver, an unknown field holding a secret
 		"dns: {resolvers: [\"user:" + secret + "@127.0.0.1:53\"], services: [{name: a, hosts: [{name: a.example, port: 80}]}]}",
 		"dns: {password: " + secret + ", services: []}",

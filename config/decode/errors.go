@@ -2,7 +2,6 @@ package decode
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -194,8 +193,9 @@ func expected(t reflect.Type) string {
 }
 
 // Describe says, in YAML terms, what a JSON value is: a number as
-// written, a string quoted (cut at 40 bytes), "a list", "a mapping",
-// true, false or null.
+// written (cut at 40 bytes), "a string", "a list", "a mapping", true,
+// false or null. A string's text is not shown: config errors end up in
+// logs, and a secret put in the wrong field would be.
 func Describe(raw []byte) string {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
@@ -203,14 +203,7 @@ func Describe(raw []byte) string {
 	}
 	switch raw[0] {
 	case '"':
-		var s string
-		if json.Unmarshal(raw, &s) != nil {
-			return "a string"
-		}
-		if len(s) > 40 {
-			s = s[:40] + "..."
-		}
-		return "the string " + strconv.Quote(s)
+		return "a string"
 	case '[':
 		return "a list"
 	case '{':

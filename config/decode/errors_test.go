@@ -34,11 +34,11 @@ func TestStrictErrorsInYAMLTerms(t *testing.T) {
 		{"port: 4294967296\n", `line 1, column 1: port: expected a whole number from 0 to 4294967295, got 4294967296`},
 		{"port: -1\n", `line 1, column 1: port: expected a whole number from 0 to 4294967295, got -1`},
 		{"port: 2.5\n", `line 1, column 1: port: expected a whole number from 0 to 4294967295, got 2.5`},
-		{"count: lots\n", `line 1, column 1: count: expected a whole number, got the string "lots"`},
+		{"count: lots\n", `line 1, column 1: count: expected a whole number, got a string`},
 		{"small: 200\n", `line 1, column 1: small: expected a whole number from -128 to 127, got 200`},
 		{"weight: [1]\n", `line 1, column 1: weight: expected a number, got a list`},
 		{"enabled: {a: 1}\n", `line 1, column 1: enabled: expected true or false, got a mapping`},
-		{"tags: x\n", `line 1, column 1: tags: expected a list, got the string "x"`},
+		{"tags: x\n", `line 1, column 1: tags: expected a list, got a string`},
 		{"address: [a]\n", `line 1, column 1: address: expected a string, got a list`},
 		{"services: [web]\n", `line 1, column 1: services: expected a mapping, got a list`},
 		{"- listen: x\n", `line 1, column 1: expected a mapping, got a list`},
@@ -54,7 +54,7 @@ func TestStrictErrorsInYAMLTerms(t *testing.T) {
 		{"services:\n  web:\n    retry: {num_retries: .inf}\n", `line 3, column 13: services.web.retry.num_retries: expected a finite number, got .inf`},
 		// A key with control bytes is shown escaped, not sent to the
 		// terminal.
-		{"services:\n  \"w\\x1b[2Jb\": {retry: {num_retries: x}}\n", `line 2, column 25: services."w\x1b[2Jb".retry.num_retries: expected a whole number from 0 to 4294967295, got the string "x"`},
+		{"services:\n  \"w\\x1b[2Jb\": {retry: {num_retries: x}}\n", `line 2, column 25: services."w\x1b[2Jb".retry.num_retries: expected a whole number from 0 to 4294967295, got a string`},
 		{"services:\n  \"w\\x07\": {retry: {\"n\\x1b\": 1}}\n", `line 2, column 21: unknown field "n\x1b" in services."w\a".retry (expected one of: num_retries)`},
 	} {
 		var d errDoc

@@ -65,7 +65,7 @@ func check(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (*chec
 			return nil, c.ErrorAt(nil, err, err)
 		}
 	}
-	k.warnings = Warnings(c, srcs)
+	k.warnings = configWarnings(srcs)
 	return k, nil
 }
 
@@ -92,13 +92,13 @@ type policyFiler interface {
 	PolicyFile() (f *policy.File, data []byte, path string, err error)
 }
 
-// Warnings are what the config asks for that is allowed but likely not
+// configWarnings are what the config asks for that is allowed but likely not
 // meant: each source's own (a services file that does not exist yet), and
 // a policy for a service name no static source (services files, DNS)
 // publishes, with the closest name that one does. With a source whose
 // names are known only at run time (Consul), such a policy is reported
 // only when a published name is close to it.
-func Warnings(c *config.Config, srcs []sources.Source) []string {
+func configWarnings(srcs []sources.Source) []string {
 	var out []string
 	static := map[string]bool{}
 	var dynamic []string

@@ -21,12 +21,15 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/config/decode"
 	"github.com/xdsbridge/xdsbridge/internal/app"
 	"github.com/xdsbridge/xdsbridge/internal/fsout"
 )
@@ -108,6 +111,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 		default:
 			if len(args[0]) > 0 && args[0][0] != '-' {
 				usage(stderr)
+				if looksLikeConfig(args[0]) {
+					return fmt.Errorf("unknown command %q (to serve this config: xdsbridge run -config %s)", args[0], args[0])
+				}
+				names := []string{"help", "serve"}
+				for _, c := range commands {
+					names = append(names, c.name)
+				}
+				if near := decode.Suggest(args[0], names); near != "" {
+					return fmt.Errorf("unknown command %q (did you mean %q?)", args[0], near)
+				}
 				return fmt.Errorf("unknown command %q", args[0])
 			}
 		}
@@ -160,6 +173,17 @@ func run(args []string, stdout, stderr io.Writer) error {
 	err = a.Run(ctx)
 	log.Info("xdsbridge stopped")
 	return err
+}
+
+// looksLikeConfig reports whether a command-line word is more likely a
+// config file than a mistyped command: a YAML or JSON name, or a file.
+func looksLikeConfig(arg string) bool {
+	switch strings.ToLower(filepath.Ext(arg)) {
+	case ".yaml", ".yml", ".json":
+		return true
+	}
+	fi, err := os.Stat(arg)
+	return err == nil && fi.Mode().IsRegular()
 }
 
 func loadConfig(path string) (*config.Config, error) {

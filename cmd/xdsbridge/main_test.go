@@ -158,6 +158,9 @@ func TestPositionalConfigArgument(t *testing.T) {
 		{[]string{"dump", "-format", "json", "b.yaml"}, `unexpected argument "b.yaml": use -config b.yaml`},
 		{[]string{"run", "-config", "a.yaml", "b.yaml"}, `unexpected arguments ["b.yaml"] (the config file is given with -config FILE)`},
 		{[]string{"run", "a.yaml", "b.yaml"}, `unexpected arguments ["a.yaml" "b.yaml"] (the config file is given with -config FILE)`},
+		{[]string{"bridge.yaml"}, `unknown command "bridge.yaml" (to serve this config: xdsbridge run -config bridge.yaml)`},
+		{[]string{"valdate"}, `unknown command "valdate" (did you mean "validate"?)`},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 	} {
 		var out bytes.Buffer
 		err := run(tc.args, &out, &out)

@@ -75,12 +75,13 @@ func checkNodes(n *yaml3.Node, path []string) error {
 // nonFinite reports whether n is a float scalar that is not a finite
 // number (.nan, .inf, -.Inf), which JSON cannot hold.
 func nonFinite(n *yaml3.Node) bool {
-	if n.Kind != yaml3.ScalarNode || n.ShortTag() != "!!float" {
+	// The spelling first: resolving every scalar's tag costs more.
+	if n.Kind != yaml3.ScalarNode || len(n.Value) < 4 || len(n.Value) > 5 {
 		return false
 	}
 	switch strings.ToLower(strings.TrimLeft(n.Value, "+-")) {
 	case ".nan", ".inf":
-		return true
+		return n.ShortTag() == "!!float"
 	}
 	return false
 }

@@ -121,3 +121,38 @@ func entry(n *yaml3.Node, seg string) (key, value *yaml3.Node) {
 	}
 	return nil, nil
 }
+
+// Key is a mapping key as written in a document: its name (as the
+// YAML-to-JSON conversion reads it) and where it is.
+type Key struct {
+	Name         string
+	Line, Column int
+}
+
+// Keys returns the keys of the mapping at path in data, in the document's
+// order; nil if there is no mapping there or the document does not parse.
+func Keys(data []byte, path ...string) []Key {
+	var root yaml3.Node
+	if err := yaml3.Unmarshal(data, &root); err != nil || len(root.Content) == 0 {
+		return nil
+	}
+	n := root.Content[0]
+	for _, seg := range path {
+		if _, n = entry(n, seg); n == nil {
+			return nil
+		}
+	}
+	for n.Kind == yaml3.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	if n.Kind != yaml3.MappingNode {
+		return nil
+	}
+	out := make([]Key, 0, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k := n.Content[i]; k.Kind == yaml3.ScalarNode {
+			out = append(out, Key{Name: jsonKey(k), Line: k.Line, Column: k.Column})
+		}
+	}
+	return out
+}

@@ -100,14 +100,33 @@ type policyFiler interface {
 // only when a published name is close to it.
 func configWarnings(srcs []sources.Source) []string {
 	var out []string
-	static := map[string]bool{}
-	var dynamic []string
+	type policyFile struct {
+		i    int
+		f    *policy.File
+		data []byte
+		path string
+	}
+	var files []policyFile
 	for i, s := range srcs {
 		if w, ok := s.(warner); ok {
 			for _, msg := range w.ConfigWarnings() {
 				out = append(out, fmt.Sprintf("sources[%d] (%s): %s", i, s.Name(), msg))
 			}
 		}
+		if pf, ok := s.(policyFiler); ok {
+			if f, data, path, err := pf.PolicyFile(); err == nil && f != nil {
+				files = append(files, policyFile{i, f, data, path})
+			}
+		}
+	}
+	if len(files) == 0 {
+		return out
+	}
+	// The sources' files are read again for their names: only when a
+	// policy file needs them.
+	static := map[string]bool{}
+	var dynamic []string
+	for _, s := range srcs {
 		sc, ok := s.(sources.StaticClaimer)
 		if !ok {
 			dynamic = append(dynamic, s.Name())
@@ -126,38 +145,21 @@ func configWarnings(srcs []sources.Source) []string {
 		known = append(known, n)
 	}
 	sort.Strings(known)
-	for i, s := range srcs {
-		pf, ok := s.(policyFiler)
-		if !ok {
-			continue
-		}
-		f, data, path, err := pf.PolicyFile()
-		if err != nil || f == nil {
-			continue
-		}
-		// In the file's order.
-		keys := make([]string, 0, len(f.Services))
-		for k := range f.Services {
-			keys = append(keys, k)
-		}
-		sort.Slice(keys, func(i, j int) bool {
-			li, lj := decode.Line(data, "services", keys[i]), decode.Line(data, "services", keys[j])
-			return li < lj || li == lj && keys[i] < keys[j]
-		})
-		for _, name := range keys {
-			if policy.IsPattern(name) || static[name] {
+	for _, pf := range files {
+		name := srcs[pf.i].Name()
+		for _, k := range decode.Keys(pf.data, "services") {
+			if _, ok := pf.f.Services[k.Name]; !ok || policy.IsPattern(k.Name) || static[k.Name] {
 				continue
 			}
-			near := decode.Suggest(name, known)
+			near := decode.Suggest(k.Name, known)
 			if len(dynamic) > 0 && near == "" {
 				continue
 			}
-			what := fmt.Sprintf("no source publishes service %q", name)
+			what := fmt.Sprintf("no source publishes service %q", k.Name)
 			if len(dynamic) > 0 {
-				what = fmt.Sprintf("no services file or DNS source publishes service %q (it may come from source %s)", name, strings.Join(dynamic, ", "))
+				what = fmt.Sprintf("no services file or DNS source publishes service %q (it may come from source %s)", k.Name, strings.Join(dynamic, ", "))
 			}
-			line, col := decode.Position(data, "services", name)
-			msg := fmt.Sprintf("sources[%d] (%s): %s: line %d, column %d: %s: %s", i, s.Name(), path, line, col, decode.FieldPath([]string{"services", name}), what)
+			msg := fmt.Sprintf("sources[%d] (%s): %s: line %d, column %d: %s: %s", pf.i, name, pf.path, k.Line, k.Column, decode.FieldPath([]string{"services", k.Name}), what)
 			if near != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", near)
 			}

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/xdsbridge/xdsbridge/config/decode"
 	"github.com/xdsbridge/xdsbridge/translate"
@@ -485,6 +486,10 @@ func (c *Config) validate(knownTypes []string) error {
 	for i, s := range c.Sources {
 		if s.Name == "" {
 			return fmt.Errorf("sources[%d].name: missing", i)
+		}
+		// The name is in logs, metrics, errors and the status page.
+		if strings.IndexFunc(s.Name, func(r rune) bool { return !strconv.IsPrint(r) || r == utf8.RuneError }) >= 0 {
+			return fmt.Errorf("sources[%d].name: %q: expected a name without control characters", i, s.Name)
 		}
 		if seen[s.Name] {
 			return fmt.Errorf("sources[%d].name: %q used twice", i, s.Name)

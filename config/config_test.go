@@ -445,6 +445,7 @@ func TestConfigErrorsNameLineAndColumn(t *testing.T) {
 		{"sources:\n  - name: [s]\n    file: {}\n", "line 2, column 5: sources[0].name: expected a string, got a list"},
 		{"xds:\n  lisen: ':1'\n" + src, `line 2, column 3: unknown field "lisen" in xds (did you mean "listen"?)`},
 		{src + "health_checks: {workers: 1e99}\n", "line 4, column 17: health_checks.workers: expected a whole number, got 1e+99"},
+		{"sources:\n  - name: \"a\\x1b[31mX\"\n    file: {}\n", `line 2, column 5: sources[0].name: "a\x1b[31mX": expected a name without control characters`},
 		{src + "health_checks: {workers: .nan}\n", "line 4, column 17: health_checks.workers: expected a finite number, got .nan"},
 	} {
 		_, err := Parse([]byte(tc.in), "/etc", known)

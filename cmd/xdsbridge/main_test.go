@@ -376,6 +376,8 @@ func TestValidateErrorsNameLineAndColumn(t *testing.T) {
 			`line 3, column 14: sources[0] (c).consul: unknown field "adress" (did you mean "address"?)`},
 		{"sources:\n  - name: s\n    file: {path: ok.yaml, settle: 1h}\n",
 			"line 3, column 27: sources[0] (s).file: settle: 1h is not in 0s..10s"},
+		{"sources: [{name: s, file: {path: ok.yaml}}]\nhealth_checks:\n  services:\n    \"w\\x1b[2J\":\n      type: htp\n",
+			`line 5, column 7: health_checks.services."w\x1b[2J".type: "htp" is not one of tcp, http, grpc`},
 		{"admin:\n  token_file: missing-token\nsources: [{name: s, file: {path: ok.yaml}}]\n",
 			"line 2, column 3: admin.token_file: "},
 	} {

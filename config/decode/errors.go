@@ -251,33 +251,51 @@ func Locate(data []byte, prefix []string, err error) (line, column int) {
 	return position(&root, full)
 }
 
-// leadingPath parses the field path a message starts with: keys of
-// letters, digits, _ and -, joined by dots, with [i] indexes, up to a
-// colon, comma, space or parenthesis. Nil if the message starts otherwise.
+// leadingPath parses the field path a message starts with, as FieldPath
+// writes it: keys of letters, digits, _ and -, or quoted; joined by dots;
+// [i] indexes; up to a colon, comma, space or parenthesis. Nil if the
+// message starts otherwise.
 func leadingPath(msg string) []string {
-	end := strings.IndexFunc(msg, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.' || r == '[' || r == ']')
-	})
-	if end <= 0 || !strings.ContainsRune(":, (", rune(msg[end])) {
-		return nil
-	}
 	var path []string
-	for _, part := range strings.Split(msg[:end], ".") {
-		key, idx, _ := strings.Cut(part, "[")
-		if key == "" && idx == "" {
-			return nil
-		}
-		if key != "" {
-			path = append(path, key)
-		}
-		for idx != "" {
-			i, rest, ok := strings.Cut(idx, "]")
-			if !ok {
+	for i := 0; ; {
+		switch {
+		case i < len(msg) && msg[i] == '"':
+			q, err := strconv.QuotedPrefix(msg[i:])
+			if err != nil {
 				return nil
 			}
-			path = append(path, "["+i+"]")
-			idx = strings.TrimPrefix(rest, "[")
+			k, _ := strconv.Unquote(q)
+			path = append(path, k)
+			i += len(q)
+		case i < len(msg) && msg[i] == '[':
+			j := strings.IndexByte(msg[i:], ']')
+			if j < 0 {
+				return nil
+			}
+			path = append(path, msg[i:i+j+1])
+			i += j + 1
+		default:
+			j := i
+			for j < len(msg) && (msg[j] >= 'a' && msg[j] <= 'z' || msg[j] >= 'A' && msg[j] <= 'Z' || msg[j] >= '0' && msg[j] <= '9' || msg[j] == '_' || msg[j] == '-') {
+				j++
+			}
+			if j == i {
+				return nil
+			}
+			path = append(path, msg[i:j])
+			i = j
+		}
+		if i >= len(msg) {
+			return nil
+		}
+		switch msg[i] {
+		case '.':
+			i++
+		case '[':
+		case ':', ',', ' ', '(':
+			return path
+		default:
+			return nil
 		}
 	}
-	return path
 }

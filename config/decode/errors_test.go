@@ -116,6 +116,8 @@ func TestLocate(t *testing.T) {
 		{"a path the document lacks in part", nil, errors.New("xds.tls.cert_file: missing"), 5, 1},
 		{"a path the document lacks", nil, errors.New("admin.listen: bad"), 0, 0},
 		{"a message with no path", nil, errors.New("at least one source is needed"), 0, 0},
+		{"a quoted key", nil, errors.New(`sources[0]."health_check".type: bad`), 4, 20},
+		{"a path starting with an index", []string{"sources"}, errors.New(`[0].file."path": bad`), 3, 12},
 		{"an error that names its line", nil, &Error{Path: []string{"xds"}, Line: 5, Column: 1, Msg: "x"}, 0, 0},
 	} {
 		if l, c := Locate(doc, tc.prefix, tc.err); l != tc.line || c != tc.col {

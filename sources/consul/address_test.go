@@ -2,6 +2,7 @@ package consul
 
 import (
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -102,4 +103,33 @@ func TestTokenFileReadAtConfig(t *testing.T) {
 	if err == nil || !strings.HasPrefix(err.Error(), "token_file (from CONSUL_HTTP_TOKEN_FILE): open ") {
 		t.Errorf("from the environment: error %v", err)
 	}
+}
+
+// FuzzNormalizeAddress: an address the source accepts is stable under
+// normalizing again, ends in no slash, and its host:port part has a port.
+func FuzzNormalizeAddress(f *testing.F) {
+	for _, s := range []string{"127.0.0.1", "127.0.0.1:8500/", "http://consul:8500//", "https://gw.example/consul/", "::1", "[::1]", "[::1]:x", "ftp://a", "a:0", "http:///", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, addr string) {
+		out, err := normalizeAddress(addr)
+		if err != nil {
+			return
+		}
+		again, err := normalizeAddress(out)
+		if err != nil || again != out {
+			t.Fatalf("%q -> %q -> %q, %v", addr, out, again, err)
+		}
+		if strings.HasSuffix(out, "/") {
+			t.Fatalf("%q -> %q ends in a slash", addr, out)
+		}
+		_, rest, ok := strings.Cut(out, "://")
+		if !ok {
+			rest = out
+		}
+		hostPort, _, _ := strings.Cut(rest, "/")
+		if _, port, err := net.SplitHostPort(hostPort); err != nil || port == "" {
+			t.Fatalf("%q -> %q: host:port %q has no port (%v)", addr, out, hostPort, err)
+		}
+	})
 }

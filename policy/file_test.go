@@ -157,8 +157,8 @@ func TestExamplePolicyFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, key, _ := f.For("legacy-billing"); key != "legacy-*" {
-		t.Errorf("legacy-billing's policy is %q; want legacy-*", key)
+	if _, key, _ := f.For("legacy-billing"); key != "legacy*" {
+		t.Errorf("legacy-billing's policy is %q; want legacy*", key)
 	}
 }
 

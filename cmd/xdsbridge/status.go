@@ -74,6 +74,11 @@ func status(fs *flag.FlagSet, f *cmdFlags, stdout io.Writer) error {
 			return fmt.Errorf("service %q has no hosts (or is not known)", service)
 		}
 		printHosts(stdout, out)
+		srcs, err := c.debugSources()
+		if err != nil {
+			return err
+		}
+		printDropped(stdout, service, srcs)
 		return nil
 	case *f.status.node != "":
 		var d struct {
@@ -96,6 +101,12 @@ func status(fs *flag.FlagSet, f *cmdFlags, stdout io.Writer) error {
 	if err := c.get("/debug/clients", nil, &cl); err != nil {
 		return err
 	}
+	srcs, err := c.debugSources()
+	if err != nil {
+		return err
+	}
+	printSources(stdout, srcs)
+	fmt.Fprintln(stdout)
 	printClients(stdout, cl.Clients, cl.NACKs, time.Now())
 	return nil
 }
@@ -292,11 +303,15 @@ func printHosts(w io.Writer, hosts map[string][]map[string]any) {
 	}
 	sort.Strings(services)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SERVICE\tHOST\tDISCOVERED\tSOURCE\tSOURCE HEALTH\tCHECK\tPUBLISHED\tHEALTH\tABSENT SINCE\tRULE")
+	fmt.Fprintln(tw, "SERVICE\tHOST\tDISCOVERED\tSOURCE\tSOURCE HEALTH\tCHECK\tPUBLISHED\tHEALTH\tABSENT SINCE\tRULE\tSOURCE CHECKS")
 	for _, s := range services {
 		for _, h := range hosts[s] {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", term(s), str(h["host"]), str(h["discovered"]), str(h["source"]),
-				str(h["source_health"]), str(h["check"]), str(h["published"]), str(h["health"]), str(h["absent_since"]), str(h["rule"]))
+			check := str(h["check"])
+			if check == "none" && h["source_checks"] != nil {
+				check = "source's" // no xdsbridge check: the source's own checks decide
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", term(s), str(h["host"]), str(h["discovered"]), str(h["source"]),
+				str(h["source_health"]), check, str(h["published"]), str(h["health"]), str(h["absent_since"]), str(h["rule"]), str(h["source_checks"]))
 		}
 	}
 	tw.Flush()

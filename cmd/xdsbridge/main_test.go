@@ -15,24 +15,15 @@ import (
 )
 
 func TestValidateExampleConfigs(t *testing.T) {
-	policy, err := filepath.Abs("../../examples/policy.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for cfg, warnings := range map[string]string{
-		"../../examples/xdsbridge.yaml": "",
-		"../../examples/consul.yaml":    "",
-		// The example policy also shows services the example services
-		// file does not publish.
-		"../../examples/xdsbridge-policy.yaml": "warning: sources[1] (policy): " + policy + ": line 10, column 3: services.greeter: no source publishes service \"greeter\"\n" +
-			"warning: sources[1] (policy): " + policy + ": line 43, column 3: services.cart: no source publishes service \"cart\"\n",
-	} {
+	for _, cfg := range []string{"../../examples/xdsbridge.yaml", "../../examples/consul.yaml", "../../examples/xdsbridge-policy.yaml"} {
 		var out, errOut bytes.Buffer
 		if err := run([]string{"validate", "-config", cfg}, &out, &errOut); err != nil {
 			t.Fatalf("%s: %v", cfg, err)
 		}
-		if out.String() != "config ok\n" || errOut.String() != warnings {
-			t.Errorf("%s: stdout %q, stderr %q; want stderr %q", cfg, out.String(), errOut.String(), warnings)
+		// No warning either: the example policy is for services the
+		// example sources publish.
+		if out.String() != "config ok\n" || errOut.String() != "" {
+			t.Errorf("%s: stdout %q, stderr %q", cfg, out.String(), errOut.String())
 		}
 	}
 }

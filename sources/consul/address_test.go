@@ -68,7 +68,7 @@ func TestAddressTrailingSlashReachesTheAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, transport, err := s.(*Source).newClient()
+	client, transport, err := s.(*Source).newClient(1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

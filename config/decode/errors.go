@@ -81,7 +81,7 @@ func Under(err error, prefix ...string) error {
 func FieldPath(path []string) string {
 	var b strings.Builder
 	for _, seg := range path {
-		if strings.HasPrefix(seg, "[") && strings.HasSuffix(seg, "]") {
+		if isIndex(seg) {
 			b.WriteString(seg)
 			continue
 		}
@@ -95,6 +95,15 @@ func FieldPath(path []string) string {
 		}
 	}
 	return b.String()
+}
+
+// isIndex reports whether a path segment is a list index, "[N]" (a key
+// such as the pattern "[ab]" is not).
+func isIndex(seg string) bool {
+	if len(seg) < 3 || seg[0] != '[' || seg[len(seg)-1] != ']' {
+		return false
+	}
+	return strings.Trim(seg[1:len(seg)-1], "0123456789") == ""
 }
 
 func needsQuote(s string) bool {

@@ -125,3 +125,22 @@ func TestLocate(t *testing.T) {
 		}
 	}
 }
+
+func TestFieldPath(t *testing.T) {
+	for _, tc := range []struct {
+		path []string
+		want string
+	}{
+		{[]string{"services", "web", "routes", "[0]", "match"}, "services.web.routes[0].match"},
+		{[]string{"services", "web.internal", "timeout"}, `services."web.internal".timeout`},
+		{[]string{"services", "[ab]", "timeout"}, `services."[ab]".timeout`},
+		{[]string{"services", "w\x1b[2J", "timeout"}, `services."w\x1b[2J".timeout`},
+		{[]string{"services", "w\u200bx"}, `services."w\u200bx"`},
+		{[]string{"services", ""}, `services.""`},
+		{[]string{"[3]"}, "[3]"},
+	} {
+		if got := FieldPath(tc.path); got != tc.want {
+			t.Errorf("FieldPath(%q) = %s; want %s", tc.path, got, tc.want)
+		}
+	}
+}

@@ -7,8 +7,8 @@
 // the translator, with a diagnostic.
 //
 // The package holds only tests. The committed corpus (testdata/corpus)
-// runs in CI (XDSBRIDGE_GATE_CORPUS=<dir> runs another directory, as
-// testdata/slow); XDSBRIDGE_GATE_N=<n> runs n generated policies more
+// runs in CI (XDSBRIDGE_GATE_CORPUS=<dir> runs another directory, such
+// as a saved run); XDSBRIDGE_GATE_N=<n> runs n generated policies more
 // (XDSBRIDGE_GATE_SEED picks the seed, XDSBRIDGE_GATE_SAVE=<dir> saves
 // the first policy of each cause of rejection, minimised, and with
 // XDSBRIDGE_GATE_SAVE_ALL=1 every policy).

@@ -49,19 +49,25 @@ type Config struct {
 	// BaseDir is the directory the config was read from (relative paths in
 	// source configs are relative to it). Not part of the file.
 	BaseDir string `json:"-"`
-	// File is the path the config was loaded from ("" when parsed from
-	// memory) and Document its content: errors found after parsing (a
-	// source's block, a health check) name the file, line and column.
-	// Not part of the file.
-	File     string `json:"-"`
-	Document []byte `json:"-"`
+	// File is the path the config was loaded from, "" when parsed from
+	// memory: errors found after parsing (a source's block, a health
+	// check) name the file, and the line and column in it. Not part of
+	// the file.
+	File string `json:"-"`
 }
 
 // ErrorAt returns err naming the config file and the line and column of
 // the field it is about (decode.Locate), the field's path in the file
 // being prefix and then the path err names. err is the text that follows.
+// The file is read again for the line (errors are rare, and a config
+// holding its own text would differ from an equal one read elsewhere).
 func (c *Config) ErrorAt(prefix []string, about, err error) error {
-	line, col := decode.Locate(c.Document, prefix, about)
+	var line, col int
+	if c.File != "" {
+		if data, rerr := os.ReadFile(c.File); rerr == nil {
+			line, col = decode.Locate(data, prefix, about)
+		}
+	}
 	switch {
 	case line > 0 && c.File != "":
 		return fmt.Errorf("%s: line %d, column %d: %w", c.File, line, col, err)
@@ -358,10 +364,12 @@ func Parse(data []byte, baseDir string, knownTypes []string) (*Config, error) {
 		return nil, err
 	}
 	c.BaseDir = baseDir
-	c.Document = data
 	c.applyDefaults()
 	if err := c.validate(knownTypes); err != nil {
-		return nil, c.ErrorAt(nil, err, err)
+		if line, col := decode.Locate(data, nil, err); line > 0 {
+			return nil, fmt.Errorf("line %d, column %d: %w", line, col, err)
+		}
+		return nil, err
 	}
 	return &c, nil
 }

@@ -193,8 +193,8 @@ func TestNewTLSErrorsNameTheField(t *testing.T) {
 	b := ca.Server(t)
 	testcerts.WriteFile(t, filepath.Join(dir, "b.key"), b.KeyPEM)
 	for _, c := range []struct{ yaml, want string }{
-		{`xds: {listen: "127.0.0.1:0", tls: {cert_file: a.crt, key_file: b.key}}`, "line 1, column 54: xds.tls.key_file: does not match xds.tls.cert_file"},
-		{`admin: {listen: "127.0.0.1:0", tls: {cert_file: a.crt, key_file: a.key, client_ca_file: missing.pem}}`, "line 1, column 73: admin.tls.client_ca_file: "},
+		{`xds: {listen: "127.0.0.1:0", tls: {cert_file: a.crt, key_file: b.key}}`, "xds.tls.key_file: does not match xds.tls.cert_file"},
+		{`admin: {listen: "127.0.0.1:0", tls: {cert_file: a.crt, key_file: a.key, client_ca_file: missing.pem}}`, "admin.tls.client_ca_file: "},
 	} {
 		cfg, err := config.Parse([]byte(c.yaml+"\nsources: [{name: s, file: {path: s.yaml}}]\n"), dir, SourceTypeNames())
 		if err != nil {

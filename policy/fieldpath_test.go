@@ -9,7 +9,7 @@ import (
 // a check's error, not sent to the terminal raw.
 func TestFieldPathEscapesControlBytes(t *testing.T) {
 	_, err := ParseFile([]byte("services:\n  \"w\\x1bc\":\n    protocol: h3\n"))
-	want := `line 3: services."w\x1bc".protocol: unknown protocol "h3"`
+	want := `line 3, column 5: services."w\x1bc".protocol: unknown protocol "h3"`
 	if err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("error %q; want it to start with %q", err, want)
 	}

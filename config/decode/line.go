@@ -156,3 +156,19 @@ func Keys(data []byte, path ...string) []Key {
 	}
 	return out
 }
+
+// Pos is where a value is written in a document (Position).
+type Pos struct{ Line, Column int }
+
+// Positions returns Position for each path, parsing data once.
+func Positions(data []byte, paths ...[]string) []Pos {
+	out := make([]Pos, len(paths))
+	var root yaml3.Node
+	if err := yaml3.Unmarshal(data, &root); err != nil {
+		return out
+	}
+	for i, p := range paths {
+		out[i].Line, out[i].Column = position(&root, p)
+	}
+	return out
+}

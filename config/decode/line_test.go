@@ -59,3 +59,17 @@ func TestKeys(t *testing.T) {
 		t.Errorf("Keys of a missing path = %v; want nil", got)
 	}
 }
+
+func TestPositions(t *testing.T) {
+	doc := []byte("services:\n  web:\n    routes:\n      - {match: {prefix: /}}\n")
+	got := Positions(doc, []string{"services", "web", "routes", "[0]", "match"}, []string{"services", "api"}, nil)
+	want := []Pos{{4, 10}, {1, 1}, {1, 1}}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("Positions[%d] = %v; want %v", i, got[i], want[i])
+		}
+	}
+	if got := Positions([]byte("a: [unclosed"), []string{"a"}); got[0] != (Pos{}) {
+		t.Errorf("a document that does not parse: %v; want 0, 0", got[0])
+	}
+}

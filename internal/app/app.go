@@ -84,12 +84,12 @@ func BuildSources(c *config.Config, log *slog.Logger, reg prometheus.Registerer)
 		}
 		src, err := f(sc.Name, sc.Raw, sources.Env{BaseDir: c.BaseDir, Logger: log, Metrics: reg})
 		if err != nil {
-			return nil, fmt.Errorf("sources[%d] (%s).%s: %w", i, sc.Name, sc.Type, err)
+			return nil, c.ErrorAt([]string{"sources", fmt.Sprintf("[%d]", i), sc.Type}, err, fmt.Errorf("sources[%d] (%s).%s: %w", i, sc.Name, sc.Type, err))
 		}
 		out = append(out, src)
 	}
 	if err := sources.CheckClaims(out); err != nil {
-		return nil, err
+		return nil, c.ErrorAt(nil, err, err)
 	}
 	return out, nil
 }
@@ -147,21 +147,25 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	if err := ApplyMemoryLimit(c, log, reg); err != nil {
 		return nil, err
 	}
-	srcs, err := BuildSources(c, log, reg)
+	k, err := check(c, log, reg)
 	if err != nil {
 		return nil, err
 	}
+	for _, w := range k.warnings {
+		log.Warn("config: " + w)
+	}
+	warnings := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "xdsbridge_config_warnings",
+		Help: "Warnings of the config at start (logged at WARN, printed by validate): a services or policy file that does not exist yet, a policy for a service no static source publishes.",
+	})
+	warnings.Set(float64(len(k.warnings)))
+	if err := promreg.Register(reg, warnings); err != nil {
+		return nil, err
+	}
+	srcs, perSource, perService, xdsTLS, adminTLS, token := k.srcs, k.perSource, k.perService, k.xdsTLS, k.adminTLS, k.token
 	names := make([]string, len(srcs))
 	for i, s := range srcs {
 		names[i] = s.Name()
-	}
-	perSource, perService, err := healthcheck.FromConfig(c)
-	if err != nil {
-		return nil, err
-	}
-	xdsTLS, adminTLS, err := BuildTLS(c, log, reg)
-	if err != nil {
-		return nil, err
 	}
 	xopts := xds.Options{Logger: log, Metrics: reg, Authorization: c.XDS.Authorization, Limits: c.XDS.Limits, Keepalive: xds.Keepalive{
 		Time: c.XDS.Keepalive.Time.D(), Timeout: c.XDS.Keepalive.Timeout.D(), MinTime: c.XDS.Keepalive.MinTime.D(),
@@ -192,10 +196,6 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		checks = healthcheck.NewManager(checker, perSource, perService)
 		opts.HealthChecks = checks
 	}
-	token, err := AdminTokenFromConfig(c, log, reg)
-	if err != nil {
-		return nil, err
-	}
 	cache, xs := xds.NewServing(xds.ServingConfig{Options: xopts})
 	if err := promreg.Register(reg, &syncStates{clients: xs.ClientStatuses, now: time.Now}); err != nil {
 		return nil, err
@@ -223,6 +223,7 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		XDS:      xs,
 		XDSTLS:   xdsTLS,
 		AdminTLS: adminTLS,
+		RESTTLS:  k.restTLS,
 	}
 	if err := a.buildREST(); err != nil {
 		return nil, err

@@ -430,7 +430,6 @@ func (s *Source) failingLocked() bool {
 type clusterCache struct {
 	members []clusterMember
 	svc     sources.Service
-	skip    bool // unusable cluster name: left out
 	// why explains the health of each host: its Consul checks.
 	why map[sources.HostKey]string
 }
@@ -496,11 +495,10 @@ func (s *Source) snapshotLocked() ([]sources.Service, bool) {
 		setChanged = setChanged || old == nil
 		c := &clusterCache{members: ms}
 		next[cn] = c
-		if err := sources.ValidateServiceName("cluster", cn); err != nil {
-			s.log.Warn("skipping service with an unusable cluster name", "error", err)
-			c.skip = true
-			continue
-		}
+		// Names are published as they are: the merge loop refuses, with a
+		// diagnostic and a count, those sources.ValidateServiceName
+		// refuses (a Consul service may be registered as "greeter/v1",
+		// the name of greeter's subset cluster).
 		// Local datacenter first, then failover order (the members are in
 		// datacenter order): the first of a host listed twice is the one
 		// of the lower priority.
@@ -515,7 +513,7 @@ func (s *Source) snapshotLocked() ([]sources.Service, bool) {
 			}
 		}
 		c.svc = sources.Service{Name: cn, Endpoints: sources.Normalize(eps)}
-		if old != nil && !old.skip && reflect.DeepEqual(old.svc, c.svc) {
+		if old != nil && reflect.DeepEqual(old.svc, c.svc) {
 			c.svc = old.svc
 		} else {
 			changed = true
@@ -524,10 +522,8 @@ func (s *Source) snapshotLocked() ([]sources.Service, bool) {
 	if setChanged || s.clusterNames == nil {
 		changed = true
 		s.clusterNames = make([]string, 0, len(next))
-		for cn, c := range next {
-			if !c.skip {
-				s.clusterNames = append(s.clusterNames, cn)
-			}
+		for cn := range next {
+			s.clusterNames = append(s.clusterNames, cn)
 		}
 		sort.Strings(s.clusterNames)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -219,4 +220,23 @@ func findService(u sources.Update, name string) (sources.Service, bool) {
 		}
 	}
 	return sources.Service{}, false
+}
+
+// After the start-up reads of a hinted-mode source, connections beyond the
+// held queries and idleConns idle ones are closed, not kept against the
+// agent's per-client limit.
+func TestHintedModeClosesBurstConnections(t *testing.T) {
+	a := startAgent(t, "dc1")
+	registerMany(t, a, 120)
+	conns := &connCounter{}
+	_, sink := startSourceWith(t, baseConfig(a.Addr(), `, "services": {"exclude": ["consul"]}`), func(s *Source) {
+		s.wrapConn = func(c net.Conn) net.Conn { conns.dials.Add(1); return &countedConn{Conn: c, c: conns} }
+	})
+	sink.WaitFor(t, time.Minute, "first publish", func(us []sources.Update, _ []error) bool { return len(us) > 0 })
+	open := func() int64 { return conns.dials.Load() - conns.closes.Load() }
+	// 2 held queries (service list, change feed), idleConns idle, the
+	// liveness probe's.
+	const want = 2 + idleConns + 1
+	waitFor(t, fmt.Sprintf("at most %d open connections (dialed %d)", want, conns.dials.Load()), func() bool { return open() <= want })
+	t.Logf("dialed %d, open %d", conns.dials.Load(), open())
 }

@@ -262,8 +262,14 @@ func (s *Source) newClient(maxConns int, wrapRT func(http.RoundTripper) http.Rou
 	return c, transport, nil
 }
 
+// idleConns is how many idle connections a transport keeps: after a burst
+// of reads (the start, every service read again) the others are closed at
+// once rather than held against the agent's per-client limit.
+const idleConns = 8
+
 // newTransport is a pooled transport allowing at most maxConns connections
-// to the agent; the source never has more requests in flight than that.
+// to the agent, idleConns of them idle; the source never has more requests
+// in flight than maxConns.
 func newTransport(maxConns int, wrap func(net.Conn) net.Conn) *http.Transport {
 	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	return &http.Transport{
@@ -276,8 +282,8 @@ func newTransport(maxConns int, wrap func(net.Conn) net.Conn) *http.Transport {
 			return c, err
 		},
 		MaxConnsPerHost:       maxConns,
-		MaxIdleConns:          maxConns,
-		MaxIdleConnsPerHost:   maxConns,
+		MaxIdleConns:          min(maxConns, idleConns),
+		MaxIdleConnsPerHost:   min(maxConns, idleConns),
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,

@@ -28,8 +28,14 @@ type Publisher interface {
 
 // Options configure a Loop.
 type Options struct {
-	// Sources names every source that must sync before the bridge is ready.
+	// Sources names every source that must sync before the bridge is ready,
+	// in config order: of two sources publishing one service name, the one
+	// listed first owns it, unless Priority ranks the other higher.
 	Sources []string
+	// Priority is each source's ownership priority (absent: 0): of two
+	// sources publishing one service name, the higher owns it (ties: the
+	// order of Sources).
+	Priority map[string]int
 	// ServicesAndPolicy names the sources (of Sources) that publish both
 	// services and a policy (sources.PolicyPublisher): each counts as
 	// synced only once it has published both, whichever comes first.

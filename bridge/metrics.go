@@ -9,6 +9,9 @@ type loopMetrics struct {
 	sourceSyncs  *prometheus.CounterVec
 	sourceErrors *prometheus.CounterVec
 	conflicts    prometheus.Gauge
+	// claimsLost: per source, the names it publishes that another source
+	// owns.
+	claimsLost *prometheus.GaugeVec
 	// policyConflicts: services given a policy by name by more than one
 	// policy source.
 	policyConflicts prometheus.Gauge
@@ -35,6 +38,9 @@ func newLoopMetrics(l *Loop, reg prometheus.Registerer) *loopMetrics {
 		conflicts: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "xdsbridge_service_conflicts", Help: "Services claimed by more than one source.",
 		}),
+		claimsLost: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "xdsbridge_source_claims_lost", Help: "Service names the source publishes that a source ranked before it (priority, then config order) owns.",
+		}, []string{"source"}),
 		policyConflicts: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "xdsbridge_policy_conflicts", Help: "Services given a policy by name by more than one policy source (the first source's is used).",
 		}),
@@ -64,7 +70,7 @@ func newLoopMetrics(l *Loop, reg prometheus.Registerer) *loopMetrics {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
 	}
-	if err := promreg.Register(reg, m.sourceSyncs, m.sourceErrors, m.conflicts, m.policyConflicts, m.services, m.flushes, m.flushErrors, m.invalid, m.limitExceeded, m.refused, m.refusedServices, m.flushSeconds, &staleCollector{l}); err != nil {
+	if err := promreg.Register(reg, m.sourceSyncs, m.sourceErrors, m.conflicts, m.claimsLost, m.policyConflicts, m.services, m.flushes, m.flushErrors, m.invalid, m.limitExceeded, m.refused, m.refusedServices, m.flushSeconds, &staleCollector{l}); err != nil {
 		panic(err)
 	}
 	return m

@@ -3,14 +3,50 @@ package sources
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
-// CheckClaims returns an error when two sources claim the same service
-// name before running (StaticClaimer: from their configs or files). At run
-// time the merge loop settles conflicts instead: the first owner keeps the
-// name.
-func CheckClaims(srcs []Source) error {
-	owner := map[string]string{}
+// ClaimBefore reports whether source a ranks before source b for a service
+// name both publish, so that a owns it: the higher priority (absent: 0),
+// then the source listed first in order (a source not listed after every
+// listed one), then the name. Ownership never depends on which source
+// synced first.
+func ClaimBefore(a, b string, order []string, priority map[string]int) bool {
+	if pa, pb := priority[a], priority[b]; pa != pb {
+		return pa > pb
+	}
+	ia, ib := slices.Index(order, a), slices.Index(order, b)
+	if ia < 0 {
+		ia = len(order)
+	}
+	if ib < 0 {
+		ib = len(order)
+	}
+	if ia != ib {
+		return ia < ib
+	}
+	return a < b
+}
+
+// Conflict is a service name that more than one source claims before
+// running (StaticClaimer).
+type Conflict struct {
+	Service string
+	// Sources claim it, ranked (ClaimBefore): the first owns it.
+	Sources []string
+}
+
+// StaticConflicts lists the service names that more than one source claims
+// before running (StaticClaimer: from their configs or files), sorted by
+// name, each with its claimants ranked by ClaimBefore over the sources'
+// order and priority. The error joins those of the sources that could not
+// list their names.
+func StaticConflicts(srcs []Source, priority map[string]int) ([]Conflict, error) {
+	order := make([]string, len(srcs))
+	for i, s := range srcs {
+		order[i] = s.Name()
+	}
+	claimants := map[string][]string{}
 	var errs []error
 	for _, s := range srcs {
 		c, ok := s.(StaticClaimer)
@@ -23,12 +59,35 @@ func CheckClaims(srcs []Source) error {
 			continue
 		}
 		for _, n := range names {
-			if o, taken := owner[n]; taken && o != s.Name() {
-				errs = append(errs, fmt.Errorf("service %q is claimed by sources %q and %q: a service name is owned by one source", n, o, s.Name()))
-				continue
+			if !slices.Contains(claimants[n], s.Name()) {
+				claimants[n] = append(claimants[n], s.Name())
 			}
-			owner[n] = s.Name()
 		}
 	}
-	return errors.Join(errs...)
+	var out []Conflict
+	for n, c := range claimants {
+		if len(c) < 2 {
+			continue
+		}
+		slices.SortStableFunc(c, func(a, b string) int {
+			switch {
+			case ClaimBefore(a, b, order, priority):
+				return -1
+			case ClaimBefore(b, a, order, priority):
+				return 1
+			}
+			return 0
+		})
+		out = append(out, Conflict{Service: n, Sources: c})
+	}
+	slices.SortFunc(out, func(a, b Conflict) int {
+		if a.Service < b.Service {
+			return -1
+		}
+		if a.Service > b.Service {
+			return 1
+		}
+		return 0
+	})
+	return out, errors.Join(errs...)
 }

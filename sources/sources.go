@@ -193,8 +193,9 @@ type PolicyPublisher interface {
 }
 
 // StaticClaimer is implemented by sources that know the service names they
-// own before they run (from their config or file). The bridge checks those
-// claims for conflicts at start.
+// own before they run (from their config or file). The bridge lists the
+// conflicts among those claims at start (StaticConflicts) and validate
+// reports them.
 type StaticClaimer interface {
 	ClaimedNames() ([]string, error)
 }

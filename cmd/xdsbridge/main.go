@@ -30,6 +30,7 @@ import (
 	"github.com/xdsbridge/xdsbridge/healthcheck"
 	"github.com/xdsbridge/xdsbridge/internal/app"
 	"github.com/xdsbridge/xdsbridge/internal/fsout"
+	"github.com/xdsbridge/xdsbridge/sources"
 )
 
 //go:embed default.yaml
@@ -132,7 +133,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	switch cmd {
 	case "validate":
-		if _, err := app.BuildSources(cfg, app.NewLogger(cfg.Logging, io.Discard), nil); err != nil {
+		srcs, err := app.BuildSources(cfg, app.NewLogger(cfg.Logging, io.Discard), nil)
+		if err != nil {
+			return err
+		}
+		if err := warnConflicts(cfg, srcs, stderr); err != nil {
 			return err
 		}
 		if _, _, err := healthcheck.FromConfig(cfg); err != nil {
@@ -241,4 +246,15 @@ func dumpLogger(c config.Logging, w io.Writer) *slog.Logger {
 		c.Level = "warn"
 	}
 	return app.NewLogger(c, w)
+}
+
+// warnConflicts writes a warning for each service name that more than one
+// source publishes, as far as validate can see (files, DNS names), naming
+// the source that owns it.
+func warnConflicts(cfg *config.Config, srcs []sources.Source, w io.Writer) error {
+	conflicts, err := app.StaticConflicts(cfg, srcs)
+	for _, c := range conflicts {
+		fmt.Fprintln(w, "warning:", c)
+	}
+	return err
 }

@@ -308,3 +308,45 @@ func TestValidateAdminTokenFile(t *testing.T) {
 		}
 	}
 }
+
+// validate names each service that two sources publish (a file and a DNS
+// name here) and the source that owns it; the config stays valid.
+func TestValidateWarnsOfOwnershipConflicts(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "s.yaml"), []byte("services: {api: {endpoints: [{address: 10.0.0.1, port: 80}]}, web: {endpoints: [{address: 10.0.0.2, port: 80}]}}\n"), 0o644)
+	for _, tc := range []struct{ priority, want string }{
+		{"", `warning: service "api" is published by sources "files", "names": "files" owns it (listed first in sources)`},
+		{", priority: 5", `warning: service "api" is published by sources "names", "files": "names" owns it (priority 5)`},
+	} {
+		p := filepath.Join(dir, "c.yaml")
+		os.WriteFile(p, []byte("sources:\n- {name: files, file: {path: s.yaml}}\n- {name: names, dns: {services: [{name: api, hosts: [{name: localhost, port: 80}]}]}"+tc.priority+"}\n"), 0o644)
+		var stdout, stderr bytes.Buffer
+		if err := run([]string{"validate", "-config", p}, &stdout, &stderr); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSpace(stderr.String()); got != tc.want {
+			t.Errorf("priority %q: stderr %q, want %q", tc.priority, got, tc.want)
+		}
+		if stdout.String() != "config ok\n" {
+			t.Errorf("stdout %q", stdout.String())
+		}
+	}
+}
+
+func TestValidateSourcePriorityRange(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "ok.yaml"), []byte("services: {}\n"), 0o644)
+	for _, tc := range []struct{ priority, want string }{
+		{"1001", "priority: 1001 is not in -1000..1000"},
+		{"high", `priority: want a whole number in -1000..1000, not "high"`},
+		{"1.5", "priority: want a whole number in -1000..1000, not 1.5"},
+	} {
+		p := filepath.Join(dir, "c.yaml")
+		os.WriteFile(p, []byte("sources: [{name: s, file: {path: ok.yaml}, priority: "+tc.priority+"}]\n"), 0o644)
+		var out bytes.Buffer
+		err := run([]string{"validate", "-config", p}, &out, &out)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("priority %s: error %v, want it to mention %q", tc.priority, err, tc.want)
+		}
+	}
+}

@@ -71,8 +71,8 @@ func NewLogger(c config.Logging, w io.Writer) *slog.Logger {
 }
 
 // BuildSources constructs every configured source; errors name the source
-// entry. Sources that know their service names up front are checked for
-// conflicting claims.
+// entry. The conflicts among the names sources know up front are logged
+// (StaticConflicts).
 func BuildSources(c *config.Config, log *slog.Logger, reg prometheus.Registerer) ([]sources.Source, error) {
 	var out []sources.Source
 	for i, sc := range c.Sources {
@@ -86,10 +86,42 @@ func BuildSources(c *config.Config, log *slog.Logger, reg prometheus.Registerer)
 		}
 		out = append(out, src)
 	}
-	if err := sources.CheckClaims(out); err != nil {
+	conflicts, err := StaticConflicts(c, out)
+	if err != nil {
 		return nil, err
 	}
+	for _, w := range conflicts {
+		log.Warn(w)
+	}
 	return out, nil
+}
+
+// StaticConflicts describes, one line each, the service names that more
+// than one source publishes as far as their configs and files tell before
+// running, and which source owns each (priority, then config order).
+func StaticConflicts(c *config.Config, srcs []sources.Source) ([]string, error) {
+	conflicts, err := sources.StaticConflicts(srcs, c.Priorities())
+	if err != nil {
+		return nil, err
+	}
+	prio := c.Priorities()
+	var out []string
+	for _, cf := range conflicts {
+		why := "listed first in sources"
+		if prio[cf.Sources[0]] != prio[cf.Sources[1]] {
+			why = fmt.Sprintf("priority %d", prio[cf.Sources[0]])
+		}
+		out = append(out, fmt.Sprintf("service %q is published by sources %s: %q owns it (%s)", cf.Service, strings.Join(quoteAll(cf.Sources), ", "), cf.Sources[0], why))
+	}
+	return out, nil
+}
+
+func quoteAll(s []string) []string {
+	out := make([]string, len(s))
+	for i, v := range s {
+		out[i] = fmt.Sprintf("%q", v)
+	}
+	return out
 }
 
 // DefaultLocalities maps each source to the locality of its endpoints that
@@ -172,6 +204,7 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	var checks *healthcheck.Manager
 	opts := bridge.Options{
 		Sources:           names,
+		Priority:          c.Priorities(),
 		ServicesAndPolicy: ServicesAndPolicy(srcs),
 		Quiet:             c.Debounce.Quiet.D(),
 		MaxHold:           c.Debounce.Max.D(),

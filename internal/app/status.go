@@ -64,6 +64,7 @@ func (a *App) statusSources() []status.SourceRow {
 		out = append(out, status.SourceRow{
 			Name: st.Name, Synced: st.Synced, Stale: st.Stale, DataAge: st.DataAge,
 			LastError: st.LastError, LastErrorTime: st.LastErrorTime, Services: st.Services, Policies: st.Policies,
+			ClaimsLost: st.ClaimsLost,
 		})
 	}
 	return out

@@ -37,6 +37,9 @@ type SourceRow struct {
 	LastErrorTime time.Time
 	Services      int
 	Policies      int
+	// ClaimsLost counts the services the source publishes that another
+	// source, ranked before it, owns.
+	ClaimsLost int
 }
 
 // ServiceRow is one service: its endpoints counted by health (published

@@ -94,6 +94,7 @@ const (
 	evFail
 	evCheck
 	evPolicy
+	evReconfig
 )
 
 type event struct {
@@ -103,6 +104,9 @@ type event struct {
 	source  string
 	err     error
 	service string // evCheck: the service whose check verdicts changed ("" = all)
+	// evReconfig: the new options, and closed once they are applied.
+	reconfig *Reconfig
+	done     chan struct{}
 }
 
 // Loop is the merge loop. Create it with New, run it with Run; sources reach
@@ -334,6 +338,9 @@ func (l *Loop) handle(ev event) bool {
 		return l.applyUpdate(ev.update)
 	case evPolicy:
 		return l.applyPolicy(ev.policy)
+	case evReconfig:
+		defer close(ev.done)
+		return l.applyReconfig(ev.reconfig)
 	case evFail:
 		l.m.sourceErrors.WithLabelValues(ev.source).Inc()
 		l.log.Warn("source failed to refresh; serving its last good state", "source", ev.source, "error", ev.err)
@@ -399,8 +406,11 @@ func (l *Loop) allSynced() bool {
 // (merge.go), follow the services that depend on them (policy.go), then
 // translate and publish (publish.go).
 func (l *Loop) flush() {
-	if !l.allSynced() {
-		return // keep the dirty set; nothing is served before every source synced
+	if !l.ready && !l.allSynced() {
+		// Keep the dirty set; nothing is served before every source
+		// synced. Once served, a source added by a reload does not hold
+		// back the others' changes: its services come when it syncs.
+		return
 	}
 	start := l.now()
 	names := make([]string, 0, len(l.dirty))

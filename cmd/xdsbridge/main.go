@@ -8,6 +8,8 @@
 //	xdsbridge status                each connected client's sync status (admin listener)
 //	xdsbridge status -node N        that client's resources and versions
 //	xdsbridge status hosts SERVICE  why each host of SERVICE is (not) served
+//	xdsbridge status sources        each source, names two sources publish, the reload state
+//	xdsbridge reload                reload a running bridge's config (as SIGHUP does)
 //	xdsbridge help                  the commands and their flags
 package main
 
@@ -48,7 +50,8 @@ var commands = []struct{ name, args, summary string }{
 	{"run", "[-config FILE]", "serve xDS and the admin listener (the default command; serve is an alias)"},
 	{"validate", "[-config FILE]", "check the config, its sources' files, its TLS files and admin token file, and exit"},
 	{"dump", "[-config FILE] [-format yaml|json] [-out DIR]", "print the resources the config serves (or write Envoy's files), without serving"},
-	{"status", "[-admin ADDR] [-node N] | hosts [SERVICE]", "a running bridge's clients and their sync status (-node: one client's resources; hosts: why each host is served or not)"},
+	{"status", "[-admin ADDR] [-node N] | hosts [SERVICE] | sources", "a running bridge's clients and their sync status (-node: one client's resources; hosts: why each host is served or not; sources: each source, the services two sources publish and the config reload state)"},
+	{"reload", "[-admin ADDR] [-config FILE]", "make a running bridge read its config file again (as SIGHUP does) and print what it applied or why it refused it"},
 }
 
 // cmdFlags are the flags of every command; each command's flag set
@@ -70,7 +73,7 @@ func newFlagSet(cmd string, stderr io.Writer) (*flag.FlagSet, *cmdFlags) {
 		f.timeout = fs.Duration("timeout", 30*time.Second, "how long to wait for every source's first sync")
 		f.out = fs.String("out", "", "write the files of outputs.filesystem into this directory, once, instead of printing (-format yaml, json or proto)")
 		f.mode = fs.String("mode", "", "with -out: path or watched_directory (default: outputs.filesystem.mode, else path)")
-	case "status":
+	case "status", "reload":
 		f.status.define(fs)
 	}
 	fs.Usage = func() {
@@ -105,7 +108,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		case "help", "-h", "-help", "--help":
 			usage(stdout)
 			return nil
-		case "run", "serve", "validate", "dump", "status":
+		case "run", "serve", "validate", "dump", "status", "reload":
 			cmd, args = args[0], args[1:]
 		default:
 			if len(args[0]) > 0 && args[0][0] != '-' {
@@ -121,8 +124,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	if cmd == "status" {
+	switch cmd {
+	case "status":
 		return status(fs, f, stdout)
+	case "reload":
+		return reload(fs, f, stdout)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -161,11 +167,29 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	a.LoadConfig = func() (*config.Config, error) { return loadConfig(*f.config) }
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go reloadOnHangup(ctx, a)
 	err = a.Run(ctx)
 	log.Info("xdsbridge stopped")
 	return err
+}
+
+// reloadOnHangup reloads the config on each SIGHUP until ctx is done
+// (the reload logs and counts its outcome).
+func reloadOnHangup(ctx context.Context, a *app.App) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			_, _ = a.Reload(ctx)
+		}
+	}
 }
 
 func loadConfig(path string) (*config.Config, error) {

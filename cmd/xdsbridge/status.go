@@ -44,6 +44,19 @@ func status(fs *flag.FlagSet, f *cmdFlags, stdout io.Writer) error {
 	args := fs.Args()
 	var hosts bool
 	var service string
+	if len(args) > 0 && args[0] == "sources" {
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if fs.NArg() > 0 {
+			return fmt.Errorf("unexpected arguments %q", fs.Args())
+		}
+		c, err := newAdminClient(f)
+		if err != nil {
+			return err
+		}
+		return statusSources(c, stdout, time.Now())
+	}
 	if len(args) > 0 {
 		if args[0] != "hosts" {
 			return fmt.Errorf("unexpected arguments %q (want: status [flags] or status hosts [SERVICE])", args)

@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -32,10 +34,12 @@ type App struct {
 	Config   *config.Config
 	Log      *slog.Logger
 	Registry *prometheus.Registry
-	Sources  []sources.Source
-	Loop     *bridge.Loop
-	Cache    *xds.Cache
-	XDS      *xds.Server
+	// Sources are the sources built at start; a reload replaces them
+	// (activeSources).
+	Sources []sources.Source
+	Loop    *bridge.Loop
+	Cache   *xds.Cache
+	XDS     *xds.Server
 	// Checks is nil when no health check is configured.
 	Checks *healthcheck.Manager
 	// XDSTLS and AdminTLS hold the listeners' certificates; nil for a
@@ -57,6 +61,17 @@ type App struct {
 
 	// status is the status page's sampler (status.go).
 	status statusOnce
+
+	// LoadConfig reads the config again for a reload (reload.go); nil:
+	// reloads are refused.
+	LoadConfig func() (*config.Config, error)
+	// running is the source instances once Run started them (sources.go).
+	running runningSources
+	// reloadMu serializes reloads; applied is the config last applied
+	// (Config at start), under it.
+	reloadMu sync.Mutex
+	applied  *config.Config
+	reloads  reloadState
 }
 
 // NewLogger builds the slog logger the config asks for.
@@ -74,15 +89,17 @@ func NewLogger(c config.Logging, w io.Writer) *slog.Logger {
 // entry. The conflicts among the names sources know up front are logged
 // (StaticConflicts).
 func BuildSources(c *config.Config, log *slog.Logger, reg prometheus.Registerer) ([]sources.Source, error) {
+	return buildSources(c, log, func(string) prometheus.Registerer { return reg })
+}
+
+// buildSources is BuildSources with each source's metrics registered on
+// regFor(its name).
+func buildSources(c *config.Config, log *slog.Logger, regFor func(name string) prometheus.Registerer) ([]sources.Source, error) {
 	var out []sources.Source
-	for i, sc := range c.Sources {
-		f, ok := SourceType(sc.Type)
-		if !ok {
-			return nil, fmt.Errorf("sources[%d] (%s): unknown source type %q (want one of %s)", i, sc.Name, sc.Type, strings.Join(SourceTypeNames(), ", "))
-		}
-		src, err := f(sc.Name, sc.Raw, sources.Env{BaseDir: c.BaseDir, Logger: log, Metrics: reg})
+	for i := range c.Sources {
+		src, err := buildSource(c, i, log, regFor(c.Sources[i].Name))
 		if err != nil {
-			return nil, fmt.Errorf("sources[%d] (%s).%s: %w", i, sc.Name, sc.Type, err)
+			return nil, err
 		}
 		out = append(out, src)
 	}
@@ -94,6 +111,21 @@ func BuildSources(c *config.Config, log *slog.Logger, reg prometheus.Registerer)
 		log.Warn(w)
 	}
 	return out, nil
+}
+
+// buildSource constructs the source of entry i of c.Sources; errors name
+// the entry.
+func buildSource(c *config.Config, i int, log *slog.Logger, reg prometheus.Registerer) (sources.Source, error) {
+	sc := c.Sources[i]
+	f, ok := SourceType(sc.Type)
+	if !ok {
+		return nil, fmt.Errorf("sources[%d] (%s): unknown source type %q (want one of %s)", i, sc.Name, sc.Type, strings.Join(SourceTypeNames(), ", "))
+	}
+	src, err := f(sc.Name, sc.Raw, sources.Env{BaseDir: c.BaseDir, Logger: log, Metrics: reg})
+	if err != nil {
+		return nil, fmt.Errorf("sources[%d] (%s).%s: %w", i, sc.Name, sc.Type, err)
+	}
+	return src, nil
 }
 
 // StaticConflicts describes, one line each, the service names that more
@@ -174,7 +206,11 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	if err := ApplyMemoryLimit(c, log, reg); err != nil {
 		return nil, err
 	}
-	srcs, err := BuildSources(c, log, reg)
+	built := map[string]*sourceMetrics{}
+	srcs, err := buildSources(c, log, func(name string) prometheus.Registerer {
+		built[name] = &sourceMetrics{reg: reg}
+		return built[name]
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -236,6 +272,8 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		files.Register(reg)
 	}
 	a := &App{
+		running:  runningSources{built: built},
+		applied:  c,
 		Files:    files,
 		Token:    token,
 		Checks:   checks,
@@ -250,6 +288,9 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		AdminTLS: adminTLS,
 	}
 	if err := a.buildREST(); err != nil {
+		return nil, err
+	}
+	if err := a.reloads.init(reg, time.Now()); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -293,14 +334,7 @@ func (a *App) Run(ctx context.Context) error {
 	if a.Checks != nil {
 		g.Go(func() error { return a.Checks.Run(ctx, a.Loop.ChecksChanged) })
 	}
-	for _, s := range a.Sources {
-		g.Go(func() error {
-			if err := s.Run(ctx, a.Loop); err != nil {
-				return fmt.Errorf("source %s: %w", s.Name(), err)
-			}
-			return nil
-		})
-	}
+	g.Go(func() error { return a.runSources(ctx) })
 	for _, w := range []*certs.Watcher{a.XDSTLS, a.AdminTLS} {
 		if w != nil {
 			g.Go(func() error { return w.Run(ctx) })

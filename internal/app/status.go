@@ -36,8 +36,14 @@ func (a *App) StatusPage() *status.Page {
 		Services: a.statusServices,
 		Hosts:    a.statusHosts,
 		Clients:  a.statusClients,
+		Config:   a.statusConfig,
 		Chart:    a.StatusSampler(),
 	}
+}
+
+func (a *App) statusConfig() status.ConfigRow {
+	st := a.ReloadStatus()
+	return status.ConfigRow{LoadedAt: st.LoadedAt, ReloadRefused: !st.LastReloadOK, LastReload: st.LastReload, LastReloadError: st.LastError}
 }
 
 // pushesTotal sums xdsbridge_xds_pushes_total over its labels.

@@ -58,6 +58,17 @@ type ServiceRow struct {
 	Claimants []string
 }
 
+// ConfigRow is the config served and its last reload.
+type ConfigRow struct {
+	// LoadedAt is when the config served was loaded (start or reload).
+	LoadedAt time.Time
+	// ReloadRefused is set when the last reload was refused: when, and
+	// why (the config loaded at LoadedAt stays served).
+	ReloadRefused   bool
+	LastReload      time.Time
+	LastReloadError string
+}
+
 // HostRow is one host of a service and why it is (not) published.
 type HostRow struct {
 	Host         string
@@ -101,6 +112,9 @@ type Page struct {
 	// Hosts returns the hosts of one service.
 	Hosts   func(service string) []HostRow
 	Clients func() []ClientRow
+	// Config returns the state of the config served and of its last
+	// reload; nil: not shown.
+	Config func() ConfigRow
 	// Chart holds the pushes and latency samples; nil: no chart.
 	Chart *Sampler
 	// Now is the clock (default time.Now).
@@ -125,6 +139,7 @@ type view struct {
 	HasReady bool
 	Now      time.Time
 	Sources  []SourceRow
+	Config   *ConfigRow
 	Services []ServiceRow
 	Selected string
 	// Found tells whether Selected is a known service.
@@ -153,6 +168,10 @@ func (p *Page) data(service string) view {
 	}
 	if p.Sources != nil {
 		v.Sources = p.Sources()
+	}
+	if p.Config != nil {
+		c := p.Config()
+		v.Config = &c
 	}
 	if p.Services != nil {
 		v.Services = p.Services()

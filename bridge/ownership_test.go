@@ -90,3 +90,49 @@ func TestOwnershipMovesToHigherRankedClaimant(t *testing.T) {
 		t.Fatalf("conflicts remain: %v", l.Conflicts())
 	}
 }
+
+// TestReconfigureRanksClaimsAgainAndWithdrawsRemoved: a reload that gives
+// the other claimant a higher priority moves the name to it; one that
+// removes a source withdraws its services (a name another source claims
+// passes to it) and forgets its status.
+func TestReconfigureRanksClaimsAgainAndWithdrawsRemoved(t *testing.T) {
+	rec := newRecorder()
+	l := run(t, Options{Sources: []string{"a", "b"}, Quiet: time.Millisecond}, rec)
+	publish(t, l, "a", service("x", 1), service("only-a", 1))
+	publish(t, l, "b", service("x", 2, 3))
+	if c := rec.next(t); c.loads["x"] != 1 {
+		t.Fatalf("x from a: %+v", c)
+	}
+	ctx := context.Background()
+	if err := l.Reconfigure(ctx, Reconfig{Sources: []string{"a", "b"}, Priority: map[string]int{"b": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	// Every service is translated again (the cache passes on only what
+	// comes out different).
+	if c := rec.next(t); c.loads["x"] != 2 || c.loads["only-a"] != 1 || len(c.removed) != 0 {
+		t.Fatalf("after b's priority rose: %+v, want x from b", c)
+	}
+	if d := cmp.Diff(map[string][]string{"x": {"b", "a"}}, l.Conflicts()); d != "" {
+		t.Fatalf("conflicts (-want +got):\n%s", d)
+	}
+	if err := l.Reconfigure(ctx, Reconfig{Sources: []string{"a"}, Removed: []string{"b"}}); err != nil {
+		t.Fatal(err)
+	}
+	if c := rec.next(t); c.loads["x"] != 1 || len(c.removed) != 0 {
+		t.Fatalf("after b was removed: %+v, want x from a", c)
+	}
+	if len(l.Conflicts()) != 0 {
+		t.Fatalf("conflicts remain: %v", l.Conflicts())
+	}
+	if err := l.Reconfigure(ctx, Reconfig{Sources: []string{"b"}, Removed: []string{"a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if c := rec.next(t); len(c.changed) != 0 || !cmp.Equal(c.removed, []string{"only-a", "x"}) {
+		t.Fatalf("after a was removed: %+v, want only-a and x removed", c)
+	}
+	for _, st := range l.Sources() {
+		if st.Name == "a" {
+			t.Fatalf("the removed source's status remains: %+v", st)
+		}
+	}
+}

@@ -167,21 +167,29 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	a.LoadConfig = func() (*config.Config, error) { return loadConfig(*f.config) }
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	go reloadOnHangup(ctx, a)
-	err = a.Run(ctx)
+	err = serve(ctx, a, *f.config)
 	log.Info("xdsbridge stopped")
 	return err
 }
 
-// reloadOnHangup reloads the config on each SIGHUP until ctx is done
-// (the reload logs and counts its outcome).
-func reloadOnHangup(ctx context.Context, a *app.App) {
+// serve runs the app until ctx is done; a reload (SIGHUP, POST
+// /debug/reload) reads configPath again ("": the embedded default).
+func serve(ctx context.Context, a *app.App, configPath string) error {
+	a.LoadConfig = func() (*config.Config, error) { return loadConfig(configPath) }
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go reloadOnHangup(ctx, a, hup)
+	return a.Run(ctx)
+}
+
+// reloadOnHangup reloads the config on each signal of hup until ctx is
+// done (the reload logs and counts its outcome).
+func reloadOnHangup(ctx context.Context, a *app.App, hup <-chan os.Signal) {
 	for {
 		select {
 		case <-ctx.Done():

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -153,4 +154,35 @@ func toStrings(v any) []string {
 		out = append(out, s)
 	}
 	return out
+}
+
+// TestReloadReplacedSourceServedUntilNewSyncs: a source whose config
+// changed to a file that does not exist yet keeps its old instance's
+// services served (and its old instance running) until the new instance
+// publishes; then the new one's replace them.
+func TestReloadReplacedSourceServedUntilNewSyncs(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("services: {web: {endpoints: [{address: 10.0.0.1, port: 80}]}}\n"), 0o644)
+	head := "xds: {listen: \"127.0.0.1:0\"}\nadmin: {listen: \"127.0.0.1:0\"}\ndebounce: {quiet: 1ms}\nsources:\n"
+	a := reloadApp(t, dir, head+"- {name: a, file: {path: a.yaml}}\n")
+	old := a.activeSources()[0]
+	os.WriteFile(filepath.Join(dir, "bridge.yaml"), []byte(head+"- {name: a, file: {path: later.yaml}}\n"), 0o644)
+	if res, err := a.Reload(t.Context()); err != nil || !slices.Equal(res.Replaced, []string{"a"}) {
+		t.Fatalf("reload: %+v, %v", res, err)
+	}
+	// The old file changes: the old instance, still active, publishes it.
+	os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("services: {web: {endpoints: [{address: 10.0.0.3, port: 80}]}}\n"), 0o644)
+	waitUntil(t, "the old instance's change", func() bool { return slices.Equal(hostsOf(a, "web"), []string{"10.0.0.3:80"}) })
+	if a.activeSources()[0] != old {
+		t.Fatal("the old instance was retired before the new one published")
+	}
+	os.WriteFile(filepath.Join(dir, "later.yaml"), []byte("services: {web: {endpoints: [{address: 10.0.0.2, port: 80}]}}\n"), 0o644)
+	waitUntil(t, "web from the new instance", func() bool { return slices.Equal(hostsOf(a, "web"), []string{"10.0.0.2:80"}) })
+	waitUntil(t, "the new instance active", func() bool { return a.activeSources()[0] != old })
+	// The old instance is stopped: a change of its file goes nowhere.
+	os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("services: {web: {endpoints: [{address: 10.0.0.4, port: 80}]}}\n"), 0o644)
+	time.Sleep(100 * time.Millisecond)
+	if got := hostsOf(a, "web"); !slices.Equal(got, []string{"10.0.0.2:80"}) {
+		t.Fatalf("web hosts %v after the retired instance's file changed", got)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // ClaimBefore reports whether source a ranks before source b for a service
@@ -34,6 +35,37 @@ type Conflict struct {
 	Service string
 	// Sources claim it, ranked (ClaimBefore): the first owns it.
 	Sources []string
+}
+
+// StaticPolicyConflicts lists the service names that more than one policy
+// source gives a policy by name before running (StaticPolicyNamer), sorted
+// by name, each with its sources in config order: the first one's policy
+// is used.
+func StaticPolicyConflicts(srcs []Source) ([]Conflict, error) {
+	by := map[string][]string{}
+	var errs []error
+	for _, s := range srcs {
+		p, ok := s.(StaticPolicyNamer)
+		if !ok {
+			continue
+		}
+		names, err := p.PolicyNames()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("source %s: %w", s.Name(), err))
+			continue
+		}
+		for _, n := range names {
+			by[n] = append(by[n], s.Name())
+		}
+	}
+	var out []Conflict
+	for n, c := range by {
+		if len(c) > 1 {
+			out = append(out, Conflict{Service: n, Sources: c})
+		}
+	}
+	slices.SortFunc(out, func(a, b Conflict) int { return strings.Compare(a.Service, b.Service) })
+	return out, errors.Join(errs...)
 }
 
 // StaticConflicts lists the service names that more than one source claims
@@ -80,14 +112,6 @@ func StaticConflicts(srcs []Source, priority map[string]int) ([]Conflict, error)
 		})
 		out = append(out, Conflict{Service: n, Sources: c})
 	}
-	slices.SortFunc(out, func(a, b Conflict) int {
-		if a.Service < b.Service {
-			return -1
-		}
-		if a.Service > b.Service {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b Conflict) int { return strings.Compare(a.Service, b.Service) })
 	return out, errors.Join(errs...)
 }

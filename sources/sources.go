@@ -200,6 +200,14 @@ type StaticClaimer interface {
 	ClaimedNames() ([]string, error)
 }
 
+// StaticPolicyNamer is implemented by policy sources that know, before
+// they run, the service names they give a policy by name (a policy file).
+// Of two policy sources naming one service, the one listed first gives it
+// its policy; validate reports those names.
+type StaticPolicyNamer interface {
+	PolicyNames() ([]string, error)
+}
+
 // Debugger is implemented by sources with state worth showing on the admin
 // debug endpoint. DebugInfo must be safe to call concurrently with Run and
 // returns a value that encodes as JSON; it must never contain secrets.

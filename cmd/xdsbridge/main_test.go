@@ -331,6 +331,19 @@ func TestValidateWarnsOfOwnershipConflicts(t *testing.T) {
 			t.Errorf("stdout %q", stdout.String())
 		}
 	}
+	// Two policy files giving api a policy by name (a pattern is no
+	// conflict: the most specific one is used).
+	os.WriteFile(filepath.Join(dir, "p1.yaml"), []byte("services: {api: {connect_timeout: 1s}, \"w*\": {connect_timeout: 1s}}\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "p2.yaml"), []byte("services: {api: {connect_timeout: 2s}, \"w*\": {connect_timeout: 2s}}\n"), 0o644)
+	p := filepath.Join(dir, "c.yaml")
+	os.WriteFile(p, []byte("sources:\n- {name: files, file: {path: s.yaml}}\n- {name: pol2, policy_file: {path: p2.yaml}}\n- {name: pol1, policy_file: {path: p1.yaml}, priority: 9}\n"), 0o644)
+	var stdout, stderr bytes.Buffer
+	if err := run([]string{"validate", "-config", p}, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.TrimSpace(stderr.String()), `warning: service "api" is given a policy by sources "pol2", "pol1": the policy of "pol2" is used (listed first in sources)`; got != want {
+		t.Errorf("policy conflict: stderr %q, want %q", got, want)
+	}
 }
 
 func TestValidateSourcePriorityRange(t *testing.T) {

@@ -130,7 +130,8 @@ func buildSource(c *config.Config, i int, log *slog.Logger, reg prometheus.Regis
 
 // StaticConflicts describes, one line each, the service names that more
 // than one source publishes as far as their configs and files tell before
-// running, and which source owns each (priority, then config order).
+// running, and which source owns each (priority, then config order); then
+// those that more than one policy file names, and whose policy is used.
 func StaticConflicts(c *config.Config, srcs []sources.Source) ([]string, error) {
 	conflicts, err := sources.StaticConflicts(srcs, c.Priorities())
 	if err != nil {
@@ -144,6 +145,13 @@ func StaticConflicts(c *config.Config, srcs []sources.Source) ([]string, error) 
 			why = fmt.Sprintf("priority %d", prio[cf.Sources[0]])
 		}
 		out = append(out, fmt.Sprintf("service %q is published by sources %s: %q owns it (%s)", cf.Service, strings.Join(quoteAll(cf.Sources), ", "), cf.Sources[0], why))
+	}
+	policies, err := sources.StaticPolicyConflicts(srcs)
+	if err != nil {
+		return nil, err
+	}
+	for _, cf := range policies {
+		out = append(out, fmt.Sprintf("service %q is given a policy by sources %s: the policy of %q is used (listed first in sources)", cf.Service, strings.Join(quoteAll(cf.Sources), ", "), cf.Sources[0]))
 	}
 	return out, nil
 }

@@ -195,7 +195,7 @@ func reloadOnHangup(ctx context.Context, a *app.App, hup <-chan os.Signal) {
 		case <-ctx.Done():
 			return
 		case <-hup:
-			_, _ = a.Reload(ctx)
+			_, _ = a.Reload()
 		}
 	}
 }

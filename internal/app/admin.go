@@ -88,8 +88,8 @@ func (a *App) AdminHandler() http.Handler {
 	})
 	// POST /debug/reload reloads the config (reload.go): 200 when
 	// applied, 422 when refused (the running config stays).
-	debug("POST /debug/reload", func(w http.ResponseWriter, r *http.Request) {
-		res, err := a.Reload(r.Context())
+	debug("POST /debug/reload", func(w http.ResponseWriter, _ *http.Request) {
+		res, err := a.Reload()
 		if err != nil {
 			writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"result": "failure", "error": err.Error()})
 			return

@@ -2,7 +2,6 @@ package app
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -123,11 +122,12 @@ func (a *App) ReloadStatus() ReloadStatus {
 }
 
 // Reload reads the config again and applies it, or refuses it and keeps
-// the running one (see above). Reloads run one at a time.
-func (a *App) Reload(ctx context.Context) (ReloadResult, error) {
+// the running one (see above). Reloads run one at a time; one begun runs
+// to its end unless the app stops.
+func (a *App) Reload() (ReloadResult, error) {
 	a.reloadMu.Lock()
 	defer a.reloadMu.Unlock()
-	res, err := a.reload(ctx)
+	res, err := a.reload()
 	a.reloads.record(err, time.Now())
 	if err != nil {
 		a.Log.Error("config reload refused; the running config stays", "error", err)
@@ -138,7 +138,7 @@ func (a *App) Reload(ctx context.Context) (ReloadResult, error) {
 	return res, nil
 }
 
-func (a *App) reload(ctx context.Context) (ReloadResult, error) {
+func (a *App) reload() (ReloadResult, error) {
 	var res ReloadResult
 	if a.LoadConfig == nil {
 		return res, errors.New("no config file to reload (the bridge was started without -config)")
@@ -211,7 +211,11 @@ func (a *App) reload(ctx context.Context) (ReloadResult, error) {
 
 	// Apply: stop the removed sources, then tell the loop (it withdraws
 	// their services and ranks the claims again), then start the new
-	// instances.
+	// instances. Once begun, this runs to its end (an admin request whose
+	// client went away does not stop it): only the app stopping does.
+	rs.mu.Lock()
+	ctx := rs.ctx
+	rs.mu.Unlock()
 	if a.Checks != nil {
 		a.Checks.SetConfig(perSource, perService)
 	}

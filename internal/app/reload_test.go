@@ -167,7 +167,7 @@ func TestReloadReplacedSourceServedUntilNewSyncs(t *testing.T) {
 	a := reloadApp(t, dir, head+"- {name: a, file: {path: a.yaml}}\n")
 	old := a.activeSources()[0]
 	os.WriteFile(filepath.Join(dir, "bridge.yaml"), []byte(head+"- {name: a, file: {path: later.yaml}}\n"), 0o644)
-	if res, err := a.Reload(t.Context()); err != nil || !slices.Equal(res.Replaced, []string{"a"}) {
+	if res, err := a.Reload(); err != nil || !slices.Equal(res.Replaced, []string{"a"}) {
 		t.Fatalf("reload: %+v, %v", res, err)
 	}
 	// The old file changes: the old instance, still active, publishes it.

@@ -178,7 +178,7 @@ logging: {level: warn}
 		st := steps[i]
 		before, pushesBefore := resourceVersions(br.app), pushes(t, br.app)
 		writeConfig(i)
-		res, err := br.app.Reload(t.Context())
+		res, err := br.app.Reload()
 		if st.ok != (err == nil) {
 			t.Fatalf("%s: reload %+v, %v", configs[i].what, res, err)
 		}

@@ -99,15 +99,7 @@ func (l *Loop) rerankClaims() bool {
 	dirty := false
 	for name, c := range l.claims {
 		before := c[0]
-		slices.SortStableFunc(c, func(a, b string) int {
-			switch {
-			case l.claimBefore(a, b):
-				return -1
-			case l.claimBefore(b, a):
-				return 1
-			}
-			return 0
-		})
+		sources.RankClaimants(c, l.opts.Sources, l.opts.Priority)
 		if c[0] != before {
 			l.dirty[name] = true
 			dirty = true

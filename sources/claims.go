@@ -37,35 +37,18 @@ type Conflict struct {
 	Sources []string
 }
 
-// StaticPolicyConflicts lists the service names that more than one policy
-// source gives a policy by name before running (StaticPolicyNamer), sorted
-// by name, each with its sources in config order: the first one's policy
-// is used.
-func StaticPolicyConflicts(srcs []Source) ([]Conflict, error) {
-	by := map[string][]string{}
-	var errs []error
-	for _, s := range srcs {
-		p, ok := s.(StaticPolicyNamer)
-		if !ok {
-			continue
+// RankClaimants sorts the sources claiming one name by ClaimBefore: the
+// first owns it.
+func RankClaimants(claimants, order []string, priority map[string]int) {
+	slices.SortStableFunc(claimants, func(a, b string) int {
+		switch {
+		case ClaimBefore(a, b, order, priority):
+			return -1
+		case ClaimBefore(b, a, order, priority):
+			return 1
 		}
-		names, err := p.PolicyNames()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("source %s: %w", s.Name(), err))
-			continue
-		}
-		for _, n := range names {
-			by[n] = append(by[n], s.Name())
-		}
-	}
-	var out []Conflict
-	for n, c := range by {
-		if len(c) > 1 {
-			out = append(out, Conflict{Service: n, Sources: c})
-		}
-	}
-	slices.SortFunc(out, func(a, b Conflict) int { return strings.Compare(a.Service, b.Service) })
-	return out, errors.Join(errs...)
+		return 0
+	})
 }
 
 // StaticConflicts lists the service names that more than one source claims
@@ -74,43 +57,58 @@ func StaticPolicyConflicts(srcs []Source) ([]Conflict, error) {
 // order and priority. The error joins those of the sources that could not
 // list their names.
 func StaticConflicts(srcs []Source, priority map[string]int) ([]Conflict, error) {
+	out, err := staticConflicts(srcs, func(s Source) ([]string, error) {
+		if c, ok := s.(StaticClaimer); ok {
+			return c.ClaimedNames()
+		}
+		return nil, nil
+	})
 	order := make([]string, len(srcs))
 	for i, s := range srcs {
 		order[i] = s.Name()
 	}
-	claimants := map[string][]string{}
+	for _, c := range out {
+		RankClaimants(c.Sources, order, priority)
+	}
+	return out, err
+}
+
+// StaticPolicyConflicts lists the service names that more than one policy
+// source gives a policy by name before running (StaticPolicyNamer), sorted
+// by name, each with its sources in config order: the first one's policy
+// is used.
+func StaticPolicyConflicts(srcs []Source) ([]Conflict, error) {
+	return staticConflicts(srcs, func(s Source) ([]string, error) {
+		if p, ok := s.(StaticPolicyNamer); ok {
+			return p.PolicyNames()
+		}
+		return nil, nil
+	})
+}
+
+// staticConflicts lists the names that names gives for more than one
+// source, sorted, each with its sources in the order of srcs. The error
+// joins those of names.
+func staticConflicts(srcs []Source, names func(Source) ([]string, error)) ([]Conflict, error) {
+	by := map[string][]string{}
 	var errs []error
 	for _, s := range srcs {
-		c, ok := s.(StaticClaimer)
-		if !ok {
-			continue
-		}
-		names, err := c.ClaimedNames()
+		ns, err := names(s)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("source %s: %w", s.Name(), err))
 			continue
 		}
-		for _, n := range names {
-			if !slices.Contains(claimants[n], s.Name()) {
-				claimants[n] = append(claimants[n], s.Name())
+		for _, n := range ns {
+			if !slices.Contains(by[n], s.Name()) {
+				by[n] = append(by[n], s.Name())
 			}
 		}
 	}
 	var out []Conflict
-	for n, c := range claimants {
-		if len(c) < 2 {
-			continue
+	for n, c := range by {
+		if len(c) > 1 {
+			out = append(out, Conflict{Service: n, Sources: c})
 		}
-		slices.SortStableFunc(c, func(a, b string) int {
-			switch {
-			case ClaimBefore(a, b, order, priority):
-				return -1
-			case ClaimBefore(b, a, order, priority):
-				return 1
-			}
-			return 0
-		})
-		out = append(out, Conflict{Service: n, Sources: c})
 	}
 	slices.SortFunc(out, func(a, b Conflict) int { return strings.Compare(a.Service, b.Service) })
 	return out, errors.Join(errs...)

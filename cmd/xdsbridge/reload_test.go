@@ -40,11 +40,11 @@ func TestReloadCommandAndHangup(t *testing.T) {
 	if err := a.Listen(); err != nil {
 		t.Fatal(err)
 	}
-	// SIGHUP must never kill the test process: it is caught here before
-	// serve catches it too.
+	// SIGHUP must never kill the test process: it is caught here, before
+	// serve catches it too and until serve has stopped.
 	hup := make(chan os.Signal, 16)
 	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	t.Cleanup(func() { signal.Stop(hup) })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- serve(ctx, a, cfgPath) }()

@@ -38,31 +38,24 @@ func (f *statusFlags) define(fs *flag.FlagSet) {
 }
 
 // status prints a running bridge's clients and their sync status, one
-// client's resources (-node), or the explanation of a service's hosts
-// (status hosts SERVICE), read from its admin listener.
+// client's resources (-node), the explanation of a service's hosts
+// (status hosts SERVICE), or its sources (status sources), read from its
+// admin listener.
 func status(fs *flag.FlagSet, f *cmdFlags, stdout io.Writer) error {
 	args := fs.Args()
-	var hosts bool
+	var hosts, srcs bool
 	var service string
-	if len(args) > 0 && args[0] == "sources" {
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-		if fs.NArg() > 0 {
-			return fmt.Errorf("unexpected arguments %q", fs.Args())
-		}
-		c, err := newAdminClient(f)
-		if err != nil {
-			return err
-		}
-		return statusSources(c, stdout, time.Now())
-	}
 	if len(args) > 0 {
-		if args[0] != "hosts" {
-			return fmt.Errorf("unexpected arguments %q (want: status [flags] or status hosts [SERVICE])", args)
+		switch args[0] {
+		case "hosts":
+			hosts = true
+		case "sources":
+			srcs = true
+		default:
+			return fmt.Errorf("unexpected arguments %q (want: status [flags], status hosts [SERVICE] or status sources)", args)
 		}
-		hosts, args = true, args[1:]
-		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		args = args[1:]
+		if hosts && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 			service, args = args[0], args[1:]
 		}
 		// Flags may follow: status hosts web -admin ADDR.
@@ -78,6 +71,8 @@ func status(fs *flag.FlagSet, f *cmdFlags, stdout io.Writer) error {
 		return err
 	}
 	switch {
+	case srcs:
+		return statusSources(c, stdout, time.Now())
 	case hosts:
 		var out map[string][]map[string]any
 		if err := c.get("/debug/hosts", url.Values{"service": {service}}, &out); err != nil {

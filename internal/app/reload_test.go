@@ -1,10 +1,7 @@
 package app
 
 import (
-	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -28,21 +25,8 @@ func reloadApp(t *testing.T, dir, cfgYAML string) *App {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := startApp(t, cfg)
 	a.LoadConfig = func() (*config.Config, error) { return config.Load(path, SourceTypeNames()) }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	waitUntil(t, "ready", a.Cache.Ready)
 	return a
 }
 

@@ -48,24 +48,6 @@ func changedResources(before, after map[string]string) []string {
 	return out
 }
 
-// pushes sums xdsbridge_xds_pushes_total.
-func pushes(t *testing.T, a *app.App) float64 {
-	t.Helper()
-	mfs, err := a.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n float64
-	for _, mf := range mfs {
-		if mf.GetName() == "xdsbridge_xds_pushes_total" {
-			for _, m := range mf.GetMetric() {
-				n += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return n
-}
-
 // TestEnvoyReloadUnderTraffic reloads the config five times while
 // requests flow through a real Envoy: a source added, a health check
 // added, a policy source changed, an invalid config, then the fixed one.
@@ -176,7 +158,7 @@ logging: {level: warn}
 	}
 	for i := 1; i < len(configs); i++ {
 		st := steps[i]
-		before, pushesBefore := resourceVersions(br.app), pushes(t, br.app)
+		before, pushesBefore := resourceVersions(br.app), metricSum(t, br, "xdsbridge_xds_pushes_total")
 		writeConfig(i)
 		res, err := br.app.Reload()
 		if st.ok != (err == nil) {
@@ -193,7 +175,7 @@ logging: {level: warn}
 		// One Envoy: each resource changed is pushed to it once, at most
 		// (in one response with others of its type, or alone); none when
 		// nothing changed.
-		if d := pushes(t, br.app) - pushesBefore; d > float64(len(st.changed)) {
+		if d := metricSum(t, br, "xdsbridge_xds_pushes_total") - pushesBefore; d > float64(len(st.changed)) {
 			t.Errorf("%s: %v pushes, want at most %d", configs[i].what, d, len(st.changed))
 		} else {
 			t.Logf("%s: %v pushes for %d resources changed", configs[i].what, d, len(st.changed))
@@ -206,12 +188,12 @@ logging: {level: warn}
 			if dbg.Config.LastReloadOK || !strings.Contains(dbg.Config.LastError, "priority: want a whole number") {
 				t.Errorf("%s: /debug/sources config %+v", configs[i].what, dbg.Config)
 			}
-			if f := reloadsMetric(t, br.app, "failure"); f != 1 {
+			if f := metricSumWith(t, br, "xdsbridge_config_reloads_total", `result="failure"`); f != 1 {
 				t.Errorf("xdsbridge_config_reloads_total{result=\"failure\"} = %v", f)
 			}
 		}
 	}
-	if s := reloadsMetric(t, br.app, "success"); s != 4 {
+	if s := metricSumWith(t, br, "xdsbridge_config_reloads_total", `result="success"`); s != 4 {
 		t.Errorf("xdsbridge_config_reloads_total{result=\"success\"} = %v, want 4", s)
 	}
 	close(stop)
@@ -222,25 +204,4 @@ logging: {level: warn}
 	}
 	t.Logf("%d requests, none failed", sent.Load())
 	ev.assertNoRejections(t)
-}
-
-func reloadsMetric(t *testing.T, a *app.App, result string) float64 {
-	t.Helper()
-	mfs, err := a.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "xdsbridge_config_reloads_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "result" && lp.GetValue() == result {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return -1
 }

@@ -133,11 +133,11 @@ func buildSource(c *config.Config, i int, log *slog.Logger, reg prometheus.Regis
 // running, and which source owns each (priority, then config order); then
 // those that more than one policy file names, and whose policy is used.
 func StaticConflicts(c *config.Config, srcs []sources.Source) ([]string, error) {
-	conflicts, err := sources.StaticConflicts(srcs, c.Priorities())
+	prio := c.Priorities()
+	conflicts, err := sources.StaticConflicts(srcs, prio)
 	if err != nil {
 		return nil, err
 	}
-	prio := c.Priorities()
 	var out []string
 	for _, cf := range conflicts {
 		why := "listed first in sources"

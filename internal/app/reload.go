@@ -261,7 +261,7 @@ func (a *App) reload() (ReloadResult, error) {
 		}
 		inst.gate.mu.Unlock()
 		if prev != nil {
-			a.retire(prev, nil) // a replacement from an earlier reload that never synced
+			a.retire(prev, nil) // the replacement of an earlier reload, not synced
 		}
 		a.start(inst)
 	}

@@ -26,7 +26,6 @@ type sourceInstance struct {
 	// stops the app. One started by a reload only logs it.
 	initial bool
 	cancel  context.CancelFunc
-	done    chan struct{}
 }
 
 type instanceState int
@@ -79,7 +78,11 @@ func (m *sourceMetrics) MustRegister(cs ...prometheus.Collector) {
 func (m *sourceMetrics) Unregister(c prometheus.Collector) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	n := len(m.cs)
 	m.cs = slices.DeleteFunc(m.cs, func(x prometheus.Collector) bool { return x == c })
+	if m.deferred {
+		return len(m.cs) < n // held back: the registry's are another instance's
+	}
 	return m.reg.Unregister(c)
 }
 
@@ -134,7 +137,7 @@ func (s gatedSink) admit() bool {
 		g.active, g.pending, s.inst.state = s.inst, nil, instActive
 		if old != nil {
 			old.state = instRetired
-			go s.a.retire(old, s.inst)
+			s.a.retire(old, s.inst)
 		}
 		return true
 	}
@@ -200,11 +203,10 @@ func (a *App) start(inst *sourceInstance) {
 		return
 	}
 	ctx, cancel := context.WithCancel(rs.ctx)
-	inst.cancel, inst.done = cancel, make(chan struct{})
+	inst.cancel = cancel
 	rs.wg.Add(1)
 	go func() {
 		defer rs.wg.Done()
-		defer close(inst.done)
 		err := inst.src.Run(ctx, gatedSink{a, inst})
 		if err == nil || ctx.Err() != nil {
 			return
@@ -223,10 +225,11 @@ func (a *App) start(inst *sourceInstance) {
 }
 
 // retire stops an instance that was replaced (next, nil when removed)
-// and moves the metrics over.
+// and moves the metrics over. It does not wait: the instance's state is
+// retired already, so nothing it still does reaches the loop, and its
+// goroutine ends with its context (Run waits for it).
 func (a *App) retire(old, next *sourceInstance) {
 	old.cancel()
-	<-old.done
 	old.metrics.unregisterAll()
 	if next != nil {
 		if err := next.metrics.registerDeferred(); err != nil {

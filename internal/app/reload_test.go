@@ -2,6 +2,7 @@ package app
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/xds"
 )
 
 // reloadApp runs an app on the config file dir/bridge.yaml, with reloads
@@ -55,11 +57,12 @@ func postReload(t *testing.T, a *App) (int, map[string]any) {
 // changed (its services move to the new instance's), keeps the unchanged
 // one running, and removes one (its services are withdrawn); a config that
 // does not validate, or that changes a listener, is refused with the
-// running config kept, shown in /debug/sources and counted.
+// running config kept, shown in /debug/sources and counted. A limit
+// changed applies to what is served.
 func TestReloadSources(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("services: {web: {endpoints: [{address: 10.0.0.1, port: 80}]}}\n"), 0o644)
-	os.WriteFile(filepath.Join(dir, "a2.yaml"), []byte("services: {web: {endpoints: [{address: 10.0.0.2, port: 80}]}}\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "a2.yaml"), []byte("services: {web: {endpoints: [{address: 10.0.0.2, port: 80, hostname: web.example.com}]}}\n"), 0o644)
 	os.WriteFile(filepath.Join(dir, "b.yaml"), []byte("services: {api: {endpoints: [{address: 10.0.1.1, port: 80}]}}\n"), 0o644)
 	os.WriteFile(filepath.Join(dir, "s.yaml"), []byte("services: {db: {endpoints: [{address: 10.0.2.1, port: 80}]}}\n"), 0o644)
 	head := "xds: {listen: \"127.0.0.1:0\"}\nadmin: {listen: \"127.0.0.1:0\"}\ndebounce: {quiet: 1ms}\nsources:\n- {name: steady, file: {path: s.yaml}}\n"
@@ -91,6 +94,19 @@ func TestReloadSources(t *testing.T) {
 		t.Fatal("the unchanged source was replaced")
 	}
 
+	// A limit applies to the services already served.
+	hostname := func() bool {
+		return strings.Contains(fmt.Sprint(a.Cache.List(xds.EndpointType)), "web.example.com")
+	}
+	if !hostname() {
+		t.Fatal("web served without its hostname")
+	}
+	write("- {name: a, file: {path: a2.yaml}}\nlimits: {max_hostname_bytes: 8}\n")
+	if code, res := postReload(t, a); code != 200 {
+		t.Fatalf("limit: %d %v", code, res)
+	}
+	waitUntil(t, "the hostname over the new limit dropped", func() bool { return !hostname() })
+
 	for _, c := range []struct{ cfg, want string }{
 		{head + "- {name: a, file: {path: a2.yaml}, priority: high}\n", "priority: want a whole number"},
 		{strings.Replace(head, "127.0.0.1:0", "127.0.0.1:1", 1) + "- {name: a, file: {path: a2.yaml}}\n", "xds.listen: changed, and read at start only: restart the bridge to apply"},
@@ -113,7 +129,7 @@ func TestReloadSources(t *testing.T) {
 	if !strings.Contains(rec.Body.String(), `"last_reload_ok": false`) || !strings.Contains(rec.Body.String(), "xds.listen: changed") {
 		t.Fatalf("/debug/sources does not show the refused reload:\n%s", rec.Body)
 	}
-	write("- {name: a, file: {path: a2.yaml}}\n")
+	write("- {name: a, file: {path: a2.yaml}}\nlimits: {max_hostname_bytes: 8}\n")
 	if code, res := postReload(t, a); code != 200 || !slices.Equal(toStrings(res["unchanged"]), []string{"steady", "a"}) {
 		t.Fatalf("fixed: %d %v", code, res)
 	}
@@ -121,7 +137,7 @@ func TestReloadSources(t *testing.T) {
 # HELP xdsbridge_config_reloads_total Config reloads (SIGHUP, POST /debug/reload) by result: success (applied) or failure (refused; the running config stays).
 # TYPE xdsbridge_config_reloads_total counter
 xdsbridge_config_reloads_total{result="failure"} 2
-xdsbridge_config_reloads_total{result="success"} 4
+xdsbridge_config_reloads_total{result="success"} 5
 # HELP xdsbridge_config_last_reload_successful 1 when the last config reload was applied (or none was tried), 0 when it was refused.
 # TYPE xdsbridge_config_last_reload_successful gauge
 xdsbridge_config_last_reload_successful 1

@@ -30,7 +30,9 @@ func (l *Loop) applyUpdate(u sources.Update) bool {
 		}
 		next[s.Name] = s
 	}
-	prev := l.bySource[src]
+	prev, seen := l.bySource[src]
+	// changed: what the source publishes differs from its last publish.
+	changed := !seen || len(prev) != len(next)
 	l.bySource[src] = next
 	dirty := false
 	for name, s := range next {
@@ -39,7 +41,9 @@ func (l *Loop) applyUpdate(u sources.Update) bool {
 			l.claims[name] = l.insertClaim(l.claims[name], src)
 			dirty = l.dirtySubsetOwner(name) || dirty
 		}
-		if l.owner(name) == src && (!had || !reflect.DeepEqual(old, s)) {
+		same := had && reflect.DeepEqual(old, s)
+		changed = changed || !same
+		if l.owner(name) == src && !same {
 			l.dirty[name] = true
 			dirty = true
 		}
@@ -61,6 +65,7 @@ func (l *Loop) applyUpdate(u sources.Update) bool {
 	}
 	l.noteSync(src, gotServices, func(st *SourceStatus) {
 		st.Services = len(next)
+		st.noteChange(changed)
 		l.refreshConflictsLocked()
 	})
 

@@ -94,6 +94,8 @@ const (
 	evFail
 	evCheck
 	evPolicy
+	evConfirm
+	evDropped
 	evReconfig
 )
 
@@ -103,7 +105,9 @@ type event struct {
 	policy  sources.PolicyUpdate
 	source  string
 	err     error
-	service string // evCheck: the service whose check verdicts changed ("" = all)
+	service string            // evCheck: the service whose check verdicts changed ("" = all)
+	at      time.Time         // evFail, evConfirm: when the source failed or confirmed
+	dropped []sources.Dropped // evDropped
 	// evReconfig: the new options, and closed once they are applied.
 	reconfig *Reconfig
 	done     chan struct{}
@@ -206,7 +210,7 @@ func (l *Loop) Publish(ctx context.Context, u sources.Update) error {
 // Fail implements sources.Sink.
 func (l *Loop) Fail(ctx context.Context, source string, err error) {
 	select {
-	case l.events <- event{kind: evFail, source: source, err: err}:
+	case l.events <- event{kind: evFail, source: source, err: err, at: l.now()}:
 	case <-ctx.Done():
 	}
 }
@@ -344,7 +348,13 @@ func (l *Loop) handle(ev event) bool {
 	case evFail:
 		l.m.sourceErrors.WithLabelValues(ev.source).Inc()
 		l.log.Warn("source failed to refresh; serving its last good state", "source", ev.source, "error", ev.err)
-		l.snap.sourceFailed(ev.source, ev.err, l.now())
+		l.snap.sourceFailed(ev.source, ev.err, ev.at)
+		return false
+	case evConfirm:
+		l.snap.sourceConfirmed(ev.source, ev.at)
+		return false
+	case evDropped:
+		l.snap.sourceDropped(ev.source, ev.dropped)
 		return false
 	case evCheck:
 		if ev.service == "" {

@@ -77,18 +77,22 @@ func newLoopMetrics(l *Loop, reg prometheus.Registerer) *loopMetrics {
 }
 
 var (
-	staleDesc    = prometheus.NewDesc("xdsbridge_source_stale", "1 when the source's last refresh failed and its last good state is served.", []string{"source"}, nil)
-	ageDesc      = prometheus.NewDesc("xdsbridge_source_data_age_seconds", "Age of the data served for the source (time since its last successful sync).", []string{"source"}, nil)
-	readyDesc    = prometheus.NewDesc("xdsbridge_ready", "1 once every source synced and xDS is served.", nil, nil)
-	hostsDesc    = prometheus.NewDesc("xdsbridge_hosts", "Hosts by published health status (NONE: left out).", []string{"health"}, nil)
-	retainedDesc = prometheus.NewDesc("xdsbridge_hosts_retained", "Hosts absent from discovery but retained because their health check passes.", nil, nil)
+	staleDesc        = prometheus.NewDesc("xdsbridge_source_stale", "1 when the source's last refresh failed and its last good state is served.", []string{"source"}, nil)
+	confirmedAgeDesc = prometheus.NewDesc("xdsbridge_source_confirmed_age_seconds", "Time since the source last confirmed its state: a successful read of its registry (a Consul query or liveness probe answered, a DNS refresh, a services file read or stat), whether anything changed or not. Alert on this one: it grows only while the registry does not answer.", []string{"source"}, nil)
+	changedAgeDesc   = prometheus.NewDesc("xdsbridge_source_changed_age_seconds", "Time since what the source publishes last changed (services, endpoints, health or policy). It grows whenever nothing changes: not a sign of trouble by itself.", []string{"source"}, nil)
+	droppedDesc      = prometheus.NewDesc("xdsbridge_source_dropped_instances", "Instances the source read from its registry and currently leaves out, by reason (excluded_tag, unresolvable_address, limit, malformed).", []string{"source", "reason"}, nil)
+	readyDesc        = prometheus.NewDesc("xdsbridge_ready", "1 once every source synced and xDS is served.", nil, nil)
+	hostsDesc        = prometheus.NewDesc("xdsbridge_hosts", "Hosts by published health status (NONE: left out).", []string{"health"}, nil)
+	retainedDesc     = prometheus.NewDesc("xdsbridge_hosts_retained", "Hosts absent from discovery but retained because their health check passes.", nil, nil)
 )
 
 type staleCollector struct{ l *Loop }
 
 func (c *staleCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- staleDesc
-	ch <- ageDesc
+	ch <- confirmedAgeDesc
+	ch <- changedAgeDesc
+	ch <- droppedDesc
 	ch <- readyDesc
 	ch <- hostsDesc
 	ch <- retainedDesc
@@ -102,8 +106,14 @@ func (c *staleCollector) Collect(ch chan<- prometheus.Metric) {
 			v = 1
 		}
 		ch <- prometheus.MustNewConstMetric(staleDesc, prometheus.GaugeValue, v, st.Name)
-		if st.Synced {
-			ch <- prometheus.MustNewConstMetric(ageDesc, prometheus.GaugeValue, now.Sub(st.LastSync).Seconds(), st.Name)
+		if !st.LastConfirmed.IsZero() {
+			ch <- prometheus.MustNewConstMetric(confirmedAgeDesc, prometheus.GaugeValue, now.Sub(st.LastConfirmed).Seconds(), st.Name)
+		}
+		if !st.LastChanged.IsZero() {
+			ch <- prometheus.MustNewConstMetric(changedAgeDesc, prometheus.GaugeValue, now.Sub(st.LastChanged).Seconds(), st.Name)
+		}
+		for reason, n := range st.DroppedCounts {
+			ch <- prometheus.MustNewConstMetric(droppedDesc, prometheus.GaugeValue, float64(n), st.Name, reason)
 		}
 	}
 	r := 0.0

@@ -81,7 +81,12 @@ func (l *Loop) applyPolicy(u sources.PolicyUpdate) bool {
 			}
 		}
 	}
-	l.noteSync(src, gotPolicy, func(st *SourceStatus) { st.Policies = len(f.Services) })
+	l.noteSync(src, gotPolicy, func(st *SourceStatus) {
+		st.Policies = len(f.Services)
+		// Policy sources publish only what changed (a policy holds
+		// compiled filters: not compared here).
+		st.noteChange(true)
+	})
 	l.warnPolicyConflicts()
 
 	if !l.ready && l.allSynced() {

@@ -1,6 +1,9 @@
 package bridge
 
 import (
+	"context"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -57,6 +60,50 @@ func (s *snapshots) sourceFailed(name string, err error, at time.Time) {
 	st.Stale = true
 }
 
+// sourceConfirmed records that a source confirmed its state at at: a
+// failure reported before then is over.
+func (s *snapshots) sourceConfirmed(name string, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.sourceLocked(name)
+	if at.After(st.LastConfirmed) {
+		st.LastConfirmed = at
+	}
+	if st.Stale && at.After(st.LastErrorTime) {
+		st.Stale = false
+	}
+}
+
+// sourceDropped replaces the instances a source drops: the first
+// MaxDroppedListed (by service, instance) are kept, all are counted by
+// reason.
+func (s *snapshots) sourceDropped(name string, dropped []sources.Dropped) {
+	sort.Slice(dropped, func(i, j int) bool {
+		a, b := dropped[i], dropped[j]
+		if a.Service != b.Service {
+			return a.Service < b.Service
+		}
+		return a.Instance < b.Instance
+	})
+	var counts map[string]int
+	if len(dropped) > 0 {
+		counts = map[string]int{}
+		for _, d := range dropped {
+			counts[d.Reason]++
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.sourceLocked(name)
+	st.Dropped = slices.Clip(dropped[:min(len(dropped), MaxDroppedListed)])
+	st.DroppedCounts = counts
+}
+
+// MaxDroppedListed bounds the instances listed per source as dropped
+// (SourceStatus.Dropped); all are counted (DroppedCounts and the metric
+// xdsbridge_source_dropped_instances).
+const MaxDroppedListed = 100
+
 // sourceSynced records a publish of a source; update sets the fields of
 // what it published, with s.mu held.
 func (s *snapshots) sourceSynced(name string, synced bool, at time.Time, update func(*SourceStatus)) {
@@ -65,6 +112,9 @@ func (s *snapshots) sourceSynced(name string, synced bool, at time.Time, update 
 	st := s.sourceLocked(name)
 	st.Synced = synced
 	st.LastSync = at
+	if at.After(st.LastConfirmed) {
+		st.LastConfirmed = at
+	}
 	st.Stale = false
 	update(st)
 }
@@ -104,12 +154,20 @@ type SourceStatus struct {
 	LastSync      time.Time `json:"last_sync,omitzero"`
 	LastError     string    `json:"last_error,omitempty"`
 	LastErrorTime time.Time `json:"last_error_time,omitzero"`
-	// Stale is true when the source's last refresh failed: its last good
-	// services are still served.
+	// Stale is true when the source's last refresh failed (or its
+	// registry stopped answering): its last good services are still
+	// served.
 	Stale bool `json:"stale"`
-	// DataAge is how old the served data of the source is.
-	DataAge  string `json:"data_age,omitempty"`
-	Services int    `json:"services"`
+	// LastConfirmed is when the source last confirmed its state: a
+	// successful read of its registry, whether anything changed or not.
+	LastConfirmed time.Time `json:"last_confirmed,omitzero"`
+	// ConfirmedAge is the time since LastConfirmed.
+	ConfirmedAge string `json:"confirmed_age,omitempty"`
+	// LastChanged is when what the source publishes last changed.
+	LastChanged time.Time `json:"last_changed,omitzero"`
+	// ChangedAge is the time since LastChanged.
+	ChangedAge string `json:"changed_age,omitempty"`
+	Services   int    `json:"services"`
 	// Policies is how many entries (names and patterns) a policy source's
 	// policy has.
 	Policies int `json:"policies,omitempty"`
@@ -117,6 +175,19 @@ type SourceStatus struct {
 	// are owned by another source that ranks before it (priority, then
 	// config order).
 	ClaimsLost int `json:"claims_lost,omitempty"`
+	// Dropped lists instances the source read and left out, with the
+	// reason (at most MaxDroppedListed); DroppedCounts counts all of
+	// them by reason.
+	Dropped       []sources.Dropped `json:"dropped,omitempty"`
+	DroppedCounts map[string]int    `json:"dropped_counts,omitempty"`
+}
+
+// noteChange records, in a publish's status update, whether what the
+// source publishes changed.
+func (st *SourceStatus) noteChange(changed bool) {
+	if changed {
+		st.LastChanged = st.LastSync
+	}
 }
 
 // HostInfo explains one host of a service: why it is published, or not.
@@ -131,6 +202,11 @@ type HostInfo struct {
 	Health       sources.HealthStatus `json:"health"`
 	Rule         healthcheck.Rule     `json:"rule"`
 	AbsentSince  time.Time            `json:"absent_since,omitzero"`
+	// SourceChecks is the source's own explanation of SourceHealth (the
+	// Consul checks that decided it). The loop leaves it empty; the
+	// admin handlers fill it from sources that are
+	// sources.HostExplainer.
+	SourceChecks string `json:"source_checks,omitempty"`
 }
 
 // Ready reports whether every source synced and the first state was
@@ -150,8 +226,13 @@ func (l *Loop) Sources() []SourceStatus {
 	now := l.now()
 	for _, st := range l.snap.status {
 		c := *st
-		if c.Synced {
-			c.DataAge = now.Sub(c.LastSync).Round(time.Millisecond).String()
+		c.Dropped = slices.Clone(st.Dropped)
+		c.DroppedCounts = maps.Clone(st.DroppedCounts)
+		if !c.LastConfirmed.IsZero() {
+			c.ConfirmedAge = now.Sub(c.LastConfirmed).Round(time.Millisecond).String()
+		}
+		if !c.LastChanged.IsZero() {
+			c.ChangedAge = now.Sub(c.LastChanged).Round(time.Millisecond).String()
 		}
 		out = append(out, c)
 	}
@@ -220,4 +301,20 @@ func (l *Loop) Diagnostics() map[string][]translate.Diagnostic {
 		out[k] = append([]translate.Diagnostic(nil), v...)
 	}
 	return out
+}
+
+// Confirm implements sources.Confirmer.
+func (l *Loop) Confirm(ctx context.Context, source string, at time.Time) {
+	select {
+	case l.events <- event{kind: evConfirm, source: source, at: at}:
+	case <-ctx.Done():
+	}
+}
+
+// ReportDropped implements sources.DropReporter.
+func (l *Loop) ReportDropped(ctx context.Context, source string, dropped []sources.Dropped) {
+	select {
+	case l.events <- event{kind: evDropped, source: source, dropped: dropped}:
+	case <-ctx.Done():
+	}
 }

@@ -27,6 +27,12 @@ type REST struct {
 	// MaxHeldPolls bounds the polls held at once (default 1024;
 	// 1..1048576); an up-to-date poll over it is answered 304 at once.
 	MaxHeldPolls int `json:"max_held_polls"`
+	// MaxHeldNames bounds the resource names all held polls ask for
+	// together (default 1048576; 1..67108864); MaxHeldNameBytes their
+	// bytes (default 64 MiB; 1 KiB..4 GiB). An up-to-date poll that
+	// would go over either is answered 304 at once.
+	MaxHeldNames     int `json:"max_held_names"`
+	MaxHeldNameBytes int `json:"max_held_name_bytes"`
 	// EDSConfig, when set, is written as the eds_config of every cluster
 	// served over REST: Envoy polls the cluster named for the assignments.
 	// Absent: clusters keep their eds_config (ADS).
@@ -65,6 +71,12 @@ func (r *REST) applyDefaults() {
 	}
 	if r.MaxHeldPolls == 0 {
 		r.MaxHeldPolls = xds.DefaultRESTMaxHeldPolls
+	}
+	if r.MaxHeldNames == 0 {
+		r.MaxHeldNames = xds.DefaultRESTMaxHeldNames
+	}
+	if r.MaxHeldNameBytes == 0 {
+		r.MaxHeldNameBytes = xds.DefaultRESTMaxHeldNameBytes
 	}
 	r.TLS.applyDefaults()
 	if e := r.EDSConfig; e != nil {
@@ -112,6 +124,12 @@ func (r *REST) check(c *Config) error {
 	if err := decode.CheckCount("xds.rest.max_held_polls", r.MaxHeldPolls, 1, xds.MaxRESTMaxHeldPolls); err != nil {
 		return err
 	}
+	if err := decode.CheckCount("xds.rest.max_held_names", r.MaxHeldNames, 1, xds.MaxRESTMaxHeldNames); err != nil {
+		return err
+	}
+	if err := decode.CheckCount("xds.rest.max_held_name_bytes", r.MaxHeldNameBytes, xds.MinRESTMaxHeldNameBytes, xds.MaxRESTMaxHeldNameBytes); err != nil {
+		return err
+	}
 	if e := r.EDSConfig; e != nil {
 		if e.ClusterName == "" {
 			return errors.New("xds.rest.eds_config.cluster_name: missing (the Envoy cluster that reaches xds.rest.listen)")
@@ -131,7 +149,7 @@ func (r *REST) check(c *Config) error {
 
 // Options returns the xds.RESTOptions of the config (after defaults).
 func (r *REST) Options() xds.RESTOptions {
-	o := xds.RESTOptions{MaxWait: r.MaxWait.D(), MaxBodyBytes: int64(r.MaxBodyBytes), MaxHeldPolls: r.MaxHeldPolls}
+	o := xds.RESTOptions{MaxWait: r.MaxWait.D(), MaxBodyBytes: int64(r.MaxBodyBytes), MaxHeldPolls: r.MaxHeldPolls, MaxHeldNames: r.MaxHeldNames, MaxHeldNameBytes: int64(r.MaxHeldNameBytes)}
 	if e := r.EDSConfig; e != nil {
 		o.EDS = &xds.RESTEDS{ClusterName: e.ClusterName, RefreshDelay: e.RefreshDelay.D(), RequestTimeout: e.RequestTimeout.D()}
 	}

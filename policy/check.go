@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xdsbridge/xdsbridge/config/decode"
+	"github.com/xdsbridge/xdsbridge/policy/re2"
 )
 
 // FieldError is a problem with one field of a policy. Path leads from the
@@ -22,13 +23,22 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return FieldPath(e.Path) + ": " + e.Msg }
 
+// isIndex reports whether a path segment is a list index, "[N]" (a key
+// such as the pattern "[ab]*" is not).
+func isIndex(seg string) bool {
+	if len(seg) < 3 || seg[0] != '[' || seg[len(seg)-1] != ']' {
+		return false
+	}
+	return strings.Trim(seg[1:len(seg)-1], "0123456789") == ""
+}
+
 // FieldPath writes a path as the README and error messages do:
 // services."web.internal".routes[0].match. Keys with a dot, a bracket, a
 // quote or a space are quoted.
 func FieldPath(path []string) string {
 	var b strings.Builder
 	for _, seg := range path {
-		if strings.HasPrefix(seg, "[") {
+		if isIndex(seg) {
 			b.WriteString(seg)
 			continue
 		}
@@ -54,7 +64,16 @@ const (
 	MaxSplits        = 100
 	MaxHeaderMatches = 32
 	MaxRingSize      = 8 * 1024 * 1024 // Envoy's bound on maximum_ring_size
-	MaxRegexBytes    = 4096
+	// MaxMinimumRingSize bounds minimum_ring_size: every Envoy builds a
+	// ring of at least that many entries for each cluster of the service
+	// (each subset's too), about 50 bytes an entry, and a ring of
+	// Envoy's own bound costs every Envoy ~400 MB and seconds per
+	// cluster. grpc-go caps its ring at 4,096 entries.
+	MaxMinimumRingSize = 128 * 1024
+	MaxRegexBytes      = 4096
+	// DefaultBaseEjectionTime is Envoy's outlier_detection
+	// base_ejection_time when left out.
+	DefaultBaseEjectionTime = 30 * time.Second
 	// MaxRetries is gRPC's bound on attempts (5) less the first one:
 	// more are accepted and mean 4 to gRPC clients.
 	MaxRetries = 100
@@ -66,6 +85,8 @@ var (
 	// headerName is an HTTP field name (RFC 9110 token) or an HTTP/2
 	// pseudo-header.
 	headerName = regexp.MustCompile("^:?[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$")
+	// cookieName is an RFC 6265 cookie-name (an RFC 9110 token).
+	cookieName = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$")
 )
 
 // GRPCRetryOn are the retry conditions gRPC clients honour (gRFC A44).
@@ -151,6 +172,16 @@ func (c *checker) service(p []string, s *Service) {
 		c.duration(q, "max_ejection_time", od.MaxEjectionTime, time.Millisecond)
 		c.percent(q, "max_ejection_percent", od.MaxEjectionPercent)
 		c.percent(q, "enforcing_consecutive_5xx", od.EnforcingConsecutive5xx)
+		// Envoy refuses the cluster when max_ejection_time is below
+		// base_ejection_time (default 30s); a max left out is
+		// max(300s, base).
+		base := od.BaseEjectionTime.D()
+		if base == 0 {
+			base = DefaultBaseEjectionTime
+		}
+		if m := od.MaxEjectionTime.D(); m != 0 && m < base {
+			c.add(q, "max_ejection_time", "%v < base_ejection_time %v (Envoy refuses a maximum below the base; the base defaults to %v)", m, base, DefaultBaseEjectionTime)
+		}
 	}
 	if t := s.TLS; t != nil {
 		if t.SNI != "" && !validHost(t.SNI) {
@@ -257,8 +288,8 @@ func (c *checker) loadBalancer(p []string, lb *LoadBalancer) {
 		if lb.Policy != LBRingHash {
 			c.add(p, "ring_hash", "only with policy ring_hash")
 		}
-		if r.MinimumRingSize > MaxRingSize {
-			c.add(p, "ring_hash.minimum_ring_size", "%d: at most %d", r.MinimumRingSize, MaxRingSize)
+		if r.MinimumRingSize > MaxMinimumRingSize {
+			c.add(p, "ring_hash.minimum_ring_size", "%d: at most %d (every Envoy builds a ring of at least this many entries, about 50 bytes each, for each of the service's clusters)", r.MinimumRingSize, MaxMinimumRingSize)
 		}
 		if r.MaximumRingSize > MaxRingSize {
 			c.add(p, "ring_hash.maximum_ring_size", "%d: at most %d", r.MaximumRingSize, MaxRingSize)
@@ -283,6 +314,11 @@ func (c *checker) loadBalancer(p []string, lb *LoadBalancer) {
 			n++
 			if h.Cookie.Name == "" {
 				c.add(p, f+".cookie.name", "required")
+			} else if !cookieName.MatchString(h.Cookie.Name) {
+				c.add(p, f+".cookie.name", "%q is not a cookie name (RFC 6265: letters, digits and !#$%%&'*+-.^_`|~)", h.Cookie.Name)
+			}
+			if i := strings.IndexFunc(h.Cookie.Path, func(r rune) bool { return isControl(r) || r == ';' }); i >= 0 {
+				c.add(p, f+".cookie.path", "%q: byte %d (%q) cannot be in a Set-Cookie path", h.Cookie.Path, i, h.Cookie.Path[i])
 			}
 			c.duration(sub(p, f), "cookie.ttl", h.Cookie.TTL, time.Second)
 		}
@@ -325,9 +361,16 @@ func (c *checker) route(p []string, r *Route, self *Service) {
 	for i, h := range m.Headers {
 		c.header(sub(p, fmt.Sprintf("match.headers[%d]", i)), h)
 	}
+	methodsOK := true
 	for i, meth := range m.Methods {
 		if !methodName.MatchString(meth) {
 			c.add(p, fmt.Sprintf("match.methods[%d]", i), "%q is not an HTTP method (upper case, as GET)", meth)
+			methodsOK = false
+		}
+	}
+	if methodsOK && len(m.Methods) > 1 {
+		if err := re2.Check(MethodsRegex(m.Methods), re2.DefaultMaxProgramSize); err != nil {
+			c.add(p, "match.methods", "%d methods: Envoy matches them with one regex, and %v: %s", len(m.Methods), err, envoyRefusesRoutes)
 		}
 	}
 	for i, q := range m.QueryParameters {
@@ -365,6 +408,11 @@ func (c *checker) route(p []string, r *Route, self *Service) {
 		c.target(p, "destination", *r.Destination, self)
 	}
 	c.splits(p, "split", r.Split, self)
+	if r.PrefixRewrite != "" {
+		if msg := pathProblem(r.PrefixRewrite); msg != "" {
+			c.add(p, "prefix_rewrite", "%q: %s", r.PrefixRewrite, msg)
+		}
+	}
 	c.duration(p, "timeout", r.Timeout, time.Millisecond)
 	if r.Retry != nil {
 		c.retry(sub(p, "retry"), r.Retry)
@@ -375,14 +423,39 @@ func (c *checker) regex(p []string, field, re string) {
 	if re == "" {
 		return
 	}
+	if err := RegexError(re); err != nil {
+		c.add(p, field, "%v", err)
+	}
+}
+
+// RegexError says why gRPC clients or Envoy would refuse the regex re,
+// or is nil. gRPC clients compile it with Go's regexp, Envoy with RE2
+// (see package re2), each refusing with it the whole route
+// configuration.
+func RegexError(re string) error {
 	if len(re) > MaxRegexBytes {
-		c.add(p, field, "%d bytes; at most %d", len(re), MaxRegexBytes)
-		return
+		return fmt.Errorf("%d bytes; at most %d", len(re), MaxRegexBytes)
 	}
-	// Go's regexp is RE2's syntax, which Envoy and gRPC use.
 	if _, err := regexp.Compile(re); err != nil {
-		c.add(p, field, "%q: %v", re, err)
+		return fmt.Errorf("%q: %v", re, err)
 	}
+	if err := re2.Check(re, re2.DefaultMaxProgramSize); err != nil {
+		return fmt.Errorf("%q: %v: %s", re, err, envoyRefusesRoutes)
+	}
+	return nil
+}
+
+// envoyRefusesRoutes says what a regex Envoy refuses costs.
+const envoyRefusesRoutes = "Envoy would refuse the service's whole route configuration"
+
+// MethodsRegex is the regex that matches any of several methods (Envoy
+// matches :method with it).
+func MethodsRegex(methods []string) string {
+	alts := make([]string, len(methods))
+	for i, meth := range methods {
+		alts[i] = regexp.QuoteMeta(meth)
+	}
+	return strings.Join(alts, "|")
 }
 
 func (c *checker) header(p []string, h HeaderMatch) {
@@ -418,22 +491,45 @@ func (c *checker) splits(p []string, field string, splits []Split, self *Service
 		c.add(p, field, "%d shares; at most %d", len(splits), MaxSplits)
 	}
 	var sum float64
+	valid := true
 	for i, s := range splits {
 		f := fmt.Sprintf("%s[%d]", field, i)
 		switch {
 		case !(s.Weight >= 0 && s.Weight <= 100):
 			c.add(p, f+".weight", "%v is not a percentage (0..100)", s.Weight)
+			valid = false
 		case math.Abs(s.Weight*100-math.Round(s.Weight*100)) > 1e-6:
 			c.add(p, f+".weight", "%v: at most 2 decimals", s.Weight)
+			valid = false
 		default:
 			sum += s.Weight
 		}
 		c.target(p, f, Target{Service: s.Service, Subset: s.Subset}, self)
 	}
-	if sum == 0 {
-		c.add(p, field, "the weights add up to 0: at least one must be above 0")
+	// Weights are percentages of the requests, and must add up to 100
+	// as in Consul's service-splitter (in hundredths: two decimals).
+	if valid && math.Round(sum*100) != 100*100 {
+		c.add(p, field, "the weights add up to %v; they must add up to 100 (each is the percentage of the requests that share takes)", math.Round(sum*100)/100)
 	}
 }
+
+// pathProblem says why s cannot begin a request path (a prefix_rewrite),
+// or is "": it must start with / and hold only visible ASCII (anything
+// else percent-encoded), as Envoy sends it in the :path header.
+func pathProblem(s string) string {
+	if !strings.HasPrefix(s, "/") {
+		return "must start with /"
+	}
+	for i := 0; i < len(s); i++ {
+		if b := s[i]; b <= ' ' || b >= 0x7f {
+			return fmt.Sprintf("byte %d (0x%02x) cannot be in a request path: write it percent-encoded", i, b)
+		}
+	}
+	return ""
+}
+
+// isControl reports whether r is an ASCII control character.
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 func (c *checker) retry(p []string, r *Retry) {
 	if len(r.On) == 0 {
@@ -479,7 +575,7 @@ func checkDomain(d string) string {
 		return "at most one *, first or last"
 	case len(d) > 2 && strings.Contains(d[1:len(d)-1], "*"):
 		return "* only first or last"
-	case strings.ContainsAny(d, " /\t\r\n"):
+	case strings.ContainsAny(d, " /") || strings.ContainsFunc(d, isControl):
 		return "not a host name"
 	}
 	return ""

@@ -71,6 +71,7 @@ func TestParseFileErrors(t *testing.T) {
 		{"lb policy", "services:\n  web:\n    load_balancer: {policy: fastest}\n", []string{`line 3: services.web.load_balancer.policy: unknown policy "fastest"`}},
 		{"lb config of another policy", "services:\n  web:\n    load_balancer:\n      policy: round_robin\n      ring_hash: {minimum_ring_size: 4}\n", []string{"line 5: services.web.load_balancer.ring_hash: only with policy ring_hash"}},
 		{"ring sizes", "services:\n  web:\n    load_balancer:\n      policy: ring_hash\n      ring_hash: {minimum_ring_size: 100, maximum_ring_size: 10}\n", []string{"minimum_ring_size 100 > maximum_ring_size 10"}},
+		{"ring too large for every Envoy", "services:\n  web:\n    load_balancer:\n      policy: ring_hash\n      ring_hash: {minimum_ring_size: 8388608, maximum_ring_size: 8388608}\n", []string{"line 5: services.web.load_balancer.ring_hash.minimum_ring_size: 8388608: at most 131072 (every Envoy builds a ring"}},
 		{"hash policy kinds", "services:\n  web:\n    load_balancer:\n      policy: maglev\n      hash_policies:\n        - {header: x-a, source_ip: true}\n", []string{"line 6: services.web.load_balancer.hash_policies[0]: give exactly one of header, cookie, source_ip and query_parameter (2 given)"}},
 		{"hash policy without hashing", "services:\n  web:\n    load_balancer:\n      hash_policies: [{header: x-a}]\n", []string{`hash policies only matter to ring_hash and maglev`}},
 		{"percent", "services:\n  web:\n    outlier_detection: {max_ejection_percent: 101}\n", []string{"services.web.outlier_detection.max_ejection_percent: 101 is not a percentage"}},
@@ -88,6 +89,11 @@ func TestParseFileErrors(t *testing.T) {
 		{"two path matchers", "services:\n  web:\n    routes:\n      - match: {prefix: /a, path: /a/b}\n", []string{"line 4: services.web.routes[0].match: give at most one of prefix, path and regex"}},
 		{"path without slash", "services:\n  web:\n    routes:\n      - match: {path: a/b}\n", []string{`services.web.routes[0].match.path: "a/b": must start with /`}},
 		{"regex", "services:\n  web:\n    routes:\n      - match: {regex: '(a'}\n", []string{`line 4: services.web.routes[0].match.regex: "(a": error parsing regexp`}},
+		{"regex escape RE2 refuses", "services:\n  web:\n    routes:\n      - match: {regex: '/x\\x{100}'}\n", []string{`line 4: services.web.routes[0].match.regex: "/x\\x{100}": RE2 refuses it: invalid escape sequence: \x{100: Envoy would refuse the service's whole route configuration`}},
+		{"regex over RE2's program size", "services:\n  web:\n    routes:\n      - match: {regex: '(?:a+?){33}'}\n", []string{`line 4: services.web.routes[0].match.regex: "(?:a+?){33}": its RE2 program has 102 instructions; Envoy refuses more than 100`}},
+		{"header regex over RE2's program size", "services:\n  web:\n    routes:\n      - match:\n          headers: [{name: x, regex: '[a-z]{1,49}'}]\n", []string{`line 5: services.web.routes[0].match.headers[0].regex: "[a-z]{1,49}": its RE2 program has 101 instructions`}},
+		{"query regex Go refuses", "services:\n  web:\n    routes:\n      - match:\n          query_parameters: [{name: q, regex: 'a\\C'}]\n", []string{`line 5: services.web.routes[0].match.query_parameters[0].regex: "a\\C": error parsing regexp: invalid escape sequence`}},
+		{"methods over RE2's program size", "services:\n  web:\n    routes:\n      - match: {methods: [AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA, BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB, CCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCC, DDDDDDDDDDDDDDDDDDDDDDDDDDDDDDDD]}\n", []string{`line 4: services.web.routes[0].match.methods: 4 methods: Envoy matches them with one regex, and its RE2 program has 1`}},
 		{"case insensitive regex", "services:\n  web:\n    routes:\n      - match: {regex: /a, case_insensitive: true}\n", []string{"match.case_insensitive: only with prefix or path"}},
 		{"header kinds", "services:\n  web:\n    routes:\n      - match:\n          headers:\n            - {name: x-a}\n            - {name: x-b, exact: a, prefix: b}\n", []string{
 			"line 6: services.web.routes[0].match.headers[0]: give exactly one of exact, prefix, suffix, contains, regex, present and range (0 given)",
@@ -98,7 +104,19 @@ func TestParseFileErrors(t *testing.T) {
 		{"fraction", "services:\n  web:\n    routes:\n      - match: {fraction: 100.5}\n", []string{"services.web.routes[0].match.fraction: 100.5 is not a percentage"}},
 		{"fraction decimals", "services:\n  web:\n    routes:\n      - match: {fraction: 0.00001}\n", []string{"at most 4 decimals"}},
 		{"destination and split", "services:\n  web:\n    routes:\n      - match: {}\n        destination: {service: a}\n        split: [{weight: 1, service: b}]\n", []string{"line 4: services.web.routes[0]: give destination or split, not both"}},
-		{"split weights", "services:\n  web:\n    split: [{weight: 0, service: a}, {weight: 0, service: b}]\n", []string{"line 3: services.web.split: the weights add up to 0"}},
+		{"split weights", "services:\n  web:\n    split: [{weight: 0, service: a}, {weight: 0, service: b}]\n", []string{"line 3: services.web.split: the weights add up to 0; they must add up to 100"}},
+		{"split sum", "services:\n  web:\n    split: [{weight: 30, service: a}, {weight: 20, service: b}]\n", []string{"line 3: services.web.split: the weights add up to 50; they must add up to 100"}},
+		{"split sum in hundredths", "services:\n  web:\n    routes:\n      - split: [{weight: 33.33, service: a}, {weight: 33.33, service: b}, {weight: 33.33, service: c}]\n", []string{"line 4: services.web.routes[0].split: the weights add up to 99.99; they must add up to 100"}},
+		{"split weight out of range", "services:\n  web:\n    split:\n      - {weight: 150, service: a}\n      - {weight: -50, service: b}\n", []string{
+			"line 4: services.web.split[0].weight: 150 is not a percentage (0..100)", "line 5: services.web.split[1].weight: -50 is not a percentage (0..100)"}},
+		{"max ejection time below base", "services:\n  web:\n    outlier_detection: {base_ejection_time: 60s, max_ejection_time: 10s}\n", []string{"line 3: services.web.outlier_detection.max_ejection_time: 10s < base_ejection_time 1m0s (Envoy refuses a maximum below the base"}},
+		{"max ejection time below the default base", "services:\n  web:\n    outlier_detection:\n      max_ejection_time: 10s\n", []string{"line 4: services.web.outlier_detection.max_ejection_time: 10s < base_ejection_time 30s"}},
+		{"prefix rewrite newline", "services:\n  web:\n    routes:\n      - match: {prefix: /a}\n        prefix_rewrite: \"/a\\nb\"\n", []string{`line 5: services.web.routes[0].prefix_rewrite: "/a\nb": byte 2 (0x0a) cannot be in a request path: write it percent-encoded`}},
+		{"prefix rewrite space", "services:\n  web:\n    routes:\n      - {match: {prefix: /a}, prefix_rewrite: '/a b'}\n", []string{`line 4: services.web.routes[0].prefix_rewrite: "/a b": byte 2 (0x20)`}},
+		{"prefix rewrite relative", "services:\n  web:\n    routes:\n      - {match: {prefix: /a}, prefix_rewrite: b/}\n", []string{`services.web.routes[0].prefix_rewrite: "b/": must start with /`}},
+		{"domain NUL", "services:\n  web:\n    domains: [\"a\\0b\"]\n", []string{`line 3: services.web.domains[0]: "a\x00b": not a host name`}},
+		{"cookie name", "services:\n  web:\n    load_balancer:\n      policy: ring_hash\n      hash_policies: [{cookie: {name: 'a b'}}]\n", []string{`line 5: services.web.load_balancer.hash_policies[0].cookie.name: "a b" is not a cookie name`}},
+		{"cookie path", "services:\n  web:\n    load_balancer:\n      policy: ring_hash\n      hash_policies: [{cookie: {name: a, ttl: 1s, path: '/a;b'}}]\n", []string{`hash_policies[0].cookie.path: "/a;b": byte 2 (';') cannot be in a Set-Cookie path`}},
 		{"split decimals", "services:\n  web:\n    split: [{weight: 33.333, service: a}]\n", []string{"services.web.split[0].weight: 33.333: at most 2 decimals"}},
 		{"retry without on", "services:\n  web:\n    retry: {num_retries: 2}\n", []string{"line 3: services.web.retry.retry_on: required"}},
 		{"retry condition", "services:\n  web:\n    retry: {retry_on: [unavailable, aborted]}\n", []string{`line 3: services.web.retry.retry_on[1]: unknown condition "aborted"`}},
@@ -157,8 +175,8 @@ func TestExamplePolicyFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, key, _ := f.For("legacy-billing"); key != "legacy-*" {
-		t.Errorf("legacy-billing's policy is %q; want legacy-*", key)
+	if _, key, _ := f.For("legacy-billing"); key != "legacy*" {
+		t.Errorf("legacy-billing's policy is %q; want legacy*", key)
 	}
 }
 
@@ -187,6 +205,23 @@ func TestTdParseFileKeyCase(t *testing.T) {
 		_, err := ParseFile([]byte(tc.in))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+// TestFieldPathQuotesPatternKeys: a service key that is a pattern
+// starting with a bracket is a key, quoted, not a list index.
+func TestFieldPathQuotesPatternKeys(t *testing.T) {
+	for _, tc := range []struct {
+		path []string
+		want string
+	}{
+		{[]string{"services", "[ab]*", "failover", "[0]"}, `services."[ab]*".failover[0]`},
+		{[]string{"services", "web", "routes", "[12]", "match"}, `services.web.routes[12].match`},
+		{[]string{"services", "[]"}, `services."[]"`},
+	} {
+		if got := FieldPath(tc.path); got != tc.want {
+			t.Errorf("FieldPath(%q) = %s, want %s", tc.path, got, tc.want)
 		}
 	}
 }

@@ -141,8 +141,9 @@ type HashCookie struct {
 }
 
 // CircuitBreakers are limits on what the clients send to the whole
-// cluster at once. Absent fields keep Envoy's defaults (1024 each, 3
-// retries).
+// cluster at once. Absent fields, and max_connections,
+// max_pending_requests or max_requests of 0, keep Envoy's defaults (1024
+// each); max_retries of 0 allows no retry in flight (default 3).
 type CircuitBreakers struct {
 	MaxConnections     *uint32 `json:"max_connections,omitempty"`
 	MaxPendingRequests *uint32 `json:"max_pending_requests,omitempty"`
@@ -150,8 +151,9 @@ type CircuitBreakers struct {
 	MaxRetries         *uint32 `json:"max_retries,omitempty"`
 }
 
-// OutlierDetection ejects hosts that fail requests. Absent fields keep
-// Envoy's defaults.
+// OutlierDetection ejects hosts that fail requests. Absent fields, and
+// counts and durations of 0, keep Envoy's defaults; percentages of 0 mean
+// 0 %. MaxEjectionTime must not be below BaseEjectionTime (default 30s).
 type OutlierDetection struct {
 	Consecutive5xx            *uint32         `json:"consecutive_5xx,omitempty"`
 	ConsecutiveGatewayFailure *uint32         `json:"consecutive_gateway_failure,omitempty"`
@@ -203,7 +205,8 @@ type Route struct {
 	// Split divides matching requests by weight.
 	Split []Split `json:"split,omitempty"`
 	// PrefixRewrite replaces the matched path prefix (Envoy only: gRPC
-	// clients cannot rewrite, and ignore it).
+	// clients cannot rewrite, and ignore it). It starts with / and holds
+	// visible ASCII only (percent-encode the rest).
 	PrefixRewrite string `json:"prefix_rewrite,omitempty"`
 	// Timeout bounds the whole request (and its retries). 0: the service's.
 	Timeout decode.Duration `json:"timeout,omitempty"`
@@ -216,7 +219,8 @@ type Route struct {
 type Match struct {
 	Prefix string `json:"prefix,omitempty"`
 	Path   string `json:"path,omitempty"`
-	// Regex is an RE2 expression the whole path must match.
+	// Regex is an RE2 expression the whole path must match. Envoy and
+	// gRPC clients must both accept it (see RegexError).
 	Regex string `json:"regex,omitempty"`
 	// CaseInsensitive compares Prefix and Path without case.
 	CaseInsensitive bool          `json:"case_insensitive,omitempty"`
@@ -263,8 +267,8 @@ type QueryParameterMatch struct {
 }
 
 // Split is one share of a route's requests. Weights are percentages with
-// up to two decimals (Consul's service-splitter); they need not add up to
-// 100, shares are weight / sum, and at least one must be above 0.
+// up to two decimals that add up to 100, as in Consul's service-splitter;
+// a share of 0 takes no request.
 type Split struct {
 	Weight float64 `json:"weight"`
 	// Service is the destination (default: the route's own), Subset a

@@ -18,15 +18,15 @@ func TestRv2PolicyUserKeysAnyCase(t *testing.T) {
 		t.Fatalf("examples/policy.yaml: %v", err)
 	}
 	s := string(data)
-	for _, r := range [][2]string{{"greeter:", "Greeter:"}, {"stable:", "STABLE:"}, {"subset: stable", "subset: STABLE"}, {"default_subset: stable", "default_subset: STABLE"}} {
+	for _, r := range [][2]string{{"  web:", "  Web:"}, {"stable:", "STABLE:"}, {"subset: stable", "subset: STABLE"}, {"default_subset: stable", "default_subset: STABLE"}} {
 		s = strings.ReplaceAll(s, r[0], r[1])
 	}
 	f, err := ParseFile([]byte(s))
 	if err != nil {
 		t.Fatalf("mixed-case names: %v", err)
 	}
-	if _, ok := f.Services["Greeter"]; !ok {
-		t.Errorf("service Greeter missing: %v", f.Services)
+	if _, ok := f.Services["Web"]; !ok {
+		t.Errorf("service Web missing: %v", f.Services)
 	}
 	// A field name in the wrong case still is an error.
 	if _, err := ParseFile([]byte(strings.Replace(s, "protocol: grpc", "Protocol: grpc", 1))); err == nil || !strings.Contains(err.Error(), "case-sensitive") {

@@ -176,7 +176,22 @@ func u32(v *uint32) *wrapperspb.UInt32Value {
 	return wrapperspb.UInt32(*v)
 }
 
+// limit is a count that 0 leaves at its default, as everywhere in the
+// policy (0 connections or requests would refuse every request).
+func limit(v *uint32) *uint32 {
+	if v == nil || *v == 0 {
+		return nil
+	}
+	return v
+}
+
 func circuitBreakers(c *cluster.Cluster, cb *policy.CircuitBreakers, diag diagFunc) {
+	cb = &policy.CircuitBreakers{
+		MaxConnections:     limit(cb.MaxConnections),
+		MaxPendingRequests: limit(cb.MaxPendingRequests),
+		MaxRequests:        limit(cb.MaxRequests),
+		MaxRetries:         cb.MaxRetries, // 0: no retry in flight
+	}
 	c.CircuitBreakers = &cluster.CircuitBreakers{Thresholds: []*cluster.CircuitBreakers_Thresholds{{
 		Priority:           core.RoutingPriority_DEFAULT,
 		MaxConnections:     u32(cb.MaxConnections),
@@ -199,6 +214,10 @@ func circuitBreakers(c *cluster.Cluster, cb *policy.CircuitBreakers, diag diagFu
 }
 
 func outlierDetection(c *cluster.Cluster, od *policy.OutlierDetection, diag diagFunc) {
+	zeroed := *od
+	zeroed.Consecutive5xx = limit(od.Consecutive5xx)
+	zeroed.ConsecutiveGatewayFailure = limit(od.ConsecutiveGatewayFailure)
+	od = &zeroed
 	o := &cluster.OutlierDetection{
 		Consecutive_5Xx:           u32(od.Consecutive5xx),
 		ConsecutiveGatewayFailure: u32(od.ConsecutiveGatewayFailure),

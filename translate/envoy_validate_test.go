@@ -24,23 +24,15 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/xdsbridge/xdsbridge/internal/testbin"
 	"github.com/xdsbridge/xdsbridge/internal/testcerts"
 	"github.com/xdsbridge/xdsbridge/policy"
 )
 
-// requireEnvoy finds envoy on PATH, or skips; with
-// XDSBRIDGE_REQUIRE_INTEGRATION=1 (CI) a missing envoy fails the test.
+// requireEnvoy finds envoy on PATH, or skips (see testbin.Envoy).
 func requireEnvoy(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("envoy")
-	if err == nil {
-		return p
-	}
-	if os.Getenv("XDSBRIDGE_REQUIRE_INTEGRATION") == "1" {
-		t.Fatal("envoy not found on PATH (run .ci/install.sh)")
-	}
-	t.Skip("envoy not found on PATH; run .ci/install.sh")
-	return ""
+	return testbin.Envoy(t)
 }
 
 // writeCA writes a self-signed CA certificate (PEM) for clusters whose

@@ -3,12 +3,9 @@ package translate
 import (
 	"fmt"
 	"math"
-	"regexp"
-	"regexp/syntax"
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -231,7 +228,7 @@ func (b *routeBuilder) datacenter(field string, t policy.Target) {
 }
 
 // route builds one policy route; field is "routes[i]". Nil when Envoy
-// would refuse one of its regexes (see maxRE2ProgramSize).
+// would refuse one of its regexes (see regexTooBig).
 func (b *routeBuilder) route(field string, r *policy.Route) *route.Route {
 	if b.regexTooBig(routeField(field, "match"), &r.Match) {
 		return nil
@@ -445,7 +442,7 @@ func (b *routeBuilder) match(field string, m *policy.Match) *route.RouteMatch {
 		if len(m.Methods) == 1 {
 			hm.HeaderMatchSpecifier = stringMatch(&matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: m.Methods[0]}})
 		} else {
-			hm.HeaderMatchSpecifier = stringMatch(&matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_SafeRegex{SafeRegex: &matcher.RegexMatcher{Regex: methodsRegex(m.Methods)}}})
+			hm.HeaderMatchSpecifier = stringMatch(&matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_SafeRegex{SafeRegex: &matcher.RegexMatcher{Regex: policy.MethodsRegex(m.Methods)}}})
 		}
 		rm.Headers = append(rm.Headers, hm)
 		b.diag(routeField(field, "methods"), "gRPC clients choose the route before their transport adds \":method\": they never take this route")
@@ -532,27 +529,13 @@ func (b *routeBuilder) headerDiags(field string, hm *route.HeaderMatcher) {
 	}
 }
 
-// methodsRegex matches any of several methods.
-func methodsRegex(methods []string) string {
-	alts := make([]string, len(methods))
-	for i, meth := range methods {
-		alts[i] = regexp.QuoteMeta(meth)
-	}
-	return strings.Join(alts, "|")
-}
-
-// maxRE2ProgramSize is the largest RE2 program Envoy accepts by default:
-// a regex compiling to more instructions is an error
-// (re2.max_program_size.error_level, default 100), and the whole
-// RouteConfiguration is refused. Measured with Envoy 1.40.0:
-// "[a-z]{1,50}" is 103, "RE2 program size of 103 > max program size of
-// 100 set for the error level threshold". gRPC clients set no limit.
-const maxRE2ProgramSize = 100
-
 // regexTooBig reports, with a Diagnostic, the first regex of a route's
-// match that Envoy may refuse as too large. The route cannot be sent
+// match that gRPC clients or Envoy refuse (policy.RegexError): either
+// would refuse the whole RouteConfiguration with it. The route cannot be sent
 // without it (a route without one of its matchers takes requests it
-// should not), so it is dropped.
+// should not), so it is dropped. Policy.Check refuses such a regex
+// first; this keeps the published routes safe from a policy that did
+// not pass it.
 func (b *routeBuilder) regexTooBig(field string, m *policy.Match) bool {
 	type named struct{ field, re string }
 	var res []named
@@ -565,7 +548,7 @@ func (b *routeBuilder) regexTooBig(field string, m *policy.Match) bool {
 		}
 	}
 	if len(m.Methods) > 1 {
-		res = append(res, named{"methods", methodsRegex(m.Methods)})
+		res = append(res, named{"methods", policy.MethodsRegex(m.Methods)})
 	}
 	for i, q := range m.QueryParameters {
 		if q.Regex != "" && q.Exact == "" {
@@ -573,49 +556,10 @@ func (b *routeBuilder) regexTooBig(field string, m *policy.Match) bool {
 		}
 	}
 	for _, r := range res {
-		if n := re2ProgramSize(r.re); n > maxRE2ProgramSize {
-			b.diag(routeField(field, r.field), "the regex compiles to about %d RE2 instructions; Envoy refuses more than %d (re2.max_program_size.error_level) and with it the whole route configuration: route dropped", n, maxRE2ProgramSize)
+		if err := policy.RegexError(r.re); err != nil {
+			b.diag(routeField(field, r.field), "%v; route dropped", err)
 			return true
 		}
 	}
 	return false
-}
-
-// re2ProgramSize estimates, from above, the size of the program RE2
-// compiles re to, as Envoy counts it against maxRE2ProgramSize. Go's
-// regexp compiles the same syntax to a similar program, but matches runes
-// where RE2 matches bytes: a character class costs RE2 one instruction per
-// range and UTF-8 byte (so large Unicode classes are overestimated), a
-// case-folded letter two, and RE2 adds 2 of its own. Measured against
-// Envoy 1.40.0 in TestRE2ProgramSizeEstimate. A regex that does not
-// parse is infinitely large.
-func re2ProgramSize(re string) int {
-	r, err := syntax.Parse(re, syntax.Perl)
-	if err != nil {
-		return math.MaxInt
-	}
-	prog, err := syntax.Compile(r.Simplify())
-	if err != nil {
-		return math.MaxInt
-	}
-	n := 2
-	for _, in := range prog.Inst {
-		switch in.Op {
-		case syntax.InstRune1:
-			n += max(utf8.RuneLen(in.Rune[0]), 1)
-		case syntax.InstRune:
-			if len(in.Rune) == 1 { // one rune, case-folded
-				n += 2 * max(utf8.RuneLen(in.Rune[0]), 1)
-				continue
-			}
-			for i := 1; i < len(in.Rune); i += 2 {
-				n += max(utf8.RuneLen(in.Rune[i]), 1)
-			}
-		case syntax.InstRuneAny, syntax.InstRuneAnyNotNL:
-			n += utf8.UTFMax
-		default:
-			n++
-		}
-	}
-	return n
 }

@@ -7,14 +7,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"testing"
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/xdsbridge/xdsbridge/policy"
 )
 
 // envoyBootstrap is a bootstrap as the bridge's Envoys have (ADS for
@@ -212,61 +214,47 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// The sizes in re2Measured are Envoy's: each regex, alone in a route,
-// refused with an error threshold of 1 names its program size.
-func TestRE2SizesEnvoyMeasures(t *testing.T) {
+// Translation drops exactly the routes whose regex Envoy refuses: the
+// route configuration it publishes is accepted, and each dropped regex,
+// alone in a route, is refused.
+func TestPolicyRouteRegexesEnvoyAccepts(t *testing.T) {
 	envoy := requireEnvoy(t)
-	sizeRE := regexp.MustCompile(`RE2 program size of (\d+) > max program size of 1 `)
-	for _, m := range re2Measured {
-		rc := RouteConfig("x")
-		rc.VirtualHosts[0].Routes[0].Match.PathSpecifier = &route.RouteMatch_SafeRegex{SafeRegex: &matcher.RegexMatcher{Regex: m.re}}
-		var doc map[string]any
-		if err := json.Unmarshal(envoyBootstrap(t, map[string]*route.RouteConfiguration{"x": rc}), &doc); err != nil {
-			t.Fatal(err)
-		}
-		doc["layered_runtime"] = map[string]any{"layers": []any{map[string]any{
-			"name": "static", "static_layer": map[string]any{"re2.max_program_size.error_level": 1},
-		}}}
-		b, err := json.Marshal(doc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, _ := envoyValidateRoutes(t, envoy, b)
-		got := sizeRE.FindStringSubmatch(out)
-		if got == nil {
-			t.Errorf("%q: envoy named no program size:\n%s", m.re, tail(out, 5))
-			continue
-		}
-		if got[1] != fmt.Sprint(m.size) {
-			t.Errorf("%q: envoy counts %s, re2Measured says %d", m.re, got[1], m.size)
+	regexes := []string{
+		"[a-z]{1,48}", "[a-z]{1,49}", // 99 and 101 RE2 instructions
+		"(?:a+?){32}", "(?:a+?){33}", // 99 and 102
+		`/x\x{ff}`, `/x\x{100}`, // Envoy's RE2 reads Latin-1
+		"(?:[a-z]*)?/(?:[0-9]+)?" + strings.Repeat("x", 84), // 100: RE2 merges (x*)? into x*
+		`/a\777`,
+	}
+	p := &policy.Service{}
+	for _, re := range regexes {
+		p.Routes = append(p.Routes, policy.Route{Match: policy.Match{Regex: re}})
+	}
+	rc, diags := RouteConfigFor("s", p)
+	dropped := map[string]bool{}
+	for _, d := range diags {
+		if strings.Contains(d.Message, "route dropped") {
+			var i int
+			if _, err := fmt.Sscanf(d.Field, "routes[%d]", &i); err != nil {
+				t.Fatalf("diagnostic on %s", d.Field)
+			}
+			dropped[regexes[i]] = true
 		}
 	}
-}
-
-// With Envoy's default threshold, the estimate's line holds: regexes
-// estimated at most maxRE2ProgramSize are accepted together, and the
-// first one over it Envoy counts is refused.
-func TestRE2LimitEnvoyAccepts(t *testing.T) {
-	envoy := requireEnvoy(t)
-	rcs := map[string]*route.RouteConfiguration{}
-	for i, m := range re2Measured {
-		if re2ProgramSize(m.re) > maxRE2ProgramSize {
-			continue
+	want := map[string]bool{"[a-z]{1,49}": true, "(?:a+?){33}": true, `/x\x{100}`: true, `/a\777`: true}
+	if d := cmp.Diff(want, dropped); d != "" {
+		t.Errorf("dropped (-want +got):\n%s", d)
+	}
+	if out, err := envoyValidateRoutes(t, envoy, envoyBootstrap(t, map[string]*route.RouteConfiguration{"s": rc})); err != nil {
+		t.Fatalf("envoy refused the translated routes: %v\n%s", err, tail(out, 5))
+	}
+	for re := range dropped {
+		one := RouteConfig("x")
+		one.VirtualHosts[0].Routes[0].Match.PathSpecifier = &route.RouteMatch_SafeRegex{SafeRegex: &matcher.RegexMatcher{Regex: re}}
+		if out, err := envoyValidateRoutes(t, envoy, envoyBootstrap(t, map[string]*route.RouteConfiguration{"x": one})); err == nil {
+			t.Errorf("%q was dropped, and Envoy accepts it", re)
+		} else if !strings.Contains(out, "RE2 program size") && !strings.Contains(out, "invalid escape") {
+			t.Errorf("%q: envoy refused it for another reason:\n%s", re, tail(out, 5))
 		}
-		rc := RouteConfig(fmt.Sprintf("re%d", i))
-		rc.VirtualHosts[0].Routes[0].Match.PathSpecifier = &route.RouteMatch_SafeRegex{SafeRegex: &matcher.RegexMatcher{Regex: m.re}}
-		rcs[rc.Name] = rc
-	}
-	if len(rcs) < len(re2Measured)-3 {
-		t.Fatalf("only %d of %d regexes estimated within the limit", len(rcs), len(re2Measured))
-	}
-	if out, err := envoyValidateRoutes(t, envoy, envoyBootstrap(t, rcs)); err != nil {
-		t.Fatalf("envoy refused regexes estimated within its limit: %v\n%s", err, tail(out, 5))
-	}
-	rc := RouteConfig("over")
-	rc.VirtualHosts[0].Routes[0].Match.PathSpecifier = &route.RouteMatch_SafeRegex{SafeRegex: &matcher.RegexMatcher{Regex: "[a-z]{1,50}"}}
-	out, err := envoyValidateRoutes(t, envoy, envoyBootstrap(t, map[string]*route.RouteConfiguration{"over": rc}))
-	if err == nil || !strings.Contains(out, "max program size of 100") {
-		t.Errorf("envoy accepted a regex of 103 RE2 instructions (%v):\n%s", err, tail(out, 5))
 	}
 }

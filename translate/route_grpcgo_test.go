@@ -53,6 +53,9 @@ type grpcRig struct {
 	// ringHash are clusters served with ring_hash and this many hosts,
 	// named <cluster>#<i> (set before serve).
 	ringHash map[string]int
+	// policyClusters are clusters served as given instead of Cluster's
+	// (set before serve).
+	policyClusters map[string]*clusterv3.Cluster
 }
 
 func startGRPCRig(t *testing.T) *grpcRig {
@@ -192,6 +195,9 @@ func (rig *grpcRig) serve(t *testing.T, node, service string, rc *route.RouteCon
 		cl := Cluster(c)
 		if ring {
 			cl.LbPolicy = clusterv3.Cluster_RING_HASH
+		}
+		if pc, ok := rig.policyClusters[c]; ok {
+			cl = pc
 		}
 		res[resource.ClusterType] = append(res[resource.ClusterType], cl)
 		res[resource.EndpointType] = append(res[resource.EndpointType], cla)

@@ -12,8 +12,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,6 +65,14 @@ const (
 	MaxRESTMaxBodyBytes     = 64 << 20
 	DefaultRESTMaxHeldPolls = 1024
 	MaxRESTMaxHeldPolls     = 1 << 20
+	// A held poll keeps the names it asks for, packed: their bytes and 4
+	// bytes a name. The defaults bound the names of all held polls to
+	// about 64 MiB.
+	DefaultRESTMaxHeldNames     = 1 << 20
+	MaxRESTMaxHeldNames         = 1 << 26
+	DefaultRESTMaxHeldNameBytes = 64 << 20
+	MinRESTMaxHeldNameBytes     = 1 << 10
+	MaxRESTMaxHeldNameBytes     = 4 << 30
 )
 
 // RESTOptions configure the REST handler. Zero fields: their defaults.
@@ -75,6 +85,12 @@ type RESTOptions struct {
 	// MaxHeldPolls bounds the polls held at once; an up-to-date poll over
 	// it is answered 304 at once instead of being held.
 	MaxHeldPolls int
+	// MaxHeldNames and MaxHeldNameBytes bound the resource names that
+	// the held polls ask for, together (their count, and the sum of
+	// their lengths); an up-to-date poll that would go over either is
+	// answered 304 at once instead of being held.
+	MaxHeldNames     int
+	MaxHeldNameBytes int64
 	// EDS, when set, is written as the eds_config of each cluster served
 	// over REST.
 	EDS *RESTEDS
@@ -107,6 +123,12 @@ func (o RESTOptions) WithDefaults() RESTOptions {
 	if o.MaxHeldPolls == 0 {
 		o.MaxHeldPolls = DefaultRESTMaxHeldPolls
 	}
+	if o.MaxHeldNames == 0 {
+		o.MaxHeldNames = DefaultRESTMaxHeldNames
+	}
+	if o.MaxHeldNameBytes == 0 {
+		o.MaxHeldNameBytes = DefaultRESTMaxHeldNameBytes
+	}
 	return o
 }
 
@@ -135,10 +157,12 @@ type REST struct {
 	wild     map[string]*restEncoded
 	refusals *prometheus.CounterVec
 
-	mu       sync.Mutex
-	nHeld    int
-	nacked   map[string]string               // node + type → last nonce NACKed
-	clusters map[string]restRewrittenCluster // name → rewritten cluster
+	mu        sync.Mutex
+	nHeld     int                             // polls held
+	heldNames int                             // names they ask for
+	heldBytes int64                           // the bytes of those names
+	nacked    map[string]string               // node + type → last nonce NACKed
+	clusters  map[string]restRewrittenCluster // name → rewritten cluster
 }
 
 type restEncoded struct {
@@ -167,14 +191,16 @@ func NewREST(s *Server, opts RESTOptions) *REST {
 		}, []string{"type"}),
 		wild: map[string]*restEncoded{},
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "xdsbridge_xds_rest_limit_refusals_total", Help: "REST xDS requests refused (max_body_bytes: 413) or answered 304 at once instead of held (max_held_polls), by the xds.rest field.",
+			Name: "xdsbridge_xds_rest_limit_refusals_total", Help: "REST xDS requests refused (max_body_bytes: 413) or answered 304 at once instead of held (max_held_polls, max_held_names, max_held_name_bytes), by the xds.rest field.",
 		}, []string{"limit"}),
 	}
 	r.refusals.WithLabelValues("max_body_bytes")
 	for _, t := range restPaths {
 		r.wild[t] = &restEncoded{}
 	}
-	r.refusals.WithLabelValues("max_held_polls")
+	for _, l := range []string{"max_held_polls", "max_held_names", "max_held_name_bytes"} {
+		r.refusals.WithLabelValues(l)
+	}
 	if e := opts.EDS; e != nil {
 		acs := &core.ApiConfigSource{
 			ApiType:             core.ApiConfigSource_REST,
@@ -288,6 +314,7 @@ func (r *REST) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	names, wild := restInterest(typeURL, dr.GetResourceNames())
+	version := dr.GetVersionInfo()
 	var rejected string
 	if dr.GetErrorDetail() != nil {
 		rejected = dr.GetResponseNonce()
@@ -299,30 +326,22 @@ func (r *REST) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 		r.nack(&dr, typeURL, rejected)
 	}
-	upToDate := func(v string) bool { return v == dr.GetVersionInfo() || v == rejected }
+	// From here on dr is not used: a held poll keeps its packed names,
+	// not the decoded request.
+	upToDate := func(v string) bool { return v == version || v == rejected }
 
 	v, items, changed := r.state(typeURL, names, wild, true)
 	if !upToDate(v) {
 		r.answer(w, typeURL, v, items, wild)
 		return
 	}
-	r.mu.Lock()
-	if r.nHeld >= r.opts.MaxHeldPolls {
-		r.mu.Unlock()
-		r.refusals.WithLabelValues("max_held_polls").Inc()
-		w.Header().Set("X-Xdsbridge-Limit", "xds.rest.max_held_polls")
+	if limit := r.hold(names); limit != "" {
+		r.refusals.WithLabelValues(limit).Inc()
+		w.Header().Set("X-Xdsbridge-Limit", "xds.rest."+limit)
 		r.notModified(w, typeURL)
 		return
 	}
-	r.nHeld++
-	r.mu.Unlock()
-	r.held.Inc()
-	defer func() {
-		r.mu.Lock()
-		r.nHeld--
-		r.mu.Unlock()
-		r.held.Dec()
-	}()
+	defer r.release(names)
 	timer := time.NewTimer(r.opts.MaxWait)
 	defer timer.Stop()
 	for {
@@ -352,6 +371,37 @@ func (r *REST) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 }
 
+// hold counts a poll asking for names as held, or returns the limit
+// (max_held_polls, max_held_names or max_held_name_bytes) that holding it
+// would go over.
+func (r *REST) hold(names restNames) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.nHeld >= r.opts.MaxHeldPolls:
+		return "max_held_polls"
+	case r.heldNames+names.Len() > r.opts.MaxHeldNames:
+		return "max_held_names"
+	case r.heldBytes+int64(names.Bytes()) > r.opts.MaxHeldNameBytes:
+		return "max_held_name_bytes"
+	}
+	r.nHeld++
+	r.heldNames += names.Len()
+	r.heldBytes += int64(names.Bytes())
+	r.held.Inc()
+	return ""
+}
+
+// release undoes hold.
+func (r *REST) release(names restNames) {
+	r.mu.Lock()
+	r.nHeld--
+	r.heldNames -= names.Len()
+	r.heldBytes -= int64(names.Bytes())
+	r.mu.Unlock()
+	r.held.Dec()
+}
+
 func trimForError(s string) string {
 	s, _ = bound(s, "", MaxClientStringBytes)
 	return s
@@ -359,24 +409,51 @@ func trimForError(s string) string {
 
 // restInterest is what a request's names ask for: every resource (wild)
 // for CDS and LDS with no names or "*", else the names (sorted, unique).
-func restInterest(typeURL string, names []string) ([]string, bool) {
+func restInterest(typeURL string, names []string) (restNames, bool) {
 	fullState := typeURL == ClusterType || typeURL == ListenerType
-	out := make([]string, 0, len(names))
-	seen := make(map[string]bool, len(names))
-	for _, n := range names {
-		if n == "*" && fullState {
-			return nil, true
-		}
-		if !seen[n] {
-			seen[n] = true
-			out = append(out, n)
-		}
+	if fullState && (len(names) == 0 || slices.Contains(names, "*")) {
+		return restNames{}, true
 	}
-	if len(out) == 0 && fullState {
-		return nil, true
+	sorted := slices.Sorted(slices.Values(names))
+	return packNames(slices.Compact(sorted)), false
+}
+
+// restNames is a sorted list of names packed in one string: a held poll
+// keeps the names' bytes and 4 bytes a name, not a string header and an
+// allocation for each.
+type restNames struct {
+	all  string
+	ends []uint32 // ends[i] is where name i ends in all
+}
+
+func packNames(names []string) restNames {
+	var sb strings.Builder
+	n := 0
+	for _, s := range names {
+		n += len(s)
 	}
-	sort.Strings(out)
-	return out, false
+	sb.Grow(n)
+	ends := make([]uint32, len(names))
+	for i, s := range names {
+		sb.WriteString(s)
+		ends[i] = uint32(sb.Len())
+	}
+	return restNames{all: sb.String(), ends: ends}
+}
+
+// Len is the number of names.
+func (n restNames) Len() int { return len(n.ends) }
+
+// Bytes is the sum of the names' lengths.
+func (n restNames) Bytes() int { return len(n.all) }
+
+// At is name i.
+func (n restNames) At(i int) string {
+	start := uint32(0)
+	if i > 0 {
+		start = n.ends[i-1]
+	}
+	return n.all[start:n.ends[i]]
 }
 
 type restItem struct {
@@ -388,7 +465,7 @@ type restItem struct {
 
 // state returns the version of what the request asks for, and the channel
 // closed on the cache's next change; with items, the resources too.
-func (r *REST) state(typeURL string, names []string, wild bool, items bool) (string, []restItem, <-chan struct{}) {
+func (r *REST) state(typeURL string, names restNames, wild bool, items bool) (string, []restItem, <-chan struct{}) {
 	c := r.s.cache
 	c.mu.Lock()
 	ts := c.types[typeURL]
@@ -407,8 +484,8 @@ func (r *REST) state(typeURL string, names []string, wild bool, items bool) (str
 				add(e)
 			}
 		} else {
-			for _, n := range names {
-				if e, ok := ts.resources[n]; ok {
+			for i := range names.Len() {
+				if e, ok := ts.resources[names.At(i)]; ok {
 					add(e)
 				}
 			}

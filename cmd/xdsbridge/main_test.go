@@ -30,26 +30,7 @@ func TestValidateExampleConfigs(t *testing.T) {
 // certificates examples/certs/README.md makes (here from testcerts) beside
 // it, is a valid config.
 func TestValidateMTLSExample(t *testing.T) {
-	dir := t.TempDir()
-	for _, f := range []string{"xdsbridge-mtls.yaml", "services.yaml"} {
-		b, err := os.ReadFile(filepath.Join("../../examples", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	certs := filepath.Join(dir, "certs")
-	if err := os.Mkdir(certs, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ca := testcerts.NewCA(t, "example CA")
-	ca.WriteCA(t, certs, "ca.pem")
-	srv := ca.Issue(t, testcerts.LeafOptions{CommonName: "xdsbridge", DNS: []string{"xdsbridge.example.org"}})
-	testcerts.WriteFile(t, filepath.Join(certs, "xdsbridge.pem"), srv.CertPEM)
-	testcerts.WriteFile(t, filepath.Join(certs, "xdsbridge-key.pem"), srv.KeyPEM)
-	testcerts.WriteFile(t, filepath.Join(certs, "admin-token"), []byte("0123456789abcdef0123456789abcdef\n"))
+	dir := mtlsExampleDir(t)
 	for _, uncomment := range []bool{false, true} {
 		p := filepath.Join(dir, "xdsbridge-mtls.yaml")
 		if uncomment {

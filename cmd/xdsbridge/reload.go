@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 )
 
@@ -81,47 +80,12 @@ func (c *adminClient) post(path string, v any) (int, error) {
 	return resp.StatusCode, nil
 }
 
-// statusSources prints each source's state and the names two sources
-// publish (which one owns each), then the config reload state, from
-// /debug/sources.
-func statusSources(c *adminClient, w io.Writer, now time.Time) error {
-	var d struct {
-		Sources []struct {
-			Name   string `json:"name"`
-			Status struct {
-				Synced     bool   `json:"synced"`
-				Stale      bool   `json:"stale"`
-				Services   int    `json:"services"`
-				ClaimsLost int    `json:"claims_lost"`
-				LastError  string `json:"last_error"`
-			} `json:"status"`
-		} `json:"sources"`
-		Conflicts map[string][]string `json:"conflicts"`
-		Config    struct {
-			LoadedAt     time.Time `json:"loaded_at"`
-			LastReload   time.Time `json:"last_reload"`
-			LastReloadOK bool      `json:"last_reload_ok"`
-			LastError    string    `json:"last_error"`
-		} `json:"config"`
-	}
-	if err := c.get("/debug/sources", nil, &d); err != nil {
-		return err
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SOURCE\tSTATE\tSERVICES\tOWNED BY ANOTHER\tLAST ERROR")
-	for _, s := range d.Sources {
-		state := "NOT SYNCED"
-		switch {
-		case s.Status.Stale:
-			state = "STALE"
-		case s.Status.Synced:
-			state = "SYNCED"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", s.Name, state, s.Status.Services, s.Status.ClaimsLost, s.Status.LastError)
-	}
-	tw.Flush()
+// printOwnership prints the names more than one source publishes, with
+// the source that owns each, then when the config was loaded and whether
+// the last reload was refused.
+func printOwnership(w io.Writer, d sourcesView, now time.Time) {
 	if len(d.Conflicts) > 0 {
-		fmt.Fprintln(w, "\nservices published by more than one source (the first owns it: priority, then config order):")
+		fmt.Fprintln(w, "\nServices published by more than one source (the first owns it: priority, then config order):")
 		names := make([]string, 0, len(d.Conflicts))
 		for n := range d.Conflicts {
 			names = append(names, n)
@@ -129,13 +93,15 @@ func statusSources(c *adminClient, w io.Writer, now time.Time) error {
 		sort.Strings(names)
 		for _, n := range names {
 			c := d.Conflicts[n]
-			fmt.Fprintf(w, "  %s: owned by %s, also published by %s\n", n, c[0], strings.Join(c[1:], ", "))
+			fmt.Fprintf(w, "  %s: owned by %s, also published by %s\n", term(n), term(c[0]), term(strings.Join(c[1:], ", ")))
 		}
 	}
-	fmt.Fprintf(w, "\nconfig loaded %s ago", now.Sub(d.Config.LoadedAt).Round(time.Second))
+	if d.Config.LoadedAt.IsZero() {
+		return
+	}
+	fmt.Fprintf(w, "\nConfig loaded %s ago", now.Sub(d.Config.LoadedAt).Round(time.Second))
 	if !d.Config.LastReloadOK {
-		fmt.Fprintf(w, "; last reload REFUSED %s ago: %s", now.Sub(d.Config.LastReload).Round(time.Second), d.Config.LastError)
+		fmt.Fprintf(w, "; last reload REFUSED %s ago: %s", now.Sub(d.Config.LastReload).Round(time.Second), term(d.Config.LastError))
 	}
 	fmt.Fprintln(w)
-	return nil
 }

@@ -75,7 +75,7 @@ func TestReloadCommandAndHangup(t *testing.T) {
 		t.Fatalf("reload of an invalid config: %v, want %q\n%s", err, want, out)
 	}
 	out, err = ssRun(append([]string{"status", "sources"}, admin...)...)
-	if err != nil || !regexp.MustCompile(`(?m)^second +SYNCED +2 +1 +$`).MatchString(out) || !strings.Contains(out, "; last reload REFUSED ") || !strings.Contains(out, "not 1.5") {
+	if err != nil || !regexp.MustCompile(`(?m)^second +SYNCED +2 `).MatchString(out) || !strings.Contains(out, "  api: owned by first, also published by second\n") || !strings.Contains(out, "; last reload REFUSED ") || !strings.Contains(out, "not 1.5") {
 		t.Fatalf("status sources: %v\n%s", err, out)
 	}
 

@@ -37,20 +37,21 @@ func (f *statusFlags) define(fs *flag.FlagSet) {
 	f.timeout = fs.Duration("timeout", 10*time.Second, "how long to wait for the admin listener")
 }
 
-// status prints a running bridge's clients and their sync status, one
-// client's resources (-node), the explanation of a service's hosts
-// (status hosts SERVICE), or its sources (status sources), read from its
+// status prints a running bridge's sources (the names two of them publish,
+// the config reload state) and clients with their sync status, the
+// sources alone (status sources), one client's resources (-node), or the
+// explanation of a service's hosts (status hosts SERVICE), read from its
 // admin listener.
 func status(fs *flag.FlagSet, f *cmdFlags, stdout io.Writer) error {
 	args := fs.Args()
-	var hosts, srcs bool
+	var hosts, onlySources bool
 	var service string
 	if len(args) > 0 {
 		switch args[0] {
 		case "hosts":
 			hosts = true
 		case "sources":
-			srcs = true
+			onlySources = true
 		default:
 			return fmt.Errorf("unexpected arguments %q (want: status [flags], status hosts [SERVICE] or status sources)", args)
 		}
@@ -71,8 +72,6 @@ func status(fs *flag.FlagSet, f *cmdFlags, stdout io.Writer) error {
 		return err
 	}
 	switch {
-	case srcs:
-		return statusSources(c, stdout, time.Now())
 	case hosts:
 		var out map[string][]map[string]any
 		if err := c.get("/debug/hosts", url.Values{"service": {service}}, &out); err != nil {
@@ -82,6 +81,11 @@ func status(fs *flag.FlagSet, f *cmdFlags, stdout io.Writer) error {
 			return fmt.Errorf("service %q has no hosts (or is not known)", service)
 		}
 		printHosts(stdout, out)
+		srcs, err := c.debugSources()
+		if err != nil {
+			return err
+		}
+		printDropped(stdout, service, srcs)
 		return nil
 	case *f.status.node != "":
 		var d struct {
@@ -97,6 +101,15 @@ func status(fs *flag.FlagSet, f *cmdFlags, stdout io.Writer) error {
 		printNode(stdout, d.Streams, time.Now())
 		return nil
 	}
+	d, err := c.debugSourcesAll()
+	if err != nil {
+		return err
+	}
+	printSources(stdout, d.Sources)
+	printOwnership(stdout, d, time.Now())
+	if onlySources {
+		return nil
+	}
 	var cl struct {
 		Clients []xds.ClientStatus `json:"clients"`
 		NACKs   uint64             `json:"nacks"`
@@ -104,6 +117,7 @@ func status(fs *flag.FlagSet, f *cmdFlags, stdout io.Writer) error {
 	if err := c.get("/debug/clients", nil, &cl); err != nil {
 		return err
 	}
+	fmt.Fprintln(stdout)
 	printClients(stdout, cl.Clients, cl.NACKs, time.Now())
 	return nil
 }
@@ -300,11 +314,15 @@ func printHosts(w io.Writer, hosts map[string][]map[string]any) {
 	}
 	sort.Strings(services)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SERVICE\tHOST\tDISCOVERED\tSOURCE\tSOURCE HEALTH\tCHECK\tPUBLISHED\tHEALTH\tABSENT SINCE\tRULE")
+	fmt.Fprintln(tw, "SERVICE\tHOST\tDISCOVERED\tSOURCE\tSOURCE HEALTH\tCHECK\tPUBLISHED\tHEALTH\tABSENT SINCE\tRULE\tSOURCE CHECKS")
 	for _, s := range services {
 		for _, h := range hosts[s] {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", term(s), str(h["host"]), str(h["discovered"]), str(h["source"]),
-				str(h["source_health"]), str(h["check"]), str(h["published"]), str(h["health"]), str(h["absent_since"]), str(h["rule"]))
+			check := str(h["check"])
+			if check == "none" && h["source_checks"] != nil {
+				check = "source's" // no xdsbridge check: the source's own checks decide
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", term(s), str(h["host"]), str(h["discovered"]), str(h["source"]),
+				str(h["source_health"]), check, str(h["published"]), str(h["health"]), str(h["absent_since"]), str(h["rule"]), str(h["source_checks"]))
 		}
 	}
 	tw.Flush()

@@ -51,6 +51,13 @@ func ssStartBridge(t *testing.T) (cfgPath, tokenPath, adminAddr, xdsAddr string)
 	cfg := fmt.Sprintf("xds:\n  listen: %s\nadmin:\n  listen: %s\n  token_file: %s\nlogging:\n  level: warn\nsources:\n  - name: static\n    file:\n      path: %s\n",
 		xdsAddr, adminAddr, tokenPath, services)
 	cfgPath = filepath.Join(dir, "xdsbridge.yaml")
+	a := ssRunConfig(t, cfgPath, cfg)
+	return cfgPath, tokenPath, a.AdminAddr(), a.XDSAddr()
+}
+
+// ssRunConfig writes cfg to cfgPath and runs its app until the test ends.
+func ssRunConfig(t *testing.T, cfgPath, cfg string) *app.App {
+	t.Helper()
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +81,7 @@ func ssStartBridge(t *testing.T) (cfgPath, tokenPath, adminAddr, xdsAddr string)
 			t.Error(err)
 		}
 	})
-	return cfgPath, tokenPath, a.AdminAddr(), a.XDSAddr()
+	return a
 }
 
 // ssRun runs xdsbridge with args and returns its output.

@@ -97,7 +97,7 @@ func (a *App) AdminHandler() http.Handler {
 		writeJSON(w, http.StatusOK, res)
 	})
 	debug("GET /debug/hosts", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, a.Loop.Hosts(r.URL.Query().Get("service")))
+		writeJSON(w, http.StatusOK, a.Hosts(r.URL.Query().Get("service")))
 	})
 	// /debug/clients: every stream and its sync status per type;
 	// ?node=N: that client's streams with each resource of interest,

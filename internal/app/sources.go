@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -26,6 +27,10 @@ type sourceInstance struct {
 	// stops the app. One started by a reload only logs it.
 	initial bool
 	cancel  context.CancelFunc
+	// dropped is what a pending instance last reported dropped
+	// (hasDropped), passed on when it takes over.
+	dropped    []sources.Dropped
+	hasDropped bool
 }
 
 type instanceState int
@@ -126,12 +131,12 @@ type gatedSink struct {
 
 // admit reports whether the instance may reach the loop (gate.mu held):
 // the active one may; a pending one takes over, retiring the one it
-// replaces; a retired one may not.
-func (s gatedSink) admit() bool {
+// replaces (tookOver); a retired one may not.
+func (s gatedSink) admit() (ok, tookOver bool) {
 	g := s.inst.gate
 	switch s.inst.state {
 	case instActive:
-		return true
+		return true, false
 	case instPending:
 		old := g.active
 		g.active, g.pending, s.inst.state = s.inst, nil, instActive
@@ -139,27 +144,60 @@ func (s gatedSink) admit() bool {
 			old.state = instRetired
 			s.a.retire(old, s.inst)
 		}
-		return true
+		return true, true
 	}
-	return false
+	return false, false
+}
+
+// publish passes one publish of the instance to the loop, if admitted,
+// then, when it took over, what it reported dropped while pending.
+func (s gatedSink) publish(ctx context.Context, source string, send func() error) error {
+	s.inst.gate.mu.Lock()
+	defer s.inst.gate.mu.Unlock()
+	ok, tookOver := s.admit()
+	if !ok {
+		return nil
+	}
+	if err := send(); err != nil {
+		return err
+	}
+	if tookOver && s.inst.hasDropped {
+		s.a.Loop.ReportDropped(ctx, source, s.inst.dropped)
+		s.inst.dropped, s.inst.hasDropped = nil, false
+	}
+	return nil
 }
 
 func (s gatedSink) Publish(ctx context.Context, u sources.Update) error {
-	s.inst.gate.mu.Lock()
-	defer s.inst.gate.mu.Unlock()
-	if !s.admit() {
-		return nil
-	}
-	return s.a.Loop.Publish(ctx, u)
+	return s.publish(ctx, u.Source, func() error { return s.a.Loop.Publish(ctx, u) })
 }
 
 func (s gatedSink) PublishPolicy(ctx context.Context, u sources.PolicyUpdate) error {
+	return s.publish(ctx, u.Source, func() error { return s.a.Loop.PublishPolicy(ctx, u) })
+}
+
+// Confirm implements sources.Confirmer for the active instance (a pending
+// one's state is not served yet).
+func (s gatedSink) Confirm(ctx context.Context, source string, at time.Time) {
 	s.inst.gate.mu.Lock()
 	defer s.inst.gate.mu.Unlock()
-	if !s.admit() {
-		return nil
+	if s.inst.state == instActive {
+		s.a.Loop.Confirm(ctx, source, at)
 	}
-	return s.a.Loop.PublishPolicy(ctx, u)
+}
+
+// ReportDropped implements sources.DropReporter: the active instance's
+// reports go to the loop; a pending one's last is kept until it takes
+// over.
+func (s gatedSink) ReportDropped(ctx context.Context, source string, dropped []sources.Dropped) {
+	s.inst.gate.mu.Lock()
+	defer s.inst.gate.mu.Unlock()
+	switch s.inst.state {
+	case instActive:
+		s.a.Loop.ReportDropped(ctx, source, dropped)
+	case instPending:
+		s.inst.dropped, s.inst.hasDropped = dropped, true
+	}
 }
 
 // Fail reports the failures of the active instance and of a pending
@@ -177,7 +215,11 @@ func (s gatedSink) Fail(ctx context.Context, source string, err error) {
 	}
 }
 
-var _ sources.Sink = gatedSink{}
+var (
+	_ sources.Sink         = gatedSink{}
+	_ sources.Confirmer    = gatedSink{}
+	_ sources.DropReporter = gatedSink{}
+)
 
 // runningSources is the source instances of a running app.
 type runningSources struct {

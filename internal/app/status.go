@@ -35,6 +35,7 @@ func (a *App) StatusPage() *status.Page {
 		Sources:  a.statusSources,
 		Services: a.statusServices,
 		Hosts:    a.statusHosts,
+		Dropped:  a.statusDropped,
 		Clients:  a.statusClients,
 		Config:   a.statusConfig,
 		Chart:    a.StatusSampler(),
@@ -68,9 +69,9 @@ func (a *App) statusSources() []status.SourceRow {
 	var out []status.SourceRow
 	for _, st := range a.Loop.Sources() {
 		out = append(out, status.SourceRow{
-			Name: st.Name, Synced: st.Synced, Stale: st.Stale, DataAge: st.DataAge,
+			Name: st.Name, Synced: st.Synced, Stale: st.Stale, ConfirmedAge: st.ConfirmedAge, ChangedAge: st.ChangedAge,
 			LastError: st.LastError, LastErrorTime: st.LastErrorTime, Services: st.Services, Policies: st.Policies,
-			ClaimsLost: st.ClaimsLost,
+			Dropped: st.DroppedCounts, ClaimsLost: st.ClaimsLost,
 		})
 	}
 	return out
@@ -134,7 +135,7 @@ func (a *App) statusServices() []status.ServiceRow {
 }
 
 func (a *App) statusHosts(service string) []status.HostRow {
-	hosts := a.Loop.Hosts(service)[service]
+	hosts := a.Hosts(service)[service]
 	out := make([]status.HostRow, 0, len(hosts))
 	for _, h := range hosts {
 		out = append(out, hostRow(h))
@@ -145,11 +146,23 @@ func (a *App) statusHosts(service string) []status.HostRow {
 
 func hostRow(h bridge.HostInfo) status.HostRow {
 	r := status.HostRow{Host: h.Host, Source: h.Source, SourceHealth: h.SourceHealth.String(), Check: h.Check.String(),
-		Published: h.Published, Health: h.Health.String(), Rule: string(h.Rule)}
+		Published: h.Published, Health: h.Health.String(), Rule: string(h.Rule), Why: h.SourceChecks}
 	if !h.Discovered {
 		r.SourceHealth = "ABSENT"
 	}
+	if r.Check == "none" && r.Why != "" {
+		r.Check = "source's" // no xdsbridge check: the source's own checks decide
+	}
 	return r
+}
+
+// statusDropped lists the instances of a service its sources dropped.
+func (a *App) statusDropped(service string) []status.DroppedRow {
+	var out []status.DroppedRow
+	for _, d := range a.Dropped(service) {
+		out = append(out, status.DroppedRow{Source: d.Source, Instance: d.Instance, Reason: d.Reason, Detail: d.Detail})
+	}
+	return out
 }
 
 // statusClients lists the connected xDS clients, one row per stream, with

@@ -36,11 +36,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"math/rand/v2"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -88,6 +92,11 @@ type Writer struct {
 	// carried are the assignments of removed clusters kept in the
 	// current generation (mode watched_directory, see swap).
 	carried map[string]bool
+	// named are the assignment files that the clusters file on disk
+	// may name (mode path); nil until the writer wrote or confirmed it.
+	named map[string]bool
+	// failing is whether the last round failed.
+	failing bool
 
 	rounds, written, removed, failures atomic.Uint64
 }
@@ -136,12 +145,24 @@ func (w *Writer) Run(ctx context.Context) error {
 	ch, cancel := w.cache.Subscribe()
 	defer cancel()
 	var retry <-chan time.Time
+	var failed int       // rounds failed in a row
+	var logged time.Time // when the last of them was logged
 	for {
 		if w.cache.Ready() {
 			retry = nil
-			if _, err := w.WriteOnce(); err != nil {
-				w.log.Warn("filesystem output: write failed; retrying", "dir", w.dir, "err", err)
+			_, err := w.WriteOnce()
+			switch {
+			case err != nil:
+				failed++
+				// The first failure, then one line every 30 s while it lasts.
+				if failed == 1 || time.Since(logged) >= 30*time.Second {
+					w.log.Warn("filesystem output: write failed; retrying every second", "dir", w.dir, "err", err, "failed_rounds", failed)
+					logged = time.Now()
+				}
 				retry = time.After(time.Second)
+			case failed > 0:
+				w.log.Info("filesystem output: writing again", "dir", w.dir, "failed_rounds", failed)
+				failed = 0
 			}
 		}
 		select {
@@ -182,15 +203,23 @@ func (w *Writer) WriteOnce() (Result, error) {
 }
 
 func (w *Writer) writeOnce() (Result, error) {
+	// Every path below is resolved inside Dir: a symlink that leads out
+	// of it (an endpoints directory swapped for a link to elsewhere) fails
+	// the operation instead of writing or deleting there.
+	root, err := os.OpenRoot(w.dir)
+	if err != nil {
+		return Result{}, fmt.Errorf("dir: %w", err)
+	}
+	defer root.Close()
 	first := w.cur == nil
 	if first {
 		if w.cfg.Mode == ModePath {
 			// Left by mode watched_directory: its endpoints symlink.
-			if fi, err := os.Lstat(filepath.Join(w.dir, EndpointsDir)); err == nil && fi.Mode()&os.ModeSymlink != 0 {
-				os.Remove(filepath.Join(w.dir, EndpointsDir))
+			if fi, err := root.Lstat(EndpointsDir); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+				root.Remove(EndpointsDir)
 			}
 		}
-		w.cur = w.onDisk()
+		w.cur = w.onDisk(root)
 	}
 	files, versions, err := w.render()
 	if err != nil {
@@ -198,16 +227,17 @@ func (w *Writer) writeOnce() (Result, error) {
 	}
 	res := Result{Versions: versions}
 	if w.cfg.Mode == ModeWatchedDirectory {
-		err = w.swap(files, &res)
-	} else if err = w.replace(files, &res); err == nil && first {
+		err = w.swap(root, files, &res)
+	} else if err = w.replace(root, files, &res); err == nil && first {
 		// Left by mode watched_directory: ..data and its generations.
-		ents, _ := os.ReadDir(w.dir)
+		ents, _ := fs.ReadDir(root.FS(), ".")
 		for _, e := range ents {
 			if n := e.Name(); strings.HasPrefix(n, genPrefix) || n == dataLink || n == dataLink+"_tmp" {
-				os.RemoveAll(filepath.Join(w.dir, n))
+				root.RemoveAll(n)
 			}
 		}
 	}
+	w.failing = err != nil
 	return res, err
 }
 
@@ -387,26 +417,25 @@ func managed(rel string) bool {
 // onDisk reads the files of the layout as they are (through ..data in
 // mode watched_directory), so that a restarted writer rewrites nothing
 // unchanged.
-func (w *Writer) onDisk() map[string][]byte {
-	root := w.dir
+func (w *Writer) onDisk(root *os.Root) map[string][]byte {
+	base := "."
 	if w.cfg.Mode == ModeWatchedDirectory {
-		root = filepath.Join(w.dir, dataLink)
+		base = dataLink
 	}
 	out := map[string][]byte{}
-	read := func(rel string) {
-		if b, err := os.ReadFile(filepath.Join(root, rel)); err == nil && managed(rel) {
-			out[rel] = b
-		}
-	}
 	for _, sub := range []string{"", EndpointsDir} {
-		ents, _ := os.ReadDir(filepath.Join(root, sub))
+		ents, _ := fs.ReadDir(root.FS(), path.Join(base, sub))
 		for _, e := range ents {
+			rel := filepath.Join(sub, e.Name())
 			switch {
-			case e.Type().IsRegular() && strings.HasPrefix(e.Name(), ".") && strings.Contains(e.Name(), ".tmp-"):
+			case !e.Type().IsRegular():
+			case strings.HasPrefix(e.Name(), ".") && strings.Contains(e.Name(), ".tmp-"):
 				// A temporary file of an interrupted writeAtomic.
-				os.Remove(filepath.Join(root, sub, e.Name()))
-			case e.Type().IsRegular():
-				read(filepath.Join(sub, e.Name()))
+				root.Remove(filepath.Join(base, rel))
+			case managed(rel):
+				if b, err := root.ReadFile(filepath.Join(base, rel)); err == nil {
+					out[rel] = b
+				}
 			}
 		}
 	}
@@ -415,32 +444,59 @@ func (w *Writer) onDisk() map[string][]byte {
 
 // replace is mode path: each changed file is written to a temporary file
 // in its directory and renamed over the old one, in order; files no
-// longer served are removed last.
-func (w *Writer) replace(files []file, res *Result) error {
-	if err := os.MkdirAll(filepath.Join(w.dir, EndpointsDir), 0o755); err != nil {
+// longer served are removed last. Assignments that neither the new files
+// nor the clusters file on disk name are removed first, so that a round
+// that failed part-way (a full disk) frees what it wrote before the next
+// one writes.
+func (w *Writer) replace(root *os.Root, files []file, res *Result) error {
+	if err := w.endpointsDir(root); err != nil {
 		return err
 	}
 	keep := make(map[string]bool, len(files))
 	for _, f := range files {
 		keep[f.rel] = true
-		if old, ok := w.cur[f.rel]; ok && bytes.Equal(old, f.data) {
-			continue
-		}
-		if err := writeAtomic(filepath.Join(w.dir, f.rel), f.data); err != nil {
+	}
+	if w.named != nil {
+		if err := w.remove(root, res, func(rel string) bool {
+			return !keep[rel] && !w.named[rel] && filepath.Dir(rel) == EndpointsDir
+		}); err != nil {
 			return err
 		}
-		w.cur[f.rel] = f.data
-		res.Written = append(res.Written, f.rel)
 	}
-	var gone []string
-	for rel := range w.cur {
-		if !keep[rel] {
-			gone = append(gone, rel)
+	clusters := "clusters" + Ext(w.cfg.Format)
+	for _, f := range files {
+		if old, ok := w.cur[f.rel]; !ok || !bytes.Equal(old, f.data) {
+			if err := writeAtomic(root, f.rel, f.data); err != nil {
+				return err
+			}
+			w.cur[f.rel] = f.data
+			res.Written = append(res.Written, f.rel)
+		}
+		if f.rel == clusters {
+			// The assignments rendered with these clusters: a superset
+			// of the files their eds_config names.
+			w.named = make(map[string]bool, len(files))
+			for _, g := range files {
+				if filepath.Dir(g.rel) == EndpointsDir {
+					w.named[g.rel] = true
+				}
+			}
 		}
 	}
-	sort.Strings(gone)
-	for _, rel := range gone {
-		if err := os.Remove(filepath.Join(w.dir, rel)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	return w.remove(root, res, func(rel string) bool { return !keep[rel] })
+}
+
+// remove removes the files of cur that gone selects, in name order.
+func (w *Writer) remove(root *os.Root, res *Result, gone func(rel string) bool) error {
+	var rels []string
+	for rel := range w.cur {
+		if gone(rel) {
+			rels = append(rels, rel)
+		}
+	}
+	sort.Strings(rels)
+	for _, rel := range rels {
+		if err := root.Remove(rel); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 		delete(w.cur, rel)
@@ -449,14 +505,46 @@ func (w *Writer) replace(files []file, res *Result) error {
 	return nil
 }
 
-// writeAtomic replaces path with data by a rename from a temporary file in
-// the same directory.
-func writeAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+// endpointsDir makes sure EndpointsDir is a directory of Dir itself: a
+// symlink or file put in its place is removed (never what it points to),
+// and the assignments recorded in it are written again.
+func (w *Writer) endpointsDir(root *os.Root) error {
+	fi, err := root.Lstat(EndpointsDir)
+	if err == nil && fi.IsDir() {
+		return nil
+	}
+	if err == nil {
+		w.log.Warn("filesystem output: the endpoints directory was replaced by something else; making it a directory again", "path", filepath.Join(w.dir, EndpointsDir), "mode", fi.Mode().String())
+		if err := root.Remove(EndpointsDir); err != nil {
+			return err
+		}
+		for rel := range w.cur {
+			if filepath.Dir(rel) == EndpointsDir {
+				delete(w.cur, rel)
+			}
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return root.Mkdir(EndpointsDir, 0o755)
+}
+
+// writeAtomic replaces rel (inside root) with data by a rename from a
+// temporary file in the same directory.
+func writeAtomic(root *os.Root, rel string, data []byte) error {
+	dir, base := filepath.Split(rel)
+	var f *os.File
+	var tmp string
+	var err error
+	for range 100 {
+		tmp = filepath.Join(dir, "."+base+".tmp-"+strconv.FormatUint(rand.Uint64(), 36))
+		if f, err = root.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644); !errors.Is(err, os.ErrExist) {
+			break
+		}
+	}
 	if err != nil {
 		return err
 	}
-	tmp := f.Name()
 	_, err = f.Write(data)
 	if err == nil {
 		err = f.Chmod(0o644)
@@ -465,10 +553,10 @@ func writeAtomic(path string, data []byte) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, path)
+		err = root.Rename(tmp, rel)
 	}
 	if err != nil {
-		os.Remove(tmp)
+		root.Remove(tmp)
 	}
 	return err
 }
@@ -478,8 +566,10 @@ func writeAtomic(path string, data []byte) error {
 // rename, the top-level names are made symlinks through ..data, and
 // generations older than the previous one are removed (a reader that
 // resolved ..data just before the swap may still be reading the
-// previous one).
-func (w *Writer) swap(files []file, res *Result) error {
+// previous one). After a failed round every generation but the current
+// one is removed before the next is written, to free the space a full
+// disk needs.
+func (w *Writer) swap(root *os.Root, files []file, res *Result) error {
 	// The assignment of a removed cluster stays one generation more:
 	// on the swap every subscription of the directory reads again, the
 	// removed cluster's EDS perhaps before CDS removes the cluster, and it
@@ -516,19 +606,23 @@ func (w *Writer) swap(files []file, res *Result) error {
 		}
 	}
 	sort.Strings(res.Removed)
-	gen, err := w.newGeneration()
+	if w.failing {
+		if err := removeGenerations(root, 1); err != nil {
+			return err
+		}
+	}
+	gen, err := w.newGeneration(root)
 	if err != nil {
 		return err
 	}
-	genDir := filepath.Join(w.dir, gen)
-	if err := os.MkdirAll(filepath.Join(genDir, EndpointsDir), 0o755); err != nil {
+	if err := root.MkdirAll(filepath.Join(gen, EndpointsDir), 0o755); err != nil {
 		return err
 	}
 	next := make(map[string][]byte, len(files))
 	top := map[string]bool{EndpointsDir: true}
 	for _, f := range files {
-		if err := os.WriteFile(filepath.Join(genDir, f.rel), f.data, 0o644); err != nil {
-			os.RemoveAll(genDir)
+		if err := root.WriteFile(filepath.Join(gen, f.rel), f.data, 0o644); err != nil {
+			root.RemoveAll(gen)
 			return err
 		}
 		next[f.rel] = f.data
@@ -536,45 +630,57 @@ func (w *Writer) swap(files []file, res *Result) error {
 			top[f.rel] = true
 		}
 	}
-	if err := symlinkAtomic(gen, filepath.Join(w.dir, dataLink)); err != nil {
-		os.RemoveAll(genDir)
+	if err := symlinkAtomic(root, gen, dataLink); err != nil {
+		root.RemoveAll(gen)
 		return err
 	}
 	w.cur, w.carried = next, carried
 	for name := range top {
-		link := filepath.Join(w.dir, name)
 		want := filepath.Join(dataLink, name)
-		if got, err := os.Readlink(link); err == nil && got == want {
+		if got, err := root.Readlink(name); err == nil && got == want {
 			continue
 		}
-		if fi, err := os.Lstat(link); err == nil && fi.IsDir() {
-			os.RemoveAll(link) // mode path's endpoints directory
+		if fi, err := root.Lstat(name); err == nil && fi.IsDir() {
+			root.RemoveAll(name) // mode path's endpoints directory
 		}
-		if err := symlinkAtomic(want, link); err != nil {
+		if err := symlinkAtomic(root, want, name); err != nil {
 			return err
 		}
 	}
 	// Top-level links of files no longer served, and old generations.
-	ents, err := os.ReadDir(w.dir)
+	ents, err := fs.ReadDir(root.FS(), ".")
 	if err != nil {
 		return err
 	}
-	var gens []string
 	for _, e := range ents {
 		name := e.Name()
-		switch {
-		case strings.HasPrefix(name, genPrefix) && e.IsDir():
-			gens = append(gens, name)
-		case e.Type()&os.ModeSymlink != 0 && !top[name] && name != dataLink:
-			if target, err := os.Readlink(filepath.Join(w.dir, name)); err == nil && strings.HasPrefix(target, dataLink+string(filepath.Separator)) {
-				os.Remove(filepath.Join(w.dir, name))
+		if e.Type()&os.ModeSymlink != 0 && !top[name] && name != dataLink {
+			if target, err := root.Readlink(name); err == nil && strings.HasPrefix(target, dataLink+string(filepath.Separator)) {
+				root.Remove(name)
 			}
+		}
+	}
+	return removeGenerations(root, 2)
+}
+
+// removeGenerations removes the generation directories but the newest
+// keep ones and the one ..data points to.
+func removeGenerations(root *os.Root, keep int) error {
+	ents, err := fs.ReadDir(root.FS(), ".")
+	if err != nil {
+		return err
+	}
+	cur, _ := root.Readlink(dataLink)
+	var gens []string
+	for _, e := range ents {
+		if name := e.Name(); strings.HasPrefix(name, genPrefix) && e.IsDir() {
+			gens = append(gens, name)
 		}
 	}
 	sort.Strings(gens) // timestamps: oldest first
 	for i, g := range gens {
-		if g != gen && i < len(gens)-2 {
-			if err := os.RemoveAll(filepath.Join(w.dir, g)); err != nil {
+		if g != cur && i < len(gens)-keep {
+			if err := root.RemoveAll(g); err != nil {
 				return err
 			}
 		}
@@ -583,14 +689,14 @@ func (w *Writer) swap(files []file, res *Result) error {
 }
 
 // newGeneration names a generation directory after the time, unused.
-func (w *Writer) newGeneration() (string, error) {
+func (w *Writer) newGeneration(root *os.Root) (string, error) {
 	now := time.Now().UTC()
 	for i := 0; i < 1000; i++ {
 		name := ".." + now.Format("2006_01_02_15_04_05.000000000")
 		if i > 0 {
 			name += fmt.Sprintf("_%03d", i)
 		}
-		if _, err := os.Lstat(filepath.Join(w.dir, name)); errors.Is(err, os.ErrNotExist) {
+		if _, err := root.Lstat(name); errors.Is(err, os.ErrNotExist) {
 			return name, nil
 		}
 	}
@@ -599,14 +705,14 @@ func (w *Writer) newGeneration() (string, error) {
 
 // symlinkAtomic makes link a symlink to target, replacing what is there by
 // a rename.
-func symlinkAtomic(target, link string) error {
+func symlinkAtomic(root *os.Root, target, link string) error {
 	tmp := link + "_tmp"
-	os.Remove(tmp)
-	if err := os.Symlink(target, tmp); err != nil {
+	root.Remove(tmp)
+	if err := root.Symlink(target, tmp); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, link); err != nil {
-		os.Remove(tmp)
+	if err := root.Rename(tmp, link); err != nil {
+		root.Remove(tmp)
 		return err
 	}
 	return nil

@@ -32,14 +32,25 @@ const RefreshInterval = 2 * time.Second
 type SourceRow struct {
 	Name          string
 	Synced, Stale bool
-	DataAge       string
+	// ConfirmedAge is the time since the source last read its registry
+	// successfully; ChangedAge the time since its content last changed.
+	ConfirmedAge  string
+	ChangedAge    string
 	LastError     string
 	LastErrorTime time.Time
 	Services      int
 	Policies      int
+	// Dropped counts the instances the source leaves out, by reason.
+	Dropped map[string]int
 	// ClaimsLost counts the services the source publishes that another
 	// source, ranked before it, owns.
 	ClaimsLost int
+}
+
+// DroppedRow is one instance of the selected service that its source
+// dropped, and why.
+type DroppedRow struct {
+	Source, Instance, Reason, Detail string
 }
 
 // ServiceRow is one service: its endpoints counted by health (published
@@ -78,6 +89,9 @@ type HostRow struct {
 	Published    bool
 	Health       string
 	Rule         string
+	// Why is the source's own explanation of its health (the Consul
+	// checks that decided it); "" if it gave none.
+	Why string
 }
 
 // ClientRow is one xDS client (a stream, or a node's streams).
@@ -110,7 +124,9 @@ type Page struct {
 	Sources  func() []SourceRow
 	Services func() []ServiceRow
 	// Hosts returns the hosts of one service.
-	Hosts   func(service string) []HostRow
+	Hosts func(service string) []HostRow
+	// Dropped returns the instances of one service its source dropped.
+	Dropped func(service string) []DroppedRow
 	Clients func() []ClientRow
 	// Config returns the state of the config served and of its last
 	// reload; nil: not shown.
@@ -145,6 +161,7 @@ type view struct {
 	// Found tells whether Selected is a known service.
 	Found   bool
 	Hosts   []HostRow
+	Dropped []DroppedRow
 	Clients []ClientRow
 	Chart   *chartView
 }
@@ -191,6 +208,9 @@ func (p *Page) data(service string) view {
 		if len(v.Hosts) > 0 {
 			v.Found = true
 		}
+	}
+	if v.Selected != "" && p.Dropped != nil {
+		v.Dropped = p.Dropped(v.Selected)
 	}
 	if p.Clients != nil {
 		v.Clients = p.Clients()

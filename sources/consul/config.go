@@ -71,6 +71,11 @@ type Config struct {
 	// HintedRefresh is how often a service watch that waits for change
 	// hints re-reads anyway (default 5m).
 	HintedRefresh decode.Duration `json:"hinted_refresh"`
+	// StaleAfter is how long the agent may go without answering before
+	// the source is marked stale (default 10s, 1s..10m). A liveness probe
+	// (GET /v1/status/leader on a connection of its own) runs every
+	// quarter of it, so that a quiet registry is told from a hung agent.
+	StaleAfter decode.Duration `json:"stale_after"`
 
 	Mapping Mapping `json:"mapping"`
 
@@ -149,6 +154,7 @@ type settings struct {
 	maxStale      time.Duration
 	useCache      bool
 	waitTime      time.Duration
+	staleAfter    time.Duration
 	maxQueries    int
 	rateLimit     float64
 	rateBurst     int
@@ -314,6 +320,10 @@ func (c *Config) queryOptions(s *settings) error {
 	}
 	s.maxStale = orDefault(c.MaxStale.D(), 10*time.Second)
 	if err := decode.CheckRange("max_stale", s.maxStale, 0, time.Hour); err != nil {
+		return err
+	}
+	s.staleAfter = orDefault(c.StaleAfter.D(), DefaultStaleAfter)
+	if err := decode.CheckRange("stale_after", s.staleAfter, time.Second, 10*time.Minute); err != nil {
 		return err
 	}
 	s.waitTime = orDefault(c.WaitTime.D(), 5*time.Minute)
@@ -508,6 +518,17 @@ func (s selector) instance(kind string, tags []string) bool {
 		return false
 	}
 	return !intersects(s.excludeTags, tags)
+}
+
+// tagReason says why instance drops an instance with these tags
+// (instance returned false for a typical or listed kind).
+func (s selector) tagReason(tags []string) string {
+	for _, t := range s.excludeTags {
+		if contains(tags, t) {
+			return fmt.Sprintf("tag %q is in services.exclude_tags", t)
+		}
+	}
+	return fmt.Sprintf("none of its tags %q is in services.include_tags %q", tags, s.includeTags)
 }
 
 func contains(list []string, v string) bool {

@@ -7,13 +7,18 @@ import (
 
 // Debug is what DebugInfo returns. It never contains the ACL token.
 type Debug struct {
-	Address     string     `json:"address"`
-	Consistency string     `json:"consistency"`
-	UseCache    bool       `json:"use_cache"`
-	Stale       bool       `json:"stale"`
-	DataAge     string     `json:"data_age,omitempty"`
-	Published   *time.Time `json:"last_published,omitempty"`
-	Datacenters []DebugDC  `json:"datacenters"`
+	Address     string `json:"address"`
+	Consistency string `json:"consistency"`
+	UseCache    bool   `json:"use_cache"`
+	// Stale: a watch is failing, or the agent has not answered for
+	// stale_after (Liveness).
+	Stale bool `json:"stale"`
+	// ConfirmedAge is, while a watch fails, the time since the oldest
+	// failing watch last read successfully.
+	ConfirmedAge string         `json:"confirmed_age,omitempty"`
+	Liveness     *DebugLiveness `json:"liveness,omitempty"`
+	Published    *time.Time     `json:"last_published,omitempty"`
+	Datacenters  []DebugDC      `json:"datacenters"`
 	// ConfigEntries is there with config_entries.
 	ConfigEntries *DebugConfigEntries `json:"config_entries,omitempty"`
 }
@@ -48,14 +53,15 @@ type DebugService struct {
 
 // DebugWatch is one watch's progress.
 type DebugWatch struct {
-	State       string     `json:"state"`
-	Index       uint64     `json:"index"`
-	IndexResets int        `json:"index_resets,omitempty"`
-	LastContact string     `json:"last_contact"`
-	DataAge     string     `json:"data_age,omitempty"`
-	LastError   string     `json:"last_error,omitempty"`
-	LastErrorAt *time.Time `json:"last_error_at,omitempty"`
-	Failing     bool       `json:"failing"`
+	State       string `json:"state"`
+	Index       uint64 `json:"index"`
+	IndexResets int    `json:"index_resets,omitempty"`
+	LastContact string `json:"last_contact"`
+	// ConfirmedAge is the time since the watch's last successful read.
+	ConfirmedAge string     `json:"confirmed_age,omitempty"`
+	LastError    string     `json:"last_error,omitempty"`
+	LastErrorAt  *time.Time `json:"last_error_at,omitempty"`
+	Failing      bool       `json:"failing"`
 }
 
 // DebugInfo implements sources.Debugger. Safe for concurrent use.
@@ -111,7 +117,11 @@ func (s *Source) DebugInfo() any {
 		d.ConfigEntries = dce
 	}
 	if d.Stale && !oldest.IsZero() {
-		d.DataAge = now.Sub(oldest).Round(time.Millisecond).String()
+		d.ConfirmedAge = now.Sub(oldest).Round(time.Millisecond).String()
+	}
+	if lv := s.live.Load(); lv != nil {
+		d.Liveness = lv.debug(now)
+		d.Stale = d.Stale || d.Liveness.ReportStale
 	}
 	return d
 }
@@ -126,7 +136,7 @@ func debugWatch(w *watchInfo, now time.Time) DebugWatch {
 		Failing:     w.failing,
 	}
 	if !w.lastSuccess.IsZero() {
-		dw.DataAge = now.Sub(w.lastSuccess).Round(time.Millisecond).String()
+		dw.ConfirmedAge = now.Sub(w.lastSuccess).Round(time.Millisecond).String()
 	}
 	if !w.lastErrorAt.IsZero() {
 		t := w.lastErrorAt

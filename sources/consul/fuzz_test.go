@@ -44,7 +44,7 @@ func FuzzMapping(f *testing.F) {
 			return
 		}
 		mp := &mapper{m: set.mapping, sel: set.sel, log: log, resolver: fakeResolver{"svc.example": {netip.MustParseAddr("10.9.9.9")}}}
-		ins, _ := mp.mapEntries(context.Background(), "web", dcInfo{name: "dc1", priority: 1}, entries)
+		ins, _, _ := mp.mapEntries(context.Background(), "web", dcInfo{name: "dc1", priority: 1}, entries)
 		for _, in := range ins {
 			e := in.endpoint
 			if err := sources.ValidateEndpoint("endpoint", e); err != nil {

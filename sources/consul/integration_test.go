@@ -320,8 +320,8 @@ func TestRestartFailStaticAndIndexReset(t *testing.T) {
 		t.Fatalf("published %d updates while Consul was down, want none", n-published)
 	}
 	d := s.DebugInfo().(Debug)
-	if !d.Stale || d.DataAge == "" {
-		t.Errorf("DebugInfo while down: stale=%v data_age=%q, want stale with an age", d.Stale, d.DataAge)
+	if !d.Stale || d.ConfirmedAge == "" {
+		t.Errorf("DebugInfo while down: stale=%v confirmed_age=%q, want stale with an age", d.Stale, d.ConfirmedAge)
 	}
 
 	a.Restart()

@@ -2,10 +2,12 @@ package consul
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
+	"sort"
 	"strings"
 
 	"github.com/hashicorp/consul/api"
@@ -86,13 +88,16 @@ type dcInfo struct {
 type instance struct {
 	endpoint sources.Endpoint
 	node     string
+	// why is what decided its health: its Consul checks (checksWhy).
+	why string
 }
 
 // mapEntries maps the instances of one service, dropping those excluded by
-// kind or tags and those whose address cannot be used (logged). ok is false
-// when every instance was excluded by kind: the service is a proxy or
-// gateway service and is not published.
-func (mp *mapper) mapEntries(ctx context.Context, service string, dc dcInfo, entries []*api.ServiceEntry) (out []instance, ok bool) {
+// kind or tags and those whose address cannot be used (logged; both listed
+// in dropped, with the reason; kinds are a filter of whole services and are
+// not listed). ok is false when every instance was excluded by kind: the
+// service is a proxy or gateway service and is not published.
+func (mp *mapper) mapEntries(ctx context.Context, service string, dc dcInfo, entries []*api.ServiceEntry) (out []instance, dropped []sources.Dropped, ok bool) {
 	kindExcluded := 0
 	for _, e := range entries {
 		if e == nil || e.Service == nil || e.Node == nil {
@@ -102,17 +107,104 @@ func (mp *mapper) mapEntries(ctx context.Context, service string, dc dcInfo, ent
 			kindExcluded++
 			continue
 		}
+		name := fmt.Sprintf("%s on node %s (%s)", e.Service.ID, e.Node.Node, dc.name)
 		if !mp.sel.instance(string(e.Service.Kind), e.Service.Tags) {
+			dropped = append(dropped, sources.Dropped{Service: service, Instance: name, Reason: sources.DropExcludedTag, Detail: mp.sel.tagReason(e.Service.Tags)})
 			continue
 		}
 		ep, err := mp.endpoint(ctx, dc, e)
 		if err != nil {
 			mp.log.Warn("skipping Consul instance", "service", service, "datacenter", dc.name, "node", e.Node.Node, "id", e.Service.ID, "error", err)
+			reason := sources.DropMalformed
+			var ue unresolvableError
+			if errors.As(err, &ue) {
+				reason = sources.DropUnresolvable
+			}
+			dropped = append(dropped, sources.Dropped{Service: service, Instance: name, Reason: reason, Detail: oneLine(err.Error(), maxWhy)})
 			continue
 		}
-		out = append(out, instance{endpoint: ep, node: e.Node.Node})
+		out = append(out, instance{endpoint: ep, node: e.Node.Node, why: checksWhy(e.Checks)})
 	}
-	return out, kindExcluded == 0 || kindExcluded < len(entries)
+	return out, dropped, kindExcluded == 0 || kindExcluded < len(entries)
+}
+
+// unresolvableError is an instance address that is a hostname that could
+// not be resolved (or may not be).
+type unresolvableError struct{ error }
+
+func (e unresolvableError) Unwrap() error { return e.error }
+
+// Bounds of a host's explanation (checksWhy).
+const (
+	maxWhy          = 300 // characters in all
+	maxCheckOutput  = 80  // characters of one check's output
+	maxChecksListed = 4
+)
+
+// checksWhy says which Consul checks decided an instance's health, worst
+// first: "consul checks: critical (service:web-1 'HTTP GET
+// http://10.0.0.1/health: 503 Service Unavailable'), passing
+// (serfHealth)". Each output is cut to its first line and maxCheckOutput
+// characters; at most maxChecksListed checks are named.
+func checksWhy(checks api.HealthChecks) string {
+	rank := map[string]int{api.HealthMaint: 0, api.HealthCritical: 1, api.HealthWarning: 2, api.HealthPassing: 3}
+	cs := make([]*api.HealthCheck, 0, len(checks))
+	for _, c := range checks {
+		if c != nil {
+			cs = append(cs, c)
+		}
+	}
+	if len(cs) == 0 {
+		return "consul checks: none (healthy)"
+	}
+	sort.SliceStable(cs, func(i, j int) bool {
+		ri, oki := rank[cs[i].Status]
+		rj, okj := rank[cs[j].Status]
+		if !oki {
+			ri = 4
+		}
+		if !okj {
+			rj = 4
+		}
+		if ri != rj {
+			return ri < rj
+		}
+		return cs[i].CheckID < cs[j].CheckID
+	})
+	var b strings.Builder
+	b.WriteString("consul checks: ")
+	for i, c := range cs {
+		if i == maxChecksListed {
+			fmt.Fprintf(&b, ", and %d more", len(cs)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		status := c.Status
+		if c.CheckID == nodeMaintCheckID || strings.HasPrefix(c.CheckID, serviceMaintPrefix) {
+			status = "maintenance"
+		}
+		fmt.Fprintf(&b, "%s (%s", status, c.CheckID)
+		if out := oneLine(c.Output, maxCheckOutput); out != "" {
+			fmt.Fprintf(&b, " '%s'", out)
+		}
+		b.WriteString(")")
+	}
+	return oneLine(b.String(), maxWhy)
+}
+
+// oneLine is s's first non-empty line, trimmed, cut to max characters
+// (with "..." when cut).
+func oneLine(s string, max int) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexAny(s, "\r\n"); i >= 0 {
+		s = strings.TrimSpace(s[:i])
+	}
+	if r := []rune(s); len(r) > max {
+		s = string(r[:max-3]) + "..."
+	}
+	return s
 }
 
 // endpoint maps one instance.
@@ -179,7 +271,7 @@ func (mp *mapper) ip(ctx context.Context, host string) (addr, hostname string, e
 		return a.Unmap().String(), "", nil
 	}
 	if !mp.m.resolve {
-		return "", "", fmt.Errorf("address %q is a hostname and mapping.resolve_hostnames is false", host)
+		return "", "", unresolvableError{fmt.Errorf("address %q is a hostname and mapping.resolve_hostnames is false", host)}
 	}
 	rctx, cancel := context.WithTimeout(ctx, mp.m.resolveTimeout)
 	defer cancel()
@@ -189,10 +281,10 @@ func (mp *mapper) ip(ctx context.Context, host string) (addr, hostname string, e
 	}
 	ips, err := r.LookupNetIP(rctx, "ip", host)
 	if err != nil {
-		return "", "", fmt.Errorf("resolving hostname %q: %w", host, err)
+		return "", "", unresolvableError{fmt.Errorf("resolving hostname %q: %w", host, err)}
 	}
 	if len(ips) == 0 {
-		return "", "", fmt.Errorf("hostname %q resolved to no addresses", host)
+		return "", "", unresolvableError{fmt.Errorf("hostname %q resolved to no addresses", host)}
 	}
 	return ips[0].Unmap().String(), host, nil
 }

@@ -682,6 +682,11 @@ func (c *converter) route(e *api.ServiceRouterConfigEntry, field string, r api.S
 				out.Match.CaseInsensitive = true
 			}
 		}
+		if out.Match.Regex != "" {
+			if err := policy.RegexError(out.Match.Regex); err != nil {
+				return out, skipf(field+".Match.HTTP.PathRegex", "%v", err)
+			}
+		}
 		for j, h := range m.Header {
 			hm := policy.HeaderMatch{Name: h.Name, Invert: h.Invert}
 			// Consul's order: exact, regex, prefix, suffix, present.
@@ -689,6 +694,9 @@ func (c *converter) route(e *api.ServiceRouterConfigEntry, field string, r api.S
 			case h.Exact != "":
 				hm.Exact = h.Exact
 			case h.Regex != "":
+				if err := policy.RegexError(h.Regex); err != nil {
+					return out, skipf(fmt.Sprintf("%s.Match.HTTP.Header[%d].Regex", field, j), "%v", err)
+				}
 				hm.Regex = h.Regex
 			case h.Prefix != "":
 				hm.Prefix = h.Prefix
@@ -708,6 +716,9 @@ func (c *converter) route(e *api.ServiceRouterConfigEntry, field string, r api.S
 			case q.Exact != "":
 				qm.Exact = q.Exact
 			case q.Regex != "":
+				if err := policy.RegexError(q.Regex); err != nil {
+					return out, skipf(fmt.Sprintf("%s.Match.HTTP.QueryParam[%d].Regex", field, j), "%v", err)
+				}
 				qm.Regex = q.Regex
 			case q.Present:
 				qm.Present = true

@@ -366,7 +366,19 @@ func TestConvertEntries(t *testing.T) {
 			),
 			want: map[string]policy.Service{"s2": {Subsets: polSubsets, Split: []policy.Split{{Weight: 100, Subset: "v1"}}}},
 			diags: []string{"service-router/a Routes[1].Destination skipped", "service-router/b Routes[0].Destination.Service skipped",
-				"service-router/c  skipped", "service-router/d Routes[0].Match.HTTP.Header[0] skipped", "service-splitter/s1 Splits[0].Service skipped"},
+				"service-router/c Routes[0].Match.HTTP.PathRegex skipped", "service-router/d Routes[0].Match.HTTP.Header[0] skipped", "service-splitter/s1 Splits[0].Service skipped"},
+		},
+		{
+			name: "router: a regex Envoy refuses skips the entry, naming the field; other routers are kept",
+			in: entries(
+				router("a", api.ServiceRoute{Match: httpMatch(api.ServiceRouteHTTPMatch{PathRegex: `/x\x{100}`})}),
+				router("b", api.ServiceRoute{Match: httpMatch(api.ServiceRouteHTTPMatch{Header: []api.ServiceRouteHTTPMatchHeader{{Name: "x", Regex: "(?:a+?){33}"}}})}),
+				router("c", api.ServiceRoute{Match: httpMatch(api.ServiceRouteHTTPMatch{QueryParam: []api.ServiceRouteHTTPMatchQueryParam{{Name: "q", Regex: "[a-z]{1,49}"}}})}),
+				router("d", api.ServiceRoute{Match: httpMatch(api.ServiceRouteHTTPMatch{PathRegex: "[a-z]{1,48}"})}),
+			),
+			want: map[string]policy.Service{"d": {Routes: []policy.Route{{Match: policy.Match{Regex: "[a-z]{1,48}"}}}}},
+			diags: []string{"service-router/a Routes[0].Match.HTTP.PathRegex skipped", "service-router/b Routes[0].Match.HTTP.Header[0].Regex skipped",
+				"service-router/c Routes[0].Match.HTTP.QueryParam[0].Regex skipped"},
 		},
 		{
 			name: "a destination naming a subset the other service's resolver lacks: the router is skipped",

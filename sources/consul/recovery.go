@@ -3,6 +3,7 @@ package consul
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/url"
 	"strings"
@@ -131,20 +132,28 @@ func (rc *recovery) holdLocked() time.Duration {
 
 // probe asks the agent for its leader: nil when it names one.
 func (rc *recovery) probe(ctx context.Context) error {
-	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	return rc.r.s.askLeader(ctx, rc.r.client, probeTimeout, epStatusLeader)
+}
+
+// askLeader asks the agent for its leader (GET /v1/status/leader) within
+// timeout, counting the request under endpoint: nil when it names one.
+func (s *Source) askLeader(ctx context.Context, client *api.Client, timeout time.Duration, endpoint string) error {
+	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	q := (&api.QueryOptions{}).WithContext(pctx)
-	leader, err := rc.r.client.Status().LeaderWithQueryOptions(q)
-	m := rc.r.s.metrics
+	leader, err := client.Status().LeaderWithQueryOptions((&api.QueryOptions{}).WithContext(pctx))
+	m := s.metrics
 	switch {
+	case err != nil && pctx.Err() != nil && ctx.Err() == nil:
+		m.requests.WithLabelValues(endpoint, "error").Inc()
+		return fmt.Errorf("no answer within %s", timeout)
 	case err != nil:
-		m.requests.WithLabelValues(epStatusLeader, "error").Inc()
+		m.requests.WithLabelValues(endpoint, "error").Inc()
 		return err
 	case leader == "":
-		m.requests.WithLabelValues(epStatusLeader, "no_leader").Inc()
-		return errors.New("no cluster leader yet")
+		m.requests.WithLabelValues(endpoint, "no_leader").Inc()
+		return errors.New("the agent knows no cluster leader")
 	}
-	m.requests.WithLabelValues(epStatusLeader, "ok").Inc()
+	m.requests.WithLabelValues(endpoint, "ok").Inc()
 	return nil
 }
 

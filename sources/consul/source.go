@@ -13,7 +13,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -56,6 +58,11 @@ type Source struct {
 	published   time.Time
 	staleSince  time.Time // when the first watch failed; zero while none is failing
 	ce          *ceState  // nil without config_entries
+
+	live atomic.Pointer[liveness] // set by Run
+	// why explains the health of each published host: cluster → host →
+	// its Consul checks (set with each snapshot).
+	why map[string]map[sources.HostKey]string
 }
 
 // ceState is what the config-entry watches know. Guarded by Source.mu.
@@ -74,6 +81,7 @@ var (
 	_ sources.Source          = (*Source)(nil)
 	_ sources.Debugger        = (*Source)(nil)
 	_ sources.PolicyPublisher = (*Source)(nil)
+	_ sources.HostExplainer   = (*Source)(nil)
 )
 
 // dcState is what is known about one datacenter. Guarded by Source.mu.
@@ -98,6 +106,7 @@ type svcState struct {
 	published bool // false: every instance is an excluded proxy/gateway kind
 	instances []instance
 	nodes     map[string]bool
+	dropped   []sources.Dropped // instances left out, and why
 }
 
 // watchInfo is one watch's progress, shown by DebugInfo.
@@ -172,19 +181,32 @@ func (s *Source) PublishesPolicy() bool { return s.set.configEntries }
 // error only when the Consul client cannot be built (an unreadable token
 // file; the TLS files were loaded by New).
 func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
-	client, transport, err := s.newClient()
+	client, transport, err := s.newClient(s.set.maxQueries, s.wrapRoundTripper)
 	if err != nil {
 		return fmt.Errorf("consul source %s: %w", s.name, err)
 	}
 	defer transport.CloseIdleConnections()
+	// The liveness probe has a client and a connection of its own: it is
+	// never queued behind the blocking queries holding the others.
+	liveClient, liveTransport, err := s.newClient(1, nil)
+	if err != nil {
+		return fmt.Errorf("consul source %s: %w", s.name, err)
+	}
+	defer liveTransport.CloseIdleConnections()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r := newRunner(s, client)
+	lv := newLiveness(s, liveClient)
+	s.live.Store(lv)
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		r.rec.run(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		lv.run(ctx, sink)
 	}()
 	for _, dc := range s.dcs {
 		wg.Add(1)
@@ -208,11 +230,12 @@ func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
 	return nil
 }
 
-// newClient builds the API client on a transport of its own whose
-// connections are bounded by max_concurrent_queries.
-func (s *Source) newClient() (*api.Client, *http.Transport, error) {
+// newClient builds an API client on a transport of its own with at most
+// maxConns connections (max_concurrent_queries for the watches), its
+// round tripper wrapped by wrapRT if not nil.
+func (s *Source) newClient(maxConns int, wrapRT func(http.RoundTripper) http.RoundTripper) (*api.Client, *http.Transport, error) {
 	ac := *s.set.apiConfig
-	transport := newTransport(s.set.maxQueries, s.wrapConn)
+	transport := newTransport(maxConns, s.wrapConn)
 	// Loaded and checked at New; with it set, the API does not load the
 	// files again.
 	transport.TLSClientConfig = s.set.tls.config.Clone()
@@ -220,8 +243,8 @@ func (s *Source) newClient() (*api.Client, *http.Transport, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if s.wrapRoundTripper != nil {
-		hc.Transport = s.wrapRoundTripper(hc.Transport)
+	if wrapRT != nil {
+		hc.Transport = wrapRT(hc.Transport)
 	}
 	ac.HttpClient = hc
 	ac.Transport = transport
@@ -273,6 +296,8 @@ func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 		failed    bool // Fail was called since the last publish
 		pol       policyPublisher
 		lastFlush time.Time
+		// lastDropped is the dropped instances last reported.
+		lastDropped []sources.Dropped
 	)
 	for {
 		select {
@@ -304,7 +329,7 @@ func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 		}
 		s.entriesAt.Store(0)
 		lastFlush = time.Now()
-		errs, ready, failing, snap := s.takeFlush()
+		errs, ready, failing, snap, dropped := s.takeFlush()
 		if errs != nil {
 			sink.Fail(ctx, s.name, errs)
 			failed = true
@@ -314,6 +339,10 @@ func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 		}
 		if !ready {
 			continue
+		}
+		if !reflect.DeepEqual(dropped, lastDropped) {
+			sources.ReportDropped(ctx, sink, s.name, slices.Clone(dropped))
+			lastDropped = dropped
 		}
 		recovered := failed && !failing
 		if published && !recovered && reflect.DeepEqual(snap, last) {
@@ -332,7 +361,7 @@ func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 
 // takeFlush takes the pending errors and, when the initial reads are all
 // done, a snapshot of every service.
-func (s *Source) takeFlush() (errs error, ready, failing bool, snap []sources.Service) {
+func (s *Source) takeFlush() (errs error, ready, failing bool, snap []sources.Service, dropped []sources.Dropped) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.pendingErrs) > 0 {
@@ -347,8 +376,9 @@ func (s *Source) takeFlush() (errs error, ready, failing bool, snap []sources.Se
 	failing = s.failingLocked()
 	if ready {
 		snap = s.snapshotLocked()
+		dropped = s.droppedLocked()
 	}
-	return errs, ready, failing, snap
+	return errs, ready, failing, snap, dropped
 }
 
 // readyLocked: every datacenter's list was read and every selected service's
@@ -394,6 +424,7 @@ func (s *Source) failingLocked() bool {
 // priority's is kept), services sorted by name.
 func (s *Source) snapshotLocked() []sources.Service {
 	byName := map[string][]sources.Endpoint{}
+	why := map[string]map[sources.HostKey]string{}
 	for _, dc := range s.dcs {
 		for name, st := range dc.services {
 			if !st.ready || !st.published {
@@ -404,8 +435,16 @@ func (s *Source) snapshotLocked() []sources.Service {
 			if eps == nil {
 				eps = []sources.Endpoint{}
 			}
+			hw := why[cn]
+			if hw == nil {
+				hw = map[sources.HostKey]string{}
+				why[cn] = hw
+			}
 			for _, in := range st.instances {
 				eps = append(eps, in.endpoint.Clone())
+				if k := normalKey(in.endpoint); hw[k] == "" {
+					hw[k] = in.why // the first: local datacenter first, as Normalize keeps
+				}
 			}
 			byName[cn] = eps
 		}
@@ -421,6 +460,41 @@ func (s *Source) snapshotLocked() []sources.Service {
 		out = append(out, sources.Service{Name: name, Endpoints: sources.Normalize(eps)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	s.why = why
+	return out
+}
+
+// normalKey is an endpoint's host as Normalize spells it.
+func normalKey(e sources.Endpoint) sources.HostKey {
+	k := e.Key()
+	if a, err := netip.ParseAddr(k.Address); err == nil {
+		k.Address = a.Unmap().String()
+	}
+	return k
+}
+
+// ExplainHost implements sources.HostExplainer: the Consul checks that
+// decided a published host's health.
+func (s *Source) ExplainHost(service string, host sources.HostKey) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.why[service][host]
+}
+
+// droppedLocked lists the instances every datacenter's services drop.
+func (s *Source) droppedLocked() []sources.Dropped {
+	var out []sources.Dropped
+	for _, dc := range s.dcs {
+		for _, st := range dc.services {
+			out = append(out, st.dropped...)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Service != out[j].Service {
+			return out[i].Service < out[j].Service
+		}
+		return out[i].Instance < out[j].Instance
+	})
 	return out
 }
 

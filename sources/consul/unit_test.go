@@ -240,7 +240,7 @@ func TestAddressChoiceAndHostnames(t *testing.T) {
 				t.Fatal(err)
 			}
 			mp := &mapper{m: set.mapping, sel: set.sel, log: testLogger(t), resolver: fakeResolver{"svc.example": {netip.MustParseAddr("10.9.9.9")}}}
-			ins, _ := mp.mapEntries(context.Background(), "s", dcInfo{name: "dc1"}, []*api.ServiceEntry{tt.e})
+			ins, _, _ := mp.mapEntries(context.Background(), "s", dcInfo{name: "dc1"}, []*api.ServiceEntry{tt.e})
 			got, host := "", ""
 			if len(ins) == 1 {
 				got, host = ins[0].endpoint.Key().String(), ins[0].endpoint.Hostname

@@ -279,6 +279,9 @@ func (w *watch) success(meta *api.QueryMeta) {
 	}
 	w.info.lastContact = meta.LastContact
 	w.info.lastSuccess = time.Now()
+	if lv := s.live.Load(); lv != nil {
+		lv.answered(w.info.lastSuccess)
+	}
 	w.info.state = "idle"
 	if recovered {
 		s.noteRecoveredLocked()
@@ -488,7 +491,10 @@ func (r *runner) store(ctx context.Context, dc *dcState, name string, st *svcSta
 	if len(entries) > 0 && entries[0].Node != nil && entries[0].Node.Datacenter != "" {
 		info.name = entries[0].Node.Datacenter
 	}
-	instances, publish := s.mapper.mapEntries(ctx, name, info, entries)
+	instances, dropped, publish := s.mapper.mapEntries(ctx, name, info, entries)
+	for i := range dropped {
+		dropped[i].Service = clusterName(s.set.mapping.clusterName, name, info.name)
+	}
 	nodes := map[string]bool{}
 	for _, e := range entries {
 		if e != nil && e.Node != nil {
@@ -501,8 +507,8 @@ func (r *runner) store(ctx context.Context, dc *dcState, name string, st *svcSta
 		return
 	}
 	dc.actual = info.name
-	changed := !st.ready || st.published != publish || !reflect.DeepEqual(st.instances, instances)
-	st.ready, st.published, st.instances, st.nodes = true, publish, instances, nodes
+	changed := !st.ready || st.published != publish || !reflect.DeepEqual(st.instances, instances) || !reflect.DeepEqual(st.dropped, dropped)
+	st.ready, st.published, st.instances, st.nodes, st.dropped = true, publish, instances, nodes, dropped
 	s.mu.Unlock()
 	if changed {
 		s.signal()

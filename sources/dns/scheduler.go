@@ -23,6 +23,9 @@ type scheduler struct {
 	pending int       // targets whose first resolution has not finished
 	failing int       // targets whose last resolution failed
 
+	// confirmed is when the source last confirmed its state to the sink.
+	confirmed time.Time
+
 	timer *time.Timer // fires at the earliest next refresh
 	flush *time.Timer // coalescing window before a publish
 	armed bool        // flush is running
@@ -110,6 +113,7 @@ func (sch *scheduler) handle(ctx context.Context, r result) {
 		sch.sink.Fail(ctx, sch.s.name, r.err)
 	} else {
 		sch.s.metrics.resolutions.WithLabelValues("success").Inc()
+		sch.confirm(ctx, recovered)
 	}
 	if changed {
 		r.t.svc.dirty = true
@@ -130,6 +134,23 @@ func (sch *scheduler) handle(ctx context.Context, r result) {
 		sch.flush.Reset(sch.s.coalesce)
 		sch.armed = true
 	}
+}
+
+// confirmEvery bounds how often a successful refresh is confirmed to the
+// sink (every name's success would be an event each).
+const confirmEvery = time.Second
+
+// confirm tells the sink the source's state is current after a successful
+// resolution, when no name is failing and every name has resolved once:
+// at most once per confirmEvery, or at once when the last failing name
+// recovered.
+func (sch *scheduler) confirm(ctx context.Context, recovered bool) {
+	now := time.Now()
+	if sch.failing > 0 || sch.pending > 0 || (!recovered && now.Sub(sch.confirmed) < confirmEvery) {
+		return
+	}
+	sch.confirmed = now
+	sources.Confirm(ctx, sch.sink, sch.s.name, now)
 }
 
 // publish sends the full set of services if any endpoint set changed since

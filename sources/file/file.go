@@ -42,7 +42,16 @@ type Config struct {
 	// MaxBytes caps the file's size; a larger file is refused (default
 	// DefaultMaxBytes, 8 MiB).
 	MaxBytes int64 `json:"max_bytes"`
+	// StaleAfter bounds a read of the file (default 10s, 1s..1h): a read
+	// or stat that does not return within it marks the source stale (the
+	// last valid content stays served) and no other read starts until it
+	// returns. The file is also stat'ed every StaleAfter/2 to confirm it
+	// still answers.
+	StaleAfter decode.Duration `json:"stale_after"`
 }
+
+// DefaultStaleAfter is stale_after's default.
+const DefaultStaleAfter = 10 * time.Second
 
 // Source watches one services file.
 type Source struct {
@@ -56,6 +65,14 @@ type Source struct {
 	// policy: the file is a policy file (NewPolicy), not a services file.
 	policy bool
 	what   string // "services file" or "policy file", for logs
+	// staleAfter bounds each read and stat (stale_after).
+	staleAfter time.Duration
+	// readFn and statFn read and stat the file (tests replace them).
+	readFn func(ctx context.Context, path string, max int64) ([]byte, error)
+	statFn func(path string) error
+	// stuck is closed when a read that did not return within staleAfter
+	// returns; nil when none is stuck. Owned by Run.
+	stuck chan struct{}
 
 	mu      sync.Mutex
 	lastErr string
@@ -119,6 +136,13 @@ func newFileSource(name string, raw json.RawMessage, env sources.Env, isPolicy b
 	if max == 0 {
 		max = DefaultMaxBytes
 	}
+	staleAfter := c.StaleAfter.D()
+	if staleAfter == 0 {
+		staleAfter = DefaultStaleAfter
+	}
+	if err := decode.CheckRange("stale_after", staleAfter, time.Second, time.Hour); err != nil {
+		return nil, err
+	}
 	log := env.Logger
 	if log == nil {
 		log = slog.Default()
@@ -127,7 +151,8 @@ func newFileSource(name string, raw json.RawMessage, env sources.Env, isPolicy b
 	if isPolicy {
 		what = "policy file"
 	}
-	return &Source{name: name, path: p, settle: settle, maxSettle: maxSettle, max: max, log: log.With("source", name), policy: isPolicy, what: what}, nil
+	return &Source{name: name, path: p, settle: settle, maxSettle: maxSettle, max: max, log: log.With("source", name), policy: isPolicy, what: what,
+		staleAfter: staleAfter, readFn: readFile, statFn: statFile}, nil
 }
 
 // Name implements sources.Source.
@@ -204,14 +229,24 @@ func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
 	var last []byte
 	failed := false
 	reload := func() error {
-		data, err := readFile(ctx, s.path, s.max)
+		data, err := s.bounded(ctx, func() ([]byte, error) { return s.readFn(ctx, s.path, s.max) })
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if errors.Is(err, errStuck) {
+			s.setErr(err)
+			if !failed {
+				s.log.Warn(s.what+" does not answer reads; serving its last valid content", "error", err)
+				sink.Fail(ctx, s.name, err)
+			}
+			failed = true
+			return nil
 		}
 		// Unchanged content is not published again, unless a failure was
 		// reported since: then the publish is what clears it (a broken file
 		// reverted to its last valid content).
 		if err == nil && last != nil && !failed && bytes.Equal(data, last) {
+			sources.Confirm(ctx, sink, s.name, time.Now())
 			return nil
 		}
 		var svcs []sources.Service
@@ -295,11 +330,43 @@ func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
 		s.log.Info("watching the "+s.what+"'s directory again", "dir", dir)
 		arm()
 	}
+	// The file is stat'ed every staleAfter/2: a successful stat confirms
+	// the state (while the last read succeeded), one that does not return
+	// marks the source stale.
+	confirm := time.NewTicker(s.staleAfter / 2)
+	defer confirm.Stop()
 	relevant := s.chain()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-s.stuck:
+			// The stuck read returned: read again (a failure was reported,
+			// so even unchanged content is published, clearing it).
+			s.stuck = nil
+			s.log.Info(s.what + " answers reads again")
+			if err := reload(); err != nil {
+				return nil
+			}
+		case <-confirm.C:
+			if s.stuck != nil || failed {
+				continue
+			}
+			_, err := s.bounded(ctx, func() ([]byte, error) { return nil, s.statFn(s.path) })
+			switch {
+			case ctx.Err() != nil:
+				return nil
+			case errors.Is(err, errStuck):
+				s.setErr(err)
+				s.log.Warn(s.what+" does not answer; serving its last valid content", "error", err)
+				sink.Fail(ctx, s.name, err)
+				failed = true
+			case err == nil:
+				sources.Confirm(ctx, sink, s.name, time.Now())
+			default:
+				// Gone or unreadable: the reload reports it.
+				arm()
+			}
 		case ev, ok := <-w.Events:
 			if !ok {
 				return nil
@@ -335,6 +402,49 @@ func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
 			relevant = s.chain()
 		}
 	}
+}
+
+// errStuck is the error of a read or stat that did not return within
+// stale_after.
+var errStuck = errors.New("the filesystem does not answer")
+
+// bounded runs fn (a read or stat of the file) in a goroutine of its own
+// and waits for it at most staleAfter. If it does not return by then, or
+// an earlier one is still stuck, the error wraps errStuck; no other is
+// started until the stuck one returns, which closes s.stuck. Called by
+// Run only.
+func (s *Source) bounded(ctx context.Context, fn func() ([]byte, error)) ([]byte, error) {
+	if s.stuck != nil {
+		return nil, fmt.Errorf("%s: an earlier read has not returned for over %s (stale_after): %w", s.path, s.staleAfter, errStuck)
+	}
+	type result struct {
+		data []byte
+		err  error
+	}
+	res := make(chan result, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		data, err := fn()
+		res <- result{data, err}
+	}()
+	t := time.NewTimer(s.staleAfter)
+	defer t.Stop()
+	select {
+	case r := <-res:
+		return r.data, r.err
+	case <-t.C:
+		s.stuck = done
+		return nil, fmt.Errorf("%s: a read did not return within %s (stale_after): %w", s.path, s.staleAfter, errStuck)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// statFile stats path (following symlinks).
+func statFile(path string) error {
+	_, err := os.Stat(path)
+	return err
 }
 
 // chain is the names in the file's directory whose change can change what

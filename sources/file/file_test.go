@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -699,5 +700,72 @@ func TestLoadCost(t *testing.T) {
 		t.Logf("%s: %d bytes, %d services: loaded in %v, %d MiB allocated, heap reserved %d MiB",
 			name, fi.Size(), len(svcs), d.Round(time.Millisecond),
 			(after.TotalAlloc-before.TotalAlloc)>>20, after.HeapSys>>20)
+	}
+}
+
+// TestReadThatDoesNotReturnMarksStale: a filesystem that stops answering
+// (reads and stats block) marks the source stale within stale_after, with
+// nothing published and no second read started while one is stuck; when
+// it answers again the source confirms its state.
+func TestReadThatDoesNotReturnMarksStale(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "services.yaml")
+	write(t, path, doc("10.0.0.1"))
+	raw, _ := json.Marshal(map[string]any{"path": path, "settle": "10ms", "stale_after": "1s"})
+	src, err := New("static", raw, sources.Env{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := src.(*Source)
+	var hung, calls atomic.Int32
+	release := make(chan struct{})
+	block := func() {
+		if hung.Load() == 1 {
+			calls.Add(1)
+			<-release
+		}
+	}
+	s.readFn = func(ctx context.Context, p string, max int64) ([]byte, error) {
+		block()
+		return readFile(ctx, p, max)
+	}
+	s.statFn = func(p string) error {
+		block()
+		return statFile(p)
+	}
+	sink := run(t, s)
+	lastIs(t, sink, "10.0.0.1")
+	sink.WaitConfirms(t, wait, 1)
+
+	hung.Store(1)
+	start := time.Now()
+	err = errorsAtLeast(t, sink, 1)
+	// The first stat starts within stale_after/2 and is given stale_after.
+	if took := time.Since(start); took > 1500*time.Millisecond+500*time.Millisecond {
+		t.Errorf("stale after %s, want within 1.5s (stale_after 1s, stat every 0.5s)", took)
+	}
+	want := path + ": a read did not return within 1s (stale_after): the filesystem does not answer"
+	if err.Error() != want {
+		t.Errorf("error = %q, want %q", err, want)
+	}
+	confirms := len(sink.Confirms())
+	time.Sleep(1500 * time.Millisecond)
+	if n := calls.Load(); n != 1 {
+		t.Errorf("%d reads or stats started while one was stuck, want 1", n)
+	}
+	if n := len(sink.Errors()); n != 1 {
+		t.Errorf("%d failures reported while stuck, want 1", n)
+	}
+	if n := len(sink.Updates()); n != 1 {
+		t.Errorf("%d updates, want the first only", n)
+	}
+
+	hung.Store(0)
+	close(release)
+	// The stuck read returns: the file is read again and published (which
+	// clears the stale mark), then confirmed by stats.
+	sink.WaitFor(t, wait, "a publish after the filesystem answers", func(us []sources.Update, _ []error) bool { return len(us) == 2 })
+	sink.WaitConfirms(t, wait, confirms+1)
+	if u, _ := sink.Last(); fmt.Sprint(addrs(u)) != "[10.0.0.1]" {
+		t.Errorf("after recovery: %v", addrs(u))
 	}
 }

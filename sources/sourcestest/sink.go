@@ -12,16 +12,60 @@ import (
 	"github.com/xdsbridge/xdsbridge/sources"
 )
 
-// Sink records Publish, PublishPolicy and Fail calls. It is safe for concurrent use.
+// Sink records Publish, PublishPolicy, Fail, Confirm and ReportDropped
+// calls. It is safe for concurrent use.
 type Sink struct {
 	mu       sync.Mutex
 	updates  []sources.Update
 	policies []sources.PolicyUpdate
 	errs     []error
+	confirms []time.Time
+	dropped  []sources.Dropped
 	changed  chan struct{}
 }
 
-var _ sources.Sink = (*Sink)(nil)
+var (
+	_ sources.Sink         = (*Sink)(nil)
+	_ sources.Confirmer    = (*Sink)(nil)
+	_ sources.DropReporter = (*Sink)(nil)
+)
+
+// Confirm records at.
+func (s *Sink) Confirm(_ context.Context, _ string, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.confirms = append(s.confirms, at)
+	s.notify()
+}
+
+// Confirms returns the times of every Confirm so far.
+func (s *Sink) Confirms() []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Time(nil), s.confirms...)
+}
+
+// WaitConfirms blocks until at least n confirmations were recorded, or
+// fails the test after timeout.
+func (s *Sink) WaitConfirms(t testing.TB, timeout time.Duration, n int) {
+	t.Helper()
+	s.wait(t, timeout, fmt.Sprintf("%d confirmations", n), func() bool { return len(s.confirms) >= n })
+}
+
+// ReportDropped records the list.
+func (s *Sink) ReportDropped(_ context.Context, _ string, dropped []sources.Dropped) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dropped = dropped
+	s.notify()
+}
+
+// Dropped returns the last reported list of dropped instances.
+func (s *Sink) Dropped() []sources.Dropped {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]sources.Dropped(nil), s.dropped...)
+}
 
 // NewSink returns an empty recording sink.
 func NewSink() *Sink { return &Sink{changed: make(chan struct{})} }
@@ -92,13 +136,20 @@ func (s *Sink) Last() (sources.Update, bool) {
 // fails the test after timeout.
 func (s *Sink) WaitFor(t testing.TB, timeout time.Duration, what string, cond func(updates []sources.Update, errs []error) bool) {
 	t.Helper()
+	s.wait(t, timeout, what, func() bool { return cond(s.updates, s.errs) })
+}
+
+// wait blocks until cond, called with s.mu held, holds, or fails the test
+// after timeout.
+func (s *Sink) wait(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	for {
 		s.mu.Lock()
-		ok := cond(s.updates, s.errs)
+		ok := cond()
 		ch := s.changed
-		n, e := len(s.updates), len(s.errs)
+		n, e, c := len(s.updates), len(s.errs), len(s.confirms)
 		s.mu.Unlock()
 		if ok {
 			return
@@ -106,7 +157,7 @@ func (s *Sink) WaitFor(t testing.TB, timeout time.Duration, what string, cond fu
 		select {
 		case <-ch:
 		case <-deadline.C:
-			t.Fatalf("timed out after %s waiting for %s (%d updates, %d errors; last: %s)", timeout, what, n, e, s.describeLast())
+			t.Fatalf("timed out after %s waiting for %s (%d updates, %d errors, %d confirmations; last: %s)", timeout, what, n, e, c, s.describeLast())
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -212,6 +213,23 @@ func (a *Agent) Start() {
 		_ = cmd.Wait()
 		close(done)
 	}(a.cmd, a.done)
+}
+
+// Pause stops the agent process (SIGSTOP): its listening sockets still
+// accept connections, but nothing answers. Resume continues it.
+func (a *Agent) Pause() {
+	a.T.Helper()
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		a.T.Fatal(err)
+	}
+}
+
+// Resume continues a paused agent (SIGCONT); it does nothing for one that
+// is not running.
+func (a *Agent) Resume() {
+	if a.cmd != nil {
+		_ = a.cmd.Process.Signal(syscall.SIGCONT)
+	}
 }
 
 // Stop kills the agent and waits for it to exit.

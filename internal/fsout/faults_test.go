@@ -1,0 +1,185 @@
+package fsout_test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/xdsbridge/xdsbridge/internal/fsout"
+	"github.com/xdsbridge/xdsbridge/xds"
+)
+
+// smallFS mounts a tmpfs of size bytes on a new directory and returns it.
+// It needs root (CI runs as root); elsewhere the test is skipped, unless
+// XDSBRIDGE_REQUIRE_INTEGRATION=1.
+func smallFS(t *testing.T, size string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
+		if os.Getenv("XDSBRIDGE_REQUIRE_INTEGRATION") == "1" {
+			t.Fatalf("mount tmpfs: %v: %s", err, out)
+		}
+		t.Skipf("mount tmpfs (needs root): %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+	})
+	return dir
+}
+
+// fsTree is the layout's files under dir as a reader sees them (through
+// the symlinks of mode watched_directory): clusters, listeners, routes
+// and endpoints/*, each with its content. Hidden names (temporary files,
+// ..data, generations) are not part of it.
+func fsTree(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, sub := range []string{"", fsout.EndpointsDir} {
+		ents, err := os.ReadDir(filepath.Join(dir, sub))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			rel := filepath.Join(sub, e.Name())
+			if strings.HasPrefix(e.Name(), ".") || rel == fsout.EndpointsDir {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join(dir, rel))
+			if err != nil {
+				t.Fatalf("%s: %v", rel, err)
+			}
+			out[rel] = string(b)
+		}
+	}
+	return out
+}
+
+// fsWant is what a fresh writer with cfg writes for c into an empty
+// directory: the layout dir must hold after a successful round.
+func fsWant(t *testing.T, c *xds.Cache, cfg fsout.Config) map[string]string {
+	t.Helper()
+	cfg.Dir = t.TempDir()
+	if _, err := fsout.WriteDir(c, cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	return fsTree(t, cfg.Dir)
+}
+
+func fsSameTree(t *testing.T, got, want map[string]string) {
+	t.Helper()
+	for rel, w := range want {
+		if g, ok := got[rel]; !ok {
+			t.Errorf("%s missing", rel)
+		} else if g != w {
+			t.Errorf("%s: stale content", rel)
+		}
+	}
+	for rel := range got {
+		if _, ok := want[rel]; !ok {
+			t.Errorf("%s: left behind though no longer served", rel)
+		}
+	}
+}
+
+// TestFilesOutputRecoversFromFullDisk: a round that fills the disk
+// part-way fails; once the catalog shrinks (content changed, so files
+// must be written again), the next round succeeds and leaves exactly the
+// served files. The writer must free what the failed round wrote before
+// it writes: removing stale files only after every write succeeded never
+// recovers.
+func TestFilesOutputRecoversFromFullDisk(t *testing.T) {
+	for _, mode := range []string{fsout.ModePath, fsout.ModeWatchedDirectory} {
+		t.Run(mode, func(t *testing.T) {
+			dir := smallFS(t, "96k") // 24 pages: a tmpfs file takes at least one
+			c := xds.NewCache()
+			c.MarkReady()
+			cfg := fsout.Config{Dir: dir, Mode: mode, EnvoyDir: "/etc/envoy/xds"}
+			w := fsWriter(t, c, cfg)
+			fsPublish(t, c, 3)
+			if _, err := w.WriteOnce(); err != nil {
+				t.Fatalf("first round: %v", err)
+			}
+			fsPublish(t, c, 60)
+			if _, err := w.WriteOnce(); err == nil {
+				t.Fatal("60 clusters fit in 96 KiB: the test does not fill the disk")
+			}
+			fsPublish(t, c, 4)
+			if _, err := w.WriteOnce(); err != nil {
+				t.Fatalf("after the catalog shrank: %v", err)
+			}
+			fsSameTree(t, fsTree(t, dir), fsWant(t, c, cfg))
+			if st := w.Stats(); st.Failures != 1 {
+				t.Fatalf("failures %d, want 1", st.Failures)
+			}
+		})
+	}
+}
+
+// TestFilesOutputStaysInItsDirectory: the endpoints directory (mode path)
+// or the ..data link (mode watched_directory) is replaced at run time by
+// a symlink to a directory outside the output directory, which holds
+// files of the layout's names. The next rounds neither write nor remove
+// anything there, and the output directory ends up with exactly the
+// served files.
+func TestFilesOutputStaysInItsDirectory(t *testing.T) {
+	for _, mode := range []string{fsout.ModePath, fsout.ModeWatchedDirectory} {
+		t.Run(mode, func(t *testing.T) {
+			dir, outside := t.TempDir(), t.TempDir()
+			c := xds.NewCache()
+			c.MarkReady()
+			cfg := fsout.Config{Dir: dir, Mode: mode, EnvoyDir: "/etc/envoy/xds"}
+			w := fsWriter(t, c, cfg)
+			fsPublish(t, c, 3)
+			if _, err := w.WriteOnce(); err != nil {
+				t.Fatal(err)
+			}
+			// The outside directory looks like an endpoints directory (and
+			// like a generation, for ..data).
+			for _, rel := range []string{"c000.yaml", "c001.yaml", "c002.yaml", "c003.yaml", "clusters.yaml", "endpoints/c001.yaml"} {
+				p := filepath.Join(outside, rel)
+				os.MkdirAll(filepath.Dir(p), 0o755)
+				if err := os.WriteFile(p, []byte("sentinel "+rel), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			victim := fsout.EndpointsDir
+			if mode == fsout.ModeWatchedDirectory {
+				victim = "..data"
+			}
+			if err := os.RemoveAll(filepath.Join(dir, victim)); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(outside, filepath.Join(dir, victim)); err != nil {
+				t.Fatal(err)
+			}
+			// Removed c002, changed the others, added c003.
+			for _, n := range []int{2, 4} {
+				fsPublish(t, c, n)
+				w.WriteOnce() // may fail; what matters is where it wrote
+			}
+			if _, err := w.WriteOnce(); err != nil {
+				t.Fatalf("the output directory does not recover: %v", err)
+			}
+			var found []string
+			filepath.Walk(outside, func(p string, fi os.FileInfo, err error) error {
+				if err == nil && !fi.IsDir() {
+					rel, _ := filepath.Rel(outside, p)
+					found = append(found, rel)
+					if b, _ := os.ReadFile(p); !bytes.Equal(b, []byte("sentinel "+rel)) {
+						t.Errorf("outside the output directory, %s was written", rel)
+					}
+				}
+				return nil
+			})
+			if len(found) != 6 {
+				t.Errorf("outside the output directory: %v; want the 6 sentinel files", found)
+			}
+			fsSameTree(t, fsTree(t, dir), fsWant(t, c, cfg))
+		})
+	}
+}

@@ -1,0 +1,88 @@
+package consul
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/xdsbridge/xdsbridge/sources"
+)
+
+// TestChecksWhyNamesTheDecidingChecks: a host's explanation names its
+// Consul checks, worst first, each output cut to its first line and a
+// bounded length, at most four of them.
+func TestChecksWhyNamesTheDecidingChecks(t *testing.T) {
+	long := strings.Repeat("x", 200)
+	tests := []struct {
+		name   string
+		checks api.HealthChecks
+		want   string
+	}{
+		{"none", nil, "consul checks: none (healthy)"},
+		{"critical first, output on one line", api.HealthChecks{
+			{CheckID: "serfHealth", Status: api.HealthPassing, Output: "Agent alive and reachable"},
+			{CheckID: "service:web-1", Status: api.HealthCritical, Output: "HTTP GET http://10.0.0.1:8080/health: 503 Service Unavailable\nOutput: down for maintenance"},
+		}, "consul checks: critical (service:web-1 'HTTP GET http://10.0.0.1:8080/health: 503 Service Unavailable'), passing (serfHealth 'Agent alive and reachable')"},
+		{"maintenance", api.HealthChecks{
+			{CheckID: "_service_maintenance:web-1", Status: api.HealthCritical, Output: "e2e"},
+			{CheckID: "web-1-ttl", Status: api.HealthWarning},
+		}, "consul checks: maintenance (_service_maintenance:web-1 'e2e'), warning (web-1-ttl)"},
+		{"long output cut", api.HealthChecks{{CheckID: "c", Status: api.HealthCritical, Output: long}},
+			"consul checks: critical (c '" + strings.Repeat("x", 77) + "...')"},
+		{"at most four", api.HealthChecks{
+			{CheckID: "a", Status: api.HealthPassing}, {CheckID: "b", Status: api.HealthPassing}, {CheckID: "c", Status: api.HealthPassing},
+			{CheckID: "d", Status: api.HealthPassing}, {CheckID: "e", Status: api.HealthPassing}, {CheckID: "f", Status: api.HealthPassing},
+		}, "consul checks: passing (a), passing (b), passing (c), passing (d), and 2 more"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := checksWhy(tt.checks); got != tt.want {
+				t.Errorf("got  %q\nwant %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestMapEntriesListsDropped: instances left out by exclude_tags, an
+// unresolvable hostname or a port out of range are listed with the reason
+// and a detail in the user's terms; kept ones carry their checks.
+func TestMapEntriesListsDropped(t *testing.T) {
+	set, err := parseConfig(json.RawMessage(`{"services": {"exclude_tags": ["canary"]}}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mp := &mapper{m: set.mapping, sel: set.sel, log: testLogger(t), resolver: fakeResolver{"ok.example": {netip.MustParseAddr("10.9.9.9")}}}
+	entry := func(id, addr string, port int, tags ...string) *api.ServiceEntry {
+		return &api.ServiceEntry{
+			Node:    &api.Node{Node: "n1", Address: "10.0.0.2", Datacenter: "dc1"},
+			Service: &api.AgentService{ID: id, Service: "web", Port: port, Address: addr, Tags: tags},
+			Checks:  api.HealthChecks{{CheckID: "service:" + id, Status: api.HealthPassing}},
+		}
+	}
+	ins, dropped, ok := mp.mapEntries(context.Background(), "web", dcInfo{name: "dc1"}, []*api.ServiceEntry{
+		entry("web-1", "10.0.0.1", 80),
+		entry("web-2", "10.0.0.3", 80, "canary"),
+		entry("web-3", "nope.example", 80),
+		entry("web-4", "10.0.0.4", 0),
+	})
+	if !ok || len(ins) != 1 || ins[0].why != "consul checks: passing (service:web-1)" {
+		t.Fatalf("kept %+v (ok %v); want web-1 with its check", ins, ok)
+	}
+	var got []string
+	for _, d := range dropped {
+		got = append(got, fmt.Sprintf("%s | %s | %s | %s", d.Service, d.Instance, d.Reason, d.Detail))
+	}
+	want := []string{
+		`web | web-2 on node n1 (dc1) | ` + sources.DropExcludedTag + ` | tag "canary" is in services.exclude_tags`,
+		`web | web-3 on node n1 (dc1) | ` + sources.DropUnresolvable + ` | resolving hostname "nope.example": no such host nope.example`,
+		`web | web-4 on node n1 (dc1) | ` + sources.DropMalformed + ` | port 0 is not in 1..65535`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("dropped:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

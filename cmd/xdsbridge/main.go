@@ -10,6 +10,8 @@
 //	xdsbridge status hosts SERVICE  why each host of SERVICE is (not) served
 //	xdsbridge status sources        each source, names two sources publish, the reload state
 //	xdsbridge reload                reload a running bridge's config (as SIGHUP does)
+//	xdsbridge healthcheck           exit 0 if a running bridge is ready (/readyz), else 1
+//	xdsbridge version               the version, commit, commit date and Go version
 //	xdsbridge help                  the commands and their flags
 package main
 
@@ -23,6 +25,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,6 +34,7 @@ import (
 	"github.com/xdsbridge/xdsbridge/config"
 	"github.com/xdsbridge/xdsbridge/healthcheck"
 	"github.com/xdsbridge/xdsbridge/internal/app"
+	"github.com/xdsbridge/xdsbridge/internal/buildinfo"
 	"github.com/xdsbridge/xdsbridge/internal/fsout"
 	"github.com/xdsbridge/xdsbridge/sources"
 )
@@ -52,6 +56,8 @@ var commands = []struct{ name, args, summary string }{
 	{"dump", "[-config FILE] [-format yaml|json] [-out DIR]", "print the resources the config serves (or write Envoy's files), without serving"},
 	{"status", "[-admin ADDR] [-node N] | hosts [SERVICE] | sources", "a running bridge's clients and their sync status (-node: one client's resources; hosts: why each host is served or not; sources: each source, the services two sources publish and the config reload state)"},
 	{"reload", "[-admin ADDR] [-config FILE]", "make a running bridge read its config file again (as SIGHUP does) and print what it applied or why it refused it"},
+	{"healthcheck", "[-config FILE] [-admin ADDR]", "GET /readyz of a running bridge's admin listener: exit 0 when ready, 1 otherwise (for container health checks)"},
+	{"version", "", "print the version, commit, commit date, Go version and platform (also -version, --version)"},
 }
 
 // cmdFlags are the flags of every command; each command's flag set
@@ -66,7 +72,9 @@ func newFlagSet(cmd string, stderr io.Writer) (*flag.FlagSet, *cmdFlags) {
 	fs := flag.NewFlagSet("xdsbridge "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	f := &cmdFlags{}
-	f.config = fs.String("config", "", "config file (YAML or JSON); default: the embedded default (file source on examples/services.yaml)")
+	if cmd != "version" {
+		f.config = fs.String("config", "", "config file (YAML or JSON); default: the embedded default (file source on examples/services.yaml)")
+	}
 	switch cmd {
 	case "dump":
 		f.format = fs.String("format", "yaml", "output format, yaml or json")
@@ -75,6 +83,8 @@ func newFlagSet(cmd string, stderr io.Writer) (*flag.FlagSet, *cmdFlags) {
 		f.mode = fs.String("mode", "", "with -out: path or watched_directory (default: outputs.filesystem.mode, else path)")
 	case "status", "reload":
 		f.status.define(fs)
+	case "healthcheck":
+		f.status.defineConn(fs, 5*time.Second)
 	}
 	fs.Usage = func() {
 		for _, c := range commands {
@@ -91,11 +101,11 @@ func newFlagSet(cmd string, stderr io.Writer) (*flag.FlagSet, *cmdFlags) {
 func usage(w io.Writer) {
 	fmt.Fprint(w, "Usage: xdsbridge [COMMAND] [FLAGS]\n\nCommands:\n")
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 	}
-	fmt.Fprint(w, "  help      this help\n")
+	fmt.Fprint(w, "  help        this help\n")
 	for _, c := range commands {
-		fmt.Fprintf(w, "\nxdsbridge %s %s\n", c.name, c.args)
+		fmt.Fprintf(w, "\n%s\n", strings.TrimSpace("xdsbridge "+c.name+" "+c.args))
 		fs, _ := newFlagSet(c.name, w)
 		fs.PrintDefaults()
 	}
@@ -108,7 +118,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		case "help", "-h", "-help", "--help":
 			usage(stdout)
 			return nil
-		case "run", "serve", "validate", "dump", "status", "reload":
+		case "-version", "--version":
+			cmd, args = "version", args[1:]
+		case "run", "serve", "validate", "dump", "status", "reload", "healthcheck", "version":
 			cmd, args = args[0], args[1:]
 		default:
 			if len(args[0]) > 0 && args[0][0] != '-' {
@@ -132,6 +144,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	switch cmd {
+	case "version":
+		_, err := fmt.Fprint(stdout, buildinfo.Get())
+		return err
+	case "healthcheck":
+		return probeReady(f, stdout)
 	}
 	cfg, err := loadConfig(*f.config)
 	if err != nil {

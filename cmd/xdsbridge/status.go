@@ -28,13 +28,19 @@ type statusFlags struct {
 }
 
 func (f *statusFlags) define(fs *flag.FlagSet) {
-	f.admin = fs.String("admin", "", "the admin listener: host:port (https when -config has admin.tls) or a URL (default: admin.listen of -config, on 127.0.0.1 if it listens on every address)")
+	f.defineConn(fs, 10*time.Second)
 	f.node = fs.String("node", "", "show this client (node id): its streams, each type's versions, and every resource with the version it holds")
 	f.tokenFile = fs.String("token-file", "", "file holding the admin bearer token (default: admin.token_file of -config)")
+}
+
+// defineConn defines the flags that reach the admin listener (those of
+// `xdsbridge healthcheck`, which needs no token: /readyz is open).
+func (f *statusFlags) defineConn(fs *flag.FlagSet, timeout time.Duration) {
+	f.admin = fs.String("admin", "", "the admin listener: host:port (https when -config has admin.tls) or a URL (default: admin.listen of -config, on 127.0.0.1 if it listens on every address)")
 	f.caFile = fs.String("cacert", "", "CA file to verify the admin listener's certificate (https; default: the system's)")
 	f.certFile = fs.String("cert", "", "client certificate file, for an admin listener with client_ca_file (mTLS)")
 	f.keyFile = fs.String("key", "", "client key file, with -cert")
-	f.timeout = fs.Duration("timeout", 10*time.Second, "how long to wait for the admin listener")
+	f.timeout = fs.Duration("timeout", timeout, "how long to wait for the admin listener")
 }
 
 // status prints a running bridge's sources (the names two of them publish,
@@ -131,9 +137,12 @@ type adminClient struct {
 
 func newAdminClient(f *cmdFlags) (*adminClient, error) {
 	sf := f.status
-	addr, tokenFile := *sf.admin, *sf.tokenFile
+	addr, tokenFile, withToken := *sf.admin, "", sf.tokenFile != nil
+	if withToken {
+		tokenFile = *sf.tokenFile
+	}
 	scheme := "http"
-	if addr == "" || tokenFile == "" {
+	if addr == "" || (withToken && tokenFile == "") {
 		cfg, err := loadConfig(*f.config)
 		if err != nil {
 			return nil, err
@@ -146,7 +155,7 @@ func newAdminClient(f *cmdFlags) (*adminClient, error) {
 		if cfg.Admin.TLS != nil {
 			scheme = "https"
 		}
-		if tokenFile == "" {
+		if withToken && tokenFile == "" {
 			// Relative to the config file's directory, as the server
 			// reads it.
 			tokenFile = cfg.Path(cfg.Admin.TokenFile)
@@ -434,4 +443,26 @@ func kib(n int64) string {
 		return "-"
 	}
 	return fmt.Sprintf("~%.0f KiB", float64(n)/1024)
+}
+
+// probeReady (xdsbridge healthcheck) returns nil, and the process exits 0,
+// when the bridge's /readyz answers 200, and an error naming the reason
+// otherwise: a scratch container image has no shell or curl for its health
+// check.
+func probeReady(f *cmdFlags, stdout io.Writer) error {
+	c, err := newAdminClient(f)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Get(c.base + "/readyz")
+	if err != nil {
+		return fmt.Errorf("not ready: %w", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("not ready: %s/readyz: %s: %s", c.base, resp.Status, strings.TrimSpace(string(body)))
+	}
+	fmt.Fprintln(stdout, "ready")
+	return nil
 }

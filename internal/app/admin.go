@@ -24,19 +24,20 @@ import (
 	"github.com/xdsbridge/xdsbridge/xds"
 )
 
-// AdminHandler serves the status page (/), /healthz, /readyz, /metrics and
-// /debug/*. With admin.token_file (a.Token set), the status page and every
-// /debug/* handler are wrapped by a.Token.Guard: they need Authorization:
-// Bearer <token>; the probes and /metrics stay open.
+// AdminHandler serves the status page (/), /healthz (also as /livez),
+// /readyz, /metrics and /debug/*. With admin.token_file (a.Token set), the
+// status page and every /debug/* handler are wrapped by a.Token.Guard: they
+// need Authorization: Bearer <token>; the probes and /metrics stay open.
 func (a *App) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	debug := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, a.Token.Guard(h)) }
 	// The status page (status.go), guarded as /debug/* is. "GET /{$}" is
 	// / alone: other paths stay 404.
 	mux.Handle("GET /{$}", a.Token.Guard(a.StatusPage()))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Write([]byte("ok\n"))
-	})
+	// /livez is /healthz under the name Kubernetes' probes use.
+	alive := func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) }
+	mux.HandleFunc("GET /healthz", alive)
+	mux.HandleFunc("GET /livez", alive)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		body := map[string]any{"ready": a.Loop.Ready(), "sources": a.Loop.Sources()}
 		code := http.StatusOK

@@ -22,6 +22,7 @@ import (
 	"github.com/xdsbridge/xdsbridge/bridge"
 	"github.com/xdsbridge/xdsbridge/config"
 	"github.com/xdsbridge/xdsbridge/healthcheck"
+	"github.com/xdsbridge/xdsbridge/internal/buildinfo"
 	"github.com/xdsbridge/xdsbridge/internal/certs"
 	"github.com/xdsbridge/xdsbridge/internal/fsout"
 	promreg "github.com/xdsbridge/xdsbridge/internal/metrics"
@@ -211,6 +212,9 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	if err := promreg.Register(reg, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, err
 	}
+	if err := promreg.Register(reg, buildInfoGauge(buildinfo.Get())); err != nil {
+		return nil, err
+	}
 	if err := ApplyMemoryLimit(c, log, reg); err != nil {
 		return nil, err
 	}
@@ -269,6 +273,9 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		return nil, err
 	}
 	cache, xs := xds.NewServing(xds.ServingConfig{Options: xopts})
+	if err := promreg.Register(reg, &syncStates{clients: xs.ClientStatuses, now: time.Now}); err != nil {
+		return nil, err
+	}
 	loop := bridge.New(opts, cache)
 	var files *fsout.Writer
 	if fc := c.Outputs.Filesystem; fc != nil {
@@ -368,4 +375,15 @@ func (a *App) Run(ctx context.Context) error {
 	g.Go(func() error { return ServeAdmin(ctx, srv, adminLis, AdminTimeouts(a.Config.Admin).Shutdown, a.Log) })
 	a.Log.Info("xdsbridge running", "xds", a.XDSAddr(), "admin", a.AdminAddr(), "sources", len(a.Sources))
 	return g.Wait()
+}
+
+// buildInfoGauge is xdsbridge_build_info: 1, labelled with the running
+// build.
+func buildInfoGauge(in buildinfo.Info) prometheus.Collector {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "xdsbridge_build_info",
+		Help: "Always 1; its labels name the running build: release version, commit (with -modified for a dirty work tree) and Go version.",
+	}, []string{"version", "revision", "goversion"})
+	g.WithLabelValues(in.Version, in.Commit(), in.GoVersion).Set(1)
+	return g
 }

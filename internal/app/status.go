@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/xdsbridge/xdsbridge/bridge"
+	"github.com/xdsbridge/xdsbridge/internal/buildinfo"
 	"github.com/xdsbridge/xdsbridge/internal/status"
 	"github.com/xdsbridge/xdsbridge/sources"
 	"github.com/xdsbridge/xdsbridge/xds"
@@ -31,6 +32,7 @@ func (a *App) StatusSampler() *status.Sampler {
 // StatusPage is the admin listener's status page (GET /).
 func (a *App) StatusPage() *status.Page {
 	return &status.Page{
+		Build:    buildinfo.Get().Short(),
 		Ready:    a.Loop.Ready,
 		Sources:  a.statusSources,
 		Services: a.statusServices,

@@ -151,7 +151,7 @@ sources: [{name: s, file: {path: services.yaml}}]
 	}
 	waitFor("ready", a.Cache.Ready)
 
-	for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
+	for _, p := range []string{"/healthz", "/livez", "/readyz", "/metrics"} {
 		if code, _, _ := get(p, ""); code != http.StatusOK {
 			t.Errorf("%s without a token: %d, want 200", p, code)
 		}

@@ -119,7 +119,10 @@ type TypeRow struct {
 // section.
 type Page struct {
 	// Title is shown in the heading (default "xdsbridge").
-	Title    string
+	Title string
+	// Build is the running build, shown in the heading
+	// (buildinfo.Info.Short); empty: not shown.
+	Build    string
 	Ready    func() bool
 	Sources  func() []SourceRow
 	Services func() []ServiceRow
@@ -149,6 +152,7 @@ var pageTmpl = template.Must(template.New("page.html.tmpl").Funcs(template.FuncM
 // view is what the template renders.
 type view struct {
 	Title    string
+	Build    string
 	Nonce    string
 	Refresh  int // milliseconds
 	Ready    bool
@@ -176,7 +180,7 @@ func (p *Page) now() time.Time {
 // data gathers the view for a request: service selects the host table
 // (empty: the first service by name).
 func (p *Page) data(service string) view {
-	v := view{Title: p.Title, Now: p.now(), Refresh: int(RefreshInterval / time.Millisecond)}
+	v := view{Title: p.Title, Build: p.Build, Now: p.now(), Refresh: int(RefreshInterval / time.Millisecond)}
 	if v.Title == "" {
 		v.Title = "xdsbridge"
 	}

@@ -208,3 +208,15 @@ func TestPgSampler(t *testing.T) {
 		t.Errorf("chart: %d bars, polyline %v", n, strings.Contains(body, "polyline"))
 	}
 }
+
+// The heading names the build when the page has one, and shows no empty
+// element when it has none.
+func TestPgBuildInHeading(t *testing.T) {
+	body, _ := pgGet(t, &Page{Build: "v0.1.0 (0123456789ab, go1.26.8)"}, "/")
+	if !strings.Contains(body, `<span id="build" class="meta">v0.1.0 (0123456789ab, go1.26.8)</span>`) {
+		t.Errorf("page lacks the build line:\n%.600s", body)
+	}
+	if body, _ := pgGet(t, &Page{}, "/"); strings.Contains(body, `id="build"`) {
+		t.Errorf("page without Build shows a build element")
+	}
+}

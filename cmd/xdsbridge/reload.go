@@ -18,6 +18,11 @@ func reload(fs *flag.FlagSet, f *cmdFlags, stdout io.Writer) error {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	c, err := newAdminClient(f)
+	if err != nil && *f.status.admin == "" {
+		// The admin address comes from the config file, which does not
+		// load: the running bridge is never asked.
+		return fmt.Errorf("%w (the running bridge was not asked: give -admin, and -token-file if it needs one, to have it check the file)", err)
+	}
 	if err != nil {
 		return err
 	}

@@ -65,9 +65,13 @@ func TestReloadCommandAndHangup(t *testing.T) {
 	}
 	ssWait(t, `(?m)^  api: owned by first, also published by second$`, "status", "sources", "-config", cfgPath)
 
-	// The config read locally would fail as well: the admin address and
-	// token are given.
+	// The config read locally fails as well: without -admin the command
+	// says so; with the admin address and token given, the bridge refuses
+	// it.
 	write("- {name: second, file: {path: b.yaml}, priority: 1.5}\n")
+	if _, err := ssRun("reload", "-config", cfgPath); err == nil || !strings.Contains(err.Error(), "not 1.5 (the running bridge was not asked: give -admin") {
+		t.Fatalf("reload -config of an invalid file: %v", err)
+	}
 	admin := []string{"-admin", a.AdminAddr(), "-token-file", filepath.Join(dir, "admin-token")}
 	out, err = ssRun(append([]string{"reload"}, admin...)...)
 	want := "reload refused, the running config stays: " + cfgPath + ": sources[1]: priority: want a whole number in -1000..1000, not 1.5"

@@ -8,12 +8,21 @@ package bridge
 // ownership passes to the next when the owner drops it. The losing claims
 // are shown (conflicts, SourceStatus.ClaimsLost, a metric). At start,
 // sources.StaticConflicts lists the claims known before running.
+//
+// A name sources.ValidateServiceName refuses is never claimed nor merged,
+// whatever the source: above all one holding the separator of the names
+// the bridge derives (a subset's cluster "<service>/<subset>"), which
+// would otherwise take over that cluster and its traffic. Each is a
+// diagnostic under its name and counted by source.
 
 import (
+	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 
 	"github.com/xdsbridge/xdsbridge/sources"
+	"github.com/xdsbridge/xdsbridge/translate"
 )
 
 // applyUpdate records a source's services: what it claims (a service
@@ -23,13 +32,19 @@ import (
 func (l *Loop) applyUpdate(u sources.Update) bool {
 	src := u.Source
 	next := make(map[string]sources.Service, len(u.Services))
+	refused := map[string]string{}
 	for _, s := range u.Services {
+		if err := sources.ValidateServiceName("name", s.Name); err != nil {
+			refused[s.Name] = err.Error()
+			continue
+		}
 		if _, dup := next[s.Name]; dup {
 			l.log.Warn("source published a service twice; the first is kept", "source", src, "service", s.Name)
 			continue
 		}
 		next[s.Name] = s
 	}
+	l.refuseNames(src, refused)
 	prev, seen := l.bySource[src]
 	// changed: what the source publishes differs from its last publish.
 	changed := !seen || len(prev) != len(next)
@@ -39,7 +54,6 @@ func (l *Loop) applyUpdate(u sources.Update) bool {
 		old, had := prev[name]
 		if !had {
 			l.claims[name] = l.insertClaim(l.claims[name], src)
-			dirty = l.dirtySubsetOwner(name) || dirty
 		}
 		same := had && reflect.DeepEqual(old, s)
 		changed = changed || !same
@@ -56,7 +70,6 @@ func (l *Loop) applyUpdate(u sources.Update) bool {
 		l.claims[name] = removeString(l.claims[name], src)
 		if len(l.claims[name]) == 0 {
 			delete(l.claims, name)
-			dirty = l.dirtySubsetOwner(name) || dirty
 		}
 		if wasOwner {
 			l.dirty[name] = true
@@ -73,6 +86,40 @@ func (l *Loop) applyUpdate(u sources.Update) bool {
 		return true // the first flush after every source synced marks ready
 	}
 	return dirty
+}
+
+// refuseNames records the service names of src that are refused (name →
+// why), with a diagnostic under each name, and logs those newly refused.
+func (l *Loop) refuseNames(src string, refused map[string]string) {
+	prev := l.refusedNames[src]
+	for _, name := range slices.Sorted(maps.Keys(refused)) {
+		why := refused[name]
+		if _, had := prev[name]; !had {
+			l.log.Warn("service name refused; the service is not published", "source", src, "service", name, "error", why)
+		}
+		l.setDiags(name, []translate.Diagnostic{{Service: name, Field: "name",
+			Message: fmt.Sprintf("source %q: %s; not published", src, why)}})
+	}
+	for name := range prev {
+		if _, still := refused[name]; !still && !l.nameRefusedElsewhere(src, name) {
+			l.setDiags(name, nil)
+		}
+	}
+	if len(refused) == 0 {
+		delete(l.refusedNames, src)
+	} else {
+		l.refusedNames[src] = refused
+	}
+	l.m.refusedNames.WithLabelValues(src).Set(float64(len(refused)))
+}
+
+func (l *Loop) nameRefusedElsewhere(src, name string) bool {
+	for s, names := range l.refusedNames {
+		if _, ok := names[name]; ok && s != src {
+			return true
+		}
+	}
+	return false
 }
 
 func (l *Loop) owner(service string) string {

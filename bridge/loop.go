@@ -134,9 +134,6 @@ type Loop struct {
 	published map[string]sources.Service        // service → the merged input last translated
 	pubOpts   map[string]translate.Options      // service → the options it was translated with (its policy included)
 	held      map[string][]translate.Diagnostic // service → the diagnostics of its held subsets when translated
-	// retranslate are services to translate again in the next flush even
-	// if their input is unchanged (a subset cluster name freed or taken).
-	retranslate map[string]bool
 	// effective memoizes effectivePolicy during a flush (nil outside).
 	effective map[string]effective
 	policies  map[string]*policy.File // policy source → its policy
@@ -149,10 +146,28 @@ type Loop struct {
 	// limits, or failing validation): what is served is an older version
 	// (published) or nothing.
 	refused map[string]bool
+	// failoverAdded is how many hosts each published service's failover
+	// adds (translate.Result.FailoverEndpoints), failoverTotal their sum,
+	// bounded by Limits.MaxFailoverEndpoints; failoverDenied are the
+	// services whose failover the bound left out, with the room they had
+	// then, translated again when there is more.
+	failoverAdded  map[string]int
+	failoverTotal  int
+	failoverDenied map[string]int
+	// blackHoles are the black holes of each published service's policy
+	// by kind (translate.Result.BlackHoles).
+	blackHoles map[string]map[string]int
+	// refusedNames are, per source, the service names it publishes that
+	// are refused (claims.go), each with why.
+	refusedNames map[string]map[string]string
 	// retained are the hosts kept after they left discovery (merge.go).
 	retained  map[string]map[sources.HostKey]retainedHost
 	lastHosts []healthcheck.ServiceHosts
 	ready     bool
+	// forceTranslate: the next flush translates every dirty service, even
+	// with its input and options unchanged (a reload changed what every
+	// translation uses: the limits).
+	forceTranslate bool
 
 	// snap is what the admin handlers read (status.go).
 	snap snapshots
@@ -185,12 +200,16 @@ func New(opts Options, pub Publisher) *Loop {
 		published:    map[string]sources.Service{},
 		pubOpts:      map[string]translate.Options{},
 		held:         map[string][]translate.Diagnostic{},
-		retranslate:  map[string]bool{},
 		policies:     map[string]*policy.File{},
 		failoverDeps: newDepIndex(),
 		routeDeps:    newDepIndex(),
 		refused:      map[string]bool{},
 		retained:     map[string]map[sources.HostKey]retainedHost{},
+
+		failoverAdded:  map[string]int{},
+		failoverDenied: map[string]int{},
+		refusedNames:   map[string]map[string]string{},
+		blackHoles:     map[string]map[string]int{},
 	}
 	l.snap.init(opts.Sources)
 	l.m = newLoopMetrics(l, opts.Metrics)
@@ -449,7 +468,7 @@ func (l *Loop) flush() {
 		l.pruneDropped(n)
 	}
 	clear(l.dirty)
-	clear(l.retranslate)
+	l.forceTranslate = false
 	l.updateChecks()
 	l.m.flushes.Inc()
 	l.m.flushSeconds.Observe(l.now().Sub(start).Seconds())

@@ -2,7 +2,9 @@ package bridge
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
 	promreg "github.com/xdsbridge/xdsbridge/internal/metrics"
+	"github.com/xdsbridge/xdsbridge/translate"
 )
 
 type loopMetrics struct {
@@ -25,6 +27,13 @@ type loopMetrics struct {
 	refused         prometheus.Counter
 	refusedServices prometheus.Gauge
 	flushSeconds    prometheus.Histogram
+	// refusedNames: service names refused (ValidateServiceName), by source.
+	refusedNames *prometheus.GaugeVec
+	// blackHoles: references of published services' policies to services
+	// nobody publishes, by kind.
+	blackHoles *prometheus.GaugeVec
+	// failoverEndpoints: hosts failover adds across the catalog.
+	failoverEndpoints prometheus.Gauge
 }
 
 func newLoopMetrics(l *Loop, reg prometheus.Registerer) *loopMetrics {
@@ -65,12 +74,24 @@ func newLoopMetrics(l *Loop, reg prometheus.Registerer) *loopMetrics {
 		refusedServices: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "xdsbridge_services_refused", Help: "Services whose latest input is refused (over the limits or failing validation): an older version, or nothing, is served.",
 		}),
+		refusedNames: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "xdsbridge_service_names_refused", Help: "Services a source publishes under a name the bridge refuses (empty, too long, whitespace or control characters, or the \"/\" of derived names such as a subset's cluster): not published.",
+		}, []string{"source"}),
+		blackHoles: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "xdsbridge_black_holes", Help: "References of the published policies to services nobody publishes, by kind: route (a route's destination), split (a share, dropped while so), redirect, failover (adds no host), redirect_cycle (two services redirecting to each other).",
+		}, []string{"kind"}),
+		failoverEndpoints: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "xdsbridge_failover_endpoints", Help: "Hosts the policies' failover targets add to the published assignments, across the catalog (bounded by limits.max_failover_endpoints).",
+		}),
 		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "xdsbridge_merge_flush_seconds", Help: "Time to rebuild and publish dirty services.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
 	}
-	if err := promreg.Register(reg, m.sourceSyncs, m.sourceErrors, m.conflicts, m.claimsLost, m.policyConflicts, m.services, m.flushes, m.flushErrors, m.invalid, m.limitExceeded, m.refused, m.refusedServices, m.flushSeconds, &staleCollector{l}); err != nil {
+	for _, kind := range []string{translate.BlackHoleRoute, translate.BlackHoleSplit, translate.BlackHoleRedirect, translate.BlackHoleFailover, translate.BlackHoleRedirectCycle} {
+		m.blackHoles.WithLabelValues(kind)
+	}
+	if err := promreg.Register(reg, m.sourceSyncs, m.sourceErrors, m.conflicts, m.claimsLost, m.policyConflicts, m.services, m.flushes, m.flushErrors, m.invalid, m.limitExceeded, m.refused, m.refusedServices, m.refusedNames, m.blackHoles, m.failoverEndpoints, m.flushSeconds, &staleCollector{l}); err != nil {
 		panic(err)
 	}
 	return m

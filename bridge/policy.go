@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
@@ -298,7 +299,7 @@ func (l *Loop) setFailoverDeps(name string, pol *policy.Service) {
 // records name as depending on them: a change of their policy (a default
 // subset, a redirect, a subset gone) translates it again.
 func (l *Loop) routeTargets(name string, pol *policy.Service) map[string]*policy.Service {
-	l.routeDeps.set(name, routeTargetNames(pol))
+	l.routeDeps.set(name, l.routeDepNames(pol))
 	if len(l.routeDeps.of[name]) == 0 {
 		return nil
 	}
@@ -313,7 +314,7 @@ func (l *Loop) routeTargets(name string, pol *policy.Service) map[string]*policy
 // anything: effectivePolicy reads who names a service.
 func (l *Loop) setDeps(name string, pol *policy.Service) {
 	l.setFailoverDeps(name, pol)
-	l.routeDeps.set(name, routeTargetNames(pol))
+	l.routeDeps.set(name, l.routeDepNames(pol))
 }
 
 // targetsOf calls f with every target a policy's routes, splits,
@@ -339,6 +340,64 @@ func targetsOf(pol *policy.Service, f func(t policy.Target, failover bool)) {
 	for _, t := range pol.Failover {
 		f(t, true)
 	}
+}
+
+// routeDepNames is what the routes of a service under pol follow: the
+// services its routes, splits and redirect name, and the failover targets
+// of their policies (a target nobody publishes is routed to its first
+// published failover target: translate's blackhole.go).
+func (l *Loop) routeDepNames(pol *policy.Service) []string {
+	ts := routeTargetNames(pol)
+	for _, t := range ts {
+		if t == "" {
+			continue
+		}
+		tp, _ := l.policyFor(t)
+		if tp == nil {
+			continue
+		}
+		for _, f := range tp.Failover {
+			if f.Datacenter == "" && f.Service != "" {
+				ts = append(ts, f.Service)
+			}
+		}
+	}
+	return ts
+}
+
+// absentTargets is, sorted, what name's policy names (its routes, splits,
+// redirect and failover, and the failover targets its routes follow)
+// that is not published, as merged in this flush or last published:
+// translate.Options.Absent. Nil when everything is.
+func (l *Loop) absentTargets(name string, pol *policy.Service, merged map[string]mergedService) []string {
+	if pol == nil {
+		return nil
+	}
+	var out []string
+	add := func(t string) {
+		if t == "" || t == name || slices.Contains(out, t) {
+			return
+		}
+		present := false
+		if m, ok := merged[t]; ok {
+			present = m.keep
+		} else {
+			_, present = l.published[t]
+		}
+		if !present {
+			out = append(out, t)
+		}
+	}
+	for _, t := range l.routeDeps.of[name] {
+		add(t)
+	}
+	for _, t := range pol.Failover {
+		if t.Datacenter == "" {
+			add(t.Service)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // routeTargetNames is the services a policy's routes, splits and
@@ -474,39 +533,4 @@ func (l *Loop) computeEffectivePolicy(name string) (*policy.Service, []translate
 func hasSubset(p *policy.Service, subset string) bool {
 	_, ok := p.Subsets[subset]
 	return ok
-}
-
-// dropCollidingSubsets leaves out of r the subsets whose cluster name
-// (service/subset) is a service some source claims: that service keeps
-// its cluster, and the subset is a diagnostic. (Consul and DNS names
-// cannot hold a slash; a services file's can.)
-func (l *Loop) dropCollidingSubsets(name string, r *translate.Result) {
-	kept := r.Subsets[:0]
-	for _, s := range r.Subsets {
-		cname := s.Cluster.GetName()
-		if _, claimed := l.claims[cname]; claimed {
-			r.Diagnostics = append(r.Diagnostics, translate.Diagnostic{Service: name, Field: "subsets." + strings.TrimPrefix(cname, name+"/"),
-				Message: fmt.Sprintf("its cluster name %q is a service's; the subset is not published while that service exists", cname)})
-			continue
-		}
-		kept = append(kept, s)
-	}
-	r.Subsets = kept
-}
-
-// dirtySubsetOwner marks dirty the service whose subset cluster could be
-// named like service (service/subset) when a source starts or stops
-// claiming that name, and reports whether it did.
-func (l *Loop) dirtySubsetOwner(service string) bool {
-	i := strings.LastIndexByte(service, '/')
-	if i <= 0 {
-		return false
-	}
-	owner := service[:i]
-	if _, ok := l.published[owner]; !ok {
-		return false
-	}
-	l.dirty[owner] = true
-	l.retranslate[owner] = true // even if its input is the same
-	return true
 }

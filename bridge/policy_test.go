@@ -10,6 +10,7 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/xdsbridge/xdsbridge/policy"
 	"github.com/xdsbridge/xdsbridge/sources"
@@ -192,11 +193,11 @@ func TestFailoverFollowsTarget(t *testing.T) {
 	}
 }
 
-// A subset whose cluster name is a service's (a services file may name a
-// service web/v1) is not published while that service exists, with a
-// diagnostic; it is when the service goes, in the same publish that
-// removes the service, and the cache keeps the subset.
-func TestSubsetNameTakenByAService(t *testing.T) {
+// A service named like a subset's cluster (web/v1) cannot take it over,
+// whichever source publishes it: the name is refused with a diagnostic
+// and counted, never merged, and web/v1 stays web's subset, with web's
+// hosts. When the service goes, so do its diagnostic and count.
+func TestServiceNamedLikeASubsetRefused(t *testing.T) {
 	cache := xds.NewCache()
 	l := run(t, Options{Sources: []string{"a", "policy"}, Quiet: time.Millisecond}, cache)
 	clusters := func() []string {
@@ -219,32 +220,42 @@ func TestSubsetNameTakenByAService(t *testing.T) {
 		}
 	}
 	waitFor("web", "web/v1", "web/v2")
-	if got := cache.Get(xds.EndpointType, "web/v1"); got == nil || len(got.(*endpoint.ClusterLoadAssignment).GetEndpoints()) != 1 {
-		t.Fatalf("web/v1's assignment is not the service's: %v", got)
+	subsetHosts := func() []uint32 {
+		cla, _ := cache.Get(xds.EndpointType, "web/v1").(*endpoint.ClusterLoadAssignment)
+		var ports []uint32
+		for _, g := range cla.GetEndpoints() {
+			for _, e := range g.GetLbEndpoints() {
+				ports = append(ports, e.GetEndpoint().GetAddress().GetSocketAddress().GetPortValue())
+			}
+		}
+		return ports
 	}
-	var found bool
-	for _, d := range l.Diagnostics()["web"] {
-		found = found || strings.Contains(d.Message, `"web/v1" is a service's`)
+	if d := cmp.Diff([]uint32{1}, subsetHosts()); d != "" {
+		t.Fatalf("web/v1's hosts are not web's (-want +got):\n%s", d)
 	}
-	if !found {
-		t.Errorf("no diagnostic for the taken subset: %v", l.Diagnostics()["web"])
+	diags := l.Diagnostics()["web/v1"]
+	if len(diags) != 1 || diags[0].Field != "name" || !strings.Contains(diags[0].Message, `source "a": name: service name "web/v1" contains "/"`) {
+		t.Errorf("diagnostics of web/v1: %v", diags)
 	}
-	// The service goes: the subset takes its name, nothing is left deleted.
-	publish(t, l, "a", service("web", 1, 3))
-	waitFor("web", "web/v1", "web/v2")
-	time.Sleep(50 * time.Millisecond)
-	if got := cache.Get(xds.EndpointType, "web/v1"); got == nil || len(got.(*endpoint.ClusterLoadAssignment).GetEndpoints()[0].GetLbEndpoints()) != 2 {
-		t.Fatalf("web/v1 is not web's subset after the service went: %v", got)
+	if n := testutil.ToFloat64(l.m.refusedNames.WithLabelValues("a")); n != 1 {
+		t.Errorf("refused names of a: %v, want 1", n)
 	}
-	// And back: the service takes it again; dropping v1 from the policy
-	// does not delete the service's cluster.
+	if d := l.Diagnostics()["web"]; len(d) != 0 {
+		t.Errorf("web diagnostics %v", d)
+	}
+	// web's hosts change: its subset follows them, not the refused name.
 	publish(t, l, "a", service("web", 1, 3), service("web/v1", 2))
-	time.Sleep(50 * time.Millisecond)
-	publishPolicy(t, l, "policy", map[string]policy.Service{"web": {Subsets: map[string]policy.Subset{"v2": {}}}})
-	waitFor("web", "web/v1", "web/v2")
-	time.Sleep(50 * time.Millisecond)
-	if got := cache.Get(xds.EndpointType, "web/v1"); got == nil || len(got.(*endpoint.ClusterLoadAssignment).GetEndpoints()[0].GetLbEndpoints()) != 1 {
-		t.Fatalf("web/v1 is not the service's: %v", got)
+	deadline := time.Now().Add(5 * time.Second)
+	for !cmp.Equal(subsetHosts(), []uint32{1, 3}) {
+		if time.Now().After(deadline) {
+			t.Fatalf("web/v1's hosts %v, want web's 1, 3", subsetHosts())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	publish(t, l, "a", service("web", 1, 3))
+	waitTrue(t, func() bool { return testutil.ToFloat64(l.m.refusedNames.WithLabelValues("a")) == 0 })
+	if d := l.Diagnostics()["web/v1"]; len(d) != 0 {
+		t.Errorf("web/v1 diagnostics after it went: %v", d)
 	}
 }
 

@@ -1,7 +1,9 @@
 package bridge
 
 import (
+	"maps"
 	"reflect"
+	"slices"
 	"sort"
 
 	"github.com/xdsbridge/xdsbridge/healthcheck"
@@ -34,6 +36,12 @@ func (l *Loop) addNamingDependents(names []string, merged map[string]mergedServi
 		if merged[name].keep {
 			pol, _ := l.policyFor(name)
 			l.setDeps(name, pol)
+			if _, was := l.published[name]; !was {
+				// Those naming it were black holes: no longer.
+				for d := range l.routeDeps.by[name] {
+					more = append(more, d)
+				}
+			}
 			continue
 		}
 		if _, was := l.published[name]; was {
@@ -90,6 +98,9 @@ func (l *Loop) translateAll(names []string, merged map[string]mergedService) tra
 				t.removed = append(t.removed, name)
 			}
 			delete(l.refused, name)
+			l.setBlackHoles(name, nil)
+			l.setFailoverAdded(name, 0)
+			delete(l.failoverDenied, name)
 			l.setDiags(name, nil)
 			l.setFailoverDeps(name, nil)
 			l.routeDeps.set(name, nil)
@@ -105,42 +116,116 @@ func (l *Loop) translateAll(names []string, merged map[string]mergedService) tra
 		own, _ := l.policyFor(name)
 		pol, held := l.effectivePolicy(name)
 		opts := translate.Options{DefaultLocality: l.opts.DefaultLocality[l.owner(name)], Policy: pol, Failover: l.failoverTargets(name, own, merged), Targets: l.routeTargets(name, own), GRPCCertificateProvider: l.opts.GRPCCertificateProvider}
-		if old, was := l.published[name]; was && !l.refused[name] && !l.retranslate[name] && reflect.DeepEqual(old, svc) && reflect.DeepEqual(l.pubOpts[name], opts) && reflect.DeepEqual(l.held[name], held) {
+		opts.Absent = l.absentTargets(name, own, merged)
+		if old, was := l.published[name]; was && !l.forceTranslate && !l.refused[name] && reflect.DeepEqual(old, svc) && reflect.DeepEqual(l.pubOpts[name], opts) && reflect.DeepEqual(l.held[name], held) {
 			// Its policy may have moved to another key or source with
 			// the same content: the status page says where it is now.
 			l.snap.setPolicyFrom(name, l.policyFrom(name, opts))
 			continue
 		}
-		r := opts.ServiceWithin(svc, l.opts.Limits)
-		r.Diagnostics = append(r.Diagnostics, held...)
-		l.dropCollidingSubsets(name, &r)
-		l.setDiags(name, r.Diagnostics)
-		for _, d := range r.Diagnostics {
-			l.log.Warn("translation diagnostic", "service", d.Service, "field", d.Field, "message", d.Message)
-		}
-		for limit, n := range r.Exceeded {
-			l.m.limitExceeded.WithLabelValues(limit).Add(float64(n))
-		}
-		if r.Refused {
-			l.m.refused.Inc()
-			l.refused[name] = true
-			_, was := l.published[name]
-			l.log.Error("service over the translation limits; serving its last published version", "service", name, "has_published_version", was)
-			continue
-		}
-		if err := r.Validate(); err != nil {
-			l.m.invalid.Inc()
-			l.refused[name] = true
-			l.log.Error("generated resource failed validation; serving the last valid one", "service", name, "error", err)
-			continue
-		}
-		delete(l.refused, name)
-		t.changed = append(t.changed, r.Resources)
-		t.inputs[name] = svc
-		t.opts[name] = opts
-		t.held[name] = held
+		l.translateOne(name, svc, opts, held, &t)
 	}
+	l.retryFailoverDenied(&t)
 	return t
+}
+
+// translateOne translates one service within the limits and the failover
+// budget the rest of the catalog leaves it, and adds it to t unless it is
+// refused (over the limits, or failing validation: its last published
+// version stays).
+func (l *Loop) translateOne(name string, svc sources.Service, opts translate.Options, held []translate.Diagnostic, t *translation) {
+	budget := max(l.opts.Limits.MaxFailoverEndpoints-(l.failoverTotal-l.failoverAdded[name]), 0)
+	r := opts.ServiceWithinBudget(svc, l.opts.Limits, budget)
+	r.Diagnostics = append(r.Diagnostics, held...)
+	l.setDiags(name, r.Diagnostics)
+	for _, d := range r.Diagnostics {
+		l.log.Warn("translation diagnostic", "service", d.Service, "field", d.Field, "message", d.Message)
+	}
+	for limit, n := range r.Exceeded {
+		l.m.limitExceeded.WithLabelValues(limit).Add(float64(n))
+	}
+	if r.Refused {
+		l.m.refused.Inc()
+		l.refused[name] = true
+		_, was := l.published[name]
+		l.log.Error("service over the translation limits; serving its last published version", "service", name, "has_published_version", was)
+		return
+	}
+	if err := r.Validate(); err != nil {
+		l.m.invalid.Inc()
+		l.refused[name] = true
+		l.log.Error("generated resource failed validation; serving the last valid one", "service", name, "error", err)
+		return
+	}
+	delete(l.refused, name)
+	l.setBlackHoles(name, r.BlackHoles)
+	l.setFailoverAdded(name, r.FailoverEndpoints)
+	if r.Exceeded[translate.LimitFailoverEndpoints] > 0 {
+		l.failoverDenied[name] = budget // the room that was too small
+	} else {
+		delete(l.failoverDenied, name)
+	}
+	t.changed = append(t.changed, r.Resources)
+	t.inputs[name] = svc
+	t.opts[name] = opts
+	t.held[name] = held
+}
+
+// setBlackHoles records the black holes of a published service's policy
+// (translate.Result.BlackHoles) in the xdsbridge_black_holes gauge.
+func (l *Loop) setBlackHoles(name string, holes map[string]int) {
+	for kind, n := range l.blackHoles[name] {
+		l.m.blackHoles.WithLabelValues(kind).Sub(float64(n))
+	}
+	for kind, n := range holes {
+		l.m.blackHoles.WithLabelValues(kind).Add(float64(n))
+	}
+	if len(holes) == 0 {
+		delete(l.blackHoles, name)
+	} else {
+		l.blackHoles[name] = holes
+	}
+}
+
+// setFailoverAdded records how many hosts the failover of a published
+// service adds (its share of max_failover_endpoints).
+func (l *Loop) setFailoverAdded(name string, n int) {
+	l.failoverTotal += n - l.failoverAdded[name]
+	if n == 0 {
+		delete(l.failoverAdded, name)
+	} else {
+		l.failoverAdded[name] = n
+	}
+	l.m.failoverEndpoints.Set(float64(l.failoverTotal))
+}
+
+// retryFailoverDenied translates again, once, the services whose failover
+// max_failover_endpoints left out, if there is more room now than when it
+// was left out (a failover shrank or went away): in name order, each
+// takes what it fits.
+func (l *Loop) retryFailoverDenied(t *translation) {
+	for _, name := range slices.Sorted(maps.Keys(l.failoverDenied)) {
+		room := l.opts.Limits.MaxFailoverEndpoints - (l.failoverTotal - l.failoverAdded[name])
+		if room <= l.failoverDenied[name] {
+			continue
+		}
+		svc, inFlush := t.inputs[name]
+		opts, held := t.opts[name], t.held[name]
+		if !inFlush {
+			var ok bool
+			if svc, ok = l.published[name]; !ok {
+				continue
+			}
+			opts, held = l.pubOpts[name], l.held[name]
+		}
+		n := len(t.changed)
+		l.translateOne(name, svc, opts, held, t)
+		if inFlush && len(t.changed) > n {
+			// The new translation replaces the one of this flush.
+			i := slices.IndexFunc(t.changed, func(c translate.Resources) bool { return c.Cluster.GetName() == name })
+			t.changed = slices.Delete(t.changed, i, i+1)
+		}
+	}
 }
 
 // policyFrom is where the policy of service n, translated with opts, is

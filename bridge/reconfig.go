@@ -91,8 +91,8 @@ func (l *Loop) applyReconfig(rc *Reconfig) bool {
 	// pushes only what comes out different.
 	for _, n := range l.knownServices() {
 		l.dirty[n] = true
-		l.retranslate[n] = true
 	}
+	l.forceTranslate = true
 	return true
 }
 

@@ -223,11 +223,11 @@ func TestLoad(t *testing.T) {
 }
 
 func TestLimits(t *testing.T) {
-	c, err := Parse([]byte(minimal+"limits: {max_metadata_depth: 32, max_metadata_bytes: 1000, max_hostname_bytes: 63, max_name_bytes: 100, max_resource_bytes: 4177920}\n"), "", known)
+	c, err := Parse([]byte(minimal+"limits: {max_metadata_depth: 32, max_metadata_bytes: 1000, max_hostname_bytes: 63, max_name_bytes: 100, max_resource_bytes: 4177920, max_assignment_endpoints: 500, max_failover_endpoints: 20000}\n"), "", known)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := translate.Limits{MaxMetadataDepth: 32, MaxMetadataBytes: 1000, MaxHostnameBytes: 63, MaxNameBytes: 100, MaxResourceBytes: 4177920}
+	want := translate.Limits{MaxMetadataDepth: 32, MaxMetadataBytes: 1000, MaxHostnameBytes: 63, MaxNameBytes: 100, MaxResourceBytes: 4177920, MaxAssignmentEndpoints: 500, MaxFailoverEndpoints: 20000}
 	if c.Limits != want {
 		t.Errorf("limits %+v, want %+v", c.Limits, want)
 	}
@@ -241,6 +241,9 @@ func TestLimits(t *testing.T) {
 	want.MaxResourceBytes, want.MaxMetadataBytes = 8192, 8192
 	if c.Limits != want {
 		t.Errorf("limits %+v, want %+v", c.Limits, want)
+	}
+	if _, err := Parse([]byte(minimal+"limits: {max_failover_endpoints: -1}\n"), "", known); err == nil || !strings.Contains(err.Error(), "limits.max_failover_endpoints: -1 is not in 1..100000000") {
+		t.Errorf("max_failover_endpoints -1: %v", err)
 	}
 }
 

@@ -338,7 +338,21 @@ func ValidateEndpoint(field string, e Endpoint) error {
 	return nil
 }
 
-// ValidateServiceName checks a service (cluster) name.
+// DerivedNameSeparator is what the names the bridge derives from a
+// service name join it to the rest with: a subset's cluster and
+// assignment are "<service>/<subset>" (translate.SubsetCluster). No
+// service name may hold it (ValidateServiceName), so the names derived
+// from services and the names of services are disjoint by construction:
+// whatever a registry lets one register, it cannot take over a subset's
+// cluster (and its share of the traffic). The other resources of a
+// service (its listener and route configuration for gRPC clients) are
+// named exactly as the service.
+const DerivedNameSeparator = "/"
+
+// ValidateServiceName checks a service (cluster) name: 1 to 255 bytes, no
+// whitespace or control characters, and no DerivedNameSeparator. Every
+// source applies it, and the merge loop refuses, with a diagnostic, a
+// service of any source whose name fails it.
 func ValidateServiceName(field, name string) error {
 	if name == "" {
 		return fmt.Errorf("%s: empty service name", field)
@@ -350,6 +364,9 @@ func ValidateServiceName(field, name string) error {
 		if r <= ' ' || r == 0x7f {
 			return fmt.Errorf("%s: service name %q contains whitespace or control characters", field, name)
 		}
+	}
+	if strings.Contains(name, DerivedNameSeparator) {
+		return fmt.Errorf("%s: service name %q contains %q, which only the names the bridge derives hold (a subset's cluster is <service>/<subset>); a service must not be able to take one over", field, name, DerivedNameSeparator)
 	}
 	return nil
 }

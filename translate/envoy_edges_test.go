@@ -46,7 +46,7 @@ services:
   ring-large:
     load_balancer:
       policy: ring_hash
-      ring_hash: {minimum_ring_size: 8388608, maximum_ring_size: 8388608}
+      ring_hash: {minimum_ring_size: 131072, maximum_ring_size: 8388608}
       hash_policies: [{cookie: {name: session}}]
   maglev:
     load_balancer: {policy: maglev, hash_policies: [{header: ":authority"}]}

@@ -62,6 +62,20 @@ type Limits struct {
 	// around one resource is ~190 bytes plus the name); Envoy sets no
 	// limit by default. Default 1 MiB; at most 4 MiB - 16 KiB.
 	MaxResourceBytes int `json:"max_resource_bytes"`
+	// MaxAssignmentEndpoints bounds the hosts of one assignment (a
+	// service's or a subset's) once its policy's failover targets are
+	// added: a target that would take it over adds nothing, with a
+	// Diagnostic. The service's own hosts are never dropped, however
+	// many. Default 10,000; 1..1,000,000.
+	MaxAssignmentEndpoints int `json:"max_assignment_endpoints"`
+	// MaxFailoverEndpoints bounds the hosts failover targets add across
+	// the whole catalog (every service's and subset's assignments): one
+	// policy such as `"*": {failover: [{service: big}]}` would otherwise
+	// copy big's hosts into every service. Failover already published
+	// keeps its hosts; a service whose failover would go over adds
+	// nothing, with a Diagnostic, until there is room. Default 100,000;
+	// 1..100,000,000.
+	MaxFailoverEndpoints int `json:"max_failover_endpoints"`
 }
 
 // Defaults and ceilings of Limits. The ceilings are what clients accept.
@@ -71,6 +85,13 @@ const (
 	DefaultMaxHostnameBytes = 253
 	DefaultMaxNameBytes     = 255
 	DefaultMaxResourceBytes = 1 << 20
+	// DefaultMaxAssignmentEndpoints and DefaultMaxFailoverEndpoints are
+	// far above what a catalog's failover adds when it fails over to
+	// backups of its own size.
+	DefaultMaxAssignmentEndpoints = 10_000
+	DefaultMaxFailoverEndpoints   = 100_000
+	CeilingAssignmentEndpoints    = 1_000_000
+	CeilingFailoverEndpoints      = 100_000_000
 
 	// CeilingMetadataDepth is the deepest metadata Envoy 1.40.0 unpacks in
 	// a ClusterLoadAssignment (measured: 32 accepted, 33 rejected).
@@ -92,6 +113,10 @@ const (
 	LimitHostnameBytes = "max_hostname_bytes"
 	LimitNameBytes     = "max_name_bytes"
 	LimitResourceBytes = "max_resource_bytes"
+	// LimitAssignmentEndpoints and LimitFailoverEndpoints count the
+	// failover targets dropped.
+	LimitAssignmentEndpoints = "max_assignment_endpoints"
+	LimitFailoverEndpoints   = "max_failover_endpoints"
 	// LimitEncoding counts strings that are not UTF-8 (a client cannot
 	// decode them, nor the cache encode them): dropped like the other
 	// limits, and refusing the service where nothing can be dropped.
@@ -106,6 +131,9 @@ func DefaultLimits() Limits {
 		MaxHostnameBytes: DefaultMaxHostnameBytes,
 		MaxNameBytes:     DefaultMaxNameBytes,
 		MaxResourceBytes: DefaultMaxResourceBytes,
+
+		MaxAssignmentEndpoints: DefaultMaxAssignmentEndpoints,
+		MaxFailoverEndpoints:   DefaultMaxFailoverEndpoints,
 	}
 }
 
@@ -122,6 +150,8 @@ func (l Limits) WithDefaults() Limits {
 		{&l.MaxHostnameBytes, &d.MaxHostnameBytes},
 		{&l.MaxNameBytes, &d.MaxNameBytes},
 		{&l.MaxResourceBytes, &d.MaxResourceBytes},
+		{&l.MaxAssignmentEndpoints, &d.MaxAssignmentEndpoints},
+		{&l.MaxFailoverEndpoints, &d.MaxFailoverEndpoints},
 	} {
 		if *f.v == 0 {
 			*f.v = *f.def
@@ -144,6 +174,8 @@ func (l Limits) Check() error {
 		{LimitResourceBytes, l.MaxResourceBytes, MinResourceBytes, CeilingResourceBytes, "grpc-go receives at most 4 MiB"},
 		{LimitMetadataBytes, l.MaxMetadataBytes, 1, l.MaxResourceBytes, "not above " + LimitResourceBytes},
 		{LimitHostnameBytes, l.MaxHostnameBytes, 1, l.MaxResourceBytes, "not above " + LimitResourceBytes},
+		{LimitAssignmentEndpoints, l.MaxAssignmentEndpoints, 1, CeilingAssignmentEndpoints, "bounds failover's copies"},
+		{LimitFailoverEndpoints, l.MaxFailoverEndpoints, 1, CeilingFailoverEndpoints, "bounds failover's copies"},
 	} {
 		if f.v < f.lo || f.v > f.hi {
 			return fmt.Errorf("%s: %d is not in %d..%d (%s)", f.name, f.v, f.lo, f.hi, f.why)
@@ -160,6 +192,12 @@ type Result struct {
 	// Exceeded counts, per limit name (LimitMetadataDepth, ...), what each
 	// limit dropped or refused. Nil when nothing was.
 	Exceeded map[string]int
+	// BlackHoles counts, by kind (BlackHoleRoute, ...), the references of
+	// the policy to services no source publishes. Nil when none.
+	BlackHoles map[string]int
+	// FailoverEndpoints is how many hosts the failover targets added, over
+	// the service's assignment and its subsets'.
+	FailoverEndpoints int
 	// Refused is set when nothing of the service can be served within the
 	// limits: its name, or the encoding of one of its resources, is over
 	// them. A Diagnostic says why; the previous version, if any, is what
@@ -180,6 +218,14 @@ func ServiceWithin(s sources.Service, lim Limits) Result { return Options{}.Serv
 // and Resources.Subsets its subsets (see subset.go); the size limit holds
 // for every subset resource too.
 func (o Options) ServiceWithin(s sources.Service, lim Limits) Result {
+	return o.ServiceWithinBudget(s, lim, -1)
+}
+
+// ServiceWithinBudget is ServiceWithin with a bound on the hosts the
+// failover targets may add to the service's assignments, its share of
+// lim.MaxFailoverEndpoints that the rest of the catalog leaves (the merge
+// loop keeps the count); a negative budget is no bound.
+func (o Options) ServiceWithinBudget(s sources.Service, lim Limits, budget int) Result {
 	lim = lim.WithDefaults()
 	var r Result
 	if n := len(s.Name); n > lim.MaxNameBytes || !utf8.ValidString(s.Name) {
@@ -193,7 +239,8 @@ func (o Options) ServiceWithin(s sources.Service, lim Limits) Result {
 	}
 	cla, diags := o.LoadAssignment(s)
 	r.Diagnostics = diags
-	r.Diagnostics = append(r.Diagnostics, o.appendFailover(s.Name, cla, true)...)
+	own := len(cla.Endpoints)
+	added := r.failover(o, s.Name, cla, true, lim, budget)
 	r.limitEndpoints(s.Name, cla, lim)
 	if r.Refused {
 		return r
@@ -204,9 +251,13 @@ func (o Options) ServiceWithin(s sources.Service, lim Limits) Result {
 	if size > lim.MaxMetadataBytes && r.limitMetadataBytes(s.Name, cla, lim) {
 		size = proto.Size(cla)
 	}
+	size = r.dropFailoverOverSize(s.Name, "cluster_load_assignment", cla, own, added, size, lim)
 	c, cdiags := o.ServiceCluster(s.Name)
 	r.Diagnostics = append(r.Diagnostics, cdiags...)
-	rc, routeDiags := routeConfig(s.Name, o.Policy, o.Targets)
+	pol, holeDiags, holes := o.blackHoles(s.Name)
+	r.Diagnostics = append(r.Diagnostics, holeDiags...)
+	r.BlackHoles = holes
+	rc, routeDiags := routeConfig(s.Name, pol, o.Targets)
 	r.Diagnostics = append(r.Diagnostics, routeDiags...)
 	res := Resources{Cluster: c, Load: cla, Listener: APIListener(s.Name), Route: rc}
 	type sized struct {
@@ -223,7 +274,8 @@ func (o Options) ServiceWithin(s sources.Service, lim Limits) Result {
 		subs, sdiags := o.subsets(s, c)
 		r.Diagnostics = append(r.Diagnostics, sdiags...)
 		for _, sub := range subs {
-			o.appendFailover(s.Name, sub.Load, false)
+			subOwn := len(sub.Load.Endpoints)
+			subAdded := r.failover(o, s.Name, sub.Load, false, lim, budget)
 			// A subset's endpoints are some of the service's, which passed
 			// the same limits: what they drop again was reported (and
 			// counted) once, for the service's own assignment.
@@ -238,6 +290,7 @@ func (o Options) ServiceWithin(s sources.Service, lim Limits) Result {
 				subSize = proto.Size(sub.Load)
 			}
 			name := strings.TrimPrefix(sub.Cluster.GetName(), s.Name+"/")
+			subSize = r.dropFailoverOverSize(s.Name, "subsets."+name+".cluster_load_assignment", sub.Load, subOwn, subAdded, subSize, lim)
 			sizes = append(sizes,
 				sized{"subsets." + name + ".cluster", proto.Size(sub.Cluster)},
 				sized{"subsets." + name + ".cluster_load_assignment", subSize})
@@ -252,6 +305,40 @@ func (o Options) ServiceWithin(s sources.Service, lim Limits) Result {
 	}
 	r.Resources = res
 	return r
+}
+
+// failover adds the failover targets' hosts to cla within the limits and
+// what is left of budget (negative: none), counts them, and returns how
+// many it added.
+func (r *Result) failover(o Options, service string, cla *endpoint.ClusterLoadAssignment, report bool, lim Limits, budget int) int {
+	if budget >= 0 {
+		budget = max(budget-r.FailoverEndpoints, 0)
+	}
+	diags, added, over := o.appendFailover(service, cla, report, lim, budget)
+	r.Diagnostics = append(r.Diagnostics, diags...)
+	r.FailoverEndpoints += added
+	for limit, n := range over {
+		if r.Exceeded == nil {
+			r.Exceeded = map[string]int{}
+		}
+		r.Exceeded[limit] += n
+	}
+	return added
+}
+
+// dropFailoverOverSize takes the failover hosts (the groups after the
+// first own) out of an assignment that encodes to more than
+// MaxResourceBytes with them, so that the failover, not the service's own
+// hosts, is what the size limit refuses. It returns the size.
+func (r *Result) dropFailoverOverSize(service, field string, cla *endpoint.ClusterLoadAssignment, own, added, size int, lim Limits) int {
+	if size <= lim.MaxResourceBytes || len(cla.Endpoints) <= own {
+		return size
+	}
+	cla.Endpoints = cla.Endpoints[:own]
+	r.FailoverEndpoints -= added
+	r.exceed(LimitResourceBytes)
+	r.Diagnostics = append(r.Diagnostics, Diagnostic{service, field, fmt.Sprintf("encodes to %d bytes with its %d failover hosts, more than %s %d; failover dropped (the service's own hosts stay)", size, added, LimitResourceBytes, lim.MaxResourceBytes)})
+	return proto.Size(cla)
 }
 
 func (r *Result) exceed(limit string) {

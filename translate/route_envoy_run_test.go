@@ -26,11 +26,12 @@ import (
 // runEnvoy starts Envoy with one listener per route configuration, each
 // holding it inline, and the rig's backends as clusters; it returns the
 // listeners' addresses by route name once Envoy is ready. Envoy picks its
-// ports (0) and names them: ports picked beforehand may be taken.
-func runEnvoy(t *testing.T, rig *grpcRig, rcs map[string]*route.RouteConfiguration) map[string]string {
+// ports (0) and names them: ports picked beforehand may be taken. The
+// clusters in missing are left out, as clusters nobody publishes.
+func runEnvoy(t *testing.T, rig *grpcRig, rcs map[string]*route.RouteConfiguration, missing ...string) map[string]string {
 	t.Helper()
 	envoy := requireEnvoy(t)
-	er := envoyRig{ports: map[string]int{}, backend: func(c string) string { return rig.backend(t, c) }}
+	er := envoyRig{ports: map[string]int{}, backend: func(c string) string { return rig.backend(t, c) }, missing: missing}
 	for n := range rcs {
 		er.ports[n] = 0
 	}

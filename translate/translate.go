@@ -62,9 +62,10 @@ type SubsetResources struct {
 }
 
 // SubsetCluster is the name of the cluster (and assignment) of a subset:
-// the service's name, a slash, the subset's. Consul service names and
-// DNS names cannot hold a slash; a service of the file source named so
-// that it collides is a Diagnostic, and the subset is not published.
+// the service's name, sources.DerivedNameSeparator ("/"), the subset's.
+// No service name holds the separator (sources.ValidateServiceName, which
+// every source and the merge loop apply), so no service of any source can
+// be named like a subset's cluster.
 func SubsetCluster(service, subset string) string { return service + "/" + subset }
 
 // DefaultConnectTimeout is the connect timeout of generated clusters.
@@ -95,6 +96,10 @@ type Options struct {
 	// splits and redirect name (nil: the default policy), resolved by the
 	// merge loop; a service not in the map is taken as it is.
 	Targets map[string]*policy.Service
+	// Absent are the services the policy's routes, splits, redirect and
+	// failover name (and the failover targets of those) that no source
+	// publishes, sorted: black holes (blackhole.go). Nil: none.
+	Absent []string
 }
 
 // FailoverTarget is one failover target of a service's policy.

@@ -17,9 +17,11 @@ import (
 )
 
 // Hostile names: a service and the Envoy's node id. Rendered as text they
-// are inert; rendered as markup they would set window.pgPwned.
+// are inert; rendered as markup they would add a script element (and the
+// node id's would set window.pgPwned). A service name cannot hold "/"
+// (sources.ValidateServiceName): its script tag is left unclosed.
 const (
-	pgHostileService = `<script>window.pgPwned=1</script>`
+	pgHostileService = `<script>window.pgPwned=1<\script>`
 	pgHostileNode    = `pg-envoy<img src=x onerror="window.pgPwned=2"><script>window.pgPwned=3</script>`
 )
 

@@ -16,15 +16,7 @@ import (
 // must be rejected for (knownCauses' label). Once a fix is merged, its
 // policies run clean and must leave this list: a policy listed here that
 // runs clean fails the test, so does one rejected for another cause.
-var knownDefects = map[string]string{
-	"gen-s1-004.yaml":                         "failover-duplicate-address",
-	"gen-s1-042.consul.json":                  "failover-duplicate-address",
-	"gen-s1-058.consul.json":                  "failover-duplicate-address",
-	"gen-s1-092.consul.json":                  "failover-duplicate-address",
-	"hostile-failover-own-subset.consul.json": "failover-duplicate-address",
-	"hostile-failover-self.yaml":              "failover-duplicate-address",
-	"hostile-pattern-star-failover.yaml":      "failover-duplicate-address",
-}
+var knownDefects = map[string]string{}
 
 // loadCorpus reads dir: policy files (*.yaml) and Consul config entries
 // (*.consul.json), sorted by name.

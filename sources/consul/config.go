@@ -423,6 +423,9 @@ func (m Mapping) settings() (mappingSettings, error) {
 	if strings.ContainsAny(rest, "{}") {
 		return out, fmt.Errorf("mapping.cluster_name: %q has a placeholder other than {service}, {datacenter}", out.clusterName)
 	}
+	if strings.Contains(rest, sources.DerivedNameSeparator) {
+		return out, fmt.Errorf("mapping.cluster_name: %q holds %q, which only the names the bridge derives hold (a subset's cluster is <service>/<subset>)", out.clusterName, sources.DerivedNameSeparator)
+	}
 	if err := sources.ValidateServiceName("mapping.cluster_name", rest+"x"); err != nil {
 		return out, err
 	}

@@ -451,10 +451,10 @@ func (s *Source) snapshotLocked() []sources.Service {
 	}
 	out := make([]sources.Service, 0, len(byName))
 	for name, eps := range byName {
-		if err := sources.ValidateServiceName("cluster", name); err != nil {
-			s.log.Warn("skipping service with an unusable cluster name", "error", err)
-			continue
-		}
+		// Names are published as they are: the merge loop refuses, with a
+		// diagnostic and a count, those sources.ValidateServiceName
+		// refuses (a Consul service may be registered as "greeter/v1",
+		// the name of greeter's subset cluster).
 		// Local datacenter first, then failover order: the first of a host
 		// listed twice is the one of the lower priority.
 		out = append(out, sources.Service{Name: name, Endpoints: sources.Normalize(eps)})

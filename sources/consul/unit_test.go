@@ -96,6 +96,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{`{"mapping": {"warning": "sad"}}`, "mapping.warning"},
 		{`{"mapping": {"cluster_name": "{datacenter}"}}`, "mapping.cluster_name"},
 		{`{"mapping": {"cluster_name": "{service}.{zone}"}}`, "mapping.cluster_name"},
+		{`{"mapping": {"cluster_name": "{service}/{datacenter}"}}`, `mapping.cluster_name: "{service}/{datacenter}" holds "/"`},
 		{`{"address": "unix:///tmp/consul.sock"}`, "address"},
 		{`{"max_stale": "2h"}`, "max_stale: 2h is not in 0s..1h"},
 		{`{"retry_min": "1us"}`, "retry_min: 1µs is not in 1ms..1m"},

@@ -44,6 +44,7 @@ func TestConfigErrors(t *testing.T) {
 		{"failure refresh too long", `{services: [{name: a, dns_failure_refresh_rate: 48h, hosts: [{name: a.test, port: 1}]}]}`, "services[0].dns_failure_refresh_rate: 48h is not in 1ms..24h"},
 		{"jitter too long", `{services: [{name: a, dns_jitter: 25h, hosts: [{name: a.test, port: 1}]}]}`, "services[0].dns_jitter: 25h is not in 0s..24h"},
 		{"bad service name", `{services: [{name: "a b", hosts: [{name: a.test, port: 1}]}]}`, "services[0].name"},
+		{"service named like a subset", `{services: [{name: "a/v1", hosts: [{name: a.test, port: 1}]}]}`, `services[0].name: service name "a/v1" contains "/"`},
 		{"duplicate service", `{services: [{name: a, hosts: [{name: a.test, port: 1}]}, {name: a, hosts: [{name: b.test, port: 1}]}]}`,
 			`services[1].name: duplicate service "a" (also services[0])`},
 		{"bad dns name", `{services: [{name: a, hosts: [{name: "a..test", port: 1}]}]}`, `services[0].hosts[0].name: "a..test" is not a valid DNS name`},

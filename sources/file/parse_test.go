@@ -197,6 +197,8 @@ func TestParseErrors(t *testing.T) {
 			[]string{"services.web.endpoints: 10.0.0.1:80 is listed twice"},
 		},
 		{"bad service name", "services:\n  \"my web\": {}\n", []string{`services.my web: service name "my web" contains whitespace`}},
+		{"service named like a subset", "services:\n  web: {}\n  web/v1: {}\n", []string{`services.web/v1: service name "web/v1" contains "/", which only the names the bridge derives hold`}},
+		{"assignment named like a subset", "cluster_load_assignments:\n  - cluster_name: web/v1\n", []string{`cluster_load_assignments[0].cluster_name: service name "web/v1" contains "/"`}},
 		{
 			"one IPv6 host spelled twice",
 			"services:\n  web:\n    endpoints:\n      - {address: \"2001:db8::1\", port: 80}\n      - {address: \"2001:DB8:0::1\", port: 80}\n",

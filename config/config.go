@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/xdsbridge/xdsbridge/config/decode"
 	"github.com/xdsbridge/xdsbridge/translate"
@@ -48,6 +49,34 @@ type Config struct {
 	// BaseDir is the directory the config was read from (relative paths in
 	// source configs are relative to it). Not part of the file.
 	BaseDir string `json:"-"`
+	// File is the path the config was loaded from, "" when parsed from
+	// memory: errors found after parsing (a source's block, a health
+	// check) name the file, and the line and column in it. Not part of
+	// the file.
+	File string `json:"-"`
+}
+
+// ErrorAt returns err naming the config file and the line and column of
+// the field it is about (decode.Locate), the field's path in the file
+// being prefix and then the path err names. err is the text that follows.
+// The file is read again for the line (errors are rare, and a config
+// holding its own text would differ from an equal one read elsewhere).
+func (c *Config) ErrorAt(prefix []string, about, err error) error {
+	var line, col int
+	if c.File != "" {
+		if data, rerr := os.ReadFile(c.File); rerr == nil {
+			line, col = decode.Locate(data, prefix, about)
+		}
+	}
+	switch {
+	case line > 0 && c.File != "":
+		return fmt.Errorf("%s: line %d, column %d: %w", c.File, line, col, err)
+	case line > 0:
+		return fmt.Errorf("line %d, column %d: %w", line, col, err)
+	case c.File != "":
+		return fmt.Errorf("%s: %w", c.File, err)
+	}
+	return err
 }
 
 // HealthChecks configures active health checking (see healthcheck/README.md).
@@ -73,7 +102,7 @@ type Locality struct {
 
 // XDS configures the xDS gRPC listener.
 type XDS struct {
-	Listen string `json:"listen"`
+	Listen string `json:"listen" want:"host:port"`
 	// TLS, when set, serves xDS over TLS (mTLS with client_ca_file).
 	// Absent: plaintext.
 	TLS *TLS `json:"tls"`
@@ -179,7 +208,7 @@ func (t *TLS) check(field string) error {
 
 // Admin configures the admin HTTP listener (/healthz, /readyz, /metrics, /debug/...).
 type Admin struct {
-	Listen string `json:"listen"`
+	Listen string `json:"listen" want:"host:port"`
 	// Timeouts of the admin HTTP server; 0 or absent: the default (see
 	// internal/app: 5s, 10s, 30s, 60s, 5s).
 	ReadHeaderTimeout decode.Duration `json:"read_header_timeout"`
@@ -270,11 +299,11 @@ func (c *Config) Locality(source Source) Locality {
 func (s *Source) UnmarshalJSON(b []byte) error {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(b, &m); err != nil {
-		return fmt.Errorf("want a mapping with a name and one source type: %w", err)
+		return fmt.Errorf("expected a mapping with a name and one source type (e.g. {name: static, file: {path: services.yaml}}), got %s", decode.Describe(b))
 	}
 	if n, ok := m["name"]; ok {
 		if err := json.Unmarshal(n, &s.Name); err != nil {
-			return fmt.Errorf("name: want a string, not %s", n)
+			return &decode.Error{Path: []string{"name"}, Msg: "expected a string, got " + decode.Describe(n)}
 		}
 		delete(m, "name")
 	}
@@ -285,7 +314,7 @@ func (s *Source) UnmarshalJSON(b []byte) error {
 	if dl, ok := m["default_locality"]; ok {
 		s.DefaultLocality = &Locality{}
 		if err := decode.JSONStrict(dl, s.DefaultLocality); err != nil {
-			return fmt.Errorf("default_locality: %w", err)
+			return decode.Under(err, "default_locality")
 		}
 		delete(m, "default_locality")
 	}
@@ -305,7 +334,7 @@ func (s *Source) UnmarshalJSON(b []byte) error {
 	sort.Strings(keys)
 	switch len(keys) {
 	case 0:
-		return errors.New("no source type given (want one of the source type keys, e.g. file:)")
+		return errors.New("no source type given (expected one source type key, e.g. file:)")
 	case 1:
 		s.Type, s.Raw = keys[0], m[keys[0]]
 		return nil
@@ -371,6 +400,9 @@ func Parse(data []byte, baseDir string, knownTypes []string) (*Config, error) {
 	c.BaseDir = baseDir
 	c.applyDefaults()
 	if err := c.validate(knownTypes); err != nil {
+		if line, col := decode.Locate(data, nil, err); line > 0 {
+			return nil, fmt.Errorf("line %d, column %d: %w", line, col, err)
+		}
 		return nil, err
 	}
 	return &c, nil
@@ -390,6 +422,7 @@ func Load(path string, knownTypes []string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	c.File = path
 	return c, nil
 }
 
@@ -496,6 +529,10 @@ func (c *Config) validate(knownTypes []string) error {
 		if s.Name == "" {
 			return fmt.Errorf("sources[%d].name: missing", i)
 		}
+		// The name is in logs, metrics, errors and the status page.
+		if strings.IndexFunc(s.Name, func(r rune) bool { return !strconv.IsPrint(r) || r == utf8.RuneError }) >= 0 {
+			return fmt.Errorf("sources[%d].name: %q: expected a name without control characters", i, s.Name)
+		}
 		if seen[s.Name] {
 			return fmt.Errorf("sources[%d].name: %q used twice", i, s.Name)
 		}
@@ -505,7 +542,11 @@ func (c *Config) validate(knownTypes []string) error {
 			known = known || t == s.Type
 		}
 		if !known {
-			return fmt.Errorf("sources[%d] (%s): unknown source type %q (known: %s)", i, s.Name, s.Type, strings.Join(knownTypes, ", "))
+			hint := ""
+			if m := decode.Suggest(s.Type, knownTypes); m != "" {
+				hint = fmt.Sprintf("did you mean %q? ", m)
+			}
+			return fmt.Errorf("sources[%d] (%s): unknown source type %q (%sknown: %s)", i, s.Name, s.Type, hint, strings.Join(knownTypes, ", "))
 		}
 	}
 	return nil
@@ -532,7 +573,7 @@ func checkProviderName(name string) error {
 func checkListen(addr string) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("%q is not host:port (e.g. \"127.0.0.1:18000\", \":18000\")", addr)
+		return fmt.Errorf("expected host:port (e.g. \"127.0.0.1:18000\", \":18000\"), got %q", addr)
 	}
 	p, err := strconv.ParseUint(port, 10, 16)
 	if err != nil || strconv.FormatUint(p, 10) != port {

@@ -109,11 +109,11 @@ func TestErrors(t *testing.T) {
 		{"unknown nested field", "xds: {lisen: ':1'}" + src, []string{`unknown field "lisen"`, "xds"}},
 		{"unknown debounce field", "debounce: {quite: 1s}" + src, []string{`unknown field "quite" in debounce`}},
 		{"unknown logging field", "logging: {formt: json}" + src, []string{`unknown field "formt" in logging`}},
-		{"wrong type of scalar", "xds: {listen: 18000}" + src, []string{"xds.listen", "cannot use a JSON number"}},
-		{"wrong type of block", "admin: [1]" + src, []string{"admin", "cannot use a JSON array"}},
-		{"wrong type of sources", "sources: {a: 1}", []string{"sources", "cannot use a JSON object"}},
+		{"wrong type of scalar", "xds: {listen: 18000}" + src, []string{"line 1, column 7: xds.listen: expected host:port, got 18000"}},
+		{"wrong type of block", "admin: [1]" + src, []string{"line 1, column 1: admin: expected a mapping, got a list"}},
+		{"wrong type of sources", "sources: {a: 1}", []string{"line 1, column 1: sources: expected a list, got a mapping"}},
 		{"source name not a string", "sources: [{name: [1], file: {}}]", []string{"sources[0]", "name"}},
-		{"source entry not a mapping", "sources: [file]", []string{"sources[0]", "want a mapping"}},
+		{"source entry not a mapping", "sources: [file]", []string{"line 1, column 11: sources[0]: expected a mapping with a name and one source type"}},
 		{"bogus duration", "debounce: {quiet: bogus}" + src, []string{"debounce.quiet", `invalid duration "bogus"`}},
 		{"negative duration", "debounce: {quiet: -5ms}" + src, []string{"debounce.quiet", "negative duration"}},
 		{"negative seconds", "debounce: {max: -1}" + src, []string{"debounce.max", "negative duration"}},
@@ -132,8 +132,8 @@ func TestErrors(t *testing.T) {
 		{"unknown source type", "sources: [{name: s, consul: {}}]", []string{"sources[0] (s)", `unknown source type "consul"`, "known: dns, file"}},
 		{"yaml syntax error", "xds:\n  listen: [\n", []string{"line"}},
 		{"unknown limits field", "limits: {max_depth: 3}" + src, []string{`unknown field "max_depth" in limits`}},
-		{"limit of wrong type", "limits: {max_metadata_depth: deep}" + src, []string{"limits.max_metadata_depth", "cannot use a JSON string"}},
-		{"fractional limit", "limits: {max_hostname_bytes: 2.5}" + src, []string{"limits.max_hostname_bytes", "cannot use a JSON number"}},
+		{"limit of wrong type", "limits: {max_metadata_depth: deep}" + src, []string{`line 1, column 10: limits.max_metadata_depth: expected a whole number, got a string`}},
+		{"fractional limit", "limits: {max_hostname_bytes: 2.5}" + src, []string{"line 1, column 10: limits.max_hostname_bytes: expected a whole number, got 2.5"}},
 		{"metadata depth over what Envoy unpacks", "limits: {max_metadata_depth: 33}" + src, []string{"limits.max_metadata_depth: 33 is not in 1..32", "Envoy"}},
 		{"negative limit", "limits: {max_metadata_depth: -1}" + src, []string{"limits.max_metadata_depth: -1 is not in 1..32"}},
 		{"name over what sources accept", "limits: {max_name_bytes: 300}" + src, []string{"limits.max_name_bytes: 300 is not in 1..255"}},
@@ -142,7 +142,7 @@ func TestErrors(t *testing.T) {
 		{"metadata over the resource limit", "limits: {max_resource_bytes: 10000, max_metadata_bytes: 20000}" + src, []string{"limits.max_metadata_bytes: 20000 is not in 1..10000"}},
 		{"hostname over the resource limit", "limits: {max_hostname_bytes: 2000000}" + src, []string{"limits.max_hostname_bytes: 2000000 is not in 1..1048576"}},
 		{"unknown default_locality field", "default_locality: {regoin: r}" + src, []string{`unknown field "regoin" in default_locality`}},
-		{"default_locality of wrong type", "default_locality: {zone: 1}" + src, []string{"default_locality.zone", "cannot use a JSON number"}},
+		{"default_locality of wrong type", "default_locality: {zone: 1}" + src, []string{"line 1, column 20: default_locality.zone: expected a string, got 1"}},
 		{"unknown source default_locality field", "sources: [{name: s, file: {}, default_locality: {subzone: a}}]", []string{"sources[0]", "default_locality", `unknown field "subzone"`}},
 		{"source default_locality not a mapping", "sources: [{name: s, file: {}, default_locality: r1}]", []string{"sources[0]", "default_locality"}},
 		// Security (#12).
@@ -401,8 +401,8 @@ func TestGRPCCertificateProvider(t *testing.T) {
 		"xds: {grpc_certificate_provider: ' ca'}":         {"xds.grpc_certificate_provider", "whitespace"},
 		"xds: {grpc_certificate_provider: \"ca\\t\"}":     {"xds.grpc_certificate_provider", "whitespace"},
 		"xds: {grpc_certificate_provider: \"c\\x01a\"}":   {"xds.grpc_certificate_provider", "control characters"},
-		"xds: {grpc_certificate_provider: 7}":             {"xds.grpc_certificate_provider", "cannot use a JSON number"},
-		"xds: {grpc_certificate_provider: [ca]}":          {"xds.grpc_certificate_provider", "cannot use a JSON array"},
+		"xds: {grpc_certificate_provider: 7}":             {"line 1, column 7: xds.grpc_certificate_provider: expected a string, got 7"},
+		"xds: {grpc_certificate_provider: [ca]}":          {"line 1, column 7: xds.grpc_certificate_provider: expected a string, got a list"},
 		"xds: {grpc_certificate_providers: ca}":           {`unknown field "grpc_certificate_providers" in xds`},
 	} {
 		_, err := Parse([]byte(doc+"\nsources: [{name: s, file: {}}]\n"), "", known)
@@ -425,11 +425,35 @@ func TestTdKeyCase(t *testing.T) {
 		{"Sources:\n  - name: static\n    file: {path: services.yaml}\n", `unknown field "Sources" (keys are case-sensitive: did you mean "sources"?)`},
 		{minimal + "debounce: {Quiet: 1s}\n", `unknown field "Quiet" in debounce (keys are case-sensitive: did you mean "quiet"?)`},
 		{minimal + "xds: {tls: {Cert_File: a}}\n", `unknown field "Cert_File" in xds.tls (keys are case-sensitive: did you mean "cert_file"?)`},
-		{"sources:\n  - name: static\n    file: {path: s.yaml}\n    default_locality: {Zone: a}\n", `unknown field "Zone" (keys are case-sensitive: did you mean "zone"?)`},
+		{"sources:\n  - name: static\n    file: {path: s.yaml}\n    default_locality: {Zone: a}\n", `line 4, column 24: unknown field "Zone" in sources[0].default_locality (keys are case-sensitive: did you mean "zone"?)`},
 	} {
 		_, err := Parse([]byte(tc.in), "/etc", known)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+// Errors of the config file, from decoding or from its checks, name the
+// line and column of the field and say what was expected in YAML terms.
+func TestConfigErrorsNameLineAndColumn(t *testing.T) {
+	const src = "sources:\n  - name: s\n    file: {}\n"
+	for _, tc := range []struct{ in, want string }{
+		{"xds:\n  listen: 18000\n" + src, "line 2, column 3: xds.listen: expected host:port, got 18000"},
+		{"xds:\n  listen: localhost\n" + src, `line 2, column 3: xds.listen: expected host:port (e.g. "127.0.0.1:18000", ":18000"), got "localhost"`},
+		{"- xds: {}\n", "line 1, column 1: expected a mapping, got a list"},
+		{src + "logging:\n  format: xml\n", `line 5, column 3: logging.format: "xml" is not one of text, json`},
+		{src + "debounce: {quiet: 1h}\n", "line 4, column 12: debounce.quiet: 1h is not in 1ms..5s"},
+		{"sources:\n  - name: s\n    fiel: {}\n", `line 2, column 5: sources[0] (s): unknown source type "fiel" (did you mean "file"? known: dns, file)`},
+		{"sources:\n  - name: [s]\n    file: {}\n", "line 2, column 5: sources[0].name: expected a string, got a list"},
+		{"xds:\n  lisen: ':1'\n" + src, `line 2, column 3: unknown field "lisen" in xds (did you mean "listen"?)`},
+		{src + "health_checks: {workers: 1e99}\n", "line 4, column 17: health_checks.workers: expected a whole number, got 1e+99"},
+		{"sources:\n  - name: \"a\\x1b[31mX\"\n    file: {}\n", `line 2, column 5: sources[0].name: "a\x1b[31mX": expected a name without control characters`},
+		{src + "health_checks: {workers: .nan}\n", "line 4, column 17: health_checks.workers: expected a finite number, got .nan"},
+	} {
+		_, err := Parse([]byte(tc.in), "/etc", known)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%q:\n got %v\nwant %s", tc.in, err, tc.want)
 		}
 	}
 }

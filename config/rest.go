@@ -15,7 +15,7 @@ import (
 // "REST-JSON polling".
 type REST struct {
 	// Listen is the HTTP listener's address (required).
-	Listen string `json:"listen"`
+	Listen string `json:"listen" want:"host:port"`
 	// TLS, when set, serves it over TLS (mTLS with client_ca_file), the
 	// files reloaded as the other listeners'.
 	TLS *TLS `json:"tls"`

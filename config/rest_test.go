@@ -35,7 +35,7 @@ func TestRJREST(t *testing.T) {
 	}
 	for _, c := range []struct{ yaml, want string }{
 		{"xds:\n  rest: {}\n", "xds.rest.listen: missing"},
-		{"xds:\n  rest: {listen: nope}\n", "xds.rest.listen: \"nope\" is not host:port"},
+		{"xds:\n  rest: {listen: nope}\n", `line 2, column 10: xds.rest.listen: expected host:port (e.g. "127.0.0.1:18000", ":18000"), got "nope"`},
 		{"xds:\n  listen: 127.0.0.1:9000\n  rest: {listen: \"127.0.0.1:9000\"}\n", "xds.rest.listen: \"127.0.0.1:9000\" is also xds.listen"},
 		{"admin: {listen: \"127.0.0.1:9001\"}\nxds:\n  rest: {listen: \"127.0.0.1:9001\"}\n", "is also admin.listen"},
 		{"xds:\n  rest: {listen: \"127.0.0.1:18002\", bogus: 1}\n", "bogus"},

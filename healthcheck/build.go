@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/config/decode"
 )
 
 // FromConfig parses the configured checks: per source (a source entry's
@@ -22,7 +23,7 @@ func FromConfig(c *config.Config) (perSource, perService map[string]Config, err 
 		perSource[sc.Name] = hc
 	}
 	for name, raw := range c.HealthChecks.Services {
-		hc, err := ParseConfig(raw, "health_checks.services."+name)
+		hc, err := ParseConfig(raw, decode.FieldPath([]string{"health_checks", "services", name}))
 		if err != nil {
 			return nil, nil, err
 		}

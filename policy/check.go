@@ -5,7 +5,6 @@ import (
 	"math"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -23,36 +22,11 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return FieldPath(e.Path) + ": " + e.Msg }
 
-// isIndex reports whether a path segment is a list index, "[N]" (a key
-// such as the pattern "[ab]*" is not).
-func isIndex(seg string) bool {
-	if len(seg) < 3 || seg[0] != '[' || seg[len(seg)-1] != ']' {
-		return false
-	}
-	return strings.Trim(seg[1:len(seg)-1], "0123456789") == ""
-}
-
-// FieldPath writes a path as the README and error messages do:
-// services."web.internal".routes[0].match. Keys with a dot, a bracket, a
-// quote or a space are quoted.
-func FieldPath(path []string) string {
-	var b strings.Builder
-	for _, seg := range path {
-		if isIndex(seg) {
-			b.WriteString(seg)
-			continue
-		}
-		if b.Len() > 0 {
-			b.WriteByte('.')
-		}
-		if seg == "" || strings.ContainsAny(seg, ".[]\" ") {
-			b.WriteString(strconv.Quote(seg))
-		} else {
-			b.WriteString(seg)
-		}
-	}
-	return b.String()
-}
+// FieldPath writes a path as the README and error messages do
+// (decode.FieldPath): services."web.internal".routes[0].match. Keys with a
+// dot, a bracket, a quote, a space or a control character are quoted, and
+// a key such as the pattern "[ab]" is not taken for a list index.
+func FieldPath(path []string) string { return decode.FieldPath(path) }
 
 // Limits of what Check accepts. They are Envoy's (and gRPC's) own where
 // those have one.

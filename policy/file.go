@@ -24,7 +24,7 @@ const MaxFileErrors = 20
 // given twice are errors) and checks it. Each problem is reported with its
 // line and field:
 //
-//	line 12: services.web.routes[0].retry.num_retries: 0: want 1..100 (gRFC A44: at least 1)
+//	line 12, column 9: services.web.routes[0].retry.num_retries: 0: want 1..100 (gRFC A44: at least 1)
 //
 // A file that does not decode gets the decoder's one error.
 func ParseFile(data []byte) (*File, error) {
@@ -39,19 +39,29 @@ func ParseFile(data []byte) (*File, error) {
 	if len(errs) == 0 {
 		return &f, nil
 	}
-	sort.SliceStable(errs, func(i, j int) bool {
-		return decode.Line(data, errs[i].Path...) < decode.Line(data, errs[j].Path...)
+	paths := make([][]string, len(errs))
+	for i, e := range errs {
+		paths[i] = e.Path
+	}
+	pos := decode.Positions(data, paths...)
+	order := make([]int, len(errs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(i, j int) bool {
+		a, b := pos[order[i]], pos[order[j]]
+		return a.Line < b.Line || a.Line == b.Line && a.Column < b.Column
 	})
 	var out []error
-	for i, e := range errs {
-		if i == MaxFileErrors {
-			out = append(out, fmt.Errorf("and %d more", len(errs)-i))
+	for n, i := range order {
+		if n == MaxFileErrors {
+			out = append(out, fmt.Errorf("and %d more", len(errs)-n))
 			break
 		}
-		if l := decode.Line(data, e.Path...); l > 0 {
-			out = append(out, fmt.Errorf("line %d: %w", l, e))
+		if p := pos[i]; p.Line > 0 {
+			out = append(out, fmt.Errorf("line %d, column %d: %w", p.Line, p.Column, errs[i]))
 		} else {
-			out = append(out, e)
+			out = append(out, errs[i])
 		}
 	}
 	return nil, errors.Join(out...)

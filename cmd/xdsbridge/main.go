@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -32,11 +33,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/xdsbridge/xdsbridge/config"
-	"github.com/xdsbridge/xdsbridge/healthcheck"
+	"github.com/xdsbridge/xdsbridge/config/decode"
 	"github.com/xdsbridge/xdsbridge/internal/app"
 	"github.com/xdsbridge/xdsbridge/internal/buildinfo"
 	"github.com/xdsbridge/xdsbridge/internal/fsout"
-	"github.com/xdsbridge/xdsbridge/sources"
 )
 
 //go:embed default.yaml
@@ -125,6 +125,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 		default:
 			if len(args[0]) > 0 && args[0][0] != '-' {
 				usage(stderr)
+				if looksLikeConfig(args[0]) {
+					return fmt.Errorf("unknown command %q (to serve this config: xdsbridge run -config %s)", args[0], args[0])
+				}
+				names := []string{"help", "serve"}
+				for _, c := range commands {
+					names = append(names, c.name)
+				}
+				if near := decode.Suggest(args[0], names); near != "" {
+					return fmt.Errorf("unknown command %q (did you mean %q?)", args[0], near)
+				}
 				return fmt.Errorf("unknown command %q", args[0])
 			}
 		}
@@ -143,7 +153,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return reload(fs, f, stdout)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+		// `xdsbridge run bridge.yaml`: the config is a flag, and a
+		// positional argument would be easy to take for it silently.
+		if fs.NArg() == 1 && f.config != nil && *f.config == "" {
+			return fmt.Errorf("unexpected argument %q: use -config %s", fs.Arg(0), fs.Arg(0))
+		}
+		return fmt.Errorf("unexpected arguments %q (the config file is given with -config FILE)", fs.Args())
 	}
 	switch cmd {
 	case "version":
@@ -158,23 +173,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	switch cmd {
 	case "validate":
-		srcs, err := app.BuildSources(cfg, app.NewLogger(cfg.Logging, io.Discard), nil)
+		// The check run makes at start; a certificate near its expiry is
+		// logged at WARN.
+		warnings, err := app.Check(cfg, dumpLogger(cfg.Logging, stderr))
 		if err != nil {
 			return err
 		}
-		if err := warnConflicts(cfg, srcs, stderr); err != nil {
-			return err
-		}
-		if _, _, err := healthcheck.FromConfig(cfg); err != nil {
-			return err
-		}
-		// Loads xds.tls and admin.tls as run does; a certificate near its
-		// expiry is logged at WARN.
-		if _, _, err := app.BuildTLS(cfg, app.NewLogger(cfg.Logging, stderr), nil); err != nil {
-			return err
-		}
-		if _, err := app.AdminTokenFromConfig(cfg, nil, nil); err != nil {
-			return err
+		for _, w := range warnings {
+			fmt.Fprintln(stderr, "warning:", w)
 		}
 		fmt.Fprintln(stdout, "config ok")
 		return nil
@@ -219,6 +225,17 @@ func reloadOnHangup(ctx context.Context, a *app.App, hup <-chan os.Signal) {
 	}
 }
 
+// looksLikeConfig reports whether a command-line word is more likely a
+// config file than a mistyped command: a YAML or JSON name, or a file.
+func looksLikeConfig(arg string) bool {
+	switch strings.ToLower(filepath.Ext(arg)) {
+	case ".yaml", ".yml", ".json":
+		return true
+	}
+	fi, err := os.Stat(arg)
+	return err == nil && fi.Mode().IsRegular()
+}
+
 func loadConfig(path string) (*config.Config, error) {
 	if path != "" {
 		return config.Load(path, app.SourceTypeNames())
@@ -255,6 +272,15 @@ func dump(cfg *config.Config, format string, timeout time.Duration, stdout, stde
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	for !a.Cache.Ready() {
+		// A source that failed before its first sync (a services file
+		// that does not exist) is not waited for until the timeout.
+		for _, st := range a.Loop.Sources() {
+			if !st.Synced && st.LastError != "" {
+				cancel()
+				<-done
+				return fmt.Errorf("source %s has not synced: %s", st.Name, st.LastError)
+			}
+		}
 		select {
 		case err := <-done:
 			return fmt.Errorf("stopped before every source synced: %v", err)
@@ -297,15 +323,4 @@ func dumpLogger(c config.Logging, w io.Writer) *slog.Logger {
 		c.Level = "warn"
 	}
 	return app.NewLogger(c, w)
-}
-
-// warnConflicts writes a warning for each service name that more than one
-// source publishes, as far as validate can see (files, DNS names), naming
-// the source that owns it.
-func warnConflicts(cfg *config.Config, srcs []sources.Source, w io.Writer) error {
-	conflicts, err := app.StaticConflicts(cfg, srcs)
-	for _, c := range conflicts {
-		fmt.Fprintln(w, "warning:", c)
-	}
-	return err
 }

@@ -16,12 +16,14 @@ import (
 
 func TestValidateExampleConfigs(t *testing.T) {
 	for _, cfg := range []string{"../../examples/xdsbridge.yaml", "../../examples/consul.yaml", "../../examples/xdsbridge-policy.yaml"} {
-		var out bytes.Buffer
-		if err := run([]string{"validate", "-config", cfg}, &out, &out); err != nil {
+		var out, errOut bytes.Buffer
+		if err := run([]string{"validate", "-config", cfg}, &out, &errOut); err != nil {
 			t.Fatalf("%s: %v", cfg, err)
 		}
-		if strings.TrimSpace(out.String()) != "config ok" {
-			t.Fatalf("%s: output %q", cfg, out.String())
+		// No warning either: the example policy is for services the
+		// example sources publish.
+		if out.String() != "config ok\n" || errOut.String() != "" {
+			t.Errorf("%s: stdout %q, stderr %q", cfg, out.String(), errOut.String())
 		}
 	}
 }
@@ -68,7 +70,7 @@ func TestValidateNamesTheField(t *testing.T) {
 	for _, tc := range []struct{ config, want string }{
 		{"xds: {lisen: x}\nsources: [{name: s, file: {path: s.yaml}}]\n", `unknown field "lisen"`},
 		{"sources: [{name: s, file: {path: bad.yaml}}]\n", "bad.yaml"}, // the services file is invalid
-		{"xds: {listen: not-an-addr}\nsources: [{name: s, file: {path: ok.yaml}}]\n", `xds.listen: "not-an-addr" is not host:port`},
+		{"xds: {listen: not-an-addr}\nsources: [{name: s, file: {path: ok.yaml}}]\n", `line 1, column 7: xds.listen: expected host:port (e.g. "127.0.0.1:18000", ":18000"), got "not-an-addr"`},
 		{"admin: {listen: \"127.0.0.1:99999\"}\nsources: [{name: s, file: {path: ok.yaml}}]\n", `admin.listen: "127.0.0.1:99999": port "99999" is not a number in 0..65535`},
 		{"xds: {listen: \"127.0.0.1:http\"}\nsources: [{name: s, file: {path: ok.yaml}}]\n", `xds.listen: "127.0.0.1:http": port "http"`},
 		{"xds: {listen: \"127.0.0.1:7000\"}\nadmin: {listen: \"127.0.0.1:7000\"}\nsources: [{name: s, file: {path: ok.yaml}}]\n", `admin.listen: "127.0.0.1:7000" is also xds.listen`},
@@ -76,7 +78,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"sources: [{name: s, dns: {services: [{name: a, hosts: [{name: '', port: 80}]}]}}]\n", "hosts[0].name"},
 		{"sources: [{name: s, file: {path: ok.yaml}, health_check: {type: htp}}]\n", "sources[0].health_check"},
 		{"default_locality: {zon: a}\nsources: [{name: s, file: {path: ok.yaml}}]\n", `unknown field "zon" in default_locality`},
-		{"sources: [{name: s, file: {path: ok.yaml}, default_locality: {zon: a}}]\n", `sources[0]: default_locality: unknown field "zon"`},
+		{"sources: [{name: s, file: {path: ok.yaml}, default_locality: {zon: a}}]\n", `line 1, column 63: unknown field "zon" in sources[0].default_locality (did you mean "zone"?)`},
 		{"sources: [{name: c, consul: {tls: {ca_file: ok.yaml}}}]\n", "sources[0] (c).consul: tls.ca_file: " + filepath.Join(dir, "ok.yaml") + ": not PEM"},
 	} {
 		os.WriteFile(filepath.Join(dir, "ok.yaml"), []byte("services: {}\n"), 0o644)
@@ -92,14 +94,51 @@ func TestValidateNamesTheField(t *testing.T) {
 }
 
 // A services file that does not exist yet is allowed at start (the source
-// waits for it, not yet synced), in validate as in run.
+// waits for it, not yet synced), in validate as in run, with a warning
+// naming its absolute path; dump says so at once instead of waiting for
+// its timeout.
 func TestValidateMissingServicesFile(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "c.yaml")
 	os.WriteFile(p, []byte("sources: [{name: s, file: {path: later.yaml}}]\n"), 0o644)
-	var out bytes.Buffer
-	if err := run([]string{"validate", "-config", p}, &out, &out); err != nil {
+	var out, errOut bytes.Buffer
+	if err := run([]string{"validate", "-config", p}, &out, &errOut); err != nil {
 		t.Fatal(err)
+	}
+	want := "warning: sources[0] (s): services file " + filepath.Join(dir, "later.yaml") + " does not exist (yet): it may appear later; until it does, this source serves nothing and the bridge is not ready\n"
+	if out.String() != "config ok\n" || errOut.String() != want {
+		t.Errorf("validate: stdout %q, stderr %q; want stderr %q", out.String(), errOut.String(), want)
+	}
+	out.Reset()
+	errOut.Reset()
+	err := run([]string{"dump", "-config", p, "-timeout", "1m"}, &out, &errOut)
+	wantErr := "source s has not synced: stat " + filepath.Join(dir, "later.yaml") + ": no such file or directory"
+	if err == nil || err.Error() != wantErr {
+		t.Errorf("dump: error %v; want %q", err, wantErr)
+	}
+}
+
+// The config file is the -config flag; a positional argument is refused
+// with the flag to use, not taken for something else.
+func TestPositionalConfigArgument(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "bridge.yaml"}, `unexpected argument "bridge.yaml": use -config bridge.yaml`},
+		{[]string{"validate", "bridge.yaml"}, `unexpected argument "bridge.yaml": use -config bridge.yaml`},
+		{[]string{"dump", "-format", "json", "b.yaml"}, `unexpected argument "b.yaml": use -config b.yaml`},
+		{[]string{"run", "-config", "a.yaml", "b.yaml"}, `unexpected arguments ["b.yaml"] (the config file is given with -config FILE)`},
+		{[]string{"run", "a.yaml", "b.yaml"}, `unexpected arguments ["a.yaml" "b.yaml"] (the config file is given with -config FILE)`},
+		{[]string{"bridge.yaml"}, `unknown command "bridge.yaml" (to serve this config: xdsbridge run -config bridge.yaml)`},
+		{[]string{"valdate"}, `unknown command "valdate" (did you mean "validate"?)`},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+	} {
+		var out bytes.Buffer
+		err := run(tc.args, &out, &out)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%q: error %v; want %q", tc.args, err, tc.want)
+		}
 	}
 }
 
@@ -195,6 +234,10 @@ func TestConfigErrorsDoNotEchoSecrets(t *testing.T) {
 		"consul: {token: " + secret + ", token_file: t}",
 		"consul: {tokn: " + secret + "}",
 		"consul: {token: {value: " + secret + "}}",
+		// a secret where a mapping, a number or a list is expected
+		"consul: {tls: " + secret + "}",
+		"consul: {max_concurrent_queries: " + secret + "}",
+		"consul: {services: {include: " + secret + "}}",
 		// dns: userinfo in a resolver, an unknown field holding a secret
 		"dns: {resolvers: [\"user:" + secret + "@127.0.0.1:53\"], services: [{name: a, hosts: [{name: a.example, port: 80}]}]}",
 		"dns: {password: " + secret + ", services: []}",
@@ -341,6 +384,35 @@ func TestValidateSourcePriorityRange(t *testing.T) {
 		err := run([]string{"validate", "-config", p}, &out, &out)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("priority %s: error %v, want it to mention %q", tc.priority, err, tc.want)
+		}
+	}
+}
+
+// validate names the file, line and column of errors found after the
+// config decoded: in a source's block, a health check, a TLS file.
+func TestValidateErrorsNameLineAndColumn(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "ok.yaml"), []byte("services: {}\n"), 0o644)
+	p := filepath.Join(dir, "c.yaml")
+	for _, tc := range []struct{ config, want string }{
+		{"sources:\n  - name: s\n    file: {path: ok.yaml}\n    health_check: {type: tcp, interval: [1]}\n",
+			"line 4, column 31: sources[0].health_check.interval: invalid duration: expected a duration like 5s (or a number of seconds), got a list"},
+		{"sources:\n  - name: c\n    consul:\n      address: 127.0.0.1\n      token_file: tok\n",
+			"line 5, column 7: sources[0] (c).consul: token_file: open " + filepath.Join(dir, "tok") + ": no such file or directory"},
+		{"sources:\n  - name: c\n    consul: {adress: x}\n",
+			`line 3, column 14: sources[0] (c).consul: unknown field "adress" (did you mean "address"?)`},
+		{"sources:\n  - name: s\n    file: {path: ok.yaml, settle: 1h}\n",
+			"line 3, column 27: sources[0] (s).file: settle: 1h is not in 0s..10s"},
+		{"sources: [{name: s, file: {path: ok.yaml}}]\nhealth_checks:\n  services:\n    \"w\\x1b[2J\":\n      type: htp\n",
+			`line 5, column 7: health_checks.services."w\x1b[2J".type: "htp" is not one of tcp, http, grpc`},
+		{"admin:\n  token_file: missing-token\nsources: [{name: s, file: {path: ok.yaml}}]\n",
+			"line 2, column 3: admin.token_file: "},
+	} {
+		os.WriteFile(p, []byte(tc.config), 0o644)
+		var out bytes.Buffer
+		err := run([]string{"validate", "-config", p}, &out, &out)
+		if want := p + ": " + tc.want; err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%q:\n got %v\nwant %s", tc.config, err, want)
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	yaml3 "go.yaml.in/yaml/v3"
 	"sigs.k8s.io/yaml"
 )
 
@@ -38,20 +39,20 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &s); err == nil {
 		v, err := time.ParseDuration(s)
 		if err != nil {
-			return fmt.Errorf("invalid duration %q (want e.g. \"50ms\", \"5s\")", s)
+			return fmt.Errorf("invalid duration %q (expected a duration like 5s, 1m30s or 250ms)", s)
 		}
 		if v < 0 {
-			return fmt.Errorf("negative duration %q", s)
+			return fmt.Errorf("negative duration %q (expected a duration like 5s, not below 0)", s)
 		}
 		*d = Duration(v)
 		return nil
 	}
 	var f float64
 	if err := json.Unmarshal(b, &f); err != nil {
-		return fmt.Errorf("invalid duration %s (want a string such as \"5s\" or a number of seconds)", b)
+		return fmt.Errorf("invalid duration: expected a duration like 5s (or a number of seconds), got %s", Describe(b))
 	}
 	if f < 0 {
-		return fmt.Errorf("negative duration %v", f)
+		return fmt.Errorf("negative duration %v (expected a duration like 5s, not below 0)", f)
 	}
 	// float64(math.MaxInt64) rounds up to 2^63, itself out of range.
 	if ns := f * float64(time.Second); ns >= float64(math.MaxInt64) {
@@ -91,23 +92,45 @@ func fmtRange(d time.Duration) string {
 	return s
 }
 
-// Strict decodes YAML or JSON into v, rejecting unknown fields and
-// keys given twice. Errors name the field (and both lines of a duplicate).
+// Strict decodes YAML or JSON into v, rejecting unknown fields, keys
+// given twice and numbers that are not finite (.nan, .inf). Errors are
+// *Error naming the field's path, line and column, and what was expected
+// there in YAML terms.
 func Strict(data []byte, v any) error {
+	var root yaml3.Node
+	parsed := yaml3.Unmarshal(data, &root) == nil
+	if parsed {
+		// Before the conversion to JSON, which fails on .nan with no line
+		// and keeps the last of two equal keys silently.
+		if err := checkNodes(&root, nil); err != nil {
+			return err
+		}
+	}
 	j, err := yaml.YAMLToJSON(data)
 	if err != nil {
-		return err
+		return yamlError(err)
 	}
-	if err := checkDuplicateKeys(data); err != nil {
-		return err
+	err = JSONStrict(j, v)
+	var e *Error
+	if parsed && errors.As(err, &e) && e.Line == 0 {
+		e.Line, e.Column = position(&root, e.Path)
 	}
-	return JSONStrict(j, v)
+	return err
+}
+
+// yamlError words an error of the YAML parser as "line N: what".
+func yamlError(err error) error {
+	msg := strings.TrimPrefix(err.Error(), "error converting YAML to JSON: ")
+	msg = strings.TrimPrefix(msg, "yaml: ")
+	return errors.New(msg)
 }
 
 // JSONStrict decodes JSON into v, rejecting unknown fields and trailing
-// data. An empty or null document leaves v as it is. Errors name the field
-// with its full path: `unknown field "adress" in services.web.endpoints[0]`,
-// `debounce.quiet: invalid duration "bogus"`.
+// data. An empty or null document leaves v as it is. Errors about a field
+// are *Error with its full path and no line (the JSON of a block holds
+// none; Strict and Under place it): `unknown field "adress" in
+// services.web.endpoints[0] (did you mean "address"?)`,
+// `debounce.quiet: invalid duration "bogus" (expected a duration like 5s)`.
 func JSONStrict(data []byte, v any) error {
 	if len(bytes.TrimSpace(data)) == 0 || bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
 		return nil
@@ -120,8 +143,8 @@ func JSONStrict(data []byte, v any) error {
 			// encoding/json's errors carry no path (unknown fields, errors
 			// from UnmarshalJSON methods) or only its struct part (type
 			// errors); find the first offending value again, with its path.
-			if l := locate(reflect.TypeOf(v), data, ""); l != nil {
-				return l.error(err)
+			if e := locate(reflect.TypeOf(v), data, nil, ""); e != nil {
+				return e
 			}
 		}
 		return fieldError(err)
@@ -131,17 +154,22 @@ func JSONStrict(data []byte, v any) error {
 	}
 	// encoding/json matches keys to fields case-insensitively (it took
 	// `serviCes:` for `services:`); the files' keys are case-sensitive.
-	if l := checkKeyCase(reflect.TypeOf(v), data, ""); l != nil {
-		return l.error(nil)
+	if e := checkKeyCase(reflect.TypeOf(v), data, nil); e != nil {
+		return e
 	}
 	return nil
 }
 
-// fieldError rewrites encoding/json's errors so they lead with the field.
+// fieldError rewrites encoding/json's errors that locate could not place
+// so they lead with the field and speak of YAML values.
 func fieldError(err error) error {
 	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) && te.Field != "" {
-		return fmt.Errorf("%s: cannot use a JSON %s here (want %s)", te.Field, te.Value, te.Type)
+	if errors.As(err, &te) {
+		var path []string
+		if te.Field != "" {
+			path = strings.Split(te.Field, ".")
+		}
+		return &Error{Path: path, Msg: "expected " + expected(te.Type) + ", got " + describeJSONKind(te.Value)}
 	}
 	msg := err.Error()
 	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
@@ -150,58 +178,52 @@ func fieldError(err error) error {
 	return err
 }
 
-// located is a problem found by locate: an unknown field (err nil, unknown
-// its name, path the object holding it) or a value that fails to decode
-// (err).
-type located struct {
-	path    string
-	unknown string
-	// want is the field's spelling when unknown matches a field only
-	// case-insensitively.
-	want string
-	err  error
+// describeJSONKind words encoding/json's name of a value's kind
+// ("number 2.5", "array") as Describe does.
+func describeJSONKind(v string) string {
+	switch v {
+	case "string":
+		return "a string"
+	case "number":
+		return "a number"
+	case "array":
+		return "a list"
+	case "object":
+		return "a mapping"
+	case "bool":
+		return "true or false"
+	}
+	if n, ok := strings.CutPrefix(v, "number "); ok {
+		return n
+	}
+	return v
 }
 
-// error words the problem. decodeErr is encoding/json's own error, whose
-// wording is kept where callers may match on it.
-func (l *located) error(decodeErr error) error {
-	// An unknown field is the one problem without an error of its own;
-	// its name may be "" (`"": 1`).
-	if l.err == nil && l.want != "" {
-		hint := fmt.Sprintf("(keys are case-sensitive: did you mean %q?)", l.want)
-		if l.path == "" {
-			return fmt.Errorf("unknown field %q %s", l.unknown, hint)
-		}
-		return fmt.Errorf("unknown field %q in %s %s", l.unknown, l.path, hint)
+// unknownField is the error of a key no field of the mapping at path has.
+func unknownField(path []string, key string, fields map[string]reflect.StructField) *Error {
+	full := append(append([]string{}, path...), key)
+	if want := foldMatch(fields, key); want != "" {
+		return &Error{Path: full, unknown: true, Msg: fmt.Sprintf("(keys are case-sensitive: did you mean %q?)", want)}
 	}
-	if l.err == nil {
-		if l.path == "" {
-			return fmt.Errorf("unknown field %q", l.unknown)
+	return &Error{Path: full, unknown: true, Msg: unknownHint(key, fields)}
+}
+
+// leafError is the error of a value at path that did not decode: a type
+// mismatch worded in YAML terms (want, a field's `want` tag, overrides
+// what the Go type says), or the error of the type's own UnmarshalJSON
+// placed at path.
+func leafError(raw []byte, path []string, want string, err error) *Error {
+	if te, ok := err.(*json.UnmarshalTypeError); ok {
+		if want == "" {
+			want = expected(te.Type)
 		}
-		return fmt.Errorf("unknown field %q in %s", l.unknown, l.path)
+		return &Error{Path: path, Msg: "expected " + want + ", got " + Describe(raw)}
 	}
-	// Only a plain type error; one wrapped by an UnmarshalJSON method
-	// keeps that method's wording.
-	if te, ok := l.err.(*json.UnmarshalTypeError); ok {
-		msg := fmt.Sprintf("cannot use a JSON %s here (want %s)", te.Value, te.Type)
-		// encoding/json names the struct fields only (services.endpoints.port);
-		// lead with that and add the full path if it says more.
-		var outer *json.UnmarshalTypeError
-		if errors.As(decodeErr, &outer) && outer.Field != "" {
-			if outer.Field == l.path {
-				return fmt.Errorf("%s: %s", outer.Field, msg)
-			}
-			return fmt.Errorf("%s: %s, at %s", outer.Field, msg, l.path)
-		}
-		if l.path == "" {
-			return errors.New(msg)
-		}
-		return fmt.Errorf("%s: %s", l.path, msg)
+	var inner *Error
+	if errors.As(err, &inner) {
+		return Under(inner, path...).(*Error)
 	}
-	if l.path == "" {
-		return l.err
-	}
-	return fmt.Errorf("%s: %w", l.path, l.err)
+	return &Error{Path: path, Msg: err.Error(), Err: err}
 }
 
 var (
@@ -211,14 +233,14 @@ var (
 
 // locate walks the JSON document alongside the Go type it failed to decode
 // into and returns the first problem (in key order) with its path, or nil
-// if it finds none.
-func locate(t reflect.Type, data []byte, path string) *located {
+// if it finds none. want is the `want` tag of the field holding the value.
+func locate(t reflect.Type, data []byte, path []string, want string) *Error {
 	if t == nil || bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
 		return nil
 	}
-	leaf := func() *located {
+	leaf := func() *Error {
 		if err := json.Unmarshal(data, reflect.New(t).Interface()); err != nil {
-			return &located{path: path, err: err}
+			return leafError(data, path, want, err)
 		}
 		return nil
 	}
@@ -227,7 +249,7 @@ func locate(t reflect.Type, data []byte, path string) *located {
 	}
 	switch t.Kind() {
 	case reflect.Pointer:
-		return locate(t.Elem(), data, path)
+		return locate(t.Elem(), data, path, want)
 	case reflect.Interface:
 		return nil
 	case reflect.Struct:
@@ -235,14 +257,14 @@ func locate(t reflect.Type, data []byte, path string) *located {
 		if json.Unmarshal(data, &obj) != nil {
 			return leaf()
 		}
-		fields := jsonFields(t)
+		fields := fieldsOf(t)
 		for _, k := range sortedKeys(obj) {
 			f, ok := fields[k]
 			if !ok {
-				return &located{path: path, unknown: k, want: foldMatch(fields, k)}
+				return unknownField(path, k, fields)
 			}
-			if l := locate(f.Type, obj[k], join(path, k)); l != nil {
-				return l
+			if e := locate(f.Type, obj[k], append(path[:len(path):len(path)], k), f.Tag.Get("want")); e != nil {
+				return e
 			}
 		}
 		return nil
@@ -252,8 +274,8 @@ func locate(t reflect.Type, data []byte, path string) *located {
 			return leaf()
 		}
 		for _, k := range sortedKeys(obj) {
-			if l := locate(t.Elem(), obj[k], join(path, k)); l != nil {
-				return l
+			if e := locate(t.Elem(), obj[k], append(path[:len(path):len(path)], k), ""); e != nil {
+				return e
 			}
 		}
 		return nil
@@ -263,20 +285,13 @@ func locate(t reflect.Type, data []byte, path string) *located {
 			return leaf()
 		}
 		for i, el := range arr {
-			if l := locate(t.Elem(), el, fmt.Sprintf("%s[%d]", path, i)); l != nil {
-				return l
+			if e := locate(t.Elem(), el, append(path[:len(path):len(path)], fmt.Sprintf("[%d]", i)), ""); e != nil {
+				return e
 			}
 		}
 		return nil
 	}
 	return leaf()
-}
-
-func join(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
 }
 
 func sortedKeys(m map[string]json.RawMessage) []string {
@@ -344,10 +359,11 @@ func foldMatch(fields map[string]reflect.StructField, key string) string {
 // key (in key order) that matched a struct field only case-insensitively,
 // or nil. Values of types that decode themselves (UnmarshalJSON) are left
 // to them: the bridge's own ones decode with JSONStrict.
-func checkKeyCase(t reflect.Type, data []byte, path string) *located {
+func checkKeyCase(t reflect.Type, data []byte, path []string) *Error {
 	if t == nil || !hasFields(t) {
 		return nil
 	}
+	sub := func(k string) []string { return append(path[:len(path):len(path)], k) }
 	switch t.Kind() {
 	case reflect.Pointer:
 		return checkKeyCase(t.Elem(), data, path)
@@ -360,13 +376,13 @@ func checkKeyCase(t reflect.Type, data []byte, path string) *located {
 		for _, k := range sortedKeys(obj) {
 			f, ok := fields[k]
 			if !ok {
-				if want := foldMatch(fields, k); want != "" {
-					return &located{path: path, unknown: k, want: want}
+				if foldMatch(fields, k) != "" {
+					return unknownField(path, k, fields)
 				}
 				continue
 			}
-			if l := checkKeyCase(f.Type, obj[k], join(path, k)); l != nil {
-				return l
+			if e := checkKeyCase(f.Type, obj[k], sub(k)); e != nil {
+				return e
 			}
 		}
 	case reflect.Map:
@@ -375,8 +391,8 @@ func checkKeyCase(t reflect.Type, data []byte, path string) *located {
 			return nil
 		}
 		for _, k := range sortedKeys(obj) {
-			if l := checkKeyCase(t.Elem(), obj[k], join(path, k)); l != nil {
-				return l
+			if e := checkKeyCase(t.Elem(), obj[k], sub(k)); e != nil {
+				return e
 			}
 		}
 	case reflect.Slice, reflect.Array:
@@ -385,8 +401,8 @@ func checkKeyCase(t reflect.Type, data []byte, path string) *located {
 			return nil
 		}
 		for i, el := range arr {
-			if l := checkKeyCase(t.Elem(), el, fmt.Sprintf("%s[%d]", path, i)); l != nil {
-				return l
+			if e := checkKeyCase(t.Elem(), el, sub(fmt.Sprintf("[%d]", i))); e != nil {
+				return e
 			}
 		}
 	}

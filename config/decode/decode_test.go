@@ -23,8 +23,8 @@ func TestDuration(t *testing.T) {
 		{`"5"`, 0, `invalid duration "5"`},
 		{`"-1s"`, 0, `negative duration "-1s"`},
 		{`-2`, 0, "negative duration -2"},
-		{`true`, 0, "invalid duration true"},
-		{`{}`, 0, "invalid duration {}"},
+		{`true`, 0, "invalid duration: expected a duration like 5s (or a number of seconds), got true"},
+		{`{}`, 0, "invalid duration: expected a duration like 5s (or a number of seconds), got a mapping"},
 	} {
 		var d Duration
 		err := json.Unmarshal([]byte(tc.in), &d)
@@ -63,13 +63,13 @@ func TestJSONStrict(t *testing.T) {
 		{`{"": 1}`, `unknown field ""`},
 		{`{"items": {"a": [{"": null}]}}`, `unknown field "" in items.a[0]`},
 		{`{"items": {"a": [{"port": 1}, {"prot": 2}]}}`, `unknown field "prot" in items.a[1]`},
-		{`{"items": {"a": [{"port": 1}, {"port": -2}]}}`, `items.port: cannot use a JSON number -2 here (want uint32), at items.a[1].port`},
+		{`{"items": {"a": [{"port": 1}, {"port": -2}]}}`, `items.a[1].port: expected a whole number from 0 to 4294967295, got -2`},
 		{`{"items": {"a": [{"wait": "soon"}]}}`, `items.a[0].wait: invalid duration "soon"`},
-		{`{"name": 1}`, `name: cannot use a JSON number here (want string)`},
+		{`{"name": 1}`, `name: expected a string, got 1`},
 		{`{"Skip": "x"}`, `unknown field "Skip"`},
 		{`{"name": "a"} {"name": "b"}`, "unexpected data after the document"},
 		{`{"name": "a"`, "unexpected EOF"},
-		{`[1]`, "cannot use a JSON array here"},
+		{`[1]`, "expected a mapping, got a list"},
 	} {
 		var d doc
 		err := JSONStrict([]byte(tc.in), &d)
@@ -96,7 +96,7 @@ func TestStrictYAML(t *testing.T) {
 		t.Fatalf("%v %+v", err, v)
 	}
 	err := Strict([]byte("a:\n  c: 1\n"), &v)
-	if err == nil || err.Error() != `unknown field "c" in a` {
+	if err == nil || err.Error() != `line 2, column 3: unknown field "c" in a (expected one of: b)` {
 		t.Errorf("error %v", err)
 	}
 	err = Strict([]byte("a:\n  b: [1, x]\n"), &v)
@@ -140,7 +140,7 @@ func TestTdKeyCase(t *testing.T) {
 		t.Errorf("map keys: %v %+v", err, d)
 	}
 	// And in YAML.
-	if err := Strict([]byte("services:\n  web: {port: 1}\nNaMe: x\n"), &d); err == nil || err.Error() != `unknown field "NaMe" (keys are case-sensitive: did you mean "name"?)` {
+	if err := Strict([]byte("services:\n  web: {port: 1}\nNaMe: x\n"), &d); err == nil || err.Error() != `line 3, column 1: unknown field "NaMe" (keys are case-sensitive: did you mean "name"?)` {
 		t.Errorf("YAML: error %v", err)
 	}
 }

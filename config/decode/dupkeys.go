@@ -3,39 +3,37 @@ package decode
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	yaml3 "go.yaml.in/yaml/v3"
 	"sigs.k8s.io/yaml"
 )
 
-// checkDuplicateKeys reports the first mapping key given twice in a YAML
-// or JSON document (JSON is YAML), naming both lines and the key's path.
-// encoding/json and the YAML-to-JSON conversion keep the last value
-// silently; two `services:` blocks would serve only the second.
-// Documents that do not parse are left to the decoder, whose error is
-// the one to show.
-func checkDuplicateKeys(data []byte) error {
-	var root yaml3.Node
-	if err := yaml3.Unmarshal(data, &root); err != nil {
-		return nil
-	}
-	return dupWalk(&root, "")
-}
-
-func dupWalk(n *yaml3.Node, path string) error {
+// checkNodes reports the first mapping key given twice in a YAML or JSON
+// document (JSON is YAML), naming both lines and the key's path, or the
+// first value that is not a finite number (.nan, .inf). encoding/json and
+// the YAML-to-JSON conversion keep the last of two keys silently (two
+// `services:` blocks would serve only the second), and the conversion
+// fails on .nan with no line.
+func checkNodes(n *yaml3.Node, path []string) error {
+	sub := func(seg string) []string { return append(path[:len(path):len(path)], seg) }
 	switch n.Kind {
 	case yaml3.DocumentNode:
 		for _, c := range n.Content {
-			if err := dupWalk(c, path); err != nil {
+			if err := checkNodes(c, path); err != nil {
 				return err
 			}
 		}
 	case yaml3.SequenceNode:
 		for i, c := range n.Content {
-			if err := dupWalk(c, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+			if err := checkNodes(c, sub(fmt.Sprintf("[%d]", i))); err != nil {
 				return err
 			}
+		}
+	case yaml3.ScalarNode:
+		if nonFinite(n) {
+			return &Error{Path: path, Line: n.Line, Column: n.Column, Msg: fmt.Sprintf("expected a finite number, got %s", n.Value)}
 		}
 	case yaml3.MappingNode:
 		seen := map[string]*yaml3.Node{}
@@ -50,21 +48,42 @@ func dupWalk(n *yaml3.Node, path string) error {
 			name := jsonKey(k)
 			if first, ok := seen[name]; ok {
 				where := "key"
-				if path != "" {
-					where = "key in " + path
+				if len(path) > 0 {
+					where = "key in " + FieldPath(path)
 				}
+				e := &Error{Line: k.Line, Column: k.Column}
 				if first.Value != k.Value || name != k.Value {
-					return fmt.Errorf("duplicate %s %q: lines %d and %d (%q and %q both read as %q; quote them to keep them apart)", where, name, first.Line, k.Line, first.Value, k.Value, name)
+					e.Msg = fmt.Sprintf("duplicate %s %s: lines %d and %d (%s and %s both read as %s; quote them to keep them apart)", where, strconv.Quote(name), first.Line, k.Line, strconv.Quote(first.Value), strconv.Quote(k.Value), strconv.Quote(name))
+				} else {
+					e.Msg = fmt.Sprintf("duplicate %s %s: lines %d and %d (a key may be given once)", where, strconv.Quote(k.Value), first.Line, k.Line)
 				}
-				return fmt.Errorf("duplicate %s %q: lines %d and %d (a key may be given once)", where, k.Value, first.Line, k.Line)
+				return e
 			}
 			seen[name] = k
-			if err := dupWalk(v, join(path, name)); err != nil {
+			if nonFinite(v) {
+				// Where the entry is written, as for every other error.
+				return &Error{Path: sub(name), Line: k.Line, Column: k.Column, Msg: fmt.Sprintf("expected a finite number, got %s", v.Value)}
+			}
+			if err := checkNodes(v, sub(name)); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// nonFinite reports whether n is a float scalar that is not a finite
+// number (.nan, .inf, -.Inf), which JSON cannot hold.
+func nonFinite(n *yaml3.Node) bool {
+	// The spelling first: resolving every scalar's tag costs more.
+	if n.Kind != yaml3.ScalarNode || len(n.Value) < 4 || len(n.Value) > 5 {
+		return false
+	}
+	switch strings.ToLower(strings.TrimLeft(n.Value, "+-")) {
+	case ".nan", ".inf":
+		return n.ShortTag() == "!!float"
+	}
+	return false
 }
 
 // jsonKey returns a mapping key as the YAML-to-JSON conversion

@@ -39,3 +39,37 @@ func TestLine(t *testing.T) {
 		t.Errorf("JSON: line %d; want 3", got)
 	}
 }
+
+func TestKeys(t *testing.T) {
+	doc := []byte("services:\n  web: {}\n  \"api\": {}\n  yes: {}\nother: 1\n")
+	got := Keys(doc, "services")
+	want := []Key{{"web", 2, 3}, {"api", 3, 3}, {"true", 4, 3}}
+	if len(got) != len(want) {
+		t.Fatalf("Keys = %v; want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("Keys[%d] = %v; want %v", i, got[i], want[i])
+		}
+	}
+	if got := Keys(doc, "other"); got != nil {
+		t.Errorf("Keys of a scalar = %v; want nil", got)
+	}
+	if got := Keys(doc, "missing"); got != nil {
+		t.Errorf("Keys of a missing path = %v; want nil", got)
+	}
+}
+
+func TestPositions(t *testing.T) {
+	doc := []byte("services:\n  web:\n    routes:\n      - {match: {prefix: /}}\n")
+	got := Positions(doc, []string{"services", "web", "routes", "[0]", "match"}, []string{"services", "api"}, nil)
+	want := []Pos{{4, 10}, {1, 1}, {1, 1}}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("Positions[%d] = %v; want %v", i, got[i], want[i])
+		}
+	}
+	if got := Positions([]byte("a: [unclosed"), []string{"a"}); got[0] != (Pos{}) {
+		t.Errorf("a document that does not parse: %v; want 0, 0", got[0])
+	}
+}

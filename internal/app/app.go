@@ -87,31 +87,29 @@ func NewLogger(c config.Logging, w io.Writer) *slog.Logger {
 }
 
 // BuildSources constructs every configured source; errors name the source
-// entry. The conflicts among the names sources know up front are logged
-// (StaticConflicts).
+// entry (and the file, line and column where they can).
 func BuildSources(c *config.Config, log *slog.Logger, reg prometheus.Registerer) ([]sources.Source, error) {
-	return buildSources(c, log, func(string) prometheus.Registerer { return reg })
+	srcs, _, err := buildSources(c, log, func(string) prometheus.Registerer { return reg })
+	return srcs, err
 }
 
 // buildSources is BuildSources with each source's metrics registered on
-// regFor(its name).
-func buildSources(c *config.Config, log *slog.Logger, regFor func(name string) prometheus.Registerer) ([]sources.Source, error) {
+// regFor(its name); it also returns the conflicts among the names the
+// sources know up front (staticConflicts), as warnings.
+func buildSources(c *config.Config, log *slog.Logger, regFor func(name string) prometheus.Registerer) ([]sources.Source, []string, error) {
 	var out []sources.Source
 	for i := range c.Sources {
 		src, err := buildSource(c, i, log, regFor(c.Sources[i].Name))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, src)
 	}
-	conflicts, err := StaticConflicts(c, out)
+	conflicts, err := staticConflicts(c, out)
 	if err != nil {
-		return nil, err
+		return nil, nil, c.ErrorAt(nil, err, err)
 	}
-	for _, w := range conflicts {
-		log.Warn(w)
-	}
-	return out, nil
+	return out, conflicts, nil
 }
 
 // buildSource constructs the source of entry i of c.Sources; errors name
@@ -124,16 +122,16 @@ func buildSource(c *config.Config, i int, log *slog.Logger, reg prometheus.Regis
 	}
 	src, err := f(sc.Name, sc.Raw, sources.Env{BaseDir: c.BaseDir, Logger: log, Metrics: reg})
 	if err != nil {
-		return nil, fmt.Errorf("sources[%d] (%s).%s: %w", i, sc.Name, sc.Type, err)
+		return nil, c.ErrorAt([]string{"sources", fmt.Sprintf("[%d]", i), sc.Type}, err, fmt.Errorf("sources[%d] (%s).%s: %w", i, sc.Name, sc.Type, err))
 	}
 	return src, nil
 }
 
-// StaticConflicts describes, one line each, the service names that more
+// staticConflicts describes, one line each, the service names that more
 // than one source publishes as far as their configs and files tell before
 // running, and which source owns each (priority, then config order); then
 // those that more than one policy file names, and whose policy is used.
-func StaticConflicts(c *config.Config, srcs []sources.Source) ([]string, error) {
+func staticConflicts(c *config.Config, srcs []sources.Source) ([]string, error) {
 	prio := c.Priorities()
 	conflicts, err := sources.StaticConflicts(srcs, prio)
 	if err != nil {
@@ -218,25 +216,25 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	if err := ApplyMemoryLimit(c, log, reg); err != nil {
 		return nil, err
 	}
-	built := map[string]*sourceMetrics{}
-	srcs, err := buildSources(c, log, func(name string) prometheus.Registerer {
-		built[name] = &sourceMetrics{reg: reg}
-		return built[name]
-	})
+	k, err := check(c, log, reg)
 	if err != nil {
 		return nil, err
 	}
+	for _, w := range k.warnings {
+		log.Warn("config: " + w)
+	}
+	warnings := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "xdsbridge_config_warnings",
+		Help: "Warnings of the config at start (logged at WARN, printed by validate): a services or policy file that does not exist yet, a policy for a service no static source publishes.",
+	})
+	warnings.Set(float64(len(k.warnings)))
+	if err := promreg.Register(reg, warnings); err != nil {
+		return nil, err
+	}
+	srcs, perSource, perService, xdsTLS, adminTLS, token := k.srcs, k.perSource, k.perService, k.xdsTLS, k.adminTLS, k.token
 	names := make([]string, len(srcs))
 	for i, s := range srcs {
 		names[i] = s.Name()
-	}
-	perSource, perService, err := healthcheck.FromConfig(c)
-	if err != nil {
-		return nil, err
-	}
-	xdsTLS, adminTLS, err := BuildTLS(c, log, reg)
-	if err != nil {
-		return nil, err
 	}
 	xopts := xds.Options{Logger: log, Metrics: reg, Authorization: c.XDS.Authorization, Limits: c.XDS.Limits, Keepalive: xds.Keepalive{
 		Time: c.XDS.Keepalive.Time.D(), Timeout: c.XDS.Keepalive.Timeout.D(), MinTime: c.XDS.Keepalive.MinTime.D(),
@@ -268,10 +266,6 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		checks = healthcheck.NewManager(checker, perSource, perService)
 		opts.HealthChecks = checks
 	}
-	token, err := AdminTokenFromConfig(c, log, reg)
-	if err != nil {
-		return nil, err
-	}
 	cache, xs := xds.NewServing(xds.ServingConfig{Options: xopts})
 	if err := promreg.Register(reg, &syncStates{clients: xs.ClientStatuses, now: time.Now}); err != nil {
 		return nil, err
@@ -287,7 +281,7 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		files.Register(reg)
 	}
 	a := &App{
-		running:  runningSources{built: built},
+		running:  runningSources{built: k.sourceMetrics},
 		applied:  c,
 		Files:    files,
 		Token:    token,
@@ -301,6 +295,7 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		XDS:      xs,
 		XDSTLS:   xdsTLS,
 		AdminTLS: adminTLS,
+		RESTTLS:  k.restTLS,
 	}
 	if err := a.buildREST(); err != nil {
 		return nil, err

@@ -157,6 +157,16 @@ func (a *App) reload() (ReloadResult, error) {
 	if err := needsRestart(a.applied, cfg); err != nil {
 		return res, err
 	}
+	// Checked as validate and the start check it (every source's block
+	// and files, the health checks, the TLS and token files); its
+	// warnings are logged as at start.
+	warnings, err := Check(cfg, a.Log)
+	if err != nil {
+		return res, err
+	}
+	for _, w := range warnings {
+		a.Log.Warn("config: " + w)
+	}
 	perSource, perService, err := healthcheck.FromConfig(cfg)
 	if err != nil {
 		return res, err
@@ -201,13 +211,6 @@ func (a *App) reload() (ReloadResult, error) {
 		}
 	}
 	sort.Strings(res.Removed)
-	conflicts, err := StaticConflicts(cfg, next)
-	if err != nil {
-		return res, err
-	}
-	for _, w := range conflicts {
-		a.Log.Warn(w)
-	}
 
 	// Apply: stop the removed sources, then tell the loop (it withdraws
 	// their services and ranks the claims again), then start the new

@@ -8,24 +8,15 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/xdsbridge/xdsbridge/internal/certs"
 	"github.com/xdsbridge/xdsbridge/xds"
 )
 
-// buildREST builds the REST-JSON polling handler (xds.rest) and its TLS
-// files, when configured.
+// buildREST builds the REST-JSON polling handler (xds.rest), when
+// configured; check loaded its TLS files (a.RESTTLS).
 func (a *App) buildREST() error {
 	rc := a.Config.XDS.REST
 	if rc == nil {
 		return nil
-	}
-	if rc.TLS != nil {
-		opts := certs.Options{Logger: a.Log, Metrics: a.Registry, NextProtos: []string{"h2", "http/1.1"}}
-		w, err := certs.New(a.Config, rc.TLS, "xds.rest.tls", opts)
-		if err != nil {
-			return err
-		}
-		a.RESTTLS = w
 	}
 	o := rc.Options()
 	o.Metrics = a.Registry

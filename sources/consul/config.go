@@ -3,7 +3,10 @@ package consul
 import (
 	"encoding/json"
 	"fmt"
+	"net"
+	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -276,7 +279,75 @@ func (c *Config) apiConfig(baseDir string) (*api.Config, error) {
 	if strings.HasPrefix(ac.Address, "unix://") {
 		return nil, fmt.Errorf("address: unix sockets are not supported (the source needs its own bounded HTTP transport)")
 	}
+	addr, err := normalizeAddress(ac.Address)
+	if err != nil {
+		field := "address"
+		if c.Address == "" {
+			field = "address (from CONSUL_HTTP_ADDR)"
+		}
+		return nil, fmt.Errorf("%s: %w", field, err)
+	}
+	ac.Address = addr
+	if ac.TokenFile != "" {
+		// Read as the API client reads it when the source starts; an
+		// unreadable file is an error now, not when run connects.
+		field := "token_file"
+		if c.TokenFile == "" {
+			field = "token_file (from CONSUL_HTTP_TOKEN_FILE)"
+		}
+		if _, err := os.ReadFile(ac.TokenFile); err != nil {
+			return nil, fmt.Errorf("%s: %w", field, err)
+		}
+	}
 	return ac, nil
+}
+
+// DefaultPort is the port of an address given without one: the Consul
+// agent's HTTP port, as Consul's own clients assume.
+const DefaultPort = "8500"
+
+// normalizeAddress writes the agent's address as the API client takes it:
+// a host without a port gets DefaultPort ("127.0.0.1" is
+// "127.0.0.1:8500", "[::1]" and "::1" are "[::1]:8500"), and trailing
+// slashes are dropped ("http://consul:8500/" would send every request to
+// "//v1/...", a 404). A URL keeps its scheme and a path under which a
+// reverse proxy serves the API ("https://gw.example/consul").
+func normalizeAddress(addr string) (string, error) {
+	scheme, rest, hasScheme := strings.Cut(addr, "://")
+	if !hasScheme {
+		scheme, rest = "", addr
+	} else if scheme != "http" && scheme != "https" {
+		return "", fmt.Errorf("%q: the scheme is not http or https", addr)
+	}
+	hostPort, path, _ := strings.Cut(rest, "/")
+	path = strings.TrimRight(path, "/")
+	if path != "" && !hasScheme {
+		return "", fmt.Errorf("%q: an address with a path needs its scheme (e.g. \"http://%s/%s\")", addr, hostPort, path)
+	}
+	if hostPort == "" {
+		return "", fmt.Errorf("%q: no host (expected host:port, e.g. \"127.0.0.1:8500\")", addr)
+	}
+	if _, port, err := net.SplitHostPort(hostPort); err == nil {
+		if port == "" {
+			hostPort += DefaultPort
+		} else if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+			return "", fmt.Errorf("%q: port %q is not a number in 1..65535", addr, port)
+		}
+	} else {
+		host := strings.TrimSuffix(strings.TrimPrefix(hostPort, "["), "]")
+		if strings.ContainsAny(host, "[]") {
+			return "", fmt.Errorf("%q is not host:port (e.g. \"127.0.0.1:8500\")", addr)
+		}
+		hostPort = net.JoinHostPort(host, DefaultPort)
+	}
+	out := hostPort
+	if path != "" {
+		out += "/" + path
+	}
+	if hasScheme {
+		out = scheme + "://" + out
+	}
+	return out, nil
 }
 
 // hasUserinfo reports whether an address (host:port or a URL) carries

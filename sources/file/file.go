@@ -166,10 +166,7 @@ func (s *Source) Path() string { return s.path }
 // source waits for it (not yet synced), as Run does.
 func (s *Source) ClaimedNames() ([]string, error) {
 	if s.policy {
-		_, err := s.loadPolicy()
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil
-		}
+		_, _, _, err := s.PolicyFile()
 		return nil, err
 	}
 	svcs, err := s.load(context.Background())
@@ -199,17 +196,39 @@ func (s *Source) load(ctx context.Context) ([]sources.Service, error) {
 	return svcs, nil
 }
 
-// loadPolicy reads and parses a policy file once.
-func (s *Source) loadPolicy() (*policy.File, error) {
-	data, err := readFile(context.Background(), s.path, s.max)
-	if err != nil {
-		return nil, err
+// PolicyFile reads and parses the policy file of a policy-file source
+// once, and returns it with its content and path. A file that does not
+// exist yet is nil, nil (the source waits for it, as Run does); a
+// services-file source has no policy file.
+func (s *Source) PolicyFile() (f *policy.File, data []byte, path string, err error) {
+	if !s.policy {
+		return nil, nil, "", nil
 	}
-	f, err := policy.ParseFile(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", s.path, err)
+	data, err = readFile(context.Background(), s.path, s.max)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, s.path, nil
 	}
-	return f, nil
+	if err != nil {
+		return nil, nil, s.path, err
+	}
+	if f, err = policy.ParseFile(data); err != nil {
+		return nil, nil, s.path, fmt.Errorf("%s: %w", s.path, err)
+	}
+	return f, data, s.path, nil
+}
+
+// ConfigWarnings reports a file that does not exist (yet), by its
+// absolute path: allowed (the source waits for it, unsynced), but nothing
+// is served from the source until it appears.
+func (s *Source) ConfigWarnings() []string {
+	if _, err := os.Stat(s.path); !errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	p, err := filepath.Abs(s.path)
+	if err != nil {
+		p = s.path
+	}
+	return []string{fmt.Sprintf("%s %s does not exist (yet): it may appear later; until it does, this source serves nothing and the bridge is not ready", s.what, p)}
 }
 
 // Run publishes the file's services and again after every change.
@@ -266,7 +285,14 @@ func (s *Source) Run(ctx context.Context, sink sources.Sink) error {
 		}
 		if err != nil {
 			s.setErr(err)
-			s.log.Warn(s.what+" rejected; serving its last valid content", "error", err)
+			switch {
+			case last != nil:
+				s.log.Warn(s.what+" rejected; serving its last valid content", "error", err)
+			case errors.Is(err, fs.ErrNotExist):
+				s.log.Warn(s.what+" does not exist (yet); nothing is served from this source until it appears", "path", s.path)
+			default:
+				s.log.Warn(s.what+" rejected; nothing is served from this source until it is valid (it never was)", "error", err)
+			}
 			sink.Fail(ctx, s.name, err)
 			failed = true
 			return nil

@@ -380,7 +380,7 @@ func TestNew(t *testing.T) {
 		{raw: `{}`, wantErr: "path: missing"},
 		{raw: ``, wantErr: "path: missing"},
 		{raw: `{"pth": "x"}`, wantErr: `unknown field "pth"`},
-		{raw: `{"path": 1}`, wantErr: "path: cannot use a JSON number"},
+		{raw: `{"path": 1}`, wantErr: "path: expected a string, got 1"},
 		{raw: `{"path": "x", "settle": "soon"}`, wantErr: `settle: invalid duration "soon"`},
 		{raw: `{"path": "x", "settle": "-1s"}`, wantErr: "settle: negative duration"},
 		{raw: `{"path": "x", "settle": "1s", "max_settle": "500ms"}`, wantErr: "max_settle: 500ms is less than settle"},
@@ -426,7 +426,7 @@ func TestServices(t *testing.T) {
 		t.Fatalf("Services = %v, %v", svcs, err)
 	}
 	write(t, path, []byte(`{"services": {"web": {"endpoints": [{"address": "10.0.0.1", "port": 0}]}}}`))
-	if _, err := newSource(t, path).load(context.Background()); err == nil || !strings.Contains(err.Error(), path+": services.web.endpoints[0].port") {
+	if _, err := newSource(t, path).load(context.Background()); err == nil || !strings.Contains(err.Error(), path+": line 1, column 61: services.web.endpoints[0].port") {
 		t.Errorf("error %v, want the file and field", err)
 	}
 }

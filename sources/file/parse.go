@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strings"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -79,26 +80,26 @@ func ParseContext(ctx context.Context, data []byte) ([]sources.Service, error) {
 		}
 		field := "services." + name
 		if err := sources.ValidateServiceName(field, name); err != nil {
-			return nil, err
+			return nil, at(data, err, field, "services", name)
 		}
 		svc := sources.Service{Name: name, Endpoints: []sources.Endpoint{}}
 		for i, ed := range doc.Services[name].Endpoints {
 			ef := fmt.Sprintf("%s.endpoints[%d]", field, i)
 			h, err := sources.ParseHealth(ed.Health)
 			if err != nil {
-				return nil, fmt.Errorf("%s.health: %w", ef, err)
+				return nil, at(data, fmt.Errorf("%s.health: %w", ef, err), ef, "services", name, "endpoints", fmt.Sprintf("[%d]", i))
 			}
 			e := sources.Endpoint{
 				Address: canonicalAddr(ed.Address), Port: ed.Port, Hostname: ed.Hostname, Weight: ed.Weight,
 				Priority: ed.Priority, Locality: ed.Locality, Health: h, Metadata: ed.Metadata,
 			}
 			if err := sources.ValidateEndpoint(ef, e); err != nil {
-				return nil, err
+				return nil, at(data, err, ef, "services", name, "endpoints", fmt.Sprintf("[%d]", i))
 			}
 			svc.Endpoints = append(svc.Endpoints, e)
 		}
 		if err := checkDuplicates(field, svc.Endpoints); err != nil {
-			return nil, err
+			return nil, at(data, err, field, "services", name)
 		}
 		byName[name] = svc
 	}
@@ -109,10 +110,11 @@ func ParseContext(ctx context.Context, data []byte) ([]sources.Service, error) {
 		field := fmt.Sprintf("cluster_load_assignments[%d]", i)
 		svc, err := fromCLA(field, raw)
 		if err != nil {
-			return nil, err
+			return nil, at(data, err, field, "cluster_load_assignments", fmt.Sprintf("[%d]", i))
 		}
 		if _, dup := byName[svc.Name]; dup {
-			return nil, fmt.Errorf("%s.cluster_name: service %q is defined twice in the file", field, svc.Name)
+			err := fmt.Errorf("%s.cluster_name: service %q is defined twice in the file", field, svc.Name)
+			return nil, at(data, err, field, "cluster_load_assignments", fmt.Sprintf("[%d]", i))
 		}
 		byName[svc.Name] = svc
 	}
@@ -123,6 +125,18 @@ func ParseContext(ctx context.Context, data []byte) ([]sources.Service, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// at returns err, a check's error about the value written field (its
+// message starting with field and the path below it), with the line and
+// column of that value in data; path is field's place in the document
+// (a service name may hold dots, so field is not parsed for it).
+func at(data []byte, err error, field string, path ...string) error {
+	below := errors.New(strings.TrimPrefix(strings.TrimPrefix(err.Error(), field), "."))
+	if line, col := decode.Locate(data, path, below); line > 0 {
+		return fmt.Errorf("line %d, column %d: %w", line, col, err)
+	}
+	return err
 }
 
 // canonicalAddr returns an IP address in its canonical form (lower case,

@@ -183,8 +183,8 @@ func TestParseErrors(t *testing.T) {
 		{"port 0", svc("{address: 10.0.0.1, port: 0}"), []string{"services.web.endpoints[0].port: 0 is not in 1..65535"}},
 		{"port missing", svc("{address: 10.0.0.1}"), []string{"services.web.endpoints[0].port: 0 is not in 1..65535"}},
 		{"port 70000", svc("{address: 10.0.0.1, port: 70000}"), []string{"services.web.endpoints[0].port: 70000 is not in 1..65535"}},
-		{"negative port", svc("{address: 10.0.0.1, port: -1}"), []string{"services.web.endpoints[0].port", "cannot use a JSON number -1"}},
-		{"port as string", svc("{address: 10.0.0.1, port: http}"), []string{"services.web.endpoints[0].port", "cannot use a JSON string"}},
+		{"negative port", svc("{address: 10.0.0.1, port: -1}"), []string{"services.web.endpoints[0].port", "expected a whole number from 0 to 4294967295, got -1"}},
+		{"port as string", svc("{address: 10.0.0.1, port: http}"), []string{"services.web.endpoints[0].port", `expected a whole number from 0 to 4294967295, got a string`}},
 		{"bad health", svc("{address: 10.0.0.1, port: 80, health: sickly}"), []string{`services.web.endpoints[0].health: unknown health status "sickly"`}},
 		{"unknown endpoint field", svc("{adress: 10.0.0.1, port: 80}"), []string{`unknown field "adress" in services.web.endpoints[0]`}},
 		{"unknown locality field", svc("{address: 10.0.0.1, port: 80, locality: {zon: a}}"), []string{`unknown field "zon" in services.web.endpoints[0].locality`}},
@@ -255,7 +255,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown field in CLA", cla("endpoint: {adress: {}}"), []string{"cluster_load_assignments[0]", `"adress"`}},
 		{"CLA without cluster name", "cluster_load_assignments:\n- endpoints: []\n", []string{"cluster_load_assignments[0]", "ClusterName"}},
 		{"duplicate endpoint in CLA", "cluster_load_assignments:\n- cluster_name: c\n  endpoints:\n  - lb_endpoints:\n    - endpoint: {address: {socket_address: {address: 10.0.0.1, port_value: 80}}}\n  - priority: 1\n    lb_endpoints:\n    - endpoint: {address: {socket_address: {address: 10.0.0.1, port_value: 80}}}\n", []string{"cluster_load_assignments[0].endpoints: 10.0.0.1:80 is listed twice"}},
-		{"assignments not a list", "cluster_load_assignments: {cluster_name: c}\n", []string{"cluster_load_assignments", "cannot use a JSON object"}},
+		{"assignments not a list", "cluster_load_assignments: {cluster_name: c}\n", []string{"line 1, column 1: cluster_load_assignments: expected a list, got a mapping"}},
 		{"YAML syntax error", "services:\n  web:\n    endpoints: [\n      {address: 10.0.0.1, port: 80\n", []string{"line"}},
 		{"YAML indentation error", "services:\n  web:\n endpoints: []\n    x: 1\n", []string{"line"}},
 		{"JSON syntax error", "{\"services\":\n  {\"web\": {\"endpoints\": [}}}", []string{"line"}},
@@ -366,5 +366,25 @@ cluster_load_assignments:
 	}
 	if got := svcs[1].Endpoints[0].Key().String(); svcs[1].Name != "web" || got != "10.0.0.1:79" {
 		t.Errorf("web's first endpoint %s", got)
+	}
+}
+
+// The checks after decoding name the line and column of the value, also
+// under a service name with dots; decoding errors say what was expected.
+func TestParseErrorsNameLineAndColumn(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"services:\n  web.internal:\n    endpoints:\n      - port: 80\n        address: web.internal\n",
+			`line 5, column 9: services.web.internal.endpoints[0].address: "web.internal" is not an IP address (names belong to the dns source)`},
+		{"services:\n  web:\n    endpoints:\n      - {address: 10.0.0.1, port: 80, weight: .nan}\n",
+			"line 4, column 39: services.web.endpoints[0].weight: expected a finite number, got .nan"},
+		{"services:\n  web:\n    endpoints:\n      - {address: 10.0.0.1, port: 4294967296}\n",
+			"line 4, column 29: services.web.endpoints[0].port: expected a whole number from 0 to 4294967295, got 4294967296"},
+		{"services:\n  web:\n    endpoints: {address: 10.0.0.1}\n",
+			"line 3, column 5: services.web.endpoints: expected a list, got a mapping"},
+	} {
+		_, err := Parse([]byte(tc.in))
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%q:\n got %v\nwant %s", tc.in, err, tc.want)
+		}
 	}
 }

@@ -1,8 +1,6 @@
 package file
 
 import (
-	"errors"
-	"io/fs"
 	"sort"
 
 	"github.com/xdsbridge/xdsbridge/policy"
@@ -12,14 +10,8 @@ import (
 // service names (not patterns) it gives a policy, sorted. A service file
 // names none; a policy file that does not exist yet names none.
 func (s *Source) PolicyNames() ([]string, error) {
-	if !s.policy {
-		return nil, nil
-	}
-	f, err := s.loadPolicy()
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
+	f, _, _, err := s.PolicyFile()
+	if err != nil || f == nil {
 		return nil, err
 	}
 	var out []string

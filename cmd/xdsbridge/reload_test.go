@@ -74,7 +74,7 @@ func TestReloadCommandAndHangup(t *testing.T) {
 	}
 	admin := []string{"-admin", a.AdminAddr(), "-token-file", filepath.Join(dir, "admin-token")}
 	out, err = ssRun(append([]string{"reload"}, admin...)...)
-	want := "reload refused, the running config stays: " + cfgPath + ": sources[1]: priority: want a whole number in -1000..1000, not 1.5"
+	want := "reload refused, the running config stays: " + cfgPath + ": line 6, column 3: sources[1]: priority: want a whole number in -1000..1000, not 1.5"
 	if err == nil || err.Error() != want {
 		t.Fatalf("reload of an invalid config: %v, want %q\n%s", err, want, out)
 	}

@@ -225,7 +225,7 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	}
 	warnings := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "xdsbridge_config_warnings",
-		Help: "Warnings of the config at start (logged at WARN, printed by validate): a services or policy file that does not exist yet, a policy for a service no static source publishes.",
+		Help: "Warnings of the config at start (logged at WARN, printed by validate): a services or policy file that does not exist yet, a policy for a service no static source publishes, a service name two sources publish.",
 	})
 	warnings.Set(float64(len(k.warnings)))
 	if err := promreg.Register(reg, warnings); err != nil {

@@ -117,7 +117,7 @@ func (l *Loop) translateAll(names []string, merged map[string]mergedService) tra
 		pol, held := l.effectivePolicy(name)
 		opts := translate.Options{DefaultLocality: l.opts.DefaultLocality[l.owner(name)], Policy: pol, Failover: l.failoverTargets(name, own, merged), Targets: l.routeTargets(name, own), GRPCCertificateProvider: l.opts.GRPCCertificateProvider}
 		opts.Absent = l.absentTargets(name, own, merged)
-		if old, was := l.published[name]; was && !l.refused[name] && reflect.DeepEqual(old, svc) && reflect.DeepEqual(l.pubOpts[name], opts) && reflect.DeepEqual(l.held[name], held) {
+		if old, was := l.published[name]; was && !l.forceTranslate && !l.refused[name] && reflect.DeepEqual(old, svc) && reflect.DeepEqual(l.pubOpts[name], opts) && reflect.DeepEqual(l.held[name], held) {
 			// Its policy may have moved to another key or source with
 			// the same content: the status page says where it is now.
 			l.snap.setPolicyFrom(name, l.policyFrom(name, opts))

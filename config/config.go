@@ -262,6 +262,28 @@ type Source struct {
 	// locality of this source's endpoints that have none, instead of the
 	// top-level default_locality. Nil when not given.
 	DefaultLocality *Locality
+	// Priority is the optional `priority:` (default 0, MinPriority..
+	// MaxPriority): of two sources publishing one service name, the one
+	// with the higher priority owns it; on equal priorities, the one
+	// listed first.
+	Priority int
+}
+
+// Range of a source entry's priority.
+const (
+	MinPriority = -1000
+	MaxPriority = 1000
+)
+
+// Priorities maps each source with a priority other than 0 to it.
+func (c *Config) Priorities() map[string]int {
+	out := map[string]int{}
+	for _, s := range c.Sources {
+		if s.Priority != 0 {
+			out[s.Name] = s.Priority
+		}
+	}
+	return out
 }
 
 // Locality returns the default locality of the source's endpoints: its
@@ -296,6 +318,15 @@ func (s *Source) UnmarshalJSON(b []byte) error {
 		}
 		delete(m, "default_locality")
 	}
+	if p, ok := m["priority"]; ok {
+		if err := json.Unmarshal(p, &s.Priority); err != nil {
+			return fmt.Errorf("priority: want a whole number in %d..%d, not %s", MinPriority, MaxPriority, p)
+		}
+		if s.Priority < MinPriority || s.Priority > MaxPriority {
+			return fmt.Errorf("priority: %d is not in %d..%d", s.Priority, MinPriority, MaxPriority)
+		}
+		delete(m, "priority")
+	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -320,6 +351,9 @@ func (s Source) MarshalJSON() ([]byte, error) {
 	}
 	if s.DefaultLocality != nil {
 		m["default_locality"] = s.DefaultLocality
+	}
+	if s.Priority != 0 {
+		m["priority"] = s.Priority
 	}
 	return json.Marshal(m)
 }

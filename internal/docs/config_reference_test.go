@@ -122,6 +122,7 @@ func schema(t *testing.T) map[string]string {
 			field(entry+".name", reflect.TypeFor[string]())
 			field(entry+".health_check", reflect.TypeFor[healthcheck.Config]())
 			field(entry+".default_locality", reflect.TypeFor[config.Locality]())
+			field(entry+".priority", reflect.TypeFor[int]())
 			for key, block := range sourceBlocks {
 				field(entry+"."+key, block)
 			}

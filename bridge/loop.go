@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xdsbridge/xdsbridge/config"
@@ -67,6 +68,10 @@ type Options struct {
 	// for every service: the certificate provider instance of gRPC
 	// clients' bootstrap that clusters with upstream TLS name ("": none).
 	GRPCCertificateProvider string
+	// Egress, when set (with its defaults: translate.Egress.WithDefaults),
+	// publishes the egress route table and listener along with the
+	// services (egress.go).
+	Egress *translate.Egress
 }
 
 // Checks is what the loop asks of active health checking. Implementations
@@ -144,6 +149,9 @@ type Loop struct {
 	lastHosts []healthcheck.ServiceHosts
 	ready     bool
 
+	// egress is the egress table's state (egress.go).
+	egress egressState
+
 	// snap is what the admin handlers read (status.go).
 	snap snapshots
 }
@@ -181,6 +189,7 @@ func New(opts Options, pub Publisher) *Loop {
 		routeDeps:    newDepIndex(),
 		refused:      map[string]bool{},
 		retained:     map[string]map[sources.HostKey]retainedHost{},
+		egress:       egressState{routes: map[string]*route.RouteConfiguration{}},
 	}
 	l.snap.init(opts.Sources)
 	l.m = newLoopMetrics(l, opts.Metrics)

@@ -22,6 +22,10 @@ type loopMetrics struct {
 	refused         prometheus.Counter
 	refusedServices prometheus.Gauge
 	flushSeconds    prometheus.Histogram
+	// The egress route table: its services' virtual hosts, and the
+	// domains left out of them (taken by another service).
+	egressHosts          prometheus.Gauge
+	egressDomainsDropped prometheus.Gauge
 }
 
 func newLoopMetrics(l *Loop, reg prometheus.Registerer) *loopMetrics {
@@ -63,8 +67,14 @@ func newLoopMetrics(l *Loop, reg prometheus.Registerer) *loopMetrics {
 			Name: "xdsbridge_merge_flush_seconds", Help: "Time to rebuild and publish dirty services.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
+		egressHosts: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "xdsbridge_egress_virtual_hosts", Help: "Services in the egress route table (virtual hosts, the catch-all not counted).",
+		}),
+		egressDomainsDropped: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "xdsbridge_egress_domains_dropped", Help: "Domains left out of a service's virtual host in the egress route table because another service has them.",
+		}),
 	}
-	if err := promreg.Register(reg, m.sourceSyncs, m.sourceErrors, m.conflicts, m.policyConflicts, m.services, m.flushes, m.flushErrors, m.invalid, m.limitExceeded, m.refused, m.refusedServices, m.flushSeconds, &staleCollector{l}); err != nil {
+	if err := promreg.Register(reg, m.sourceSyncs, m.sourceErrors, m.conflicts, m.policyConflicts, m.services, m.flushes, m.flushErrors, m.invalid, m.limitExceeded, m.refused, m.refusedServices, m.flushSeconds, m.egressHosts, m.egressDomainsDropped, &staleCollector{l}); err != nil {
 		panic(err)
 	}
 	return m

@@ -204,6 +204,10 @@ func (e Egress) Includes(s EgressService) bool {
 	return true
 }
 
+// EgressCatchAllName names the catch-all virtual host (followed by as
+// many "-" as it takes to be no service's name).
+const EgressCatchAllName = "xdsbridge-unknown-host"
+
 // EgressNotFoundBody is the start of the body of the catch-all's 404.
 const EgressNotFoundBody = "xdsbridge: no service is published under this host name (egress route table "
 
@@ -266,7 +270,12 @@ func (e Egress) RouteTable(services []EgressService) (*route.RouteConfiguration,
 			rc.VirtualHosts = append(rc.VirtualHosts, en.vh)
 		}
 	}
-	rc.VirtualHosts = append(rc.VirtualHosts, e.catchAll())
+	all := e.catchAll()
+	// Virtual host names are unique in a table: no service's name.
+	for slices.ContainsFunc(rc.VirtualHosts, func(vh *route.VirtualHost) bool { return vh.Name == all.Name }) {
+		all.Name += "-"
+	}
+	rc.VirtualHosts = append(rc.VirtualHosts, all)
 	return rc, diags
 }
 
@@ -283,7 +292,7 @@ func (e Egress) catchAll() *route.VirtualHost {
 			Body:   &core.DataSource{Specifier: &core.DataSource_InlineString{InlineString: body}},
 		}}
 	}
-	return &route.VirtualHost{Name: "xdsbridge-unknown-host", Domains: []string{"*"}, Routes: []*route.Route{r}}
+	return &route.VirtualHost{Name: EgressCatchAllName, Domains: []string{"*"}, Routes: []*route.Route{r}}
 }
 
 // EgressListener is the egress Listener of e (e.Listener must be set):

@@ -162,6 +162,11 @@ func TestEgressTableDuplicateDomains(t *testing.T) {
 	if got := vhostNames(rc); !slices.Equal(got, []string{"B", "a", "a.service.consul", "xdsbridge-unknown-host"}) {
 		t.Errorf("virtual hosts %v", got)
 	}
+	// A service named like the catch-all: the catch-all takes another name.
+	named, _ := Egress{}.WithDefaults().RouteTable([]EgressService{{Name: EgressCatchAllName}, {Name: EgressCatchAllName + "-"}})
+	if got := vhostNames(named); !slices.Equal(got, []string{EgressCatchAllName, EgressCatchAllName + "-", EgressCatchAllName + "--"}) {
+		t.Errorf("virtual hosts %v", got)
+	}
 	// A service's own name outranks another's suffixed name.
 	if d := rc.VirtualHosts[2].GetDomains(); d[0] != "a.service.consul" {
 		t.Errorf("a.service.consul's domains %v", d)

@@ -86,12 +86,19 @@ func (l *Loop) publishEgress(rc *route.RouteConfiguration, diags []translate.Dia
 		return true
 	}
 	res := translate.Resources{Route: rc}
+	var err error
 	if l.opts.Egress.Listener != nil {
-		lis, err := l.opts.Egress.EgressListener()
-		if err != nil {
-			l.log.Error("egress listener", "error", err)
-		}
-		res.Listener = lis
+		res.Listener, err = l.opts.Egress.EgressListener()
+	}
+	if err == nil {
+		err = res.Validate()
+	}
+	if err != nil {
+		// Every virtual host is a published service's, which passed
+		// validation: this is a bug, not bad input. The last table stays.
+		l.m.invalid.Inc()
+		l.log.Error("the egress route table failed validation; serving the last valid one", "error", err)
+		return true
 	}
 	if err := l.pub.PublishServices([]translate.Resources{res}, nil); err != nil {
 		l.log.Error("publishing the egress route table failed; will retry", "error", err)

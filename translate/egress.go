@@ -11,7 +11,6 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -303,22 +302,8 @@ func (e Egress) EgressListener() (*listener.Listener, error) {
 	if l == nil {
 		return nil, errors.New("egress: no listener configured")
 	}
-	rtr, _ := anypb.New(&router.Router{})
-	m := &hcm.HttpConnectionManager{
-		StatPrefix: "egress",
-		CodecType:  hcm.HttpConnectionManager_AUTO,
-		RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{
-			RouteConfigName: e.RouteConfigName,
-			ConfigSource: &core.ConfigSource{
-				ResourceApiVersion:    core.ApiVersion_V3,
-				ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}},
-			},
-		}},
-		HttpFilters: []*hcm.HttpFilter{{
-			Name:       "envoy.filters.http.router",
-			ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: rtr},
-		}},
-	}
+	m := rdsManager("egress", e.RouteConfigName)
+	m.CodecType = hcm.HttpConnectionManager_AUTO
 	a, err := anypb.New(m)
 	if err != nil {
 		return nil, err

@@ -22,8 +22,10 @@ import (
 
 // egressState is the loop's egress state, owned by Run.
 type egressState struct {
-	// routes are the published services' own RouteConfigurations.
-	routes map[string]*route.RouteConfiguration
+	// services are the published services as the table sees them: their
+	// own RouteConfigurations and their hosts' tags (the owning source
+	// is looked up when the table is built).
+	services map[string]translate.EgressService
 	// last is the table last published (nil: none yet).
 	last *route.RouteConfiguration
 }
@@ -60,8 +62,8 @@ func (l *Loop) egressTable(without []string) (*route.RouteConfiguration, []trans
 	for _, n := range without {
 		skip[n] = true
 	}
-	names := make([]string, 0, len(l.egress.routes))
-	for n := range l.egress.routes {
+	names := make([]string, 0, len(l.egress.services))
+	for n := range l.egress.services {
 		if !skip[n] {
 			names = append(names, n)
 		}
@@ -69,12 +71,9 @@ func (l *Loop) egressTable(without []string) (*route.RouteConfiguration, []trans
 	sort.Strings(names)
 	svcs := make([]translate.EgressService, 0, len(names))
 	for _, n := range names {
-		svcs = append(svcs, translate.EgressService{
-			Name:   n,
-			Source: l.owner(n),
-			Tags:   translate.EgressTags(l.published[n]),
-			Route:  l.egress.routes[n],
-		})
+		s := l.egress.services[n]
+		s.Source = l.owner(n)
+		svcs = append(svcs, s)
 	}
 	return l.opts.Egress.RouteTable(svcs)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/xdsbridge/xdsbridge/sources"
 	"github.com/xdsbridge/xdsbridge/translate"
 )
 
@@ -122,5 +123,26 @@ func TestEgressServiceNamedLikeTheTable(t *testing.T) {
 	// The service's own route configuration would replace the table.
 	if d := cmp.Diff([]string{"x", translate.DefaultEgressName}, rec.routes); d != "" {
 		t.Errorf("route configurations published (-want +got):\n%s", d)
+	}
+}
+
+func TestEgressIncludeByTag(t *testing.T) {
+	rec := &egressRecorder{ch: make(chan struct{}, 100)}
+	e := translate.Egress{Include: translate.EgressInclude{Tags: []string{"public"}}}.WithDefaults()
+	l := run(t, Options{Sources: []string{"a"}, Quiet: time.Millisecond, Egress: &e}, rec)
+	pub := service("x", 1)
+	pub.Endpoints[0].Metadata = sources.Metadata{"consul": {"tag.public": true}}
+	publish(t, l, "a", pub, service("y", 1))
+	want := []string{"service x service y", "table x,xdsbridge-unknown-host"}
+	if d := cmp.Diff(want, rec.take(t, 2)); d != "" {
+		t.Fatalf("(-want +got):\n%s", d)
+	}
+	// y tagged: it joins the table.
+	tagged := service("y", 1)
+	tagged.Endpoints[0].Metadata = sources.Metadata{"consul": {"tags": []any{"public"}}}
+	publish(t, l, "a", pub, tagged)
+	want = []string{"service y", "table x,y,xdsbridge-unknown-host"}
+	if d := cmp.Diff(want, rec.take(t, 2)); d != "" {
+		t.Fatalf("(-want +got):\n%s", d)
 	}
 }

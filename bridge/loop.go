@@ -6,7 +6,6 @@ import (
 	"sort"
 	"time"
 
-	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xdsbridge/xdsbridge/config"
@@ -189,7 +188,7 @@ func New(opts Options, pub Publisher) *Loop {
 		routeDeps:    newDepIndex(),
 		refused:      map[string]bool{},
 		retained:     map[string]map[sources.HostKey]retainedHost{},
-		egress:       egressState{routes: map[string]*route.RouteConfiguration{}},
+		egress:       egressState{services: map[string]translate.EgressService{}},
 	}
 	l.snap.init(opts.Sources)
 	l.m = newLoopMetrics(l, opts.Metrics)

@@ -179,12 +179,13 @@ func (l *Loop) publish(t translation) bool {
 	}
 	if egress {
 		for _, r := range t.changed {
+			n := r.Cluster.GetName()
 			if r.Route != nil {
-				l.egress.routes[r.Cluster.GetName()] = r.Route
+				l.egress.services[n] = translate.EgressService{Name: n, Route: r.Route, Tags: translate.EgressTags(t.inputs[n])}
 			}
 		}
 		for _, n := range t.removed {
-			delete(l.egress.routes, n)
+			delete(l.egress.services, n)
 		}
 		// After the services' clusters. A failure here keeps what the
 		// services published: the table follows with the next flush

@@ -38,7 +38,7 @@ import (
 // rank in name order; "*" is the catch-all's.
 //
 // The last virtual host, domain "*", takes every other Host: a 404 whose
-// body names the host as unknown, or, with a fallback, a route to the
+// body says no service has that host name, or, with a fallback, a route to the
 // fallback cluster. A request for a service not in the table never
 // reaches another service.
 

@@ -73,6 +73,10 @@ type Options struct {
 	// for every service: the certificate provider instance of gRPC
 	// clients' bootstrap that clusters with upstream TLS name ("": none).
 	GRPCCertificateProvider string
+	// Egress, when set (with its defaults: translate.Egress.WithDefaults),
+	// publishes the egress route table and listener along with the
+	// services (egress.go).
+	Egress *translate.Egress
 }
 
 // Checks is what the loop asks of active health checking. Implementations
@@ -169,6 +173,9 @@ type Loop struct {
 	// translation uses: the limits).
 	forceTranslate bool
 
+	// egress is the egress table's state (egress.go).
+	egress egressState
+
 	// snap is what the admin handlers read (status.go).
 	snap snapshots
 }
@@ -210,6 +217,7 @@ func New(opts Options, pub Publisher) *Loop {
 		failoverDenied: map[string]int{},
 		refusedNames:   map[string]map[string]string{},
 		blackHoles:     map[string]map[string]int{},
+		egress:         egressState{services: map[string]translate.EgressService{}},
 	}
 	l.snap.init(opts.Sources)
 	l.m = newLoopMetrics(l, opts.Metrics)

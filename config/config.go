@@ -41,6 +41,10 @@ type Config struct {
 	Limits translate.Limits `json:"limits"`
 	// Outputs are deliveries besides the xDS server (config/outputs.go).
 	Outputs Outputs `json:"outputs"`
+	// Egress, when set, serves Envoys a route table with a virtual host
+	// per published service, and optionally a listener routed by it
+	// (translate.Egress for each field). Absent: neither is served.
+	Egress *translate.Egress `json:"egress"`
 	// MemoryLimit is the Go runtime's soft memory limit: "auto" or absent
 	// (90 % of the container's cgroup memory limit, none without one),
 	// "off", or a size ("512MiB", bytes); GOMEMLIMIT in the environment
@@ -447,6 +451,10 @@ func (c *Config) applyDefaults() {
 	c.Admin.TLS.applyDefaults()
 	c.XDS.REST.applyDefaults()
 	c.Outputs.applyDefaults()
+	if c.Egress != nil {
+		e := c.Egress.WithDefaults()
+		c.Egress = &e
+	}
 }
 
 func (c *Config) validate(knownTypes []string) error {
@@ -468,6 +476,11 @@ func (c *Config) validate(knownTypes []string) error {
 	}
 	if err := c.Outputs.check(); err != nil {
 		return err
+	}
+	if c.Egress != nil {
+		if err := c.Egress.Check(); err != nil {
+			return fmt.Errorf("egress.%w", err)
+		}
 	}
 	if err := c.XDS.TLS.check("xds.tls"); err != nil {
 		return err

@@ -15,7 +15,7 @@ import (
 )
 
 func TestValidateExampleConfigs(t *testing.T) {
-	for _, cfg := range []string{"../../examples/xdsbridge.yaml", "../../examples/consul.yaml", "../../examples/xdsbridge-policy.yaml"} {
+	for _, cfg := range []string{"../../examples/xdsbridge.yaml", "../../examples/consul.yaml", "../../examples/consul-egress.yaml", "../../examples/xdsbridge-policy.yaml"} {
 		var out, errOut bytes.Buffer
 		if err := run([]string{"validate", "-config", cfg}, &out, &errOut); err != nil {
 			t.Fatalf("%s: %v", cfg, err)

@@ -259,6 +259,7 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		MaxRetention:      c.HealthChecks.MaxRetention.D(),
 		DefaultLocality:   DefaultLocalities(c),
 		Limits:            c.Limits,
+		Egress:            c.Egress,
 	}
 	opts.GRPCCertificateProvider = c.XDS.CertificateProvider()
 	if len(perSource)+len(perService) > 0 {

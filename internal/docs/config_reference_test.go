@@ -235,6 +235,8 @@ xds:
   rest: {listen: "127.0.0.1:18002", eds_config: {cluster_name: bridge_rest}}
 outputs:
   filesystem: {dir: files}
+egress:
+  listener: {port: 10001}
 sources:
   - name: static
     file: {path: services.yaml}

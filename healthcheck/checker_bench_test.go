@@ -14,7 +14,7 @@ package healthcheck
 // ports, raising RLIMIT_NOFILE to its hard limit. Each request fails (503)
 // with probability 1%. The checker probes every host over HTTP/1.1 with the
 // defaults (interval 5s, jitter 500ms, timeout 1s, thresholds 2/3,
-// keep-alives off).
+// the servers have keep-alives off, so every probe opens a connection).
 //
 // Figures: probes per second, CPU seconds of this process (getrusage) and of
 // the servers (/proc), peak RSS and heap, scheduling lag, and verdict

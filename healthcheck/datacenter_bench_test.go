@@ -79,37 +79,6 @@ func raiseNoFileTo(n uint64) (uint64, error) {
 	return rl.Cur, syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
 }
 
-// blackholeListener listens on 0.0.0.0:port with a backlog of 0 and fills
-// its accept queue, so that the kernel drops further SYNs. It returns the
-// connections that fill the queue (to keep open).
-func blackholeListener(port int) ([]net.Conn, error) {
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
-	if err != nil {
-		return nil, err
-	}
-	if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err != nil {
-		return nil, err
-	}
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Port: port}); err != nil {
-		return nil, err
-	}
-	if err := syscall.Listen(fd, 0); err != nil {
-		return nil, err
-	}
-	var fill []net.Conn
-	for range 4 {
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 300*time.Millisecond)
-		if err != nil {
-			break // the queue is full
-		}
-		fill = append(fill, c)
-	}
-	if len(fill) == 0 {
-		return nil, fmt.Errorf("could not fill the accept queue of port %d", port)
-	}
-	return fill, nil
-}
-
 // TestHelperDatacenterBackends is the child process of the benchmark: TCP
 // and HTTP (keep-alive) backends on the wildcard address until stdin closes.
 func TestHelperDatacenterBackends(t *testing.T) {
@@ -120,16 +89,12 @@ func TestHelperDatacenterBackends(t *testing.T) {
 		fmt.Println("ERROR", err)
 		return
 	}
-	fill, err := blackholeListener(dcBlackholePort)
+	_, closeBlackhole, err := blackholeListener([4]byte{}, dcBlackholePort)
 	if err != nil {
 		fmt.Println("ERROR", err)
 		return
 	}
-	defer func() {
-		for _, c := range fill {
-			c.Close()
-		}
-	}()
+	defer closeBlackhole()
 	srv := &http.Server{
 		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }),
 		ReadHeaderTimeout: time.Minute,
@@ -262,9 +227,9 @@ func TestBenchDatacenterScale(t *testing.T) {
 	load, _ := os.ReadFile("/proc/loadavg")
 	t.Logf("%d %s endpoints, %d%% blackholed, interval %v, timeout %v; window %.1fs after the warm-up; load average %s",
 		hosts, typ, blackholed, check.Interval.D(), check.Timeout.D(), window, strings.Join(strings.Fields(string(load))[:3], " "))
-	t.Logf("cores %.2f; probes/s %.0f achieved / %.0f wanted; schedule lag p50 %.1fms p99 %.1fms (%.2f%% > 100ms); RSS %.0f MiB (peak %.0f MiB); TIME_WAIT %d",
+	t.Logf("cores %.2f; probes/s %.0f achieved / %.0f wanted; schedule lag p50 %s p99 %s (%.2f%% > 100ms); RSS %.0f MiB (peak %.0f MiB); TIME_WAIT %d",
 		cpu/window, (probes1-probes0)/window, float64(hosts)/(check.Interval.D()+check.Jitter.D()/2).Seconds(),
-		1000*lag.quantile(0.5), 1000*lag.quantile(0.99), 100*lag.fractionOver(0.1),
+		lagString(lag, 0.5), lagString(lag, 0.99), 100*lag.fractionOver(0.1),
 		float64(rss)/(1<<20), float64(ru2.Maxrss)/1024, tw)
 }
 
@@ -317,13 +282,22 @@ func (b buckets) quantile(q float64) float64 {
 	for i, c := range b.counts {
 		if c >= rank {
 			if math.IsInf(b.bounds[i], 1) {
-				return lo
+				return b.bounds[i] // beyond the last bucket
 			}
 			return lo + (b.bounds[i]-lo)*(rank-below)/(c-below)
 		}
 		lo, below = b.bounds[i], c
 	}
 	return lo
+}
+
+// lagString formats a quantile in ms, or "> last bucket" beyond it.
+func lagString(b buckets, q float64) string {
+	v := b.quantile(q)
+	if math.IsInf(v, 1) {
+		return fmt.Sprintf("> %gms", 1000*b.bounds[len(b.bounds)-2])
+	}
+	return fmt.Sprintf("%.1fms", 1000*v)
 }
 
 func (b buckets) fractionOver(bound float64) float64 {

@@ -205,12 +205,14 @@ func TestBenchDatacenterScale(t *testing.T) {
 	// Warm-up: every target probed once, and the blackholed ones timed out.
 	time.Sleep(check.Interval.D() + check.Jitter.D() + check.Timeout.D() + time.Second)
 	probes0 := counterSum(t, reg, "xdsbridge_healthcheck_probes_total")
+	fails0 := counterLabel(t, reg, "xdsbridge_healthcheck_probes_total", "result", "fail")
 	lag0 := histogramBuckets(t, reg, "xdsbridge_healthcheck_schedule_lag_seconds")
 	ru1, t1 := rusage(), time.Now()
 	if d := dur - time.Since(start); d > 0 {
 		time.Sleep(d)
 	}
 	probes1 := counterSum(t, reg, "xdsbridge_healthcheck_probes_total")
+	fails1 := counterLabel(t, reg, "xdsbridge_healthcheck_probes_total", "result", "fail")
 	lag1 := histogramBuckets(t, reg, "xdsbridge_healthcheck_schedule_lag_seconds")
 	ru2, t2 := rusage(), time.Now()
 	rss := vmRSS()
@@ -227,6 +229,7 @@ func TestBenchDatacenterScale(t *testing.T) {
 	load, _ := os.ReadFile("/proc/loadavg")
 	t.Logf("%d %s endpoints, %d%% blackholed, interval %v, timeout %v; window %.1fs after the warm-up; load average %s",
 		hosts, typ, blackholed, check.Interval.D(), check.Timeout.D(), window, strings.Join(strings.Fields(string(load))[:3], " "))
+	t.Logf("probes failed %.1f%% (blackholed: %d%%); CPU %.0fµs per probe", 100*(fails1-fails0)/(probes1-probes0), blackholed, 1e6*cpu/(probes1-probes0))
 	t.Logf("cores %.2f; probes/s %.0f achieved / %.0f wanted; schedule lag p50 %s p99 %s (%.2f%% > 100ms); RSS %.0f MiB (peak %.0f MiB); TIME_WAIT %d",
 		cpu/window, (probes1-probes0)/window, float64(hosts)/(check.Interval.D()+check.Jitter.D()/2).Seconds(),
 		lagString(lag, 0.5), lagString(lag, 0.99), 100*lag.fractionOver(0.1),

@@ -425,7 +425,9 @@ func (c *Checker) Run(ctx context.Context) error {
 func (c *Checker) schedule(ctx context.Context, wg *sync.WaitGroup) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	for {
+	for ctx.Err() == nil {
+		// (A probe cut short by the end of Run puts its target back, due at
+		// once: the loop must not start it again.)
 		var due *target
 		wait := time.Hour
 		c.mu.Lock()

@@ -21,7 +21,7 @@ package healthcheck
 // Printed: cores used, probes/s achieved and wanted, schedule lag p50/p99
 // (interpolated in the lag histogram's buckets), steady RSS, and the
 // TIME_WAIT sockets on the host (`ss -tan state time-wait`) at the end of
-// the window.
+// the window: the checker's side, the backends' side, and the host's.
 
 import (
 	"bufio"
@@ -216,7 +216,8 @@ func TestBenchDatacenterScale(t *testing.T) {
 	lag1 := histogramBuckets(t, reg, "xdsbridge_healthcheck_schedule_lag_seconds")
 	ru2, t2 := rusage(), time.Now()
 	rss := vmRSS()
-	tw := timeWait()
+	twChecker, twBackends := timeWait()
+	twAll := timeWaitAll()
 	runtime.KeepAlive(targets)
 	cancel()
 	if err := <-runErr; err != nil {
@@ -230,10 +231,10 @@ func TestBenchDatacenterScale(t *testing.T) {
 	t.Logf("%d %s endpoints, %d%% blackholed, interval %v, timeout %v; window %.1fs after the warm-up; load average %s",
 		hosts, typ, blackholed, check.Interval.D(), check.Timeout.D(), window, strings.Join(strings.Fields(string(load))[:3], " "))
 	t.Logf("probes failed %.1f%% (blackholed: %d%%); CPU %.0fµs per probe", 100*(fails1-fails0)/(probes1-probes0), blackholed, 1e6*cpu/(probes1-probes0))
-	t.Logf("cores %.2f; probes/s %.0f achieved / %.0f wanted; schedule lag p50 %s p99 %s (%.2f%% > 100ms); RSS %.0f MiB (peak %.0f MiB); TIME_WAIT %d",
+	t.Logf("cores %.2f; probes/s %.0f achieved / %.0f wanted; schedule lag p50 %s p99 %s (%.2f%% > 100ms); RSS %.0f MiB (peak %.0f MiB); TIME_WAIT checker side %d, backends side %d (host: %d)",
 		cpu/window, (probes1-probes0)/window, float64(hosts)/(check.Interval.D()+check.Jitter.D()/2).Seconds(),
 		lagString(lag, 0.5), lagString(lag, 0.99), 100*lag.fractionOver(0.1),
-		float64(rss)/(1<<20), float64(ru2.Maxrss)/1024, tw)
+		float64(rss)/(1<<20), float64(ru2.Maxrss)/1024, twChecker, twBackends, twAll)
 }
 
 // buckets is a histogram's cumulative bucket counts.
@@ -325,9 +326,25 @@ func vmRSS() uint64 {
 	return 0
 }
 
-// timeWait counts the host's TCP sockets in TIME_WAIT, as `ss -tan state
-// time-wait | wc -l` does (less the header), or -1 without ss.
-func timeWait() int {
+// timeWait counts the TCP sockets in TIME_WAIT on the checker's side (to
+// the benchmark's ports; other processes on a shared host have their own)
+// and on the backends' side (from those ports), as `ss -tan state
+// time-wait '( dport >= :24200 and dport <= :24290 )' | wc -l` does (less
+// the header); -1 without ss.
+func timeWait() (checker, backends int) {
+	count := func(dir string) int {
+		f := fmt.Sprintf("( %s >= :%d and %s <= :%d )", dir, dcPortBase, dir, dcBlackholePort)
+		out, err := exec.Command("ss", "-tan", "state", "time-wait", f).Output()
+		if err != nil {
+			return -1
+		}
+		return max(strings.Count(string(out), "\n")-1, 0)
+	}
+	return count("dport"), count("sport")
+}
+
+// timeWaitAll counts all of the host's TCP sockets in TIME_WAIT.
+func timeWaitAll() int {
 	out, err := exec.Command("ss", "-tan", "state", "time-wait").Output()
 	if err != nil {
 		return -1

@@ -8,28 +8,33 @@ import (
 // candidate is a connected checker as the assignment sees it.
 type candidate struct {
 	id       string
+	hash     uint64 // hashString(id)
 	locality string // "" when the checker's node names none
 }
 
-// assign picks the k checkers of key among cands by rendezvous hashing:
+func newCandidate(id, locality string) candidate {
+	return candidate{id: id, hash: hashString(id), locality: locality}
+}
+
+// assign picks the k checkers of key (hashString of the target's key)
+// among cands by rendezvous hashing:
 // each checker scores hash(key, checker), and the best scores win, first
 // the best of each locality (so that the k checkers are spread over as many
 // localities as there are), then the best of the rest. A checker joining
 // or leaving moves only the keys it wins or held: the others keep their
 // checkers. cands holds only the checkers able to run the key's check.
 // The result is in score order; fewer than k if there are fewer checkers.
-func assign(key string, cands []candidate, k int) []string {
+func assign(key uint64, cands []candidate, k int) []string {
 	if k <= 0 || len(cands) == 0 {
 		return nil
 	}
 	type scored struct {
-		c     candidate
+		c     *candidate
 		score uint64
 	}
 	s := make([]scored, len(cands))
-	h := hashString(key)
-	for i, c := range cands {
-		s[i] = scored{c, mix(h ^ hashString(c.id))}
+	for i := range cands {
+		s[i] = scored{&cands[i], mix(key ^ cands[i].hash)}
 	}
 	slices.SortFunc(s, func(a, b scored) int {
 		if a.score != b.score {
@@ -39,15 +44,15 @@ func assign(key string, cands []candidate, k int) []string {
 	})
 	out := make([]string, 0, min(k, len(s)))
 	taken := make([]bool, len(s))
-	seenLoc := map[string]bool{}
+	var seenLoc []string
 	for i, c := range s {
 		if len(out) == k {
 			return out
 		}
-		if c.c.locality == "" || seenLoc[c.c.locality] {
+		if c.c.locality == "" || slices.Contains(seenLoc, c.c.locality) {
 			continue
 		}
-		seenLoc[c.c.locality] = true
+		seenLoc = append(seenLoc, c.c.locality)
 		taken[i] = true
 		out = append(out, c.c.id)
 	}

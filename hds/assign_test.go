@@ -9,10 +9,11 @@ import (
 func checkers(n int, localities ...string) []candidate {
 	out := make([]candidate, n)
 	for i := range out {
-		out[i].id = fmt.Sprintf("envoy-%d", i)
+		loc := ""
 		if len(localities) > 0 {
-			out[i].locality = localities[i%len(localities)]
+			loc = localities[i%len(localities)]
 		}
+		out[i] = newCandidate(fmt.Sprintf("envoy-%d", i), loc)
 	}
 	return out
 }
@@ -24,7 +25,7 @@ func TestAssignSpreadsOverLocalities(t *testing.T) {
 		loc[c.id] = c.locality
 	}
 	for i := range 1000 {
-		got := assign(fmt.Sprintf("10.0.%d.%d:80", i/256, i%256), cs, 2)
+		got := assign(hashString(fmt.Sprintf("10.0.%d.%d:80", i/256, i%256)), cs, 2)
 		if len(got) != 2 || got[0] == got[1] {
 			t.Fatalf("endpoint %d: %v", i, got)
 		}
@@ -39,7 +40,7 @@ func TestAssignBalancesLoad(t *testing.T) {
 	load := map[string]int{}
 	const n, k = 20000, 2
 	for i := range n {
-		for _, id := range assign(fmt.Sprintf("10.1.%d.%d:80", i/256, i%256), cs, k) {
+		for _, id := range assign(hashString(fmt.Sprintf("10.1.%d.%d:80", i/256, i%256)), cs, k) {
 			load[id]++
 		}
 	}
@@ -58,13 +59,13 @@ func TestAssignMovesLittle(t *testing.T) {
 	const n, k = 5000, 2
 	before := make([][]string, n)
 	for i := range n {
-		before[i] = assign(fmt.Sprintf("ep-%d", i), cs, k)
+		before[i] = assign(hashString(fmt.Sprintf("ep-%d", i)), cs, k)
 	}
 	gone := cs[3].id
 	less := slices.Delete(slices.Clone(cs), 3, 4)
 	moved := 0
 	for i := range n {
-		after := assign(fmt.Sprintf("ep-%d", i), less, k)
+		after := assign(hashString(fmt.Sprintf("ep-%d", i)), less, k)
 		for _, id := range before[i] {
 			if id != gone && !slices.Contains(after, id) {
 				t.Fatalf("endpoint %d lost %s, which did not leave: %v → %v", i, id, before[i], after)
@@ -81,9 +82,9 @@ func TestAssignMovesLittle(t *testing.T) {
 	if moved == 0 || moved > n*k/len(cs)*12/10 {
 		t.Errorf("%d of %d endpoints moved", moved, n)
 	}
-	joined := append(slices.Clone(cs), candidate{id: "envoy-new", locality: "zone-a"})
+	joined := append(slices.Clone(cs), newCandidate("envoy-new", "zone-a"))
 	for i := range n {
-		after := assign(fmt.Sprintf("ep-%d", i), joined, k)
+		after := assign(hashString(fmt.Sprintf("ep-%d", i)), joined, k)
 		if !slices.Equal(before[i], after) && !slices.Contains(after, "envoy-new") {
 			t.Fatalf("endpoint %d moved between old checkers: %v → %v", i, before[i], after)
 		}
@@ -91,10 +92,10 @@ func TestAssignMovesLittle(t *testing.T) {
 }
 
 func TestAssignFewerCheckersThanK(t *testing.T) {
-	if got := assign("ep", checkers(1, "z"), 3); len(got) != 1 {
+	if got := assign(hashString("ep"), checkers(1, "z"), 3); len(got) != 1 {
 		t.Errorf("got %v", got)
 	}
-	if got := assign("ep", nil, 2); got != nil {
+	if got := assign(hashString("ep"), nil, 2); got != nil {
 		t.Errorf("got %v", got)
 	}
 }

@@ -22,9 +22,9 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +39,7 @@ import (
 
 	"github.com/xdsbridge/xdsbridge/healthcheck"
 	promreg "github.com/xdsbridge/xdsbridge/internal/metrics"
+	"github.com/xdsbridge/xdsbridge/sources"
 )
 
 // Merge rules (Options.Rule): how the reports of a target's checkers make
@@ -109,7 +110,7 @@ type checker struct {
 	// Guarded by Server.mu.
 	lastReport time.Time
 	silent     bool
-	targets    map[healthcheck.TargetKey]bool
+	targets    map[*target]bool
 	pending    *healthv3.HealthCheckSpecifier // to send; nil: nothing new
 	sent       bool                           // a specifier was queued
 	wake       chan struct{}
@@ -124,6 +125,8 @@ type report struct {
 type target struct {
 	t        healthcheck.Target
 	key      healthcheck.TargetKey
+	hash     uint64 // of key, for the assignment
+	ep       string // address:port as in reports
 	cluster  string
 	grace    time.Duration
 	checkers []string
@@ -215,7 +218,7 @@ func (s *Server) SetTargets(ts []healthcheck.Target) {
 		if _, ok := want[k]; !ok {
 			delete(s.targets, k)
 			delete(s.pend, k)
-			delete(s.byEndpoint[t.cluster], t.t.Host.String())
+			delete(s.byEndpoint[t.cluster], t.ep)
 			if len(s.byEndpoint[t.cluster]) == 0 {
 				delete(s.byEndpoint, t.cluster)
 			}
@@ -227,7 +230,7 @@ func (s *Server) SetTargets(ts []healthcheck.Target) {
 		}
 		c := w.Check
 		t := &target{
-			t: w, key: k, cluster: clusterName(k.Check),
+			t: w, key: k, hash: hashString(k.String()), ep: endpointString(endpointOf(w.Host)), cluster: clusterName(k.Check),
 			// Envoy reports a host it has not checked yet as unhealthy: a
 			// checker's unhealthy reports count only once it has had time
 			// to probe (or after a healthy one).
@@ -239,7 +242,7 @@ func (s *Server) SetTargets(ts []healthcheck.Target) {
 		if s.byEndpoint[t.cluster] == nil {
 			s.byEndpoint[t.cluster] = map[string]*target{}
 		}
-		s.byEndpoint[t.cluster][w.Host.String()] = t
+		s.byEndpoint[t.cluster][t.ep] = t
 	}
 	s.reassign(time.Now())
 }
@@ -328,7 +331,7 @@ func (s *Server) StreamHealthCheck(stream healthv3.HealthDiscoveryService_Stream
 		locality: localityString(req.GetNode().GetLocality()),
 		protos:   map[string]bool{},
 		stream:   stream,
-		targets:  map[healthcheck.TargetKey]bool{},
+		targets:  map[*target]bool{},
 		wake:     make(chan struct{}, 1),
 	}
 	for _, p := range req.GetCapability().GetHealthCheckProtocols() {
@@ -403,18 +406,18 @@ func (s *Server) reassign(now time.Time) {
 			continue
 		}
 		for p := range c.protos {
-			live[p] = append(live[p], candidate{id: c.id, locality: c.locality})
+			live[p] = append(live[p], newCandidate(c.id, c.locality))
 		}
 	}
-	next := make(map[string]map[healthcheck.TargetKey]bool, len(s.checkers))
+	next := make(map[string]map[*target]bool, len(s.checkers))
 	for _, c := range s.checkers {
-		next[c.id] = map[healthcheck.TargetKey]bool{}
+		next[c.id] = make(map[*target]bool, len(c.targets))
 	}
 	pairs := 0
-	for k, t := range s.targets {
-		ids := assign(k.String(), live[t.t.Check.Type], s.opts.K)
+	for _, t := range s.targets {
+		ids := assign(t.hash, live[t.t.Check.Type], s.opts.K)
 		for _, id := range ids {
-			next[id][k] = true
+			next[id][t] = true
 			if _, ok := t.assigned[id]; !ok {
 				t.assigned[id] = now
 				delete(t.reports, id)
@@ -449,34 +452,25 @@ func (s *Server) reassign(now time.Time) {
 // specifier is the HealthCheckSpecifier of c's targets: one cluster per
 // check, named after it. Called with s.mu held.
 func (s *Server) specifier(c *checker) *healthv3.HealthCheckSpecifier {
-	byCluster := map[string]*healthv3.ClusterHealthCheck{}
-	var names []string
-	for k := range c.targets {
-		t := s.targets[k]
-		chc := byCluster[t.cluster]
-		if chc == nil {
-			chc = &healthv3.ClusterHealthCheck{
+	ts := make([]*target, 0, len(c.targets))
+	for t := range c.targets {
+		ts = append(ts, t)
+	}
+	slices.SortFunc(ts, func(a, b *target) int {
+		return cmp.Or(cmp.Compare(a.cluster, b.cluster), cmp.Compare(a.ep, b.ep))
+	})
+	spec := &healthv3.HealthCheckSpecifier{Interval: durationpb.New(s.opts.ReportInterval)}
+	var le *healthv3.LocalityEndpoints
+	for i, t := range ts {
+		if i == 0 || t.cluster != ts[i-1].cluster {
+			le = &healthv3.LocalityEndpoints{}
+			spec.ClusterHealthChecks = append(spec.ClusterHealthChecks, &healthv3.ClusterHealthCheck{
 				ClusterName:       t.cluster,
 				HealthChecks:      []*corev3.HealthCheck{envoyCheck(t.t.Check)},
-				LocalityEndpoints: []*healthv3.LocalityEndpoints{{}},
-			}
-			byCluster[t.cluster] = chc
-			names = append(names, t.cluster)
+				LocalityEndpoints: []*healthv3.LocalityEndpoints{le},
+			})
 		}
-		le := chc.LocalityEndpoints[0]
-		le.Endpoints = append(le.Endpoints, &endpointv3.Endpoint{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
-			Address:       t.t.Host.Address,
-			PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: t.t.Host.Port},
-		}}}})
-	}
-	slices.Sort(names)
-	spec := &healthv3.HealthCheckSpecifier{Interval: durationpb.New(s.opts.ReportInterval)}
-	for _, n := range names {
-		eps := byCluster[n].LocalityEndpoints[0].Endpoints
-		slices.SortFunc(eps, func(a, b *endpointv3.Endpoint) int {
-			return cmp.Compare(endpointString(a), endpointString(b))
-		})
-		spec.ClusterHealthChecks = append(spec.ClusterHealthChecks, byCluster[n])
+		le.Endpoints = append(le.Endpoints, endpointOf(t.t.Host))
 	}
 	return spec
 }
@@ -523,11 +517,13 @@ func (s *Server) report(c *checker, r *healthv3.EndpointHealthResponse) {
 		s.log.Info("hds checker reports again", "checker", c.id)
 		s.reassign(now)
 	}
+	var buf []byte
 	for _, ch := range r.GetClusterEndpointsHealth() {
 		eps := s.byEndpoint[ch.GetClusterName()]
 		for _, le := range ch.GetLocalityEndpointsHealth() {
 			for _, eh := range le.GetEndpointsHealth() {
-				t := eps[endpointString(eh.GetEndpoint())]
+				buf = appendEndpoint(buf[:0], eh.GetEndpoint())
+				t := eps[string(buf)]
 				if t == nil {
 					continue
 				}
@@ -671,9 +667,27 @@ func clusterName(check string) string {
 	return fmt.Sprintf("xdsbridge-hds-%016x", mix(hashString(check)))
 }
 
-func endpointString(e *endpointv3.Endpoint) string {
+func endpointOf(h sources.HostKey) *endpointv3.Endpoint {
+	return &endpointv3.Endpoint{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+		Address:       h.Address,
+		PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: h.Port},
+	}}}}
+}
+
+// endpointString is the address:port by which reports name an endpoint.
+func endpointString(e *endpointv3.Endpoint) string { return string(appendEndpoint(nil, e)) }
+
+// appendEndpoint appends e's address:port (an IPv6 address in brackets).
+func appendEndpoint(b []byte, e *endpointv3.Endpoint) []byte {
 	sa := e.GetAddress().GetSocketAddress()
-	return net.JoinHostPort(sa.GetAddress(), strconv.FormatUint(uint64(sa.GetPortValue()), 10))
+	a := sa.GetAddress()
+	if strings.IndexByte(a, ':') >= 0 {
+		b = append(append(append(b, '['), a...), ']')
+	} else {
+		b = append(b, a...)
+	}
+	b = append(b, ':')
+	return strconv.AppendUint(b, uint64(sa.GetPortValue()), 10)
 }
 
 func localityString(l *corev3.Locality) string {

@@ -11,7 +11,8 @@ package healthcheck
 //
 // The backends run in a child process (this test binary re-run as
 // TestHelperDatacenterBackends), so the figures are the checker's alone.
-// Endpoint i is 127.100.x.y (i/4 + 1) on one of 4 ports; every 100/b-th
+// Endpoint i is 127.n.x.y (i/4 + 1; n from the process id) on one of 4
+// ports; every 100/b-th
 // endpoint (b the blackholed percentage) uses instead a port whose listener
 // has a backlog of 0, a full accept queue and never accepts: the kernel
 // drops the SYNs sent there, as a blackholed host would. The listeners are
@@ -53,13 +54,18 @@ const (
 	dcBackendsEnv   = "XDSBRIDGE_HC_DC_BACKENDS"
 )
 
+// dcNet is the second byte of the endpoints' addresses (127.dcNet.x.y),
+// one per run so that the TIME_WAIT count of a run is its own: sockets of
+// the previous run stay in TIME_WAIT for a minute.
+var dcNet = 100 + os.Getpid()%100
+
 func dcHost(i, blackholedPct int) sources.HostKey {
 	a := i/dcPorts + 1
 	port := uint32(dcPortBase + i%dcPorts)
 	if blackholedPct > 0 && i%(100/blackholedPct) == 0 {
 		port = dcBlackholePort
 	}
-	return sources.HostKey{Address: fmt.Sprintf("127.100.%d.%d", a>>8, a&255), Port: port}
+	return sources.HostKey{Address: fmt.Sprintf("127.%d.%d.%d", dcNet, a>>8, a&255), Port: port}
 }
 
 // raiseNoFileTo raises RLIMIT_NOFILE to n (the hard limit too, which needs
@@ -327,20 +333,18 @@ func vmRSS() uint64 {
 }
 
 // timeWait counts the TCP sockets in TIME_WAIT on the checker's side (to
-// the benchmark's ports; other processes on a shared host have their own)
-// and on the backends' side (from those ports), as `ss -tan state
-// time-wait '( dport >= :24200 and dport <= :24290 )' | wc -l` does (less
-// the header); -1 without ss.
+// this run's endpoints; other processes on a shared host have their own)
+// and on the backends' side (from them), as `ss -tan state time-wait dst
+// 127.n.0.0/16 | wc -l` does (less the header); -1 without ss.
 func timeWait() (checker, backends int) {
 	count := func(dir string) int {
-		f := fmt.Sprintf("( %s >= :%d and %s <= :%d )", dir, dcPortBase, dir, dcBlackholePort)
-		out, err := exec.Command("ss", "-tan", "state", "time-wait", f).Output()
+		out, err := exec.Command("ss", "-tan", "state", "time-wait", dir, fmt.Sprintf("127.%d.0.0/16", dcNet)).Output()
 		if err != nil {
 			return -1
 		}
 		return max(strings.Count(string(out), "\n")-1, 0)
 	}
-	return count("dport"), count("sport")
+	return count("dst"), count("src")
 }
 
 // timeWaitAll counts all of the host's TCP sockets in TIME_WAIT.

@@ -167,9 +167,11 @@ func TestHDSRealEnvoys(t *testing.T) {
 		last := trs[len(trs)-1]
 		return last.Key.Host == backends[0].host && last.Verdict == healthcheck.Unhealthy
 	})
-	// Bound: the probes (interval × threshold, plus a probe's time) and a
-	// report; a margin for a loaded host.
-	if d, bound := time.Since(start), unhealthyThreshold*interval+report; d > bound+time.Second {
+	// Bound: the probes (interval × threshold) and a report; the margin is
+	// for a loaded host (CI runs every package's tests at once on 2 cores).
+	d, bound := time.Since(start), unhealthyThreshold*interval+report
+	t.Logf("the failing backend was unhealthy after %v (bound %v)", d.Round(time.Millisecond), bound)
+	if d > bound+3*time.Second {
 		t.Errorf("unhealthy after %v (bound %v)", d, bound)
 	}
 	backends[0].failing.Store(false)

@@ -138,6 +138,14 @@ func (f *fakeChecker) endpoints() map[string]string {
 // with status(address:port).
 func (f *fakeChecker) report(status func(string) corev3.HealthStatus) {
 	f.t.Helper()
+	if err := f.send(status); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// send is report for other goroutines than the test's: it returns the
+// error.
+func (f *fakeChecker) send(status func(string) corev3.HealthStatus) error {
 	f.mu.Lock()
 	spec := f.spec
 	f.mu.Unlock()
@@ -153,9 +161,7 @@ func (f *fakeChecker) report(status func(string) corev3.HealthStatus) {
 		}
 		resp.ClusterEndpointsHealth = append(resp.ClusterEndpointsHealth, ceh)
 	}
-	if err := f.stream.Send(&healthv3.HealthCheckRequestOrEndpointHealthResponse{RequestType: &healthv3.HealthCheckRequestOrEndpointHealthResponse_EndpointHealthResponse{EndpointHealthResponse: resp}}); err != nil {
-		f.t.Fatal(err)
-	}
+	return f.stream.Send(&healthv3.HealthCheckRequestOrEndpointHealthResponse{RequestType: &healthv3.HealthCheckRequestOrEndpointHealthResponse_EndpointHealthResponse{EndpointHealthResponse: resp}})
 }
 
 func all(s corev3.HealthStatus) func(string) corev3.HealthStatus {
@@ -309,8 +315,10 @@ func TestHDSCheckerLossReassigns(t *testing.T) {
 
 	// e1 goes quiet while e2 and e3 keep reporting.
 	stop := make(chan struct{})
+	var reporting sync.WaitGroup
+	defer reporting.Wait()
 	defer close(stop)
-	go func() {
+	reporting.Go(func() {
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		for {
@@ -318,14 +326,14 @@ func TestHDSCheckerLossReassigns(t *testing.T) {
 			case <-stop:
 				return
 			case <-tick.C:
-				fs[2].report(all(corev3.HealthStatus_HEALTHY))
-				fs[3].report(all(corev3.HealthStatus_HEALTHY))
+				_ = fs[2].send(all(corev3.HealthStatus_HEALTHY))
+				_ = fs[3].send(all(corev3.HealthStatus_HEALTHY))
 			}
 		}
-	}()
+	})
 	start := time.Now()
 	waitFor(t, "coverage by e2 and e3", covered(fs[2:]...))
-	if d := time.Since(start); d > 2*time.Second {
+	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("reassigned after %v (silence 300ms)", d)
 	}
 	if trs := h.transitions(); len(trs) != len(ts) {

@@ -31,7 +31,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -131,21 +130,7 @@ func TestBenchTenThousandHTTPHosts(t *testing.T) {
 	}
 
 	// The servers.
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperBenchServers$", "-test.v=false")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", benchServerEnv, hosts))
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	out := bufio.NewScanner(stdout)
+	cmd, stdin, out := startHelperProcess(t, "TestHelperBenchServers", fmt.Sprintf("%s=%d", benchServerEnv, hosts))
 	childDone := make(chan string, 1)
 	defer func() {
 		stdin.Close()

@@ -117,6 +117,27 @@ func TestHelperDatacenterBackends(t *testing.T) {
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
 }
 
+// startHelperProcess runs this test binary again as the helper test
+// (which acts on env) with pipes to its stdin and from its stdout.
+func startHelperProcess(t *testing.T, test, env string) (*exec.Cmd, io.WriteCloser, *bufio.Scanner) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.v=false")
+	cmd.Env = append(os.Environ(), env)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, stdin, bufio.NewScanner(stdout)
+}
+
 func envInt(t *testing.T, name string, def int) int {
 	t.Helper()
 	s := os.Getenv(name)
@@ -152,20 +173,7 @@ func TestBenchDatacenterScale(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperDatacenterBackends$", "-test.v=false")
-	cmd.Env = append(os.Environ(), dcBackendsEnv+"=1")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, stdin, out := startHelperProcess(t, "TestHelperDatacenterBackends", dcBackendsEnv+"=1")
 	defer func() {
 		stdin.Close()
 		done := make(chan struct{})
@@ -177,7 +185,6 @@ func TestBenchDatacenterScale(t *testing.T) {
 			<-done
 		}
 	}()
-	out := bufio.NewScanner(stdout)
 	if !out.Scan() || out.Text() != "READY" {
 		t.Fatalf("backends did not start: %q", out.Text())
 	}

@@ -2,6 +2,7 @@ package healthcheck
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -26,15 +28,25 @@ const UserAgent = "xdsbridge-healthcheck"
 // before it closes the connection.
 const maxBody = 4 << 10
 
-// probers holds what the probes share: one dialer for all targets.
+// probers holds what the probes share: the dialers.
 type probers struct {
-	dialer      *net.Dialer
+	dialer *net.Dialer
+	// tcpDialer's sockets reset when closed (SO_LINGER 0), also when the
+	// probe's timeout cancels a connect the kernel has just completed.
+	tcpDialer   *net.Dialer
 	idleTimeout time.Duration
 }
 
 func newProbers(opts Options) *probers {
 	return &probers{
-		dialer:      &net.Dialer{KeepAlive: -1}, // kept connections are used at every interval
+		dialer: &net.Dialer{KeepAlive: -1}, // kept connections are used at every interval
+		tcpDialer: &net.Dialer{KeepAlive: -1, Control: func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			err := c.Control(func(fd uintptr) {
+				serr = syscall.SetsockoptLinger(int(fd), syscall.SOL_SOCKET, syscall.SO_LINGER, &syscall.Linger{Onoff: 1, Linger: 0})
+			})
+			return cmp.Or(err, serr)
+		}},
 		idleTimeout: opts.HTTPIdleTimeout,
 	}
 }
@@ -45,11 +57,11 @@ func newProbers(opts Options) *probers {
 // minute, which at thousands of probes a second fills the host's TIME_WAIT
 // table and its ephemeral ports. The backend sees the connection reset.
 func (p *probers) probeTCP(ctx context.Context, addr string) error {
-	conn, err := p.dialer.DialContext(ctx, "tcp", addr)
+	conn, err := p.tcpDialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return probeError(ctx, err)
 	}
-	abort(conn)
+	conn.Close()
 	return nil
 }
 

@@ -301,7 +301,8 @@ func (s *Server) Run(ctx context.Context) error {
 			s.mu.Lock()
 			changed := false
 			for _, c := range s.checkers {
-				if !c.silent && now.Sub(c.lastReport) > s.opts.Silence {
+				// A checker without targets may have nothing to report.
+				if !c.silent && len(c.targets) > 0 && now.Sub(c.lastReport) > s.opts.Silence {
 					c.silent = true
 					changed = true
 					s.m.silent.Inc()
@@ -438,6 +439,9 @@ func (s *Server) reassign(now time.Time) {
 	for id, c := range s.checkers {
 		if c.sent && maps.Equal(c.targets, next[id]) {
 			continue
+		}
+		if len(c.targets) == 0 && len(next[id]) > 0 {
+			c.lastReport = now // its silence counts from its first targets
 		}
 		c.targets = next[id]
 		c.pending = s.specifier(c)

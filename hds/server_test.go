@@ -354,3 +354,40 @@ func TestHDSUnassignedWithoutCheckers(t *testing.T) {
 		t.Errorf("unassigned %v, want the 3 gRPC targets", u)
 	}
 }
+
+// A checker that holds no target has nothing to report: its silence does
+// not cost it the targets it is given later.
+func TestHDSIdleCheckerStaysAvailable(t *testing.T) {
+	ts := targets(1, healthcheck.TypeTCP)
+	h := startServer(t, Options{K: 1, ReportInterval: 50 * time.Millisecond, Silence: 200 * time.Millisecond}, ts)
+	a, b := h.connect("envoy-a", "z"), h.connect("envoy-b", "z")
+	var holder, idle *fakeChecker
+	waitFor(t, "the target assigned", func() bool {
+		switch {
+		case len(a.endpoints()) == 1:
+			holder, idle = a, b
+		case len(b.endpoints()) == 1:
+			holder, idle = b, a
+		}
+		return holder != nil
+	})
+	stop := make(chan struct{})
+	var reporting sync.WaitGroup
+	reporting.Go(func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				_ = holder.send(all(corev3.HealthStatus_HEALTHY))
+			}
+		}
+	})
+	time.Sleep(600 * time.Millisecond) // 3 × the silence: idle has said nothing
+	close(stop)
+	reporting.Wait()
+	holder.cancel()
+	waitFor(t, "the idle checker to take the target", func() bool { return len(idle.endpoints()) == 1 })
+}

@@ -5,9 +5,10 @@
 // probes, each in its own goroutine, with at most one probe in flight per
 // target and a bound on the probes in flight at once that by default grows
 // with the targets (see Options.Workers), so that probes waiting for a
-// connect or an answer (a blackholed host) delay no other probe. A target is an address:port plus a check; equal targets (same
-// TargetKey) discovered under several services or sources are probed once
-// and share the result. Verdicts follow thresholds with hysteresis, and the
+// connect or an answer (a blackholed host) delay no other probe. A target
+// is an address:port plus a check; equal targets (same TargetKey)
+// discovered under several services or sources are probed once and share
+// the result. Verdicts follow thresholds with hysteresis, and the
 // consumer hears only of verdict changes (Transitions).
 //
 // See README.md for the semantics (thresholds, initial state, jitter).

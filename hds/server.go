@@ -290,7 +290,7 @@ func (s *Server) Snapshot() map[healthcheck.TargetKey]TargetState {
 func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.deliver(ctx) })
-	tick := time.NewTicker(min(s.opts.Silence/4, time.Second))
+	tick := time.NewTicker(max(min(s.opts.Silence/4, time.Second), 10*time.Millisecond))
 	defer tick.Stop()
 	for {
 		select {

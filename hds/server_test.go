@@ -199,6 +199,23 @@ func coverage(fs ...*fakeChecker) map[string][]string {
 	return out
 }
 
+// covered reports whether the checkers' specifiers hold n endpoints, each
+// at exactly k of them.
+func covered(n, k int, fs ...*fakeChecker) func() bool {
+	return func() bool {
+		cov := coverage(fs...)
+		if len(cov) != n {
+			return false
+		}
+		for _, nodes := range cov {
+			if len(nodes) != k {
+				return false
+			}
+		}
+		return true
+	}
+}
+
 func TestHDSAssignsEachTargetToKCheckersInTwoZones(t *testing.T) {
 	ts := targets(40, healthcheck.TypeHTTP)
 	h := startServer(t, Options{}, ts)
@@ -210,18 +227,7 @@ func TestHDSAssignsEachTargetToKCheckersInTwoZones(t *testing.T) {
 		zone[node] = z
 		fs = append(fs, h.connect(node, z))
 	}
-	waitFor(t, "every endpoint at 2 checkers", func() bool {
-		cov := coverage(fs...)
-		if len(cov) != len(ts) {
-			return false
-		}
-		for _, nodes := range cov {
-			if len(nodes) != 2 {
-				return false
-			}
-		}
-		return true
-	})
+	waitFor(t, "every endpoint at 2 checkers", covered(len(ts), 2, fs...))
 	for ep, nodes := range coverage(fs...) {
 		if zone[nodes[0]] == zone[nodes[1]] {
 			t.Errorf("%s: both checkers in %s: %v", ep, zone[nodes[0]], nodes)
@@ -289,21 +295,7 @@ func TestHDSCheckerLossReassigns(t *testing.T) {
 	ts := targets(30, healthcheck.TypeHTTP)
 	h := startServer(t, Options{K: 2, ReportInterval: 50 * time.Millisecond, Silence: 300 * time.Millisecond}, ts)
 	fs := []*fakeChecker{h.connect("e0", "z1"), h.connect("e1", "z1"), h.connect("e2", "z2"), h.connect("e3", "z2")}
-	covered := func(fs ...*fakeChecker) func() bool {
-		return func() bool {
-			cov := coverage(fs...)
-			if len(cov) != len(ts) {
-				return false
-			}
-			for _, n := range cov {
-				if len(n) != 2 {
-					return false
-				}
-			}
-			return true
-		}
-	}
-	waitFor(t, "full coverage", covered(fs...))
+	waitFor(t, "full coverage", covered(len(ts), 2, fs...))
 	for _, f := range fs {
 		f.report(all(corev3.HealthStatus_HEALTHY))
 	}
@@ -311,7 +303,7 @@ func TestHDSCheckerLossReassigns(t *testing.T) {
 
 	// e0's stream ends.
 	fs[0].cancel()
-	waitFor(t, "coverage by the three others", covered(fs[1:]...))
+	waitFor(t, "coverage by the three others", covered(len(ts), 2, fs[1:]...))
 
 	// e1 goes quiet while e2 and e3 keep reporting.
 	stop := make(chan struct{})
@@ -332,7 +324,7 @@ func TestHDSCheckerLossReassigns(t *testing.T) {
 		}
 	})
 	start := time.Now()
-	waitFor(t, "coverage by e2 and e3", covered(fs[2:]...))
+	waitFor(t, "coverage by e2 and e3", covered(len(ts), 2, fs[2:]...))
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("reassigned after %v (silence 300ms)", d)
 	}

@@ -92,7 +92,8 @@ type HealthChecks struct {
 	// MaxRetention bounds how long a host absent from discovery but passing
 	// its check keeps being served; 0 (default) keeps it while it passes.
 	MaxRetention decode.Duration `json:"max_retention"`
-	// Workers bounds concurrent probes (default 128).
+	// Workers bounds concurrent probes; 0 (default) sizes the bound from
+	// the checks (healthcheck.Options.Workers).
 	Workers int `json:"workers"`
 }
 
@@ -391,7 +392,7 @@ const (
 	MaxDebounceQuiet = 5 * time.Second  // the bridge is unready until the first publish
 	MaxDebounceMax   = 30 * time.Second // an event waits at most this long
 	MaxRetention     = 7 * 24 * time.Hour
-	MaxWorkers       = 4096 // health_checks.workers; 0 is the default (128)
+	MaxWorkers       = 4096 // health_checks.workers; 0 is the default (automatic)
 )
 
 // Parse reads a config document (YAML or JSON). baseDir is recorded for

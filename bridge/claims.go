@@ -1,9 +1,13 @@
 package bridge
 
-// Ownership: which source owns each service name. At start,
-// sources.CheckClaims refuses two sources whose configs or files claim the
-// same name; at run time the first claimant keeps it (Loop.claims), the
-// conflict is shown, and ownership passes on when the owner drops it.
+// Ownership: which source owns each service name. The claimants of a name
+// are ranked by configuration, never by timing: the higher priority
+// (Options.Priority) first, then the source listed first (Options.Sources).
+// The first-ranked claimant owns the name (Loop.claims); a claimant that
+// ranks above the owner takes the name over when it publishes it, and
+// ownership passes to the next when the owner drops it. The losing claims
+// are shown (conflicts, SourceStatus.ClaimsLost, a metric). At start,
+// sources.StaticConflicts lists the claims known before running.
 //
 // A name sources.ValidateServiceName refuses is never claimed nor merged,
 // whatever the source: above all one holding the separator of the names
@@ -22,8 +26,8 @@ import (
 )
 
 // applyUpdate records a source's services: what it claims (a service
-// name is owned by its first claimant, and passes to the next when the
-// owner drops it) and what it publishes, and marks dirty the services whose
+// name is owned by its best-ranked claimant, see claimBefore) and what it
+// publishes, and marks dirty the services whose
 // owner's input changed. It reports whether anything became dirty.
 func (l *Loop) applyUpdate(u sources.Update) bool {
 	src := u.Source
@@ -49,7 +53,7 @@ func (l *Loop) applyUpdate(u sources.Update) bool {
 	for name, s := range next {
 		old, had := prev[name]
 		if !had {
-			l.claims[name] = append(l.claims[name], src)
+			l.claims[name] = l.insertClaim(l.claims[name], src)
 		}
 		same := had && reflect.DeepEqual(old, s)
 		changed = changed || !same
@@ -125,19 +129,62 @@ func (l *Loop) owner(service string) string {
 	return ""
 }
 
+// claimBefore reports whether source a ranks before source b for a name
+// both claim (sources.ClaimBefore).
+func (l *Loop) claimBefore(a, b string) bool {
+	return sources.ClaimBefore(a, b, l.opts.Sources, l.opts.Priority)
+}
+
+// insertClaim adds src to a name's claimants at its rank (claimBefore).
+func (l *Loop) insertClaim(claimants []string, src string) []string {
+	i := 0
+	for i < len(claimants) && l.claimBefore(claimants[i], src) {
+		i++
+	}
+	return slices.Insert(claimants, i, src)
+}
+
+// rerankClaims orders every name's claimants again (after the ranking
+// changed) and marks dirty the names whose owner changed. It reports
+// whether any did.
+func (l *Loop) rerankClaims() bool {
+	dirty := false
+	for name, c := range l.claims {
+		before := c[0]
+		sources.RankClaimants(c, l.opts.Sources, l.opts.Priority)
+		if c[0] != before {
+			l.dirty[name] = true
+			dirty = true
+		}
+	}
+	return dirty
+}
+
 // refreshConflictsLocked sets the conflicts snapshot (the services claimed
-// by more than one source) from the claims, with the snapshots' lock held.
+// by more than one source) and each source's lost claims from the claims,
+// with the snapshots' lock held. A conflict is logged when it appears or
+// its claimants change.
 func (l *Loop) refreshConflictsLocked() {
 	conflicts := map[string][]string{}
+	lost := map[string]int{}
 	for svc, c := range l.claims {
 		if len(c) > 1 {
 			conflicts[svc] = append([]string(nil), c...)
+			for _, s := range c[1:] {
+				lost[s]++
+			}
+		}
+	}
+	for svc, c := range conflicts {
+		if !slices.Equal(l.snap.conflicts[svc], c) {
+			l.log.Warn("service claimed by more than one source; the best-ranked one owns it (priority, then config order)", "service", svc, "owner", c[0], "also_claimed_by", c[1:])
 		}
 	}
 	l.snap.conflicts = conflicts
 	l.m.conflicts.Set(float64(len(conflicts)))
-	for svc, c := range conflicts {
-		l.log.Warn("service claimed by more than one source; the first owner keeps it", "service", svc, "owner", c[0], "also_claimed_by", c[1:])
+	for name, st := range l.snap.status {
+		st.ClaimsLost = lost[name]
+		l.m.claimsLost.WithLabelValues(name).Set(float64(lost[name]))
 	}
 }
 

@@ -18,9 +18,9 @@
 //   - loop.go: the Loop, its events, Run with the debounce and the
 //     retention timer, readiness (every source synced), and flush, which
 //     drives one rebuild: merge, dependents, translate, publish.
-//   - claims.go: which source owns each service name (the first claimant,
-//     then the next when it drops the name) and the conflicts. The check of
-//     claims known before running is sources.CheckClaims.
+//   - claims.go: which source owns each service name (the best-ranked
+//     claimant: priority, then config order) and the conflicts. The claims
+//     known before running are listed by sources.StaticConflicts.
 //   - merge.go: mergeService, the pure merge of one service (the owner's
 //     endpoints, the last published version, the retained hosts, the check
 //     verdicts and the time → the service, its hosts explained, the hosts

@@ -28,8 +28,14 @@ type Publisher interface {
 
 // Options configure a Loop.
 type Options struct {
-	// Sources names every source that must sync before the bridge is ready.
+	// Sources names every source that must sync before the bridge is ready,
+	// in config order: of two sources publishing one service name, the one
+	// listed first owns it, unless Priority ranks the other higher.
 	Sources []string
+	// Priority is each source's ownership priority (absent: 0): of two
+	// sources publishing one service name, the higher owns it (ties: the
+	// order of Sources).
+	Priority map[string]int
 	// ServicesAndPolicy names the sources (of Sources) that publish both
 	// services and a policy (sources.PolicyPublisher): each counts as
 	// synced only once it has published both, whichever comes first.
@@ -67,6 +73,10 @@ type Options struct {
 	// for every service: the certificate provider instance of gRPC
 	// clients' bootstrap that clusters with upstream TLS name ("": none).
 	GRPCCertificateProvider string
+	// Egress, when set (with its defaults: translate.Egress.WithDefaults),
+	// publishes the egress route table and listener along with the
+	// services (egress.go).
+	Egress *translate.Egress
 }
 
 // Checks is what the loop asks of active health checking. Implementations
@@ -90,6 +100,7 @@ const (
 	evPolicy
 	evConfirm
 	evDropped
+	evReconfig
 )
 
 type event struct {
@@ -101,6 +112,9 @@ type event struct {
 	service string            // evCheck: the service whose check verdicts changed ("" = all)
 	at      time.Time         // evFail, evConfirm: when the source failed or confirmed
 	dropped []sources.Dropped // evDropped
+	// evReconfig: the new options, and closed once they are applied.
+	reconfig *Reconfig
+	done     chan struct{}
 }
 
 // Loop is the merge loop. Create it with New, run it with Run; sources reach
@@ -154,6 +168,13 @@ type Loop struct {
 	retained  map[string]map[sources.HostKey]retainedHost
 	lastHosts []healthcheck.ServiceHosts
 	ready     bool
+	// forceTranslate: the next flush translates every dirty service, even
+	// with its input and options unchanged (a reload changed what every
+	// translation uses: the limits).
+	forceTranslate bool
+
+	// egress is the egress table's state (egress.go).
+	egress egressState
 
 	// snap is what the admin handlers read (status.go).
 	snap snapshots
@@ -196,6 +217,7 @@ func New(opts Options, pub Publisher) *Loop {
 		failoverDenied: map[string]int{},
 		refusedNames:   map[string]map[string]string{},
 		blackHoles:     map[string]map[string]int{},
+		egress:         egressState{services: map[string]translate.EgressService{}},
 	}
 	l.snap.init(opts.Sources)
 	l.m = newLoopMetrics(l, opts.Metrics)
@@ -347,6 +369,9 @@ func (l *Loop) handle(ev event) bool {
 		return l.applyUpdate(ev.update)
 	case evPolicy:
 		return l.applyPolicy(ev.policy)
+	case evReconfig:
+		defer close(ev.done)
+		return l.applyReconfig(ev.reconfig)
 	case evFail:
 		l.m.sourceErrors.WithLabelValues(ev.source).Inc()
 		l.log.Warn("source failed to refresh; serving its last good state", "source", ev.source, "error", ev.err)
@@ -418,8 +443,11 @@ func (l *Loop) allSynced() bool {
 // (merge.go), follow the services that depend on them (policy.go), then
 // translate and publish (publish.go).
 func (l *Loop) flush() {
-	if !l.allSynced() {
-		return // keep the dirty set; nothing is served before every source synced
+	if !l.ready && !l.allSynced() {
+		// Keep the dirty set; nothing is served before every source
+		// synced. Once served, a source added by a reload does not hold
+		// back the others' changes: its services come when it syncs.
+		return
 	}
 	start := l.now()
 	names := make([]string, 0, len(l.dirty))
@@ -448,6 +476,7 @@ func (l *Loop) flush() {
 		l.pruneDropped(n)
 	}
 	clear(l.dirty)
+	l.forceTranslate = false
 	l.updateChecks()
 	l.m.flushes.Inc()
 	l.m.flushSeconds.Observe(l.now().Sub(start).Seconds())

@@ -11,6 +11,9 @@ type loopMetrics struct {
 	sourceSyncs  *prometheus.CounterVec
 	sourceErrors *prometheus.CounterVec
 	conflicts    prometheus.Gauge
+	// claimsLost: per source, the names it publishes that another source
+	// owns.
+	claimsLost *prometheus.GaugeVec
 	// policyConflicts: services given a policy by name by more than one
 	// policy source.
 	policyConflicts prometheus.Gauge
@@ -31,6 +34,10 @@ type loopMetrics struct {
 	blackHoles *prometheus.GaugeVec
 	// failoverEndpoints: hosts failover adds across the catalog.
 	failoverEndpoints prometheus.Gauge
+	// The egress route table: its services' virtual hosts, and the
+	// domains left out of them (taken by another service).
+	egressHosts          prometheus.Gauge
+	egressDomainsDropped prometheus.Gauge
 }
 
 func newLoopMetrics(l *Loop, reg prometheus.Registerer) *loopMetrics {
@@ -44,6 +51,9 @@ func newLoopMetrics(l *Loop, reg prometheus.Registerer) *loopMetrics {
 		conflicts: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "xdsbridge_service_conflicts", Help: "Services claimed by more than one source.",
 		}),
+		claimsLost: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "xdsbridge_source_claims_lost", Help: "Service names the source publishes that a source ranked before it (priority, then config order) owns.",
+		}, []string{"source"}),
 		policyConflicts: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "xdsbridge_policy_conflicts", Help: "Services given a policy by name by more than one policy source (the first source's is used).",
 		}),
@@ -81,11 +91,17 @@ func newLoopMetrics(l *Loop, reg prometheus.Registerer) *loopMetrics {
 			Name: "xdsbridge_merge_flush_seconds", Help: "Time to rebuild and publish dirty services.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
+		egressHosts: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "xdsbridge_egress_virtual_hosts", Help: "Services in the egress route table (virtual hosts, the catch-all not counted).",
+		}),
+		egressDomainsDropped: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "xdsbridge_egress_domains_dropped", Help: "Domains left out of a service's virtual host in the egress route table because another service has them.",
+		}),
 	}
 	for _, kind := range []string{translate.BlackHoleRoute, translate.BlackHoleSplit, translate.BlackHoleRedirect, translate.BlackHoleFailover, translate.BlackHoleRedirectCycle} {
 		m.blackHoles.WithLabelValues(kind)
 	}
-	if err := promreg.Register(reg, m.sourceSyncs, m.sourceErrors, m.conflicts, m.policyConflicts, m.services, m.flushes, m.flushErrors, m.invalid, m.limitExceeded, m.refused, m.refusedServices, m.refusedNames, m.blackHoles, m.failoverEndpoints, m.flushSeconds, &staleCollector{l}); err != nil {
+	if err := promreg.Register(reg, m.sourceSyncs, m.sourceErrors, m.conflicts, m.claimsLost, m.policyConflicts, m.services, m.flushes, m.flushErrors, m.invalid, m.limitExceeded, m.refused, m.refusedServices, m.refusedNames, m.blackHoles, m.failoverEndpoints, m.flushSeconds, m.egressHosts, m.egressDomainsDropped, &staleCollector{l}); err != nil {
 		panic(err)
 	}
 	return m

@@ -117,7 +117,7 @@ func (l *Loop) translateAll(names []string, merged map[string]mergedService) tra
 		pol, held := l.effectivePolicy(name)
 		opts := translate.Options{DefaultLocality: l.opts.DefaultLocality[l.owner(name)], Policy: pol, Failover: l.failoverTargets(name, own, merged), Targets: l.routeTargets(name, own), GRPCCertificateProvider: l.opts.GRPCCertificateProvider}
 		opts.Absent = l.absentTargets(name, own, merged)
-		if old, was := l.published[name]; was && !l.refused[name] && reflect.DeepEqual(old, svc) && reflect.DeepEqual(l.pubOpts[name], opts) && reflect.DeepEqual(l.held[name], held) {
+		if old, was := l.published[name]; was && !l.forceTranslate && !l.refused[name] && reflect.DeepEqual(old, svc) && reflect.DeepEqual(l.pubOpts[name], opts) && reflect.DeepEqual(l.held[name], held) {
 			// Its policy may have moved to another key or source with
 			// the same content: the status page says where it is now.
 			l.snap.setPolicyFrom(name, l.policyFrom(name, opts))
@@ -244,10 +244,38 @@ func (l *Loop) policyFrom(n string, opts translate.Options) string {
 // records what is published. It reports false when publishing failed:
 // nothing is recorded, and the dirty set stays for the next flush.
 func (l *Loop) publish(t translation) bool {
+	egress := l.opts.Egress != nil
+	if egress {
+		l.stripEgressNames(t.changed)
+		if len(t.removed) > 0 && l.egress.last != nil {
+			// Make before break: the table without the removed services
+			// goes before their clusters.
+			if !l.publishEgress(l.egressTable(t.removed)) {
+				return false
+			}
+		}
+	}
 	if len(t.changed) > 0 || len(t.removed) > 0 {
 		if err := l.pub.PublishServices(t.changed, t.removed); err != nil {
 			l.log.Error("publishing to the xDS cache failed; will retry", "error", err)
 			l.m.flushErrors.Inc()
+			return false
+		}
+	}
+	if egress {
+		for _, r := range t.changed {
+			n := r.Cluster.GetName()
+			if r.Route != nil {
+				l.egress.services[n] = translate.EgressService{Name: n, Route: r.Route, Tags: translate.EgressTags(t.inputs[n])}
+			}
+		}
+		for _, n := range t.removed {
+			delete(l.egress.services, n)
+		}
+		// After the services' clusters. A failure here keeps what the
+		// services published: the table follows with the next flush
+		// that publishes (the dirty set stays).
+		if (len(t.changed) > 0 || len(t.removed) > 0 || l.egress.last == nil) && !l.publishEgress(l.egressTable(nil)) {
 			return false
 		}
 	}

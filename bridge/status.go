@@ -171,6 +171,10 @@ type SourceStatus struct {
 	// Policies is how many entries (names and patterns) a policy source's
 	// policy has.
 	Policies int `json:"policies,omitempty"`
+	// ClaimsLost is how many of the service names the source publishes
+	// are owned by another source that ranks before it (priority, then
+	// config order).
+	ClaimsLost int `json:"claims_lost,omitempty"`
 	// Dropped lists instances the source read and left out, with the
 	// reason (at most MaxDroppedListed); DroppedCounts counts all of
 	// them by reason.

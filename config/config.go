@@ -41,6 +41,10 @@ type Config struct {
 	Limits translate.Limits `json:"limits"`
 	// Outputs are deliveries besides the xDS server (config/outputs.go).
 	Outputs Outputs `json:"outputs"`
+	// Egress, when set, serves Envoys a route table with a virtual host
+	// per published service, and optionally a listener routed by it
+	// (translate.Egress for each field). Absent: neither is served.
+	Egress *translate.Egress `json:"egress"`
 	// MemoryLimit is the Go runtime's soft memory limit: "auto" or absent
 	// (90 % of the container's cgroup memory limit, none without one),
 	// "off", or a size ("512MiB", bytes); GOMEMLIMIT in the environment
@@ -88,7 +92,8 @@ type HealthChecks struct {
 	// MaxRetention bounds how long a host absent from discovery but passing
 	// its check keeps being served; 0 (default) keeps it while it passes.
 	MaxRetention decode.Duration `json:"max_retention"`
-	// Workers bounds concurrent probes (default 128).
+	// Workers bounds concurrent probes; 0 (default) sizes the bound from
+	// the checks (healthcheck.Options.Workers).
 	Workers int `json:"workers"`
 }
 
@@ -262,6 +267,28 @@ type Source struct {
 	// locality of this source's endpoints that have none, instead of the
 	// top-level default_locality. Nil when not given.
 	DefaultLocality *Locality
+	// Priority is the optional `priority:` (default 0, MinPriority..
+	// MaxPriority): of two sources publishing one service name, the one
+	// with the higher priority owns it; on equal priorities, the one
+	// listed first.
+	Priority int
+}
+
+// Range of a source entry's priority.
+const (
+	MinPriority = -1000
+	MaxPriority = 1000
+)
+
+// Priorities maps each source with a priority other than 0 to it.
+func (c *Config) Priorities() map[string]int {
+	out := map[string]int{}
+	for _, s := range c.Sources {
+		if s.Priority != 0 {
+			out[s.Name] = s.Priority
+		}
+	}
+	return out
 }
 
 // Locality returns the default locality of the source's endpoints: its
@@ -296,6 +323,15 @@ func (s *Source) UnmarshalJSON(b []byte) error {
 		}
 		delete(m, "default_locality")
 	}
+	if p, ok := m["priority"]; ok {
+		if err := json.Unmarshal(p, &s.Priority); err != nil {
+			return fmt.Errorf("priority: want a whole number in %d..%d, not %s", MinPriority, MaxPriority, p)
+		}
+		if s.Priority < MinPriority || s.Priority > MaxPriority {
+			return fmt.Errorf("priority: %d is not in %d..%d", s.Priority, MinPriority, MaxPriority)
+		}
+		delete(m, "priority")
+	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -320,6 +356,9 @@ func (s Source) MarshalJSON() ([]byte, error) {
 	}
 	if s.DefaultLocality != nil {
 		m["default_locality"] = s.DefaultLocality
+	}
+	if s.Priority != 0 {
+		m["priority"] = s.Priority
 	}
 	return json.Marshal(m)
 }
@@ -353,7 +392,7 @@ const (
 	MaxDebounceQuiet = 5 * time.Second  // the bridge is unready until the first publish
 	MaxDebounceMax   = 30 * time.Second // an event waits at most this long
 	MaxRetention     = 7 * 24 * time.Hour
-	MaxWorkers       = 4096 // health_checks.workers; 0 is the default (128)
+	MaxWorkers       = 4096 // health_checks.workers; 0 is the default (automatic)
 )
 
 // Parse reads a config document (YAML or JSON). baseDir is recorded for
@@ -413,6 +452,10 @@ func (c *Config) applyDefaults() {
 	c.Admin.TLS.applyDefaults()
 	c.XDS.REST.applyDefaults()
 	c.Outputs.applyDefaults()
+	if c.Egress != nil {
+		e := c.Egress.WithDefaults()
+		c.Egress = &e
+	}
 }
 
 func (c *Config) validate(knownTypes []string) error {
@@ -434,6 +477,11 @@ func (c *Config) validate(knownTypes []string) error {
 	}
 	if err := c.Outputs.check(); err != nil {
 		return err
+	}
+	if c.Egress != nil {
+		if err := c.Egress.Check(); err != nil {
+			return fmt.Errorf("egress.%w", err)
+		}
 	}
 	if err := c.XDS.TLS.check("xds.tls"); err != nil {
 		return err

@@ -457,3 +457,39 @@ func TestConfigErrorsNameLineAndColumn(t *testing.T) {
 		}
 	}
 }
+
+func TestEgressConfig(t *testing.T) {
+	c, err := Parse([]byte(minimal), "", known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Egress != nil {
+		t.Fatalf("egress %+v without a block, want off", c.Egress)
+	}
+	c, err = Parse([]byte(minimal+"egress: {listener: {port: 10001}, include: {tags: [public]}}\n"), "", known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := c.Egress
+	if e.RouteConfigName != translate.DefaultEgressName || e.Listener.Name != translate.DefaultEgressName ||
+		e.Listener.Address != "127.0.0.1" || e.Listener.Port != 10001 ||
+		len(e.DomainSuffixes) != 1 || e.DomainSuffixes[0] != ".service.consul" || e.Include.Tags[0] != "public" {
+		t.Errorf("egress %+v, listener %+v", e, e.Listener)
+	}
+	c, err = Parse([]byte(minimal+"egress: {domain_suffixes: []}\n"), "", known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Egress.Listener != nil || len(c.Egress.DomainSuffixes) != 0 {
+		t.Errorf("egress %+v, want no listener and no suffixes", c.Egress)
+	}
+	for doc, want := range map[string]string{
+		"egress: {listener: {address: 127.0.0.1}}\n":    "egress.listener.port: 0 is not in 1..65535",
+		"egress: {domain_suffixes: [service.consul]}\n": "egress.domain_suffixes[0]",
+		"egress: {include: {name: [a]}}\n":              `unknown field "name"`,
+	} {
+		if _, err := Parse([]byte(minimal+doc), "", known); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want %q", doc, err, want)
+		}
+	}
+}

@@ -1,6 +1,10 @@
 package config
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/xdsbridge/xdsbridge/translate"
+)
 
 // FuzzParse feeds config documents to Parse. A config that parses has its
 // defaults applied and passes its own checks.
@@ -14,6 +18,8 @@ func FuzzParse(f *testing.F) {
 		"debounce: {quiet: 2s, max: 1s}\nsources: [{name: a, file: {}}]\n",
 		"debounce: {quiet: -1}\nsources: [{name: a, file: {}}]\n",
 		"limits: {max_resource_bytes: 1}\nsources: [{name: a, file: {}}]\n",
+		"egress: {route_config_name: r, listener: {name: l, address: '::1', port: 10000}, domain_suffixes: [.service.consul], include: {sources: [a], tags: [t], names: ['w*']}, fallback: web}\nsources: [{name: a, file: {}}]\n",
+		"egress: {domain_suffixes: []}\nsources: [{name: a, file: {}}]\n",
 		"unknown: 1\n",
 		"",
 	} {
@@ -52,6 +58,23 @@ func FuzzParse(f *testing.F) {
 			}
 			if !ok {
 				t.Fatalf("source %q of unknown type %q", s.Name, s.Type)
+			}
+		}
+		// An egress block Parse accepts gives Envoy a valid table and
+		// listener.
+		if e := c.Egress; e != nil {
+			rc, _ := e.RouteTable([]translate.EgressService{{Name: "web"}, {Name: "web.service.consul"}})
+			if err := rc.ValidateAll(); err != nil {
+				t.Fatalf("egress table: %v", err)
+			}
+			if e.Listener != nil {
+				l, err := e.EgressListener()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := l.ValidateAll(); err != nil {
+					t.Fatalf("egress listener: %v", err)
+				}
 			}
 		}
 		// What Parse accepts, it accepts again once re-encoded.

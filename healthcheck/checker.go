@@ -1,11 +1,14 @@
 // Package healthcheck actively probes endpoints (TCP connect, HTTP/1.1 GET,
 // gRPC grpc.health.v1) and merges the verdicts with discovery health.
 //
-// The prober (Checker) is a scheduler: a timer heap of targets dispatching
-// due probes to a bounded pool of workers, with at most one probe in flight
-// per target. A target is an address:port plus a check; equal targets (same
-// TargetKey) discovered under several services or sources are probed once
-// and share the result. Verdicts follow thresholds with hysteresis, and the
+// The prober (Checker) is a scheduler: a timer heap of targets starting due
+// probes, each in its own goroutine, with at most one probe in flight per
+// target and a bound on the probes in flight at once that by default grows
+// with the targets (see Options.Workers), so that probes waiting for a
+// connect or an answer (a blackholed host) delay no other probe. A target
+// is an address:port plus a check; equal targets (same TargetKey)
+// discovered under several services or sources are probed once and share
+// the result. Verdicts follow thresholds with hysteresis, and the
 // consumer hears only of verdict changes (Transitions).
 //
 // See README.md for the semantics (thresholds, initial state, jitter).
@@ -16,7 +19,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -27,8 +32,13 @@ import (
 	"github.com/xdsbridge/xdsbridge/sources"
 )
 
-// DefaultWorkers is the default bound on probes in flight at once.
+// DefaultWorkers is the least bound on probes in flight at once when
+// Options.Workers is 0 (automatic).
 const DefaultWorkers = 128
+
+// MaxAutoWorkers caps the automatic bound on probes in flight (each costs a
+// goroutine and a socket while it waits).
+const MaxAutoWorkers = 65536
 
 // Verdict is what an active check says of a host, after thresholds: the
 // checker's verdict of a target, and what the merge asks of a host
@@ -116,18 +126,23 @@ type State struct {
 
 // Options configure a Checker. The zero value is usable.
 type Options struct {
-	// Workers bounds the probes in flight at once (default DefaultWorkers).
-	// Due probes wait for a free worker; scheduling lag shows in the
+	// Workers bounds the probes in flight at once. 0 (the default) sizes
+	// the bound from the targets: the sum over the targets of timeout ÷
+	// interval, the most probes that can be in flight if every probe waits
+	// out its timeout (100,000 targets at 1s/5s: 20,000), at least
+	// DefaultWorkers and at most MaxAutoWorkers; so hosts that never answer
+	// delay no other probe. A probe in flight costs a goroutine and a
+	// socket. Due probes beyond the bound wait; the lag shows in the
 	// xdsbridge_healthcheck_schedule_lag_seconds histogram.
 	Workers int
-	// HTTPKeepAlive keeps one idle connection per HTTP target between
-	// probes. Off by default: each probe opens and closes its connection,
-	// which also tests that the host accepts connections and costs no file
-	// descriptor between probes (10,000 targets would otherwise hold 10,000
-	// idle sockets).
+	// HTTPKeepAlive is ignored: whether a check keeps its connection
+	// between probes is its reuse_connection (Config.ReuseConnection).
+	//
+	// Deprecated: set Config.ReuseConnection.
 	HTTPKeepAlive bool
-	// HTTPIdleTimeout closes idle kept-alive connections (0: never; only
-	// with HTTPKeepAlive).
+	// HTTPIdleTimeout closes a kept HTTP connection that has been idle
+	// longer than this before the next probe, which then dials anew (0:
+	// never).
 	HTTPIdleTimeout time.Duration
 	// Seed seeds the jitter (0: random). For tests.
 	Seed uint64
@@ -163,6 +178,12 @@ type Checker struct {
 	// counted is this checker's part of the targets gauge, which checkers
 	// on one registry share (internal/metrics.Shared).
 	counted int
+	// load is the sum of timeout ÷ interval over the targets (the automatic
+	// bound on probes in flight); active the probes in flight; full that
+	// the scheduler waits for one of them to end.
+	load   float64
+	active int
+	full   bool
 }
 
 type target struct {
@@ -178,13 +199,15 @@ type target struct {
 	probed   bool    // some probe has set or confirmed the verdict
 	seen     Verdict // verdict the consumer last got
 	st       State
-	conn     *grpc.ClientConn
+	// conn is the connection kept between probes (*grpc.ClientConn or
+	// *httpConn), or nil.
+	conn io.Closer
 }
 
 // NewChecker returns a checker with no targets. It starts no goroutines.
 func NewChecker(opts Options) *Checker {
-	if opts.Workers <= 0 {
-		opts.Workers = DefaultWorkers
+	if opts.Workers < 0 {
+		opts.Workers = 0
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -245,13 +268,14 @@ func (c *Checker) SetTargets(ts []Target) error {
 		want[k] = Target{Host: t.Host, Check: cfg}
 	}
 
-	var toClose []*grpc.ClientConn
+	var toClose []io.Closer
 	c.mu.Lock()
 	for k, t := range c.targets {
 		if _, ok := want[k]; ok {
 			continue
 		}
 		t.removed = true
+		c.load -= t.cfg.Timeout.D().Seconds() / t.cfg.Interval.D().Seconds()
 		delete(c.targets, k)
 		if t.idx >= 0 {
 			heap.Remove(&c.queue, t.idx)
@@ -277,6 +301,7 @@ func (c *Checker) SetTargets(ts []Target) error {
 			t.st.Verdict = Unhealthy
 		}
 		t.next = now.Add(c.randDuration(w.Check.Interval.D()))
+		c.load += w.Check.Timeout.D().Seconds() / w.Check.Interval.D().Seconds()
 		c.targets[k] = t
 		heap.Push(&c.queue, t)
 		wake = true
@@ -375,21 +400,12 @@ func (c *Checker) Run(ctx context.Context) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	work := make(chan *target)
 	var wg sync.WaitGroup
-	for range c.opts.Workers {
-		wg.Go(func() {
-			for t := range work {
-				c.probe(ctx, t)
-			}
-		})
-	}
 	wg.Go(func() { c.deliver(ctx) })
-	c.schedule(ctx, work)
-	close(work)
+	c.schedule(ctx, &wg)
 	wg.Wait()
 
-	var conns []*grpc.ClientConn
+	var conns []io.Closer
 	c.mu.Lock()
 	c.running = false
 	for _, t := range c.targets {
@@ -402,39 +418,42 @@ func (c *Checker) Run(ctx context.Context) error {
 	for _, conn := range conns {
 		conn.Close()
 	}
-	c.probers.transport.CloseIdleConnections()
 	return nil
 }
 
-// schedule pops due targets off the heap and hands them to the workers.
-func (c *Checker) schedule(ctx context.Context, work chan<- *target) {
+// schedule pops due targets off the heap and starts their probes, each in
+// a goroutine of wg, while fewer than the bound are in flight.
+func (c *Checker) schedule(ctx context.Context, wg *sync.WaitGroup) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	for {
+	for ctx.Err() == nil {
+		// (A probe cut short by the end of Run puts its target back, due at
+		// once: the loop must not start it again.)
 		var due *target
 		wait := time.Hour
 		c.mu.Lock()
 		if len(c.queue) > 0 {
 			top := c.queue[0]
 			now := time.Now()
-			if d := top.next.Sub(now); d <= 0 {
+			if d := top.next.Sub(now); d > 0 {
+				wait = d
+			} else if c.active >= c.limit() {
+				c.full = true // a probe ending wakes the scheduler
+			} else {
 				heap.Pop(&c.queue)
 				top.inflight = true
+				c.active++
 				due = top
 				c.m.lag.Observe(-d.Seconds())
-			} else {
-				wait = d
 			}
 		}
 		c.mu.Unlock()
 		if due != nil {
-			select {
-			case work <- due:
-				continue
-			case <-ctx.Done():
-				c.requeue(due)
-				return
-			}
+			wg.Go(func() {
+				c.probe(ctx, due)
+				c.release()
+			})
+			continue
 		}
 		timer.Reset(wait)
 		select {
@@ -446,10 +465,31 @@ func (c *Checker) schedule(ctx context.Context, work chan<- *target) {
 	}
 }
 
+// limit is the bound on probes in flight. Called with c.mu held.
+func (c *Checker) limit() int {
+	if c.opts.Workers > 0 {
+		return c.opts.Workers
+	}
+	return min(max(DefaultWorkers, int(math.Ceil(c.load))), MaxAutoWorkers)
+}
+
+// release counts the end of a probe, and wakes the scheduler if it waits
+// for one.
+func (c *Checker) release() {
+	c.mu.Lock()
+	c.active--
+	wake := c.full
+	c.full = false
+	c.mu.Unlock()
+	if wake {
+		signal(c.wake)
+	}
+}
+
 // requeue puts back a target whose probe did not happen (Run is stopping):
 // it is due again right away when Run restarts.
 func (c *Checker) requeue(t *target) {
-	var conn *grpc.ClientConn
+	var conn io.Closer
 	c.mu.Lock()
 	t.inflight = false
 	if t.removed {
@@ -483,17 +523,25 @@ func (c *Checker) probe(ctx context.Context, t *target) {
 	case TypeTCP:
 		err = c.probers.probeTCP(pctx, t.addr)
 	case TypeHTTP:
-		err = c.probers.probeHTTP(pctx, t.addr, cfg.HTTP)
-	case TypeGRPC:
-		if conn == nil {
-			conn, err = c.probers.grpcConn(t.addr, cfg.GRPC, cfg.Timeout.D())
+		hc, _ := conn.(*httpConn)
+		if hc, err = c.probers.probeHTTP(pctx, t.addr, cfg.HTTP, cfg.reuse(), hc); hc != nil {
+			conn = hc
+		} else {
+			conn = nil
 		}
+	case TypeGRPC:
+		gc, _ := conn.(*grpc.ClientConn)
+		if gc == nil {
+			gc, err = c.probers.grpcConn(t.addr, cfg.GRPC, cfg.Timeout.D())
+		}
+		conn = nil
 		if err == nil {
 			var keep bool
-			keep, err = c.probers.probeGRPC(pctx, conn, cfg.GRPC)
-			if !keep {
-				conn.Close()
-				conn = nil
+			keep, err = c.probers.probeGRPC(pctx, gc, cfg.GRPC)
+			if keep && cfg.reuse() {
+				conn = gc
+			} else {
+				gc.Close()
 			}
 		}
 	default:

@@ -14,7 +14,7 @@ package healthcheck
 // ports, raising RLIMIT_NOFILE to its hard limit. Each request fails (503)
 // with probability 1%. The checker probes every host over HTTP/1.1 with the
 // defaults (interval 5s, jitter 500ms, timeout 1s, thresholds 2/3,
-// keep-alives off).
+// the servers have keep-alives off, so every probe opens a connection).
 //
 // Figures: probes per second, CPU seconds of this process (getrusage) and of
 // the servers (/proc), peak RSS and heap, scheduling lag, and verdict
@@ -31,7 +31,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -131,21 +130,7 @@ func TestBenchTenThousandHTTPHosts(t *testing.T) {
 	}
 
 	// The servers.
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperBenchServers$", "-test.v=false")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d", benchServerEnv, hosts))
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	out := bufio.NewScanner(stdout)
+	cmd, stdin, out := startHelperProcess(t, "TestHelperBenchServers", fmt.Sprintf("%s=%d", benchServerEnv, hosts))
 	childDone := make(chan string, 1)
 	defer func() {
 		stdin.Close()

@@ -43,7 +43,7 @@ func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
 		}, []string{"verdict"}),
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "xdsbridge_healthcheck_schedule_lag_seconds",
-			Help:    "How late probes start compared to their schedule (all workers busy, or scheduler behind).",
+			Help:    "How late probes start compared to their schedule (the bound on probes in flight reached, or the scheduler behind).",
 			Buckets: []float64{.0001, .001, .005, .01, .05, .1, .5, 1, 5},
 		}),
 		probeCounts:  map[string][2]prometheus.Counter{},

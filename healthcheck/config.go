@@ -65,6 +65,7 @@ var DefaultExpectedStatuses = []StatusRange{{Start: 200, End: 300}}
 //	  healthy_threshold: 2
 //	  unhealthy_threshold: 3
 //	  initial_state: unknown
+//	  reuse_connection: true # http and grpc: keep the connection between probes
 //	  http: {path: /healthz, host: web.internal, expected_statuses: [{start: 200, end: 300}]}
 //
 // Decode it with ParseConfig (strict, defaults, validation) or as part of a
@@ -79,8 +80,13 @@ type Config struct {
 	HealthyThreshold   uint32          `json:"healthy_threshold"`
 	UnhealthyThreshold uint32          `json:"unhealthy_threshold"`
 	InitialState       string          `json:"initial_state"`
-	HTTP               *HTTPConfig     `json:"http,omitempty"`
-	GRPC               *GRPCConfig     `json:"grpc,omitempty"`
+	// ReuseConnection keeps an HTTP or gRPC check's connection open
+	// between probes, as Envoy's reuse_connection (default true; nil means
+	// the default). False opens and closes a connection per probe. TCP
+	// checks always open a new connection: the connect is the check.
+	ReuseConnection *bool       `json:"reuse_connection,omitempty"`
+	HTTP            *HTTPConfig `json:"http,omitempty"`
+	GRPC            *GRPCConfig `json:"grpc,omitempty"`
 }
 
 // HTTPConfig is the http block: an HTTP/1.1 GET of Path.
@@ -119,6 +125,7 @@ type rawConfig struct {
 	HealthyThreshold   *uint32          `json:"healthy_threshold"`
 	UnhealthyThreshold *uint32          `json:"unhealthy_threshold"`
 	InitialState       string           `json:"initial_state"`
+	ReuseConnection    *bool            `json:"reuse_connection"`
 	HTTP               *HTTPConfig      `json:"http"`
 	GRPC               *GRPCConfig      `json:"grpc"`
 }
@@ -136,10 +143,11 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	out := Config{
-		Type:         strings.ToLower(strings.TrimSpace(r.Type)),
-		InitialState: strings.ToLower(strings.TrimSpace(r.InitialState)),
-		HTTP:         r.HTTP,
-		GRPC:         r.GRPC,
+		Type:            strings.ToLower(strings.TrimSpace(r.Type)),
+		InitialState:    strings.ToLower(strings.TrimSpace(r.InitialState)),
+		ReuseConnection: r.ReuseConnection,
+		HTTP:            r.HTTP,
+		GRPC:            r.GRPC,
 	}
 	if out.Type == "" {
 		switch {
@@ -211,6 +219,8 @@ func (c Config) Normalize() Config {
 	if c.InitialState == "" {
 		c.InitialState = InitialUnknown
 	}
+	reuse := c.ReuseConnection == nil || *c.ReuseConnection
+	c.ReuseConnection = &reuse
 	if c.HTTP != nil {
 		h := *c.HTTP
 		if h.Path == "" {
@@ -432,7 +442,13 @@ func (c Config) canonical() string {
 			b.WriteString(strconv.Quote(c.GRPC.Authority))
 		}
 	}
+	if c.Type != TypeTCP && !c.reuse() {
+		b.WriteString(" reuse_connection=false")
+	}
 	fmt.Fprintf(&b, " every=%s jitter=%s timeout=%s healthy=%d unhealthy=%d initial=%s",
 		c.Interval.D(), c.Jitter.D(), c.Timeout.D(), c.HealthyThreshold, c.UnhealthyThreshold, c.InitialState)
 	return b.String()
 }
+
+// reuse reports whether connections are kept between probes (default true).
+func (c *Config) reuse() bool { return c.ReuseConnection == nil || *c.ReuseConnection }

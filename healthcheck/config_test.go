@@ -24,6 +24,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		HealthyThreshold:   2,
 		UnhealthyThreshold: 3,
 		InitialState:       InitialUnknown,
+		ReuseConnection:    new(true),
 		HTTP:               &HTTPConfig{Path: "/", ExpectedStatuses: []StatusRange{{200, 300}}},
 	}
 	if !reflect.DeepEqual(c, want) {

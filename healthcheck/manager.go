@@ -23,13 +23,15 @@ type ServiceHosts struct {
 // source), answers verdict look-ups, and tells the loop which services a
 // verdict change affects. Safe for concurrent use.
 type Manager struct {
-	checker    *Checker
+	checker *Checker
+
+	mu sync.Mutex
+	// perService and perSource are replaced whole (SetConfig), never
+	// modified.
 	perService map[string]Config
 	perSource  map[string]Config
-
-	mu    sync.Mutex
-	keys  map[string]map[sources.HostKey]TargetKey // service → host → target
-	users map[TargetKey]map[string]struct{}        // target → services using it
+	keys       map[string]map[sources.HostKey]TargetKey // service → host → target
+	users      map[TargetKey]map[string]struct{}        // target → services using it
 }
 
 // NewManager returns a manager for checker. perService checks take
@@ -46,24 +48,41 @@ func NewManager(checker *Checker, perSource, perService map[string]Config) *Mana
 }
 
 // Enabled reports whether any check is configured.
-func (m *Manager) Enabled() bool { return len(m.perService)+len(m.perSource) > 0 }
+func (m *Manager) Enabled() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.perService)+len(m.perSource) > 0
+}
 
-func (m *Manager) configFor(service, source string) (Config, bool) {
-	if c, ok := m.perService[service]; ok {
+// SetConfig replaces the checks (a config reload); they apply at the next
+// SetHosts. A host whose check changed has no verdict until its first
+// probe under the new check: its source's health stands meanwhile
+// (Decide). The maps must not be modified afterwards.
+func (m *Manager) SetConfig(perSource, perService map[string]Config) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.perSource, m.perService = perSource, perService
+}
+
+func configFor(perService, perSource map[string]Config, service, source string) (Config, bool) {
+	if c, ok := perService[service]; ok {
 		return c, true
 	}
-	c, ok := m.perSource[source]
+	c, ok := perSource[source]
 	return c, ok
 }
 
 // SetHosts replaces the probed hosts. The same address:port with the same
 // check under several services is one target, probed once.
 func (m *Manager) SetHosts(svcs []ServiceHosts) {
+	m.mu.Lock()
+	perService, perSource := m.perService, m.perSource
+	m.mu.Unlock()
 	keys := map[string]map[sources.HostKey]TargetKey{}
 	users := map[TargetKey]map[string]struct{}{}
 	var targets []Target
 	for _, s := range svcs {
-		cfg, ok := m.configFor(s.Service, s.Source)
+		cfg, ok := configFor(perService, perSource, s.Service, s.Source)
 		if !ok {
 			continue
 		}

@@ -193,10 +193,19 @@ type PolicyPublisher interface {
 }
 
 // StaticClaimer is implemented by sources that know the service names they
-// own before they run (from their config or file). The bridge checks those
-// claims for conflicts at start.
+// own before they run (from their config or file). The bridge lists the
+// conflicts among those claims at start (StaticConflicts) and validate
+// reports them.
 type StaticClaimer interface {
 	ClaimedNames() ([]string, error)
+}
+
+// StaticPolicyNamer is implemented by policy sources that know, before
+// they run, the service names they give a policy by name (a policy file).
+// Of two policy sources naming one service, the one listed first gives it
+// its policy; validate reports those names.
+type StaticPolicyNamer interface {
+	PolicyNames() ([]string, error)
 }
 
 // Debugger is implemented by sources with state worth showing on the admin

@@ -16,11 +16,22 @@ import (
 
 // APIListener is the Listener a gRPC client resolving xds:///name asks for.
 func APIListener(name string) *listener.Listener {
+	a, _ := anypb.New(rdsManager(name, name))
+	return &listener.Listener{
+		Name:        name,
+		ApiListener: &listener.ApiListener{ApiListener: a},
+	}
+}
+
+// rdsManager is an HTTP connection manager (codec AUTO: HTTP/1.1 and
+// HTTP/2) whose routes are the RouteConfiguration routeConfig over RDS on
+// ADS, with the router filter alone.
+func rdsManager(statPrefix, routeConfig string) *hcm.HttpConnectionManager {
 	rtr, _ := anypb.New(&router.Router{})
-	m := &hcm.HttpConnectionManager{
-		StatPrefix: name,
+	return &hcm.HttpConnectionManager{
+		StatPrefix: statPrefix,
 		RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{
-			RouteConfigName: name,
+			RouteConfigName: routeConfig,
 			ConfigSource: &core.ConfigSource{
 				ResourceApiVersion:    core.ApiVersion_V3,
 				ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}},
@@ -30,11 +41,6 @@ func APIListener(name string) *listener.Listener {
 			Name:       "envoy.filters.http.router",
 			ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: rtr},
 		}},
-	}
-	a, _ := anypb.New(m)
-	return &listener.Listener{
-		Name:        name,
-		ApiListener: &listener.ApiListener{ApiListener: a},
 	}
 }
 

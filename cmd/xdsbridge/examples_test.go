@@ -196,6 +196,52 @@ var exampleChecks = map[string]func(t *testing.T, cfg *config.Config, d exampleD
 			t.Errorf("legacy's cluster %v; want LEAST_REQUEST and outlier detection", legacy)
 		}
 	},
+	"xdsbridge-egress.yaml": func(t *testing.T, cfg *config.Config, d exampleDump) {
+		// The egress listener where the guide curls it, routed by the
+		// egress table: a virtual host per service with the policy's
+		// routes, and the 404 catch-all last.
+		e := cfg.Egress
+		if e == nil || e.Listener == nil || e.Listener.Port != 10000 {
+			t.Fatalf("egress %+v: want a listener on port 10000", e)
+		}
+		lis := d.resource(t, "lds", e.Listener.Name)
+		if got := dig(lis, "address", "socket_address", "port_value"); got != float64(10000) {
+			t.Errorf("egress listener on port %v; want 10000", got)
+		}
+		hcm := dig(lis, "filter_chains", 0, "filters", 0, "typed_config")
+		// codec_type AUTO is the enum's zero: absent from the JSON.
+		if c := dig(hcm, "codec_type"); dig(hcm, "rds", "route_config_name") != e.RouteConfigName || (c != nil && c != "AUTO") {
+			t.Errorf("egress listener's connection manager %v; want codec AUTO and RDS %s", hcm, e.RouteConfigName)
+		}
+		vhs := dig(d.resource(t, "rds", e.RouteConfigName), "virtual_hosts").([]any)
+		var names []string
+		for _, vh := range vhs {
+			names = append(names, dig(vh, "name").(string))
+		}
+		if want := []string{"api", "legacy", "web", "xdsbridge-unknown-host"}; !slices.Equal(names, want) {
+			t.Fatalf("egress virtual hosts %v; want %v", names, want)
+		}
+		b, _ := json.Marshal(dig(vhs[2], "domains"))
+		if got := string(b); got != `["web","web:*","web.service.consul","web.service.consul:*","web.service.dc1.consul","web.service.dc1.consul:*"]` {
+			t.Errorf("web's domains %s", got)
+		}
+		own, _ := json.Marshal(dig(d.resource(t, "rds", "web"), "virtual_hosts", 0, "routes"))
+		if got, _ := json.Marshal(dig(vhs[2], "routes")); string(got) != string(own) {
+			t.Errorf("web's egress routes %s; want its own route configuration's %s", got, own)
+		}
+		if got := dig(vhs[3], "routes", 0, "direct_response", "status"); got != float64(404) {
+			t.Errorf("catch-all %v; want a 404", vhs[3])
+		}
+		// The Envoy bootstrap has only the bridge's address, and LDS and
+		// CDS from ADS.
+		boot := readExampleYAML(t, "envoy-egress.yaml")
+		if got := bootstrapClusterPort(t, "envoy-egress.yaml", "xdsbridge"); got != listenPort(t, cfg.XDS.Listen) {
+			t.Errorf("envoy-egress.yaml dials port %s; xds.listen is %s", got, cfg.XDS.Listen)
+		}
+		if dig(boot, "dynamic_resources", "lds_config", "ads") == nil || dig(boot, "dynamic_resources", "cds_config", "ads") == nil || dig(boot, "static_resources", "listeners") != nil {
+			t.Errorf("envoy-egress.yaml: want LDS and CDS over ADS and no static listener")
+		}
+	},
 	"xdsbridge-rest.yaml": func(t *testing.T, cfg *config.Config, d exampleDump) {
 		// REST-JSON polling, on the listener and through the cluster
 		// examples/envoy-rest.yaml polls.

@@ -8,6 +8,8 @@
 //	xdsbridge status                each connected client's sync status (admin listener)
 //	xdsbridge status -node N        that client's resources and versions
 //	xdsbridge status hosts SERVICE  why each host of SERVICE is (not) served
+//	xdsbridge status sources        each source, names two sources publish, the reload state
+//	xdsbridge reload                reload a running bridge's config (as SIGHUP does)
 //	xdsbridge healthcheck           exit 0 if a running bridge is ready (/readyz), else 1
 //	xdsbridge version               the version, commit, commit date and Go version
 //	xdsbridge help                  the commands and their flags
@@ -52,7 +54,8 @@ var commands = []struct{ name, args, summary string }{
 	{"run", "[-config FILE]", "serve xDS and the admin listener (the default command; serve is an alias)"},
 	{"validate", "[-config FILE]", "check the config, its sources' files, its TLS files and admin token file, and exit"},
 	{"dump", "[-config FILE] [-format yaml|json] [-out DIR]", "print the resources the config serves (or write Envoy's files), without serving"},
-	{"status", "[-admin ADDR] [-node N] | hosts [SERVICE]", "a running bridge's clients and their sync status (-node: one client's resources; hosts: why each host is served or not)"},
+	{"status", "[-admin ADDR] [-node N] | hosts [SERVICE] | sources", "a running bridge's clients and their sync status (-node: one client's resources; hosts: why each host is served or not; sources: each source, the services two sources publish and the config reload state)"},
+	{"reload", "[-admin ADDR] [-config FILE]", "make a running bridge read its config file again (as SIGHUP does) and print what it applied or why it refused it"},
 	{"healthcheck", "[-config FILE] [-admin ADDR]", "GET /readyz of a running bridge's admin listener: exit 0 when ready, 1 otherwise (for container health checks)"},
 	{"version", "", "print the version, commit, commit date, Go version and platform (also -version, --version)"},
 }
@@ -78,7 +81,7 @@ func newFlagSet(cmd string, stderr io.Writer) (*flag.FlagSet, *cmdFlags) {
 		f.timeout = fs.Duration("timeout", 30*time.Second, "how long to wait for every source's first sync")
 		f.out = fs.String("out", "", "write the files of outputs.filesystem into this directory, once, instead of printing (-format yaml, json or proto)")
 		f.mode = fs.String("mode", "", "with -out: path or watched_directory (default: outputs.filesystem.mode, else path)")
-	case "status":
+	case "status", "reload":
 		f.status.define(fs)
 	case "healthcheck":
 		f.status.defineConn(fs, 5*time.Second)
@@ -117,7 +120,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return nil
 		case "-version", "--version":
 			cmd, args = "version", args[1:]
-		case "run", "serve", "validate", "dump", "status", "healthcheck", "version":
+		case "run", "serve", "validate", "dump", "status", "reload", "healthcheck", "version":
 			cmd, args = args[0], args[1:]
 		default:
 			if len(args[0]) > 0 && args[0][0] != '-' {
@@ -143,8 +146,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	if cmd == "status" {
+	switch cmd {
+	case "status":
 		return status(fs, f, stdout)
+	case "reload":
+		return reload(fs, f, stdout)
 	}
 	if fs.NArg() > 0 {
 		// `xdsbridge run bridge.yaml`: the config is a flag, and a
@@ -188,9 +194,35 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err = a.Run(ctx)
+	err = serve(ctx, a, *f.config)
 	log.Info("xdsbridge stopped")
 	return err
+}
+
+// serve runs the app until ctx is done; a reload (SIGHUP, POST
+// /debug/reload) reads configPath again ("": the embedded default).
+func serve(ctx context.Context, a *app.App, configPath string) error {
+	a.LoadConfig = func() (*config.Config, error) { return loadConfig(configPath) }
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go reloadOnHangup(ctx, a, hup)
+	return a.Run(ctx)
+}
+
+// reloadOnHangup reloads the config on each signal of hup until ctx is
+// done (the reload logs and counts its outcome).
+func reloadOnHangup(ctx context.Context, a *app.App, hup <-chan os.Signal) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			_, _ = a.Reload()
+		}
+	}
 }
 
 // looksLikeConfig reports whether a command-line word is more likely a

@@ -15,7 +15,7 @@ import (
 )
 
 func TestValidateExampleConfigs(t *testing.T) {
-	for _, cfg := range []string{"../../examples/xdsbridge.yaml", "../../examples/consul.yaml", "../../examples/xdsbridge-policy.yaml"} {
+	for _, cfg := range []string{"../../examples/xdsbridge.yaml", "../../examples/consul.yaml", "../../examples/consul-egress.yaml", "../../examples/xdsbridge-policy.yaml"} {
 		var out, errOut bytes.Buffer
 		if err := run([]string{"validate", "-config", cfg}, &out, &errOut); err != nil {
 			t.Fatalf("%s: %v", cfg, err)
@@ -329,6 +329,61 @@ func TestValidateAdminTokenFile(t *testing.T) {
 		}
 		if err != nil && strings.Contains(err.Error()+out.String(), "s3cr3t") {
 			t.Errorf("token %q: the error shows the token: %v", tc.token, err)
+		}
+	}
+}
+
+// validate names each service that two sources publish (a file and a DNS
+// name here) and the source that owns it; the config stays valid.
+func TestValidateWarnsOfOwnershipConflicts(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "s.yaml"), []byte("services: {api: {endpoints: [{address: 10.0.0.1, port: 80}]}, web: {endpoints: [{address: 10.0.0.2, port: 80}]}}\n"), 0o644)
+	for _, tc := range []struct{ priority, want string }{
+		{"", `warning: service "api" is published by sources "files", "names": "files" owns it (listed first in sources)`},
+		{", priority: 5", `warning: service "api" is published by sources "names", "files": "names" owns it (priority 5)`},
+	} {
+		p := filepath.Join(dir, "c.yaml")
+		os.WriteFile(p, []byte("sources:\n- {name: files, file: {path: s.yaml}}\n- {name: names, dns: {services: [{name: api, hosts: [{name: localhost, port: 80}]}]}"+tc.priority+"}\n"), 0o644)
+		var stdout, stderr bytes.Buffer
+		if err := run([]string{"validate", "-config", p}, &stdout, &stderr); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSpace(stderr.String()); got != tc.want {
+			t.Errorf("priority %q: stderr %q, want %q", tc.priority, got, tc.want)
+		}
+		if stdout.String() != "config ok\n" {
+			t.Errorf("stdout %q", stdout.String())
+		}
+	}
+	// Two policy files giving api a policy by name (a pattern is no
+	// conflict: the most specific one is used).
+	os.WriteFile(filepath.Join(dir, "p1.yaml"), []byte("services: {api: {connect_timeout: 1s}, \"w*\": {connect_timeout: 1s}}\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "p2.yaml"), []byte("services: {api: {connect_timeout: 2s}, \"w*\": {connect_timeout: 2s}}\n"), 0o644)
+	p := filepath.Join(dir, "c.yaml")
+	os.WriteFile(p, []byte("sources:\n- {name: files, file: {path: s.yaml}}\n- {name: pol2, policy_file: {path: p2.yaml}}\n- {name: pol1, policy_file: {path: p1.yaml}, priority: 9}\n"), 0o644)
+	var stdout, stderr bytes.Buffer
+	if err := run([]string{"validate", "-config", p}, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.TrimSpace(stderr.String()), `warning: service "api" is given a policy by sources "pol2", "pol1": the policy of "pol2" is used (listed first in sources)`; got != want {
+		t.Errorf("policy conflict: stderr %q, want %q", got, want)
+	}
+}
+
+func TestValidateSourcePriorityRange(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "ok.yaml"), []byte("services: {}\n"), 0o644)
+	for _, tc := range []struct{ priority, want string }{
+		{"1001", "priority: 1001 is not in -1000..1000"},
+		{"high", `priority: want a whole number in -1000..1000, not "high"`},
+		{"1.5", "priority: want a whole number in -1000..1000, not 1.5"},
+	} {
+		p := filepath.Join(dir, "c.yaml")
+		os.WriteFile(p, []byte("sources: [{name: s, file: {path: ok.yaml}, priority: "+tc.priority+"}]\n"), 0o644)
+		var out bytes.Buffer
+		err := run([]string{"validate", "-config", p}, &out, &out)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("priority %s: error %v, want it to mention %q", tc.priority, err, tc.want)
 		}
 	}
 }

@@ -43,19 +43,26 @@ func (f *statusFlags) defineConn(fs *flag.FlagSet, timeout time.Duration) {
 	f.timeout = fs.Duration("timeout", timeout, "how long to wait for the admin listener")
 }
 
-// status prints a running bridge's clients and their sync status, one
-// client's resources (-node), or the explanation of a service's hosts
-// (status hosts SERVICE), read from its admin listener.
+// status prints a running bridge's sources (the names two of them publish,
+// the config reload state) and clients with their sync status, the
+// sources alone (status sources), one client's resources (-node), or the
+// explanation of a service's hosts (status hosts SERVICE), read from its
+// admin listener.
 func status(fs *flag.FlagSet, f *cmdFlags, stdout io.Writer) error {
 	args := fs.Args()
-	var hosts bool
+	var hosts, onlySources bool
 	var service string
 	if len(args) > 0 {
-		if args[0] != "hosts" {
-			return fmt.Errorf("unexpected arguments %q (want: status [flags] or status hosts [SERVICE])", args)
+		switch args[0] {
+		case "hosts":
+			hosts = true
+		case "sources":
+			onlySources = true
+		default:
+			return fmt.Errorf("unexpected arguments %q (want: status [flags], status hosts [SERVICE] or status sources)", args)
 		}
-		hosts, args = true, args[1:]
-		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		args = args[1:]
+		if hosts && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 			service, args = args[0], args[1:]
 		}
 		// Flags may follow: status hosts web -admin ADDR.
@@ -100,6 +107,15 @@ func status(fs *flag.FlagSet, f *cmdFlags, stdout io.Writer) error {
 		printNode(stdout, d.Streams, time.Now())
 		return nil
 	}
+	d, err := c.debugSourcesAll()
+	if err != nil {
+		return err
+	}
+	printSources(stdout, d.Sources)
+	printOwnership(stdout, d, time.Now())
+	if onlySources {
+		return nil
+	}
 	var cl struct {
 		Clients []xds.ClientStatus `json:"clients"`
 		NACKs   uint64             `json:"nacks"`
@@ -107,11 +123,6 @@ func status(fs *flag.FlagSet, f *cmdFlags, stdout io.Writer) error {
 	if err := c.get("/debug/clients", nil, &cl); err != nil {
 		return err
 	}
-	srcs, err := c.debugSources()
-	if err != nil {
-		return err
-	}
-	printSources(stdout, srcs)
 	fmt.Fprintln(stdout)
 	printClients(stdout, cl.Clients, cl.NACKs, time.Now())
 	return nil

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // sourceView is a source as /debug/sources shows it (the fields status
@@ -32,15 +33,30 @@ type droppedView struct {
 	Detail   string `json:"detail"`
 }
 
-// debugSources reads /debug/sources.
+// sourcesView is /debug/sources: the sources, the names more than one
+// source publishes (owner first) and the config reload state.
+type sourcesView struct {
+	Sources   []sourceView        `json:"sources"`
+	Conflicts map[string][]string `json:"conflicts"`
+	Config    struct {
+		LoadedAt     time.Time `json:"loaded_at"`
+		LastReload   time.Time `json:"last_reload"`
+		LastReloadOK bool      `json:"last_reload_ok"`
+		LastError    string    `json:"last_error"`
+	} `json:"config"`
+}
+
+// debugSourcesAll reads /debug/sources.
+func (c *adminClient) debugSourcesAll() (sourcesView, error) {
+	var out sourcesView
+	err := c.get("/debug/sources", nil, &out)
+	return out, err
+}
+
+// debugSources reads the sources of /debug/sources.
 func (c *adminClient) debugSources() ([]sourceView, error) {
-	var out struct {
-		Sources []sourceView `json:"sources"`
-	}
-	if err := c.get("/debug/sources", nil, &out); err != nil {
-		return nil, err
-	}
-	return out.Sources, nil
+	out, err := c.debugSourcesAll()
+	return out.Sources, err
 }
 
 // printSources prints one row per source: its state, the time since it

@@ -209,14 +209,14 @@ func TestSSHelpListsCommands(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v", args, err)
 		}
-		for _, re := range []string{`(?m)^  run +serve xDS`, `(?m)^  validate +check`, `(?m)^  dump +print`, `(?m)^  status +a running bridge`,
+		for _, re := range []string{`(?m)^  run +serve xDS`, `(?m)^  validate +check`, `(?m)^  dump +print`, `(?m)^  status +a running bridge`, `(?m)^  reload +make a running bridge read its config`,
 			`(?m)^xdsbridge run `, `(?m)^xdsbridge validate `, `(?m)^xdsbridge dump `, `(?m)^xdsbridge status `,
 			`(?m)^  -format string`, `(?m)^  -out string`, `(?m)^  -admin string`, `(?m)^  -node string`, `(?m)^  -token-file string`} {
 			if !regexp.MustCompile(re).MatchString(out) {
 				t.Fatalf("%v: no %q in:\n%s", args, re, out)
 			}
 		}
-		if n := strings.Count(out, "  -config string"); n != 5 {
+		if n := strings.Count(out, "  -config string"); n != 6 {
 			t.Fatalf("%v: -config listed %d times, want once per command", args, n)
 		}
 	}

@@ -78,14 +78,24 @@ func (a *App) AdminHandler() http.Handler {
 		for _, st := range a.Loop.Sources() {
 			status[st.Name] = st
 		}
-		for _, s := range a.Sources {
+		for _, s := range a.activeSources() {
 			e := map[string]any{"name": s.Name(), "status": status[s.Name()]}
 			if d, ok := s.(sources.Debugger); ok {
 				e["debug"] = d.DebugInfo()
 			}
 			out = append(out, e)
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"sources": out, "conflicts": a.Loop.Conflicts(), "diagnostics": a.Loop.Diagnostics()})
+		writeJSON(w, http.StatusOK, map[string]any{"sources": out, "conflicts": a.Loop.Conflicts(), "diagnostics": a.Loop.Diagnostics(), "config": a.ReloadStatus()})
+	})
+	// POST /debug/reload reloads the config (reload.go): 200 when
+	// applied, 422 when refused (the running config stays).
+	debug("POST /debug/reload", func(w http.ResponseWriter, _ *http.Request) {
+		res, err := a.Reload()
+		if err != nil {
+			writeJSON(w, http.StatusUnprocessableEntity, map[string]any{"result": "failure", "error": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
 	})
 	debug("GET /debug/hosts", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, a.Hosts(r.URL.Query().Get("service")))

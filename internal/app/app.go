@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,10 +35,12 @@ type App struct {
 	Config   *config.Config
 	Log      *slog.Logger
 	Registry *prometheus.Registry
-	Sources  []sources.Source
-	Loop     *bridge.Loop
-	Cache    *xds.Cache
-	XDS      *xds.Server
+	// Sources are the sources built at start; a reload replaces them
+	// (activeSources).
+	Sources []sources.Source
+	Loop    *bridge.Loop
+	Cache   *xds.Cache
+	XDS     *xds.Server
 	// Checks is nil when no health check is configured.
 	Checks *healthcheck.Manager
 	// XDSTLS and AdminTLS hold the listeners' certificates; nil for a
@@ -59,6 +62,17 @@ type App struct {
 
 	// status is the status page's sampler (status.go).
 	status statusOnce
+
+	// LoadConfig reads the config again for a reload (reload.go); nil:
+	// reloads are refused.
+	LoadConfig func() (*config.Config, error)
+	// running is the source instances once Run started them (sources.go).
+	running runningSources
+	// reloadMu serializes reloads; applied is the config last applied
+	// (Config at start), under it.
+	reloadMu sync.Mutex
+	applied  *config.Config
+	reloads  reloadState
 }
 
 // NewLogger builds the slog logger the config asks for.
@@ -73,25 +87,80 @@ func NewLogger(c config.Logging, w io.Writer) *slog.Logger {
 }
 
 // BuildSources constructs every configured source; errors name the source
-// entry. Sources that know their service names up front are checked for
-// conflicting claims.
+// entry (and the file, line and column where they can).
 func BuildSources(c *config.Config, log *slog.Logger, reg prometheus.Registerer) ([]sources.Source, error) {
+	srcs, _, err := buildSources(c, log, func(string) prometheus.Registerer { return reg })
+	return srcs, err
+}
+
+// buildSources is BuildSources with each source's metrics registered on
+// regFor(its name); it also returns the conflicts among the names the
+// sources know up front (staticConflicts), as warnings.
+func buildSources(c *config.Config, log *slog.Logger, regFor func(name string) prometheus.Registerer) ([]sources.Source, []string, error) {
 	var out []sources.Source
-	for i, sc := range c.Sources {
-		f, ok := SourceType(sc.Type)
-		if !ok {
-			return nil, fmt.Errorf("sources[%d] (%s): unknown source type %q (want one of %s)", i, sc.Name, sc.Type, strings.Join(SourceTypeNames(), ", "))
-		}
-		src, err := f(sc.Name, sc.Raw, sources.Env{BaseDir: c.BaseDir, Logger: log, Metrics: reg})
+	for i := range c.Sources {
+		src, err := buildSource(c, i, log, regFor(c.Sources[i].Name))
 		if err != nil {
-			return nil, c.ErrorAt([]string{"sources", fmt.Sprintf("[%d]", i), sc.Type}, err, fmt.Errorf("sources[%d] (%s).%s: %w", i, sc.Name, sc.Type, err))
+			return nil, nil, err
 		}
 		out = append(out, src)
 	}
-	if err := sources.CheckClaims(out); err != nil {
-		return nil, c.ErrorAt(nil, err, err)
+	conflicts, err := staticConflicts(c, out)
+	if err != nil {
+		return nil, nil, c.ErrorAt(nil, err, err)
+	}
+	return out, conflicts, nil
+}
+
+// buildSource constructs the source of entry i of c.Sources; errors name
+// the entry.
+func buildSource(c *config.Config, i int, log *slog.Logger, reg prometheus.Registerer) (sources.Source, error) {
+	sc := c.Sources[i]
+	f, ok := SourceType(sc.Type)
+	if !ok {
+		return nil, fmt.Errorf("sources[%d] (%s): unknown source type %q (want one of %s)", i, sc.Name, sc.Type, strings.Join(SourceTypeNames(), ", "))
+	}
+	src, err := f(sc.Name, sc.Raw, sources.Env{BaseDir: c.BaseDir, Logger: log, Metrics: reg})
+	if err != nil {
+		return nil, c.ErrorAt([]string{"sources", fmt.Sprintf("[%d]", i), sc.Type}, err, fmt.Errorf("sources[%d] (%s).%s: %w", i, sc.Name, sc.Type, err))
+	}
+	return src, nil
+}
+
+// staticConflicts describes, one line each, the service names that more
+// than one source publishes as far as their configs and files tell before
+// running, and which source owns each (priority, then config order); then
+// those that more than one policy file names, and whose policy is used.
+func staticConflicts(c *config.Config, srcs []sources.Source) ([]string, error) {
+	prio := c.Priorities()
+	conflicts, err := sources.StaticConflicts(srcs, prio)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, cf := range conflicts {
+		why := "listed first in sources"
+		if prio[cf.Sources[0]] != prio[cf.Sources[1]] {
+			why = fmt.Sprintf("priority %d", prio[cf.Sources[0]])
+		}
+		out = append(out, fmt.Sprintf("service %q is published by sources %s: %q owns it (%s)", cf.Service, strings.Join(quoteAll(cf.Sources), ", "), cf.Sources[0], why))
+	}
+	policies, err := sources.StaticPolicyConflicts(srcs)
+	if err != nil {
+		return nil, err
+	}
+	for _, cf := range policies {
+		out = append(out, fmt.Sprintf("service %q is given a policy by sources %s: the policy of %q is used (listed first in sources)", cf.Service, strings.Join(quoteAll(cf.Sources), ", "), cf.Sources[0]))
 	}
 	return out, nil
+}
+
+func quoteAll(s []string) []string {
+	out := make([]string, len(s))
+	for i, v := range s {
+		out[i] = fmt.Sprintf("%q", v)
+	}
+	return out
 }
 
 // DefaultLocalities maps each source to the locality of its endpoints that
@@ -156,7 +225,7 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	}
 	warnings := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "xdsbridge_config_warnings",
-		Help: "Warnings of the config at start (logged at WARN, printed by validate): a services or policy file that does not exist yet, a policy for a service no static source publishes.",
+		Help: "Warnings of the config at start (logged at WARN, printed by validate): a services or policy file that does not exist yet, a policy for a service no static source publishes, a service name two sources publish.",
 	})
 	warnings.Set(float64(len(k.warnings)))
 	if err := promreg.Register(reg, warnings); err != nil {
@@ -181,6 +250,7 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	var checks *healthcheck.Manager
 	opts := bridge.Options{
 		Sources:           names,
+		Priority:          c.Priorities(),
 		ServicesAndPolicy: ServicesAndPolicy(srcs),
 		Quiet:             c.Debounce.Quiet.D(),
 		MaxHold:           c.Debounce.Max.D(),
@@ -189,6 +259,7 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		MaxRetention:      c.HealthChecks.MaxRetention.D(),
 		DefaultLocality:   DefaultLocalities(c),
 		Limits:            c.Limits,
+		Egress:            c.Egress,
 	}
 	opts.GRPCCertificateProvider = c.XDS.CertificateProvider()
 	if len(perSource)+len(perService) > 0 {
@@ -211,6 +282,8 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		files.Register(reg)
 	}
 	a := &App{
+		running:  runningSources{built: k.sourceMetrics},
+		applied:  c,
 		Files:    files,
 		Token:    token,
 		Checks:   checks,
@@ -226,6 +299,9 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		RESTTLS:  k.restTLS,
 	}
 	if err := a.buildREST(); err != nil {
+		return nil, err
+	}
+	if err := a.reloads.init(reg, time.Now()); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -269,14 +345,7 @@ func (a *App) Run(ctx context.Context) error {
 	if a.Checks != nil {
 		g.Go(func() error { return a.Checks.Run(ctx, a.Loop.ChecksChanged) })
 	}
-	for _, s := range a.Sources {
-		g.Go(func() error {
-			if err := s.Run(ctx, a.Loop); err != nil {
-				return fmt.Errorf("source %s: %w", s.Name(), err)
-			}
-			return nil
-		})
-	}
+	g.Go(func() error { return a.runSources(ctx) })
 	for _, w := range []*certs.Watcher{a.XDSTLS, a.AdminTLS} {
 		if w != nil {
 			g.Go(func() error { return w.Run(ctx) })

@@ -27,6 +27,9 @@ type checked struct {
 	restTLS          *certs.Watcher
 	token            *AdminToken
 	warnings         []string
+	// sourceMetrics holds each source's collectors, registered on the
+	// registry check was given (none without one).
+	sourceMetrics map[string]*sourceMetrics
 }
 
 // check reads and checks everything the config names, as New needs it:
@@ -39,11 +42,19 @@ func check(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (*chec
 	if _, err := memlimit.Parse(c.MemoryLimit); err != nil {
 		return nil, c.ErrorAt(nil, err, err)
 	}
-	srcs, err := BuildSources(c, log, reg)
+	k := &checked{sourceMetrics: map[string]*sourceMetrics{}}
+	srcs, conflicts, err := buildSources(c, log, func(name string) prometheus.Registerer {
+		if reg == nil {
+			return nil
+		}
+		m := &sourceMetrics{reg: reg}
+		k.sourceMetrics[name] = m
+		return m
+	})
 	if err != nil {
 		return nil, err
 	}
-	k := &checked{srcs: srcs}
+	k.srcs = srcs
 	if k.perSource, k.perService, err = healthcheck.FromConfig(c); err != nil {
 		return nil, c.ErrorAt(nil, err, err)
 	}
@@ -65,7 +76,7 @@ func check(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (*chec
 			return nil, c.ErrorAt(nil, err, err)
 		}
 	}
-	k.warnings = configWarnings(srcs)
+	k.warnings = append(configWarnings(srcs), conflicts...)
 	return k, nil
 }
 

@@ -39,8 +39,14 @@ func (a *App) StatusPage() *status.Page {
 		Hosts:    a.statusHosts,
 		Dropped:  a.statusDropped,
 		Clients:  a.statusClients,
+		Config:   a.statusConfig,
 		Chart:    a.StatusSampler(),
 	}
+}
+
+func (a *App) statusConfig() status.ConfigRow {
+	st := a.ReloadStatus()
+	return status.ConfigRow{LoadedAt: st.LoadedAt, ReloadRefused: !st.LastReloadOK, LastReload: st.LastReload, LastReloadError: st.LastError}
 }
 
 // pushesTotal sums xdsbridge_xds_pushes_total over its labels.
@@ -67,7 +73,7 @@ func (a *App) statusSources() []status.SourceRow {
 		out = append(out, status.SourceRow{
 			Name: st.Name, Synced: st.Synced, Stale: st.Stale, ConfirmedAge: st.ConfirmedAge, ChangedAge: st.ChangedAge,
 			LastError: st.LastError, LastErrorTime: st.LastErrorTime, Services: st.Services, Policies: st.Policies,
-			Dropped: st.DroppedCounts,
+			Dropped: st.DroppedCounts, ClaimsLost: st.ClaimsLost,
 		})
 	}
 	return out

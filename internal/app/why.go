@@ -21,7 +21,7 @@ const RuleSourceChecks healthcheck.Rule = "discovered, no xdsbridge health check
 func (a *App) Hosts(service string) map[string][]bridge.HostInfo {
 	out := a.Loop.Hosts(service)
 	explainers := map[string]sources.HostExplainer{}
-	for _, s := range a.Sources {
+	for _, s := range a.activeSources() {
 		if e, ok := s.(sources.HostExplainer); ok {
 			explainers[s.Name()] = e
 		}

@@ -122,6 +122,7 @@ func schema(t *testing.T) map[string]string {
 			field(entry+".name", reflect.TypeFor[string]())
 			field(entry+".health_check", reflect.TypeFor[healthcheck.Config]())
 			field(entry+".default_locality", reflect.TypeFor[config.Locality]())
+			field(entry+".priority", reflect.TypeFor[int]())
 			for key, block := range sourceBlocks {
 				field(entry+"."+key, block)
 			}
@@ -234,6 +235,8 @@ xds:
   rest: {listen: "127.0.0.1:18002", eds_config: {cluster_name: bridge_rest}}
 outputs:
   filesystem: {dir: files}
+egress:
+  listener: {port: 10001}
 sources:
   - name: static
     file: {path: services.yaml}

@@ -42,6 +42,9 @@ type SourceRow struct {
 	Policies      int
 	// Dropped counts the instances the source leaves out, by reason.
 	Dropped map[string]int
+	// ClaimsLost counts the services the source publishes that another
+	// source, ranked before it, owns.
+	ClaimsLost int
 }
 
 // DroppedRow is one instance of the selected service that its source
@@ -64,6 +67,17 @@ type ServiceRow struct {
 	Unpublished int
 	// Claimants are the other sources claiming the service (a conflict).
 	Claimants []string
+}
+
+// ConfigRow is the config served and its last reload.
+type ConfigRow struct {
+	// LoadedAt is when the config served was loaded (start or reload).
+	LoadedAt time.Time
+	// ReloadRefused is set when the last reload was refused: when, and
+	// why (the config loaded at LoadedAt stays served).
+	ReloadRefused   bool
+	LastReload      time.Time
+	LastReloadError string
 }
 
 // HostRow is one host of a service and why it is (not) published.
@@ -117,6 +131,9 @@ type Page struct {
 	// Dropped returns the instances of one service its source dropped.
 	Dropped func(service string) []DroppedRow
 	Clients func() []ClientRow
+	// Config returns the state of the config served and of its last
+	// reload; nil: not shown.
+	Config func() ConfigRow
 	// Chart holds the pushes and latency samples; nil: no chart.
 	Chart *Sampler
 	// Now is the clock (default time.Now).
@@ -142,6 +159,7 @@ type view struct {
 	HasReady bool
 	Now      time.Time
 	Sources  []SourceRow
+	Config   *ConfigRow
 	Services []ServiceRow
 	Selected string
 	// Found tells whether Selected is a known service.
@@ -171,6 +189,10 @@ func (p *Page) data(service string) view {
 	}
 	if p.Sources != nil {
 		v.Sources = p.Sources()
+	}
+	if p.Config != nil {
+		c := p.Config()
+		v.Config = &c
 	}
 	if p.Services != nil {
 		v.Services = p.Services()

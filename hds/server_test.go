@@ -1,0 +1,385 @@
+package hds
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	healthv3 "github.com/envoyproxy/go-control-plane/envoy/service/health/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/xdsbridge/xdsbridge/config/decode"
+	"github.com/xdsbridge/xdsbridge/healthcheck"
+	"github.com/xdsbridge/xdsbridge/sources"
+)
+
+const waitLimit = 10 * time.Second
+
+type harness struct {
+	t    *testing.T
+	s    *Server
+	addr string
+
+	mu  sync.Mutex
+	trs []healthcheck.Transition
+}
+
+func startServer(t *testing.T, opts Options, targets []healthcheck.Target) *harness {
+	t.Helper()
+	s, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetTargets(targets)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	s.Register(g)
+	go g.Serve(ln)
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &harness{t: t, s: s, addr: ln.Addr().String()}
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	go func() {
+		for {
+			select {
+			case tr := <-s.Transitions():
+				h.mu.Lock()
+				h.trs = append(h.trs, tr)
+				h.mu.Unlock()
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); g.Stop(); <-done })
+	return h
+}
+
+func (h *harness) transitions() []healthcheck.Transition {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]healthcheck.Transition(nil), h.trs...)
+}
+
+// fakeChecker is an HDS client standing for an Envoy: it keeps the last
+// specifier and reports what the test says.
+type fakeChecker struct {
+	t      *testing.T
+	node   string
+	cancel context.CancelFunc
+	stream healthv3.HealthDiscoveryService_StreamHealthCheckClient
+
+	mu   sync.Mutex
+	spec *healthv3.HealthCheckSpecifier
+	n    int
+}
+
+func (h *harness) connect(node, zone string) *fakeChecker {
+	h.t.Helper()
+	conn, err := grpc.NewClient(h.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := healthv3.NewHealthDiscoveryServiceClient(conn).StreamHealthCheck(ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	f := &fakeChecker{t: h.t, node: node, cancel: cancel, stream: stream}
+	h.t.Cleanup(cancel)
+	err = stream.Send(&healthv3.HealthCheckRequestOrEndpointHealthResponse{RequestType: &healthv3.HealthCheckRequestOrEndpointHealthResponse_HealthCheckRequest{
+		HealthCheckRequest: &healthv3.HealthCheckRequest{
+			Node:       &corev3.Node{Id: node, Locality: &corev3.Locality{Zone: zone}},
+			Capability: &healthv3.Capability{HealthCheckProtocols: []healthv3.Capability_Protocol{healthv3.Capability_HTTP, healthv3.Capability_TCP}},
+		},
+	}})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	go func() {
+		for {
+			spec, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			f.mu.Lock()
+			f.spec, f.n = spec, f.n+1
+			f.mu.Unlock()
+		}
+	}()
+	return f
+}
+
+// endpoints returns the address:ports in the checker's last specifier.
+func (f *fakeChecker) endpoints() map[string]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]string{}
+	for _, c := range f.spec.GetClusterHealthChecks() {
+		for _, le := range c.GetLocalityEndpoints() {
+			for _, e := range le.GetEndpoints() {
+				out[endpointString(e)] = c.GetClusterName()
+			}
+		}
+	}
+	return out
+}
+
+// report sends one EndpointHealthResponse covering the checker's endpoints,
+// with status(address:port).
+func (f *fakeChecker) report(status func(string) corev3.HealthStatus) {
+	f.t.Helper()
+	if err := f.send(status); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// send is report for other goroutines than the test's: it returns the
+// error.
+func (f *fakeChecker) send(status func(string) corev3.HealthStatus) error {
+	f.mu.Lock()
+	spec := f.spec
+	f.mu.Unlock()
+	resp := &healthv3.EndpointHealthResponse{}
+	for _, c := range spec.GetClusterHealthChecks() {
+		ceh := &healthv3.ClusterEndpointsHealth{ClusterName: c.GetClusterName()}
+		for _, le := range c.GetLocalityEndpoints() {
+			leh := &healthv3.LocalityEndpointsHealth{Locality: le.GetLocality()}
+			for _, e := range le.GetEndpoints() {
+				leh.EndpointsHealth = append(leh.EndpointsHealth, &healthv3.EndpointHealth{Endpoint: e, HealthStatus: status(endpointString(e))})
+			}
+			ceh.LocalityEndpointsHealth = append(ceh.LocalityEndpointsHealth, leh)
+		}
+		resp.ClusterEndpointsHealth = append(resp.ClusterEndpointsHealth, ceh)
+	}
+	return f.stream.Send(&healthv3.HealthCheckRequestOrEndpointHealthResponse{RequestType: &healthv3.HealthCheckRequestOrEndpointHealthResponse_EndpointHealthResponse{EndpointHealthResponse: resp}})
+}
+
+func all(s corev3.HealthStatus) func(string) corev3.HealthStatus {
+	return func(string) corev3.HealthStatus { return s }
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitLimit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func targets(n int, typ string) []healthcheck.Target {
+	out := make([]healthcheck.Target, n)
+	for i := range out {
+		c := healthcheck.Config{Type: typ, Interval: decode.Duration(100 * time.Millisecond)}
+		out[i] = healthcheck.Target{Host: sources.HostKey{Address: fmt.Sprintf("10.0.0.%d", i+1), Port: 8080}, Check: c}
+	}
+	return out
+}
+
+// coverage counts, per endpoint, the checkers whose specifier holds it.
+func coverage(fs ...*fakeChecker) map[string][]string {
+	out := map[string][]string{}
+	for _, f := range fs {
+		for ep := range f.endpoints() {
+			out[ep] = append(out[ep], f.node)
+		}
+	}
+	return out
+}
+
+// covered reports whether the checkers' specifiers hold n endpoints, each
+// at exactly k of them.
+func covered(n, k int, fs ...*fakeChecker) func() bool {
+	return func() bool {
+		cov := coverage(fs...)
+		if len(cov) != n {
+			return false
+		}
+		for _, nodes := range cov {
+			if len(nodes) != k {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+func TestHDSAssignsEachTargetToKCheckersInTwoZones(t *testing.T) {
+	ts := targets(40, healthcheck.TypeHTTP)
+	h := startServer(t, Options{}, ts)
+	zone := map[string]string{}
+	var fs []*fakeChecker
+	for i := range 4 {
+		z := []string{"zone-a", "zone-b"}[i%2]
+		node := fmt.Sprintf("envoy-%d", i)
+		zone[node] = z
+		fs = append(fs, h.connect(node, z))
+	}
+	waitFor(t, "every endpoint at 2 checkers", covered(len(ts), 2, fs...))
+	for ep, nodes := range coverage(fs...) {
+		if zone[nodes[0]] == zone[nodes[1]] {
+			t.Errorf("%s: both checkers in %s: %v", ep, zone[nodes[0]], nodes)
+		}
+	}
+	if u := h.s.Unassigned(); len(u) != 0 {
+		t.Errorf("unassigned: %v", u)
+	}
+	// The specifier asks for probes at the check's interval even without
+	// traffic.
+	f := fs[0]
+	f.mu.Lock()
+	hc := f.spec.GetClusterHealthChecks()[0].GetHealthChecks()[0]
+	f.mu.Unlock()
+	if hc.GetNoTrafficInterval().AsDuration() != 100*time.Millisecond || hc.GetHttpHealthCheck().GetPath() != "/" {
+		t.Errorf("health check %v", hc)
+	}
+}
+
+// Under the majority rule a checker that reports everything unhealthy (it
+// cannot reach anyone) takes nothing away; both checkers of an endpoint
+// reporting it unhealthy make it unhealthy.
+func TestHDSMajorityIgnoresLoneDissenter(t *testing.T) {
+	ts := targets(10, healthcheck.TypeTCP)
+	h := startServer(t, Options{K: 2}, ts)
+	a, b := h.connect("envoy-a", "z1"), h.connect("envoy-b", "z2")
+	waitFor(t, "both checkers assigned everything", func() bool {
+		return len(a.endpoints()) == len(ts) && len(b.endpoints()) == len(ts)
+	})
+	a.report(all(corev3.HealthStatus_HEALTHY))
+	b.report(all(corev3.HealthStatus_HEALTHY))
+	waitFor(t, "every target healthy", func() bool { return len(h.transitions()) == len(ts) })
+	// b loses its network: after a healthy report, its unhealthy reports count.
+	b.report(all(corev3.HealthStatus_UNHEALTHY))
+	a.report(all(corev3.HealthStatus_HEALTHY))
+	time.Sleep(100 * time.Millisecond)
+	if trs := h.transitions(); len(trs) != len(ts) {
+		t.Fatalf("a lone dissenter changed verdicts: %v", trs[len(ts):])
+	}
+	for k, st := range h.s.Snapshot() {
+		if st.Verdict != healthcheck.Healthy || len(st.Checkers) != 2 {
+			t.Errorf("%s: %+v", k, st)
+		}
+	}
+	dead := ts[3].Host.String()
+	a.report(func(ep string) corev3.HealthStatus {
+		if ep == dead {
+			return corev3.HealthStatus_UNHEALTHY
+		}
+		return corev3.HealthStatus_HEALTHY
+	})
+	waitFor(t, "the dead endpoint unhealthy", func() bool {
+		trs := h.transitions()
+		last := trs[len(trs)-1]
+		return last.Key.Host.String() == dead && last.Verdict == healthcheck.Unhealthy
+	})
+	if n := len(h.transitions()); n != len(ts)+1 {
+		t.Errorf("%d transitions, want %d", n, len(ts)+1)
+	}
+}
+
+// A checker whose stream ends, or that stops reporting, loses its
+// endpoints to the others; verdicts do not flap meanwhile.
+func TestHDSCheckerLossReassigns(t *testing.T) {
+	ts := targets(30, healthcheck.TypeHTTP)
+	h := startServer(t, Options{K: 2, ReportInterval: 50 * time.Millisecond, Silence: 300 * time.Millisecond}, ts)
+	fs := []*fakeChecker{h.connect("e0", "z1"), h.connect("e1", "z1"), h.connect("e2", "z2"), h.connect("e3", "z2")}
+	waitFor(t, "full coverage", covered(len(ts), 2, fs...))
+	for _, f := range fs {
+		f.report(all(corev3.HealthStatus_HEALTHY))
+	}
+	waitFor(t, "every target healthy", func() bool { return len(h.transitions()) == len(ts) })
+
+	// e0's stream ends.
+	fs[0].cancel()
+	waitFor(t, "coverage by the three others", covered(len(ts), 2, fs[1:]...))
+
+	// e1 goes quiet while e2 and e3 keep reporting.
+	stop := make(chan struct{})
+	var reporting sync.WaitGroup
+	defer reporting.Wait()
+	defer close(stop)
+	reporting.Go(func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				_ = fs[2].send(all(corev3.HealthStatus_HEALTHY))
+				_ = fs[3].send(all(corev3.HealthStatus_HEALTHY))
+			}
+		}
+	})
+	start := time.Now()
+	waitFor(t, "coverage by e2 and e3", covered(len(ts), 2, fs[2:]...))
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("reassigned after %v (silence 300ms)", d)
+	}
+	if trs := h.transitions(); len(trs) != len(ts) {
+		t.Errorf("verdicts changed while checkers came and went: %v", trs[len(ts):])
+	}
+}
+
+func TestHDSUnassignedWithoutCheckers(t *testing.T) {
+	ts := targets(3, healthcheck.TypeGRPC) // no Envoy declares gRPC
+	h := startServer(t, Options{}, ts)
+	h.connect("envoy", "z")
+	waitFor(t, "the checker registered", func() bool {
+		h.s.mu.Lock()
+		defer h.s.mu.Unlock()
+		return len(h.s.checkers) == 1
+	})
+	if u := h.s.Unassigned(); len(u) != len(ts) {
+		t.Errorf("unassigned %v, want the 3 gRPC targets", u)
+	}
+}
+
+// A checker that holds no target has nothing to report: its silence does
+// not cost it the targets it is given later.
+func TestHDSIdleCheckerStaysAvailable(t *testing.T) {
+	ts := targets(1, healthcheck.TypeTCP)
+	h := startServer(t, Options{K: 1, ReportInterval: 50 * time.Millisecond, Silence: 200 * time.Millisecond}, ts)
+	a, b := h.connect("envoy-a", "z"), h.connect("envoy-b", "z")
+	var holder, idle *fakeChecker
+	waitFor(t, "the target assigned", func() bool {
+		switch {
+		case len(a.endpoints()) == 1:
+			holder, idle = a, b
+		case len(b.endpoints()) == 1:
+			holder, idle = b, a
+		}
+		return holder != nil
+	})
+	stop := make(chan struct{})
+	var reporting sync.WaitGroup
+	reporting.Go(func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				_ = holder.send(all(corev3.HealthStatus_HEALTHY))
+			}
+		}
+	})
+	time.Sleep(600 * time.Millisecond) // 3 × the silence: idle has said nothing
+	close(stop)
+	reporting.Wait()
+	holder.cancel()
+	waitFor(t, "the idle checker to take the target", func() bool { return len(idle.endpoints()) == 1 })
+}

@@ -26,6 +26,11 @@ type countingRT struct {
 }
 
 func (c *countingRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.count(r)
+	return c.next.RoundTrip(r)
+}
+
+func (c *countingRT) count(r *http.Request) {
 	ep := r.URL.Path
 	if len(ep) > len("/v1/health/service/") && ep[:len("/v1/health/service/")] == "/v1/health/service/" {
 		ep = "/v1/health/service/:name"
@@ -33,7 +38,6 @@ func (c *countingRT) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.mu.Lock()
 	c.byEP[ep]++
 	c.mu.Unlock()
-	return c.next.RoundTrip(r)
 }
 
 func (c *countingRT) take() map[string]int {

@@ -317,5 +317,8 @@ func metadataOf(dc string, e *api.ServiceEntry) map[string]any {
 
 // clusterName expands the cluster name template.
 func clusterName(template, service, dc string) string {
+	if template == "{service}" {
+		return service
+	}
 	return strings.NewReplacer("{service}", service, "{datacenter}", dc).Replace(template)
 }

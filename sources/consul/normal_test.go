@@ -29,7 +29,7 @@ func TestTdSnapshotNormal(t *testing.T) {
 		dc("dc1", 0, in("10.0.0.3", 80, 0, "dc1"), in("10.0.0.1", 80, 0, "dc1")),
 		dc("dc2", 1, in("10.0.0.2", 80, 1, "dc2"), in("10.0.0.1", 80, 1, "dc2"), in("10.0.0.0", 80, 1, "dc2")),
 	}}
-	snap := s.snapshotLocked()
+	snap, _ := s.snapshotLocked()
 	if len(snap) != 1 {
 		t.Fatalf("snapshot %+v", snap)
 	}

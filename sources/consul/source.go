@@ -60,9 +60,12 @@ type Source struct {
 	ce          *ceState  // nil without config_entries
 
 	live atomic.Pointer[liveness] // set by Run
-	// why explains the health of each published host: cluster → host →
-	// its Consul checks (set with each snapshot).
-	why map[string]map[sources.HostKey]string
+
+	// The last snapshot, by cluster name, and its sorted names
+	// (snapshotLocked); genSeq numbers the changes of service states.
+	clusters     map[string]*clusterCache
+	clusterNames []string
+	genSeq       uint64
 }
 
 // ceState is what the config-entry watches know. Guarded by Source.mu.
@@ -93,6 +96,7 @@ type dcState struct {
 
 	list     watchInfo
 	feed     watchInfo // the change feed, in hinted mode
+	sweep    watchInfo // the reads of every check, in hinted mode
 	listSeen bool
 	selected int
 	services map[string]*svcState
@@ -107,6 +111,9 @@ type svcState struct {
 	instances []instance
 	nodes     map[string]bool
 	dropped   []sources.Dropped // instances left out, and why
+	checks    map[string]string // service check status by node "\x00" check ID
+	checkless bool              // an instance has no service check
+	gen       uint64            // Source.genSeq at the last change
 }
 
 // watchInfo is one watch's progress, shown by DebugInfo.
@@ -255,8 +262,14 @@ func (s *Source) newClient(maxConns int, wrapRT func(http.RoundTripper) http.Rou
 	return c, transport, nil
 }
 
+// idleConns is how many idle connections a transport keeps: after a burst
+// of reads (the start, every service read again) the others are closed at
+// once rather than held against the agent's per-client limit.
+const idleConns = 8
+
 // newTransport is a pooled transport allowing at most maxConns connections
-// to the agent; the source never has more requests in flight than that.
+// to the agent, idleConns of them idle; the source never has more requests
+// in flight than maxConns.
 func newTransport(maxConns int, wrap func(net.Conn) net.Conn) *http.Transport {
 	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	return &http.Transport{
@@ -269,8 +282,8 @@ func newTransport(maxConns int, wrap func(net.Conn) net.Conn) *http.Transport {
 			return c, err
 		},
 		MaxConnsPerHost:       maxConns,
-		MaxIdleConns:          maxConns,
-		MaxIdleConnsPerHost:   maxConns,
+		MaxIdleConns:          min(maxConns, idleConns),
+		MaxIdleConnsPerHost:   min(maxConns, idleConns),
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
@@ -291,7 +304,6 @@ func (s *Source) signal() {
 // done.
 func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 	var (
-		last      []sources.Service
 		published bool
 		failed    bool // Fail was called since the last publish
 		pol       policyPublisher
@@ -329,7 +341,7 @@ func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 		}
 		s.entriesAt.Store(0)
 		lastFlush = time.Now()
-		errs, ready, failing, snap, dropped := s.takeFlush()
+		errs, ready, failing, snap, changed, dropped := s.takeFlush()
 		if errs != nil {
 			sink.Fail(ctx, s.name, errs)
 			failed = true
@@ -345,14 +357,14 @@ func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 			lastDropped = dropped
 		}
 		recovered := failed && !failing
-		if published && !recovered && reflect.DeepEqual(snap, last) {
+		if published && !recovered && !changed {
 			continue
 		}
 		if err := sink.Publish(ctx, sources.Update{Source: s.name, Services: snap}); err != nil {
 			return
 		}
 		s.metrics.publishes.Inc()
-		last, published, failed = snap, true, failing
+		published, failed = true, failing
 		s.mu.Lock()
 		s.published = time.Now()
 		s.mu.Unlock()
@@ -360,8 +372,9 @@ func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 }
 
 // takeFlush takes the pending errors and, when the initial reads are all
-// done, a snapshot of every service.
-func (s *Source) takeFlush() (errs error, ready, failing bool, snap []sources.Service, dropped []sources.Dropped) {
+// done, a snapshot of every service, whether it changed, and the instances
+// dropped.
+func (s *Source) takeFlush() (errs error, ready, failing bool, snap []sources.Service, changed bool, dropped []sources.Dropped) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.pendingErrs) > 0 {
@@ -375,10 +388,10 @@ func (s *Source) takeFlush() (errs error, ready, failing bool, snap []sources.Se
 	ready = s.readyLocked()
 	failing = s.failingLocked()
 	if ready {
-		snap = s.snapshotLocked()
+		snap, changed = s.snapshotLocked()
 		dropped = s.droppedLocked()
 	}
-	return errs, ready, failing, snap, dropped
+	return errs, ready, failing, snap, changed, dropped
 }
 
 // readyLocked: every datacenter's list was read and every selected service's
@@ -406,7 +419,7 @@ func (s *Source) failingLocked() bool {
 		}
 	}
 	for _, dc := range s.dcs {
-		if dc.list.failing || dc.feed.failing {
+		if dc.list.failing || dc.feed.failing || dc.sweep.failing {
 			return true
 		}
 		for _, st := range dc.services {
@@ -418,50 +431,114 @@ func (s *Source) failingLocked() bool {
 	return false
 }
 
+// clusterCache is one cluster of the last snapshot and the service states
+// it was built from.
+type clusterCache struct {
+	members []clusterMember
+	svc     sources.Service
+	// why explains the health of each host: its Consul checks.
+	why map[sources.HostKey]string
+}
+
+// clusterMember is one service state of a cluster at one generation.
+type clusterMember struct {
+	st  *svcState
+	gen uint64
+}
+
+// sameMembers reports whether a and b hold the same states at the same
+// generations, in any order.
+func sameMembers(a, b []clusterMember) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, m := range a {
+		found := false
+		for _, n := range b {
+			if m == n {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
 // snapshotLocked builds the full set of services from the last good state:
 // instances grouped by cluster name, each service's endpoints in normal
 // form (sources.Normalize; of a host in two datacenters, the lower
-// priority's is kept), services sorted by name.
-func (s *Source) snapshotLocked() []sources.Service {
-	byName := map[string][]sources.Endpoint{}
-	why := map[string]map[sources.HostKey]string{}
+// priority's is kept), services sorted by name. It reports whether the set
+// differs from the previous snapshot's.
+//
+// Only the clusters whose service states changed (a new generation, a
+// state added or removed) are built again; the others are the previous
+// snapshot's values, Endpoints slices included, so a change costs the
+// clusters it touches plus a walk over the names, and the bridge's
+// comparison of an unchanged service is a pointer comparison. Neither the
+// source nor the bridge modifies a published slice.
+func (s *Source) snapshotLocked() ([]sources.Service, bool) {
+	byName := make(map[string][]clusterMember, len(s.clusters))
 	for _, dc := range s.dcs {
 		for name, st := range dc.services {
 			if !st.ready || !st.published {
 				continue
 			}
 			cn := clusterName(s.set.mapping.clusterName, name, dc.actual)
-			eps := byName[cn]
-			if eps == nil {
-				eps = []sources.Endpoint{}
-			}
-			hw := why[cn]
-			if hw == nil {
-				hw = map[sources.HostKey]string{}
-				why[cn] = hw
-			}
-			for _, in := range st.instances {
-				eps = append(eps, in.endpoint.Clone())
-				if k := normalKey(in.endpoint); hw[k] == "" {
-					hw[k] = in.why // the first: local datacenter first, as Normalize keeps
-				}
-			}
-			byName[cn] = eps
+			byName[cn] = append(byName[cn], clusterMember{st: st, gen: st.gen})
 		}
 	}
-	out := make([]sources.Service, 0, len(byName))
-	for name, eps := range byName {
+	changed, setChanged := false, len(byName) != len(s.clusters)
+	next := make(map[string]*clusterCache, len(byName))
+	for cn, ms := range byName {
+		old := s.clusters[cn]
+		if old != nil && sameMembers(old.members, ms) {
+			next[cn] = old
+			continue
+		}
+		setChanged = setChanged || old == nil
+		c := &clusterCache{members: ms}
+		next[cn] = c
 		// Names are published as they are: the merge loop refuses, with a
 		// diagnostic and a count, those sources.ValidateServiceName
 		// refuses (a Consul service may be registered as "greeter/v1",
 		// the name of greeter's subset cluster).
-		// Local datacenter first, then failover order: the first of a host
-		// listed twice is the one of the lower priority.
-		out = append(out, sources.Service{Name: name, Endpoints: sources.Normalize(eps)})
+		// Local datacenter first, then failover order (the members are in
+		// datacenter order): the first of a host listed twice is the one
+		// of the lower priority.
+		eps := []sources.Endpoint{}
+		c.why = map[sources.HostKey]string{}
+		for _, m := range ms {
+			for _, in := range m.st.instances {
+				eps = append(eps, in.endpoint.Clone())
+				if k := normalKey(in.endpoint); c.why[k] == "" {
+					c.why[k] = in.why // the first: local datacenter first, as Normalize keeps
+				}
+			}
+		}
+		c.svc = sources.Service{Name: cn, Endpoints: sources.Normalize(eps)}
+		if old != nil && reflect.DeepEqual(old.svc, c.svc) {
+			c.svc = old.svc
+		} else {
+			changed = true
+		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	s.why = why
-	return out
+	if setChanged || s.clusterNames == nil {
+		changed = true
+		s.clusterNames = make([]string, 0, len(next))
+		for cn := range next {
+			s.clusterNames = append(s.clusterNames, cn)
+		}
+		sort.Strings(s.clusterNames)
+	}
+	s.clusters = next
+	out := make([]sources.Service, len(s.clusterNames))
+	for i, cn := range s.clusterNames {
+		out[i] = next[cn].svc
+	}
+	return out, changed
 }
 
 // normalKey is an endpoint's host as Normalize spells it.
@@ -478,7 +555,10 @@ func normalKey(e sources.Endpoint) sources.HostKey {
 func (s *Source) ExplainHost(service string, host sources.HostKey) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.why[service][host]
+	if c := s.clusters[service]; c != nil {
+		return c.why[host]
+	}
+	return ""
 }
 
 // droppedLocked lists the instances every datacenter's services drop.

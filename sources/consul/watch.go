@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"strings"
 	"sync"
@@ -304,10 +305,12 @@ type listResult struct {
 func (r *runner) runDC(ctx context.Context, dc *dcState) {
 	lists := make(chan listResult)
 	hints := make(chan hint)
+	sweep := make(chan struct{}, 1)
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); r.watchList(ctx, dc, lists) }()
 	go func() { defer wg.Done(); r.changeFeed(ctx, dc, hints) }()
+	go func() { defer wg.Done(); r.checkSweep(ctx, dc, sweep, hints) }()
 	svcs := map[string]*serviceWatch{}
 	defer func() {
 		for _, sw := range svcs {
@@ -324,8 +327,12 @@ func (r *runner) runDC(ctx context.Context, dc *dcState) {
 			r.reconcile(ctx, dc, l, svcs, &wg)
 			if r.hinted.Load() && prev.index != 0 && l.index != prev.index && reflect.DeepEqual(l.services, prev.services) {
 				// Something changed that the list does not show (an
-				// instance without checks): re-read every service.
-				wakeAll(svcs)
+				// instance registered again, added or removed): read
+				// every check once to find which services to re-read.
+				select {
+				case sweep <- struct{}{}:
+				default: // one is pending; it reads after this change
+				}
 			}
 			prev = l
 		case h := <-hints:
@@ -449,11 +456,16 @@ func (r *runner) watchService(ctx context.Context, dc *dcState, name string, st 
 		return r.client.Health().Service(name, "", false, q)
 	}
 	needRead := true
+	// The first refresh comes at a uniformly random time within
+	// hinted_refresh, so that services (and replicas) started together
+	// do not refresh together.
+	refresh := jitterDown(s.set.hintedRefresh, 1)
 	for ctx.Err() == nil {
 		hinted := r.hinted.Load()
-		if hinted && !needRead && !r.waitForHint(ctx, st, wake) {
+		if hinted && !needRead && !r.waitForHint(ctx, st, wake, refresh) {
 			return
 		}
+		refresh = jitterDown(s.set.hintedRefresh, 0.2)
 		entries, err := read(ctx, w, !hinted, fetch)
 		if err != nil {
 			needRead = true
@@ -464,13 +476,13 @@ func (r *runner) watchService(ctx context.Context, dc *dcState, name string, st 
 	}
 }
 
-// waitForHint waits in hinted mode for a wake-up, the refresh timer or a
-// mode flip. It reports false when ctx is done.
-func (r *runner) waitForHint(ctx context.Context, st *svcState, wake <-chan struct{}) bool {
+// waitForHint waits in hinted mode for a wake-up, the refresh timer (after
+// refresh) or a mode flip. It reports false when ctx is done.
+func (r *runner) waitForHint(ctx context.Context, st *svcState, wake <-chan struct{}, refresh time.Duration) bool {
 	r.s.mu.Lock()
 	st.info.state = "waiting"
 	r.s.mu.Unlock()
-	t := time.NewTimer(jitterDown(r.s.set.hintedRefresh, 0.2))
+	t := time.NewTimer(refresh)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -495,12 +507,7 @@ func (r *runner) store(ctx context.Context, dc *dcState, name string, st *svcSta
 	for i := range dropped {
 		dropped[i].Service = clusterName(s.set.mapping.clusterName, name, info.name)
 	}
-	nodes := map[string]bool{}
-	for _, e := range entries {
-		if e != nil && e.Node != nil {
-			nodes[e.Node.Node] = true
-		}
-	}
+	nodes, checks, checkless := checksOf(entries)
 	s.mu.Lock()
 	if dc.services[name] != st { // removed from the list meanwhile
 		s.mu.Unlock()
@@ -509,10 +516,37 @@ func (r *runner) store(ctx context.Context, dc *dcState, name string, st *svcSta
 	dc.actual = info.name
 	changed := !st.ready || st.published != publish || !reflect.DeepEqual(st.instances, instances) || !reflect.DeepEqual(st.dropped, dropped)
 	st.ready, st.published, st.instances, st.nodes, st.dropped = true, publish, instances, nodes, dropped
+	st.checks, st.checkless = checks, checkless
+	if changed {
+		s.genSeq++
+		st.gen = s.genSeq
+	}
 	s.mu.Unlock()
 	if changed {
 		s.signal()
 	}
+}
+
+// checksOf returns the nodes of a health result, the status of its service
+// checks (by node and check ID) and whether an instance has no service
+// check.
+func checksOf(entries []*api.ServiceEntry) (nodes map[string]bool, checks map[string]string, checkless bool) {
+	nodes, checks = map[string]bool{}, map[string]string{}
+	for _, e := range entries {
+		if e == nil || e.Node == nil {
+			continue
+		}
+		nodes[e.Node.Node] = true
+		own := false
+		for _, c := range e.Checks {
+			if c != nil && c.ServiceID != "" {
+				checks[e.Node.Node+"\x00"+c.CheckID] = c.Status
+				own = true
+			}
+		}
+		checkless = checkless || !own
+	}
+	return nodes, checks, checkless
 }
 
 // hint names what the change feed saw change: services whose checks were
@@ -521,20 +555,86 @@ func (r *runner) store(ctx context.Context, dc *dcState, name string, st *svcSta
 type hint struct {
 	services map[string]uint64 // service name → highest check ModifyIndex
 	nodes    map[string]uint64 // node name → highest node-check ModifyIndex
+	// checks, when set, is the status of every service check of the
+	// datacenter, by service name, then node and check ID: a service
+	// whose checks are not those of its last read (one added, gone, or of
+	// another status), or with an instance without checks, is woken too.
+	checks map[string]map[string]string
+	// orElseAll: wake every service when the hint wakes none (the change
+	// is one the checks do not show).
+	orElseAll bool
+}
+
+func newHint() hint {
+	return hint{services: map[string]uint64{}, nodes: map[string]uint64{}}
+}
+
+// add notes a check modified at index idx.
+func (h hint) add(c *api.HealthCheck, idx uint64) {
+	m, key := h.services, c.ServiceName
+	if c.ServiceID == "" {
+		m, key = h.nodes, c.Node
+	}
+	if idx > m[key] {
+		m[key] = idx
+	}
+}
+
+// feedFilter narrows the change feed to the checks that are not passing
+// (Consul's filter, evaluated by the server before it encodes the
+// response), so that a read costs what is failing, not every check of the
+// datacenter. A check that turns passing, or is deleted, leaves the result:
+// the feed compares each result with the previous one.
+const feedFilter = `Status != "passing"`
+
+// feedCheck is what the change feed keeps of a check that is not passing.
+type feedCheck struct {
+	check  *api.HealthCheck
+	modify uint64
+}
+
+// diffFeed compares a change-feed result with the previous one (nil: the
+// first read) and returns the hint of the checks that appeared or were
+// modified (at their ModifyIndex) and of those that left (at index, the
+// result's index: they turned passing or were deleted at or before it).
+func diffFeed(prev map[string]feedCheck, checks api.HealthChecks, index uint64) (hint, map[string]feedCheck) {
+	h := newHint()
+	next := make(map[string]feedCheck, len(checks))
+	for _, c := range checks {
+		if c == nil {
+			continue
+		}
+		key := c.Node + "\x00" + c.CheckID
+		next[key] = feedCheck{check: c, modify: c.ModifyIndex}
+		if old, ok := prev[key]; !ok || old.modify != c.ModifyIndex {
+			h.add(c, c.ModifyIndex)
+		}
+	}
+	if index == 0 { // reset: every service that had a failing check is read
+		index = ^uint64(0)
+	}
+	for key, old := range prev {
+		if _, ok := next[key]; !ok {
+			h.add(old.check, index)
+		}
+	}
+	return h, next
 }
 
 // changeFeed runs, in hinted mode only, a blocking query on
-// /v1/health/state/any (every check of the datacenter) and sends what it
-// saw to out.
+// /v1/health/state/any narrowed to the checks that are not passing
+// (feedFilter) and sends what changed to out.
 func (r *runner) changeFeed(ctx context.Context, dc *dcState, out chan<- hint) {
 	w := r.newWatch(dc, epHealthState, dc.label+": health state", &dc.feed)
 	w.bucket = newTokenBucket(r.s.set.feedRate, int(max(r.s.set.feedRate, 1)))
 	fetch := func(q *api.QueryOptions) (api.HealthChecks, *api.QueryMeta, error) {
+		q.Filter = feedFilter
 		return r.client.Health().State(api.HealthAny, q)
 	}
+	var prev map[string]feedCheck
 	for ctx.Err() == nil {
 		if !r.hinted.Load() {
-			w.index = 0
+			w.index, prev = 0, nil
 			r.s.mu.Lock()
 			dc.feed = watchInfo{state: "off"}
 			r.s.mu.Unlock()
@@ -549,28 +649,66 @@ func (r *runner) changeFeed(ctx context.Context, dc *dcState, out chan<- hint) {
 		if err != nil {
 			continue
 		}
+		var h hint
+		h, prev = diffFeed(prev, checks, w.index)
 		select {
-		case out <- hintOf(checks):
+		case out <- h:
 		case <-ctx.Done():
 			return
 		}
 	}
 }
 
-func hintOf(checks api.HealthChecks) hint {
-	h := hint{services: map[string]uint64{}, nodes: map[string]uint64{}}
+// checkSweep reads, on each request on want (in hinted mode), every check
+// of the datacenter once, not blocking, and sends to out the hint of what
+// the service list's index moved for: services whose service checks are
+// not those of their last read (one added, gone, or of another status) and
+// services with an instance without checks; every service when none of
+// these is found. One read of the checks replaces a read of every service;
+// a check whose output alone changed wakes nothing.
+func (r *runner) checkSweep(ctx context.Context, dc *dcState, want <-chan struct{}, out chan<- hint) {
+	w := r.newWatch(dc, epHealthState, dc.label+": health state (all checks)", &dc.sweep)
+	w.bucket = newTokenBucket(r.s.set.feedRate, int(max(r.s.set.feedRate, 1)))
+	fetch := func(q *api.QueryOptions) (api.HealthChecks, *api.QueryMeta, error) {
+		return r.client.Health().State(api.HealthAny, q)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-want:
+		}
+		var checks api.HealthChecks
+		for {
+			var err error
+			if checks, err = read(ctx, w, false, fetch); err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+		}
+		select {
+		case out <- sweepHint(checks):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// sweepHint is the hint of a read of every check (checkSweep).
+func sweepHint(checks api.HealthChecks) hint {
+	h := hint{checks: map[string]map[string]string{}, orElseAll: true}
 	for _, c := range checks {
-		if c == nil {
-			continue
+		if c == nil || c.ServiceID == "" {
+			continue // node checks: the change feed has their status
 		}
-		m := h.services
-		key := c.ServiceName
-		if c.ServiceID == "" {
-			m, key = h.nodes, c.Node
+		m := h.checks[c.ServiceName]
+		if m == nil {
+			m = map[string]string{}
+			h.checks[c.ServiceName] = m
 		}
-		if c.ModifyIndex > m[key] {
-			m[key] = c.ModifyIndex
-		}
+		m[c.Node+"\x00"+c.CheckID] = c.Status
 	}
 	return h
 }
@@ -585,21 +723,34 @@ func (r *runner) applyHint(dc *dcState, h hint, svcs map[string]*serviceWatch) {
 		if !st.ready {
 			continue
 		}
-		if idx, ok := h.services[name]; ok && idx > st.info.index {
+		if hintWakes(h, name, st) {
 			wake = append(wake, name)
-			continue
-		}
-		for node := range st.nodes {
-			if idx, ok := h.nodes[node]; ok && idx > st.info.index {
-				wake = append(wake, name)
-				break
-			}
 		}
 	}
 	s.mu.Unlock()
+	if len(wake) == 0 && h.orElseAll {
+		wakeAll(svcs)
+		return
+	}
 	for _, name := range wake {
 		if sw := svcs[name]; sw != nil {
 			sw.poke()
 		}
 	}
+}
+
+// hintWakes reports whether h calls for a new read of service name.
+func hintWakes(h hint, name string, st *svcState) bool {
+	if idx, ok := h.services[name]; ok && idx > st.info.index {
+		return true
+	}
+	for node := range st.nodes {
+		if idx, ok := h.nodes[node]; ok && idx > st.info.index {
+			return true
+		}
+	}
+	if h.checks == nil {
+		return false
+	}
+	return st.checkless || !maps.Equal(st.checks, h.checks[name])
 }

@@ -187,6 +187,14 @@ func startAgent(t testing.TB, dc string, persistent bool, extra []string) *Agent
 
 func (a *Agent) Addr() string { return "127.0.0.1:" + strconv.Itoa(a.Ports["http"]) }
 
+// Pid is the agent process's id (0 when stopped).
+func (a *Agent) Pid() int {
+	if a.cmd == nil || a.cmd.Process == nil {
+		return 0
+	}
+	return a.cmd.Process.Pid
+}
+
 func (a *Agent) Start() {
 	a.T.Helper()
 	mode := []string{"-dev", "-data-dir=" + a.T.TempDir()}

@@ -1,0 +1,242 @@
+package consul
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/xdsbridge/xdsbridge/sources"
+)
+
+func feedCheckOf(node, id, svc string, status string, modify uint64) *api.HealthCheck {
+	c := &api.HealthCheck{Node: node, CheckID: id, ServiceName: svc, Status: status}
+	if svc != "" {
+		c.ServiceID = svc + "-1"
+	}
+	c.ModifyIndex = modify
+	return c
+}
+
+// The narrowed change feed holds only checks that are not passing: a
+// check turning passing (or deleted) leaves the result, and the diff must
+// name its service at the result's index; unchanged checks name nothing.
+func TestChangeFeedDiffSeesChecksLeaving(t *testing.T) {
+	h, prev := diffFeed(nil, api.HealthChecks{
+		feedCheckOf("n1", "a-chk", "a", api.HealthCritical, 10),
+		feedCheckOf("n1", "serfHealth", "", api.HealthCritical, 11),
+	}, 12)
+	if h.services["a"] != 10 || h.nodes["n1"] != 11 || len(h.services) != 1 {
+		t.Fatalf("first read: hint %+v", h)
+	}
+	h, prev = diffFeed(prev, api.HealthChecks{
+		feedCheckOf("n1", "a-chk", "a", api.HealthCritical, 10),
+		feedCheckOf("n2", "b-chk", "b", api.HealthWarning, 14),
+	}, 15)
+	if len(h.services) != 1 || h.services["b"] != 14 || h.nodes["n1"] != 15 || len(h.nodes) != 1 {
+		t.Fatalf("b warning, n1 passing: hint %+v", h)
+	}
+	h, prev = diffFeed(prev, api.HealthChecks{
+		feedCheckOf("n1", "a-chk", "a", api.HealthWarning, 16),
+	}, 17)
+	if h.services["a"] != 16 || h.services["b"] != 17 || len(h.nodes) != 0 {
+		t.Fatalf("a warning, b passing: hint %+v", h)
+	}
+	h, _ = diffFeed(prev, api.HealthChecks{feedCheckOf("n1", "a-chk", "a", api.HealthWarning, 16)}, 0)
+	if len(h.services) != 0 || len(h.nodes) != 0 {
+		t.Fatalf("nothing changed: hint %+v", h)
+	}
+	h, _ = diffFeed(prev, nil, 0)
+	if h.services["a"] != ^uint64(0) {
+		t.Fatalf("index reset: a check that left must wake its service: hint %+v", h)
+	}
+}
+
+// A read of every check (after the service list's index moved) wakes the
+// services whose checks are not those of their last read: one added, gone
+// or of another status, or an instance without checks. A check whose
+// output alone changed since (a higher ModifyIndex, the same status) wakes
+// nothing.
+func TestCheckSweepWakesOnlyChangedServices(t *testing.T) {
+	read := func(checks map[string]string, checkless bool) *svcState {
+		st := &svcState{ready: true, checks: checks, checkless: checkless}
+		st.info.index = 5
+		return st
+	}
+	h := sweepHint(api.HealthChecks{
+		feedCheckOf("n1", "a-chk", "a", api.HealthPassing, 100),
+		feedCheckOf("n1", "b-chk", "b", api.HealthPassing, 3),
+		feedCheckOf("n2", "b-chk", "b", api.HealthPassing, 4),
+		feedCheckOf("n1", "c-chk", "c", api.HealthCritical, 3),
+		feedCheckOf("n1", "serfHealth", "", api.HealthCritical, 100),
+	})
+	for _, tc := range []struct {
+		name string
+		st   *svcState
+		want bool
+	}{
+		{"a", read(map[string]string{"n1\x00a-chk": api.HealthPassing}, false), false},
+		{"b", read(map[string]string{"n1\x00b-chk": api.HealthPassing}, false), true},
+		{"c", read(map[string]string{"n1\x00c-chk": api.HealthPassing}, false), true},
+		{"d", read(map[string]string{"n1\x00d-chk": api.HealthPassing}, false), true},
+		{"a", read(map[string]string{"n1\x00a-chk": api.HealthPassing}, true), true},
+	} {
+		if got := hintWakes(h, tc.name, tc.st); got != tc.want {
+			t.Errorf("%s (checks %q, checkless %v): wakes %v, want %v", tc.name, tc.st.checks, tc.st.checkless, got, tc.want)
+		}
+	}
+}
+
+// A snapshot rebuilds only the clusters whose service states changed:
+// the others are the previous snapshot's values with the same Endpoints
+// slices, and an unchanged state reports no change.
+func TestSnapshotReusesUnchangedServices(t *testing.T) {
+	set, err := parseConfig([]byte(`{}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDCState("dc1", 0)
+	d.actual = "dc1"
+	state := func(port uint32) *svcState {
+		return &svcState{ready: true, published: true, instances: []instance{{endpoint: sources.Endpoint{Address: "10.0.0.1", Port: port}}}}
+	}
+	for i := 0; i < 3; i++ {
+		d.services[fmt.Sprintf("s%d", i)] = state(uint32(80 + i))
+	}
+	s := &Source{set: set, log: slog.New(slog.NewTextHandler(io.Discard, nil)), dcs: []*dcState{d}}
+	first, changed := s.snapshotLocked()
+	if !changed || len(first) != 3 {
+		t.Fatalf("first snapshot: changed %v, %+v", changed, first)
+	}
+	if _, changed := s.snapshotLocked(); changed {
+		t.Fatal("a snapshot of unchanged states reports a change")
+	}
+	st := state(90)
+	s.genSeq++
+	st.gen = s.genSeq
+	d.services["s1"] = st
+	second, changed := s.snapshotLocked()
+	if !changed || len(second) != 3 || second[1].Endpoints[0].Port != 90 {
+		t.Fatalf("after s1 changed: changed %v, %+v", changed, second)
+	}
+	for _, i := range []int{0, 2} {
+		if &second[i].Endpoints[0] != &first[i].Endpoints[0] {
+			t.Errorf("%s unchanged but built again", second[i].Name)
+		}
+	}
+	// A state is built again only at a new generation: s0's instances
+	// replaced without one are not read.
+	d.services["s0"].instances = state(99).instances
+	if again, _ := s.snapshotLocked(); again[0].Endpoints[0].Port != 80 {
+		t.Errorf("s0 built again without a new generation: %+v", again[0])
+	}
+	// A new generation with the same endpoints is no change.
+	s.genSeq++
+	st.gen = s.genSeq
+	if _, changed := s.snapshotLocked(); changed {
+		t.Error("a rebuilt cluster with the same endpoints reports a change")
+	}
+	delete(d.services, "s2")
+	third, changed := s.snapshotLocked()
+	if !changed || len(third) != 2 {
+		t.Fatalf("after s2 removed: changed %v, %+v", changed, third)
+	}
+}
+
+// pathCounter counts requests by URL path.
+type pathCounter struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	n    map[string]int
+}
+
+func (c *pathCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	c.n[r.URL.Path]++
+	c.mu.Unlock()
+	return c.next.RoundTrip(r)
+}
+
+func (c *pathCounter) take() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.n
+	c.n = map[string]int{}
+	return out
+}
+
+// In hinted mode, an instance registered with a check into a service that
+// is already listed moves the service list's index without changing the
+// list: one read of every check finds the service, and only it is read
+// again, not every service.
+func TestHintedModeRegistrationReadsOnlyItsService(t *testing.T) {
+	a := startAgent(t, "dc1")
+	const n = 8
+	for i := 0; i < n; i++ {
+		a.Register(ttlService(fmt.Sprintf("s%d-1", i), fmt.Sprintf("s%d", i), "127.0.3.1", 1000+i, nil, nil, api.HealthPassing))
+	}
+	pc := &pathCounter{n: map[string]int{}}
+	s, sink := startSourceWith(t, baseConfig(a.Addr(), `, "max_concurrent_queries": 4, "services": {"exclude": ["consul"]}`), func(s *Source) {
+		s.wrapRoundTripper = func(next http.RoundTripper) http.RoundTripper { pc.next = next; return pc }
+	})
+	waitService(t, sink, fmt.Sprintf("s%d", n-1), endpoints(t, instanceWant{a: a, id: fmt.Sprintf("s%d-1", n-1), name: fmt.Sprintf("s%d", n-1), addr: "127.0.3.1", port: 1000 + n - 1, health: sources.HealthHealthy, weight: 3}))
+	if d := s.DebugInfo().(Debug); d.Datacenters[0].Feed == nil {
+		t.Fatalf("not in hinted mode: %+v", d.Datacenters[0])
+	}
+	time.Sleep(500 * time.Millisecond) // the start-up reads settle
+	pc.take()
+	a.Register(ttlService("s2-2", "s2", "127.0.3.2", 1002, nil, nil, api.HealthPassing))
+	waitFor(t, "s2's second instance", func() bool {
+		u, ok := sink.Last()
+		if !ok {
+			return false
+		}
+		sv, ok := findService(u, "s2")
+		return ok && len(sv.Endpoints) == 2
+	})
+	time.Sleep(300 * time.Millisecond)
+	var others []string
+	for path, c := range pc.take() {
+		if strings.HasPrefix(path, "/v1/health/service/") && path != "/v1/health/service/s2" {
+			others = append(others, fmt.Sprintf("%s×%d", path, c))
+		}
+	}
+	if len(others) > 0 {
+		t.Errorf("a registration into s2 read other services: %v", others)
+	}
+}
+
+func findService(u sources.Update, name string) (sources.Service, bool) {
+	for _, s := range u.Services {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return sources.Service{}, false
+}
+
+// After the start-up reads of a hinted-mode source, connections beyond the
+// held queries and idleConns idle ones are closed, not kept against the
+// agent's per-client limit.
+func TestHintedModeClosesBurstConnections(t *testing.T) {
+	a := startAgent(t, "dc1")
+	registerMany(t, a, 120)
+	conns := &connCounter{}
+	_, sink := startSourceWith(t, baseConfig(a.Addr(), `, "services": {"exclude": ["consul"]}`), func(s *Source) {
+		s.wrapConn = func(c net.Conn) net.Conn { conns.dials.Add(1); return &countedConn{Conn: c, c: conns} }
+	})
+	sink.WaitFor(t, time.Minute, "first publish", func(us []sources.Update, _ []error) bool { return len(us) > 0 })
+	open := func() int64 { return conns.dials.Load() - conns.closes.Load() }
+	// 2 held queries (service list, change feed), idleConns idle, the
+	// liveness probe's.
+	const want = 2 + idleConns + 1
+	waitFor(t, fmt.Sprintf("at most %d open connections (dialed %d)", want, conns.dials.Load()), func() bool { return open() <= want })
+	t.Logf("dialed %d, open %d", conns.dials.Load(), open())
+}

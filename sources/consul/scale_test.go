@@ -1,0 +1,585 @@
+package consul
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/xdsbridge/xdsbridge/sources"
+	"github.com/xdsbridge/xdsbridge/sources/consul/consultest"
+)
+
+// scaleNodes is how many catalog nodes the catalog-scale runs spread
+// instances over: each service has one instance on each node.
+const scaleNodes = 3
+
+// scaleConfig is one catalog-scale run.
+type scaleConfig struct {
+	services int
+	rates    []int // flips per second, one phase each
+	phase    time.Duration
+	idle     time.Duration
+	flipOver int // flips cycle over the first flipOver services (0: all)
+	replicas int // sources run side by side (latency: the first's)
+	churn    []churnPhase
+}
+
+// churnPhase changes instances at a steady rate: "redeploy" replaces an
+// instance by one of a new ID with its own check (same address, port and
+// tags), "meta" changes an instance's service meta in place (its check
+// unchanged). Both move the service list's index without changing the
+// list.
+type churnPhase struct {
+	kind string
+	rate int
+}
+
+// TestCatalogFlipsAtSteadyRate runs a small catalog-scale run against a
+// real Consul server: 200 services × 3 instances (hinted mode with the
+// default 64 query slots), 10 flips/s for 5 s over 25 services, so each
+// check turns critical, then passing again. Every flip must reach a
+// Publish; the figures are logged (-v).
+func TestCatalogFlipsAtSteadyRate(t *testing.T) {
+	runScale(t, scaleConfig{services: 200, rates: []int{10}, phase: 5 * time.Second, flipOver: 25})
+}
+
+// TestCatalogScaleBenchmark is the catalog-scale benchmark, gated by
+// XDSBRIDGE_CONSUL_BENCH=1:
+//
+//	XDSBRIDGE_CONSUL_BENCH=1 go test -run TestCatalogScaleBenchmark -v -timeout 30m ./sources/consul/
+//
+// XDSBRIDGE_CONSUL_BENCH_SERVICES (default 5000), _RATES (flips per second,
+// comma-separated, one phase each; default 10,100), _SECONDS (per phase,
+// default 60), _IDLE (seconds, default 30), _REPLICAS (sources side by
+// side, default 1) and _CHURN (phases of instance changes after the flips,
+// e.g. "redeploy:1,meta:1"; see churnPhase) adjust it; _DEV=1 runs a
+// dev agent (-dev: no data directory, no disk writes) instead of a server
+// with a data directory.
+func TestCatalogScaleBenchmark(t *testing.T) {
+	if os.Getenv("XDSBRIDGE_CONSUL_BENCH") != "1" {
+		t.Skip("set XDSBRIDGE_CONSUL_BENCH=1 to run the benchmark")
+	}
+	cfg := scaleConfig{
+		services: envInt(t, "XDSBRIDGE_CONSUL_BENCH_SERVICES", 5000),
+		phase:    time.Duration(envInt(t, "XDSBRIDGE_CONSUL_BENCH_SECONDS", 60)) * time.Second,
+		idle:     time.Duration(envInt(t, "XDSBRIDGE_CONSUL_BENCH_IDLE", 30)) * time.Second,
+	}
+	rates := os.Getenv("XDSBRIDGE_CONSUL_BENCH_RATES")
+	if rates == "" {
+		rates = "10,100"
+	}
+	for _, f := range strings.Split(rates, ",") {
+		r, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || r <= 0 {
+			t.Fatalf("XDSBRIDGE_CONSUL_BENCH_RATES: %q is not a positive integer", f)
+		}
+		cfg.rates = append(cfg.rates, r)
+	}
+	cfg.replicas = envInt(t, "XDSBRIDGE_CONSUL_BENCH_REPLICAS", 1)
+	if c := os.Getenv("XDSBRIDGE_CONSUL_BENCH_CHURN"); c != "" {
+		for _, f := range strings.Split(c, ",") {
+			kind, r, _ := strings.Cut(strings.TrimSpace(f), ":")
+			rate, err := strconv.Atoi(r)
+			if (kind != "redeploy" && kind != "meta") || err != nil || rate <= 0 {
+				t.Fatalf("XDSBRIDGE_CONSUL_BENCH_CHURN: %q is not redeploy:N or meta:N", f)
+			}
+			cfg.churn = append(cfg.churn, churnPhase{kind: kind, rate: rate})
+		}
+	}
+	runScale(t, cfg)
+}
+
+// runScale starts a single Consul server (-server -bootstrap-expect=1 with a
+// data directory; -dev with XDSBRIDGE_CONSUL_BENCH_DEV=1), registers the services through the catalog API, runs the
+// source into a sink that times each flip, and logs: the initial sync time;
+// while idle, then at each flip rate, the process's CPU (the source, the
+// sink and the flipping client; cores), its RSS, Consul's CPU and the
+// requests the source sent per second; for the flips, the time from the
+// catalog write's call to the first Publish showing it, p50/p99/max.
+func runScale(t *testing.T, cfg scaleConfig) {
+	start := consultest.StartPersistentAgent
+	if os.Getenv("XDSBRIDGE_CONSUL_BENCH_DEV") == "1" {
+		start = consultest.StartAgent
+	}
+	a := start(t, "dc1")
+	registerCatalog(t, a, cfg.services)
+
+	// One request counter for every replica: Consul's load.
+	rt := &countingRT{byEP: map[string]int{}}
+	sink := newFlipSink(cfg.services)
+	ctx, cancel := context.WithCancel(context.Background())
+	replicas := max(cfg.replicas, 1)
+	done := make(chan error, replicas)
+	began := time.Now()
+	var sinks []*flipSink
+	for r := 0; r < replicas; r++ {
+		src, err := New("consul", []byte(fmt.Sprintf(`{"address": %q, "services": {"exclude": ["consul"]}}`, a.Addr())), sources.Env{Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := src.(*Source)
+		s.wrapRoundTripper = func(next http.RoundTripper) http.RoundTripper { return countInto{next: next, c: rt} }
+		k := sink
+		if r > 0 {
+			k = newFlipSink(cfg.services)
+		}
+		sinks = append(sinks, k)
+		go func() { done <- s.Run(ctx, k) }()
+	}
+	t.Cleanup(func() {
+		cancel()
+		for range replicas {
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		}
+	})
+	for _, k := range sinks {
+		select {
+		case <-k.synced:
+		case <-time.After(3 * time.Minute):
+			t.Fatalf("no publish with %d services after 3m", cfg.services)
+		}
+	}
+	t.Logf("%d services × %d instances, %d replicas: initial sync %s, %d requests", cfg.services, scaleNodes, replicas,
+		time.Since(began).Round(time.Millisecond), rt.total())
+
+	time.Sleep(time.Second) // let the start-up reads settle
+	if cfg.idle > 0 {
+		m := startMeasure(a, rt)
+		time.Sleep(cfg.idle)
+		t.Logf("idle %s: %s", cfg.idle, m.stop())
+	}
+	// The flips go through a client of their own with at most 8 writes in
+	// flight (and so 8 connections): a tick that finds them all busy is
+	// skipped and counted.
+	wcfg := api.DefaultConfig()
+	wcfg.Address = a.Addr()
+	wcfg.Transport = newTransport(8, nil)
+	writer, err := api.NewClient(wcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writes := make(chan struct{}, 8)
+	next, over := 0, cfg.services
+	if cfg.flipOver > 0 {
+		over = cfg.flipOver
+	}
+	for _, rate := range cfg.rates {
+		m := startMeasure(a, rt)
+		flips, failed, skipped := 0, 0, 0
+		tick := time.NewTicker(time.Second / time.Duration(rate))
+		end := time.Now().Add(cfg.phase)
+		for time.Now().Before(end) {
+			<-tick.C
+			i := next % over
+			next++
+			svc := scaleName(i)
+			status, want := api.HealthCritical, sources.HealthUnhealthy
+			if sink.unhealthy(svc) {
+				status, want = api.HealthPassing, sources.HealthHealthy
+			}
+			select {
+			case writes <- struct{}{}:
+			default:
+				skipped++
+				continue
+			}
+			if !sink.expect(svc, want) {
+				<-writes
+				continue // the previous flip of this service is still pending
+			}
+			flips++
+			go func() {
+				defer func() { <-writes }()
+				t0 := time.Now()
+				if err := setCheck(writer, 0, i, status); err != nil {
+					sink.cancel(svc)
+					sink.noteFailed()
+					return
+				}
+				sink.noteWrite(time.Since(t0))
+			}()
+		}
+		tick.Stop()
+		wait := time.Now().Add(30 * time.Second)
+		for sink.pendingCount() > 0 && time.Now().Before(wait) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		usage := m.stop()
+		lat, missed := sink.take()
+		failed = sink.takeFailed()
+		if missed > 0 || failed > 0 || len(lat) == 0 {
+			t.Errorf("%d flips/s: %d flips, %d not published within 30s, %d catalog writes failed", rate, flips, missed, failed)
+			continue
+		}
+		wl := sink.takeWrites()
+		t.Logf("%d flips/s for %s (%d flips, %d ticks skipped with 8 writes in flight): flip → Publish p50 %s, p99 %s, max %s (the catalog write's own call p50 %s, p99 %s); %s",
+			rate, cfg.phase, flips, skipped, pct(lat, 0.50), pct(lat, 0.99), lat[len(lat)-1].Round(time.Microsecond), pct(wl, 0.5), pct(wl, 0.99), usage)
+	}
+	for _, ph := range cfg.churn {
+		churnAt(t, a, writer, rt, ph, cfg.services, cfg.phase)
+	}
+}
+
+// countInto is a round tripper counting into a shared countingRT.
+type countInto struct {
+	next http.RoundTripper
+	c    *countingRT
+}
+
+func (x countInto) RoundTrip(r *http.Request) (*http.Response, error) {
+	x.c.count(r)
+	return x.next.RoundTrip(r)
+}
+
+// churnAt runs one churn phase.
+func churnAt(t *testing.T, a *consultest.Agent, writer *api.Client, rt *countingRT, ph churnPhase, services int, d time.Duration) {
+	m := startMeasure(a, rt)
+	var failed atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	tick := time.NewTicker(time.Second / time.Duration(ph.rate))
+	defer tick.Stop()
+	n := 0
+	for end := time.Now().Add(d); time.Now().Before(end); n++ {
+		<-tick.C
+		i := (n * 7919) % services // a spread of services, none twice
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := churnOne(writer, ph.kind, i); err != nil {
+				failed.Add(1)
+				firstErr.CompareAndSwap(nil, err.Error())
+			}
+		}()
+	}
+	wg.Wait()
+	time.Sleep(2 * time.Second) // the reads it caused
+	if failed.Load() > 0 {
+		t.Errorf("%s: %d of %d changes failed, the first: %v", ph.kind, failed.Load(), n, firstErr.Load())
+	}
+	t.Logf("%s at %d/s for %s: %d changes; %s", ph.kind, ph.rate, d, n, m.stop())
+}
+
+// churnOne changes service i's instance on node 1 (once per service).
+func churnOne(c *api.Client, kind string, i int) error {
+	node, _ := scaleNode(1)
+	svc := scaleName(i)
+	id := fmt.Sprintf("%s-1", svc)
+	inst := api.AgentService{ID: id, Service: svc, Port: 10000 + i, Tags: []string{"bench"}}
+	var ops api.TxnOps
+	switch kind {
+	case "meta":
+		inst.Meta = map[string]string{"version": "2"}
+		ops = api.TxnOps{{Service: &api.ServiceTxnOp{Verb: api.ServiceSet, Node: node, Service: inst}}}
+	default: // redeploy
+		inst.ID = id + "r"
+		ops = api.TxnOps{
+			{Service: &api.ServiceTxnOp{Verb: api.ServiceDelete, Node: node, Service: api.AgentService{ID: id, Service: svc}}},
+			{Service: &api.ServiceTxnOp{Verb: api.ServiceSet, Node: node, Service: inst}},
+			{Check: &api.CheckTxnOp{Verb: api.CheckSet, Check: api.HealthCheck{
+				Node: node, CheckID: inst.ID + "-chk", Name: "bench", Status: api.HealthPassing, ServiceID: inst.ID, ServiceName: svc}}},
+		}
+	}
+	ok, resp, _, err := c.Txn().Txn(ops, nil)
+	if err == nil && !ok {
+		err = fmt.Errorf("transaction refused: %+v", resp.Errors)
+	}
+	return err
+}
+
+func scaleName(i int) string { return fmt.Sprintf("svc-%05d", i) }
+
+func scaleNode(k int) (name, addr string) {
+	return fmt.Sprintf("bench-node-%d", k), fmt.Sprintf("127.0.6.%d", k+1)
+}
+
+// registerCatalog registers n services with one instance and one passing
+// check on each of scaleNodes nodes, through catalog transactions.
+func registerCatalog(t testing.TB, a *consultest.Agent, n int) {
+	for k := 0; k < scaleNodes; k++ {
+		name, addr := scaleNode(k)
+		if _, err := a.Client.Catalog().Register(&api.CatalogRegistration{Node: name, Address: addr}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const perTxn = 32 // two operations each; Consul takes at most 128
+	work := make(chan [2]int)
+	errs := make(chan error, 1)
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range work {
+				var ops api.TxnOps
+				for j := r[0]; j < r[1]; j++ {
+					k, i := j%scaleNodes, j/scaleNodes
+					node, _ := scaleNode(k)
+					svc := scaleName(i)
+					ops = append(ops,
+						&api.TxnOp{Service: &api.ServiceTxnOp{Verb: api.ServiceSet, Node: node, Service: api.AgentService{
+							ID: fmt.Sprintf("%s-%d", svc, k), Service: svc, Port: 10000 + i, Tags: []string{"bench"}}}},
+						&api.TxnOp{Check: &api.CheckTxnOp{Verb: api.CheckSet, Check: api.HealthCheck{
+							Node: node, CheckID: fmt.Sprintf("%s-%d-chk", svc, k), Name: "bench", Status: api.HealthPassing,
+							ServiceID: fmt.Sprintf("%s-%d", svc, k), ServiceName: svc}}})
+				}
+				ok, resp, _, err := a.Client.Txn().Txn(ops, nil)
+				if err == nil && !ok {
+					err = fmt.Errorf("transaction refused: %+v", resp.Errors)
+				}
+				if err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	total := n * scaleNodes
+	for j := 0; j < total; j += perTxn {
+		work <- [2]int{j, min(j+perTxn, total)}
+	}
+	close(work)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+}
+
+// setCheck sets the status of service i's check on node k.
+func setCheck(c *api.Client, k, i int, status string) error {
+	node, addr := scaleNode(k)
+	svc := scaleName(i)
+	_, err := c.Catalog().Register(&api.CatalogRegistration{
+		Node: node, Address: addr, SkipNodeUpdate: true,
+		Check: &api.AgentCheck{Node: node, CheckID: fmt.Sprintf("%s-%d-chk", svc, k), Name: "bench", Status: status,
+			ServiceID: fmt.Sprintf("%s-%d", svc, k), ServiceName: svc},
+	}, nil)
+	return err
+}
+
+func pct(lat []time.Duration, p float64) time.Duration {
+	return lat[min(len(lat)-1, int(float64(len(lat))*p))].Round(time.Microsecond)
+}
+
+// flipSink is a sources.Sink that times flips: from expect to the first
+// Publish in which the service's instance on node 0 has the wanted health.
+type flipSink struct {
+	want   int
+	synced chan struct{}
+
+	mu      sync.Mutex
+	last    []sources.Service
+	pending map[string]pendingFlip
+	lat     []time.Duration
+	writes  []time.Duration
+	failed  int
+}
+
+type pendingFlip struct {
+	at   time.Time
+	want sources.HealthStatus
+}
+
+func newFlipSink(services int) *flipSink {
+	return &flipSink{want: services, synced: make(chan struct{}), pending: map[string]pendingFlip{}}
+}
+
+func (k *flipSink) Publish(_ context.Context, u sources.Update) error {
+	now := time.Now()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.last == nil && len(u.Services) >= k.want {
+		close(k.synced)
+	}
+	k.last = u.Services
+	for name, f := range k.pending {
+		if k.healthLocked(name) == f.want {
+			k.lat = append(k.lat, now.Sub(f.at))
+			delete(k.pending, name)
+		}
+	}
+	return nil
+}
+
+func (k *flipSink) PublishPolicy(context.Context, sources.PolicyUpdate) error { return nil }
+func (k *flipSink) Fail(context.Context, string, error)                       {}
+
+// healthLocked is the published health of name's instance on node 0.
+func (k *flipSink) healthLocked(name string) sources.HealthStatus {
+	i := sort.Search(len(k.last), func(i int) bool { return k.last[i].Name >= name })
+	if i == len(k.last) || k.last[i].Name != name {
+		return sources.HealthUnknown
+	}
+	_, addr := scaleNode(0)
+	for _, e := range k.last[i].Endpoints {
+		if e.Address == addr {
+			return e.Health
+		}
+	}
+	return sources.HealthUnknown
+}
+
+func (k *flipSink) unhealthy(name string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.healthLocked(name) == sources.HealthUnhealthy
+}
+
+// expect starts timing a flip of name; false if one is still pending.
+func (k *flipSink) expect(name string, want sources.HealthStatus) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, ok := k.pending[name]; ok {
+		return false
+	}
+	k.pending[name] = pendingFlip{at: time.Now(), want: want}
+	return true
+}
+
+func (k *flipSink) cancel(name string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.pending, name)
+}
+
+func (k *flipSink) noteFailed() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.failed++
+}
+
+func (k *flipSink) takeFailed() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n := k.failed
+	k.failed = 0
+	return n
+}
+
+func (k *flipSink) noteWrite(d time.Duration) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.writes = append(k.writes, d)
+}
+
+// takeWrites returns the sorted durations of the catalog writes and
+// starts over.
+func (k *flipSink) takeWrites() []time.Duration {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	w := k.writes
+	k.writes = nil
+	sort.Slice(w, func(i, j int) bool { return w[i] < w[j] })
+	if len(w) == 0 {
+		w = []time.Duration{0}
+	}
+	return w
+}
+
+func (k *flipSink) pendingCount() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.pending)
+}
+
+// take returns the sorted latencies and how many flips are still pending,
+// and starts over.
+func (k *flipSink) take() (lat []time.Duration, missed int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	lat, missed = k.lat, len(k.pending)
+	k.lat, k.pending = nil, map[string]pendingFlip{}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return lat, missed
+}
+
+// measure is the resource use between startMeasure and stop.
+type measure struct {
+	a         *consultest.Agent
+	rt        *countingRT
+	at        time.Time
+	self      time.Duration
+	consulCPU time.Duration
+}
+
+func startMeasure(a *consultest.Agent, rt *countingRT) *measure {
+	rt.take()
+	return &measure{a: a, rt: rt, at: time.Now(), self: selfCPU(), consulCPU: procCPU(a.Pid())}
+}
+
+func (m *measure) stop() string {
+	secs := time.Since(m.at).Seconds()
+	reqs := m.rt.take()
+	total := 0
+	for _, v := range reqs {
+		total += v
+	}
+	return fmt.Sprintf("bridge %.3f cores, RSS %d MB; Consul %.3f cores; %.1f requests/s %v",
+		(selfCPU()-m.self).Seconds()/secs, selfRSS()>>20, (procCPU(m.a.Pid())-m.consulCPU).Seconds()/secs, float64(total)/secs, reqs)
+}
+
+func (c *countingRT) total() int {
+	n := 0
+	for _, v := range c.take() {
+		n += v
+	}
+	return n
+}
+
+// selfCPU is this process's user and system CPU time.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// procCPU is a process's user and system CPU time from /proc/<pid>/stat
+// (clock ticks of 10 ms).
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// selfRSS is this process's resident set size in bytes.
+func selfRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}

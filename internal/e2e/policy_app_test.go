@@ -327,13 +327,13 @@ func TestGRPCPolicySplit(t *testing.T) {
 	// traffic stays on the canary.
 	i1 := len(tr.snapshot())
 	writePolicy(t, policyPath, policyBad)
-	line := 0
+	line, col := 0, 0
 	for i, l := range strings.Split(policyBad, "\n") {
-		if strings.Contains(l, "num_retries") {
-			line = i + 1
+		if c := strings.Index(l, "num_retries"); c >= 0 {
+			line, col = i+1, c+1
 		}
 	}
-	want := fmt.Sprintf("line %d: services.greeter.retry.num_retries: 0", line)
+	want := fmt.Sprintf("line %d, column %d: services.greeter.retry.num_retries: 0", line, col)
 	var lastErr string
 	waitFor(t, 10*time.Second, "/debug/sources to report the bad policy file", func() error {
 		var st struct {

@@ -419,13 +419,13 @@ const (
 // Options.ServicesAndPolicy, either otherwise), and its status shows the
 // sync; update sets the kind's own fields of the status, under the
 // snapshots' lock.
-func (l *Loop) noteSync(src string, kind syncKinds, update func(*SourceStatus)) {
+func (l *Loop) noteSync(src string, kind syncKinds, confirmed bool, update func(*SourceStatus)) {
 	l.gotKinds[src] |= kind
 	if !l.synced[src] && (l.gotKinds[src] == gotServices|gotPolicy || !contains(l.opts.ServicesAndPolicy, src)) {
 		l.synced[src] = true
 	}
 	l.m.sourceSyncs.WithLabelValues(src).Inc()
-	l.snap.sourceSynced(src, l.synced[src], l.now(), update)
+	l.snap.sourceSynced(src, l.synced[src], l.now(), confirmed, update)
 }
 
 func contains(list []string, s string) bool {

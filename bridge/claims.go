@@ -76,7 +76,7 @@ func (l *Loop) applyUpdate(u sources.Update) bool {
 			dirty = true
 		}
 	}
-	l.noteSync(src, gotServices, func(st *SourceStatus) {
+	l.noteSync(src, gotServices, !u.Incomplete, func(st *SourceStatus) {
 		st.Services = len(next)
 		st.noteChange(changed)
 		l.refreshConflictsLocked()

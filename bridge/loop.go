@@ -164,6 +164,9 @@ type Loop struct {
 	// refusedNames are, per source, the service names it publishes that
 	// are refused (claims.go), each with why.
 	refusedNames map[string]map[string]string
+	// removed are the sources a reload removed (until one adds them
+	// again): what their stopping instances still report is ignored.
+	removed map[string]bool
 	// retained are the hosts kept after they left discovery (merge.go).
 	retained  map[string]map[sources.HostKey]retainedHost
 	lastHosts []healthcheck.ServiceHosts
@@ -216,6 +219,7 @@ func New(opts Options, pub Publisher) *Loop {
 		failoverAdded:  map[string]int{},
 		failoverDenied: map[string]int{},
 		refusedNames:   map[string]map[string]string{},
+		removed:        map[string]bool{},
 		blackHoles:     map[string]map[string]int{},
 		egress:         egressState{services: map[string]translate.EgressService{}},
 	}
@@ -364,6 +368,9 @@ func (l *Loop) holdsOff(ev event) bool {
 // handle applies one event to the state and reports whether anything became
 // dirty.
 func (l *Loop) handle(ev event) bool {
+	if ev.kind != evReconfig && ev.kind != evCheck && l.removed[ev.source] {
+		return false // a late report of a source a reload removed
+	}
 	switch ev.kind {
 	case evPublish:
 		return l.applyUpdate(ev.update)
@@ -412,13 +419,13 @@ const (
 // Options.ServicesAndPolicy, either otherwise), and its status shows the
 // sync; update sets the kind's own fields of the status, under the
 // snapshots' lock.
-func (l *Loop) noteSync(src string, kind syncKinds, update func(*SourceStatus)) {
+func (l *Loop) noteSync(src string, kind syncKinds, confirmed bool, update func(*SourceStatus)) {
 	l.gotKinds[src] |= kind
 	if !l.synced[src] && (l.gotKinds[src] == gotServices|gotPolicy || !contains(l.opts.ServicesAndPolicy, src)) {
 		l.synced[src] = true
 	}
 	l.m.sourceSyncs.WithLabelValues(src).Inc()
-	l.snap.sourceSynced(src, l.synced[src], l.now(), update)
+	l.snap.sourceSynced(src, l.synced[src], l.now(), confirmed, update)
 }
 
 func contains(list []string, s string) bool {

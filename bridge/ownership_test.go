@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xdsbridge/xdsbridge/sources"
 )
 
 // TestOwnershipByRankNotArrival: the owner of a name two sources publish is
@@ -133,6 +136,50 @@ func TestReconfigureRanksClaimsAgainAndWithdrawsRemoved(t *testing.T) {
 	for _, st := range l.Sources() {
 		if st.Name == "a" {
 			t.Fatalf("the removed source's status remains: %+v", st)
+		}
+	}
+}
+
+// TestReconfigureRemovedSourceLateEventsIgnored: a removed source's
+// instance may still report a failure, a confirmation or what it dropped
+// after the reload removed it (its goroutine ends with its context); such
+// late reports must not bring its status back, stale for ever
+// (xdsbridge_source_stale{source} 1, an alert that never clears), nor leave
+// its per-source series behind.
+func TestReconfigureRemovedSourceLateEventsIgnored(t *testing.T) {
+	rec := newRecorder()
+	reg := prometheus.NewRegistry()
+	l := run(t, Options{Sources: []string{"a", "b"}, Quiet: time.Millisecond, Metrics: reg}, rec)
+	publish(t, l, "a", service("x", 1))
+	publish(t, l, "b", service("y", 2))
+	rec.next(t)
+	ctx := context.Background()
+	if err := l.Reconfigure(ctx, Reconfig{Sources: []string{"a"}, Removed: []string{"b"}}); err != nil {
+		t.Fatal(err)
+	}
+	l.Fail(ctx, "b", errors.New("context canceled"))
+	l.Confirm(ctx, "b", time.Now())
+	l.ReportDropped(ctx, "b", []sources.Dropped{{Service: "y", Instance: "i", Reason: "limit"}})
+	// A round trip through the loop: the reports above are handled.
+	if err := l.Reconfigure(ctx, Reconfig{Sources: []string{"a"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range l.Sources() {
+		if st.Name == "b" {
+			t.Fatalf("the removed source's status came back: %+v", st)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "source" && lp.GetValue() == "b" {
+					t.Errorf("%s{source=%q} remains after b was removed", mf.GetName(), "b")
+				}
+			}
 		}
 	}
 }

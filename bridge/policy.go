@@ -82,7 +82,7 @@ func (l *Loop) applyPolicy(u sources.PolicyUpdate) bool {
 			}
 		}
 	}
-	l.noteSync(src, gotPolicy, func(st *SourceStatus) {
+	l.noteSync(src, gotPolicy, true, func(st *SourceStatus) {
 		st.Policies = len(f.Services)
 		// Policy sources publish only what changed (a policy holds
 		// compiled filters: not compared here).

@@ -69,7 +69,12 @@ func (l *Loop) applyReconfig(rc *Reconfig) bool {
 		l.m.claimsLost.DeleteLabelValues(src)
 		l.m.sourceSyncs.DeleteLabelValues(src)
 		l.m.sourceErrors.DeleteLabelValues(src)
+		l.m.refusedNames.DeleteLabelValues(src)
+		l.removed[src] = true
 		l.log.Info("source removed by a config reload; its services are withdrawn", "source", src)
+	}
+	for _, src := range rc.Sources {
+		delete(l.removed, src)
 	}
 	l.opts.Sources = slices.Clone(rc.Sources)
 	l.opts.Priority = rc.Priority

@@ -106,16 +106,20 @@ const MaxDroppedListed = 100
 
 // sourceSynced records a publish of a source; update sets the fields of
 // what it published, with s.mu held.
-func (s *snapshots) sourceSynced(name string, synced bool, at time.Time, update func(*SourceStatus)) {
+func (s *snapshots) sourceSynced(name string, synced bool, at time.Time, confirmed bool, update func(*SourceStatus)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.sourceLocked(name)
 	st.Synced = synced
 	st.LastSync = at
-	if at.After(st.LastConfirmed) {
-		st.LastConfirmed = at
+	// An incomplete publish (a part of the source failing) confirms
+	// nothing: the stale mark and the confirmed age stay.
+	if confirmed {
+		if at.After(st.LastConfirmed) {
+			st.LastConfirmed = at
+		}
+		st.Stale = false
 	}
-	st.Stale = false
 	update(st)
 }
 

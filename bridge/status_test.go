@@ -120,3 +120,31 @@ xdsbridge_source_dropped_instances{reason="unresolvable_address",source="a"} 1
 	l.ReportDropped(context.Background(), "a", nil)
 	sourceStatus(t, l, "a", "no dropped instances", func(st SourceStatus) bool { return len(st.Dropped) == 0 && st.DroppedCounts == nil })
 }
+
+// TestIncompletePublishKeepsStaleMark: a publish made while a part of the
+// source fails (sources.Update.Incomplete: a DNS name without an answer,
+// a failing Consul watch) does not clear the source's stale mark nor move
+// its confirmation; a complete one does.
+func TestIncompletePublishKeepsStaleMark(t *testing.T) {
+	clock := &lpClock{now: time.Unix(1000, 0)}
+	l := run(t, Options{Sources: []string{"a"}, Quiet: time.Millisecond, MaxHold: time.Millisecond, Now: clock.Now}, newRecorder())
+	ctx := context.Background()
+	publish(t, l, "a", service("web", 1), service("api", 2))
+	sourceStatus(t, l, "a", "the first publish", func(st SourceStatus) bool { return st.Synced })
+	clock.advance(10 * time.Second) // 1010
+	l.Fail(ctx, "a", errors.New("resolving api.test: no answer"))
+	sourceStatus(t, l, "a", "stale", func(st SourceStatus) bool { return st.Stale })
+	clock.advance(10 * time.Second) // 1020: web changes, api still fails
+	if err := l.Publish(ctx, sources.Update{Source: "a", Services: []sources.Service{service("web", 3), service("api", 2)}, Incomplete: true}); err != nil {
+		t.Fatal(err)
+	}
+	st := sourceStatus(t, l, "a", "the incomplete publish", func(st SourceStatus) bool { return st.LastSync.Equal(time.Unix(1020, 0)) })
+	if !st.Stale || !st.LastConfirmed.Equal(time.Unix(1000, 0)) {
+		t.Fatalf("after a publish with a part failing: stale %v, confirmed %v; want stale, confirmed at 1000", st.Stale, st.LastConfirmed)
+	}
+	clock.advance(10 * time.Second) // 1030: api answers again
+	publish(t, l, "a", service("web", 3), service("api", 2))
+	sourceStatus(t, l, "a", "the complete publish", func(st SourceStatus) bool {
+		return !st.Stale && st.LastConfirmed.Equal(time.Unix(1030, 0))
+	})
+}

@@ -142,6 +142,12 @@ type Service struct {
 type Update struct {
 	Source   string
 	Services []Service
+	// Incomplete: a part of the source's registry is failing (a DNS name,
+	// a Consul watch) as it publishes: what it publishes for that part is
+	// its last answer, or nothing if it never had one. Such a publish
+	// does not confirm the source's state (a stale mark stays), and a
+	// reloaded instance does not replace the one serving with it.
+	Incomplete bool
 }
 
 // PolicyUpdate is the whole traffic policy a policy source holds,

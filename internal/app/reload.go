@@ -27,7 +27,7 @@ import (
 //   - sources whose type block is unchanged keep running (their state and
 //     connections); a changed one is replaced: the new instance runs next
 //     to the old one, whose state stays served until the new one's first
-//     publish replaces it (sources.go); a removed source's services are
+//     complete publish (none of its parts failing) replaces it (sources.go); a removed source's services are
 //     withdrawn (another source's claim, if any, takes the name); an added
 //     one is started;
 //   - priorities, health checks, limits, default localities and the

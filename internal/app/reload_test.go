@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/sources"
 	"github.com/xdsbridge/xdsbridge/xds"
 )
 
@@ -184,5 +186,57 @@ func TestReloadReplacedSourceServedUntilNewSyncs(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if got := hostsOf(a, "web"); !slices.Equal(got, []string{"10.0.0.2:80"}) {
 		t.Fatalf("web hosts %v after the retired instance's file changed", got)
+	}
+}
+
+// idleSource is a source whose Run does nothing until it is stopped.
+type idleSource struct{ name string }
+
+func (s idleSource) Name() string { return s.name }
+func (s idleSource) Run(ctx context.Context, _ sources.Sink) error {
+	<-ctx.Done()
+	return nil
+}
+
+// TestReloadReplacementIncompletePublishDoesNotTakeOver: a replacement
+// whose publish is incomplete (a DNS name of its first round without an
+// answer: that service published with no endpoint) does not replace the
+// instance serving; its first complete publish does.
+func TestReloadReplacementIncompletePublishDoesNotTakeOver(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("services: {web: {endpoints: [{address: 10.0.0.1, port: 80}]}}\n"), 0o644)
+	a := reloadApp(t, dir, "xds: {listen: \"127.0.0.1:0\"}\nadmin: {listen: \"127.0.0.1:0\"}\ndebounce: {quiet: 1ms}\nsources:\n- {name: a, file: {path: a.yaml}}\n")
+	waitUntil(t, "web served", func() bool { return slices.Equal(hostsOf(a, "web"), []string{"10.0.0.1:80"}) })
+	old := a.activeSources()[0]
+
+	// A replacement, as a reload starts one.
+	a.running.mu.Lock()
+	g := a.running.byName["a"]
+	a.running.mu.Unlock()
+	next := &sourceInstance{src: idleSource{"a"}, metrics: &sourceMetrics{reg: a.Registry, deferred: true}, gate: g}
+	g.mu.Lock()
+	next.state, g.pending = instPending, next
+	g.mu.Unlock()
+	a.start(next)
+	sink := gatedSink{a, next}
+	ctx := context.Background()
+
+	if err := sink.Publish(ctx, sources.Update{Source: "a", Incomplete: true, Services: []sources.Service{{Name: "web"}}}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if got := hostsOf(a, "web"); !slices.Equal(got, []string{"10.0.0.1:80"}) {
+		t.Fatalf("web hosts %v after the replacement's incomplete publish; want the serving instance's", got)
+	}
+	if a.activeSources()[0] != old {
+		t.Fatal("the replacement took over with an incomplete publish")
+	}
+	web := sources.Service{Name: "web", Endpoints: []sources.Endpoint{{Address: "10.0.0.2", Port: 80}}}
+	if err := sink.Publish(ctx, sources.Update{Source: "a", Services: []sources.Service{web}}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "web from the replacement", func() bool { return slices.Equal(hostsOf(a, "web"), []string{"10.0.0.2:80"}) })
+	if a.activeSources()[0] == old {
+		t.Fatal("the replacement's complete publish did not take over")
 	}
 }

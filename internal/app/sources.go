@@ -14,7 +14,8 @@ import (
 
 // A running source instance. The instances of one configured name share a
 // gate: one is active and reaches the loop; a replacement (a reload changed
-// the source's config) is pending until its first publish, which retires
+// the source's config) is pending until its first complete publish (not
+// sources.Update.Incomplete), which retires
 // the one it replaces in the same step, so the loop keeps the old
 // instance's last state until the new one's first replaces it, and never
 // sees the two interleaved.
@@ -169,7 +170,21 @@ func (s gatedSink) publish(ctx context.Context, source string, send func() error
 }
 
 func (s gatedSink) Publish(ctx context.Context, u sources.Update) error {
+	if u.Incomplete && s.pending() {
+		// A part of the replacement's registry is failing: what it has
+		// for that part may be nothing. The instance serving stays; the
+		// replacement's complete publish, when the part answers, takes
+		// over.
+		return nil
+	}
 	return s.publish(ctx, u.Source, func() error { return s.a.Loop.Publish(ctx, u) })
+}
+
+// pending reports whether the instance is a replacement not yet active.
+func (s gatedSink) pending() bool {
+	s.inst.gate.mu.Lock()
+	defer s.inst.gate.mu.Unlock()
+	return s.inst.state == instPending
 }
 
 func (s gatedSink) PublishPolicy(ctx context.Context, u sources.PolicyUpdate) error {

@@ -360,7 +360,7 @@ func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 		if published && !recovered && !changed {
 			continue
 		}
-		if err := sink.Publish(ctx, sources.Update{Source: s.name, Services: snap}); err != nil {
+		if err := sink.Publish(ctx, sources.Update{Source: s.name, Services: snap, Incomplete: failing}); err != nil {
 			return
 		}
 		s.metrics.publishes.Inc()

@@ -173,7 +173,7 @@ func (sch *scheduler) publish(ctx context.Context) {
 	if !changed {
 		return
 	}
-	u := sources.Update{Source: sch.s.name, Services: make([]sources.Service, len(sch.s.services))}
+	u := sources.Update{Source: sch.s.name, Services: make([]sources.Service, len(sch.s.services)), Incomplete: sch.failing > 0}
 	for i, svc := range sch.s.services {
 		u.Services[i] = sources.Service{Name: svc.cfg.Name, Endpoints: append([]sources.Endpoint{}, svc.published...)}
 	}

@@ -187,6 +187,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 	case "dump":
 		return dump(cfg, *f.format, *f.timeout, stdout, stderr, *f.out, *f.mode)
 	}
+	// SIGHUP is caught from here on: one that arrives while the app is
+	// being built (a reload sent right after start) is applied once it
+	// runs, instead of ending the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	log := app.NewLogger(cfg.Logging, stderr)
 	a, err := app.New(cfg, log)
 	if err != nil {
@@ -194,18 +200,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err = serve(ctx, a, *f.config)
+	err = serve(ctx, a, *f.config, hup)
 	log.Info("xdsbridge stopped")
 	return err
 }
 
-// serve runs the app until ctx is done; a reload (SIGHUP, POST
+// serve runs the app until ctx is done; a reload (a signal on hup, POST
 // /debug/reload) reads configPath again ("": the embedded default).
-func serve(ctx context.Context, a *app.App, configPath string) error {
+func serve(ctx context.Context, a *app.App, configPath string, hup <-chan os.Signal) error {
 	a.LoadConfig = func() (*config.Config, error) { return loadConfig(configPath) }
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go reloadOnHangup(ctx, a, hup)

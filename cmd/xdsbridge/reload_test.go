@@ -40,14 +40,14 @@ func TestReloadCommandAndHangup(t *testing.T) {
 	if err := a.Listen(); err != nil {
 		t.Fatal(err)
 	}
-	// SIGHUP must never kill the test process: it is caught here, before
-	// serve catches it too and until serve has stopped.
-	hup := make(chan os.Signal, 16)
+	// SIGHUP must never kill the test process: it is caught here, as run
+	// catches it before it builds the app, and handed to serve.
+	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	t.Cleanup(func() { signal.Stop(hup) })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, a, cfgPath) }()
+	go func() { done <- serve(ctx, a, cfgPath, hup) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

@@ -219,10 +219,12 @@ func (s gatedSink) ReportDropped(ctx context.Context, source string, dropped []s
 // replacement (its new config does not work: the old instance's state
 // stays served), not those of a retired one.
 func (s gatedSink) Fail(ctx context.Context, source string, err error) {
+	// Held while the failure is handed over, as Confirm does: a
+	// replacement taking over in between would otherwise be marked stale
+	// with the instance it replaced's error.
 	s.inst.gate.mu.Lock()
-	state := s.inst.state
-	s.inst.gate.mu.Unlock()
-	switch state {
+	defer s.inst.gate.mu.Unlock()
+	switch s.inst.state {
 	case instActive:
 		s.a.Loop.Fail(ctx, source, err)
 	case instPending:

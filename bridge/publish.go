@@ -217,6 +217,10 @@ func (l *Loop) retryFailoverDenied(t *translation) {
 				continue
 			}
 			opts, held = l.pubOpts[name], l.held[name]
+			// Not in the dirty set: if this flush's publish fails, the
+			// next flush must translate it again (its failover hosts
+			// already count against the room).
+			l.dirty[name] = true
 		}
 		n := len(t.changed)
 		l.translateOne(name, svc, opts, held, t)

@@ -291,10 +291,11 @@ type egressEntry struct {
 }
 
 // wildcardTakes reports the first other service of entries (and a Host
-// naming it) whose requests the wildcard domain d (lower-cased) would take
-// in the table: Envoy matches a Host with a port ("api:8080") by suffix
-// wildcards first, then by the longest prefix wildcard, so "*:8080",
-// "*0" or "api:8*" beat api's own "api:*". ("", "") when none.
+// naming it) whose requests the domain d (lower-cased) of a policy would
+// take in the table: Envoy matches a Host with a port ("api:8080")
+// exactly first, then by suffix wildcards, then by the longest prefix
+// wildcard, so "api:8080", "*:8080", "*0" or "api:8*" beat api's own
+// "api:*". ("", "") when none.
 func wildcardTakes(d string, entries []egressEntry, self string) (string, string) {
 	digits := func(s string) bool {
 		return s != "" && strings.Trim(s, "0123456789") == ""
@@ -320,6 +321,11 @@ func wildcardTakes(d string, entries []egressEntry, self string) (string, string
 				p := d[:len(d)-1]
 				if len(p) > len(b)+1 && strings.HasPrefix(p, b+":") && digits(p[len(b)+1:]) {
 					return en.vh.Name, p
+				}
+			default:
+				// An exact host with a port beats the service's own NAME:*.
+				if rest, ok := strings.CutPrefix(d, b+":"); ok && digits(rest) {
+					return en.vh.Name, d
 				}
 			}
 		}

@@ -10,9 +10,9 @@ import (
 )
 
 // egressCaptureServices are api, reached by name, and evil, whose policy
-// domains are wildcards that Envoy matches, for a Host with a port, ahead
-// of api's own NAME:* (suffix wildcards before prefix wildcards, longer
-// prefixes first).
+// domains Envoy may match, for a Host with a port, ahead of api's own
+// NAME:* (exact hosts, then suffix wildcards, then the longest prefix
+// wildcard).
 func egressCaptureServices(t *testing.T, domains ...string) []EgressService {
 	t.Helper()
 	own, diags := RouteConfigFor("evil", &policy.Service{Domains: domains})
@@ -25,11 +25,12 @@ func egressCaptureServices(t *testing.T, domains ...string) []EgressService {
 	}
 }
 
-// A wildcard domain of one service's policy never takes, in the egress
-// table, a host that names another service (with a port): it is left out
-// of the table with a diagnostic, as a domain already taken is.
+// A domain of one service's policy (a wildcard, or an exact host with a
+// port) never takes, in the egress table, a host that names another
+// service with a port: it is left out of the table with a diagnostic, as
+// a domain already taken is.
 func TestEgressTableWildcardDomainCannotTakeAnotherService(t *testing.T) {
-	for _, d := range []string{"*:8080", "*pi:8080", "*0", "api:8*", "*.service.consul:8080", "api.service.consul:8*"} {
+	for _, d := range []string{"*:8080", "*pi:8080", "*0", "api:8*", "*.service.consul:8080", "api.service.consul:8*", "api:8080", "API.service.consul:443"} {
 		t.Run(d, func(t *testing.T) {
 			rc, diags := Egress{}.WithDefaults().RouteTable(egressCaptureServices(t, d))
 			for _, vh := range rc.VirtualHosts {
@@ -43,11 +44,11 @@ func TestEgressTableWildcardDomainCannotTakeAnotherService(t *testing.T) {
 		})
 	}
 	// A wildcard that no other service's host matches stays.
-	rc, diags := Egress{}.WithDefaults().RouteTable(egressCaptureServices(t, "*.example.com", "evil.*", "*-evil"))
+	rc, diags := Egress{}.WithDefaults().RouteTable(egressCaptureServices(t, "*.example.com", "evil.*", "*-evil", "api.example.com:8080", "apiary:80"))
 	if len(diags) > 0 {
 		t.Errorf("diagnostics %v", diags)
 	}
-	if d := rc.VirtualHosts[1].Domains; len(d) != 4+3 {
+	if d := rc.VirtualHosts[1].Domains; len(d) != 4+5 {
 		t.Errorf("evil's domains %v", d)
 	}
 }
@@ -57,9 +58,9 @@ func TestEgressTableWildcardDomainCannotTakeAnotherService(t *testing.T) {
 func TestEgressTableWildcardDomainEnvoy(t *testing.T) {
 	requireEnvoy(t)
 	rig := startGRPCRig(t)
-	rc, _ := Egress{}.WithDefaults().RouteTable(egressCaptureServices(t, "*:8080"))
+	rc, _ := Egress{}.WithDefaults().RouteTable(egressCaptureServices(t, "*:8080", "api:9090"))
 	addrs := runEnvoy(t, rig, map[string]*route.RouteConfiguration{"egress": rc})
-	for _, authority := range []string{"api", "api:8080", "api.service.consul:8080"} {
+	for _, authority := range []string{"api", "api:8080", "api:9090", "api.service.consul:8080"} {
 		conn := envoyConn(t, addrs["egress"], authority)
 		c, err := envoyCall(t, conn, "/x.Y/Call")
 		if c != "api" {

@@ -106,10 +106,14 @@ func (l *Loop) egressTableAfter(t translation) (*translate.Resources, *route.Rou
 	for _, r := range t.changed {
 		changed[r.Cluster.GetName()] = r
 	}
+	removed := make(map[string]bool, len(t.removed))
+	for _, n := range t.removed {
+		removed[n] = true
+	}
 	loses := false
 	for _, c := range translate.RouteClusters(l.egress.last) {
 		svc, _, sub := strings.Cut(c, sources.DerivedNameSeparator)
-		if slices.Contains(t.removed, svc) {
+		if removed[svc] {
 			loses = true
 			break
 		}

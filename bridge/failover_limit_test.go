@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -62,4 +63,36 @@ func TestFailoverEndpointsBudget(t *testing.T) {
 	if diags := l.Diagnostics()["s0"]; len(diags) != 0 {
 		t.Errorf("s0: diagnostics %v", diags)
 	}
+}
+
+// A service whose failover was left out for lack of room, and that was
+// translated again with its failover once room freed, gets that failover
+// published even when the publish of that flush failed: the next flush
+// publishes it, and the count of failover hosts is what is published.
+func TestFailoverEndpointsBudgetRetryAfterPublishError(t *testing.T) {
+	rec := newRecorder()
+	l := run(t, Options{Sources: []string{"a", "policy"}, Quiet: time.Millisecond, Limits: translate.Limits{MaxFailoverEndpoints: 5}}, rec)
+	publish(t, l, "a", service("big", 101, 102, 103), service("s1", 1), service("s2", 2))
+	publishPolicy(t, l, "policy", map[string]policy.Service{"big": {}, "x": {}, "*": {Failover: []policy.Target{{Service: "big"}}}})
+	c := rec.next(t)
+	if d := cmp.Diff(map[string]int{"big": 3, "s1": 4, "s2": 1}, c.loads); d != "" {
+		t.Fatalf("published endpoints (-want +got):\n%s", d)
+	}
+
+	// s1 goes away, freeing room for s2's failover, but the publish fails.
+	rec.mu.Lock()
+	rec.fail = errors.New("cache full")
+	rec.mu.Unlock()
+	publish(t, l, "a", service("big", 101, 102, 103), service("s2", 2))
+	time.Sleep(30 * time.Millisecond)
+	rec.mu.Lock()
+	rec.fail = nil
+	rec.mu.Unlock()
+	// An unrelated service comes: the next flush retries.
+	publish(t, l, "a", service("big", 101, 102, 103), service("s2", 2), service("x", 9))
+	c = rec.next(t)
+	if d := cmp.Diff(map[string]int{"s2": 4, "x": 1}, c.loads); d != "" {
+		t.Fatalf("published endpoints (-want +got):\n%s", d)
+	}
+	waitTrue(t, func() bool { return testutil.ToFloat64(l.m.failoverEndpoints) == 3 })
 }

@@ -173,7 +173,7 @@ type Loop struct {
 	ready     bool
 	// forceTranslate: the next flush translates every dirty service, even
 	// with its input and options unchanged (a reload changed what every
-	// translation uses: the limits).
+	// translation uses: the limits; or the last flush's publish failed).
 	forceTranslate bool
 
 	// egress is the egress table's state (egress.go).
@@ -476,7 +476,12 @@ func (l *Loop) flush() {
 
 	t := l.translateAll(names, merged)
 	if !l.publish(t) {
-		return // dirty set kept; the next event retries
+		// Dirty set kept; the next event retries. What this flush
+		// translated counts against the failover room already
+		// (setFailoverAdded): the retry translates it again even where
+		// its input equals what is published.
+		l.forceTranslate = true
+		return
 	}
 	// Hosts dropped and no longer served are forgotten.
 	for _, n := range names {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+
 	"github.com/xdsbridge/xdsbridge/healthcheck"
 	"github.com/xdsbridge/xdsbridge/sources"
 	"github.com/xdsbridge/xdsbridge/translate"
@@ -217,6 +219,10 @@ func (l *Loop) retryFailoverDenied(t *translation) {
 				continue
 			}
 			opts, held = l.pubOpts[name], l.held[name]
+			// Not in the dirty set: if this flush's publish fails, the
+			// next flush must translate it again (its failover hosts
+			// already count against the room).
+			l.dirty[name] = true
 		}
 		n := len(t.changed)
 		l.translateOne(name, svc, opts, held, t)
@@ -255,22 +261,26 @@ func (l *Loop) publish(t translation) bool {
 			}
 		}
 	}
+	changed := t.changed
+	var with *route.RouteConfiguration
+	var withDiags []translate.Diagnostic
+	if egress {
+		var res *translate.Resources
+		if res, with, withDiags = l.egressTableAfter(t); res != nil {
+			changed = append(slices.Clip(changed), *res)
+		}
+	}
 	if len(t.changed) > 0 || len(t.removed) > 0 {
-		if err := l.pub.PublishServices(t.changed, t.removed); err != nil {
+		if err := l.pub.PublishServices(changed, t.removed); err != nil {
 			l.log.Error("publishing to the xDS cache failed; will retry", "error", err)
 			l.m.flushErrors.Inc()
 			return false
 		}
 	}
 	if egress {
-		for _, r := range t.changed {
-			n := r.Cluster.GetName()
-			if r.Route != nil {
-				l.egress.services[n] = translate.EgressService{Name: n, Route: r.Route, Tags: translate.EgressTags(t.inputs[n])}
-			}
-		}
-		for _, n := range t.removed {
-			delete(l.egress.services, n)
+		l.applyEgressChanges(l.egress.services, t)
+		if with != nil {
+			l.egressPublished(with, withDiags)
 		}
 		// After the services' clusters. A failure here keeps what the
 		// services published: the table follows with the next flush

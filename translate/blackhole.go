@@ -2,6 +2,7 @@ package translate
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/xdsbridge/xdsbridge/policy"
@@ -20,8 +21,9 @@ import (
 //     a share to nothing would fail that share of the requests, while
 //     hosts able to serve them are there. The share comes back when the
 //     service is published again (the merge loop translates the services
-//     naming it again). When every share is dropped, the split is kept:
-//     there is nowhere better to send the requests.
+//     naming it again). When every share of a weight above 0 is
+//     dropped, the split is kept: there is nowhere better to send the
+//     requests (a share of weight 0 takes none).
 //   - A route destination or a redirect to it stays as it is: its requests
 //     have nowhere else to go that the policy chose.
 //   - A redirect to a service that redirects back (web → api → web) is a
@@ -127,7 +129,10 @@ func (o Options) blackHoles(service string) (*policy.Service, []Diagnostic, map[
 		if dropped == 0 {
 			return out, moved
 		}
-		if len(out) == 0 {
+		// Shares of weight 0 take no request (weighted leaves them out):
+		// left alone, they would send the split's requests to the service
+		// itself.
+		if !slices.ContainsFunc(out, func(sp policy.Split) bool { return math.Round(sp.Weight*100) >= 1 }) {
 			count("", field, "every share names a service that is not published: kept, its requests fail until one is")
 			return shares, false
 		}

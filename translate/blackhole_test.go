@@ -136,3 +136,40 @@ func TestBlackHoleSplitEnvoy(t *testing.T) {
 		t.Errorf("answered by (-want +got):\n%s", d)
 	}
 }
+
+// A split whose only shares taking requests name services nobody
+// publishes keeps its shares of weight 0 out of it: those shares were
+// meant to take no request, and the split's requests must not go to the
+// service itself (or a weight-0 share) when its real targets are missing.
+func TestBlackHoleSplitOnlyZeroWeightLeft(t *testing.T) {
+	web := sources.Service{Name: "web", Endpoints: []sources.Endpoint{{Address: "10.0.0.1", Port: 80}}}
+	for _, tc := range []struct {
+		name     string
+		pol      *policy.Service
+		clusters []string
+	}{
+		{
+			name:     "split",
+			pol:      &policy.Service{Split: []policy.Split{{Weight: 100, Service: "ghost"}, {Weight: 0, Service: "api"}}},
+			clusters: []string{"ghost"},
+		},
+		{
+			name:     "route split",
+			pol:      &policy.Service{Routes: []policy.Route{{Match: policy.Match{Prefix: "/a"}, Split: []policy.Split{{Weight: 100, Service: "ghost"}, {Weight: 0, Service: "api"}}}}},
+			clusters: []string{"ghost", "web"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Options{Policy: tc.pol, Absent: []string{"ghost"}}.ServiceWithin(web, DefaultLimits())
+			if err := r.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tc.clusters, RouteClusters(r.Route)); d != "" {
+				t.Errorf("clusters (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(map[string]int{BlackHoleSplit: 1}, r.BlackHoles); d != "" {
+				t.Errorf("black holes (-want +got):\n%s", d)
+			}
+		})
+	}
+}

@@ -219,11 +219,7 @@ func (e Egress) RouteTable(services []EgressService) (*route.RouteConfiguration,
 	rc := &route.RouteConfiguration{Name: e.RouteConfigName}
 	// Domains by rank: every service's name first, then the suffixed
 	// names, then the policies' domains; within a rank, in name order.
-	type entry struct {
-		vh    *route.VirtualHost
-		ranks [3][]string
-	}
-	var entries []entry
+	var entries []egressEntry
 	for _, s := range services {
 		if !e.Includes(s) {
 			continue
@@ -235,10 +231,12 @@ func (e Egress) RouteTable(services []EgressService) (*route.RouteConfiguration,
 			vh = RouteConfig(s.Name).VirtualHosts[0]
 		}
 		vh.Name = s.Name
-		var en entry
+		var en egressEntry
 		en.ranks[0] = []string{s.Name, s.Name + ":*"}
+		en.bases = []string{s.Name}
 		for _, suf := range e.DomainSuffixes {
 			en.ranks[1] = append(en.ranks[1], s.Name+suf, s.Name+suf+":*")
+			en.bases = append(en.bases, s.Name+suf)
 		}
 		// The policy's domains follow the service's name in its own
 		// virtual host.
@@ -259,6 +257,12 @@ func (e Egress) RouteTable(services []EgressService) (*route.RouteConfiguration,
 					diags = append(diags, Diagnostic{en.vh.Name, "egress.domains", fmt.Sprintf("%q is already a domain of %s; left out of this service's virtual host", d, by)})
 					continue
 				}
+				if rank == 2 {
+					if by, host := wildcardTakes(k, entries, en.vh.Name); by != "" {
+						diags = append(diags, Diagnostic{en.vh.Name, "egress.domains", fmt.Sprintf("%q would take the requests for %s (Host %s), as Envoy matches it before %s's own domains; left out of this service's virtual host", d, by, host, by)})
+						continue
+					}
+				}
 				taken[k] = en.vh.Name
 				en.vh.Domains = append(en.vh.Domains, d)
 			}
@@ -276,6 +280,57 @@ func (e Egress) RouteTable(services []EgressService) (*route.RouteConfiguration,
 	}
 	rc.VirtualHosts = append(rc.VirtualHosts, all)
 	return rc, diags
+}
+
+// egressEntry is a service's virtual host in the table being built, with
+// its domains by rank.
+type egressEntry struct {
+	vh    *route.VirtualHost
+	ranks [3][]string
+	bases []string // the names a Host names it by, before a port
+}
+
+// wildcardTakes reports the first other service of entries (and a Host
+// naming it) whose requests the domain d (lower-cased) of a policy would
+// take in the table: Envoy matches a Host with a port ("api:8080")
+// exactly first, then by suffix wildcards, then by the longest prefix
+// wildcard, so "api:8080", "*:8080", "*0" or "api:8*" beat api's own
+// "api:*". ("", "") when none.
+func wildcardTakes(d string, entries []egressEntry, self string) (string, string) {
+	digits := func(s string) bool {
+		return s != "" && strings.Trim(s, "0123456789") == ""
+	}
+	for _, en := range entries {
+		if en.vh.Name == self {
+			continue
+		}
+		for _, b := range en.bases {
+			b = strings.ToLower(b)
+			switch {
+			case d == "*":
+			case strings.HasPrefix(d, "*"):
+				s := d[1:]
+				if i := strings.LastIndexByte(s, ':'); i >= 0 {
+					if t := s[:i]; digits(s[i+1:]) && len(t) < len(b) && strings.HasSuffix(b, t) {
+						return en.vh.Name, b + s[i:]
+					}
+				} else if digits(s) {
+					return en.vh.Name, b + ":" + s
+				}
+			case strings.HasSuffix(d, "*"):
+				p := d[:len(d)-1]
+				if len(p) > len(b)+1 && strings.HasPrefix(p, b+":") && digits(p[len(b)+1:]) {
+					return en.vh.Name, p
+				}
+			default:
+				// An exact host with a port beats the service's own NAME:*.
+				if rest, ok := strings.CutPrefix(d, b+":"); ok && digits(rest) {
+					return en.vh.Name, d
+				}
+			}
+		}
+	}
+	return "", ""
 }
 
 // catchAll is the last virtual host: unknown hosts get a 404 naming the

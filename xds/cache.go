@@ -74,9 +74,10 @@ type Cache struct {
 	subsets  map[string][]string
 	services map[string]bool // services published by PublishServices
 
-	// restWake is closed by the next commit: REST polls wait on it (rest.go).
-	restWake chan struct{}
-	subs     map[chan struct{}]struct{} // see Subscribe (notify.go); under mu
+	// commitWake is closed by the next commit (see read); subs: see
+	// Subscribe. Both under mu.
+	commitWake chan struct{}
+	subs       map[chan struct{}]struct{}
 
 	// ackObserver, when set, is told each change → ACK latency
 	// (syncstatus.go); called under mu.

@@ -143,9 +143,10 @@ var restPaths = map[string]string{
 // REST serves the cache's resources as REST-JSON polling. Create it with
 // NewREST; it is an http.Handler, and Serve runs it on a listener.
 type REST struct {
-	s    *Server
-	opts RESTOptions
-	log  *slog.Logger
+	s     *Server
+	store restStore
+	opts  RESTOptions
+	log   *slog.Logger
 
 	edsSource *core.ConfigSource // nil: clusters as they are
 	edsHash   uint64             // folded into CDS versions
@@ -179,7 +180,7 @@ type restRewrittenCluster struct {
 // NewREST returns the REST handler serving s's cache; NACKs count in s.
 func NewREST(s *Server, opts RESTOptions) *REST {
 	opts = opts.WithDefaults()
-	r := &REST{s: s, opts: opts, log: s.log, nacked: map[string]string{}, clusters: map[string]restRewrittenCluster{},
+	r := &REST{s: s, store: s.cache, opts: opts, log: s.log, nacked: map[string]string{}, clusters: map[string]restRewrittenCluster{},
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "xdsbridge_xds_rest_held_polls", Help: "REST xDS polls held (up to date, waiting for a change or xds.rest.max_wait).",
 		}),
@@ -308,7 +309,7 @@ func (r *REST) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		fail(http.StatusBadRequest, "xdsbridge: type_url %q does not match the path %s (%s)", trimForError(t), req.URL.Path, typeURL)
 		return
 	}
-	if !r.s.cache.Ready() {
+	if !r.store.Ready() {
 		w.Header().Set("Retry-After", "1")
 		fail(http.StatusServiceUnavailable, "xdsbridge: not ready (no complete first state yet)")
 		return
@@ -466,32 +467,14 @@ type restItem struct {
 // state returns the version of what the request asks for, and the channel
 // closed on the cache's next change; with items, the resources too.
 func (r *REST) state(typeURL string, names restNames, wild bool, items bool) (string, []restItem, <-chan struct{}) {
-	c := r.s.cache
-	c.mu.Lock()
-	ts := c.types[typeURL]
-	ch := c.restChanged()
 	var v uint64
 	var out []restItem
-	add := func(e *entry) {
+	ch := r.store.read(typeURL, names, wild, func(e *entry) {
 		v ^= e.verHash
 		if items {
 			out = append(out, restItem{name: e.name, version: e.version, any: e.any, msg: e.msg})
 		}
-	}
-	if ts != nil {
-		if wild {
-			for _, e := range ts.resources {
-				add(e)
-			}
-		} else {
-			for i := range names.Len() {
-				if e, ok := ts.resources[names.At(i)]; ok {
-					add(e)
-				}
-			}
-		}
-	}
-	c.mu.Unlock()
+	})
 	if typeURL == ClusterType {
 		v ^= r.edsHash
 	}
@@ -581,6 +564,14 @@ func (r *REST) rewriteCluster(it restItem) *anypb.Any {
 	return a
 }
 
+// restStore is what REST reads of the cache: readiness, and the
+// resources of a request read at one instant with the channel their next
+// change closes. REST holds no lock of the cache.
+type restStore interface {
+	Ready() bool
+	read(typeURL string, names nameList, wild bool, fn func(*entry)) <-chan struct{}
+}
+
 // nack logs and counts a REST NACK once per node, type and nonce.
 func (r *REST) nack(dr *discovery.DiscoveryRequest, typeURL, nonce string) {
 	node, _ := bound(dr.GetNode().GetId(), "", MaxClientStringBytes)
@@ -617,21 +608,4 @@ func (r *REST) nack(dr *discovery.DiscoveryRequest, typeURL, nonce string) {
 		args = append(args, "nacks_not_logged_server_wide", suppressed)
 	}
 	s.log.Warn("xDS client rejected an update (NACK); it keeps its previous config and the same content is not sent again", args...)
-}
-
-// restChanged returns the channel closed by the cache's next commit (or
-// MarkReady). c.mu must be held.
-func (c *Cache) restChanged() <-chan struct{} {
-	if c.restWake == nil {
-		c.restWake = make(chan struct{})
-	}
-	return c.restWake
-}
-
-// wakeREST wakes the REST polls waiting for a change. c.mu must be held.
-func (c *Cache) wakeREST() {
-	if c.restWake != nil {
-		close(c.restWake)
-		c.restWake = nil
-	}
 }

@@ -333,7 +333,10 @@ func (c *Cache) commit(ts *typeState, changed []string) {
 			delete(ts.grave, n) // forgotten with the change log
 		}
 	}
-	c.wakeREST()
+	if c.commitWake != nil {
+		close(c.commitWake) // readers waiting for a change (read)
+		c.commitWake = nil
+	}
 	if !c.ready {
 		return
 	}

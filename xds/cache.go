@@ -31,8 +31,10 @@ import (
 // never changes them afterwards.
 //
 // The files: store.go (resources, versions, change log, Apply), watch.go
-// (watches, readiness), delta.go, sotw.go, order.go (what the cache follows
-// per stream: clusters before their assignments), routehold.go (routes
+// (watches, readiness), delta.go, sotw.go, updateorder.go (the order of
+// responses on a stream: one table, and the hold rule of each type),
+// order.go (what the cache follows per stream: clusters before their
+// assignments), routehold.go (routes
 // after their clusters' assignments), mbb.go (interim routes: make before
 // break for grpc-go), inspect.go (Get, List,
 // Stats), contract.go (what the cache relies on in go-control-plane's
@@ -100,10 +102,6 @@ const DefaultMaxResponseBytes = 32 << 10
 // not counted).
 func envelope(typeURL string) int { return len(typeURL) + 64 }
 
-// DefaultTypes are the types a cache serves unless told otherwise, in
-// make-before-break order.
-var DefaultTypes = []string{ClusterType, EndpointType, ListenerType, RouteType}
-
 // Option configures a Cache.
 type Option func(*Cache)
 
@@ -139,30 +137,15 @@ func NewCache(opts ...Option) *Cache {
 }
 
 func newTypeState(u string) *typeState {
-	order := len(DefaultTypes)
-	for i, d := range DefaultTypes {
-		if d == u {
-			order = i
-		}
-	}
 	return &typeState{
 		url:       u,
-		order:     order,
+		order:     orderRank(u),
 		fullState: cache.ResourceRequiresFullStateInSotw(u),
 		resources: map[string]*entry{},
 		deletedAt: map[string]uint64{},
 		grave:     map[string]*entry{},
 		watches:   map[*watch]struct{}{},
 	}
-}
-
-// typeBefore orders types make before break: clusters, endpoints,
-// listeners, routes, then others by URL.
-func typeBefore(a, b *typeState) bool {
-	if a.order != b.order {
-		return a.order < b.order
-	}
-	return a.url < b.url
 }
 
 // CreateWatch implements cache.ConfigWatcher for sotw streams.

@@ -76,7 +76,7 @@ const (
 
 type typeState struct {
 	url       string
-	order     int  // make-before-break rank: CDS, EDS, LDS, RDS, then others
+	order     int  // rank in updateOrder: CDS, EDS, LDS, RDS, then others
 	fullState bool // sotw responses carry every subscribed resource (CDS, LDS)
 	resources map[string]*entry
 	aggregate uint64 // XOR of entries' verHash: the sotw version_info

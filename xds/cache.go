@@ -31,15 +31,16 @@ import (
 // never changes them afterwards.
 //
 // The files: store.go (resources, versions, change log, Apply), watch.go
-// (watches, readiness), delta.go, sotw.go, updateorder.go (the order of
-// responses on a stream: one table, and the hold rule of each type),
-// order.go (what the cache follows per stream: clusters before their
-// assignments), routehold.go (routes
-// after their clusters' assignments), mbb.go (interim routes: make before
-// break for grpc-go), inspect.go (Get, List,
-// Stats), contract.go (what the cache relies on in go-control-plane's
-// servers), server.go (the gRPC server, whose callbacks tell the cache each
-// request's stream and when a stream ends).
+// (watches, readiness), delta.go and deltarespond.go, sotw.go,
+// updateorder.go (the order of responses on a stream: one table, and the
+// hold rule of each type), order.go (what the cache follows per stream:
+// clusters before their assignments), routehold.go (routes after their
+// clusters' assignments), mbb.go (interim routes: make before break for
+// grpc-go), inspect.go (Get, List, Stats), notify.go (read, Subscribe,
+// Snapshot: readers that follow the cache), contract.go (what the cache
+// relies on in go-control-plane's servers), server.go (the gRPC server,
+// whose callbacks tell the cache each request's stream and when a stream
+// ends). The package doc (doc.go) draws the data flow.
 //
 // Cache is safe for concurrent use. Resources passed to Apply are owned by
 // the cache afterwards and must not be modified.

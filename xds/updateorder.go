@@ -1,6 +1,10 @@
 package xds
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+	"strings"
+)
 
 // The order of responses on a stream.
 //
@@ -25,7 +29,7 @@ import "slices"
 // A held resource goes with the first response of its type after what it
 // waits for is sent. The same order is every other order of types:
 // DefaultTypes, the types Apply re-versions dependents in and MarkReady
-// answers held watches in (typeBefore), and the steps of PublishServices:
+// answers held watches in (typeOrder), and the steps of PublishServices:
 // upserts in this order, removals in reverse (publishSteps), so that a
 // client is never given a reference to something it does not have.
 var updateOrder = []orderRule{
@@ -88,12 +92,10 @@ func orderRank(typeURL string) int {
 	return len(updateOrder)
 }
 
-// typeBefore orders types as updateOrder does, then others by URL.
-func typeBefore(a, b *typeState) bool {
-	if a.order != b.order {
-		return a.order < b.order
-	}
-	return a.url < b.url
+// typeOrder orders types as updateOrder does, then others by URL (a
+// comparison function for slices.SortFunc).
+func typeOrder(a, b *typeState) int {
+	return cmp.Or(cmp.Compare(a.order, b.order), strings.Compare(a.url, b.url))
 }
 
 // publishSteps orders one publication's changes: the upserts of each type

@@ -33,8 +33,8 @@ func TestUpdateOrderTypesAfterWhatTheyReferTo(t *testing.T) {
 	c := NewCache()
 	for i := 1; i < len(want); i++ {
 		a, b := c.types[want[i-1]], c.types[want[i]]
-		if !typeBefore(a, b) || typeBefore(b, a) {
-			t.Errorf("typeBefore does not put %s before %s", a.url, b.url)
+		if typeOrder(a, b) >= 0 || typeOrder(b, a) <= 0 {
+			t.Errorf("typeOrder does not put %s before %s", a.url, b.url)
 		}
 	}
 	upserts, deletes := map[string][]Resource{}, map[string][]string{}

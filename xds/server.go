@@ -1,12 +1,3 @@
-// Package xds serves the bridge's resources over xDS: ADS in both delta and
-// state-of-the-world (sotw) variants plus the per-type CDS, EDS, LDS and RDS
-// services, on one gRPC listener. It is the only package that imports
-// go-control-plane.
-//
-//	bridge loop ──Publish(services)──▶ Cache (per-resource, marshal once)
-//	                                     │ watches
-//	                                     ▼
-//	                 go-control-plane server (ordered ADS) ──▶ streams
 package xds
 
 import (

@@ -31,13 +31,16 @@ import (
 // never changes them afterwards.
 //
 // The files: store.go (resources, versions, change log, Apply), watch.go
-// (watches, readiness), delta.go, sotw.go, order.go (what the cache follows
-// per stream: clusters before their assignments), routehold.go (routes
-// after their clusters' assignments), mbb.go (interim routes: make before
-// break for grpc-go), inspect.go (Get, List,
-// Stats), contract.go (what the cache relies on in go-control-plane's
-// servers), server.go (the gRPC server, whose callbacks tell the cache each
-// request's stream and when a stream ends).
+// (watches, readiness), delta.go and deltarespond.go, sotw.go,
+// updateorder.go (the order of responses on a stream: one table, and the
+// hold rule of each type), order.go (what the cache follows per stream:
+// clusters before their assignments), routehold.go (routes after their
+// clusters' assignments), mbb.go (interim routes: make before break for
+// grpc-go), inspect.go (Get, List, Stats), notify.go (read, Subscribe,
+// Snapshot: readers that follow the cache), contract.go (what the cache
+// relies on in go-control-plane's servers), server.go (the gRPC server,
+// whose callbacks tell the cache each request's stream and when a stream
+// ends). The package doc (doc.go) draws the data flow.
 //
 // Cache is safe for concurrent use. Resources passed to Apply are owned by
 // the cache afterwards and must not be modified.
@@ -74,9 +77,10 @@ type Cache struct {
 	subsets  map[string][]string
 	services map[string]bool // services published by PublishServices
 
-	// restWake is closed by the next commit: REST polls wait on it (rest.go).
-	restWake chan struct{}
-	subs     map[chan struct{}]struct{} // see Subscribe (notify.go); under mu
+	// commitWake is closed by the next commit (see read); subs: see
+	// Subscribe. Both under mu.
+	commitWake chan struct{}
+	subs       map[chan struct{}]struct{}
 
 	// ackObserver, when set, is told each change → ACK latency
 	// (syncstatus.go); called under mu.
@@ -98,10 +102,6 @@ const DefaultMaxResponseBytes = 32 << 10
 // nonce, a system version, with their tags and lengths (removed names are
 // not counted).
 func envelope(typeURL string) int { return len(typeURL) + 64 }
-
-// DefaultTypes are the types a cache serves unless told otherwise, in
-// make-before-break order.
-var DefaultTypes = []string{ClusterType, EndpointType, ListenerType, RouteType}
 
 // Option configures a Cache.
 type Option func(*Cache)
@@ -138,30 +138,15 @@ func NewCache(opts ...Option) *Cache {
 }
 
 func newTypeState(u string) *typeState {
-	order := len(DefaultTypes)
-	for i, d := range DefaultTypes {
-		if d == u {
-			order = i
-		}
-	}
 	return &typeState{
 		url:       u,
-		order:     order,
+		order:     orderRank(u),
 		fullState: cache.ResourceRequiresFullStateInSotw(u),
 		resources: map[string]*entry{},
 		deletedAt: map[string]uint64{},
 		grave:     map[string]*entry{},
 		watches:   map[*watch]struct{}{},
 	}
-}
-
-// typeBefore orders types make before break: clusters, endpoints,
-// listeners, routes, then others by URL.
-func typeBefore(a, b *typeState) bool {
-	if a.order != b.order {
-		return a.order < b.order
-	}
-	return a.url < b.url
 }
 
 // CreateWatch implements cache.ConfigWatcher for sotw streams.

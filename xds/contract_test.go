@@ -261,10 +261,10 @@ func TestStreamStateGoesWithTheStream(t *testing.T) {
 	}
 }
 
-// TestRV3ContractRunsTheServedDeltaServer: the contract tests run the
+// TestContractRunsTheServedDeltaServer: the contract tests run the
 // delta server the Server serves (deltaserver.go), not go-control-plane's
 // it replaced, so a change to it that breaks a contract fails them.
-func TestRV3ContractRunsTheServedDeltaServer(t *testing.T) {
+func TestContractRunsTheServedDeltaServer(t *testing.T) {
 	sp, client := startContract(t)
 	st, err := client.DeltaAggregatedResources(context.Background())
 	if err != nil {

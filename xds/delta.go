@@ -4,12 +4,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
-
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 )
 
 // Delta client state. The returned-resources map the cache hands the
@@ -81,39 +77,7 @@ type deltaState struct {
 func (c *Cache) readDeltaState(w *watch) error {
 	ts, ds := w.ts, &w.ds
 	w.known = w.sub.ReturnedResources()
-	var heldBack []string
-	if st := w.stream; st != nil {
-		if p := st.inflight[ts.url]; p != nil {
-			// The previous watch's response is queued but not installed
-			// (contract 6): it will be, before this watch's response. A
-			// copy: the server adds the response's record to its map when
-			// it installs it, while this watch may be read by a commit;
-			// and the request's unsubscriptions, which the server applied
-			// to the state it had, apply to this one.
-			//
-			// The server marks an unsubscribed name to be answered again
-			// (version "") only if it was subscribed by name under a
-			// wildcard (Subscription.UpdateResourceSubscriptions); the
-			// mark is in the map it handed this watch, and is carried
-			// over as is. A name held through the wildcard only (a
-			// phantom unsubscription, which the protocol says the server
-			// "can simply ignore") is not marked: marking it resent it
-			// at the version held, and reported a name that does not
-			// exist removed.
-			delete(st.inflight, ts.url)
-			marked := w.known
-			w.known, ds.pred = maps.Clone(p.NextVersionMap), p
-			for _, n := range w.dreq.GetResourceNamesUnsubscribe() {
-				if v, ok := marked[n]; ok && v == "" {
-					w.known[n] = ""
-				} else {
-					delete(w.known, n)
-				}
-			}
-		}
-		heldBack = st.held[ts.url]
-		delete(st.held, ts.url)
-	}
+	heldBack := c.takeQueued(w)
 	known := w.known
 	g, ok := known[genKey]
 	if !ok {
@@ -149,10 +113,76 @@ func (c *Cache) readDeltaState(w *watch) error {
 		ds.rejected = map[string]string{}
 		pairs(r, func(n, v string) { ds.rejected[n] = v })
 	}
-	// The responses this request answers, and the one it rejects.
-	var nacked []string
-	var isolated string // rejected alone
-	nonce, nack := w.dreq.GetResponseNonce(), w.dreq.GetErrorDetail() != nil
+	nacked, isolated := ds.answered(ts, known, w.dreq.GetResponseNonce(), w.dreq.GetErrorDetail() != nil)
+	subs, unsubs := w.dreq.GetResourceNamesSubscribe(), w.dreq.GetResourceNamesUnsubscribe()
+	if gen < ts.floor {
+		if w.sub.IsWildcard() {
+			return fmt.Errorf("xds cache: %s state of generation %d is older than the change log (from %d); reconnect", ts.url, gen, ts.floor)
+		}
+		ds.stale = true
+	}
+	if len(subs) > 0 {
+		ds.newSub = make(map[string]struct{}, len(subs))
+		for _, n := range subs {
+			ds.newSub[n] = struct{}{}
+		}
+	}
+	nacked = append(nacked, heldBack...)
+	// A request whose answer changes the state (what a rejection brings
+	// back, a resource found bad) is answered even with nothing to send,
+	// so that the state is installed.
+	ds.changed = len(nacked) > len(heldBack) || isolated != ""
+	quiet := len(nacked) == 0 && isolated == "" && !ds.wildOn && !ds.stale && len(subs) == 0 && len(unsubs) == 0
+	ds.lookAt(ts, known[restKey], nacked, isolated, quiet, subs, unsubs)
+	return nil
+}
+
+// takeQueued makes w, a delta watch, start from the state of its
+// stream's response of its type that is queued but not installed, if
+// any, and returns what the watch it replaced held back.
+func (c *Cache) takeQueued(w *watch) (heldBack []string) {
+	st, ts, ds := w.stream, w.ts, &w.ds
+	if st == nil {
+		return nil
+	}
+	if p := st.inflight[ts.url]; p != nil {
+		// The previous watch's response is queued but not installed
+		// (contract 6): it will be, before this watch's response. A
+		// copy: the server adds the response's record to its map when
+		// it installs it, while this watch may be read by a commit;
+		// and the request's unsubscriptions, which the server applied
+		// to the state it had, apply to this one.
+		//
+		// The server marks an unsubscribed name to be answered again
+		// (version "") only if it was subscribed by name under a
+		// wildcard (Subscription.UpdateResourceSubscriptions); the
+		// mark is in the map it handed this watch, and is carried
+		// over as is. A name held through the wildcard only (a
+		// phantom unsubscription, which the protocol says the server
+		// "can simply ignore") is not marked: marking it resent it
+		// at the version held, and reported a name that does not
+		// exist removed.
+		delete(st.inflight, ts.url)
+		marked := w.known
+		w.known, ds.pred = maps.Clone(p.NextVersionMap), p
+		for _, n := range w.dreq.GetResourceNamesUnsubscribe() {
+			if v, ok := marked[n]; ok && v == "" {
+				w.known[n] = ""
+			} else {
+				delete(w.known, n)
+			}
+		}
+	}
+	heldBack = st.held[ts.url]
+	delete(st.held, ts.url)
+	return heldBack
+}
+
+// answered reads the responses a request answers: those it does not
+// (sent after the one it answers) are carried over; an accepted one
+// advances the plan; a rejected one gives back the names it carried
+// (nacked), and the resource rejected alone, if it was (isolated).
+func (ds *deltaState) answered(ts *typeState, known map[string]string, nonce string, nack bool) (nacked []string, isolated string) {
 	for k, v := range known {
 		sentNonce, ok := strings.CutPrefix(k, sentPrefix)
 		switch {
@@ -168,33 +198,22 @@ func (c *Cache) readDeltaState(w *watch) error {
 	if len(ds.plan) > 0 {
 		ds.limit = ds.plan[0]
 	}
-	subs, unsubs := w.dreq.GetResourceNamesSubscribe(), w.dreq.GetResourceNamesUnsubscribe()
-	if gen < ts.floor {
-		if w.sub.IsWildcard() {
-			return fmt.Errorf("xds cache: %s state of generation %d is older than the change log (from %d); reconnect", ts.url, gen, ts.floor)
-		}
-		ds.stale = true
-	}
-	if len(subs) > 0 {
-		ds.newSub = make(map[string]struct{}, len(subs))
-		for _, n := range subs {
-			ds.newSub[n] = struct{}{}
-		}
-	}
-	rest := known[restKey]
-	nacked = append(nacked, heldBack...)
-	// A request whose answer changes the state (what a rejection brings
-	// back, a resource found bad) is answered even with nothing to send,
-	// so that the state is installed.
-	ds.changed = len(nacked) > len(heldBack) || isolated != ""
-	quiet := len(nacked) == 0 && isolated == "" && !ds.wildOn && !ds.stale && len(subs) == 0 && len(unsubs) == 0
+	return nacked, isolated
+}
+
+// lookAt decides the names a compact state's watch looks at: those
+// changed since the client's generation, of the rest, of a rejected
+// response, or subscribed or unsubscribed by this request; everything of
+// interest (full) for a client that subscribed to the wildcard or whose
+// generation is older than the change log.
+func (ds *deltaState) lookAt(ts *typeState, rest string, nacked []string, isolated string, quiet bool, subs, unsubs []string) {
 	var since []string
 	if quiet {
-		if since = ts.sinceLog(gen); len(since) == 0 {
+		if since = ts.sinceLog(ds.gen); len(since) == 0 {
 			// The ACK of one part of a split response: the rest, as kept
 			// (not copied: a new Envoy goes through ~20 of them).
 			ds.allRest, ds.seq = true, nameSeq{joined: rest}
-			return nil
+			return
 		}
 	}
 	if rest != "" {
@@ -211,17 +230,16 @@ func (c *Cache) readDeltaState(w *watch) error {
 	}
 	if ds.wildOn || ds.stale {
 		ds.full = true
-		return nil
+		return
 	}
 	if !quiet {
-		since = ts.sinceLog(gen)
+		since = ts.sinceLog(ds.gen)
 	}
 	names := append(since, ds.rest...)
 	names = append(names, subs...)
 	names = append(names, unsubs...)
 	slices.Sort(names)
 	ds.seq = nameSeq{list: slices.Compact(names)}
-	return nil
 }
 
 // rejectResponse takes what a rejected response carried back from the
@@ -298,276 +316,6 @@ func (p plan) String() string {
 			b.WriteByte(',')
 		}
 		b.WriteString(strconv.Itoa(n))
-	}
-	return b.String()
-}
-
-// respondDelta computes and sends the response for a delta watch, looking
-// only at seq unless full. It reports whether a response was sent.
-func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool {
-	ts, ds := w.ts, &w.ds
-	known := w.known
-	subscribed := w.sub.SubscribedResources()
-	wild := w.sub.IsWildcard()
-
-	// held reports the version the client holds of n, if known (held), or
-	// whether it may hold another one (maybe).
-	held := func(n string) (version string, held, maybe bool) {
-		// Subscribed by this request, or still to be sent (of the rest),
-		// it is sent, or reported removed; a resource rejected alone is
-		// not, while it is at the version rejected.
-		if _, ok := ds.newSub[n]; ok && ds.complete {
-			return "", false, true
-		}
-		if w.hidden(n) {
-			// Not to be read by this client: it does not exist. A client
-			// claiming to hold it is told it is removed, a request
-			// naming it that it does not exist (also from the rest, where
-			// a split response left it: only such names are kept there);
-			// a change to it is nothing.
-			if v, ok := known[n]; ok {
-				return v, true, false
-			}
-			// (allRest holds for the names of the rest as read, not for
-			// those of a commit waking the watch.)
-			if _, ok := slices.BinarySearch(ds.rest, n); ok || (ds.allRest && seq.list == nil && !full) {
-				return "", false, true
-			}
-			_, isSub := subscribed[n]
-			return "", false, isSub && !ds.complete
-		}
-		if _, ok := slices.BinarySearch(ds.rest, n); ok || ds.allRest {
-			return "", false, true
-		}
-		e, exists := ts.resources[n]
-		if v, ok := ds.rejected[n]; ok && exists && e.version == v {
-			return v, true, false
-		}
-		if v, ok := known[n]; ok {
-			return v, true, false
-		}
-		if _, isSub := subscribed[n]; !ds.complete {
-			return "", false, isSub && !exists // a first request is told what does not exist
-		}
-		if _, isSub := subscribed[n]; ds.wildOn && !isSub {
-			return "", false, false // not of interest at G
-		}
-		if (exists && e.gen > ds.gen) || ts.deletedAt[n] > ds.gen || (ds.stale && !exists) {
-			return "", false, true
-		}
-		if !exists {
-			return "", false, false
-		}
-		return e.version, true, false
-	}
-
-	// Each name is considered once (names are unique; a full check
-	// dedupes). State keys and "*" are not names: a client naming a
-	// resource with one is ignored.
-	var changed, removed, later []string
-	size := 0
-	hold := c.holder(w)
-	consider := func(n string) {
-		if isStateKey(n) || n == "*" {
-			return
-		}
-		e, exists := w.lookup(n)
-		_, isSub := subscribed[n]
-		switch {
-		case exists && (wild || isSub):
-			if v, h, _ := held(n); !h || v != e.version {
-				if hold != nil && hold(e) {
-					later = append(later, n)
-					return
-				}
-				changed = append(changed, n)
-				size += e.deltaSize
-			}
-		case wild || isSub:
-			if _, h, maybe := held(n); h || maybe {
-				removed = append(removed, n)
-			}
-		default:
-			if _, ok := known[n]; ok {
-				removed = append(removed, n)
-			}
-		}
-	}
-	// A response above the size bound, or above the limit while a
-	// rejected response is halved, carries a first part (a resource larger
-	// than the bound goes alone); the rest is kept in the state, and
-	// follows the ACK.
-	maxRes := c.maxBytes - envelope(ts.url)
-	over := func(count, size int) bool {
-		return count > 1 && ((c.maxBytes > 0 && size > maxRes) || (ds.limit > 0 && count > ds.limit))
-	}
-	var rest string
-	switch {
-	case full:
-		changed = make([]string, 0, len(ts.resources))
-		// Everything of interest, then what else may be held: explicit
-		// names, and of a compact state the names changed since G
-		// (deleted ones among them) and the rest; each once.
-		covered := w.fullCheck(known, consider)
-		if ds.complete {
-			var extra []string
-			if !ds.stale {
-				extra = ts.sinceLog(ds.gen)
-			}
-			extra = append(extra, ds.rest...)
-			slices.Sort(extra)
-			for _, n := range slices.Compact(extra) {
-				if _, isKnown := known[n]; !isKnown && !covered(n) {
-					consider(n)
-				}
-			}
-		}
-		sort.Strings(changed)
-		total := 0
-		for i, n := range changed {
-			total += ts.resources[n].deltaSize
-			if over(i+1, total) {
-				rest = ts.allNames().suffix(changed[i:])
-				changed = changed[:i]
-				break
-			}
-		}
-	case seq.list != nil:
-		// Sorted: stop at the bound, the names not looked at are the
-		// rest. (Each of them that exists and is of interest would be
-		// sent: it changed since G, is of the rest or newly subscribed.)
-		for i, n := range seq.list {
-			consider(n)
-			if over(len(changed), size) {
-				changed = changed[:len(changed)-1]
-				tail := seq.list[i:]
-				if w.vis() != nil {
-					// Of the hidden names, only those the client is
-					// to be told of: a change to another is nothing.
-					tail = slices.DeleteFunc(slices.Clone(tail), func(n string) bool {
-						_, h, maybe := held(n)
-						return w.hidden(n) && !h && !maybe
-					})
-				}
-				rest = ts.allNames().suffix(tail)
-				break
-			}
-		}
-	default:
-		for s := seq.joined; s != ""; {
-			n, tail, _ := strings.Cut(s, sep)
-			consider(n)
-			if over(len(changed), size) {
-				changed = changed[:len(changed)-1]
-				rest = s
-				break
-			}
-			s = tail
-		}
-	}
-	slices.Sort(later)
-	w.heldBack = later
-
-	if len(changed) == 0 && len(removed) == 0 && !evenIfEmpty {
-		return false
-	}
-	rest = withRest(rest, w.heldBack)
-	sort.Strings(removed)
-
-	// What the client holds once it has this response, in the compact
-	// form: everything of interest as of now, but the rest; and what this
-	// response carries, until the client answers. The map is new: the
-	// server installs it only when it sends the response.
-	gen := strconv.FormatUint(ts.gen, 10)
-	g := gen
-	if wild {
-		g += wildMark
-	}
-	next := map[string]string{genKey: g}
-	if rest != "" {
-		next[restKey] = rest
-	}
-	if len(ds.plan) > 0 {
-		next[limitKey] = ds.plan.String()
-	}
-	if rej := ds.stillRejected(ts); rej != "" {
-		next[rejectedKey] = rej
-	}
-	for _, k := range ds.carry {
-		next[k] = known[k]
-	}
-	res := make([]*discovery.Resource, 0, len(changed))
-	for _, n := range changed {
-		res = append(res, ts.resources[n].delta)
-	}
-	var sent string
-	if len(changed)+len(removed) > 0 {
-		var b strings.Builder
-		n := len(gen) + 24
-		for _, s := range changed {
-			n += len(s) + 1
-		}
-		for _, s := range removed {
-			n += len(s) + 1
-		}
-		b.Grow(n)
-		b.WriteString(gen)
-		b.WriteString(sep)
-		b.WriteString(strconv.Itoa(len(changed)))
-		for _, s := range changed {
-			b.WriteString(sep)
-			b.WriteString(s)
-		}
-		for _, s := range removed {
-			b.WriteString(sep)
-			b.WriteString(s)
-		}
-		sent = b.String()
-	}
-	// The type's generation counts every change, hidden ones too: a
-	// restricted client is not told it (system_version_info is for
-	// debugging only).
-	sysVersion := gen
-	if w.vis() != nil {
-		sysVersion = ""
-	}
-	w.done = true
-	w.resp = &deltaResponse{
-		w:    w,
-		pred: ds.pred,
-		DeltaPassthroughResponse: cache.DeltaPassthroughResponse{
-			DeltaRequest:   w.dreq,
-			NextVersionMap: next,
-			DeltaDiscoveryResponse: &discovery.DeltaDiscoveryResponse{
-				TypeUrl:           ts.url,
-				Resources:         res,
-				RemovedResources:  removed,
-				SystemVersionInfo: sysVersion,
-			},
-		},
-		sent: sent,
-	}
-	c.handed(w, w.resp.DeltaDiscoveryResponse, ts.newestGen(changed, removed))
-	// Sent under c.mu: this does not block (contract 5).
-	w.dch <- w.resp
-	switch ts.url {
-	case ClusterType:
-		c.sentCDS(w, rest, nil)
-	case EndpointType:
-		c.sentEDS(w, changed, removed, nil)
-	}
-	return true
-}
-
-// stillRejected encodes the rejected resources that are still served at
-// the version the client rejected; a new version or a deletion ends the
-// record.
-func (ds *deltaState) stillRejected(ts *typeState) string {
-	var b strings.Builder
-	for n, v := range ds.rejected {
-		if e, ok := ts.resources[n]; ok && e.version == v {
-			b.WriteString(n + sep + v + sep)
-		}
 	}
 	return b.String()
 }

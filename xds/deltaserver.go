@@ -164,69 +164,30 @@ func (w *deltaWatch) Cancel() {
 }
 
 func (s *deltaServer) processDelta(str stream.DeltaStream, reqCh <-chan *discovery.DeltaDiscoveryRequest, defaultTypeURL string) error {
-	streamID := atomic.AddInt64(&s.streamCount, 1)
-	var streamNonce int64
-	watches := make(map[string]deltaWatch, int(types.UnknownType))
-	// The buffer releases the goroutines that fill it: a response can come
-	// from a commit and one from a request, per type.
-	responses := make(chan cache.DeltaResponse, int(types.UnknownType)*2)
-	node := &core.Node{}
+	ds := &deltaStream{
+		s:              s,
+		str:            str,
+		id:             atomic.AddInt64(&s.streamCount, 1),
+		defaultTypeURL: defaultTypeURL,
+		watches:        make(map[string]deltaWatch, int(types.UnknownType)),
+		// The buffer releases the goroutines that fill it: a response can
+		// come from a commit and one from a request, per type.
+		responses: make(chan cache.DeltaResponse, int(types.UnknownType)*2),
+		node:      &core.Node{},
+	}
 
 	defer func() {
-		for _, w := range watches {
+		for _, w := range ds.watches {
 			w.Cancel()
 		}
-		close(responses)
+		close(ds.responses)
 		if s.callbacks != nil {
-			s.callbacks.OnDeltaStreamClosed(streamID, node)
+			s.callbacks.OnDeltaStreamClosed(ds.id, ds.node)
 		}
 	}()
 
-	send := func(resp cache.DeltaResponse) (string, error) {
-		if resp == nil {
-			return "", errors.New("missing response")
-		}
-		response, err := resp.GetDeltaDiscoveryResponse()
-		if err != nil {
-			return "", err
-		}
-		streamNonce++
-		response.Nonce = strconv.FormatInt(streamNonce, 10)
-		if s.callbacks != nil {
-			s.callbacks.OnStreamDeltaResponse(streamID, resp.GetDeltaRequest(), response)
-		}
-		return response.GetNonce(), str.Send(response)
-	}
-
-	process := func(resp cache.DeltaResponse) error {
-		typ := resp.GetDeltaRequest().GetTypeUrl()
-		nonce, err := send(resp)
-		if err != nil {
-			return err
-		}
-		w := watches[typ]
-		w.nonce = nonce
-		w.sub.returned = resp.GetNextVersionMap()
-		watches[typ] = w
-		return nil
-	}
-
-	// processAll sends the responses queued, before a request is handled.
-	processAll := func() error {
-		for {
-			select {
-			case resp := <-responses:
-				if err := process(resp); err != nil {
-					return err
-				}
-			default:
-				return nil
-			}
-		}
-	}
-
 	if s.callbacks != nil {
-		if err := s.callbacks.OnDeltaStreamOpen(str.Context(), streamID, defaultTypeURL); err != nil {
+		if err := s.callbacks.OnDeltaStreamOpen(str.Context(), ds.id, defaultTypeURL); err != nil {
 			return err
 		}
 	}
@@ -235,8 +196,8 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, reqCh <-chan *discove
 		select {
 		case <-s.ctx.Done():
 			return nil
-		case resp := <-responses:
-			if err := process(resp); err != nil {
+		case resp := <-ds.responses:
+			if err := ds.process(resp); err != nil {
 				return err
 			}
 		case req, more := <-reqCh:
@@ -246,55 +207,124 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, reqCh <-chan *discove
 			if req == nil {
 				return status.Errorf(codes.Unavailable, "empty request")
 			}
-			if err := processAll(); err != nil {
+			if err := ds.request(req); err != nil {
 				return err
 			}
-			if s.callbacks != nil {
-				if err := s.callbacks.OnStreamDeltaRequest(streamID, req); err != nil {
-					return err
-				}
-			}
-			// The node may come with the first request only.
-			if req.GetNode() != nil {
-				node = req.GetNode()
-			} else {
-				req.Node = node
-			}
-			if defaultTypeURL == resource.AnyType {
-				if req.GetTypeUrl() == "" {
-					return status.Errorf(codes.InvalidArgument, "type URL is required for ADS")
-				}
-			} else if req.GetTypeUrl() == "" {
-				req.TypeUrl = defaultTypeURL
-			}
-			typeURL := req.GetTypeUrl()
-
-			w, ok := watches[typeURL]
-			if !ok {
-				// The type's first request: its initial versions are the
-				// state; an empty one is a (legacy) wildcard.
-				w.sub = newDeltaSub(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), req.GetInitialResourceVersions())
-			} else {
-				w.Cancel()
-				w.sub.update(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
-			}
-			var err error
-			w.cancel, err = s.cache.CreateDeltaWatch(req, w.sub, responses)
-			// The cache took it: a place in the resume gate goes back
-			// (resumegate.go).
-			streamAcctOf(str.Context()).leaveResume()
-			if err != nil {
-				return err
-			}
-			// The request stays with the watch (and its response) until
-			// the next one of its type, and its names were read: an
-			// Envoy's first request for 5,000 assignments holds 160 kB of
-			// them, and a fleet syncing at once holds one per Envoy until
-			// its first part is acknowledged.
-			req.ResourceNamesSubscribe, req.ResourceNamesUnsubscribe, req.InitialResourceVersions = nil, nil, nil
-			watches[typeURL] = w
 		}
 	}
+}
+
+// deltaStream is one delta stream's state in the server: its watches (one
+// per type), the responses the cache queued for it, and the nonce of its
+// last response. It is owned by the stream's goroutine (processDelta);
+// only the cache writes to responses, from any goroutine.
+type deltaStream struct {
+	s              *deltaServer
+	str            stream.DeltaStream
+	id             int64
+	defaultTypeURL string
+	nonce          int64
+	watches        map[string]deltaWatch
+	responses      chan cache.DeltaResponse
+	node           *core.Node
+}
+
+// send gives resp the stream's next nonce and sends it.
+func (ds *deltaStream) send(resp cache.DeltaResponse) (string, error) {
+	if resp == nil {
+		return "", errors.New("missing response")
+	}
+	response, err := resp.GetDeltaDiscoveryResponse()
+	if err != nil {
+		return "", err
+	}
+	ds.nonce++
+	response.Nonce = strconv.FormatInt(ds.nonce, 10)
+	if cb := ds.s.callbacks; cb != nil {
+		cb.OnStreamDeltaResponse(ds.id, resp.GetDeltaRequest(), response)
+	}
+	return response.GetNonce(), ds.str.Send(response)
+}
+
+// process sends resp and installs the state it carries as its type's.
+func (ds *deltaStream) process(resp cache.DeltaResponse) error {
+	typ := resp.GetDeltaRequest().GetTypeUrl()
+	nonce, err := ds.send(resp)
+	if err != nil {
+		return err
+	}
+	w := ds.watches[typ]
+	w.nonce = nonce
+	w.sub.returned = resp.GetNextVersionMap()
+	ds.watches[typ] = w
+	return nil
+}
+
+// processAll sends the responses queued, before a request is handled.
+func (ds *deltaStream) processAll() error {
+	for {
+		select {
+		case resp := <-ds.responses:
+			if err := ds.process(resp); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
+}
+
+// request handles one request: the responses queued first, then its
+// type's watch replaced by one for the request's subscription.
+func (ds *deltaStream) request(req *discovery.DeltaDiscoveryRequest) error {
+	s := ds.s
+	if err := ds.processAll(); err != nil {
+		return err
+	}
+	if s.callbacks != nil {
+		if err := s.callbacks.OnStreamDeltaRequest(ds.id, req); err != nil {
+			return err
+		}
+	}
+	// The node may come with the first request only.
+	if req.GetNode() != nil {
+		ds.node = req.GetNode()
+	} else {
+		req.Node = ds.node
+	}
+	if ds.defaultTypeURL == resource.AnyType {
+		if req.GetTypeUrl() == "" {
+			return status.Errorf(codes.InvalidArgument, "type URL is required for ADS")
+		}
+	} else if req.GetTypeUrl() == "" {
+		req.TypeUrl = ds.defaultTypeURL
+	}
+	typeURL := req.GetTypeUrl()
+
+	w, ok := ds.watches[typeURL]
+	if !ok {
+		// The type's first request: its initial versions are the
+		// state; an empty one is a (legacy) wildcard.
+		w.sub = newDeltaSub(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), req.GetInitialResourceVersions())
+	} else {
+		w.Cancel()
+		w.sub.update(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
+	}
+	var err error
+	w.cancel, err = s.cache.CreateDeltaWatch(req, w.sub, ds.responses)
+	// The cache took it: a place in the resume gate goes back
+	// (resumegate.go).
+	streamAcctOf(ds.str.Context()).leaveResume()
+	if err != nil {
+		return err
+	}
+	// The request stays with the watch (and its response) until the next
+	// one of its type, and its names were read: an Envoy's first request
+	// for 5,000 assignments holds 160 kB of them, and a fleet syncing at
+	// once holds one per Envoy until its first part is acknowledged.
+	req.ResourceNamesSubscribe, req.ResourceNamesUnsubscribe, req.InitialResourceVersions = nil, nil, nil
+	ds.watches[typeURL] = w
+	return nil
 }
 
 // DeltaStreamHandler serves one delta stream.

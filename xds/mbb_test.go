@@ -12,12 +12,12 @@ import (
 	"github.com/xdsbridge/xdsbridge/xds"
 )
 
-// mbRoutes decodes a sotw RDS response's one RouteConfiguration into, per
+// routeClusterNames decodes a sotw RDS response's one RouteConfiguration into, per
 // route of its virtual host, the clusters it names ("+" marks the route
 // that never matches).
-func mbRoutes(t *testing.T, r *discovery.DiscoveryResponse) []string {
+func routeClusterNames(t *testing.T, r *discovery.DiscoveryResponse) []string {
 	t.Helper()
-	if r.TypeUrl != mbRDS || len(r.Resources) != 1 {
+	if r.TypeUrl != rdsURL || len(r.Resources) != 1 {
 		t.Fatalf("want one RouteConfiguration; got type %s, %d resources", r.TypeUrl, len(r.Resources))
 	}
 	var rc route.RouteConfiguration
@@ -44,24 +44,24 @@ func mbRoutes(t *testing.T, r *discovery.DiscoveryResponse) []string {
 	return out
 }
 
-// mbGRPCGoSotw sets up a grpc-go-like sotw client (RDS, then CDS and EDS by
+// grpcGoSotwClient sets up a grpc-go-like sotw client (RDS, then CDS and EDS by
 // name) holding route r → A, cluster A and its assignment.
-func mbGRPCGoSotw(t *testing.T, h *harness) *sotwClient {
+func grpcGoSotwClient(t *testing.T, h *harness) *sotwClient {
 	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0)}},
 		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0)}},
-		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A")}})
+		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A")}})
 	c := h.sotw()
-	c.send(&discovery.DiscoveryRequest{TypeUrl: mbRDS, ResourceNames: []string{"r"}})
+	c.send(&discovery.DiscoveryRequest{TypeUrl: rdsURL, ResourceNames: []string{"r"}})
 	r := c.recv()
-	eq(t, "first routes: the real version", []string{"A"}, mbRoutes(t, r))
-	mbSotwAck(c, r, "r")
+	eq(t, "first routes: the real version", []string{"A"}, routeClusterNames(t, r))
+	sotwAck(c, r, "r")
 	c.send(&discovery.DiscoveryRequest{TypeUrl: cds, ResourceNames: []string{"A"}})
 	r = c.recv()
-	mbSotwAck(c, r, "A")
+	sotwAck(c, r, "A")
 	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"A"}})
 	r = c.recv()
-	mbSotwAck(c, r, "A")
-	h.waitWatches(1, cds, eds, mbRDS)
+	sotwAck(c, r, "A")
+	h.waitWatches(1, cds, eds, rdsURL)
 	return c
 }
 
@@ -74,30 +74,30 @@ func mbGRPCGoSotw(t *testing.T, h *harness) *sotwClient {
 func TestMakeBeforeBreakInterimRoute(t *testing.T) {
 	const settle = 200 * time.Millisecond
 	h := newHarness(t, true, xds.WithMakeBeforeBreak(true, settle))
-	c := mbGRPCGoSotw(t, h)
+	c := grpcGoSotwClient(t, h)
 
 	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("V", 0)}},
 		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("V", 0)}},
-		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A", "V")}})
+		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A", "V")}})
 	im := c.recv()
-	eq(t, "interim: the ACKed routes plus one to V", []string{"A", "+V"}, mbRoutes(t, im))
+	eq(t, "interim: the ACKed routes plus one to V", []string{"A", "+V"}, routeClusterNames(t, im))
 	c.none() // the real version waits for the interim's ACK
-	mbSotwAck(c, im, "r")
+	sotwAck(c, im, "r")
 	c.none() // and for the client to ask for V
 	// As grpc-go: the interim names V, so it asks for V's cluster, then
 	// for its assignment.
 	c.send(&discovery.DiscoveryRequest{TypeUrl: cds, ResourceNames: []string{"A", "V"}})
 	r := c.recv()
 	eq(t, "V's cluster", []string{"A", "V"}, sotwNames(t, r))
-	mbSotwAck(c, r, "A", "V")
+	sotwAck(c, r, "A", "V")
 	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"A", "V"}})
 	r = c.recv()
 	eq(t, "V's assignment", []string{"V"}, sotwNames(t, r))
 	sentEDS := time.Now()
-	mbSotwAck(c, r, "A", "V")
+	sotwAck(c, r, "A", "V")
 	real := c.recv()
 	d := time.Since(sentEDS)
-	eq(t, "then the real version", []string{"A,V"}, mbRoutes(t, real))
+	eq(t, "then the real version", []string{"A,V"}, routeClusterNames(t, real))
 	t.Logf("real version %v after V's assignment", d)
 	if d < settle-20*time.Millisecond {
 		t.Fatalf("real version %v after V's assignment; want the settle time %v", d, settle)
@@ -105,23 +105,23 @@ func TestMakeBeforeBreakInterimRoute(t *testing.T) {
 	if real.VersionInfo == im.VersionInfo {
 		t.Fatalf("interim and real versions share version_info %q", im.VersionInfo)
 	}
-	mbSotwAck(c, real, "r")
+	sotwAck(c, real, "r")
 
 	// The interim NACKed: the real version follows.
 	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("W", 0)}},
 		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("W", 0)}},
-		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A", "W")}})
+		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A", "W")}})
 	im = c.recv()
-	eq(t, "interim to W", []string{"A,V", "+W"}, mbRoutes(t, im))
-	c.send(&discovery.DiscoveryRequest{TypeUrl: mbRDS, VersionInfo: real.VersionInfo, ResponseNonce: im.Nonce,
+	eq(t, "interim to W", []string{"A,V", "+W"}, routeClusterNames(t, im))
+	c.send(&discovery.DiscoveryRequest{TypeUrl: rdsURL, VersionInfo: real.VersionInfo, ResponseNonce: im.Nonce,
 		ResourceNames: []string{"r"}, ErrorDetail: &statuspb.Status{Message: "refused for the test"}})
 	real = c.recv()
-	eq(t, "real version after the NACK", []string{"A,W"}, mbRoutes(t, real))
-	mbSotwAck(c, real, "r")
+	eq(t, "real version after the NACK", []string{"A,W"}, routeClusterNames(t, real))
+	sotwAck(c, real, "r")
 
 	// Fewer clusters: no interim.
-	h.apply(xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("W")}})
-	eq(t, "a change adding no cluster", []string{"W"}, mbRoutes(t, c.recv()))
+	h.apply(xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("W")}})
+	eq(t, "a change adding no cluster", []string{"W"}, routeClusterNames(t, c.recv()))
 	c.none()
 	st := h.cache.Stats()
 	t.Logf("interims %d, route holds %d, timeouts %d", st.Interims, st.RouteHolds, st.RouteHoldTimeouts)
@@ -133,21 +133,21 @@ func TestMakeBeforeBreakInterimRoute(t *testing.T) {
 // interim routes, then (on their ACK) the real ones.
 func TestMakeBeforeBreakAfterAssignments(t *testing.T) {
 	h := newHarness(t, true)
-	c := mbEnvoySotw(t, h)
+	c := envoySotwClient(t, h)
 	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("V", 0)}},
 		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("V", 0)}},
-		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A", "V")}})
+		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A", "V")}})
 	r := c.recv()
 	eq(t, "clusters", cds, r.TypeUrl)
-	mbSotwAck(c, r)
+	sotwAck(c, r)
 	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"A", "V"}})
 	r = c.recv()
 	eq(t, "V's assignment", []string{"V"}, sotwNames(t, r))
-	mbSotwAck(c, r, "A", "V")
+	sotwAck(c, r, "A", "V")
 	r = c.recv()
-	eq(t, "interim", []string{"A", "+V"}, mbRoutes(t, r))
-	mbSotwAck(c, r, "r")
-	eq(t, "real", []string{"A,V"}, mbRoutes(t, c.recv()))
+	eq(t, "interim", []string{"A", "+V"}, routeClusterNames(t, r))
+	sotwAck(c, r, "r")
+	eq(t, "real", []string{"A,V"}, routeClusterNames(t, c.recv()))
 	if st := h.cache.Stats(); st.RouteHoldTimeouts != 0 {
 		t.Fatalf("%d route hold timeouts; want none", st.RouteHoldTimeouts)
 	}
@@ -160,33 +160,33 @@ func TestMakeBeforeBreakKeepsRoutedCluster(t *testing.T) {
 	h := newHarness(t, true)
 	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0), rcl("V", 0)}},
 		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0), rla("V", 0)}},
-		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("V")}})
+		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("V")}})
 	c := h.sotw()
-	c.send(&discovery.DiscoveryRequest{TypeUrl: mbRDS, ResourceNames: []string{"r"}})
+	c.send(&discovery.DiscoveryRequest{TypeUrl: rdsURL, ResourceNames: []string{"r"}})
 	r := c.recv()
-	eq(t, "routes", []string{"V"}, mbRoutes(t, r))
-	mbSotwAck(c, r, "r")
+	eq(t, "routes", []string{"V"}, routeClusterNames(t, r))
+	sotwAck(c, r, "r")
 	c.send(&discovery.DiscoveryRequest{TypeUrl: cds, ResourceNames: []string{"A", "V"}})
 	r = c.recv()
 	eq(t, "cds", []string{"A", "V"}, sotwNames(t, r))
-	mbSotwAck(c, r, "A", "V")
+	sotwAck(c, r, "A", "V")
 	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"A", "V"}})
 	r = c.recv()
-	mbSotwAck(c, r, "A", "V")
-	h.waitWatches(1, cds, eds, mbRDS)
+	sotwAck(c, r, "A", "V")
+	h.waitWatches(1, cds, eds, rdsURL)
 
 	// As PublishServices orders it: routes first, then the deletions.
-	h.apply(xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A")}},
+	h.apply(xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A")}},
 		xds.Change{TypeURL: eds, Deletes: []string{"V"}},
 		xds.Change{TypeURL: cds, Deletes: []string{"V"}})
 	im := c.recv()
-	eq(t, "interim: V's route plus one to A", []string{"V", "+A"}, mbRoutes(t, im))
+	eq(t, "interim: V's route plus one to A", []string{"V", "+A"}, routeClusterNames(t, im))
 	c.none() // V stays: the client holds routes naming it
-	mbSotwAck(c, im, "r")
+	sotwAck(c, im, "r")
 	real := c.recv()
-	eq(t, "the real routes (A is held already)", []string{"A"}, mbRoutes(t, real))
+	eq(t, "the real routes (A is held already)", []string{"A"}, routeClusterNames(t, real))
 	c.none()
-	mbSotwAck(c, real, "r")
+	sotwAck(c, real, "r")
 	r = c.recv()
 	eq(t, "then V goes", []string{"A"}, sotwNames(t, r))
 	eq(t, "in a CDS response", cds, r.TypeUrl)

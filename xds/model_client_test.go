@@ -94,7 +94,7 @@ func (in *interest) sotwList() []string {
 	if in.legacy && in.wild {
 		return nil
 	}
-	l := sortedKeys(in.names)
+	l := slices.Sorted(maps.Keys(in.names))
 	if in.wild {
 		l = append([]string{"*"}, l...)
 	}
@@ -102,7 +102,7 @@ func (in *interest) sotwList() []string {
 }
 
 func (in *interest) String() string {
-	s := strings.Join(sortedKeys(in.names), " ")
+	s := strings.Join(slices.Sorted(maps.Keys(in.names)), " ")
 	switch {
 	case in.legacy && in.wild:
 		return "*(legacy)"
@@ -345,7 +345,7 @@ func (r *mrun) firstRequest(c *mclient, ts *tstate, legacy bool) *violation {
 	ts.onStream, ts.nonce, ts.version, ts.first = true, "", "", true
 	clear(ts.answers) // of the stream before
 	if c.delta {
-		subs := sortedKeys(ts.in.names)
+		subs := slices.Sorted(maps.Keys(ts.in.names))
 		if ts.in.wild && !(legacy && len(subs) == 0) {
 			subs = append([]string{"*"}, subs...)
 		}
@@ -895,7 +895,7 @@ func (r *mrun) checkHeld(c *mclient) *violation {
 			return r.fail("poison-not-offered"+ts.context(), c, ts, "current poison versions %v never sent to the client", unoffered)
 		}
 		if len(ts.owed) > 0 {
-			return r.fail("not-resent", c, ts, "re-subscribed %v not sent again", sortedKeys(ts.owed))
+			return r.fail("not-resent", c, ts, "re-subscribed %v not sent again", slices.Sorted(maps.Keys(ts.owed)))
 		}
 		// As of a name that does not exist: a wildcard subscription's
 		// full check looks at the resources there are, not at the names
@@ -918,7 +918,7 @@ func (r *mrun) checkHeld(c *mclient) *violation {
 
 func fmtHeld(m map[string]heldRes) string {
 	var l []string
-	for _, n := range sortedKeys(m) {
+	for _, n := range slices.Sorted(maps.Keys(m)) {
 		l = append(l, n+"@"+short(m[n].version))
 	}
 	return "[" + strings.Join(l, " ") + "]"
@@ -926,17 +926,8 @@ func fmtHeld(m map[string]heldRes) string {
 
 func fmtVersions(m map[string]string) string {
 	var l []string
-	for _, n := range sortedKeys(m) {
+	for _, n := range slices.Sorted(maps.Keys(m)) {
 		l = append(l, n+"@"+short(m[n]))
 	}
 	return "{" + strings.Join(l, " ") + "}"
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	l := make([]string, 0, len(m))
-	for k := range m {
-		l = append(l, k)
-	}
-	sort.Strings(l)
-	return l
 }

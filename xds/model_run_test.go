@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"sync"
@@ -275,7 +276,7 @@ func (r *mrun) publish(ops []op) *violation {
 
 func fmtServed(m map[string]*mver) []string {
 	var l []string
-	for _, n := range sortedKeys(m) {
+	for _, n := range slices.Sorted(maps.Keys(m)) {
 		l = append(l, m[n].String())
 	}
 	return l

@@ -42,6 +42,7 @@ package xds_test
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -238,7 +239,7 @@ func (g *gen) pick(k int) []string {
 	for len(set) < k {
 		set[g.name()] = true
 	}
-	return sortedKeys(set)
+	return slices.Sorted(maps.Keys(set))
 }
 
 func (g *gen) client() clientSpec {
@@ -322,7 +323,7 @@ func (g *gen) step() mstep {
 	case x < 29:
 		names := g.pick(1 + g.rng.IntN(2))
 		if len(subs) > 0 && g.rng.IntN(10) < 7 {
-			keys := sortedKeys(subs)
+			keys := slices.Sorted(maps.Keys(subs))
 			names = []string{keys[g.rng.IntN(len(keys))]}
 		}
 		for _, n := range names {
@@ -611,7 +612,7 @@ func TestModel(t *testing.T) {
 	if cfg.one {
 		logLines = 0
 	}
-	names := sortedKeys(kinds)
+	names := slices.Sorted(maps.Keys(kinds))
 	sort.SliceStable(names, func(i, j int) bool { return kinds[names[i]].first.h.seed < kinds[names[j]].first.h.seed })
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d distinct violations:\n", len(names))

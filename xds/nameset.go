@@ -97,41 +97,8 @@ func (s *sharedSet[K]) len() int { return len(s.m) }
 // subscriptions): s itself if that changes nothing, else a shared equal
 // set if one is alive, else a new one.
 func (s *sharedSet[K]) derive(add, remove []K) *sharedSet[K] {
-	hash := s.tab.hash
-	var rem map[K]struct{}
-	for _, n := range remove {
-		if rem == nil {
-			rem = make(map[K]struct{}, len(remove))
-		}
-		rem[n] = struct{}{}
-	}
-	var k deriveKey
-	var added, removed []K
-	var addSet map[K]struct{}
-	for _, n := range add {
-		if _, ok := s.m[n]; ok {
-			continue
-		}
-		if _, ok := rem[n]; ok {
-			continue
-		}
-		if addSet == nil {
-			addSet = make(map[K]struct{}, len(add))
-		}
-		if _, dup := addSet[n]; dup {
-			continue
-		}
-		addSet[n] = struct{}{}
-		added = append(added, n)
-		k.addHash += hash(n)
-	}
-	for n := range rem {
-		if _, ok := s.m[n]; ok {
-			removed = append(removed, n)
-			k.remHash += hash(n)
-		}
-	}
-	k.adds, k.rems = len(added), len(removed)
+	d := s.diff(add, remove)
+	k := d.key
 	if k.adds+k.rems == 0 {
 		return s
 	}
@@ -149,59 +116,117 @@ func (s *sharedSet[K]) derive(add, remove []K) *sharedSet[K] {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if wp, ok := s.memo[k]; ok {
-		if c := wp.Value(); c != nil && len(c.m) == size && holdsAll(c, added) && holdsNone(c, removed) {
+		if c := wp.Value(); c != nil && len(c.m) == size && holdsAll(c, d.added) && holdsNone(c, d.removed) {
 			return c
 		}
 	}
-
 	h := s.h + k.addHash - k.remHash
 	key := setKey{h, size}
-	// Another path to the same set: checked name by name.
+	c := s.equalSet(key, d)
+	if c == nil {
+		c = s.build(key, d)
+	}
+	s.remember(k, c)
+	return c
+}
+
+// setDiff is what a derivation changes in a set: the names added (none
+// already in it; also as a set) and removed (all in it), the names asked
+// to be removed, and the derivation's key.
+type setDiff[K comparable] struct {
+	key            deriveKey
+	added, removed []K
+	addSet, rem    map[K]struct{}
+}
+
+// diff returns what s ∪ add − remove changes in s.
+func (s *sharedSet[K]) diff(add, remove []K) setDiff[K] {
+	hash := s.tab.hash
+	var d setDiff[K]
+	for _, n := range remove {
+		if d.rem == nil {
+			d.rem = make(map[K]struct{}, len(remove))
+		}
+		d.rem[n] = struct{}{}
+	}
+	for _, n := range add {
+		if _, ok := s.m[n]; ok {
+			continue
+		}
+		if _, ok := d.rem[n]; ok {
+			continue
+		}
+		if d.addSet == nil {
+			d.addSet = make(map[K]struct{}, len(add))
+		}
+		if _, dup := d.addSet[n]; dup {
+			continue
+		}
+		d.addSet[n] = struct{}{}
+		d.added = append(d.added, n)
+		d.key.addHash += hash(n)
+	}
+	for n := range d.rem {
+		if _, ok := s.m[n]; ok {
+			d.removed = append(d.removed, n)
+			d.key.remHash += hash(n)
+		}
+	}
+	d.key.adds, d.key.rems = len(d.added), len(d.removed)
+	return d
+}
+
+// equalSet returns a live set of the table equal to s changed by d, found
+// by another path (checked name by name); nil if there is none.
+func (s *sharedSet[K]) equalSet(key setKey, d setDiff[K]) *sharedSet[K] {
 	tab := s.tab
 	tab.mu.Lock()
 	cands := tab.m[key]
 	tab.mu.Unlock()
 	for _, wp := range cands {
 		c := wp.Value()
-		if c == nil || len(c.m) != size {
+		if c == nil || len(c.m) != key.n {
 			continue
 		}
 		same := true
 		for n := range c.m {
-			_, isAdded := addSet[n]
-			_, isRemoved := rem[n]
+			_, isAdded := d.addSet[n]
+			_, isRemoved := d.rem[n]
 			if !isAdded && (isRemoved || !s.has(n)) {
 				same = false
 				break
 			}
 		}
 		if same {
-			s.remember(k, c)
 			return c
 		}
 	}
+	return nil
+}
 
+// build makes the set s changed by d, and enters it in the table.
+func (s *sharedSet[K]) build(key setKey, d setDiff[K]) *sharedSet[K] {
 	var m map[K]struct{}
-	if k.rems == 0 {
+	if d.key.rems == 0 {
 		m = maps.Clone(s.m)
 	} else {
-		m = make(map[K]struct{}, size)
+		m = make(map[K]struct{}, key.n)
 		for n := range s.m {
-			if _, ok := rem[n]; !ok {
+			if _, ok := d.rem[n]; !ok {
 				m[n] = struct{}{}
 			}
 		}
 	}
-	for _, n := range added {
+	for _, n := range d.added {
 		m[n] = struct{}{}
 	}
+	tab := s.tab
 	tab.built.Add(int64(len(m)))
-	c := &sharedSet[K]{m: m, h: h, tab: tab}
+	c := &sharedSet[K]{m: m, h: key.h, tab: tab}
 	tab.mu.Lock()
 	tab.m[key] = append(tab.m[key], weak.Make(c))
 	tab.mu.Unlock()
 	runtime.AddCleanup(c, tab.forget, key)
-	s.remember(k, c)
 	return c
 }
 

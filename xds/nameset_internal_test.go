@@ -15,7 +15,7 @@ import (
 // delta server used: random requests (names subscribed, unsubscribed,
 // "*", repeated, initial versions, states installed between requests)
 // leave the same subscribed names, wildcard and returned-resources map.
-func TestMMDeltaSubMatchesGoControlPlane(t *testing.T) {
+func TestDeltaSubMatchesGoControlPlane(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	names := func(max int) []string {
 		var out []string
@@ -68,7 +68,7 @@ func TestMMDeltaSubMatchesGoControlPlane(t *testing.T) {
 // Equal sets are one set however they were reached; a derivation that
 // changes nothing returns the set itself; sets nothing holds are
 // collected and leave the table.
-func TestMMNameSetsShared(t *testing.T) {
+func TestNameSetsShared(t *testing.T) {
 	all := make([]string, 500)
 	for i := range all {
 		all[i] = fmt.Sprintf("mm-cluster-%03d", i)
@@ -113,7 +113,7 @@ func TestMMNameSetsShared(t *testing.T) {
 
 // Streams deriving the same set at once (a fleet reconnecting) share one
 // set: the first builds it, the others wait and take it.
-func TestMMNameSetsSharedWhenConcurrent(t *testing.T) {
+func TestNameSetsSharedWhenConcurrent(t *testing.T) {
 	// More Ps than this machine's 2 cores, so that the derivations
 	// overlap (with 2 they rarely do, and the test would not fail
 	// without the lock that makes one wait for the other).

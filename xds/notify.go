@@ -36,6 +36,40 @@ func (c *Cache) notifySubs() {
 	}
 }
 
+// nameList is a list of resource names read by index.
+type nameList interface {
+	Len() int
+	At(i int) string
+}
+
+// read calls fn, under the cache's lock, for each resource of typeURL that
+// names lists (each resource of the type if wild), so that what fn sees
+// is one instant's content; and returns the channel the next commit
+// closes, for a reader that waits for a change to what it read. fn must
+// not call the cache. A type not served has no resources.
+func (c *Cache) read(typeURL string, names nameList, wild bool, fn func(*entry)) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.commitWake == nil {
+		c.commitWake = make(chan struct{})
+	}
+	ts := c.types[typeURL]
+	switch {
+	case ts == nil:
+	case wild:
+		for _, e := range ts.resources {
+			fn(e)
+		}
+	default:
+		for i := range names.Len() {
+			if e, ok := ts.resources[names.At(i)]; ok {
+				fn(e)
+			}
+		}
+	}
+	return c.commitWake
+}
+
 // Snapshot returns the resources of each type URL given (sorted by name,
 // as List) read at one instant: no Apply falls between the types, so a
 // cluster and its assignment are seen together. A type not served has an

@@ -16,9 +16,9 @@ import (
 // should send a response with the resource's name in removed_resources"),
 // or the request waits out Envoy's odcds timeout.
 
-// TestOdDeltaNamedClustersOnDemand follows an Envoy with on-demand CDS
+// TestOnDemandDeltaNamedClusters follows an Envoy with on-demand CDS
 // only: named subscriptions, one at a time, as requests need them.
-func TestOdDeltaNamedClustersOnDemand(t *testing.T) {
+func TestOnDemandDeltaNamedClusters(t *testing.T) {
 	h := newHarness(t, true)
 	all, _ := services(20)
 	h.publish(all)
@@ -96,10 +96,10 @@ func TestOdDeltaNamedClustersOnDemand(t *testing.T) {
 	c.none()
 }
 
-// TestOdDeltaUnknownFirstName: a stream whose first CDS request names only
+// TestOnDemandDeltaUnknownFirstName: a stream whose first CDS request names only
 // clusters the server does not have is answered at once, each name
 // removed; so is a mix of known and unknown names.
-func TestOdDeltaUnknownFirstName(t *testing.T) {
+func TestOnDemandDeltaUnknownFirstName(t *testing.T) {
 	h := newHarness(t, true)
 	h.publish([]translate.Resources{svc("a", 1001)})
 	c := h.delta("odcds")
@@ -117,12 +117,12 @@ func TestOdDeltaUnknownFirstName(t *testing.T) {
 	eq(t, "unknown removed", []string{"y", "z"}, r.RemovedResources)
 }
 
-// TestOdDeltaNamedAlongsideWildcard: an Envoy with wildcard CDS and the
+// TestOnDemandDeltaNamedAlongsideWildcard: an Envoy with wildcard CDS and the
 // on-demand filter on the same ADS stream subscribes names on top of its
 // wildcard: a known one it holds already is sent again (the protocol's
 // answer to a subscription), an unknown one is removed at once. The
 // explicit "*" form of the wildcard behaves alike.
-func TestOdDeltaNamedAlongsideWildcard(t *testing.T) {
+func TestOnDemandDeltaNamedAlongsideWildcard(t *testing.T) {
 	for _, first := range [][]string{nil, {"*"}} {
 		h := newHarness(t, true)
 		h.publish([]translate.Resources{svc("a", 1001), svc("b", 1002)})
@@ -153,9 +153,9 @@ func TestOdDeltaNamedAlongsideWildcard(t *testing.T) {
 	}
 }
 
-// TestOdDeltaNamedBeforeReady: named subscriptions that arrive before the
+// TestOnDemandDeltaNamedBeforeReady: named subscriptions that arrive before the
 // cache is ready are answered when it is, the unknown ones as removed.
-func TestOdDeltaNamedBeforeReady(t *testing.T) {
+func TestOnDemandDeltaNamedBeforeReady(t *testing.T) {
 	h := newHarness(t, false)
 	h.publish([]translate.Resources{svc("a", 1001)})
 	c := h.delta("odcds")

@@ -216,15 +216,13 @@ func (c *Cache) wakeEDS(st *streamState) {
 	c.wakeRDS(st)
 }
 
-// holder returns what w's response must hold back: the assignments whose
-// cluster its stream has not been sent; nil when nothing is held back.
-func (c *Cache) holder(w *watch) func(*entry) bool {
-	if w.ts.url == RouteType {
-		return c.routeHolder(w)
-	}
+// clusterHolder returns what an EDS watch w's response must hold back:
+// the assignments whose cluster its stream has not been sent; nil when
+// nothing is held back.
+func (c *Cache) clusterHolder(w *watch) func(*entry) bool {
 	st := w.stream
 	clusters := c.types[ClusterType]
-	if st == nil || (st.cds == nil && st.pendingCDS == nil) || w.ts.url != EndpointType || clusters == nil {
+	if st == nil || (st.cds == nil && st.pendingCDS == nil) || clusters == nil {
 		return nil
 	}
 	return func(e *entry) bool {

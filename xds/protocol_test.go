@@ -559,7 +559,7 @@ func TestDeltaLargeResponseSplit(t *testing.T) {
 			t.Fatalf("part %d carries %d resources, bound is 3", parts, len(r.Resources))
 		}
 		if parts == 1 && len(r.Resources) != 3 {
-			t.Fatalf("the first part carries %d resources, want 3 (RV5)", len(r.Resources))
+			t.Fatalf("the first part carries %d resources, want 3", len(r.Resources))
 		}
 		for n, v := range versions(r) {
 			if sent[n+"@"+v] {

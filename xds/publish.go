@@ -20,27 +20,46 @@ import (
 func (c *Cache) PublishServices(changed []translate.Resources, removed []string) error {
 	c.pubMu.Lock()
 	defer c.pubMu.Unlock()
-	var clusters, loads, listeners, routes []Resource
+	p := c.publication(changed, removed)
+	err := c.Apply(publishSteps(
+		map[string][]Resource{ClusterType: p.clusters, EndpointType: p.loads, ListenerType: p.listeners, RouteType: p.routes},
+		map[string][]string{RouteType: removed, ListenerType: removed, EndpointType: p.clusterDeletes, ClusterType: p.clusterDeletes},
+	)...)
+	c.published(p, removed, err)
+	return err
+}
+
+// publication is what one PublishServices call upserts and removes.
+type publication struct {
+	clusters, loads, listeners, routes []Resource
+	clusterDeletes                     []string            // clusters and assignments
+	next                               map[string][]string // service → its subsets' names, once applied
+	changedServices                    map[string]bool
+}
+
+// publication sorts the resources of the changed services by type, and
+// finds the clusters to remove: the removed services' and the subsets
+// that are gone. c.pubMu is held.
+func (c *Cache) publication(changed []translate.Resources, removed []string) *publication {
+	p := &publication{next: map[string][]string{}, changedServices: map[string]bool{}}
 	var subClusters, subLoads []Resource
 	var goneSubsets []string
-	next := map[string][]string{} // service → its subsets' names, once applied
-	changedServices := map[string]bool{}
 	for _, r := range changed {
 		if r.Listener != nil {
-			listeners = append(listeners, Resource{Name: r.Listener.GetName(), Msg: r.Listener})
+			p.listeners = append(p.listeners, Resource{Name: r.Listener.GetName(), Msg: r.Listener})
 		}
 		if r.Route != nil {
-			routes = append(routes, Resource{Name: r.Route.GetName(), Msg: r.Route})
+			p.routes = append(p.routes, Resource{Name: r.Route.GetName(), Msg: r.Route})
 		}
 		service := ""
 		if r.Cluster != nil {
 			service = r.Cluster.GetName()
-			changedServices[service] = true
-			clusters = append(clusters, Resource{Name: service, Msg: r.Cluster})
+			p.changedServices[service] = true
+			p.clusters = append(p.clusters, Resource{Name: service, Msg: r.Cluster})
 		}
 		if r.Load != nil {
 			service = r.Load.GetClusterName()
-			loads = append(loads, Resource{
+			p.loads = append(p.loads, Resource{
 				Name:      r.Load.GetClusterName(),
 				Msg:       r.Load,
 				DependsOn: &Dep{TypeURL: ClusterType, Name: r.Load.GetClusterName()},
@@ -56,9 +75,9 @@ func (c *Cache) PublishServices(changed []translate.Resources, removed []string)
 		if service == "" {
 			continue
 		}
-		next[service] = names
+		p.next[service] = names
 		for _, old := range c.subsets[service] {
-			if !contains(names, old) {
+			if !slices.Contains(names, old) {
 				goneSubsets = append(goneSubsets, old)
 			}
 		}
@@ -70,50 +89,32 @@ func (c *Cache) PublishServices(changed []translate.Resources, removed []string)
 	// takes a service's cluster, nor is a service's cluster deleted as a
 	// subset gone.
 	isService := func(n string) bool {
-		if changedServices[n] {
+		if p.changedServices[n] {
 			return true
 		}
 		return c.services[n] && !slices.Contains(removed, n)
 	}
-	for _, r := range subClusters {
-		if !isService(r.Name) {
-			clusters = append(clusters, r)
-		}
-	}
-	for _, r := range subLoads {
-		if !isService(r.Name) {
-			loads = append(loads, r)
-		}
-	}
-	gone := goneSubsets[:0]
-	for _, n := range goneSubsets {
-		if !isService(n) {
-			gone = append(gone, n)
-		}
-	}
-	goneSubsets = gone
+	notService := func(r Resource) bool { return isService(r.Name) }
+	p.clusters = append(p.clusters, slices.DeleteFunc(subClusters, notService)...)
+	p.loads = append(p.loads, slices.DeleteFunc(subLoads, notService)...)
+	goneSubsets = slices.DeleteFunc(goneSubsets, isService)
 	// A name deleted and upserted in one call (a removed service whose
 	// name another service's subset takes) is upserted, not deleted.
-	upserted := make(map[string]bool, len(clusters))
-	for _, r := range clusters {
+	upserted := make(map[string]bool, len(p.clusters))
+	for _, r := range p.clusters {
 		upserted[r.Name] = true
 	}
-	var clusterDeletes []string
-	for _, n := range append(append([]string(nil), removed...), goneSubsets...) {
+	for _, n := range append(slices.Clone(removed), goneSubsets...) {
 		if !upserted[n] {
-			clusterDeletes = append(clusterDeletes, n)
+			p.clusterDeletes = append(p.clusterDeletes, n)
 		}
 	}
-	err := c.Apply(
-		Change{TypeURL: ClusterType, Upserts: clusters},
-		Change{TypeURL: EndpointType, Upserts: loads},
-		Change{TypeURL: ListenerType, Upserts: listeners},
-		Change{TypeURL: RouteType, Upserts: routes},
-		Change{TypeURL: RouteType, Deletes: removed},
-		Change{TypeURL: ListenerType, Deletes: removed},
-		Change{TypeURL: EndpointType, Deletes: clusterDeletes},
-		Change{TypeURL: ClusterType, Deletes: clusterDeletes},
-	)
+	return p
+}
+
+// published remembers the services and subsets a publication left
+// published. c.pubMu is held.
+func (c *Cache) published(p *publication, removed []string, err error) {
 	if c.subsets == nil {
 		c.subsets = map[string][]string{}
 		c.services = map[string]bool{}
@@ -122,26 +123,22 @@ func (c *Cache) PublishServices(changed []translate.Resources, removed []string)
 		// Apply keeps the changes before the one that failed: remember
 		// every subset that may now be published, so none is left
 		// behind when the next call leaves it out.
-		for svc, names := range next {
+		for svc, names := range p.next {
 			for _, n := range names {
 				if !slices.Contains(c.subsets[svc], n) {
 					c.subsets[svc] = append(c.subsets[svc], n)
 				}
 			}
 		}
-		return err
+		return
 	}
-	if c.subsets == nil {
-		c.subsets = map[string][]string{}
-		c.services = map[string]bool{}
-	}
-	for n := range changedServices {
+	for n := range p.changedServices {
 		c.services[n] = true
 	}
 	for _, n := range removed {
 		delete(c.services, n)
 	}
-	for svc, names := range next {
+	for svc, names := range p.next {
 		if len(names) == 0 {
 			delete(c.subsets, svc)
 		} else {
@@ -151,14 +148,4 @@ func (c *Cache) PublishServices(changed []translate.Resources, removed []string)
 	for _, svc := range removed {
 		delete(c.subsets, svc)
 	}
-	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }

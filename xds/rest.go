@@ -13,13 +13,11 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -143,9 +141,10 @@ var restPaths = map[string]string{
 // REST serves the cache's resources as REST-JSON polling. Create it with
 // NewREST; it is an http.Handler, and Serve runs it on a listener.
 type REST struct {
-	s    *Server
-	opts RESTOptions
-	log  *slog.Logger
+	s     *Server
+	store restStore
+	opts  RESTOptions
+	log   *slog.Logger
 
 	edsSource *core.ConfigSource // nil: clusters as they are
 	edsHash   uint64             // folded into CDS versions
@@ -179,7 +178,7 @@ type restRewrittenCluster struct {
 // NewREST returns the REST handler serving s's cache; NACKs count in s.
 func NewREST(s *Server, opts RESTOptions) *REST {
 	opts = opts.WithDefaults()
-	r := &REST{s: s, opts: opts, log: s.log, nacked: map[string]string{}, clusters: map[string]restRewrittenCluster{},
+	r := &REST{s: s, store: s.cache, opts: opts, log: s.log, nacked: map[string]string{}, clusters: map[string]restRewrittenCluster{},
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "xdsbridge_xds_rest_held_polls", Help: "REST xDS polls held (up to date, waiting for a change or xds.rest.max_wait).",
 		}),
@@ -270,45 +269,11 @@ func (r *REST) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		fail(http.StatusNotFound, "xdsbridge: %q is not served: want POST /v3/discovery:clusters, /v3/discovery:endpoints, /v3/discovery:listeners or /v3/discovery:routes", trimForError(req.URL.Path))
 		return
 	}
-	if r.opts.VerifyClient != nil {
-		var chain []*x509.Certificate
-		if req.TLS != nil {
-			chain = req.TLS.PeerCertificates
-		}
-		if err := r.opts.VerifyClient(chain); err != nil {
-			w.Header().Set("Connection", "close")
-			fail(http.StatusForbidden, "xdsbridge: the client certificate does not verify against the current client CA pool: %v", err)
-			return
-		}
-	}
-	if req.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		fail(http.StatusMethodNotAllowed, "xdsbridge: %s: want POST with a JSON DiscoveryRequest", req.Method)
+	dr, ok := r.decode(w, req, typeURL, fail)
+	if !ok {
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.opts.MaxBodyBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			r.refusals.WithLabelValues("max_body_bytes").Inc()
-			fail(http.StatusRequestEntityTooLarge, "xdsbridge: xds.rest.max_body_bytes (%d) reached: the request body is larger", r.opts.MaxBodyBytes)
-			return
-		}
-		fail(http.StatusBadRequest, "xdsbridge: reading the request: %v", err)
-		return
-	}
-	var dr discovery.DiscoveryRequest
-	// Unknown fields are ignored: a newer client's node carries fields
-	// these protos may not know.
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(body, &dr); err != nil {
-		fail(http.StatusBadRequest, "xdsbridge: the body is not a JSON DiscoveryRequest: %v", err)
-		return
-	}
-	if t := dr.GetTypeUrl(); t != "" && t != typeURL {
-		fail(http.StatusBadRequest, "xdsbridge: type_url %q does not match the path %s (%s)", trimForError(t), req.URL.Path, typeURL)
-		return
-	}
-	if !r.s.cache.Ready() {
+	if !r.store.Ready() {
 		w.Header().Set("Retry-After", "1")
 		fail(http.StatusServiceUnavailable, "xdsbridge: not ready (no complete first state yet)")
 		return
@@ -324,7 +289,7 @@ func (r *REST) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			v, _, _ := r.state(typeURL, names, wild, false)
 			rejected = v
 		}
-		r.nack(&dr, typeURL, rejected)
+		r.nack(dr, typeURL, rejected)
 	}
 	// From here on dr is not used: a held poll keeps its packed names,
 	// not the decoded request.
@@ -342,6 +307,56 @@ func (r *REST) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	defer r.release(names)
+	r.wait(w, req, typeURL, names, wild, upToDate, changed)
+}
+
+// decode checks a request's client certificate and method and decodes its
+// body; on an error it answers (fail) and returns false.
+func (r *REST) decode(w http.ResponseWriter, req *http.Request, typeURL string, fail func(code int, format string, args ...any)) (*discovery.DiscoveryRequest, bool) {
+	if r.opts.VerifyClient != nil {
+		var chain []*x509.Certificate
+		if req.TLS != nil {
+			chain = req.TLS.PeerCertificates
+		}
+		if err := r.opts.VerifyClient(chain); err != nil {
+			w.Header().Set("Connection", "close")
+			fail(http.StatusForbidden, "xdsbridge: the client certificate does not verify against the current client CA pool: %v", err)
+			return nil, false
+		}
+	}
+	if req.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		fail(http.StatusMethodNotAllowed, "xdsbridge: %s: want POST with a JSON DiscoveryRequest", req.Method)
+		return nil, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.opts.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			r.refusals.WithLabelValues("max_body_bytes").Inc()
+			fail(http.StatusRequestEntityTooLarge, "xdsbridge: xds.rest.max_body_bytes (%d) reached: the request body is larger", r.opts.MaxBodyBytes)
+			return nil, false
+		}
+		fail(http.StatusBadRequest, "xdsbridge: reading the request: %v", err)
+		return nil, false
+	}
+	dr := &discovery.DiscoveryRequest{}
+	// Unknown fields are ignored: a newer client's node carries fields
+	// these protos may not know.
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(body, dr); err != nil {
+		fail(http.StatusBadRequest, "xdsbridge: the body is not a JSON DiscoveryRequest: %v", err)
+		return nil, false
+	}
+	if t := dr.GetTypeUrl(); t != "" && t != typeURL {
+		fail(http.StatusBadRequest, "xdsbridge: type_url %q does not match the path %s (%s)", trimForError(t), req.URL.Path, typeURL)
+		return nil, false
+	}
+	return dr, true
+}
+
+// wait holds an up-to-date poll until what it asks for changes (answered
+// 200), MaxWait passes or the client goes (304).
+func (r *REST) wait(w http.ResponseWriter, req *http.Request, typeURL string, names restNames, wild bool, upToDate func(string) bool, changed <-chan struct{}) {
 	timer := time.NewTimer(r.opts.MaxWait)
 	defer timer.Stop()
 	for {
@@ -360,10 +375,12 @@ func (r *REST) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 		// Every commit wakes every held poll: the version alone first
 		// (no copy of 5,000 clusters for a change to one assignment).
+		var v string
 		if v, _, changed = r.state(typeURL, names, wild, false); upToDate(v) {
 			continue
 		}
-		v, items, changed = r.state(typeURL, names, wild, true)
+		v, items, ch := r.state(typeURL, names, wild, true)
+		changed = ch
 		if !upToDate(v) {
 			r.answer(w, typeURL, v, items, wild)
 			return
@@ -454,184 +471,4 @@ func (n restNames) At(i int) string {
 		start = n.ends[i-1]
 	}
 	return n.all[start:n.ends[i]]
-}
-
-type restItem struct {
-	name    string
-	version string
-	any     *anypb.Any
-	msg     proto.Message
-}
-
-// state returns the version of what the request asks for, and the channel
-// closed on the cache's next change; with items, the resources too.
-func (r *REST) state(typeURL string, names restNames, wild bool, items bool) (string, []restItem, <-chan struct{}) {
-	c := r.s.cache
-	c.mu.Lock()
-	ts := c.types[typeURL]
-	ch := c.restChanged()
-	var v uint64
-	var out []restItem
-	add := func(e *entry) {
-		v ^= e.verHash
-		if items {
-			out = append(out, restItem{name: e.name, version: e.version, any: e.any, msg: e.msg})
-		}
-	}
-	if ts != nil {
-		if wild {
-			for _, e := range ts.resources {
-				add(e)
-			}
-		} else {
-			for i := range names.Len() {
-				if e, ok := ts.resources[names.At(i)]; ok {
-					add(e)
-				}
-			}
-		}
-	}
-	c.mu.Unlock()
-	if typeURL == ClusterType {
-		v ^= r.edsHash
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
-	return strconv.FormatUint(v, 16), out, ch
-}
-
-// answer writes a 200 with the resources.
-func (r *REST) answer(w http.ResponseWriter, typeURL, version string, items []restItem, wild bool) {
-	var b []byte
-	var err error
-	if wild {
-		// Every wildcard poll of a version gets the same bytes: encoded
-		// once (5,000 clusters: 1.4 MB of JSON, ~80 ms), not per client.
-		enc := r.wild[typeURL]
-		enc.mu.Lock()
-		if enc.version != version || enc.body == nil {
-			enc.body, err = r.encode(typeURL, version, items)
-			enc.version = version
-			if err != nil {
-				enc.body = nil
-			}
-		}
-		b = enc.body
-		enc.mu.Unlock()
-	} else {
-		b, err = r.encode(typeURL, version, items)
-	}
-	if err != nil {
-		r.requests.WithLabelValues(servedType(typeURL), "500").Inc()
-		r.log.Error("REST xDS: encoding a response", "type", typeURL, "error", err)
-		http.Error(w, "xdsbridge: encoding the response failed", http.StatusInternalServerError)
-		return
-	}
-	r.requests.WithLabelValues(servedType(typeURL), "200").Inc()
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(b)
-}
-
-// encode returns the JSON DiscoveryResponse of items.
-func (r *REST) encode(typeURL, version string, items []restItem) ([]byte, error) {
-	r.encodings.WithLabelValues(servedType(typeURL)).Inc()
-	resp := &discovery.DiscoveryResponse{VersionInfo: version, TypeUrl: typeURL, Nonce: version, Resources: make([]*anypb.Any, 0, len(items))}
-	for _, it := range items {
-		a := it.any
-		if typeURL == ClusterType && r.edsSource != nil {
-			a = r.rewriteCluster(it)
-		}
-		resp.Resources = append(resp.Resources, a)
-	}
-	return protojson.Marshal(resp)
-}
-
-func (r *REST) notModified(w http.ResponseWriter, typeURL string) {
-	r.requests.WithLabelValues(servedType(typeURL), "304").Inc()
-	w.WriteHeader(http.StatusNotModified)
-}
-
-// rewriteCluster returns the cluster with its EDS config source replaced
-// by the REST one, encoded once per cluster version.
-func (r *REST) rewriteCluster(it restItem) *anypb.Any {
-	c, ok := it.msg.(*cluster.Cluster)
-	if !ok || c.GetEdsClusterConfig() == nil {
-		return it.any
-	}
-	r.mu.Lock()
-	rc, ok := r.clusters[it.name]
-	r.mu.Unlock()
-	if ok && rc.version == it.version {
-		return rc.any
-	}
-	nc := proto.Clone(c).(*cluster.Cluster)
-	nc.EdsClusterConfig.EdsConfig = r.edsSource
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(nc)
-	if err != nil {
-		return it.any
-	}
-	a := &anypb.Any{TypeUrl: ClusterType, Value: b}
-	r.mu.Lock()
-	if len(r.clusters) >= 1<<16 {
-		r.clusters = map[string]restRewrittenCluster{} // forget removed clusters' encodings
-	}
-	r.clusters[it.name] = restRewrittenCluster{version: it.version, any: a}
-	r.mu.Unlock()
-	return a
-}
-
-// nack logs and counts a REST NACK once per node, type and nonce.
-func (r *REST) nack(dr *discovery.DiscoveryRequest, typeURL, nonce string) {
-	node, _ := bound(dr.GetNode().GetId(), "", MaxClientStringBytes)
-	nonce, _ = bound(nonce, "", MaxClientStringBytes)
-	key := node + "\x00" + typeURL
-	r.mu.Lock()
-	if r.nacked[key] == nonce {
-		r.mu.Unlock()
-		r.s.m.nackLogsSuppressed.WithLabelValues("repeated").Inc()
-		return
-	}
-	if len(r.nacked) >= 4096 {
-		r.nacked = map[string]string{}
-	}
-	r.nacked[key] = nonce
-	r.mu.Unlock()
-
-	s := r.s
-	msg, cut := bound(dr.GetErrorDetail().GetMessage(), "", MaxNACKMessageBytes)
-	if cut {
-		s.m.truncated.WithLabelValues("nack_message").Inc()
-	}
-	s.mu.Lock()
-	s.nackTotal++
-	logIt, suppressed := s.nackLogAll.allow(time.Now())
-	s.mu.Unlock()
-	s.m.nacks.WithLabelValues(servedType(typeURL), "rest").Inc()
-	if !logIt {
-		s.m.nackLogsSuppressed.WithLabelValues("server_rate").Inc()
-		return
-	}
-	args := []any{"node", node, "mode", "rest", "type", typeURL, "nonce", nonce, "error", msg}
-	if suppressed > 0 {
-		args = append(args, "nacks_not_logged_server_wide", suppressed)
-	}
-	s.log.Warn("xDS client rejected an update (NACK); it keeps its previous config and the same content is not sent again", args...)
-}
-
-// restChanged returns the channel closed by the cache's next commit (or
-// MarkReady). c.mu must be held.
-func (c *Cache) restChanged() <-chan struct{} {
-	if c.restWake == nil {
-		c.restWake = make(chan struct{})
-	}
-	return c.restWake
-}
-
-// wakeREST wakes the REST polls waiting for a change. c.mu must be held.
-func (c *Cache) wakeREST() {
-	if c.restWake != nil {
-		close(c.restWake)
-		c.restWake = nil
-	}
 }

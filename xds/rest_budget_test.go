@@ -40,24 +40,24 @@ func TestRESTHeldNameBudget(t *testing.T) {
 		t.Run(tc.limit, func(t *testing.T) {
 			opts := tc.opts
 			opts.MaxWait = 20 * time.Second
-			r := rjNewREST(t, true, opts)
+			r := newRESTHarness(t, true, opts)
 			r.publish([]translate.Resources{svc("a", 1001)})
 			// 800 names of 10 bytes: 800 names, 8,000 bytes.
 			first := &discovery.DiscoveryRequest{ResourceNames: restNamesOf("a", 800, 10)}
-			first.VersionInfo = r.must(200, rjEDSPath, first).resp.GetVersionInfo()
-			held := make(chan rjResult, 2)
-			go func() { held <- r.poll(rjEDSPath, first) }()
+			first.VersionInfo = r.must(200, restEDSPath, first).resp.GetVersionInfo()
+			held := make(chan restResult, 2)
+			go func() { held <- r.poll(restEDSPath, first) }()
 			r.waitHeld(1)
 			// 300 more go over both limits.
 			over := &discovery.DiscoveryRequest{VersionInfo: first.VersionInfo, ResourceNames: restNamesOf("b", 300, 10)}
-			res := r.poll(rjEDSPath, over)
+			res := r.poll(restEDSPath, over)
 			if res.code != http.StatusNotModified || res.took > 5*time.Second {
 				t.Fatalf("a poll over %s: %d after %v; want 304 at once", tc.limit, res.code, res.took)
 			}
 			eq(t, tc.limit+" refusals", 1.0, r.metric("xdsbridge_xds_rest_limit_refusals_total", "limit", tc.limit))
 			// 100 more fit under both.
 			fits := &discovery.DiscoveryRequest{VersionInfo: first.VersionInfo, ResourceNames: restNamesOf("c", 100, 10)}
-			go func() { held <- r.poll(rjEDSPath, fits) }()
+			go func() { held <- r.poll(restEDSPath, fits) }()
 			r.waitHeld(2)
 			r.publish([]translate.Resources{svc("a", 1002)}) // a changes: both polls answer
 			for range 2 {
@@ -78,11 +78,11 @@ func TestRESTHeldNameBudget(t *testing.T) {
 // several times the names' bytes.
 func TestRESTHeldPollMemory(t *testing.T) {
 	const polls, names, width = 3, 60_000, 14
-	r := rjNewREST(t, true, xds.RESTOptions{MaxWait: 5 * time.Minute, MaxBodyBytes: 4 << 20})
+	r := newRESTHarness(t, true, xds.RESTOptions{MaxWait: 5 * time.Minute, MaxBodyBytes: 4 << 20})
 	r.hc.Timeout = 0 // the polls are held while the heap is measured
 	r.publish([]translate.Resources{svc("a", 1001)})
 	req := &discovery.DiscoveryRequest{ResourceNames: restNamesOf("svc-", names, width)}
-	req.VersionInfo = r.must(200, rjEDSPath, req).resp.GetVersionInfo()
+	req.VersionInfo = r.must(200, restEDSPath, req).resp.GetVersionInfo()
 	body, err := protojson.Marshal(req)
 	if err != nil {
 		t.Fatal(err)
@@ -96,9 +96,9 @@ func TestRESTHeldPollMemory(t *testing.T) {
 		return ms.HeapAlloc
 	}
 	before := heap()
-	done := make(chan rjResult, polls)
+	done := make(chan restResult, polls)
 	for range polls {
-		go func() { done <- r.post(rjEDSPath, body) }()
+		go func() { done <- r.post(restEDSPath, body) }()
 	}
 	// Decoding 60,000 names is slow under the race detector on a busy
 	// machine: wait longer than waitHeld does.

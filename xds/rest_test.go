@@ -23,8 +23,8 @@ import (
 	"github.com/xdsbridge/xdsbridge/xds"
 )
 
-// rjREST is a cache, its server and a REST handler on an httptest server.
-type rjREST struct {
+// restHarness is a cache, its server and a REST handler on an httptest server.
+type restHarness struct {
 	t     *testing.T
 	cache *xds.Cache
 	srv   *xds.Server
@@ -33,7 +33,7 @@ type rjREST struct {
 	hc    *http.Client
 }
 
-func rjNewREST(t *testing.T, ready bool, opts xds.RESTOptions) *rjREST {
+func newRESTHarness(t *testing.T, ready bool, opts xds.RESTOptions) *restHarness {
 	t.Helper()
 	c := xds.NewCache()
 	if ready {
@@ -45,18 +45,18 @@ func rjNewREST(t *testing.T, ready bool, opts xds.RESTOptions) *rjREST {
 	ts := httptest.NewServer(xds.NewREST(s, opts))
 	t.Cleanup(ts.Close)
 	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	return &rjREST{t: t, cache: c, srv: s, reg: reg, url: ts.URL, hc: hc}
+	return &restHarness{t: t, cache: c, srv: s, reg: reg, url: ts.URL, hc: hc}
 }
 
-func (r *rjREST) publish(changed []translate.Resources, removed ...string) {
+func (r *restHarness) publish(changed []translate.Resources, removed ...string) {
 	r.t.Helper()
 	if err := r.cache.PublishServices(changed, removed); err != nil {
 		r.t.Fatal(err)
 	}
 }
 
-// rjResult is one HTTP answer.
-type rjResult struct {
+// restResult is one HTTP answer.
+type restResult struct {
 	code int
 	body string
 	resp *discovery.DiscoveryResponse // for a 200
@@ -65,15 +65,15 @@ type rjResult struct {
 }
 
 // post sends body to path and decodes a 200's DiscoveryResponse.
-func (r *rjREST) post(path string, body []byte) rjResult {
+func (r *restHarness) post(path string, body []byte) restResult {
 	start := time.Now()
 	resp, err := r.hc.Post(r.url+path, "application/json", bytes.NewReader(body))
 	if err != nil {
-		return rjResult{err: err}
+		return restResult{err: err}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	res := rjResult{code: resp.StatusCode, body: string(b), took: time.Since(start), err: err}
+	res := restResult{code: resp.StatusCode, body: string(b), took: time.Since(start), err: err}
 	if resp.StatusCode == http.StatusOK {
 		res.resp = &discovery.DiscoveryResponse{}
 		if err := protojson.Unmarshal(b, res.resp); err != nil {
@@ -83,7 +83,7 @@ func (r *rjREST) post(path string, body []byte) rjResult {
 	return res
 }
 
-func (r *rjREST) poll(path string, req *discovery.DiscoveryRequest) rjResult {
+func (r *restHarness) poll(path string, req *discovery.DiscoveryRequest) restResult {
 	b, err := protojson.Marshal(req)
 	if err != nil {
 		r.t.Fatal(err)
@@ -92,7 +92,7 @@ func (r *rjREST) poll(path string, req *discovery.DiscoveryRequest) rjResult {
 }
 
 // must polls and fails the test unless the answer has code.
-func (r *rjREST) must(code int, path string, req *discovery.DiscoveryRequest) rjResult {
+func (r *restHarness) must(code int, path string, req *discovery.DiscoveryRequest) restResult {
 	r.t.Helper()
 	res := r.poll(path, req)
 	if res.err != nil || res.code != code {
@@ -103,7 +103,7 @@ func (r *rjREST) must(code int, path string, req *discovery.DiscoveryRequest) rj
 
 // metric returns the value of the series of name whose labels include
 // labels (0 if none).
-func (r *rjREST) metric(name string, labels ...string) float64 {
+func (r *restHarness) metric(name string, labels ...string) float64 {
 	r.t.Helper()
 	mfs, err := r.reg.Gather()
 	if err != nil {
@@ -136,7 +136,7 @@ func (r *rjREST) metric(name string, labels ...string) float64 {
 }
 
 // waitHeld waits until n polls are held.
-func (r *rjREST) waitHeld(n float64) {
+func (r *restHarness) waitHeld(n float64) {
 	r.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for r.metric("xdsbridge_xds_rest_held_polls") != n {
@@ -147,7 +147,7 @@ func (r *rjREST) waitHeld(n float64) {
 	}
 }
 
-func rjNames(resp *discovery.DiscoveryResponse) []string {
+func responseNames(resp *discovery.DiscoveryResponse) []string {
 	var out []string
 	for _, a := range resp.GetResources() {
 		switch a.GetTypeUrl() {
@@ -167,30 +167,30 @@ func rjNames(resp *discovery.DiscoveryResponse) []string {
 }
 
 const (
-	rjCDSPath = "/v3/discovery:clusters"
-	rjEDSPath = "/v3/discovery:endpoints"
+	restCDSPath = "/v3/discovery:clusters"
+	restEDSPath = "/v3/discovery:endpoints"
 )
 
-// TestRJRESTLongPollAnswersOnChange: an up-to-date poll is held, and
+// TestRESTLongPollAnswersOnChange: an up-to-date poll is held, and
 // answered as soon as what it asks for changes, with the new content.
-func TestRJRESTLongPollAnswersOnChange(t *testing.T) {
-	r := rjNewREST(t, true, xds.RESTOptions{MaxWait: 20 * time.Second})
+func TestRESTLongPollAnswersOnChange(t *testing.T) {
+	r := newRESTHarness(t, true, xds.RESTOptions{MaxWait: 20 * time.Second})
 	r.publish([]translate.Resources{svc("a", 1001), svc("b", 1002)})
-	first := r.must(200, rjCDSPath, &discovery.DiscoveryRequest{Node: &core.Node{Id: "n1"}})
-	eq(t, "wildcard CDS", []string{"a", "b"}, rjNames(first.resp))
+	first := r.must(200, restCDSPath, &discovery.DiscoveryRequest{Node: &core.Node{Id: "n1"}})
+	eq(t, "wildcard CDS", []string{"a", "b"}, responseNames(first.resp))
 	v := first.resp.GetVersionInfo()
 	if first.resp.GetNonce() != v || first.resp.GetTypeUrl() != cds {
 		t.Fatalf("nonce %q type %q, want the version %q and %s", first.resp.GetNonce(), first.resp.GetTypeUrl(), v, cds)
 	}
 
-	done := make(chan rjResult, 1)
+	done := make(chan restResult, 1)
 	go func() {
-		done <- r.poll(rjCDSPath, &discovery.DiscoveryRequest{Node: &core.Node{Id: "n1"}, VersionInfo: v})
+		done <- r.poll(restCDSPath, &discovery.DiscoveryRequest{Node: &core.Node{Id: "n1"}, VersionInfo: v})
 	}()
 	r.waitHeld(1)
 	changedAt := time.Now()
 	r.publish([]translate.Resources{svc("c", 1003)})
-	var res rjResult
+	var res restResult
 	select {
 	case res = <-done:
 	case <-time.After(10 * time.Second):
@@ -200,7 +200,7 @@ func TestRJRESTLongPollAnswersOnChange(t *testing.T) {
 	if res.err != nil || res.code != 200 {
 		t.Fatalf("held poll: %d %q %v", res.code, res.body, res.err)
 	}
-	eq(t, "after the change", []string{"a", "b", "c"}, rjNames(res.resp))
+	eq(t, "after the change", []string{"a", "b", "c"}, responseNames(res.resp))
 	if res.resp.GetVersionInfo() == v {
 		t.Fatalf("version unchanged (%s) with new content", v)
 	}
@@ -211,31 +211,31 @@ func TestRJRESTLongPollAnswersOnChange(t *testing.T) {
 	t.Logf("held poll answered %v after the change (held %v in all)", lag, res.took)
 
 	// The version answered is the one a poll asking the same gets held on.
-	same := r.must(200, rjCDSPath, &discovery.DiscoveryRequest{})
+	same := r.must(200, restCDSPath, &discovery.DiscoveryRequest{})
 	eq(t, "same version for the same content", res.resp.GetVersionInfo(), same.resp.GetVersionInfo())
 	eq(t, "200 answers", 3.0, r.metric("xdsbridge_xds_rest_requests_total", "type", cds, "code", "200"))
 	// Wildcard answers of a version are encoded once, whatever the clients.
 	before := r.metric("xdsbridge_xds_rest_encodings_total", "type", cds)
-	again := r.must(200, rjCDSPath, &discovery.DiscoveryRequest{Node: &core.Node{Id: "n2"}})
+	again := r.must(200, restCDSPath, &discovery.DiscoveryRequest{Node: &core.Node{Id: "n2"}})
 	eq(t, "same bytes", same.body, again.body)
 	eq(t, "encodings of a version already encoded", before, r.metric("xdsbridge_xds_rest_encodings_total", "type", cds))
-	r.must(200, rjCDSPath, &discovery.DiscoveryRequest{ResourceNames: []string{"a"}})
+	r.must(200, restCDSPath, &discovery.DiscoveryRequest{ResourceNames: []string{"a"}})
 	eq(t, "a named poll is encoded", before+1, r.metric("xdsbridge_xds_rest_encodings_total", "type", cds))
 }
 
-// TestRJRESTUnchangedAfterMaxWait: an up-to-date poll is answered 304
+// TestRESTUnchangedAfterMaxWait: an up-to-date poll is answered 304
 // (no body) after max_wait; a change to something it does not ask for
 // does not answer it.
-func TestRJRESTUnchangedAfterMaxWait(t *testing.T) {
+func TestRESTUnchangedAfterMaxWait(t *testing.T) {
 	const maxWait = 400 * time.Millisecond
-	r := rjNewREST(t, true, xds.RESTOptions{MaxWait: maxWait})
+	r := newRESTHarness(t, true, xds.RESTOptions{MaxWait: maxWait})
 	r.publish([]translate.Resources{svc("a", 1001), svc("b", 1002)})
-	first := r.must(200, rjEDSPath, &discovery.DiscoveryRequest{ResourceNames: []string{"a"}})
-	eq(t, "named EDS", []string{"a"}, rjNames(first.resp))
+	first := r.must(200, restEDSPath, &discovery.DiscoveryRequest{ResourceNames: []string{"a"}})
+	eq(t, "named EDS", []string{"a"}, responseNames(first.resp))
 
-	done := make(chan rjResult, 1)
+	done := make(chan restResult, 1)
 	go func() {
-		done <- r.poll(rjEDSPath, &discovery.DiscoveryRequest{ResourceNames: []string{"a"}, VersionInfo: first.resp.GetVersionInfo()})
+		done <- r.poll(restEDSPath, &discovery.DiscoveryRequest{ResourceNames: []string{"a"}, VersionInfo: first.resp.GetVersionInfo()})
 	}()
 	r.waitHeld(1)
 	r.publish([]translate.Resources{svc("b", 1002, 1003)}) // not asked for
@@ -250,45 +250,45 @@ func TestRJRESTUnchangedAfterMaxWait(t *testing.T) {
 	eq(t, "304 answers", 1.0, r.metric("xdsbridge_xds_rest_requests_total", "type", eds, "code", "304"))
 
 	// b, asked for, did change.
-	both := r.must(200, rjEDSPath, &discovery.DiscoveryRequest{ResourceNames: []string{"b", "a", "nope"}, VersionInfo: first.resp.GetVersionInfo()})
-	eq(t, "names filter EDS", []string{"a", "b"}, rjNames(both.resp))
+	both := r.must(200, restEDSPath, &discovery.DiscoveryRequest{ResourceNames: []string{"b", "a", "nope"}, VersionInfo: first.resp.GetVersionInfo()})
+	eq(t, "names filter EDS", []string{"a", "b"}, responseNames(both.resp))
 	// CDS by name.
-	one := r.must(200, rjCDSPath, &discovery.DiscoveryRequest{ResourceNames: []string{"b"}})
-	eq(t, "named CDS", []string{"b"}, rjNames(one.resp))
+	one := r.must(200, restCDSPath, &discovery.DiscoveryRequest{ResourceNames: []string{"b"}})
+	eq(t, "named CDS", []string{"b"}, responseNames(one.resp))
 }
 
-// TestRJRESTNACK: a NACK is counted (once per node, type and nonce) as
+// TestRESTNACK: a NACK is counted (once per node, type and nonce) as
 // on gRPC, and the content it rejects is not answered again until it
 // changes.
-func TestRJRESTNACK(t *testing.T) {
-	r := rjNewREST(t, true, xds.RESTOptions{MaxWait: 300 * time.Millisecond})
+func TestRESTNACK(t *testing.T) {
+	r := newRESTHarness(t, true, xds.RESTOptions{MaxWait: 300 * time.Millisecond})
 	r.publish([]translate.Resources{svc("a", 1001)})
-	first := r.must(200, rjEDSPath, &discovery.DiscoveryRequest{Node: &core.Node{Id: "n1"}, ResourceNames: []string{"a"}})
+	first := r.must(200, restEDSPath, &discovery.DiscoveryRequest{Node: &core.Node{Id: "n1"}, ResourceNames: []string{"a"}})
 	r.publish([]translate.Resources{svc("a", 1002)})
-	second := r.must(200, rjEDSPath, &discovery.DiscoveryRequest{Node: &core.Node{Id: "n1"}, ResourceNames: []string{"a"}, VersionInfo: first.resp.GetVersionInfo()})
+	second := r.must(200, restEDSPath, &discovery.DiscoveryRequest{Node: &core.Node{Id: "n1"}, ResourceNames: []string{"a"}, VersionInfo: first.resp.GetVersionInfo()})
 	nack := &discovery.DiscoveryRequest{
 		Node: &core.Node{Id: "n1"}, ResourceNames: []string{"a"},
 		VersionInfo:   first.resp.GetVersionInfo(), // the last accepted
 		ResponseNonce: second.resp.GetNonce(),
 		ErrorDetail:   &status.Status{Code: 3, Message: "rj: rejected on purpose"},
 	}
-	res := r.must(http.StatusNotModified, rjEDSPath, nack) // held, not re-answered
+	res := r.must(http.StatusNotModified, restEDSPath, nack) // held, not re-answered
 	if res.took < 300*time.Millisecond {
 		t.Fatalf("the NACK was answered after %v, before max_wait", res.took)
 	}
-	r.must(http.StatusNotModified, rjEDSPath, nack) // the same NACK again
+	r.must(http.StatusNotModified, restEDSPath, nack) // the same NACK again
 	eq(t, "NACKs counted (once for the same nonce)", uint64(1), r.srv.NACKs())
 	eq(t, "xdsbridge_xds_nacks_total", 1.0, r.metric("xdsbridge_xds_nacks_total", "type", eds, "mode", "rest"))
 	eq(t, "repeated", 1.0, r.metric("xdsbridge_xds_nack_logs_suppressed_total", "reason", "repeated"))
 
 	// A NACK without a nonce rejects what is current.
 	nn := &discovery.DiscoveryRequest{Node: &core.Node{Id: "n2"}, ResourceNames: []string{"a"}, ErrorDetail: &status.Status{Message: "rj: no nonce"}}
-	r.must(http.StatusNotModified, rjEDSPath, nn)
+	r.must(http.StatusNotModified, restEDSPath, nn)
 	eq(t, "NACKs counted", uint64(2), r.srv.NACKs())
 
 	// New content is answered.
-	done := make(chan rjResult, 1)
-	go func() { done <- r.poll(rjEDSPath, nack) }()
+	done := make(chan restResult, 1)
+	go func() { done <- r.poll(restEDSPath, nack) }()
 	r.waitHeld(1)
 	r.publish([]translate.Resources{svc("a", 1003)})
 	res = <-done
@@ -301,11 +301,11 @@ func TestRJRESTNACK(t *testing.T) {
 	t.Logf("NACKs %d; new content answered after %v", r.srv.NACKs(), res.took)
 }
 
-// TestRJRESTBadRequests: unknown paths, methods, types and bodies are
+// TestRESTBadRequests: unknown paths, methods, types and bodies are
 // refused with an error saying what is wanted; an oversize body is
 // refused and counted; before the first state, 503.
-func TestRJRESTBadRequests(t *testing.T) {
-	r := rjNewREST(t, true, xds.RESTOptions{MaxBodyBytes: 2048})
+func TestRESTBadRequests(t *testing.T) {
+	r := newRESTHarness(t, true, xds.RESTOptions{MaxBodyBytes: 2048})
 	r.publish([]translate.Resources{svc("a", 1001)})
 	for _, c := range []struct {
 		name, method, path, body string
@@ -314,11 +314,11 @@ func TestRJRESTBadRequests(t *testing.T) {
 	}{
 		{"unknown type", "POST", "/v3/discovery:secrets", "{}", 404, "want POST /v3/discovery:clusters"},
 		{"unknown path", "POST", "/v2/discovery:clusters", "{}", 404, "is not served"},
-		{"GET", "GET", rjCDSPath, "", 405, "want POST"},
-		{"not JSON", "POST", rjCDSPath, "{not json", 400, "not a JSON DiscoveryRequest"},
-		{"unknown field ignored", "POST", rjCDSPath, `{"rj_field": 1}`, 200, ""},
-		{"type mismatch", "POST", rjCDSPath, `{"type_url": "` + eds + `"}`, 400, "does not match the path"},
-		{"oversize", "POST", rjEDSPath, `{"resource_names": ["` + strings.Repeat("x", 4096) + `"]}`, 413, "xds.rest.max_body_bytes (2048)"},
+		{"GET", "GET", restCDSPath, "", 405, "want POST"},
+		{"not JSON", "POST", restCDSPath, "{not json", 400, "not a JSON DiscoveryRequest"},
+		{"unknown field ignored", "POST", restCDSPath, `{"rj_field": 1}`, 200, ""},
+		{"type mismatch", "POST", restCDSPath, `{"type_url": "` + eds + `"}`, 400, "does not match the path"},
+		{"oversize", "POST", restEDSPath, `{"resource_names": ["` + strings.Repeat("x", 4096) + `"]}`, 413, "xds.rest.max_body_bytes (2048)"},
 	} {
 		req, _ := http.NewRequest(c.method, r.url+c.path, strings.NewReader(c.body))
 		resp, err := r.hc.Do(req)
@@ -334,23 +334,23 @@ func TestRJRESTBadRequests(t *testing.T) {
 	eq(t, "max_body_bytes refusals", 1.0, r.metric("xdsbridge_xds_rest_limit_refusals_total", "limit", "max_body_bytes"))
 	eq(t, "404s", 2.0, r.metric("xdsbridge_xds_rest_requests_total", "type", "other", "code", "404"))
 
-	nr := rjNewREST(t, false, xds.RESTOptions{})
-	res := nr.poll(rjCDSPath, &discovery.DiscoveryRequest{})
+	nr := newRESTHarness(t, false, xds.RESTOptions{})
+	res := nr.poll(restCDSPath, &discovery.DiscoveryRequest{})
 	if res.code != 503 || !strings.Contains(res.body, "not ready") {
 		t.Fatalf("before ready: %d %q", res.code, res.body)
 	}
 }
 
-// TestRJRESTMaxHeldPolls: over max_held_polls, an up-to-date poll is
+// TestRESTMaxHeldPolls: over max_held_polls, an up-to-date poll is
 // answered 304 at once, counted.
-func TestRJRESTMaxHeldPolls(t *testing.T) {
-	r := rjNewREST(t, true, xds.RESTOptions{MaxWait: 20 * time.Second, MaxHeldPolls: 1})
+func TestRESTMaxHeldPolls(t *testing.T) {
+	r := newRESTHarness(t, true, xds.RESTOptions{MaxWait: 20 * time.Second, MaxHeldPolls: 1})
 	r.publish([]translate.Resources{svc("a", 1001)})
-	v := r.must(200, rjCDSPath, &discovery.DiscoveryRequest{}).resp.GetVersionInfo()
-	done := make(chan rjResult, 1)
-	go func() { done <- r.poll(rjCDSPath, &discovery.DiscoveryRequest{VersionInfo: v}) }()
+	v := r.must(200, restCDSPath, &discovery.DiscoveryRequest{}).resp.GetVersionInfo()
+	done := make(chan restResult, 1)
+	go func() { done <- r.poll(restCDSPath, &discovery.DiscoveryRequest{VersionInfo: v}) }()
 	r.waitHeld(1)
-	res := r.must(http.StatusNotModified, rjCDSPath, &discovery.DiscoveryRequest{VersionInfo: v})
+	res := r.must(http.StatusNotModified, restCDSPath, &discovery.DiscoveryRequest{VersionInfo: v})
 	if res.took > 5*time.Second {
 		t.Fatalf("the poll over the limit took %v", res.took)
 	}
@@ -362,16 +362,16 @@ func TestRJRESTMaxHeldPolls(t *testing.T) {
 	t.Logf("over the limit: 304 after %v", res.took)
 }
 
-// TestRJRESTClusterEDSConfig: with RESTOptions.EDS, clusters served over
+// TestRESTClusterEDSConfig: with RESTOptions.EDS, clusters served over
 // REST take their assignments from the REST source named, and the
 // version changes with it.
-func TestRJRESTClusterEDSConfig(t *testing.T) {
-	plain := rjNewREST(t, true, xds.RESTOptions{})
+func TestRESTClusterEDSConfig(t *testing.T) {
+	plain := newRESTHarness(t, true, xds.RESTOptions{})
 	plain.publish([]translate.Resources{svc("a", 1001)})
-	r := rjNewREST(t, true, xds.RESTOptions{EDS: &xds.RESTEDS{ClusterName: "bridge_rest", RefreshDelay: 200 * time.Millisecond, RequestTimeout: 15 * time.Second}})
+	r := newRESTHarness(t, true, xds.RESTOptions{EDS: &xds.RESTEDS{ClusterName: "bridge_rest", RefreshDelay: 200 * time.Millisecond, RequestTimeout: 15 * time.Second}})
 	r.publish([]translate.Resources{svc("a", 1001)})
-	for _, x := range []*rjREST{plain, r} {
-		res := x.must(200, rjCDSPath, &discovery.DiscoveryRequest{})
+	for _, x := range []*restHarness{plain, r} {
+		res := x.must(200, restCDSPath, &discovery.DiscoveryRequest{})
 		var c cluster.Cluster
 		if err := res.resp.GetResources()[0].UnmarshalTo(&c); err != nil {
 			t.Fatal(err)
@@ -389,17 +389,17 @@ func TestRJRESTClusterEDSConfig(t *testing.T) {
 			t.Fatalf("eds_config: %v", src)
 		}
 	}
-	v1 := plain.must(200, rjCDSPath, &discovery.DiscoveryRequest{}).resp.GetVersionInfo()
-	v2 := r.must(200, rjCDSPath, &discovery.DiscoveryRequest{}).resp.GetVersionInfo()
+	v1 := plain.must(200, restCDSPath, &discovery.DiscoveryRequest{}).resp.GetVersionInfo()
+	v2 := r.must(200, restCDSPath, &discovery.DiscoveryRequest{}).resp.GetVersionInfo()
 	if v1 == v2 {
 		t.Fatalf("same CDS version %s with and without the EDS rewrite", v1)
 	}
 }
 
-// TestRJRESTListenersAndRoutes: LDS (wildcard) and RDS (by name) are
+// TestRESTListenersAndRoutes: LDS (wildcard) and RDS (by name) are
 // served too, nested typed configs encoded as JSON.
-func TestRJRESTListenersAndRoutes(t *testing.T) {
-	r := rjNewREST(t, true, xds.RESTOptions{})
+func TestRESTListenersAndRoutes(t *testing.T) {
+	r := newRESTHarness(t, true, xds.RESTOptions{})
 	r.publish([]translate.Resources{svc("a", 1001), svc("b", 1002)})
 	lds := r.must(200, "/v3/discovery:listeners", &discovery.DiscoveryRequest{})
 	rds := r.must(200, "/v3/discovery:routes", &discovery.DiscoveryRequest{ResourceNames: []string{"b"}})

@@ -11,11 +11,11 @@ import (
 	"github.com/xdsbridge/xdsbridge/xds"
 )
 
-const mbRDS = xds.RouteType
+const rdsURL = xds.RouteType
 
-// mbRoute is RouteConfiguration "r" whose one route sends to the
+// routeTo is RouteConfiguration "r" whose one route sends to the
 // clusters, in equal shares when more than one.
-func mbRoute(clusters ...string) xds.Resource {
+func routeTo(clusters ...string) xds.Resource {
 	a := &route.RouteAction{}
 	if len(clusters) == 1 {
 		a.ClusterSpecifier = &route.RouteAction_Cluster{Cluster: clusters[0]}
@@ -33,35 +33,35 @@ func mbRoute(clusters ...string) xds.Resource {
 	}}}}
 }
 
-func mbSotwAck(c *sotwClient, r *discovery.DiscoveryResponse, names ...string) {
+func sotwAck(c *sotwClient, r *discovery.DiscoveryResponse, names ...string) {
 	c.send(&discovery.DiscoveryRequest{TypeUrl: r.TypeUrl, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce, ResourceNames: names})
 }
 
-// mbTypeName is a short name of a type URL.
-func mbTypeName(u string) string {
-	return map[string]string{cds: "cds", eds: "eds", mbRDS: "rds"}[u]
+// shortTypeName is a short name of a type URL.
+func shortTypeName(u string) string {
+	return map[string]string{cds: "cds", eds: "eds", rdsURL: "rds"}[u]
 }
 
-// mbEnvoySotw sets up an Envoy-like sotw client (wildcard CDS, EDS and RDS
+// envoySotwClient sets up an Envoy-like sotw client (wildcard CDS, EDS and RDS
 // by name) holding cluster A, its assignment and route r → A.
-func mbEnvoySotw(t *testing.T, h *harness) *sotwClient {
+func envoySotwClient(t *testing.T, h *harness) *sotwClient {
 	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0)}},
 		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0)}},
-		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A")}})
+		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A")}})
 	c := h.sotw()
 	c.send(&discovery.DiscoveryRequest{TypeUrl: cds})
 	r := c.recv()
 	eq(t, "cds", []string{"A"}, sotwNames(t, r))
-	mbSotwAck(c, r)
+	sotwAck(c, r)
 	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"A"}})
 	r = c.recv()
 	eq(t, "eds", []string{"A"}, sotwNames(t, r))
-	mbSotwAck(c, r, "A")
-	c.send(&discovery.DiscoveryRequest{TypeUrl: mbRDS, ResourceNames: []string{"r"}})
+	sotwAck(c, r, "A")
+	c.send(&discovery.DiscoveryRequest{TypeUrl: rdsURL, ResourceNames: []string{"r"}})
 	r = c.recv()
-	eq(t, "rds type", mbRDS, r.TypeUrl)
-	mbSotwAck(c, r, "r")
-	h.waitWatches(1, cds, eds, mbRDS)
+	eq(t, "rds type", rdsURL, r.TypeUrl)
+	sotwAck(c, r, "r")
+	h.waitWatches(1, cds, eds, rdsURL)
 	return c
 }
 
@@ -71,20 +71,20 @@ func mbEnvoySotw(t *testing.T, h *harness) *sotwClient {
 // EDS, then RDS — not RDS while V warms (Envoy: 503 no_cluster).
 func TestRouteAfterNewClusterAssignmentSotw(t *testing.T) {
 	h := newHarness(t, true)
-	c := mbEnvoySotw(t, h)
+	c := envoySotwClient(t, h)
 	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("V", 0)}},
 		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("V", 0)}},
-		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A", "V")}})
+		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A", "V")}})
 	r := c.recv()
 	eq(t, "first: the clusters", []string{"A", "V"}, sotwNames(t, r))
 	c.none() // not the routes: V's assignment was not sent
 	// As Envoy: ACKs CDS, then asks for V's assignment.
-	mbSotwAck(c, r)
+	sotwAck(c, r)
 	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"A", "V"}})
 	var order []string
 	for len(order) < 2 {
 		r := c.recv()
-		order = append(order, mbTypeName(r.TypeUrl))
+		order = append(order, shortTypeName(r.TypeUrl))
 		if r.TypeUrl == eds {
 			eq(t, "eds", []string{"V"}, sotwNames(t, r))
 		}
@@ -100,7 +100,7 @@ func TestRouteAfterNewClusterAssignmentDelta(t *testing.T) {
 	h := newHarness(t, true)
 	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0)}},
 		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0)}},
-		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A")}})
+		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A")}})
 	c := h.delta("n")
 	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
 	r := c.recv()
@@ -110,15 +110,15 @@ func TestRouteAfterNewClusterAssignmentDelta(t *testing.T) {
 	r = c.recv()
 	eq(t, "eds", []string{"A"}, names(r))
 	c.ack(r)
-	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: mbRDS, ResourceNamesSubscribe: []string{"r"}})
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: rdsURL, ResourceNamesSubscribe: []string{"r"}})
 	r = c.recv()
 	eq(t, "rds", []string{"r"}, names(r))
 	c.ack(r)
-	h.waitWatches(1, cds, eds, mbRDS)
+	h.waitWatches(1, cds, eds, rdsURL)
 
 	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("V", 0)}},
 		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("V", 0)}},
-		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A", "V")}})
+		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A", "V")}})
 	r = c.recv()
 	eq(t, "first: the cluster", []string{"V"}, names(r))
 	eq(t, "its type", cds, r.TypeUrl)
@@ -128,7 +128,7 @@ func TestRouteAfterNewClusterAssignmentDelta(t *testing.T) {
 	var order []string
 	for len(order) < 2 {
 		r := c.recv()
-		order = append(order, mbTypeName(r.TypeUrl)+":"+names(r)[0])
+		order = append(order, shortTypeName(r.TypeUrl)+":"+names(r)[0])
 	}
 	eq(t, "V's assignment, then the routes", []string{"eds:V", "rds:r"}, order)
 }
@@ -141,26 +141,26 @@ func TestRouteNotHeldForClustersLearnedFromRoutes(t *testing.T) {
 	h := newHarness(t, true)
 	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0)}},
 		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0)}},
-		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A")}})
+		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A")}})
 	c := h.sotw()
-	c.send(&discovery.DiscoveryRequest{TypeUrl: mbRDS, ResourceNames: []string{"r"}})
+	c.send(&discovery.DiscoveryRequest{TypeUrl: rdsURL, ResourceNames: []string{"r"}})
 	r := c.recv()
-	mbSotwAck(c, r, "r")
+	sotwAck(c, r, "r")
 	c.send(&discovery.DiscoveryRequest{TypeUrl: cds, ResourceNames: []string{"A"}})
 	r = c.recv()
 	eq(t, "cds", []string{"A"}, sotwNames(t, r))
-	mbSotwAck(c, r, "A")
+	sotwAck(c, r, "A")
 	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"A"}})
 	r = c.recv()
-	mbSotwAck(c, r, "A")
-	h.waitWatches(1, cds, eds, mbRDS)
+	sotwAck(c, r, "A")
+	h.waitWatches(1, cds, eds, rdsURL)
 
 	start := time.Now()
 	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("V", 0)}},
 		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("V", 0)}},
-		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A", "V")}})
+		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A", "V")}})
 	r = c.recv()
-	eq(t, "the routes, at once", mbRDS, r.TypeUrl)
+	eq(t, "the routes, at once", rdsURL, r.TypeUrl)
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("routes after %v; want them without a hold", d)
 	}
@@ -175,16 +175,16 @@ func TestRouteNotHeldForClustersLearnedFromRoutes(t *testing.T) {
 // timeout is counted.
 func TestRouteHoldIsBounded(t *testing.T) {
 	h := newHarness(t, true, xds.WithRouteHold(300*time.Millisecond))
-	c := mbEnvoySotw(t, h)
+	c := envoySotwClient(t, h)
 	start := time.Now()
 	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("V", 0)}},
 		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("V", 0)}},
-		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A", "V")}})
+		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A", "V")}})
 	r := c.recv()
 	eq(t, "cds", cds, r.TypeUrl)
-	mbSotwAck(c, r)
+	sotwAck(c, r)
 	r = c.recv()
-	eq(t, "then the routes", mbRDS, r.TypeUrl)
+	eq(t, "then the routes", rdsURL, r.TypeUrl)
 	d := time.Since(start)
 	t.Logf("routes after %v", d)
 	if d < 300*time.Millisecond {

@@ -129,91 +129,143 @@ func (c *Cache) readSotwState(w *watch) {
 // respondSotw computes and sends the response for a sotw watch, looking
 // only at names unless full. It reports whether a response was sent.
 func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bool {
-	ts, ss := w.ts, &w.ss
-	sub := w.sub
-	subscribed := sub.SubscribedResources()
-	wild := sub.IsWildcard()
-
-	var changed, removed []string
-	var interims map[string]interim // make before break (mbb.go)
-	var kept []*entry               // deleted clusters the stream's routes still name (mbb.go)
+	ts := w.ts
+	p := &sotwPass{
+		c: c, w: w, ts: ts, ss: &w.ss,
+		subscribed: w.sub.SubscribedResources(), wild: w.sub.IsWildcard(),
+		hold: c.holder(w), keep: c.keepCluster(w),
+	}
 	w.heldBack = nil
-	hold := c.holder(w)
-	keep := c.keepCluster(w)
-	consider := func(n string) {
-		if isStateKey(n) {
-			return
-		}
-		e, exists := w.lookup(n)
-		_, isSub := subscribed[n]
-		interested := wild || isSub
-		kv, isKnown := ss.held[n]
-		switch {
-		case exists && interested:
-			if rv, ok := ss.rejected[n]; ok && rv == e.version {
-				return // rejected alone: not sent again
-			}
-			if !isKnown || kv != e.version {
-				if hold != nil && hold(e) {
-					w.heldBack = append(w.heldBack, n)
-					return
-				}
-				if v, sr := c.interimFor(w, e, kv, isKnown); sr != nil {
-					if interims == nil {
-						interims = map[string]interim{}
-					}
-					interims[n] = interim{v, sr}
-				}
-				changed = append(changed, n)
-			}
-		case isKnown && (!exists || !interested):
-			if !exists && interested && keep != nil {
-				if g := keep(n); g != nil {
-					kept = append(kept, g)
-					w.heldBack = append(w.heldBack, n)
-					return
-				}
-			}
-			removed = append(removed, n)
-		}
-	}
-	if full {
-		w.fullCheck(ss.held, consider)
-	} else {
-		seen := make(map[string]struct{}, len(names))
-		for _, n := range names {
-			if _, dup := seen[n]; dup {
-				continue
-			}
-			seen[n] = struct{}{}
-			consider(n)
-		}
-	}
+	p.collect(names, full)
 	slices.Sort(w.heldBack)
-	if len(changed) == 0 && !evenIfEmpty && (len(removed) == 0 || !ts.fullState) {
+	if len(p.changed) == 0 && !evenIfEmpty && (len(p.removed) == 0 || !ts.fullState) {
 		// Nothing to send; and sotw cannot express the removal of an
 		// EDS/RDS resource: the client keeps it until it unsubscribes.
 		return false
 	}
-	sort.Strings(changed)
-	sort.Strings(removed)
-	// A response of a type that need not carry everything is bounded like
-	// a delta one; what it leaves out is found by the next full check.
-	cut := false
-	if !ts.fullState {
-		total := envelope(ts.url)
-		for i, n := range changed {
-			total += ts.resources[n].anySize
-			if i > 0 && ((c.maxBytes > 0 && total > c.maxBytes) || (ss.limit > 0 && i >= ss.limit)) {
-				changed, cut = changed[:i], true
-				break
+	sort.Strings(p.changed)
+	sort.Strings(p.removed)
+	cut := p.bound()
+	next := p.nextState(cut)
+	w.done = true
+
+	send := p.changed
+	if ts.fullState {
+		send = p.everything(next)
+	}
+	resp := p.response(send, next)
+	c.handed(w, resp, ts.newestGen(p.changed, p.removed))
+	w.sch <- &cache.PassthroughResponse{Request: w.sreq, ReturnedResources: next, DiscoveryResponse: resp}
+	switch ts.url {
+	case ClusterType:
+		c.sentCDS(w, "", resp)
+	case EndpointType:
+		c.sentEDS(w, send, nil, resp)
+	}
+	return true
+}
+
+// sotwPass is one computation of a sotw watch's response. It lives for
+// one call of respondSotw, under c.mu.
+type sotwPass struct {
+	c          *Cache
+	w          *watch
+	ts         *typeState
+	ss         *sotwState
+	subscribed map[string]struct{}
+	wild       bool
+	hold       func(*entry) bool     // c.holder(w)
+	keep       func(n string) *entry // c.keepCluster(w)
+	interims   map[string]interim    // make before break (mbb.go)
+	kept       []*entry              // deleted clusters the stream's routes still name (mbb.go)
+	changed    []string              // to send
+	removed    []string              // no longer held
+}
+
+// collect considers names (everything of interest if full), each once.
+func (p *sotwPass) collect(names []string, full bool) {
+	if full {
+		p.w.fullCheck(p.ss.held, p.consider)
+		return
+	}
+	seen := make(map[string]struct{}, len(names))
+	for _, n := range names {
+		if _, dup := seen[n]; dup {
+			continue
+		}
+		seen[n] = struct{}{}
+		p.consider(n)
+	}
+}
+
+// consider looks at name n: to send (or its interim), held back, kept,
+// removed, or nothing.
+func (p *sotwPass) consider(n string) {
+	if isStateKey(n) {
+		return
+	}
+	w, ss := p.w, p.ss
+	e, exists := w.lookup(n)
+	_, isSub := p.subscribed[n]
+	interested := p.wild || isSub
+	kv, isKnown := ss.held[n]
+	switch {
+	case exists && interested:
+		if rv, ok := ss.rejected[n]; ok && rv == e.version {
+			return // rejected alone: not sent again
+		}
+		if !isKnown || kv != e.version {
+			if p.hold != nil && p.hold(e) {
+				w.heldBack = append(w.heldBack, n)
+				return
+			}
+			if v, sr := p.c.interimFor(w, e, kv, isKnown); sr != nil {
+				if p.interims == nil {
+					p.interims = map[string]interim{}
+				}
+				p.interims[n] = interim{v, sr}
+			}
+			p.changed = append(p.changed, n)
+		}
+	case isKnown && (!exists || !interested):
+		if !exists && interested && p.keep != nil {
+			if g := p.keep(n); g != nil {
+				p.kept = append(p.kept, g)
+				w.heldBack = append(w.heldBack, n)
+				return
 			}
 		}
+		p.removed = append(p.removed, n)
 	}
+}
 
-	next := make(map[string]string, len(ss.held)+len(changed)+1)
+// bound cuts the changed names of a type that need not carry everything
+// as a delta response is bounded, and reports whether it did; what it
+// leaves out is found by the next full check.
+func (p *sotwPass) bound() (cut bool) {
+	if p.ts.fullState {
+		return false
+	}
+	maxBytes, limit := p.c.maxBytes, p.ss.limit
+	total := envelope(p.ts.url)
+	for i, n := range p.changed {
+		total += p.ts.resources[n].anySize
+		if i > 0 && ((maxBytes > 0 && total > maxBytes) || (limit > 0 && i >= limit)) {
+			p.changed = p.changed[:i]
+			return true
+		}
+	}
+	return false
+}
+
+// nextState is the state the response installs: name → version held
+// (with what a NACK rolls back to, the rejected versions and the plan of
+// a halving), and the generation when the response leaves nothing out.
+func (p *sotwPass) nextState(cut bool) map[string]string {
+	ts, ss := p.ts, p.ss
+	next := make(map[string]string, len(ss.held)+len(p.changed)+1)
 	maps.Copy(next, ss.held)
-	for _, n := range removed {
+	for _, n := range p.removed {
 		delete(next, n)
 	}
 	for n, v := range ss.rejected {
@@ -223,87 +275,87 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 	}
 	if len(ss.plan) > 0 {
 		// Suspects not sent yet keep the plan for the next responses.
-		p := ss.plan.String()
+		plan := ss.plan.String()
 		for _, n := range ss.suspects {
 			if e, ok := ts.resources[n]; ok && e.version != ss.held[n] {
-				next[n] = ss.held[n] + sep + limitMark + p
+				next[n] = ss.held[n] + sep + limitMark + plan
 			}
 		}
 	}
-	for _, n := range changed {
+	for _, n := range p.changed {
 		if ts.fullState {
 			next[n] = ts.resources[n].version
 		} else {
 			v := ts.resources[n].version
-			if im, ok := interims[n]; ok {
+			if im, ok := p.interims[n]; ok {
 				v = im.version
 			}
-			next[n] = v + sep + ss.held[n] + sep + strconv.Itoa(len(changed))
+			next[n] = v + sep + ss.held[n] + sep + strconv.Itoa(len(p.changed))
 		}
 	}
-	if !cut && len(w.heldBack) == 0 && len(interims) == 0 {
+	if !cut && len(p.w.heldBack) == 0 && len(p.interims) == 0 {
 		next[genKey] = strconv.FormatUint(ts.gen, 10)
 	} else {
 		delete(next, genKey) // the next request checks in full
 	}
-	w.done = true
+	return next
+}
 
-	send := changed
-	if ts.fullState {
-		send = send[:0:0]
-		if wild {
-			for n := range ts.resources {
-				if !w.hidden(n) {
-					send = append(send, n)
-				}
-			}
-		} else {
-			for n := range subscribed {
-				if _, ok := w.lookup(n); ok {
-					send = append(send, n)
-				}
+// everything returns, sorted, every resource of interest the client may
+// read (a response of a type that carries everything), and notes them
+// and the kept clusters in next.
+func (p *sotwPass) everything(next map[string]string) []string {
+	ts, w := p.ts, p.w
+	var send []string
+	if p.wild {
+		for n := range ts.resources {
+			if !w.hidden(n) {
+				send = append(send, n)
 			}
 		}
-		sort.Strings(send)
-		for _, n := range send {
-			next[n] = ts.resources[n].version
-		}
-		for _, g := range kept {
-			next[g.name] = g.version
+	} else {
+		for n := range p.subscribed {
+			if _, ok := w.lookup(n); ok {
+				send = append(send, n)
+			}
 		}
 	}
-	anys := make([]*anypb.Any, 0, len(send)+len(kept))
-	for _, g := range kept {
+	sort.Strings(send)
+	for _, n := range send {
+		next[n] = ts.resources[n].version
+	}
+	for _, g := range p.kept {
+		next[g.name] = g.version
+	}
+	return send
+}
+
+// response builds the response carrying the kept clusters and send (an
+// interim instead of a route configuration that has one).
+func (p *sotwPass) response(send []string, next map[string]string) *discovery.DiscoveryResponse {
+	anys := make([]*anypb.Any, 0, len(send)+len(p.kept))
+	for _, g := range p.kept {
 		anys = append(anys, g.any)
 	}
 	for _, n := range send {
-		if im, ok := interims[n]; ok {
+		if im, ok := p.interims[n]; ok {
 			anys = append(anys, im.route.any)
 			continue
 		}
-		anys = append(anys, ts.resources[n].any)
+		anys = append(anys, p.ts.resources[n].any)
 	}
-	version := c.sotwVersion(w, next)
-	for n, im := range interims {
+	version := p.c.sotwVersion(p.w, next)
+	for n, im := range p.interims {
 		version ^= verHash(n, im.version) // an interim's version_info is its own
 	}
-	for _, g := range kept {
+	for _, g := range p.kept {
 		version ^= g.verHash // so is that of a response keeping a deleted cluster
 	}
-	resp := &discovery.DiscoveryResponse{
+	return &discovery.DiscoveryResponse{
 		VersionInfo: strconv.FormatUint(version, 16),
-		TypeUrl:     ts.url,
+		TypeUrl:     p.ts.url,
 		Resources:   anys,
 	}
-	c.handed(w, resp, ts.newestGen(changed, removed))
-	w.sch <- &cache.PassthroughResponse{Request: w.sreq, ReturnedResources: next, DiscoveryResponse: resp}
-	switch ts.url {
-	case ClusterType:
-		c.sentCDS(w, "", resp)
-	case EndpointType:
-		c.sentEDS(w, send, nil, resp)
-	}
-	return true
 }
 
 // sotwVersion is the version_info of a response installing state next:

@@ -209,7 +209,7 @@ func TestSplitRestGoesWithTheStream(t *testing.T) {
 		// All but the last name: a rest that is a suffix of the type's
 		// names is a substring of the cache's shared sorted names
 		// (sortednames.go), which a rest kept cache-side would not grow;
-		// this one is the stream's own (RV5).
+		// this one is the stream's own.
 		s.req(names[:len(names)-1], nil, nil)
 		if s.take() == nil {
 			t.Fatal("no first part")

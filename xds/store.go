@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"time"
@@ -76,7 +77,7 @@ const (
 
 type typeState struct {
 	url       string
-	order     int  // make-before-break rank: CDS, EDS, LDS, RDS, then others
+	order     int  // rank in updateOrder: CDS, EDS, LDS, RDS, then others
 	fullState bool // sotw responses carry every subscribed resource (CDS, LDS)
 	resources map[string]*entry
 	aggregate uint64 // XOR of entries' verHash: the sotw version_info
@@ -119,7 +120,7 @@ func (c *Cache) Apply(changes ...Change) error {
 	// committed (with the dependents they re-versioned); nothing of the
 	// failing step is stored.
 	flushDeps := func() {
-		for _, ts := range sortedTypes(pendingDeps) {
+		for _, ts := range slices.SortedFunc(maps.Keys(pendingDeps), typeOrder) {
 			c.commit(ts, c.reversion(ts, pendingDeps[ts]))
 		}
 	}
@@ -228,15 +229,6 @@ func (c *Cache) reversion(ts *typeState, names []string) []string {
 	return touched
 }
 
-func sortedTypes(m map[*typeState][]string) []*typeState {
-	out := make([]*typeState, 0, len(m))
-	for ts := range m {
-		out = append(out, ts)
-	}
-	sort.Slice(out, func(i, j int) bool { return typeBefore(out[i], out[j]) })
-	return out
-}
-
 func (c *Cache) depVersion(d *Dep) string {
 	if d == nil {
 		return ""
@@ -333,11 +325,14 @@ func (c *Cache) commit(ts *typeState, changed []string) {
 			delete(ts.grave, n) // forgotten with the change log
 		}
 	}
-	c.wakeREST()
+	if c.commitWake != nil {
+		close(c.commitWake) // readers waiting for a change (read)
+		c.commitWake = nil
+	}
 	if !c.ready {
 		return
 	}
-	for _, w := range sortedWatches(ts.watches) {
+	for _, w := range slices.SortedFunc(maps.Keys(ts.watches), watchOrder) {
 		c.tryRespond(w, changed)
 		if ts.url == ClusterType && !w.done {
 			c.cdsCurrent(w) // nothing of interest changed for it

@@ -412,7 +412,7 @@ func (c *Cache) streamSyncStatus(k streamKey, detail bool, out map[streamKey][]T
 			types = append(types, ts)
 		}
 	}
-	sort.Slice(types, func(i, j int) bool { return typeBefore(types[i], types[j]) })
+	slices.SortFunc(types, typeOrder)
 	for _, ts := range types {
 		t, rs := c.typeStatus(st, ts, detail)
 		out[k] = append(out[k], t)

@@ -15,8 +15,8 @@ import (
 	"github.com/xdsbridge/xdsbridge/xds"
 )
 
-// ssHarness is newHarness with the server's metrics in reg.
-func ssHarness(t *testing.T, ready bool) (*harness, *prometheus.Registry) {
+// syncHarness is newHarness with the server's metrics in reg.
+func syncHarness(t *testing.T, ready bool) (*harness, *prometheus.Registry) {
 	t.Helper()
 	c := xds.NewCache()
 	if ready {
@@ -32,9 +32,9 @@ func ssHarness(t *testing.T, ready bool) (*harness, *prometheus.Registry) {
 	return &harness{t: t, cache: c, srv: s, conn: conn}, reg
 }
 
-// ssStatus returns the status of type typeURL on node's stream (ok false
+// syncTypeStatus returns the status of type typeURL on node's stream (ok false
 // if the node or type is not listed).
-func ssStatus(h *harness, node, typeURL string) (xds.TypeStatus, bool) {
+func syncTypeStatus(h *harness, node, typeURL string) (xds.TypeStatus, bool) {
 	for _, c := range h.srv.ClientStatuses() {
 		if c.Node != node {
 			continue
@@ -48,8 +48,8 @@ func ssStatus(h *harness, node, typeURL string) (xds.TypeStatus, bool) {
 	return xds.TypeStatus{}, false
 }
 
-// ssWaitState waits for node's type to reach state, and returns it.
-func ssWaitState(t *testing.T, h *harness, node, typeURL, state string) xds.TypeStatus {
+// waitSyncState waits for node's type to reach state, and returns it.
+func waitSyncState(t *testing.T, h *harness, node, typeURL, state string) xds.TypeStatus {
 	t.Helper()
 	var last xds.TypeStatus
 	defer func() {
@@ -59,15 +59,15 @@ func ssWaitState(t *testing.T, h *harness, node, typeURL, state string) xds.Type
 	}()
 	waitFor(t, node+" "+xds.ShortType(typeURL)+" "+state, func() bool {
 		var ok bool
-		last, ok = ssStatus(h, node, typeURL)
+		last, ok = syncTypeStatus(h, node, typeURL)
 		return ok && last.State == state
 	})
 	t.Logf("%s: %+v", state, last)
 	return last
 }
 
-// ssHistCount is the number of change → ACK observations of a type.
-func ssHistCount(t *testing.T, reg *prometheus.Registry, typeURL string) uint64 {
+// syncHistCount is the number of change → ACK observations of a type.
+func syncHistCount(t *testing.T, reg *prometheus.Registry, typeURL string) uint64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -94,24 +94,24 @@ func ssHistCount(t *testing.T, reg *prometheus.Registry, typeURL string) uint64 
 // a latency sample after its ACK, NACKED (version and detail) when it
 // rejects a response, and while it lacks the resource it rejected, then
 // SYNCED once a good version goes through.
-func TestSSDeltaSyncStates(t *testing.T) {
-	h, reg := ssHarness(t, false)
+func TestSyncStatusDeltaStates(t *testing.T) {
+	h, reg := syncHarness(t, false)
 	h.publish([]translate.Resources{svc("a", 1001), svc("b", 1002), svc("c", 1003)})
 	c := h.delta("test-node")
 	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"a", "b"}})
 	h.waitWatches(1, eds)
-	st := ssWaitState(t, h, "test-node", eds, xds.NotSent)
+	st := waitSyncState(t, h, "test-node", eds, xds.NotSent)
 	eq(t, "not sent: subscribed", 2, st.Subscribed)
 	eq(t, "not sent: behind", []string{"a", "b"}, st.Behind)
 
 	h.cache.MarkReady()
 	r := c.recv()
-	st = ssWaitState(t, h, "test-node", eds, xds.Stale)
+	st = waitSyncState(t, h, "test-node", eds, xds.Stale)
 	if st.Since.IsZero() || st.Sent != st.Current || st.Acked != "" {
 		t.Fatalf("first response not acked: %+v", st)
 	}
 	c.ack(r)
-	st = ssWaitState(t, h, "test-node", eds, xds.Synced)
+	st = waitSyncState(t, h, "test-node", eds, xds.Synced)
 	if st.Acked != st.Current || len(st.Behind) != 0 || st.Samples != 0 {
 		t.Fatalf("synced: %+v", st)
 	}
@@ -121,17 +121,17 @@ func TestSSDeltaSyncStates(t *testing.T) {
 	h.publish([]translate.Resources{svc("a", 1011)})
 	r = c.recv()
 	eq(t, "change", []string{"a"}, names(r))
-	st = ssWaitState(t, h, "test-node", eds, xds.Stale)
+	st = waitSyncState(t, h, "test-node", eds, xds.Stale)
 	eq(t, "stale: behind", []string{"a"}, st.Behind)
 	eq(t, "stale: acked", before, st.Acked)
 	c.ack(r)
-	st = ssWaitState(t, h, "test-node", eds, xds.Synced)
+	st = waitSyncState(t, h, "test-node", eds, xds.Synced)
 	a, _ := strconv.Atoi(st.Acked)
 	b, _ := strconv.Atoi(before)
 	if a <= b || st.Samples != 1 || st.LatencyLast <= 0 || st.LatencyP50 != st.LatencyLast || st.LatencyP99 != st.LatencyLast {
 		t.Fatalf("after the change's ACK: acked %s (before %s), %+v", st.Acked, before, st)
 	}
-	if n := ssHistCount(t, reg, eds); n != 1 {
+	if n := syncHistCount(t, reg, eds); n != 1 {
 		t.Fatalf("xdsbridge_xds_change_ack_seconds{type=eds} count = %d, want 1", n)
 	}
 	t.Logf("change → ACK latency %v over %d sample", st.LatencyLast, st.Samples)
@@ -140,7 +140,7 @@ func TestSSDeltaSyncStates(t *testing.T) {
 	// SYNCED, with the type's generation ahead of the one acked.
 	h.publish([]translate.Resources{svc("c", 1013)})
 	c.none()
-	st = ssWaitState(t, h, "test-node", eds, xds.Synced)
+	st = waitSyncState(t, h, "test-node", eds, xds.Synced)
 	if st.Acked == st.Current {
 		t.Fatalf("acked %s = current %s after a change to an unsubscribed resource", st.Acked, st.Current)
 	}
@@ -149,9 +149,9 @@ func TestSSDeltaSyncStates(t *testing.T) {
 	h.publish([]translate.Resources{svc("b", 1012)})
 	r = c.recv()
 	eq(t, "bad b", []string{"b"}, names(r))
-	sent := ssWaitState(t, h, "test-node", eds, xds.Stale).Sent
+	sent := waitSyncState(t, h, "test-node", eds, xds.Stale).Sent
 	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResponseNonce: r.Nonce, ErrorDetail: &status.Status{Code: 3, Message: "bad b for the test"}})
-	st = ssWaitState(t, h, "test-node", eds, xds.Nacked)
+	st = waitSyncState(t, h, "test-node", eds, xds.Nacked)
 	if st.NACK == nil || st.NACK.Version != sent || st.NACK.Detail != "bad b for the test" || st.NACK.At.IsZero() || !st.Since.Equal(st.NACK.At) {
 		t.Fatalf("nacked: %+v nack %+v (sent %s)", st, st.NACK, sent)
 	}
@@ -161,7 +161,7 @@ func TestSSDeltaSyncStates(t *testing.T) {
 	eq(t, "answer to the NACK", 0, len(e.Resources)+len(e.RemovedResources))
 	c.ack(e)
 	c.none()
-	st = ssWaitState(t, h, "test-node", eds, xds.Nacked)
+	st = waitSyncState(t, h, "test-node", eds, xds.Nacked)
 	eq(t, "nacked: behind", []string{"b"}, st.Behind)
 	d := h.srv.ClientStatus("test-node")
 	if len(d.Streams) != 1 {
@@ -180,14 +180,14 @@ func TestSSDeltaSyncStates(t *testing.T) {
 	h.publish([]translate.Resources{svc("b", 1022)})
 	r = c.recv()
 	c.ack(r)
-	st = ssWaitState(t, h, "test-node", eds, xds.Synced)
+	st = waitSyncState(t, h, "test-node", eds, xds.Synced)
 	if st.NACK != nil || st.Samples != 2 {
 		t.Fatalf("after a good b: %+v", st)
 	}
 	if n := h.srv.NACKs(); n != 1 {
 		t.Fatalf("NACKs = %d, want 1 (the test's)", n)
 	}
-	if n := ssHistCount(t, reg, eds); n != 2 {
+	if n := syncHistCount(t, reg, eds); n != 2 {
 		t.Fatalf("xdsbridge_xds_change_ack_seconds{type=eds} count = %d, want 2", n)
 	}
 }
@@ -197,38 +197,38 @@ func TestSSDeltaSyncStates(t *testing.T) {
 // STALE until its ACK, with a latency sample after; a rejected EDS
 // response is NACKED; and ClientStatus lists each resource with the
 // version held.
-func TestSSSotwSyncStates(t *testing.T) {
-	h, reg := ssHarness(t, true)
+func TestSyncStatusSotwStates(t *testing.T) {
+	h, reg := syncHarness(t, true)
 	h.publish([]translate.Resources{svc("a", 1001), svc("b", 1002)})
 	c := h.sotw()
 	c.send(&discovery.DiscoveryRequest{TypeUrl: cds})
 	rc := c.recv()
 	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"a", "b"}})
 	re := c.recv()
-	ssWaitState(t, h, "grpc-client", cds, xds.Stale)
-	ssWaitState(t, h, "grpc-client", eds, xds.Stale)
+	waitSyncState(t, h, "grpc-client", cds, xds.Stale)
+	waitSyncState(t, h, "grpc-client", eds, xds.Stale)
 	c.send(&discovery.DiscoveryRequest{TypeUrl: cds, ResponseNonce: rc.Nonce, VersionInfo: rc.VersionInfo})
-	st := ssWaitState(t, h, "grpc-client", cds, xds.Synced)
+	st := waitSyncState(t, h, "grpc-client", cds, xds.Synced)
 	if !st.Wildcard || st.Subscribed != 0 {
 		t.Fatalf("cds: %+v", st)
 	}
-	ssWaitState(t, h, "grpc-client", eds, xds.Stale)
+	waitSyncState(t, h, "grpc-client", eds, xds.Stale)
 	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResponseNonce: re.Nonce, VersionInfo: re.VersionInfo, ResourceNames: []string{"a", "b"}})
-	st = ssWaitState(t, h, "grpc-client", eds, xds.Synced)
+	st = waitSyncState(t, h, "grpc-client", eds, xds.Synced)
 	eq(t, "eds subscribed", 2, st.Subscribed)
 
 	// A change to a's assignment.
 	h.publish([]translate.Resources{svc("a", 1011)})
 	re = c.recv()
-	st = ssWaitState(t, h, "grpc-client", eds, xds.Stale)
+	st = waitSyncState(t, h, "grpc-client", eds, xds.Stale)
 	eq(t, "eds behind", []string{"a"}, st.Behind)
-	ssWaitState(t, h, "grpc-client", cds, xds.Synced)
+	waitSyncState(t, h, "grpc-client", cds, xds.Synced)
 	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResponseNonce: re.Nonce, VersionInfo: re.VersionInfo, ResourceNames: []string{"a", "b"}})
-	st = ssWaitState(t, h, "grpc-client", eds, xds.Synced)
+	st = waitSyncState(t, h, "grpc-client", eds, xds.Synced)
 	if st.Samples != 1 || st.LatencyLast <= 0 || st.Acked != st.Current {
 		t.Fatalf("eds after the change's ACK: %+v", st)
 	}
-	if n := ssHistCount(t, reg, eds); n != 1 {
+	if n := syncHistCount(t, reg, eds); n != 1 {
 		t.Fatalf("xdsbridge_xds_change_ack_seconds{type=eds} count = %d, want 1", n)
 	}
 
@@ -236,7 +236,7 @@ func TestSSSotwSyncStates(t *testing.T) {
 	h.publish([]translate.Resources{svc("b", 1012)})
 	re = c.recv()
 	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResponseNonce: re.Nonce, ResourceNames: []string{"a", "b"}, ErrorDetail: &status.Status{Code: 3, Message: "bad b"}})
-	st = ssWaitState(t, h, "grpc-client", eds, xds.Nacked)
+	st = waitSyncState(t, h, "grpc-client", eds, xds.Nacked)
 	if st.NACK == nil || st.NACK.Detail != "bad b" || st.NACK.Version != st.Sent {
 		t.Fatalf("nacked: %+v", st)
 	}

@@ -1,9 +1,10 @@
 package xds
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -183,16 +184,10 @@ func (c *Cache) tryRespond(w *watch, changed []string) {
 	c.respond(w, true, false, changed...)
 }
 
-// sortedWatches gives a stable order (by creation), so responses leave in the
-// order clients asked and tests are repeatable.
-func sortedWatches(m map[*watch]struct{}) []*watch {
-	out := make([]*watch, 0, len(m))
-	for w := range m {
-		out = append(out, w)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
-	return out
-}
+// watchOrder is the order of watches by creation (a comparison function
+// for slices.SortFunc): responses leave in the order clients asked, and
+// tests are repeatable.
+func watchOrder(a, b *watch) int { return cmp.Compare(a.id, b.id) }
 
 // MarkReady lets the cache answer clients. Watches held until now are
 // answered from the current state, type by type in make-before-break
@@ -206,13 +201,8 @@ func (c *Cache) MarkReady() {
 	}
 	c.ready = true
 	c.notifySubs()
-	types := make([]*typeState, 0, len(c.types))
-	for _, ts := range c.types {
-		types = append(types, ts)
-	}
-	sort.Slice(types, func(i, j int) bool { return typeBefore(types[i], types[j]) })
-	for _, ts := range types {
-		for _, w := range sortedWatches(ts.watches) {
+	for _, ts := range slices.SortedFunc(maps.Values(c.types), typeOrder) {
+		for _, w := range slices.SortedFunc(maps.Keys(ts.watches), watchOrder) {
 			if !c.respond(w, false, mustAnswer(w)) {
 				c.routeHeld(w) // a route held back here is bounded too
 			}

@@ -15,8 +15,8 @@ import (
 	"github.com/xdsbridge/xdsbridge/xds"
 )
 
-// rv5CLA is an assignment of n endpoints.
-func rv5CLA(name string, n int) xds.Resource {
+// assignmentWithEndpoints is an assignment of n endpoints.
+func assignmentWithEndpoints(name string, n int) xds.Resource {
 	la := &endpoint.ClusterLoadAssignment{ClusterName: name}
 	var lle endpoint.LocalityLbEndpoints
 	for i := range n {
@@ -28,11 +28,11 @@ func rv5CLA(name string, n int) xds.Resource {
 	return xds.Resource{Name: name, Msg: la}
 }
 
-// TestRV5DeltaPartsFitTheBound: every part of a delta EDS sync that
+// TestDeltaPartsFitTheBound: every part of a delta EDS sync that
 // carries more than one resource is at most the bound once encoded (with
 // its nonce); a resource larger than the bound goes alone; every part
 // carries something; together they carry every assignment once.
-func TestRV5DeltaPartsFitTheBound(t *testing.T) {
+func TestDeltaPartsFitTheBound(t *testing.T) {
 	c := xds.NewCache(xds.WithTypes(xds.EndpointType))
 	var all []xds.Resource
 	var names []string
@@ -42,7 +42,7 @@ func TestRV5DeltaPartsFitTheBound(t *testing.T) {
 		if i == 777 {
 			eps = 3000 // ~70 kB
 		}
-		all = append(all, rv5CLA(n, eps))
+		all = append(all, assignmentWithEndpoints(n, eps))
 		names = append(names, n)
 	}
 	if err := c.Apply(xds.Change{TypeURL: xds.EndpointType, Upserts: all}); err != nil {
@@ -87,9 +87,9 @@ func TestRV5DeltaPartsFitTheBound(t *testing.T) {
 	t.Logf("%d parts", parts)
 }
 
-// TestRV5SotwEDSPartsFitTheBound: the same for a sotw EDS client (its
+// TestSotwEDSPartsFitTheBound: the same for a sotw EDS client (its
 // parts follow each ACK).
-func TestRV5SotwEDSPartsFitTheBound(t *testing.T) {
+func TestSotwEDSPartsFitTheBound(t *testing.T) {
 	c := xds.NewCache(xds.WithTypes(xds.EndpointType))
 	var all []xds.Resource
 	var names []string
@@ -99,7 +99,7 @@ func TestRV5SotwEDSPartsFitTheBound(t *testing.T) {
 		if i == 777 {
 			eps = 3000
 		}
-		all = append(all, rv5CLA(n, eps))
+		all = append(all, assignmentWithEndpoints(n, eps))
 		names = append(names, n)
 	}
 	if err := c.Apply(xds.Change{TypeURL: xds.EndpointType, Upserts: all}); err != nil {

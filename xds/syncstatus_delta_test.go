@@ -15,59 +15,59 @@ import (
 
 // A wildcard delta CDS client: SYNCED, STALE while a removal is not
 // acknowledged, SYNCED after.
-func TestRv1SSDeltaWildcardRemoval(t *testing.T) {
-	h, _ := ssHarness(t, true)
+func TestSyncStatusDeltaWildcardRemoval(t *testing.T) {
+	h, _ := syncHarness(t, true)
 	h.publish([]translate.Resources{svc("a", 1001), svc("b", 1002)})
 	c := h.delta("test-node")
 	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
 	r := c.recv()
 	c.ack(r)
-	ssWaitState(t, h, "test-node", cds, xds.Synced)
+	waitSyncState(t, h, "test-node", cds, xds.Synced)
 	h.publish(nil, "b")
 	r = c.recv()
 	eq(t, "removed", []string{"b"}, r.RemovedResources)
-	ssWaitState(t, h, "test-node", cds, xds.Stale)
+	waitSyncState(t, h, "test-node", cds, xds.Stale)
 	c.ack(r)
-	ssWaitState(t, h, "test-node", cds, xds.Synced)
+	waitSyncState(t, h, "test-node", cds, xds.Synced)
 }
 
 // A delta client that subscribes only to a name that does not exist holds
 // everything of interest once answered.
-func TestRv1SSDeltaNonexistent(t *testing.T) {
-	h, _ := ssHarness(t, true)
+func TestSyncStatusDeltaNonexistent(t *testing.T) {
+	h, _ := syncHarness(t, true)
 	h.publish([]translate.Resources{svc("a", 1001)})
 	c := h.delta("test-node")
 	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"nope"}})
 	r := c.recv()
 	eq(t, "removed", []string{"nope"}, r.RemovedResources)
 	c.ack(r)
-	ssWaitState(t, h, "test-node", eds, xds.Synced)
+	waitSyncState(t, h, "test-node", eds, xds.Synced)
 }
 
 // A delta client NACKs b, then unsubscribes b: it holds everything it
 // subscribes to; its status must not stay NACKED.
-func TestRv1SSDeltaNackThenUnsubscribe(t *testing.T) {
-	h, _ := ssHarness(t, true)
+func TestSyncStatusDeltaNackThenUnsubscribe(t *testing.T) {
+	h, _ := syncHarness(t, true)
 	h.publish([]translate.Resources{svc("a", 1001), svc("b", 1002)})
 	c := h.delta("test-node")
 	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"a", "b"}})
 	c.ack(c.recv())
-	ssWaitState(t, h, "test-node", eds, xds.Synced)
+	waitSyncState(t, h, "test-node", eds, xds.Synced)
 	h.publish([]translate.Resources{svc("b", 1012)})
 	r := c.recv()
 	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResponseNonce: r.Nonce, ErrorDetail: &status.Status{Code: 3, Message: "bad b"}})
-	ssWaitState(t, h, "test-node", eds, xds.Nacked)
+	waitSyncState(t, h, "test-node", eds, xds.Nacked)
 	e := c.recv()
 	c.ack(e)
-	ssWaitState(t, h, "test-node", eds, xds.Nacked)
+	waitSyncState(t, h, "test-node", eds, xds.Nacked)
 	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesUnsubscribe: []string{"b"}})
-	ssWaitState(t, h, "test-node", eds, xds.Synced)
+	waitSyncState(t, h, "test-node", eds, xds.Synced)
 }
 
 // Status reads racing subscription churn, commits and answers (go test
 // -race).
-func TestRv1SSConcurrentStatus(t *testing.T) {
-	h, _ := ssHarness(t, true)
+func TestSyncStatusConcurrent(t *testing.T) {
+	h, _ := syncHarness(t, true)
 	all, ns := services(20)
 	h.publish(all)
 	d := h.delta("test-node")

@@ -7,11 +7,11 @@ import (
 	"time"
 )
 
-// TestRV6SentAssignmentsWildcardModel: as TestSentAssignmentsModel, but
+// TestSentAssignmentsWildcardModel: as TestSentAssignmentsModel, but
 // the subscription is the server's own (newDeltaSub from a legacy
 // wildcard request, then updates that subscribe and unsubscribe "*"), and
 // the record is kept as edsInterest keeps it (a wildcard: unbounded).
-func TestRV6SentAssignmentsWildcardModel(t *testing.T) {
+func TestSentAssignmentsWildcardModel(t *testing.T) {
 	for seed := range uint64(300) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 11))

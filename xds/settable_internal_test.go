@@ -10,11 +10,11 @@ import (
 	"time"
 )
 
-// TestRV3SetsUnderCollisionsAndGC: with a hash that collides on purpose
+// TestSetTableUnderCollisionsAndGC: with a hash that collides on purpose
 // (identity over small keys: {1,4} and {2,3} have one sum and size), random
 // derivations from shared sets, in goroutines at once while the collector
 // runs, always give the set asked for, and never change a set handed out.
-func TestRV3SetsUnderCollisionsAndGC(t *testing.T) {
+func TestSetTableUnderCollisionsAndGC(t *testing.T) {
 	tab := newSetTable(func(k uint64) uint64 { return k })
 	type held struct {
 		s    *hashSet
@@ -73,11 +73,11 @@ func TestRV3SetsUnderCollisionsAndGC(t *testing.T) {
 	}
 }
 
-// TestRV3SetsCollectedWithTheirEntries: on a table of its own (the
+// TestSetTableCollectsSetsWithTheirEntries: on a table of its own (the
 // process-wide one also holds other tests' sets, whose collection would
 // pass for these), every set nothing holds is collected, and the table
 // keeps no entry of it.
-func TestRV3SetsCollectedWithTheirEntries(t *testing.T) {
+func TestSetTableCollectsSetsWithTheirEntries(t *testing.T) {
 	tab := newSetTable(func(n string) uint64 { return uint64(len(n)) * 0x9e3779b97f4a7c15 })
 	s := tab.empty
 	for i := range 50 {

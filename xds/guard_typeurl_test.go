@@ -13,12 +13,12 @@ import (
 	"github.com/xdsbridge/xdsbridge/xds"
 )
 
-// TestRV3NamesPerStreamTypeURLAlias: on a stream of one type (here
+// TestGuardNamesPerStreamTypeURLAlias: on a stream of one type (here
 // DeltaEndpoints), a request without a type URL is of the stream's type,
 // so the server holds the names of "" and of the explicit type URL in one
 // subscription: 120 names over max_names_per_stream 100 must end the
 // stream, not be counted as two types of 60.
-func TestRV3NamesPerStreamTypeURLAlias(t *testing.T) {
+func TestGuardNamesPerStreamTypeURLAlias(t *testing.T) {
 	h := newLimitHarness(t, xds.Options{Limits: xds.Limits{MaxNamesPerStream: 100}})
 	h.publish([]translate.Resources{svc("a", 1001)})
 	n := madeUpNames(120, 16, "rv3")

@@ -18,31 +18,31 @@ import (
 // RouteDiscoveryService stream. A route change adding cluster V goes to
 // the RDS stream at once, without an interim (which would wait out the
 // route hold there).
-func TestMbRoutesOnlyStreamGetsNoInterim(t *testing.T) {
+func TestMakeBeforeBreakRoutesOnlyStreamGetsNoInterim(t *testing.T) {
 	h := newHarness(t, true, xds.WithMakeBeforeBreak(true, 50*time.Millisecond), xds.WithRouteHold(2*time.Second))
 	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0)}},
 		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0)}},
-		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A")}})
-	c := mbClustersClient(t, h, "A")
+		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A")}})
+	c := clustersOnlyClient(t, h, "A")
 	var r *discovery.DiscoveryResponse
-	rs := mbRoutesStream(h)
-	rs.send(&discovery.DiscoveryRequest{TypeUrl: mbRDS, ResourceNames: []string{"r"}})
+	rs := routesOnlyStream(h)
+	rs.send(&discovery.DiscoveryRequest{TypeUrl: rdsURL, ResourceNames: []string{"r"}})
 	r = rs.recv()
-	mbSotwAck(rs, r, "r")
-	h.waitWatches(1, cds, eds, mbRDS)
+	sotwAck(rs, r, "r")
+	h.waitWatches(1, cds, eds, rdsURL)
 
 	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("V", 0)}},
 		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("V", 0)}},
-		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A", "V")}})
+		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A", "V")}})
 	r = c.recv() // CDS with V
-	mbSotwAck(c, r)
+	sotwAck(c, r)
 	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"A", "V"}})
 	r = c.recv()
-	mbSotwAck(c, r, "A", "V")
+	sotwAck(c, r, "A", "V")
 	start := time.Now()
 	got := rs.recv()
 	d := time.Since(start)
-	eq(t, "a routes-only stream gets the real routes, no interim", []string{"A,V"}, mbRoutes(t, got))
+	eq(t, "a routes-only stream gets the real routes, no interim", []string{"A,V"}, routeClusterNames(t, got))
 	st := h.cache.Stats()
 	if d > time.Second || st.Interims != 0 || st.RouteHoldTimeouts != 0 {
 		t.Fatalf("routes after %v (interims %d, hold timeouts %d): a stream without clusters must not wait", d, st.Interims, st.RouteHoldTimeouts)
@@ -51,23 +51,23 @@ func TestMbRoutesOnlyStreamGetsNoInterim(t *testing.T) {
 
 // Envoy-like sotw ADS: route r → V. The bridge deletes r and V (listener
 // gone); the client unsubscribes r (RDS request with no names).
-func TestMbGraveAfterRouteUnsubscribed(t *testing.T) {
+func TestMakeBeforeBreakGraveAfterRouteUnsubscribed(t *testing.T) {
 	h := newHarness(t, true)
 	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0), rcl("V", 0)}},
 		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0), rla("V", 0)}},
-		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("V")}})
-	c := mbClustersClient(t, h, "A", "V")
+		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("V")}})
+	c := clustersOnlyClient(t, h, "A", "V")
 	var r *discovery.DiscoveryResponse
-	c.send(&discovery.DiscoveryRequest{TypeUrl: mbRDS, ResourceNames: []string{"r"}})
+	c.send(&discovery.DiscoveryRequest{TypeUrl: rdsURL, ResourceNames: []string{"r"}})
 	r = c.recv()
-	mbSotwAck(c, r, "r")
-	h.waitWatches(1, cds, eds, mbRDS)
+	sotwAck(c, r, "r")
+	h.waitWatches(1, cds, eds, rdsURL)
 
-	h.apply(xds.Change{TypeURL: mbRDS, Deletes: []string{"r"}},
+	h.apply(xds.Change{TypeURL: rdsURL, Deletes: []string{"r"}},
 		xds.Change{TypeURL: eds, Deletes: []string{"V"}},
 		xds.Change{TypeURL: cds, Deletes: []string{"V"}})
 	// Envoy drops the listener, unsubscribes r and V's assignment.
-	c.send(&discovery.DiscoveryRequest{TypeUrl: mbRDS, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce})
+	c.send(&discovery.DiscoveryRequest{TypeUrl: rdsURL, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce})
 	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"A"}})
 	deadline := time.After(3 * time.Second)
 	for {
@@ -75,13 +75,13 @@ func TestMbGraveAfterRouteUnsubscribed(t *testing.T) {
 		go func() { got <- c.recv() }()
 		select {
 		case r = <-got:
-			t.Logf("got %s %v", mbTypeName(r.TypeUrl), sotwNames(t, r))
+			t.Logf("got %s %v", shortTypeName(r.TypeUrl), sotwNames(t, r))
 			if r.TypeUrl == cds {
 				names := sotwNames(t, r)
 				if len(names) == 1 && names[0] == "A" {
 					return
 				}
-				mbSotwAck(c, r)
+				sotwAck(c, r)
 			}
 		case <-deadline:
 			t.Fatalf("V, deleted from the bridge, still in the stream's CDS after 3s (the stream no longer subscribes any route)")
@@ -91,32 +91,32 @@ func TestMbGraveAfterRouteUnsubscribed(t *testing.T) {
 
 // After one interim was NACKed (and the real version ACKed), does a later
 // change adding a cluster get an interim again?
-func TestMbInterimAfterNackedInterim(t *testing.T) {
+func TestMakeBeforeBreakInterimAfterNackedInterim(t *testing.T) {
 	h := newHarness(t, true, xds.WithMakeBeforeBreak(true, 20*time.Millisecond))
-	c := mbGRPCGoSotw(t, h)
+	c := grpcGoSotwClient(t, h)
 	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("W", 0)}},
 		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("W", 0)}},
-		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A", "W")}})
+		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A", "W")}})
 	im := c.recv()
-	eq(t, "interim to W", []string{"A", "+W"}, mbRoutes(t, im))
-	c.send(&discovery.DiscoveryRequest{TypeUrl: mbRDS, VersionInfo: "x", ResponseNonce: im.Nonce,
+	eq(t, "interim to W", []string{"A", "+W"}, routeClusterNames(t, im))
+	c.send(&discovery.DiscoveryRequest{TypeUrl: rdsURL, VersionInfo: "x", ResponseNonce: im.Nonce,
 		ResourceNames: []string{"r"}, ErrorDetail: &statuspb.Status{Message: "refused for the test"}})
 	real := c.recv()
-	eq(t, "real version after the NACK", []string{"A,W"}, mbRoutes(t, real))
-	mbSotwAck(c, real, "r")
+	eq(t, "real version after the NACK", []string{"A,W"}, routeClusterNames(t, real))
+	sotwAck(c, real, "r")
 	c.send(&discovery.DiscoveryRequest{TypeUrl: cds, ResourceNames: []string{"A", "W"}})
 	r := c.recv()
-	mbSotwAck(c, r, "A", "W")
+	sotwAck(c, r, "A", "W")
 	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"A", "W"}})
 	r = c.recv()
-	mbSotwAck(c, r, "A", "W")
-	h.waitWatches(1, cds, eds, mbRDS)
+	sotwAck(c, r, "A", "W")
+	h.waitWatches(1, cds, eds, rdsURL)
 
 	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("X", 0)}},
 		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("X", 0)}},
-		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A", "W", "X")}})
+		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A", "W", "X")}})
 	r = c.recv()
-	eq(t, "a later change adding X: interim again", []string{"A,W", "+X"}, mbRoutes(t, r))
+	eq(t, "a later change adding X: interim again", []string{"A,W", "+X"}, routeClusterNames(t, r))
 }
 
 // An Envoy-like delta client reconnects while the bridge is not ready
@@ -127,17 +127,17 @@ func TestRouteHoldAtMarkReadyBounded(t *testing.T) {
 	h := newHarness(t, false, xds.WithRouteHold(500*time.Millisecond))
 	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0), rcl("C", 0)}},
 		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0), rla("C", 0)}},
-		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A", "C")}})
+		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A", "C")}})
 	c := h.delta("n")
 	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
 	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"A"}})
-	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: mbRDS, ResourceNamesSubscribe: []string{"r"}})
-	h.waitWatches(1, cds, eds, mbRDS)
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: rdsURL, ResourceNamesSubscribe: []string{"r"}})
+	h.waitWatches(1, cds, eds, rdsURL)
 	h.cache.MarkReady()
 	start := time.Now()
 	for i := 0; i < 3; i++ {
 		r := c.recv() // fails the test after its own timeout
-		ty := mbTypeName(r.TypeUrl)
+		ty := shortTypeName(r.TypeUrl)
 		t.Logf("got %s after %v", ty, time.Since(start))
 		if ty == "rds" {
 			if d := time.Since(start); d > 2*time.Second {
@@ -153,20 +153,20 @@ func TestRouteHoldAtMarkReadyBounded(t *testing.T) {
 // Non-ADS Envoy: routes V→A and V deleted. CDS stream drops V at once;
 // the routes-only stream gets the real routes at once (no interim still
 // naming V, no hold: it carries no clusters to order against).
-func TestMbRoutesOnlyStreamClusterDeleted(t *testing.T) {
+func TestMakeBeforeBreakRoutesOnlyStreamClusterDeleted(t *testing.T) {
 	h := newHarness(t, true)
 	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0), rcl("V", 0)}},
 		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0), rla("V", 0)}},
-		xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("V")}})
-	c := mbClustersClient(t, h, "A", "V")
+		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("V")}})
+	c := clustersOnlyClient(t, h, "A", "V")
 	var r *discovery.DiscoveryResponse
-	rs := mbRoutesStream(h)
-	rs.send(&discovery.DiscoveryRequest{TypeUrl: mbRDS, ResourceNames: []string{"r"}})
+	rs := routesOnlyStream(h)
+	rs.send(&discovery.DiscoveryRequest{TypeUrl: rdsURL, ResourceNames: []string{"r"}})
 	r = rs.recv()
-	mbSotwAck(rs, r, "r")
-	h.waitWatches(1, cds, eds, mbRDS)
+	sotwAck(rs, r, "r")
+	h.waitWatches(1, cds, eds, rdsURL)
 
-	h.apply(xds.Change{TypeURL: mbRDS, Upserts: []xds.Resource{mbRoute("A")}},
+	h.apply(xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A")}},
 		xds.Change{TypeURL: eds, Deletes: []string{"V"}},
 		xds.Change{TypeURL: cds, Deletes: []string{"V"}})
 	r = c.recv()
@@ -174,27 +174,27 @@ func TestMbRoutesOnlyStreamClusterDeleted(t *testing.T) {
 	eq(t, "CDS drops V at once", []string{"A"}, sotwNames(t, r))
 	got := rs.recv()
 	d := time.Since(goneAt)
-	eq(t, "a routes-only stream gets the real routes, no interim naming V", []string{"A"}, mbRoutes(t, got))
+	eq(t, "a routes-only stream gets the real routes, no interim naming V", []string{"A"}, routeClusterNames(t, got))
 	if d > 500*time.Millisecond {
 		t.Fatalf("routes naming V (deleted from CDS) stayed the client's newest for %v", d)
 	}
 }
 
-// mbClustersClient is a sotw ADS client that has ACKed every cluster (CDS
+// clustersOnlyClient is a sotw ADS client that has ACKed every cluster (CDS
 // wildcard) and the assignments of names.
-func mbClustersClient(t *testing.T, h *harness, names ...string) *sotwClient {
+func clustersOnlyClient(t *testing.T, h *harness, names ...string) *sotwClient {
 	t.Helper()
 	c := h.sotw()
 	c.send(&discovery.DiscoveryRequest{TypeUrl: cds})
-	mbSotwAck(c, c.recv())
+	sotwAck(c, c.recv())
 	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: names})
-	mbSotwAck(c, c.recv(), names...)
+	sotwAck(c, c.recv(), names...)
 	return c
 }
 
-// mbRoutesStream is a sotw client on a RouteDiscoveryService stream of its
+// routesOnlyStream is a sotw client on a RouteDiscoveryService stream of its
 // own (an Envoy without ADS).
-func mbRoutesStream(h *harness) *sotwClient {
+func routesOnlyStream(h *harness) *sotwClient {
 	return &sotwClient{openStream(h, func(ctx context.Context) (grpcStream[*discovery.DiscoveryRequest, *discovery.DiscoveryResponse], error) {
 		return routeservice.NewRouteDiscoveryServiceClient(h.conn).StreamRoutes(ctx)
 	}, func(r *discovery.DiscoveryResponse) string { return fmt.Sprintf("rds %s", r.VersionInfo) })}

@@ -16,11 +16,11 @@ import (
 // 4,000 clusters are 240,000 (tens of ms; 1,000 Envoys of 5,000 clusters,
 // seconds). A commit made meanwhile must not wait for all of it: the cache
 // lock is taken per stream.
-func TestRv1SSStatusDoesNotHoldCacheLockAcrossStreams(t *testing.T) {
+func TestClientStatusesDoesNotHoldCacheLockAcrossStreams(t *testing.T) {
 	if testing.Short() {
 		t.Skip("many clients")
 	}
-	h, _ := ssHarness(t, true)
+	h, _ := syncHarness(t, true)
 	const nres, nclients = 4000, 60
 	var all []translate.Resources
 	for i := range nres {

@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc"
 )
 
-// rv3Stream is a delta stream fed by a channel; Recv fails once the
+// fakeDeltaStream is a delta stream fed by a channel; Recv fails once the
 // stream's context ends (as grpc's does).
-type rv3Stream struct {
+type fakeDeltaStream struct {
 	grpc.ServerStream
 	ctx  context.Context
 	reqs chan *discovery.DeltaDiscoveryRequest
@@ -29,9 +29,9 @@ type rv3Stream struct {
 	overlap bool
 }
 
-func (s *rv3Stream) Context() context.Context { return s.ctx }
+func (s *fakeDeltaStream) Context() context.Context { return s.ctx }
 
-func (s *rv3Stream) Send(r *discovery.DeltaDiscoveryResponse) error {
+func (s *fakeDeltaStream) Send(r *discovery.DeltaDiscoveryResponse) error {
 	s.mu.Lock()
 	if s.sending {
 		s.overlap = true
@@ -46,7 +46,7 @@ func (s *rv3Stream) Send(r *discovery.DeltaDiscoveryResponse) error {
 	return nil
 }
 
-func (s *rv3Stream) Recv() (*discovery.DeltaDiscoveryRequest, error) {
+func (s *fakeDeltaStream) Recv() (*discovery.DeltaDiscoveryRequest, error) {
 	select {
 	case r := <-s.reqs:
 		return r, nil
@@ -55,31 +55,31 @@ func (s *rv3Stream) Recv() (*discovery.DeltaDiscoveryRequest, error) {
 	}
 }
 
-// rv3Watcher answers every delta watch at once, and logs creations and cancellations.
-type rv3Watcher struct {
+// recordingWatcher answers every delta watch at once, and logs creations and cancellations.
+type recordingWatcher struct {
 	cache.ConfigWatcher
-	log *rv3Log
+	log *watchLog
 	wg  sync.WaitGroup
 }
 
-type rv3Log struct {
+type watchLog struct {
 	mu sync.Mutex
 	ev []string
 }
 
-func (l *rv3Log) add(f string, a ...any) {
+func (l *watchLog) add(f string, a ...any) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.ev = append(l.ev, fmt.Sprintf(f, a...))
 }
 
-func (l *rv3Log) events() []string {
+func (l *watchLog) events() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.ev)
 }
 
-func (w *rv3Watcher) CreateDeltaWatch(req *cache.DeltaRequest, sub cache.Subscription, ch chan cache.DeltaResponse) (func(), error) {
+func (w *recordingWatcher) CreateDeltaWatch(req *cache.DeltaRequest, sub cache.Subscription, ch chan cache.DeltaResponse) (func(), error) {
 	w.log.add("watch %s %v", req.GetTypeUrl(), sub.IsWildcard())
 	resp := &cache.DeltaPassthroughResponse{DeltaRequest: req, NextVersionMap: map[string]string{"x": "1"}, DeltaDiscoveryResponse: &discovery.DeltaDiscoveryResponse{TypeUrl: req.GetTypeUrl()}}
 	ch <- resp // answered at once, as the cache does under its lock (the buffer has room)
@@ -87,22 +87,22 @@ func (w *rv3Watcher) CreateDeltaWatch(req *cache.DeltaRequest, sub cache.Subscri
 	return func() { once.Do(func() { w.log.add("cancel %s", req.GetTypeUrl()) }) }, nil
 }
 
-type rv3Callbacks struct {
-	log     *rv3Log
+type recordingCallbacks struct {
+	log     *watchLog
 	failReq int // the request that fails (1-based); 0: none
 	n       int
 }
 
-func (c *rv3Callbacks) OnDeltaStreamOpen(_ context.Context, id int64, typ string) error {
+func (c *recordingCallbacks) OnDeltaStreamOpen(_ context.Context, id int64, typ string) error {
 	c.log.add("open")
 	return nil
 }
 
-func (c *rv3Callbacks) OnDeltaStreamClosed(id int64, n *core.Node) {
+func (c *recordingCallbacks) OnDeltaStreamClosed(id int64, n *core.Node) {
 	c.log.add("closed %s", n.GetId())
 }
 
-func (c *rv3Callbacks) OnStreamDeltaRequest(id int64, r *discovery.DeltaDiscoveryRequest) error {
+func (c *recordingCallbacks) OnStreamDeltaRequest(id int64, r *discovery.DeltaDiscoveryRequest) error {
 	c.n++
 	c.log.add("request %d", c.n)
 	if c.n == c.failReq {
@@ -111,23 +111,23 @@ func (c *rv3Callbacks) OnStreamDeltaRequest(id int64, r *discovery.DeltaDiscover
 	return nil
 }
 
-func (c *rv3Callbacks) OnStreamDeltaResponse(id int64, req *discovery.DeltaDiscoveryRequest, r *discovery.DeltaDiscoveryResponse) {
+func (c *recordingCallbacks) OnStreamDeltaResponse(id int64, req *discovery.DeltaDiscoveryRequest, r *discovery.DeltaDiscoveryResponse) {
 	c.log.add("response %s", r.GetNonce())
 }
 
-// TestRV3DeltaServerStreamLife: the stream's callbacks come in
+// TestDeltaServerStreamLife: the stream's callbacks come in
 // go-control-plane's order, a type's watch is cancelled before the next
 // one, a callback's error ends the stream after every watch is cancelled
 // and OnDeltaStreamClosed is told the node of the first request, Sends
 // never overlap, and no goroutine outlives the stream (a server context
 // ending, or the stream's).
-func TestRV3DeltaServerStreamLife(t *testing.T) {
+func TestDeltaServerStreamLife(t *testing.T) {
 	before := runtime.NumGoroutine()
 	for _, how := range []string{"callback error", "stream ends", "server ends"} {
 		t.Run(how, func(t *testing.T) {
-			log := &rv3Log{}
-			w := &rv3Watcher{log: log}
-			cb := &rv3Callbacks{log: log}
+			log := &watchLog{}
+			w := &recordingWatcher{log: log}
+			cb := &recordingCallbacks{log: log}
 			if how == "callback error" {
 				cb.failReq = 3
 			}
@@ -136,7 +136,7 @@ func TestRV3DeltaServerStreamLife(t *testing.T) {
 			s := newDeltaServer(sctx, w, cb)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			str := &rv3Stream{ctx: ctx, reqs: make(chan *discovery.DeltaDiscoveryRequest)}
+			str := &fakeDeltaStream{ctx: ctx, reqs: make(chan *discovery.DeltaDiscoveryRequest)}
 			done := make(chan error, 1)
 			go func() { done <- s.DeltaStreamHandler(str, "") }()
 			send := func(r *discovery.DeltaDiscoveryRequest) {

@@ -10,7 +10,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 )
 
-// TestRV5SentAssignmentsThroughTheCache drives a delta EDS stream through
+// TestSentAssignmentsThroughTheCache drives a delta EDS stream through
 // the cache as the delta server does (deltaSub, responses installed in
 // order, commits crossing requests so that a queued response is in flight
 // when the next watch is made, "*" toggles; half the seeds a client that
@@ -18,7 +18,7 @@ import (
 // after every step, the invariant the sent record relies on (set ∪ extra
 // within the subscription last kept to) and that every name it says was
 // sent was in a response since the client last subscribed to it.
-func TestRV5SentAssignmentsThroughTheCache(t *testing.T) {
+func TestSentAssignmentsThroughTheCache(t *testing.T) {
 	for seed := range uint64(300) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 11))

@@ -1,0 +1,321 @@
+package xds
+
+import (
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+)
+
+// A delta watch's response: the names it looks at, what it sends and
+// removes, and the state it installs (deltaPass).
+
+// respondDelta computes and sends the response for a delta watch, looking
+// only at seq unless full. It reports whether a response was sent.
+func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool {
+	p := &deltaPass{
+		c: c, w: w, ts: w.ts, ds: &w.ds, known: w.known,
+		subscribed: w.sub.SubscribedResources(), wild: w.sub.IsWildcard(),
+		seq: seq, full: full, hold: c.holder(w),
+	}
+	rest := p.collect()
+	slices.Sort(p.later)
+	w.heldBack = p.later
+
+	if len(p.changed) == 0 && len(p.removed) == 0 && !evenIfEmpty {
+		return false
+	}
+	rest = withRest(rest, w.heldBack)
+	sort.Strings(p.removed)
+	changed, removed, ts := p.changed, p.removed, w.ts
+	next, sent := p.record(rest)
+	res := make([]*discovery.Resource, 0, len(changed))
+	for _, n := range changed {
+		res = append(res, ts.resources[n].delta)
+	}
+	// The type's generation counts every change, hidden ones too: a
+	// restricted client is not told it (system_version_info is for
+	// debugging only).
+	sysVersion := strconv.FormatUint(ts.gen, 10)
+	if w.vis() != nil {
+		sysVersion = ""
+	}
+	w.done = true
+	w.resp = &deltaResponse{
+		w:    w,
+		pred: w.ds.pred,
+		DeltaPassthroughResponse: cache.DeltaPassthroughResponse{
+			DeltaRequest:   w.dreq,
+			NextVersionMap: next,
+			DeltaDiscoveryResponse: &discovery.DeltaDiscoveryResponse{
+				TypeUrl:           ts.url,
+				Resources:         res,
+				RemovedResources:  removed,
+				SystemVersionInfo: sysVersion,
+			},
+		},
+		sent: sent,
+	}
+	c.handed(w, w.resp.DeltaDiscoveryResponse, ts.newestGen(changed, removed))
+	// Sent under c.mu: this does not block (contract 5).
+	w.dch <- w.resp
+	switch ts.url {
+	case ClusterType:
+		c.sentCDS(w, rest, nil)
+	case EndpointType:
+		c.sentEDS(w, changed, removed, nil)
+	}
+	return true
+}
+
+// deltaPass is one computation of a delta watch's response: the names it
+// looks at (seq, or everything of interest if full) and what the
+// response carries. It lives for one call of respondDelta, under c.mu.
+type deltaPass struct {
+	c          *Cache
+	w          *watch
+	ts         *typeState
+	ds         *deltaState
+	known      map[string]string
+	subscribed map[string]struct{}
+	wild       bool
+	seq        nameSeq
+	full       bool
+	hold       func(*entry) bool // c.holder(w)
+
+	// changed: names to send (size: their bytes); removed: to report
+	// removed; later: held back by hold.
+	changed, removed, later []string
+	size                    int
+}
+
+// held reports the version the client holds of n, if known (held), or
+// whether it may hold another one (maybe).
+func (p *deltaPass) held(n string) (version string, held, maybe bool) {
+	ts, ds, w, known := p.ts, p.ds, p.w, p.known
+	// Subscribed by this request, or still to be sent (of the rest),
+	// it is sent, or reported removed; a resource rejected alone is
+	// not, while it is at the version rejected.
+	if _, ok := ds.newSub[n]; ok && ds.complete {
+		return "", false, true
+	}
+	if w.hidden(n) {
+		// Not to be read by this client: it does not exist. A client
+		// claiming to hold it is told it is removed, a request
+		// naming it that it does not exist (also from the rest, where
+		// a split response left it: only such names are kept there);
+		// a change to it is nothing.
+		if v, ok := known[n]; ok {
+			return v, true, false
+		}
+		// (allRest holds for the names of the rest as read, not for
+		// those of a commit waking the watch.)
+		if _, ok := slices.BinarySearch(ds.rest, n); ok || (ds.allRest && p.seq.list == nil && !p.full) {
+			return "", false, true
+		}
+		_, isSub := p.subscribed[n]
+		return "", false, isSub && !ds.complete
+	}
+	if _, ok := slices.BinarySearch(ds.rest, n); ok || ds.allRest {
+		return "", false, true
+	}
+	e, exists := ts.resources[n]
+	if v, ok := ds.rejected[n]; ok && exists && e.version == v {
+		return v, true, false
+	}
+	if v, ok := known[n]; ok {
+		return v, true, false
+	}
+	if _, isSub := p.subscribed[n]; !ds.complete {
+		return "", false, isSub && !exists // a first request is told what does not exist
+	}
+	if _, isSub := p.subscribed[n]; ds.wildOn && !isSub {
+		return "", false, false // not of interest at G
+	}
+	if (exists && e.gen > ds.gen) || ts.deletedAt[n] > ds.gen || (ds.stale && !exists) {
+		return "", false, true
+	}
+	if !exists {
+		return "", false, false
+	}
+	return e.version, true, false
+}
+
+// consider looks at name n: to send, to report removed, or nothing. Each
+// name is considered once (names are unique; a full check dedupes). State
+// keys and "*" are not names: a client naming a resource with one is
+// ignored.
+func (p *deltaPass) consider(n string) {
+	if isStateKey(n) || n == "*" {
+		return
+	}
+	e, exists := p.w.lookup(n)
+	_, isSub := p.subscribed[n]
+	switch {
+	case exists && (p.wild || isSub):
+		if v, h, _ := p.held(n); !h || v != e.version {
+			if p.hold != nil && p.hold(e) {
+				p.later = append(p.later, n)
+				return
+			}
+			p.changed = append(p.changed, n)
+			p.size += e.deltaSize
+		}
+	case p.wild || isSub:
+		if _, h, maybe := p.held(n); h || maybe {
+			p.removed = append(p.removed, n)
+		}
+	default:
+		if _, ok := p.known[n]; ok {
+			p.removed = append(p.removed, n)
+		}
+	}
+}
+
+// over reports whether a response of count resources of size bytes is
+// above the size bound, or above the limit while a rejected response is
+// halved: it then carries a first part (a resource larger than the bound
+// goes alone); the rest is kept in the state, and follows the ACK.
+func (p *deltaPass) over(count, size int) bool {
+	maxBytes := p.c.maxBytes
+	return count > 1 && ((maxBytes > 0 && size > maxBytes-envelope(p.ts.url)) || (p.ds.limit > 0 && count > p.ds.limit))
+}
+
+// collect considers the names of the pass and returns the rest: the
+// sorted names, joined by sep, not sent for the bound.
+func (p *deltaPass) collect() (rest string) {
+	switch {
+	case p.full:
+		return p.collectFull()
+	case p.seq.list != nil:
+		// Sorted: stop at the bound, the names not looked at are the
+		// rest. (Each of them that exists and is of interest would be
+		// sent: it changed since G, is of the rest or newly subscribed.)
+		for i, n := range p.seq.list {
+			p.consider(n)
+			if p.over(len(p.changed), p.size) {
+				p.changed = p.changed[:len(p.changed)-1]
+				tail := p.seq.list[i:]
+				if p.w.vis() != nil {
+					// Of the hidden names, only those the client is
+					// to be told of: a change to another is nothing.
+					tail = slices.DeleteFunc(slices.Clone(tail), func(n string) bool {
+						_, h, maybe := p.held(n)
+						return p.w.hidden(n) && !h && !maybe
+					})
+				}
+				return p.ts.allNames().suffix(tail)
+			}
+		}
+	default:
+		for s := p.seq.joined; s != ""; {
+			n, tail, _ := strings.Cut(s, sep)
+			p.consider(n)
+			if p.over(len(p.changed), p.size) {
+				p.changed = p.changed[:len(p.changed)-1]
+				return s
+			}
+			s = tail
+		}
+	}
+	return ""
+}
+
+// collectFull considers everything of interest, then what else may be
+// held: explicit names, and of a compact state the names changed since G
+// (deleted ones among them) and the rest; each once.
+func (p *deltaPass) collectFull() (rest string) {
+	ts, ds, known := p.ts, p.ds, p.known
+	p.changed = make([]string, 0, len(ts.resources))
+	covered := p.w.fullCheck(known, p.consider)
+	if ds.complete {
+		var extra []string
+		if !ds.stale {
+			extra = ts.sinceLog(ds.gen)
+		}
+		extra = append(extra, ds.rest...)
+		slices.Sort(extra)
+		for _, n := range slices.Compact(extra) {
+			if _, isKnown := known[n]; !isKnown && !covered(n) {
+				p.consider(n)
+			}
+		}
+	}
+	sort.Strings(p.changed)
+	total := 0
+	for i, n := range p.changed {
+		total += ts.resources[n].deltaSize
+		if p.over(i+1, total) {
+			rest = ts.allNames().suffix(p.changed[i:])
+			p.changed = p.changed[:i]
+			return rest
+		}
+	}
+	return ""
+}
+
+// record returns what the client holds once it has the response, in the
+// compact form: everything of interest as of now, but the rest; and what
+// the response carries (sent), until the client answers. The map is new:
+// the server installs it only when it sends the response.
+func (p *deltaPass) record(rest string) (next map[string]string, sent string) {
+	ts, ds, known := p.ts, p.ds, p.known
+	gen := strconv.FormatUint(ts.gen, 10)
+	g := gen
+	if p.wild {
+		g += wildMark
+	}
+	next = map[string]string{genKey: g}
+	if rest != "" {
+		next[restKey] = rest
+	}
+	if len(ds.plan) > 0 {
+		next[limitKey] = ds.plan.String()
+	}
+	if rej := ds.stillRejected(ts); rej != "" {
+		next[rejectedKey] = rej
+	}
+	for _, k := range ds.carry {
+		next[k] = known[k]
+	}
+	if len(p.changed)+len(p.removed) == 0 {
+		return next, ""
+	}
+	var b strings.Builder
+	n := len(gen) + 24
+	for _, s := range p.changed {
+		n += len(s) + 1
+	}
+	for _, s := range p.removed {
+		n += len(s) + 1
+	}
+	b.Grow(n)
+	b.WriteString(gen)
+	b.WriteString(sep)
+	b.WriteString(strconv.Itoa(len(p.changed)))
+	for _, s := range p.changed {
+		b.WriteString(sep)
+		b.WriteString(s)
+	}
+	for _, s := range p.removed {
+		b.WriteString(sep)
+		b.WriteString(s)
+	}
+	return next, b.String()
+}
+
+// stillRejected encodes the rejected resources that are still served at
+// the version the client rejected; a new version or a deletion ends the
+// record.
+func (ds *deltaState) stillRejected(ts *typeState) string {
+	var b strings.Builder
+	for n, v := range ds.rejected {
+		if e, ok := ts.resources[n]; ok && e.version == v {
+			b.WriteString(n + sep + v + sep)
+		}
+	}
+	return b.String()
+}

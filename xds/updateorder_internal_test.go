@@ -1,0 +1,108 @@
+package xds
+
+import (
+	"slices"
+	"testing"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+)
+
+// TestUpdateOrderTypesAfterWhatTheyReferTo: every order of types is
+// updateOrder's: clusters, assignments, listeners, routes; a type that
+// holds back waits for types ranked before it; publications upsert in
+// that order and remove in reverse.
+func TestUpdateOrderTypesAfterWhatTheyReferTo(t *testing.T) {
+	want := []string{ClusterType, EndpointType, ListenerType, RouteType}
+	if !slices.Equal(DefaultTypes, want) {
+		t.Fatalf("DefaultTypes = %v, want %v", DefaultTypes, want)
+	}
+	waitsFor := map[holdRule][]string{
+		holdUntilCluster:     {ClusterType},
+		holdUntilAssignments: {ClusterType, EndpointType},
+	}
+	for i, r := range updateOrder {
+		for _, u := range waitsFor[r.hold] {
+			if orderRank(u) >= i {
+				t.Errorf("%s waits for %s, ranked after it", r.typeURL, u)
+			}
+		}
+	}
+	c := NewCache()
+	for i := 1; i < len(want); i++ {
+		a, b := c.types[want[i-1]], c.types[want[i]]
+		if typeOrder(a, b) >= 0 || typeOrder(b, a) <= 0 {
+			t.Errorf("typeOrder does not put %s before %s", a.url, b.url)
+		}
+	}
+	upserts, deletes := map[string][]Resource{}, map[string][]string{}
+	for _, u := range want {
+		upserts[u], deletes[u] = []Resource{{Name: "u"}}, []string{"d"}
+	}
+	var got []string
+	for _, ch := range publishSteps(upserts, deletes) {
+		switch {
+		case len(ch.Upserts) > 0 && len(ch.Deletes) == 0:
+			got = append(got, "+"+ch.TypeURL)
+		case len(ch.Deletes) > 0 && len(ch.Upserts) == 0:
+			got = append(got, "-"+ch.TypeURL)
+		default:
+			t.Fatalf("a step of %s both upserts and deletes, or neither", ch.TypeURL)
+		}
+	}
+	var wantSteps []string
+	for _, u := range want {
+		wantSteps = append(wantSteps, "+"+u)
+	}
+	for _, u := range slices.Backward(want) {
+		wantSteps = append(wantSteps, "-"+u)
+	}
+	if !slices.Equal(got, wantSteps) {
+		t.Fatalf("publish steps %v, want %v", got, wantSteps)
+	}
+}
+
+// TestUpdateOrderHolds: on a stream that was sent no cluster version yet
+// and no assignment, an assignment is held until its cluster is sent, a
+// route until its cluster's assignment is sent; clusters and listeners
+// are never held.
+func TestUpdateOrderHolds(t *testing.T) {
+	c := NewCache()
+	routeTo := &route.RouteConfiguration{Name: "r", VirtualHosts: []*route.VirtualHost{{Name: "v", Domains: []string{"*"},
+		Routes: []*route.Route{{Action: &route.Route_Route{Route: &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: "A"}}}}}}}}
+	if err := c.Apply(
+		Change{TypeURL: ClusterType, Upserts: []Resource{{Name: "A", Msg: &cluster.Cluster{Name: "A"}}}},
+		Change{TypeURL: EndpointType, Upserts: []Resource{{Name: "A", Msg: &endpoint.ClusterLoadAssignment{ClusterName: "A"}, DependsOn: &Dep{TypeURL: ClusterType, Name: "A"}}}},
+		Change{TypeURL: ListenerType, Upserts: []Resource{{Name: "l", Msg: &listener.Listener{Name: "l"}}}},
+		Change{TypeURL: RouteType, Upserts: []Resource{{Name: "r", Msg: routeTo}}},
+	); err != nil {
+		t.Fatal(err)
+	}
+	st := &streamState{key: streamKey{delta: true}, cds: &sentClusters{wild: true}, edsSeen: true}
+	held := func(typeURL, name string) bool {
+		ts := c.types[typeURL]
+		hold := c.holder(&watch{ts: ts, delta: true, stream: st})
+		return hold != nil && hold(ts.resources[name])
+	}
+	for _, step := range []struct {
+		typeURL, name string
+		want          bool
+	}{{ClusterType, "A", false}, {EndpointType, "A", true}, {ListenerType, "l", false}, {RouteType, "r", true}} {
+		if got := held(step.typeURL, step.name); got != step.want {
+			t.Errorf("before the cluster is sent: %s %s held %v, want %v", step.typeURL, step.name, got, step.want)
+		}
+	}
+	st.cds.gen = c.types[ClusterType].gen
+	if held(EndpointType, "A") {
+		t.Error("the assignment is held after its cluster was sent")
+	}
+	if !held(RouteType, "r") {
+		t.Error("the route is not held while its cluster's assignment is not sent")
+	}
+	c.edsDelivered(st, []string{"A"})
+	if held(RouteType, "r") {
+		t.Error("the route is held after its cluster's assignment was sent")
+	}
+}

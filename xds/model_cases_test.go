@@ -257,7 +257,7 @@ var modelCases = []struct {
 	},
 	{
 		name: "visibility/hidden-name-subscribed-twice-told-once", seed: "657347908",
-		what: "model: hidden s8, subscribed by two requests before an answer, is reported removed once, in a response computed after both (it also reports s5 and s6 of the second): that answers both",
+		what: "model: hidden s8, subscribed by two requests before an answer, is reported removed in one response computed after both (with s5 and s6 of the second; again after that response is NACKed): one answer answers both requests",
 		history: `
 		names s0..s8, delta responses of at most 331 B, poison true
 		c0 delta CDS [*] EDS [s2 s6] sees s[0-3]

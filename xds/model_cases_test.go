@@ -255,6 +255,17 @@ var modelCases = []struct {
 		2 c0 subscribe EDS [s0 s1]   (then at once:)
 		3 publish [eds:s0/5☠]`,
 	},
+	{
+		name: "visibility/hidden-name-subscribed-twice-told-once", seed: "657347908",
+		what: "model: hidden s8, subscribed by two requests before an answer, is reported removed in one response computed after both (with s5 and s6 of the second; again after that response is NACKed): one answer answers both requests",
+		history: `
+		names s0..s8, delta responses of at most 331 B, poison true
+		c0 delta CDS [*] EDS [s2 s6] sees s[0-3]
+		before connecting: publish [eds:s2/4☠]
+		1 publish [eds:s1/1☠]
+		2 c0 subscribe EDS [s1 s2 s8]   (then at once:)
+		3 c0 subscribe EDS [s5 s6 s8]`,
+	},
 }
 
 // TestModelCases replays the recorded failures of TestModel.

@@ -170,6 +170,12 @@ type tstate struct {
 	// hiddenOK: per name the client may not see, how often it may be
 	// told that it does not exist (once per request naming it).
 	hiddenOK map[string]int
+	// hiddenOwed: names the client may not see, subscribed and not told
+	// since that they do not exist. One answer is owed however many
+	// requests named the name: a response computed after the last of
+	// them answers them all (the model cannot tell when a response was
+	// computed, so any later removal of the name counts).
+	hiddenOwed map[string]bool
 	// left: names that left the interest in the window (unsubscribed,
 	// or dropped with the wildcard), though they may be of interest
 	// again at both ends of it.
@@ -179,7 +185,7 @@ type tstate struct {
 func newTstate(typ string) *tstate {
 	return &tstate{typ: typ, held: map[string]heldRes{}, in: interest{names: map[string]bool{}},
 		stable: interest{names: map[string]bool{}}, winNames: map[string]bool{}, resendOK: map[string]bool{},
-		owed: map[string]bool{}, dropped: map[string]heldRes{}, budget: map[string]int{}, nacks: map[string]*nackCount{}, nacked: map[string]bool{}, answers: map[string]int{}, heardWin: map[string]int{}, hiddenOK: map[string]int{}, left: map[string]bool{}}
+		owed: map[string]bool{}, dropped: map[string]heldRes{}, budget: map[string]int{}, nacks: map[string]*nackCount{}, nacked: map[string]bool{}, answers: map[string]int{}, heardWin: map[string]int{}, hiddenOK: map[string]int{}, hiddenOwed: map[string]bool{}, left: map[string]bool{}}
 }
 
 // context qualifies a failure's kind by what happened in the window.
@@ -239,6 +245,7 @@ func (ts *tstate) quiesced() {
 	ts.resendAll, ts.subChanged, ts.afterNack, ts.starChanged = false, false, false, false
 	clear(ts.owed)
 	clear(ts.hiddenOK)
+	clear(ts.hiddenOwed)
 	clear(ts.dropped)
 	clear(ts.left)
 	for n, b := range ts.budget {
@@ -356,7 +363,7 @@ func (r *mrun) firstRequest(c *mclient, ts *tstate, legacy bool) *violation {
 		ts.in.deltaFirst(subs)
 		for _, n := range subs {
 			ts.budget[n]++
-			ts.hiddenAsked(c, n)
+			ts.hiddenSubscribed(c, n)
 		}
 		ts.interestChanged()
 		return r.sendDelta(c, &discovery.DeltaDiscoveryRequest{TypeUrl: ts.typ, ResourceNamesSubscribe: subs, InitialResourceVersions: initial},
@@ -409,7 +416,7 @@ func (r *mrun) changeSub(c *mclient, ts *tstate, subs, unsubs []string) *violati
 			}
 			ts.answers[n]++
 			ts.resubscribed(n)
-			ts.hiddenAsked(c, n)
+			ts.hiddenSubscribed(c, n)
 		}
 		for _, n := range unsubs {
 			delete(ts.owed, n)
@@ -570,6 +577,7 @@ func (r *mrun) onDelta(c *mclient, resp *discovery.DeltaDiscoveryResponse) *viol
 			return r.fail("hidden-removed"+ts.context(), c, ts, "%s, which the client may not see, reported removed in #%s, not in answer to a request naming it", n, resp.Nonce)
 		}
 		ts.hiddenOK[n]--
+		delete(ts.hiddenOwed, n)
 	}
 	for _, it := range items {
 		switch {
@@ -621,6 +629,7 @@ func (r *mrun) onDelta(c *mclient, resp *discovery.DeltaDiscoveryResponse) *viol
 			ts.budget[n]++ // not applied: the removal may come again
 			if !sees(c.vis, n) {
 				ts.hiddenOK[n]++
+				ts.hiddenOwed[n] = true
 			}
 		}
 		return r.sendDelta(c, &discovery.DeltaDiscoveryRequest{TypeUrl: ts.typ, ResponseNonce: resp.Nonce,
@@ -902,8 +911,8 @@ func (r *mrun) checkHeld(c *mclient) *violation {
 		// subscribed besides.
 		if c.delta && !ts.in.wild && !ts.winWild {
 			var untold []string
-			for n, k := range ts.hiddenOK {
-				if k > 0 && ts.in.names[n] {
+			for n := range ts.hiddenOwed {
+				if ts.in.names[n] {
 					untold = append(untold, n)
 				}
 			}

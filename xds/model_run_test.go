@@ -235,6 +235,7 @@ func (r *mrun) reconnect(c *mclient) *violation {
 		clear(ts.nacks)
 		clear(ts.budget)
 		clear(ts.hiddenOK)
+		clear(ts.hiddenOwed)
 		for n := range ts.held {
 			ts.budget[n] = 1
 		}

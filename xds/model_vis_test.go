@@ -126,3 +126,13 @@ func (ts *tstate) hiddenAsked(c *mclient, n string) {
 		ts.hiddenOK[n]++
 	}
 }
+
+// hiddenSubscribed notes that the client subscribed to name n: if it is
+// hidden, the client may be told once more that n does not exist, and
+// must be told so at least once after this request.
+func (ts *tstate) hiddenSubscribed(c *mclient, n string) {
+	ts.hiddenAsked(c, n)
+	if n != "*" && !sees(c.vis, n) {
+		ts.hiddenOwed[n] = true
+	}
+}

@@ -9,26 +9,26 @@ import (
 	"github.com/xdsbridge/xdsbridge/sources"
 )
 
-// lpClock is a clock the test moves (Options.Now); timers stay real.
-type lpClock struct {
+// fakeClock is a clock the test moves (Options.Now); timers stay real.
+type fakeClock struct {
 	mu  sync.Mutex
 	now time.Time
 }
 
-func (c *lpClock) Now() time.Time {
+func (c *fakeClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.now
 }
 
-func (c *lpClock) advance(d time.Duration) {
+func (c *fakeClock) advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
 }
 
-// lpEndpoints is service x with n endpoints.
-func lpEndpoints(n int) sources.Service {
+// manyEndpoints is service x with n endpoints.
+func manyEndpoints(n int) sources.Service {
 	ports := make([]uint32, n)
 	for i := range ports {
 		ports[i] = uint32(i + 1)
@@ -36,22 +36,22 @@ func lpEndpoints(n int) sources.Service {
 	return service("x", ports...)
 }
 
-// TestLpLeadingEdgeIsolatedChange: a change that comes after a quiet
+// TestLeadingEdgeIsolatedChange: a change that comes after a quiet
 // period is published at once, not after another quiet period (10 s here;
 // rec.next gives up after 5 s).
-func TestLpLeadingEdgeIsolatedChange(t *testing.T) {
-	clk := &lpClock{now: time.Unix(1_000_000, 0)}
+func TestLeadingEdgeIsolatedChange(t *testing.T) {
+	clk := &fakeClock{now: time.Unix(1_000_000, 0)}
 	rec := newRecorder()
 	l := run(t, Options{Sources: []string{"a"}, Quiet: 10 * time.Second, MaxHold: 20 * time.Second, Now: clk.Now}, rec)
 	start := time.Now()
-	publish(t, l, "a", lpEndpoints(1))
+	publish(t, l, "a", manyEndpoints(1))
 	if c := rec.next(t); c.loads["x"] != 1 {
 		t.Fatalf("first publish %+v", c)
 	}
 	for i := 2; i <= 4; i++ {
 		clk.advance(11 * time.Second) // quiet since the last publish
 		sent := time.Now()
-		publish(t, l, "a", lpEndpoints(i))
+		publish(t, l, "a", manyEndpoints(i))
 		if c := rec.next(t); c.loads["x"] != i {
 			t.Fatalf("change %d published as %+v", i, c)
 		}
@@ -65,16 +65,16 @@ func TestLpLeadingEdgeIsolatedChange(t *testing.T) {
 	t.Logf("4 isolated changes, 4 publishes, in %s", time.Since(start).Round(time.Millisecond))
 }
 
-// TestLpHoldoffBatchesBurst: in a burst (20 changes 5 ms apart), the first
+// TestHoldoffBatchesBurst: in a burst (20 changes 5 ms apart), the first
 // change is published at once and the rest, which follow within the quiet
 // period, go together after it: 2 publishes at most for 20 changes, the last one the burst's
 // final state.
-func TestLpHoldoffBatchesBurst(t *testing.T) {
+func TestHoldoffBatchesBurst(t *testing.T) {
 	const quiet = 2 * time.Second
-	clk := &lpClock{now: time.Unix(1_000_000, 0)}
+	clk := &fakeClock{now: time.Unix(1_000_000, 0)}
 	rec := newRecorder()
 	l := run(t, Options{Sources: []string{"a"}, Quiet: quiet, MaxHold: 10 * quiet, Now: clk.Now}, rec)
-	publish(t, l, "a", lpEndpoints(1))
+	publish(t, l, "a", manyEndpoints(1))
 	rec.next(t)
 	clk.advance(quiet + time.Second)
 	sent := time.Now()
@@ -82,7 +82,7 @@ func TestLpHoldoffBatchesBurst(t *testing.T) {
 	defer tk.Stop()
 	for i := 2; i <= 21; i++ {
 		<-tk.C
-		publish(t, l, "a", lpEndpoints(i)) // the clock stands still: all within the quiet period
+		publish(t, l, "a", manyEndpoints(i)) // the clock stands still: all within the quiet period
 	}
 	first := rec.next(t)
 	if at := time.Since(sent); at >= quiet {
@@ -102,14 +102,14 @@ func TestLpHoldoffBatchesBurst(t *testing.T) {
 	}
 }
 
-// TestLpHoldoffPublishesPerChange: 100 changes/s for 3 s with the default
+// TestHoldoffBoundsPublishRate: 100 changes/s for 3 s with the default
 // debounce (quiet 50ms, max 500ms) are published a few times per second,
 // not once per change, and the last state is published.
-func TestLpHoldoffPublishesPerChange(t *testing.T) {
+func TestHoldoffBoundsPublishRate(t *testing.T) {
 	rec := newRecorder()
 	rec.changed = make(chan struct{}, 1000)
 	l := run(t, Options{Sources: []string{"a"}}, rec)
-	publish(t, l, "a", lpEndpoints(1))
+	publish(t, l, "a", manyEndpoints(1))
 	rec.next(t)
 	const changes = 300
 	tk := time.NewTicker(10 * time.Millisecond)
@@ -121,7 +121,7 @@ func TestLpHoldoffPublishesPerChange(t *testing.T) {
 		if i == changes {
 			n = final
 		}
-		if err := l.Publish(context.Background(), sources.Update{Source: "a", Services: []sources.Service{lpEndpoints(n)}}); err != nil {
+		if err := l.Publish(context.Background(), sources.Update{Source: "a", Services: []sources.Service{manyEndpoints(n)}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -12,10 +12,10 @@ import (
 	"github.com/xdsbridge/xdsbridge/sources"
 )
 
-// TestLpMergeService drives the pure merge of one service through the
+// TestMergeService drives the pure merge of one service through the
 // discovery × health-check matrix, retention and its expiry, without the
 // loop.
-func TestLpMergeService(t *testing.T) {
+func TestMergeService(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	h1 := sources.HostKey{Address: "10.0.0.1", Port: 1}
 	h2 := sources.HostKey{Address: "10.0.0.1", Port: 2}
@@ -205,9 +205,9 @@ func TestLpMergeService(t *testing.T) {
 	}
 }
 
-// TestLpDebounceDefaults: the loop takes the config's debounce defaults
+// TestDebounceDefaults: the loop takes the config's debounce defaults
 // (config.DebounceDefaults), not a rule of its own.
-func TestLpDebounceDefaults(t *testing.T) {
+func TestDebounceDefaults(t *testing.T) {
 	for _, tt := range []struct{ quiet, maxHold, wantQuiet, wantMax time.Duration }{
 		{0, 0, config.DefaultDebounceQuiet, config.DefaultDebounceMax},
 		{10 * time.Millisecond, 0, 10 * time.Millisecond, config.DefaultDebounceMax},

@@ -12,7 +12,7 @@ import (
 // puts retained hosts (kept in a map) back in order among the discovered
 // ones: a service whose absent hosts are all retained is the one already
 // published, so nothing is translated or published again.
-func TestTdRetainedHostsKeepOrder(t *testing.T) {
+func TestRetainedHostsKeepOrder(t *testing.T) {
 	rec := newRecorder()
 	fc := &fakeChecks{verdicts: map[sources.HostKey]healthcheck.Verdict{}}
 	l := run(t, Options{Sources: []string{"a"}, Quiet: time.Millisecond, HealthChecks: fc}, rec)

@@ -36,7 +36,7 @@ func sourceStatus(t *testing.T, l *Loop, src string, what string, cond func(Sour
 // change; a Confirm clears a stale mark only when it is later than the
 // failure; the metrics say which is which.
 func TestSourceConfirmedAndChangedAges(t *testing.T) {
-	clock := &lpClock{now: time.Unix(1000, 0)}
+	clock := &fakeClock{now: time.Unix(1000, 0)}
 	reg := prometheus.NewRegistry()
 	l := run(t, Options{Sources: []string{"a"}, Quiet: time.Millisecond, MaxHold: time.Millisecond, Now: clock.Now, Metrics: reg}, newRecorder())
 	ctx := context.Background()
@@ -126,7 +126,7 @@ xdsbridge_source_dropped_instances{reason="unresolvable_address",source="a"} 1
 // a failing Consul watch) does not clear the source's stale mark nor move
 // its confirmation; a complete one does.
 func TestIncompletePublishKeepsStaleMark(t *testing.T) {
-	clock := &lpClock{now: time.Unix(1000, 0)}
+	clock := &fakeClock{now: time.Unix(1000, 0)}
 	l := run(t, Options{Sources: []string{"a"}, Quiet: time.Millisecond, MaxHold: time.Millisecond, Now: clock.Now}, newRecorder())
 	ctx := context.Background()
 	publish(t, l, "a", service("web", 1), service("api", 2))

@@ -420,7 +420,7 @@ func TestGRPCCertificateProvider(t *testing.T) {
 
 // Keys are case-sensitive in the config, a source's block and a health
 // check, each naming the key and its spelling.
-func TestTdKeyCase(t *testing.T) {
+func TestParseKeysCaseSensitive(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"Sources:\n  - name: static\n    file: {path: services.yaml}\n", `unknown field "Sources" (keys are case-sensitive: did you mean "sources"?)`},
 		{minimal + "debounce: {Quiet: 1s}\n", `unknown field "Quiet" in debounce (keys are case-sensitive: did you mean "quiet"?)`},

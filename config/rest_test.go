@@ -8,9 +8,9 @@ import (
 	"github.com/xdsbridge/xdsbridge/xds"
 )
 
-// TestRJREST: xds.rest is off unless given; its defaults; each error names
+// TestRESTConfig: xds.rest is off unless given; its defaults; each error names
 // the field.
-func TestRJREST(t *testing.T) {
+func TestRESTConfig(t *testing.T) {
 	c, err := Parse([]byte(minimal), "/etc", known)
 	if err != nil {
 		t.Fatal(err)

@@ -197,7 +197,7 @@ func TestFilterSelectorsOutsideTheView(t *testing.T) {
 
 // Keys are case-sensitive: `Services:` or `Protocol:` is not taken for
 // `services:` or `protocol:`.
-func TestTdParseFileKeyCase(t *testing.T) {
+func TestParseFileKeysCaseSensitive(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"serviCes:\n  web: {protocol: http}\n", `unknown field "serviCes" (keys are case-sensitive: did you mean "services"?)`},
 		{"services:\n  web: {Protocol: http}\n", `unknown field "Protocol" in services.web (keys are case-sensitive: did you mean "protocol"?)`},

@@ -32,7 +32,7 @@ func TestClaimBeforePriorityThenConfigOrder(t *testing.T) {
 }
 
 func TestStaticConflictsRanked(t *testing.T) {
-	srcs := []Source{lpClaimer{"a", []string{"x", "y", "z"}}, lpClaimer{"b", []string{"y"}}, lpClaimer{"c", []string{"z", "y"}}}
+	srcs := []Source{fakeClaimer{"a", []string{"x", "y", "z"}}, fakeClaimer{"b", []string{"y"}}, fakeClaimer{"c", []string{"z", "y"}}}
 	got, err := StaticConflicts(srcs, map[string]int{"c": 1})
 	if err != nil {
 		t.Fatal(err)
@@ -47,11 +47,11 @@ func TestStaticConflictsRanked(t *testing.T) {
 	}
 }
 
-type lpClaimer struct {
+type fakeClaimer struct {
 	name  string
 	names []string
 }
 
-func (c lpClaimer) Name() string                    { return c.name }
-func (c lpClaimer) Run(context.Context, Sink) error { return nil }
-func (c lpClaimer) ClaimedNames() ([]string, error) { return c.names, nil }
+func (c fakeClaimer) Name() string                    { return c.name }
+func (c fakeClaimer) Run(context.Context, Sink) error { return nil }
+func (c fakeClaimer) ClaimedNames() ([]string, error) { return c.names, nil }

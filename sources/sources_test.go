@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-func tdEp(addr string, port uint32, prio uint32, zone string, weight uint32) Endpoint {
+func testEndpoint(addr string, port uint32, prio uint32, zone string, weight uint32) Endpoint {
 	return Endpoint{Address: addr, Port: port, Priority: prio, Locality: Locality{Zone: zone}, Weight: weight}
 }
 
@@ -14,17 +14,17 @@ func tdEp(addr string, port uint32, prio uint32, zone string, weight uint32) End
 // spellings, the first of a host in input order kept, sorted by priority,
 // locality, address and port; CheckNormal accepts what it returns and
 // names what departs from it.
-func TestTdNormalize(t *testing.T) {
+func TestNormalize(t *testing.T) {
 	in := []Endpoint{
-		tdEp("10.0.0.3", 80, 1, "", 1),
-		tdEp("10.0.0.2", 80, 0, "b", 2),
-		tdEp("::ffff:10.0.0.1", 80, 0, "b", 3), // 10.0.0.1
-		tdEp("2001:DB8:0::1", 443, 0, "a", 4),
-		tdEp("10.0.0.1", 80, 0, "a", 5), // a second spelling: dropped, the first kept
-		tdEp("10.0.0.2", 81, 0, "b", 6), // another port: kept
-		tdEp("10.0.0.3", 80, 0, "", 7),  // same host, lower priority, later: dropped
-		tdEp("2001:db8::1", 443, 2, "", 8),
-		tdEp("not-an-ip", 80, 0, "", 9), // left as it is, for validation to refuse
+		testEndpoint("10.0.0.3", 80, 1, "", 1),
+		testEndpoint("10.0.0.2", 80, 0, "b", 2),
+		testEndpoint("::ffff:10.0.0.1", 80, 0, "b", 3), // 10.0.0.1
+		testEndpoint("2001:DB8:0::1", 443, 0, "a", 4),
+		testEndpoint("10.0.0.1", 80, 0, "a", 5), // a second spelling: dropped, the first kept
+		testEndpoint("10.0.0.2", 81, 0, "b", 6), // another port: kept
+		testEndpoint("10.0.0.3", 80, 0, "", 7),  // same host, lower priority, later: dropped
+		testEndpoint("2001:db8::1", 443, 2, "", 8),
+		testEndpoint("not-an-ip", 80, 0, "", 9), // left as it is, for validation to refuse
 	}
 	if CheckNormal(in) == nil {
 		t.Fatal("CheckNormal accepts an unsorted list with duplicates")
@@ -52,9 +52,9 @@ func TestTdNormalize(t *testing.T) {
 		eps  []Endpoint
 		want string
 	}{
-		{[]Endpoint{tdEp("10.0.0.2", 80, 0, "", 0), tdEp("10.0.0.1", 80, 0, "", 0)}, "endpoints[1]: 10.0.0.1:80 is out of order"},
-		{[]Endpoint{tdEp("10.0.0.1", 80, 0, "", 0), tdEp("10.0.0.1", 80, 1, "", 0)}, "endpoints[1]: 10.0.0.1:80 is listed twice"},
-		{[]Endpoint{tdEp("::FFFF:10.0.0.1", 80, 0, "", 0)}, `endpoints[0]: address "::FFFF:10.0.0.1" is not in its canonical form "10.0.0.1"`},
+		{[]Endpoint{testEndpoint("10.0.0.2", 80, 0, "", 0), testEndpoint("10.0.0.1", 80, 0, "", 0)}, "endpoints[1]: 10.0.0.1:80 is out of order"},
+		{[]Endpoint{testEndpoint("10.0.0.1", 80, 0, "", 0), testEndpoint("10.0.0.1", 80, 1, "", 0)}, "endpoints[1]: 10.0.0.1:80 is listed twice"},
+		{[]Endpoint{testEndpoint("::FFFF:10.0.0.1", 80, 0, "", 0)}, `endpoints[0]: address "::FFFF:10.0.0.1" is not in its canonical form "10.0.0.1"`},
 	} {
 		if err := CheckNormal(tc.eps); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("CheckNormal(%+v) = %v, want %q", tc.eps, err, tc.want)

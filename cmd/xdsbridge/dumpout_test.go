@@ -9,11 +9,11 @@ import (
 	"testing"
 )
 
-// TestFsDumpOut: `dump -out DIR` writes the files of the filesystem
+// TestDumpOut: `dump -out DIR` writes the files of the filesystem
 // output once and exits; run again on the same content it writes nothing;
 // -format and -mode choose the encoding and the replacement style; bad
 // values name the flag.
-func TestFsDumpOut(t *testing.T) {
+func TestDumpOut(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "files")
 	args := []string{"dump", "-config", "../../examples/xdsbridge.yaml", "-out", dir}
 	var out, errOut bytes.Buffer
@@ -73,8 +73,8 @@ func TestFsDumpOut(t *testing.T) {
 	}
 }
 
-// TestFsValidateFilesExample: examples/xdsbridge-files.yaml is valid.
-func TestFsValidateFilesExample(t *testing.T) {
+// TestValidateFilesExample: examples/xdsbridge-files.yaml is valid.
+func TestValidateFilesExample(t *testing.T) {
 	var out bytes.Buffer
 	if err := run([]string{"validate", "-config", "../../examples/xdsbridge-files.yaml"}, &out, &out); err != nil {
 		t.Fatal(err)

@@ -26,7 +26,7 @@ func TestReloadCommandAndHangup(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("services: {api: {endpoints: [{address: 10.0.0.1, port: 80}]}}\n"), 0o644)
 	os.WriteFile(filepath.Join(dir, "b.yaml"), []byte("services: {api: {endpoints: [{address: 10.0.0.2, port: 80}]}, db: {endpoints: [{address: 10.0.0.3, port: 80}]}}\n"), 0o644)
 	cfgPath := filepath.Join(dir, "xdsbridge.yaml")
-	head := fmt.Sprintf("xds: {listen: \"127.0.0.1:%d\"}\nadmin: {listen: \"127.0.0.1:%d\", token_file: admin-token}\nlogging: {level: warn}\nsources:\n- {name: first, file: {path: a.yaml}}\n", ssFreePort(t), ssFreePort(t))
+	head := fmt.Sprintf("xds: {listen: \"127.0.0.1:%d\"}\nadmin: {listen: \"127.0.0.1:%d\", token_file: admin-token}\nlogging: {level: warn}\nsources:\n- {name: first, file: {path: a.yaml}}\n", freePort(t), freePort(t))
 	write := func(sources string) { os.WriteFile(cfgPath, []byte(head+sources), 0o644) }
 	write("")
 	c, err := loadConfig(cfgPath)
@@ -59,26 +59,26 @@ func TestReloadCommandAndHangup(t *testing.T) {
 	}
 
 	write("- {name: second, file: {path: b.yaml}}\n")
-	out, err := ssRun("reload", "-config", cfgPath)
+	out, err := runCommand("reload", "-config", cfgPath)
 	if err != nil || out != "config reloaded\n  sources added: second\n  sources unchanged: first\n" {
 		t.Fatalf("reload: %v\n%s", err, out)
 	}
-	ssWait(t, `(?m)^  api: owned by first, also published by second$`, "status", "sources", "-config", cfgPath)
+	waitCommandOutput(t, `(?m)^  api: owned by first, also published by second$`, "status", "sources", "-config", cfgPath)
 
 	// The config read locally fails as well: without -admin the command
 	// says so; with the admin address and token given, the bridge refuses
 	// it.
 	write("- {name: second, file: {path: b.yaml}, priority: 1.5}\n")
-	if _, err := ssRun("reload", "-config", cfgPath); err == nil || !strings.Contains(err.Error(), "not 1.5 (the running bridge was not asked: give -admin") {
+	if _, err := runCommand("reload", "-config", cfgPath); err == nil || !strings.Contains(err.Error(), "not 1.5 (the running bridge was not asked: give -admin") {
 		t.Fatalf("reload -config of an invalid file: %v", err)
 	}
 	admin := []string{"-admin", a.AdminAddr(), "-token-file", filepath.Join(dir, "admin-token")}
-	out, err = ssRun(append([]string{"reload"}, admin...)...)
+	out, err = runCommand(append([]string{"reload"}, admin...)...)
 	want := "reload refused, the running config stays: " + cfgPath + ": line 6, column 3: sources[1]: priority: want a whole number in -1000..1000, not 1.5"
 	if err == nil || err.Error() != want {
 		t.Fatalf("reload of an invalid config: %v, want %q\n%s", err, want, out)
 	}
-	out, err = ssRun(append([]string{"status", "sources"}, admin...)...)
+	out, err = runCommand(append([]string{"status", "sources"}, admin...)...)
 	if err != nil || !regexp.MustCompile(`(?m)^second +SYNCED +2 `).MatchString(out) || !strings.Contains(out, "  api: owned by first, also published by second\n") || !strings.Contains(out, "; last reload REFUSED ") || !strings.Contains(out, "not 1.5") {
 		t.Fatalf("status sources: %v\n%s", err, out)
 	}
@@ -93,5 +93,5 @@ func TestReloadCommandAndHangup(t *testing.T) {
 		syscall.Kill(os.Getpid(), syscall.SIGHUP)
 		time.Sleep(50 * time.Millisecond)
 	}
-	ssWait(t, `(?m)^  api: owned by second, also published by first$`, "status", "sources", "-config", cfgPath)
+	waitCommandOutput(t, `(?m)^  api: owned by second, also published by first$`, "status", "sources", "-config", cfgPath)
 }

@@ -21,8 +21,8 @@ import (
 	"github.com/xdsbridge/xdsbridge/xds"
 )
 
-// ssFreePort returns a loopback port free a moment ago.
-func ssFreePort(t *testing.T) int {
+// freePort returns a loopback port free a moment ago.
+func freePort(t *testing.T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -32,11 +32,11 @@ func ssFreePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// ssStartBridge runs the app of a config written for the test (the file
+// startStatusBridge runs the app of a config written for the test (the file
 // source on examples/services.yaml, an admin token file, free ports) until
 // the test ends; it returns
 // the config file, the token file, the admin and the xDS addresses.
-func ssStartBridge(t *testing.T) (cfgPath, tokenPath, adminAddr, xdsAddr string) {
+func startStatusBridge(t *testing.T) (cfgPath, tokenPath, adminAddr, xdsAddr string) {
 	t.Helper()
 	dir := t.TempDir()
 	tokenPath = filepath.Join(dir, "admin-token")
@@ -47,16 +47,16 @@ func ssStartBridge(t *testing.T) (cfgPath, tokenPath, adminAddr, xdsAddr string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	xdsAddr, adminAddr = fmt.Sprintf("127.0.0.1:%d", ssFreePort(t)), fmt.Sprintf("127.0.0.1:%d", ssFreePort(t))
+	xdsAddr, adminAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	cfg := fmt.Sprintf("xds:\n  listen: %s\nadmin:\n  listen: %s\n  token_file: %s\nlogging:\n  level: warn\nsources:\n  - name: static\n    file:\n      path: %s\n",
 		xdsAddr, adminAddr, tokenPath, services)
 	cfgPath = filepath.Join(dir, "xdsbridge.yaml")
-	a := ssRunConfig(t, cfgPath, cfg)
+	a := runConfigApp(t, cfgPath, cfg)
 	return cfgPath, tokenPath, a.AdminAddr(), a.XDSAddr()
 }
 
-// ssRunConfig writes cfg to cfgPath and runs its app until the test ends.
-func ssRunConfig(t *testing.T, cfgPath, cfg string) *app.App {
+// runConfigApp writes cfg to cfgPath and runs its app until the test ends.
+func runConfigApp(t *testing.T, cfgPath, cfg string) *app.App {
 	t.Helper()
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -84,19 +84,19 @@ func ssRunConfig(t *testing.T, cfgPath, cfg string) *app.App {
 	return a
 }
 
-// ssRun runs xdsbridge with args and returns its output.
-func ssRun(args ...string) (string, error) {
+// runCommand runs xdsbridge with args and returns its output.
+func runCommand(args ...string) (string, error) {
 	var out, errOut bytes.Buffer
 	err := run(args, &out, &errOut)
 	return out.String() + errOut.String(), err
 }
 
-// ssWait runs args until the output matches re (10 s at most).
-func ssWait(t *testing.T, re string, args ...string) string {
+// waitCommandOutput runs args until the output matches re (10 s at most).
+func waitCommandOutput(t *testing.T, re string, args ...string) string {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		out, err := ssRun(args...)
+		out, err := runCommand(args...)
 		if err == nil && regexp.MustCompile(re).MatchString(out) {
 			return out
 		}
@@ -111,8 +111,8 @@ func ssWait(t *testing.T, re string, args ...string) string {
 // table of clients (a delta Envoy-like client holding its ACK is STALE,
 // then SYNCED), -node's resources and versions, `status hosts SERVICE`, and
 // the errors that name what is missing.
-func TestSSStatusCommand(t *testing.T) {
-	cfgPath, tokenPath, adminAddr, xdsAddr := ssStartBridge(t)
+func TestStatusCommand(t *testing.T) {
+	cfgPath, tokenPath, adminAddr, xdsAddr := startStatusBridge(t)
 	cc, err := grpc.NewClient(xdsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -137,12 +137,12 @@ func TestSSStatusCommand(t *testing.T) {
 	}
 
 	// From -config: admin.listen and admin.token_file.
-	out := ssWait(t, `(?m)^ss-envoy-1 +\d+ +delta .* clusters +STALE +- +\d+ +\* +- +since `, "status", "-config", cfgPath)
+	out := waitCommandOutput(t, `(?m)^ss-envoy-1 +\d+ +delta .* clusters +STALE +- +\d+ +\* +- +since `, "status", "-config", cfgPath)
 	t.Logf("holding the ACK:\n%s", out)
 	if err := st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: xds.ClusterType, ResponseNonce: r.Nonce}); err != nil {
 		t.Fatal(err)
 	}
-	out = ssWait(t, `(?m)^ss-envoy-1 +\d+ +delta .* clusters +SYNCED +(\d+) +(\d+) +\* +- *$`, "status", "-admin", adminAddr, "-token-file", tokenPath)
+	out = waitCommandOutput(t, `(?m)^ss-envoy-1 +\d+ +delta .* clusters +SYNCED +(\d+) +(\d+) +\* +- *$`, "status", "-admin", adminAddr, "-token-file", tokenPath)
 	t.Logf("after the ACK:\n%s", out)
 	for _, want := range []string{"1 streams; types: 1 SYNCED, 0 STALE, 0 NACKED, 0 NOT_SENT; 0 NACKs since start\n", "NODE  ", "  STATE  ", "  LATENCY LAST/P50/P99  "} {
 		if !strings.Contains(out, want) {
@@ -154,7 +154,7 @@ func TestSSStatusCommand(t *testing.T) {
 		t.Fatalf("acked %s, current %s", m[1], m[2])
 	}
 
-	out, err = ssRun("status", "-admin", "http://"+adminAddr, "-token-file", tokenPath, "-node", "ss-envoy-1")
+	out, err = runCommand("status", "-admin", "http://"+adminAddr, "-token-file", tokenPath, "-node", "ss-envoy-1")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -170,7 +170,7 @@ func TestSSStatusCommand(t *testing.T) {
 		t.Fatalf("%d resources synced, want 3", n)
 	}
 
-	out, err = ssRun("status", "hosts", "web", "-admin", adminAddr, "-token-file", tokenPath)
+	out, err = runCommand("status", "hosts", "web", "-admin", adminAddr, "-token-file", tokenPath)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -195,7 +195,7 @@ func TestSSStatusCommand(t *testing.T) {
 		{[]string{"status", "-config", cfgPath, "hosts", "nope"}, `service "nope" has no hosts`},
 		{[]string{"status", "-config", cfgPath, "clients"}, "unexpected arguments"},
 	} {
-		if out, err := ssRun(c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
+		if out, err := runCommand(c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Fatalf("%v: error %v, want %q\n%s", c.args, err, c.want, out)
 		}
 	}
@@ -203,9 +203,9 @@ func TestSSStatusCommand(t *testing.T) {
 
 // `xdsbridge -h` and `xdsbridge help` list every command, one line each,
 // and each one's flags; `xdsbridge COMMAND -h` that command's.
-func TestSSHelpListsCommands(t *testing.T) {
+func TestHelpListsCommands(t *testing.T) {
 	for _, args := range [][]string{{"-h"}, {"help"}, {"--help"}} {
-		out, err := ssRun(args...)
+		out, err := runCommand(args...)
 		if err != nil {
 			t.Fatalf("%v: %v", args, err)
 		}
@@ -220,20 +220,20 @@ func TestSSHelpListsCommands(t *testing.T) {
 			t.Fatalf("%v: -config listed %d times, want once per command", args, n)
 		}
 	}
-	out, err := ssRun("status", "-h")
+	out, err := runCommand("status", "-h")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(out, "Usage: xdsbridge status ") || !strings.Contains(out, "-node string") || strings.Contains(out, "-format") {
 		t.Fatalf("status -h:\n%s", out)
 	}
-	if _, err := ssRun("statsu"); err == nil || !strings.Contains(err.Error(), `unknown command "statsu"`) {
+	if _, err := runCommand("statsu"); err == nil || !strings.Contains(err.Error(), `unknown command "statsu"`) {
 		t.Fatalf("unknown command: %v", err)
 	}
 }
 
 // `xdsbridge dump` prints the resources and no serving log lines.
-func TestSSDumpPrintsNoLogLines(t *testing.T) {
+func TestDumpPrintsNoLogLines(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if err := run([]string{"dump", "-config", "../../examples/xdsbridge.yaml", "-format", "json"}, &out, &errOut); err != nil {
 		t.Fatalf("%v\n%s", err, errOut.String())

@@ -36,7 +36,7 @@ func TestStatusHostsShowsConsulChecksAndDropped(t *testing.T) {
 	reg("web-4", "web-4.internal", 8084, api.HealthPassing, "ok")
 
 	dir := t.TempDir()
-	adminAddr := fmt.Sprintf("127.0.0.1:%d", ssFreePort(t))
+	adminAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	cfg := fmt.Sprintf(`xds:
   listen: 127.0.0.1:%d
 admin:
@@ -49,10 +49,10 @@ sources:
       address: %q
       services: {include: [web], exclude_tags: [canary]}
       mapping: {resolve_hostnames: false}
-`, ssFreePort(t), adminAddr, a.Addr())
-	ssRunConfig(t, filepath.Join(dir, "xdsbridge.yaml"), cfg)
+`, freePort(t), adminAddr, a.Addr())
+	runConfigApp(t, filepath.Join(dir, "xdsbridge.yaml"), cfg)
 
-	out := ssWait(t, `Dropped by their source`, "status", "hosts", "web", "-admin", adminAddr)
+	out := waitCommandOutput(t, `Dropped by their source`, "status", "hosts", "web", "-admin", adminAddr)
 	t.Logf("status hosts web:\n%s", out)
 	web1 := `(?m)^web +127\.0\.0\.1:8081 +yes +consul +UNHEALTHY +source's +yes +UNHEALTHY +- +discovered, no xdsbridge health check: the source's own checks decide +` +
 		regexp.QuoteMeta(`consul checks: critical (web-1-ttl 'HTTP GET http://127.0.0.1:8081/health: 503 Service Unavailable'), passing (serfHealth 'Agent alive and reachable')`) + `$`
@@ -69,7 +69,7 @@ sources:
 		}
 	}
 
-	out, err := ssRun("status", "-admin", adminAddr)
+	out, err := runCommand("status", "-admin", adminAddr)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}

@@ -19,7 +19,7 @@ func TestVersionCommand(t *testing.T) {
 	defer func(v string) { buildinfo.Version = v }(buildinfo.Version)
 	buildinfo.Version = "v0.0.0-version-test"
 	for _, arg := range []string{"version", "-version", "--version"} {
-		out, err := ssRun(arg)
+		out, err := runCommand(arg)
 		if err != nil {
 			t.Fatalf("%s: %v", arg, err)
 		}
@@ -32,7 +32,7 @@ func TestVersionCommand(t *testing.T) {
 			t.Errorf("%s: output does not start with the version:\n%s", arg, out)
 		}
 	}
-	if _, err := ssRun("version", "extra"); err == nil {
+	if _, err := runCommand("version", "extra"); err == nil {
 		t.Error("version extra: no error")
 	}
 }
@@ -41,16 +41,16 @@ func TestVersionCommand(t *testing.T) {
 // from -config, no admin token needed: /readyz is open) and fails, naming
 // the reason, against a bridge that is not ready or not there.
 func TestHealthcheckCommand(t *testing.T) {
-	cfgPath, tokenPath, adminAddr, _ := ssStartBridge(t)
-	ssWait(t, `^ready\n$`, "healthcheck", "-config", cfgPath)
+	cfgPath, tokenPath, adminAddr, _ := startStatusBridge(t)
+	waitCommandOutput(t, `^ready\n$`, "healthcheck", "-config", cfgPath)
 	// The probe reads no token file: an unreadable one does not fail it.
 	if err := os.Remove(tokenPath); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := ssRun("healthcheck", "-config", cfgPath); err != nil || out != "ready\n" {
+	if out, err := runCommand("healthcheck", "-config", cfgPath); err != nil || out != "ready\n" {
 		t.Errorf("healthcheck -config (token file gone): %q, %v", out, err)
 	}
-	if out, err := ssRun("healthcheck", "-admin", adminAddr); err != nil || out != "ready\n" {
+	if out, err := runCommand("healthcheck", "-admin", adminAddr); err != nil || out != "ready\n" {
 		t.Errorf("healthcheck -admin %s: %q, %v", adminAddr, out, err)
 	}
 
@@ -63,7 +63,7 @@ func TestHealthcheckCommand(t *testing.T) {
 		fmt.Fprintln(w, `{"ready":false}`)
 	}))
 	defer notReady.Close()
-	if _, err := ssRun("healthcheck", "-admin", notReady.URL); err == nil || !strings.Contains(err.Error(), "503") {
+	if _, err := runCommand("healthcheck", "-admin", notReady.URL); err == nil || !strings.Contains(err.Error(), "503") {
 		t.Errorf("healthcheck of a bridge not ready: %v, want a 503 error", err)
 	}
 
@@ -73,7 +73,7 @@ func TestHealthcheckCommand(t *testing.T) {
 	}
 	gone := l.Addr().String()
 	l.Close()
-	if _, err := ssRun("healthcheck", "-admin", gone, "-timeout", "2s"); err == nil || !strings.Contains(err.Error(), "not ready") {
+	if _, err := runCommand("healthcheck", "-admin", gone, "-timeout", "2s"); err == nil || !strings.Contains(err.Error(), "not ready") {
 		t.Errorf("healthcheck of no bridge: %v, want an error", err)
 	}
 }

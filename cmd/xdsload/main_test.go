@@ -6,9 +6,9 @@ import (
 	"testing"
 )
 
-// TestScCurvesFlags: "xdsload curves" refuses a missing or malformed
+// TestCurvesFlags: "xdsload curves" refuses a missing or malformed
 // -sweep and a missing -out before running anything.
-func TestScCurvesFlags(t *testing.T) {
+func TestCurvesFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want string

@@ -107,7 +107,7 @@ func TestStrictYAML(t *testing.T) {
 
 // Keys are case-sensitive: encoding/json would take one that matches a
 // field only case-insensitively; the decoder names it and the spelling.
-func TestTdKeyCase(t *testing.T) {
+func TestStrictKeysCaseSensitive(t *testing.T) {
 	type inner struct {
 		Port uint32   `json:"port"`
 		Wait Duration `json:"wait"`

@@ -8,36 +8,36 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// tdFuzzDoc is what FuzzStrict decodes into: nested structs, a map of
+// fuzzDoc is what FuzzStrict decodes into: nested structs, a map of
 // structs, a slice of structs, a pointer and an embedded struct, no
 // omitempty (so every field is re-encoded).
-type tdFuzzDoc struct {
-	tdFuzzEmbedded
-	Name     string                   `json:"name"`
-	Port     uint32                   `json:"port"`
-	Services map[string]tdFuzzInner   `json:"services"`
-	Items    []tdFuzzInner            `json:"items"`
-	Ptr      *tdFuzzInner             `json:"ptr"`
-	Labels   map[string]string        `json:"labels"`
-	Nested   map[string][]tdFuzzInner `json:"nested"`
+type fuzzDoc struct {
+	fuzzEmbedded
+	Name     string                 `json:"name"`
+	Port     uint32                 `json:"port"`
+	Services map[string]fuzzInner   `json:"services"`
+	Items    []fuzzInner            `json:"items"`
+	Ptr      *fuzzInner             `json:"ptr"`
+	Labels   map[string]string      `json:"labels"`
+	Nested   map[string][]fuzzInner `json:"nested"`
 }
 
-type tdFuzzEmbedded struct {
+type fuzzEmbedded struct {
 	Zone string `json:"zone"`
 }
 
-type tdFuzzInner struct {
+type fuzzInner struct {
 	Address string   `json:"address"`
 	Weight  int      `json:"weight"`
 	Tags    []string `json:"tags"`
 }
 
-// FuzzTdStrict feeds YAML and JSON documents to Strict. What it accepts
+// FuzzStrict feeds YAML and JSON documents to Strict. What it accepts
 // holds no key it did not decode: every key of the document is one the
 // decoded value re-encodes, spelled the same (encoding/json alone would
 // take `serviCes:` for `services:`, and drop nothing it could not place
 // only because DisallowUnknownFields is on).
-func FuzzTdStrict(f *testing.F) {
+func FuzzStrict(f *testing.F) {
 	for _, s := range []string{
 		"name: a\nport: 80\nservices:\n  web: {address: 10.0.0.1, weight: 2, tags: [x]}\n",
 		`{"zone": "z", "items": [{"address": "a"}], "ptr": {"weight": 1}, "labels": {"K": "v"}}`,
@@ -50,7 +50,7 @@ func FuzzTdStrict(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var d tdFuzzDoc
+		var d fuzzDoc
 		if err := Strict(data, &d); err != nil {
 			return
 		}
@@ -67,15 +67,15 @@ func FuzzTdStrict(f *testing.F) {
 		if err := json.Unmarshal(b, &out); err != nil {
 			t.Fatal(err)
 		}
-		if err := tdKeysKept(in, out, ""); err != nil {
+		if err := keysKept(in, out, ""); err != nil {
 			t.Fatalf("%v\ninput %q\nre-encoded %s", err, data, b)
 		}
 	})
 }
 
-// tdKeysKept reports a key of in (a decoded document) that out (the
+// keysKept reports a key of in (a decoded document) that out (the
 // re-encoded value) does not have at the same path.
-func tdKeysKept(in, out any, path string) error {
+func keysKept(in, out any, path string) error {
 	switch v := in.(type) {
 	case map[string]any:
 		o, ok := out.(map[string]any)
@@ -90,7 +90,7 @@ func tdKeysKept(in, out any, path string) error {
 			if !ok {
 				return fmt.Errorf("key %q in %q was accepted but not kept", k, path)
 			}
-			if err := tdKeysKept(iv, ov, path+"."+k); err != nil {
+			if err := keysKept(iv, ov, path+"."+k); err != nil {
 				return err
 			}
 		}
@@ -103,7 +103,7 @@ func tdKeysKept(in, out any, path string) error {
 			return fmt.Errorf("%s: a list of %d became %v", path, len(v), out)
 		}
 		for i := range v {
-			if err := tdKeysKept(v[i], o[i], fmt.Sprintf("%s[%d]", path, i)); err != nil {
+			if err := keysKept(v[i], o[i], fmt.Sprintf("%s[%d]", path, i)); err != nil {
 				return err
 			}
 		}

@@ -15,7 +15,7 @@ import (
 
 // memory_limit from the config file: a size sets the runtime's soft limit
 // and the gauge; a bad value fails New naming the field.
-func TestMMMemoryLimitConfig(t *testing.T) {
+func TestMemoryLimitConfig(t *testing.T) {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		t.Skip("GOMEMLIMIT is set: it wins over memory_limit")
 	}
@@ -32,7 +32,7 @@ func TestMMMemoryLimitConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := debug.SetMemoryLimit(-1)
-	gauge := mmGauge(t, a)
+	gauge := memoryLimitGauge(t, a)
 	t.Logf("runtime limit %d, gauge %.0f", got, gauge)
 	if got != 700<<20 || gauge != 700<<20 {
 		t.Fatalf("runtime limit %d, gauge %.0f; want %d", got, gauge, 700<<20)
@@ -44,8 +44,8 @@ func TestMMMemoryLimitConfig(t *testing.T) {
 	}
 }
 
-// mmGauge is xdsbridge_memory_limit_bytes as the app's registry gathers it.
-func mmGauge(t *testing.T, a *App) float64 {
+// memoryLimitGauge is xdsbridge_memory_limit_bytes as the app's registry gathers it.
+func memoryLimitGauge(t *testing.T, a *App) float64 {
 	t.Helper()
 	mfs, err := a.Registry.Gather()
 	if err != nil {

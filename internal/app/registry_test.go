@@ -13,7 +13,7 @@ import (
 
 // The registry is read through functions: the names are a copy, every
 // name has a factory, and an unknown type is an error, not a nil factory.
-func TestTdRegistry(t *testing.T) {
+func TestSourceTypeRegistry(t *testing.T) {
 	names := SourceTypeNames()
 	if want := []string{"consul", "dns", "file", "policy_file"}; !slices.Equal(names, want) {
 		t.Fatalf("SourceTypeNames() = %v, want %v", names, want)

@@ -18,9 +18,9 @@ import (
 	"github.com/xdsbridge/xdsbridge/internal/testcerts"
 )
 
-// rjRESTApp starts the app with xds.rest over mTLS (reloaded every
+// restApp starts the app with xds.rest over mTLS (reloaded every
 // 100ms), certificates in a temp dir.
-func rjRESTApp(t *testing.T) (a *App, ca *testcerts.CA, dir string) {
+func restApp(t *testing.T) (a *App, ca *testcerts.CA, dir string) {
 	t.Helper()
 	dir = t.TempDir()
 	ca = testcerts.NewCA(t, "ca")
@@ -47,8 +47,8 @@ sources:
 	return startApp(t, cfg), ca, dir
 }
 
-// rjPoll POSTs an empty DiscoveryRequest for clusters over TLS.
-func rjPoll(a *App, cfg *tls.Config) (int, string, error) {
+// restPoll POSTs an empty DiscoveryRequest for clusters over TLS.
+func restPoll(a *App, cfg *tls.Config) (int, string, error) {
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}}
 	resp, err := hc.Post("https://"+a.RESTAddr()+"/v3/discovery:clusters", "application/json", strings.NewReader("{}"))
 	if err != nil {
@@ -59,12 +59,12 @@ func rjPoll(a *App, cfg *tls.Config) (int, string, error) {
 	return resp.StatusCode, string(b), err
 }
 
-// TestRJRESTOverMTLS: the REST listener takes the TLS options of the
+// TestRESTOverMTLS: the REST listener takes the TLS options of the
 // other listeners: a client without a certificate of the client CA is
 // refused at the handshake, and a rotation of the server certificate and
 // client CA is picked up without a restart.
-func TestRJRESTOverMTLS(t *testing.T) {
-	a, ca, dir := rjRESTApp(t)
+func TestRESTOverMTLS(t *testing.T) {
+	a, ca, dir := restApp(t)
 	ca2 := testcerts.NewCA(t, "ca2")
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.Cert)
@@ -86,11 +86,11 @@ func TestRJRESTOverMTLS(t *testing.T) {
 		t.Fatalf("kept connection: %d %v", code, err)
 	}
 
-	code, body, err := rjPoll(a, &tls.Config{RootCAs: roots, ServerName: "localhost", Certificates: []tls.Certificate{c1}})
+	code, body, err := restPoll(a, &tls.Config{RootCAs: roots, ServerName: "localhost", Certificates: []tls.Certificate{c1}})
 	if err != nil || code != 200 || !strings.Contains(strings.ReplaceAll(body, " ", ""), `"name":"web"`) {
 		t.Fatalf("with a client certificate: %d %q %v", code, body, err)
 	}
-	if _, _, err := rjPoll(a, &tls.Config{RootCAs: roots, ServerName: "localhost"}); err == nil {
+	if _, _, err := restPoll(a, &tls.Config{RootCAs: roots, ServerName: "localhost"}); err == nil {
 		t.Fatal("served a client without a certificate")
 	}
 	mfs, err := a.Registry.Gather()
@@ -123,10 +123,10 @@ func TestRJRESTOverMTLS(t *testing.T) {
 	only2 := x509.NewCertPool()
 	only2.AddCert(ca2.Cert)
 	c2 := clientCert(t, ca2)
-	if code, body, err := rjPoll(a, &tls.Config{RootCAs: only2, ServerName: "localhost", Certificates: []tls.Certificate{c2}}); err != nil || code != 200 {
+	if code, body, err := restPoll(a, &tls.Config{RootCAs: only2, ServerName: "localhost", Certificates: []tls.Certificate{c2}}); err != nil || code != 200 {
 		t.Fatalf("after rotation, new CA: %d %q %v", code, body, err)
 	}
-	if _, _, err := rjPoll(a, &tls.Config{RootCAs: roots, ServerName: "localhost", Certificates: []tls.Certificate{c1}}); err == nil {
+	if _, _, err := restPoll(a, &tls.Config{RootCAs: roots, ServerName: "localhost", Certificates: []tls.Certificate{c1}}); err == nil {
 		t.Fatal("after rotation, a client of the old CA was served")
 	}
 	// The connection verified by the old CA before the rotation is
@@ -136,11 +136,11 @@ func TestRJRESTOverMTLS(t *testing.T) {
 	}
 }
 
-// TestRJRESTShutdownEndsHeldPolls: a poll held when the bridge stops
+// TestRESTShutdownEndsHeldPolls: a poll held when the bridge stops
 // ends with the bridge, answered 304 (it used to get an empty 200, which
 // Envoy would count as a rejected update); Run returns without waiting
 // out max_wait.
-func TestRJRESTShutdownEndsHeldPolls(t *testing.T) {
+func TestRESTShutdownEndsHeldPolls(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "services.yaml"), []byte("services:\n  web:\n    endpoints:\n      - {address: 10.0.0.1, port: 8080}\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -196,7 +196,7 @@ sources: [{name: static, file: {path: services.yaml}}]
 		polled <- err
 	}()
 	deadline = time.Now().Add(10 * time.Second)
-	for a.REST == nil || !rjHeld(t, a) {
+	for a.REST == nil || !restPollHeld(t, a) {
 		if time.Now().After(deadline) {
 			t.Fatal("the poll was not held")
 		}
@@ -220,8 +220,8 @@ sources: [{name: static, file: {path: services.yaml}}]
 	t.Logf("stopped %v after cancel with a poll held (max_wait 60s); the poll: %v (nil: 304)", time.Since(start), perr)
 }
 
-// rjHeld reports whether a REST poll is held.
-func rjHeld(t *testing.T, a *App) bool {
+// restPollHeld reports whether a REST poll is held.
+func restPollHeld(t *testing.T, a *App) bool {
 	t.Helper()
 	mfs, err := a.Registry.Gather()
 	if err != nil {

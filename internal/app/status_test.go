@@ -12,9 +12,9 @@ import (
 	"github.com/xdsbridge/xdsbridge/internal/testcerts"
 )
 
-// pgStatusApp runs an app on a file source of two services (one of them
+// statusApp runs an app on a file source of two services (one of them
 // with a host DRAINING) and, when token is not empty, admin.token_file.
-func pgStatusApp(t *testing.T, token string) *App {
+func statusApp(t *testing.T, token string) *App {
 	t.Helper()
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "services.yaml"), []byte(`services:
@@ -38,7 +38,7 @@ sources: [{name: files, file: {path: services.yaml}}, {name: pol, policy_file: {
 	return startApp(t, cfg)
 }
 
-func pgGet(t *testing.T, url, auth string) (int, http.Header, string) {
+func getStatusPage(t *testing.T, url, auth string) (int, http.Header, string) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", url, nil)
 	if auth != "" {
@@ -56,10 +56,10 @@ func pgGet(t *testing.T, url, auth string) (int, http.Header, string) {
 // The status page at / shows the app's sources, services counted by health
 // with their owner, and the selected service's hosts with their rule;
 // other paths stay 404.
-func TestPgStatusPage(t *testing.T) {
-	a := pgStatusApp(t, "")
+func TestStatusPage(t *testing.T) {
+	a := statusApp(t, "")
 	base := "http://" + a.AdminAddr()
-	code, h, body := pgGet(t, base+"/?service=web", "")
+	code, h, body := getStatusPage(t, base+"/?service=web", "")
 	if code != http.StatusOK || !strings.HasPrefix(h.Get("Content-Type"), "text/html") || !strings.Contains(h.Get("Content-Security-Policy"), "default-src 'none'") {
 		t.Fatalf("GET /: %d %v", code, h)
 	}
@@ -77,24 +77,24 @@ func TestPgStatusPage(t *testing.T) {
 		}
 	}
 	for _, p := range []string{"/nope", "/debug/"} {
-		if code, _, _ := pgGet(t, base+p, ""); code != http.StatusNotFound {
+		if code, _, _ := getStatusPage(t, base+p, ""); code != http.StatusNotFound {
 			t.Errorf("GET %s: %d, want 404", p, code)
 		}
 	}
 }
 
 // With admin.token_file the page needs the token, as /debug/* does.
-func TestPgStatusPageGuarded(t *testing.T) {
+func TestStatusPageGuarded(t *testing.T) {
 	const tok = "status-token-0123456789"
-	a := pgStatusApp(t, tok)
+	a := statusApp(t, tok)
 	base := "http://" + a.AdminAddr()
 	for _, auth := range []string{"", "Bearer wrong-token-0123456789"} {
-		code, _, body := pgGet(t, base+"/", auth)
+		code, _, body := getStatusPage(t, base+"/", auth)
 		if code != http.StatusUnauthorized || strings.Contains(body, "web") {
 			t.Errorf("GET / with %q: %d (%d bytes), want 401 without content", auth, code, len(body))
 		}
 	}
-	if code, _, body := pgGet(t, base+"/?fragment=1", "Bearer "+tok); code != http.StatusOK || !strings.Contains(body, `data-name="web"`) {
+	if code, _, body := getStatusPage(t, base+"/?fragment=1", "Bearer "+tok); code != http.StatusOK || !strings.Contains(body, `data-name="web"`) {
 		t.Errorf("GET / with the token: %d\n%s", code, body)
 	}
 }

@@ -23,8 +23,8 @@ import (
 	_ "github.com/xdsbridge/xdsbridge/translate" // the types in the files' Anys, for protojson
 )
 
-// fsTraffic sends requests through Envoy without pause and counts them.
-type fsTraffic struct {
+// fileTraffic sends requests through Envoy without pause and counts them.
+type fileTraffic struct {
 	ok, failed atomic.Int64
 	mu         sync.Mutex
 	lastErr    string
@@ -32,9 +32,9 @@ type fsTraffic struct {
 	done       chan struct{}
 }
 
-func fsStartTraffic(t *testing.T, ev *envoy) *fsTraffic {
+func startFileTraffic(t *testing.T, ev *envoy) *fileTraffic {
 	t.Helper()
-	tr := &fsTraffic{stop: make(chan struct{}), done: make(chan struct{})}
+	tr := &fileTraffic{stop: make(chan struct{}), done: make(chan struct{})}
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	go func() {
 		defer close(tr.done)
@@ -67,7 +67,7 @@ func fsStartTraffic(t *testing.T, ev *envoy) *fsTraffic {
 	return tr
 }
 
-func (tr *fsTraffic) halt() {
+func (tr *fileTraffic) halt() {
 	select {
 	case <-tr.stop:
 	default:
@@ -77,7 +77,7 @@ func (tr *fsTraffic) halt() {
 }
 
 // check fails the test if any request failed so far, and logs the figures.
-func (tr *fsTraffic) check(t *testing.T, stage string) {
+func (tr *fileTraffic) check(t *testing.T, stage string) {
 	t.Helper()
 	tr.mu.Lock()
 	last := tr.lastErr
@@ -88,9 +88,9 @@ func (tr *fsTraffic) check(t *testing.T, stage string) {
 	}
 }
 
-// fsFileVersion is the version_info of a file the bridge wrote, decoded
+// fileVersion is the version_info of a file the bridge wrote, decoded
 // by its extension as Envoy does.
-func fsFileVersion(t *testing.T, path string) string {
+func fileVersion(t *testing.T, path string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -113,9 +113,9 @@ func fsFileVersion(t *testing.T, path string) string {
 	return resp.VersionInfo
 }
 
-// fsVersionText is a subscription's version_text as Envoy's /stats shows
+// envoyVersionText is a subscription's version_text as Envoy's /stats shows
 // it (stat is e.g. "cluster_manager.cds" or "cluster.web").
-func fsVersionText(ev *envoy, stat string) (string, error) {
+func envoyVersionText(ev *envoy, stat string) (string, error) {
 	body, err := ev.get("/stats?filter=" + url.QueryEscape("^"+regexp.QuoteMeta(stat)+`\.version_text$`))
 	if err != nil {
 		return "", err
@@ -128,18 +128,18 @@ func fsVersionText(ev *envoy, stat string) (string, error) {
 	return "", fmt.Errorf("no %s.version_text in %q", stat, body)
 }
 
-// fsWaitVersion waits until the bridge's file has a version other than
+// waitEnvoyVersion waits until the bridge's file has a version other than
 // old (any, if old is empty) and Envoy's subscription stat has applied
 // it; it returns that version.
-func fsWaitVersion(t *testing.T, ev *envoy, stat, file, old string) string {
+func waitEnvoyVersion(t *testing.T, ev *envoy, stat, file, old string) string {
 	t.Helper()
 	var want string
 	waitFor(t, 20*time.Second, stat+" at a new version of "+filepath.Base(file), func() error {
-		want = fsFileVersion(t, file)
+		want = fileVersion(t, file)
 		if want == old {
 			return fmt.Errorf("file still at %q", old)
 		}
-		got, err := fsVersionText(ev, stat)
+		got, err := envoyVersionText(ev, stat)
 		if err != nil {
 			return err
 		}
@@ -151,7 +151,7 @@ func fsWaitVersion(t *testing.T, ev *envoy, stat, file, old string) string {
 	return want
 }
 
-// TestFsEnvoyFollowsFiles: a real Envoy with no gRPC path to the bridge,
+// TestEnvoyFollowsFiles: a real Envoy with no gRPC path to the bridge,
 // CDS from clusters.yaml (path_config_source) and each cluster's EDS from
 // its endpoints/NAME.yaml (the eds_config path the bridge writes), follows
 // edits of the services file through the bridge's filesystem output, in
@@ -161,7 +161,7 @@ func fsWaitVersion(t *testing.T, ev *envoy, stat, file, old string) string {
 // pause from the first state on, and none fails; Envoy's CDS and EDS
 // version_text reach the version_info of the bridge's files after each
 // change; no update is rejected or fails.
-func TestFsEnvoyFollowsFiles(t *testing.T) {
+func TestEnvoyFollowsFiles(t *testing.T) {
 	for _, tc := range []struct{ mode, format, ext string }{
 		{"path", "yaml", ".yaml"},
 		{"watched_directory", "yaml", ".yaml"},
@@ -197,9 +197,9 @@ sources:
 			ev := launchEnvoy(t, "envoy-files.yaml", "127.0.0.1:0", "", true, replace...)
 
 			ev.waitTraffic(t, "b1", "b2")
-			cdsV := fsWaitVersion(t, ev, "cluster_manager.cds", clusters, "")
-			webV := fsWaitVersion(t, ev, "cluster.web", webFile, "")
-			tr := fsStartTraffic(t, ev)
+			cdsV := waitEnvoyVersion(t, ev, "cluster_manager.cds", clusters, "")
+			webV := waitEnvoyVersion(t, ev, "cluster.web", webFile, "")
+			tr := startFileTraffic(t, ev)
 
 			// change edits the services file and waits for Envoy to apply
 			// the new version of file (stat); it logs how long that took.
@@ -207,7 +207,7 @@ sources:
 				t.Helper()
 				start := time.Now()
 				br.writeServices(t, services)
-				v := fsWaitVersion(t, ev, stat, file, old)
+				v := waitEnvoyVersion(t, ev, stat, file, old)
 				t.Logf("%s: Envoy at the file's new version %s after %v", what, v, time.Since(start).Round(time.Millisecond))
 				return v
 			}
@@ -219,7 +219,7 @@ sources:
 			webV = change("web: b1 b3", servicesYAML("web", b1, b3), "cluster.web", webFile, webV)
 			ev.waitTraffic(t, "b1", "b3")
 			tr.check(t, "web: b1 b3")
-			if v := fsFileVersion(t, clusters); v != cdsV {
+			if v := fileVersion(t, clusters); v != cdsV {
 				t.Fatalf("clusters file version changed from %s to %s with the clusters unchanged", cdsV, v)
 			}
 
@@ -236,7 +236,7 @@ sources:
 				}
 				return nil
 			})
-			fsWaitVersion(t, ev, "cluster.api", filepath.Join(out, "endpoints", "api"+ext), "")
+			waitEnvoyVersion(t, ev, "cluster.api", filepath.Join(out, "endpoints", "api"+ext), "")
 			tr.check(t, "api, db, cache added")
 
 			// The services removed: the clusters go, then their files
@@ -273,17 +273,17 @@ sources:
 			if f := br.app.Files.Stats().Failures; f != 0 {
 				t.Errorf("the bridge failed %d write rounds", f)
 			}
-			fsAssertNoUpdateFailures(t, ev)
+			assertNoUpdateFailures(t, ev)
 		})
 	}
 }
 
-// fsAssertNoUpdateFailures fails the test if Envoy's log shows a failed
+// assertNoUpdateFailures fails the test if Envoy's log shows a failed
 // or rejected file read. A removed cluster takes its update_failure
 // counter with it; its log line stays (with a removed cluster's file
 // deleted in the same swap as the cluster, Envoy logs "Filesystem config
 // update failure: ... Invalid path" for it).
-func fsAssertNoUpdateFailures(t *testing.T, ev *envoy) {
+func assertNoUpdateFailures(t *testing.T, ev *envoy) {
 	t.Helper()
 	b, err := os.ReadFile(ev.log)
 	if err != nil {

@@ -13,19 +13,19 @@ import (
 	"time"
 )
 
-// odServices is the size of the catalog the on-demand tests serve.
-const odServices = 5000
+// onDemandServices is the size of the catalog the on-demand tests serve.
+const onDemandServices = 5000
 
-// odCatalog writes a services file of odServices services, svc-0000 to
+// onDemandCatalog writes a services file of onDemandServices services, svc-0000 to
 // svc-4999, each with one loopback endpoint; the services named in real
 // point at those backends, the others at ports nothing listens on (Envoy
 // never connects to them: it never loads them, or, with wildcard CDS,
 // sends them no traffic).
-func odCatalog(real map[string]*backend) string {
+func onDemandCatalog(real map[string]*backend) string {
 	var sb strings.Builder
-	sb.Grow(odServices * 64)
+	sb.Grow(onDemandServices * 64)
 	sb.WriteString("services:\n")
-	for i := range odServices {
+	for i := range onDemandServices {
 		name := fmt.Sprintf("svc-%04d", i)
 		port := uint32(20000 + i%10000)
 		if b, ok := real[name]; ok {
@@ -36,10 +36,10 @@ func odCatalog(real map[string]*backend) string {
 	return sb.String()
 }
 
-// odRequest sends one request through Envoy's listener naming service in
+// onDemandRequest sends one request through Envoy's listener naming service in
 // the x-service header; it returns the status, the body and how long it
 // took.
-func odRequest(e *envoy, service string) (int, string, time.Duration, error) {
+func onDemandRequest(e *envoy, service string) (int, string, time.Duration, error) {
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	req, err := http.NewRequest(http.MethodGet, "http://"+e.listener+"/", nil)
 	if err != nil {
@@ -70,20 +70,20 @@ func odRequest(e *envoy, service string) (int, string, time.Duration, error) {
 // service added later under a name Envoy asked for reaches it.
 func TestOdcdsEnvoyLoadsOnlyRequestedClusters(t *testing.T) {
 	for _, tc := range []struct{ name, source string }{
-		{"ads", odSourceADS},
-		{"delta-grpc", odSourceDeltaGRPC},
+		{"ads", onDemandSourceADS},
+		{"delta-grpc", onDemandSourceDeltaGRPC},
 	} {
-		t.Run(tc.name, func(t *testing.T) { odLoadsOnlyRequested(t, tc.source, tc.name == "ads") })
+		t.Run(tc.name, func(t *testing.T) { onDemandLoadsOnlyRequested(t, tc.source, tc.name == "ads") })
 	}
 }
 
-func odLoadsOnlyRequested(t *testing.T, source string, measureRepeat bool) {
+func onDemandLoadsOnlyRequested(t *testing.T, source string, measureRepeat bool) {
 	bs := startBackends(t, 4)
 	real := map[string]*backend{"svc-0007": bs[0], "svc-2500": bs[1], "svc-4999": bs[2]}
-	catalog := odCatalog(real)
+	catalog := onDemandCatalog(real)
 	br := startBridge(t, catalog, "")
-	odWaitReady(t, br)
-	ev := startEnvoyCerts(t, "envoy-odcds.yaml", br.app.XDSAddr(), "", odSourceADS, source)
+	waitOnDemandReady(t, br)
+	ev := startEnvoyCerts(t, "envoy-odcds.yaml", br.app.XDSAddr(), "", onDemandSourceADS, source)
 
 	names := make([]string, 0, len(real))
 	for n := range real {
@@ -98,7 +98,7 @@ func odLoadsOnlyRequested(t *testing.T, source string, measureRepeat bool) {
 	failed, sent := 0, 0
 	for _, n := range names {
 		for i := range perService {
-			code, body, took, err := odRequest(ev, n)
+			code, body, took, err := onDemandRequest(ev, n)
 			sent++
 			if err != nil || code != http.StatusOK || body != real[n].name {
 				failed++
@@ -124,7 +124,7 @@ func odLoadsOnlyRequested(t *testing.T, source string, measureRepeat bool) {
 			t.Errorf("hosts of %s: %v, want %v", n, got, hostsOf(real[n]))
 		}
 	}
-	if got := odDynamicClusters(t, ev); !slices.Equal(got, names) {
+	if got := dynamicClusters(t, ev); !slices.Equal(got, names) {
 		t.Errorf("Envoy's config dump has dynamic clusters %v, want %v", got, names)
 	}
 	st := ev.stats(t, `^cluster_manager\.(active|warming)_clusters$|^cluster_manager\.odcds\.update_(success|rejected|failure)$`)
@@ -137,7 +137,7 @@ func odLoadsOnlyRequested(t *testing.T, source string, measureRepeat bool) {
 	var times []time.Duration
 	for i := range 5 {
 		name := fmt.Sprintf("nosuch-%d", i)
-		code, body, took, err := odRequest(ev, name)
+		code, body, took, err := onDemandRequest(ev, name)
 		if err != nil || code != http.StatusServiceUnavailable {
 			t.Errorf("request to unknown service %s: %d %q %v; want 503", name, code, body, err)
 		}
@@ -156,7 +156,7 @@ func odLoadsOnlyRequested(t *testing.T, source string, measureRepeat bool) {
 		// and does not ask for it again: a second request naming it
 		// sends nothing to the bridge and waits out the odcds timeout.
 		// Envoy's behaviour, measured here (not asserted) for the README.
-		code, _, took, err := odRequest(ev, "nosuch-1")
+		code, _, took, err := onDemandRequest(ev, "nosuch-1")
 		t.Logf("a second request naming the same unknown service: %d %v after %s (Envoy does not ask again; odcds timeout 5s)", code, err, took.Round(time.Millisecond))
 	}
 
@@ -171,23 +171,23 @@ func odLoadsOnlyRequested(t *testing.T, source string, measureRepeat bool) {
 		return nil
 	})
 	for i := range perService {
-		if code, body, _, err := odRequest(ev, "nosuch-0"); err != nil || code != http.StatusOK || body != bs[3].name {
+		if code, body, _, err := onDemandRequest(ev, "nosuch-0"); err != nil || code != http.StatusOK || body != bs[3].name {
 			t.Errorf("request %d to the added service: %d %q %v", i, code, body, err)
 		}
 	}
 	want := append(slices.Clone(names), "nosuch-0")
 	sort.Strings(want)
-	if got := odDynamicClusters(t, ev); !slices.Equal(got, want) {
+	if got := dynamicClusters(t, ev); !slices.Equal(got, want) {
 		t.Errorf("Envoy's dynamic clusters %v, want %v", got, want)
 	}
 
 	// What Envoy got from the bridge is those clusters and their
 	// assignments, not the catalog (Envoy drops resources it did not ask
 	// for, so /clusters alone would not show a bridge sending them all).
-	rx := odXDSBytes(t, ev)
+	rx := envoyXDSBytes(t, ev)
 	t.Logf("bytes Envoy received from the bridge: %d", rx)
-	if rx > odMaxOnDemandBytes {
-		t.Errorf("Envoy received %d bytes of xDS, more than %d: the bridge sent more than was asked for", rx, odMaxOnDemandBytes)
+	if rx > maxOnDemandBytes {
+		t.Errorf("Envoy received %d bytes of xDS, more than %d: the bridge sent more than was asked for", rx, maxOnDemandBytes)
 	}
 
 	ev.assertNoRejections(t)
@@ -196,13 +196,13 @@ func odLoadsOnlyRequested(t *testing.T, source string, measureRepeat bool) {
 	}
 }
 
-// odMaxOnDemandBytes bounds the xDS bytes an on-demand Envoy receives for
+// maxOnDemandBytes bounds the xDS bytes an on-demand Envoy receives for
 // a handful of clusters (5,000 clusters and their assignments are ~1 MB).
-const odMaxOnDemandBytes = 64 << 10
+const maxOnDemandBytes = 64 << 10
 
-// odXDSBytes is the bytes Envoy received on its connections to the bridge
+// envoyXDSBytes is the bytes Envoy received on its connections to the bridge
 // (its static xdsbridge cluster).
-func odXDSBytes(t *testing.T, e *envoy) int64 {
+func envoyXDSBytes(t *testing.T, e *envoy) int64 {
 	t.Helper()
 	const k = "cluster.xdsbridge.upstream_cx_rx_bytes_total"
 	n, ok := e.stats(t, `^cluster\.xdsbridge\.upstream_cx_rx_bytes_total$`)[k]
@@ -212,9 +212,9 @@ func odXDSBytes(t *testing.T, e *envoy) int64 {
 	return n
 }
 
-// odDynamicClusters lists the names of the dynamic active clusters of
+// dynamicClusters lists the names of the dynamic active clusters of
 // Envoy's config dump, sorted.
-func odDynamicClusters(t *testing.T, e *envoy) []string {
+func dynamicClusters(t *testing.T, e *envoy) []string {
 	t.Helper()
 	body, err := e.get("/config_dump?resource=dynamic_active_clusters")
 	if err != nil {
@@ -238,20 +238,20 @@ func odDynamicClusters(t *testing.T, e *envoy) []string {
 	return out
 }
 
-const odSourceADS = `
+const onDemandSourceADS = `
                           ads: {}`
 
-const odSourceDeltaGRPC = `
+const onDemandSourceDeltaGRPC = `
                           api_config_source:
                             api_type: DELTA_GRPC
                             transport_api_version: V3
                             grpc_services:
                               - envoy_grpc: {cluster_name: xdsbridge}`
 
-// odWaitReady waits until the bridge has its first state (its watches
+// waitOnDemandReady waits until the bridge has its first state (its watches
 // are held until then), so that what is timed is Envoy and the bridge at
 // work, not the bridge's start.
-func odWaitReady(t *testing.T, br *bridge) {
+func waitOnDemandReady(t *testing.T, br *bridge) {
 	t.Helper()
 	waitFor(t, 20*time.Second, "the bridge to be ready", func() error {
 		resp, err := http.Get("http://" + br.app.AdminAddr() + "/readyz")
@@ -266,11 +266,11 @@ func odWaitReady(t *testing.T, br *bridge) {
 	})
 }
 
-// odMemory reads Envoy's allocator figures, live from its admin /memory
+// envoyMemory reads Envoy's allocator figures, live from its admin /memory
 // (the server.memory_allocated and server.memory_heap_size gauges hold
 // the same figures as of the last stats flush): bytes in use and bytes
 // the heap reserved.
-func odMemory(t *testing.T, e *envoy) (allocated, heap int64) {
+func envoyMemory(t *testing.T, e *envoy) (allocated, heap int64) {
 	t.Helper()
 	body, err := e.get("/memory")
 	if err != nil {
@@ -298,15 +298,15 @@ func odMemory(t *testing.T, e *envoy) (allocated, heap int64) {
 func TestOdcdsEnvoyMemoryOnDemandVsWildcard(t *testing.T) {
 	bs := startBackends(t, 3)
 	real := map[string]*backend{"svc-0007": bs[0], "svc-2500": bs[1], "svc-4999": bs[2]}
-	br := startBridge(t, odCatalog(real), "")
-	odWaitReady(t, br)
+	br := startBridge(t, onDemandCatalog(real), "")
+	waitOnDemandReady(t, br)
 
 	od := startEnvoy(t, "envoy-odcds.yaml", br.app.XDSAddr())
-	odAlloc0, odHeap0 := odMemory(t, od)
+	odAlloc0, odHeap0 := envoyMemory(t, od)
 	failed := 0
 	for n, b := range real {
 		for range 5 {
-			if code, body, _, err := odRequest(od, n); err != nil || code != http.StatusOK || body != b.name {
+			if code, body, _, err := onDemandRequest(od, n); err != nil || code != http.StatusOK || body != b.name {
 				failed++
 				t.Errorf("request to %s: %d %q %v", n, code, body, err)
 			}
@@ -318,28 +318,28 @@ func TestOdcdsEnvoyMemoryOnDemandVsWildcard(t *testing.T) {
 	wild := launchEnvoy(t, "envoy-delta.yaml", br.app.XDSAddr(), "", false)
 	waitFor(t, 30*time.Second, "the wildcard Envoy to hold every cluster", func() error {
 		st := wild.stats(t, `^cluster_manager\.(active|warming)_clusters$`)
-		if st["cluster_manager.active_clusters"] != odServices+1 || st["cluster_manager.warming_clusters"] != 0 {
+		if st["cluster_manager.active_clusters"] != onDemandServices+1 || st["cluster_manager.warming_clusters"] != 0 {
 			return fmt.Errorf("%v", st)
 		}
 		return nil
 	})
-	t.Logf("wildcard Envoy got %d clusters in %s", odServices, time.Since(start).Round(time.Millisecond))
+	t.Logf("wildcard Envoy got %d clusters in %s", onDemandServices, time.Since(start).Round(time.Millisecond))
 	odStats := od.stats(t, `^cluster_manager\.(active|warming)_clusters$`)
 	if odStats["cluster_manager.active_clusters"] != int64(len(real))+1 || odStats["cluster_manager.warming_clusters"] != 0 {
 		t.Errorf("on-demand Envoy: %v; want %d active (and the static xdsbridge), 0 warming", odStats, len(real))
 	}
 
-	odAlloc, odHeap := odMemory(t, od)
-	wAlloc, wHeap := odMemory(t, wild)
+	odAlloc, odHeap := envoyMemory(t, od)
+	wAlloc, wHeap := envoyMemory(t, wild)
 	mib := func(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 	t.Logf("on-demand CDS, no cluster yet: memory_allocated %s, memory_heap_size %s", mib(odAlloc0), mib(odHeap0))
 	t.Logf("on-demand CDS, %d clusters:    memory_allocated %s, memory_heap_size %s", len(real), mib(odAlloc), mib(odHeap))
-	t.Logf("wildcard CDS, %d clusters:  memory_allocated %s, memory_heap_size %s", odServices, mib(wAlloc), mib(wHeap))
+	t.Logf("wildcard CDS, %d clusters:  memory_allocated %s, memory_heap_size %s", onDemandServices, mib(wAlloc), mib(wHeap))
 	t.Logf("wildcard / on-demand: allocated %.1fx, heap %.1fx", float64(wAlloc)/float64(odAlloc), float64(wHeap)/float64(odHeap))
-	odRx, wRx := odXDSBytes(t, od), odXDSBytes(t, wild)
+	odRx, wRx := envoyXDSBytes(t, od), envoyXDSBytes(t, wild)
 	t.Logf("xDS bytes received: on-demand %d, wildcard %d", odRx, wRx)
-	if odRx > odMaxOnDemandBytes {
-		t.Errorf("the on-demand Envoy received %d bytes of xDS, more than %d", odRx, odMaxOnDemandBytes)
+	if odRx > maxOnDemandBytes {
+		t.Errorf("the on-demand Envoy received %d bytes of xDS, more than %d", odRx, maxOnDemandBytes)
 	}
 	if odAlloc*2 > wAlloc {
 		t.Errorf("on-demand Envoy allocates %s, not under half the wildcard Envoy's %s", mib(odAlloc), mib(wAlloc))
@@ -367,19 +367,19 @@ func TestOdcdsAlongsideWildcardCDS(t *testing.T) {
 		fmt.Fprintf(&sb, "  svc-%d:\n    endpoints:\n      - {address: 127.0.0.1, port: %d}\n", i, b.port)
 	}
 	br := startBridge(t, sb.String(), "")
-	odWaitReady(t, br)
+	waitOnDemandReady(t, br)
 	ev := startEnvoyCerts(t, "envoy-odcds.yaml", br.app.XDSAddr(), "", "\nstatic_resources:", `
   cds_config:
     resource_api_version: V3
     ads: {}
 static_resources:`)
-	if got := odDynamicClusters(t, ev); !slices.Equal(got, []string{"svc-0", "svc-1"}) {
+	if got := dynamicClusters(t, ev); !slices.Equal(got, []string{"svc-0", "svc-1"}) {
 		t.Fatalf("wildcard Envoy's dynamic clusters %v, want svc-0 and svc-1", got)
 	}
 	failed := 0
 	for i, b := range bs {
 		for range 5 {
-			if code, body, _, err := odRequest(ev, fmt.Sprintf("svc-%d", i)); err != nil || code != http.StatusOK || body != b.name {
+			if code, body, _, err := onDemandRequest(ev, fmt.Sprintf("svc-%d", i)); err != nil || code != http.StatusOK || body != b.name {
 				failed++
 				t.Errorf("request to svc-%d: %d %q %v", i, code, body, err)
 			}
@@ -389,7 +389,7 @@ static_resources:`)
 	var times []time.Duration
 	for i := range 5 {
 		name := fmt.Sprintf("nosuch-%d", i)
-		code, body, took, err := odRequest(ev, name)
+		code, body, took, err := onDemandRequest(ev, name)
 		if err != nil || code != http.StatusServiceUnavailable {
 			t.Errorf("request to unknown service %s: %d %q %v; want 503", name, code, body, err)
 		}
@@ -400,7 +400,7 @@ static_resources:`)
 	if max := times[len(times)-1]; max > time.Second {
 		t.Errorf("an unknown service took %s to fail; want far less than the 5 s odcds timeout", max)
 	}
-	if got := odDynamicClusters(t, ev); !slices.Equal(got, []string{"svc-0", "svc-1"}) {
+	if got := dynamicClusters(t, ev); !slices.Equal(got, []string{"svc-0", "svc-1"}) {
 		t.Errorf("after unknown names Envoy's dynamic clusters %v, want svc-0 and svc-1", got)
 	}
 	ev.assertNoRejections(t)

@@ -18,9 +18,9 @@ import (
 	"github.com/xdsbridge/xdsbridge/config/decode"
 )
 
-// rjHit sends n requests through Envoy to cluster (by the x-cluster
+// hitCluster sends n requests through Envoy to cluster (by the x-cluster
 // header of examples/envoy-rest.yaml) and counts them.
-func rjHit(e *envoy, cluster string, n int) (got map[string]int, failed int, lastErr error) {
+func hitCluster(e *envoy, cluster string, n int) (got map[string]int, failed int, lastErr error) {
 	got = map[string]int{}
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	for i := 0; i < n; i++ {
@@ -42,7 +42,7 @@ func rjHit(e *envoy, cluster string, n int) (got map[string]int, failed int, las
 	return got, failed, lastErr
 }
 
-func rjKeys(m map[string]int) string {
+func countKeys(m map[string]int) string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)
@@ -51,9 +51,9 @@ func rjKeys(m map[string]int) string {
 	return strings.Join(out, ",")
 }
 
-// rjBridgeMetric sums the bridge's series of name whose labels include
+// bridgeMetric sums the bridge's series of name whose labels include
 // labels.
-func rjBridgeMetric(t *testing.T, b *bridge, name string, labels ...string) float64 {
+func bridgeMetric(t *testing.T, b *bridge, name string, labels ...string) float64 {
 	t.Helper()
 	mfs, err := b.app.Registry.Gather()
 	if err != nil {
@@ -81,7 +81,7 @@ func rjBridgeMetric(t *testing.T, b *bridge, name string, labels ...string) floa
 	return sum
 }
 
-// TestRJEnvoyREST: a real Envoy (examples/envoy-rest.yaml) takes CDS over
+// TestEnvoyREST: a real Envoy (examples/envoy-rest.yaml) takes CDS over
 // REST-JSON polling, and each cluster's EDS over REST too (the eds_config
 // the bridge writes, examples/xdsbridge-rest.yaml), with no gRPC stream
 // to the bridge. It follows services-file edits: a service added, a
@@ -89,7 +89,7 @@ func rjBridgeMetric(t *testing.T, b *bridge, name string, labels ...string) floa
 // removed, runs throughout and none of it fails; after each change, as soon
 // as Envoy shows it, every live service answers every request. Envoy
 // rejects nothing; the bridge counts no NACK.
-func TestRJEnvoyREST(t *testing.T) {
+func TestEnvoyREST(t *testing.T) {
 	requireBinary(t, "envoy")
 	bs := startBackends(t, 4)
 	dir := t.TempDir()
@@ -149,7 +149,7 @@ func TestRJEnvoyREST(t *testing.T) {
 				return
 			default:
 			}
-			got, failed, err := rjHit(e, "web", 1)
+			got, failed, err := hitCluster(e, "web", 1)
 			bgFailed.Add(int64(failed))
 			if err != nil {
 				bgErr.Store(err.Error())
@@ -178,11 +178,11 @@ func TestRJEnvoyREST(t *testing.T) {
 		start := time.Now()
 		waitFor(t, 20*time.Second, what, func() error {
 			for svc, backends := range want {
-				got, _, err := rjHit(e, svc, 10)
+				got, _, err := hitCluster(e, svc, 10)
 				if err != nil {
 					return fmt.Errorf("%s: %v", svc, err)
 				}
-				if rjKeys(got) != backends {
+				if countKeys(got) != backends {
 					return fmt.Errorf("%s reached %v, want %s", svc, got, backends)
 				}
 			}
@@ -190,10 +190,10 @@ func TestRJEnvoyREST(t *testing.T) {
 		})
 		applied := time.Since(start)
 		for svc, backends := range want {
-			got, failed, err := rjHit(e, svc, 40)
+			got, failed, err := hitCluster(e, svc, 40)
 			total += 40
 			totalFailed += failed
-			if failed != 0 || rjKeys(got) != backends {
+			if failed != 0 || countKeys(got) != backends {
 				t.Errorf("%s, after it applied: %s: %d of 40 failed (%v), reached %v, want %s", what, svc, failed, err, got, backends)
 			}
 		}
@@ -220,7 +220,7 @@ func TestRJEnvoyREST(t *testing.T) {
 	// A poll held to max_wait and answered 304 is normal operation: wait
 	// for one, to know held polls do not disturb Envoy.
 	waitFor(t, 3*maxWait, "a poll answered 304 after max_wait", func() error {
-		if n := rjBridgeMetric(t, b, "xdsbridge_xds_rest_requests_total", "code", "304"); n == 0 {
+		if n := bridgeMetric(t, b, "xdsbridge_xds_rest_requests_total", "code", "304"); n == 0 {
 			return fmt.Errorf("no 304 yet")
 		}
 		return nil
@@ -255,10 +255,10 @@ func TestRJEnvoyREST(t *testing.T) {
 	if c := b.app.XDS.ClientStatuses(); len(c) != 0 {
 		t.Errorf("Envoy has gRPC streams to the bridge (want REST only): %+v", c)
 	}
-	ok200 := rjBridgeMetric(t, b, "xdsbridge_xds_rest_requests_total", "code", "200")
-	nm := rjBridgeMetric(t, b, "xdsbridge_xds_rest_requests_total", "code", "304")
-	cds200 := rjBridgeMetric(t, b, "xdsbridge_xds_rest_requests_total", "type", "type.googleapis.com/envoy.config.cluster.v3.Cluster", "code", "200")
-	eds200 := rjBridgeMetric(t, b, "xdsbridge_xds_rest_requests_total", "type", "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment", "code", "200")
+	ok200 := bridgeMetric(t, b, "xdsbridge_xds_rest_requests_total", "code", "200")
+	nm := bridgeMetric(t, b, "xdsbridge_xds_rest_requests_total", "code", "304")
+	cds200 := bridgeMetric(t, b, "xdsbridge_xds_rest_requests_total", "type", "type.googleapis.com/envoy.config.cluster.v3.Cluster", "code", "200")
+	eds200 := bridgeMetric(t, b, "xdsbridge_xds_rest_requests_total", "type", "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment", "code", "200")
 	if cds200 == 0 || eds200 == 0 {
 		t.Errorf("REST answers: CDS %v, EDS %v (want both)", cds200, eds200)
 	}

@@ -25,8 +25,8 @@ const (
 	pgHostileNode    = `pg-envoy<img src=x onerror="window.pgPwned=2"><script>window.pgPwned=3</script>`
 )
 
-// pgDOM is what the page's DOM shows, read by pgDOMScript.
-type pgDOM struct {
+// statusDOM is what the page's DOM shows, read by statusDOMScript.
+type statusDOM struct {
 	Pwned    string `json:"pwned"`  // typeof window.pgPwned
 	Marker   int    `json:"marker"` // window.pgMarker, set by the test
 	Rendered string `json:"rendered"`
@@ -34,32 +34,32 @@ type pgDOM struct {
 	Scripts  int    `json:"scripts"`
 	Ready    string `json:"ready"`
 	Sources  map[string]string
-	Hosts    map[string]pgDOMHost
-	Clients  []pgDOMClient
-	Services []pgDOMService
+	Hosts    map[string]statusDOMHost
+	Clients  []statusDOMClient
+	Services []statusDOMService
 	Selected string `json:"selected"`
 	Bars     int    `json:"bars"`
 }
 
-type pgDOMHost struct {
+type statusDOMHost struct {
 	Health string `json:"health"`
 	Rule   string `json:"rule"`
 }
 
-type pgDOMClient struct {
+type statusDOMClient struct {
 	Node     string `json:"node"`
 	NodeText string `json:"nodeText"`
 	Type     string `json:"type"`
 	State    string `json:"state"`
 }
 
-type pgDOMService struct {
+type statusDOMService struct {
 	Name string `json:"name"`
 	Text string `json:"text"`
 }
 
-// pgDOMScript reads the rendered DOM (text, never markup).
-const pgDOMScript = `(() => {
+// statusDOMScript reads the rendered DOM (text, never markup).
+const statusDOMScript = `(() => {
   const txt = (el) => el ? el.textContent.trim() : "";
   const live = document.getElementById("live");
   const out = {pwned: typeof window.pgPwned, marker: window.pgMarker || 0,
@@ -74,18 +74,18 @@ const pgDOMScript = `(() => {
   return out;
 })()`
 
-// pgBrowser is a headless Chromium driven over the DevTools protocol, with
+// headlessBrowser is a headless Chromium driven over the DevTools protocol, with
 // what its pages wrote to the console.
-type pgBrowser struct {
+type headlessBrowser struct {
 	ctx context.Context
 	mu  sync.Mutex
 	log []chromedp.ConsoleMessage
 }
 
-// pgStartBrowser starts Chromium (required as envoy is: skipped when
+// startBrowser starts Chromium (required as envoy is: skipped when
 // missing, except under XDSBRIDGE_REQUIRE_INTEGRATION=1) with a 1280×900
 // viewport.
-func pgStartBrowser(t *testing.T) *pgBrowser {
+func startBrowser(t *testing.T) *headlessBrowser {
 	t.Helper()
 	bin := requireBinary(t, "chromium")
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
@@ -101,7 +101,7 @@ func pgStartBrowser(t *testing.T) *pgBrowser {
 	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancel(); acancel() })
-	b := &pgBrowser{ctx: ctx}
+	b := &headlessBrowser{ctx: ctx}
 	// The first Run starts the browser: under the browser's own context,
 	// bounded by a timer that cancels it.
 	timer := time.AfterFunc(20*time.Second, cancel)
@@ -125,7 +125,7 @@ func pgStartBrowser(t *testing.T) *pgBrowser {
 }
 
 // do runs actions with a timeout.
-func (b *pgBrowser) do(t *testing.T, what string, actions ...chromedp.Action[chromedp.Void]) {
+func (b *headlessBrowser) do(t *testing.T, what string, actions ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, 15*time.Second)
 	defer cancel()
@@ -135,7 +135,7 @@ func (b *pgBrowser) do(t *testing.T, what string, actions ...chromedp.Action[chr
 }
 
 // eval runs a script that must return true.
-func (b *pgBrowser) eval(t *testing.T, what, script string) {
+func (b *headlessBrowser) eval(t *testing.T, what, script string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
 	defer cancel()
@@ -146,15 +146,15 @@ func (b *pgBrowser) eval(t *testing.T, what, script string) {
 }
 
 // dom reads the page's DOM.
-func (b *pgBrowser) dom() (pgDOM, error) {
+func (b *headlessBrowser) dom() (statusDOM, error) {
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
 	defer cancel()
-	return chromedp.Run(ctx, chromedp.Evaluate[pgDOM](pgDOMScript))
+	return chromedp.Run(ctx, chromedp.Evaluate[statusDOM](statusDOMScript))
 }
 
 // problems lists the console errors and exceptions (a CSP violation, a
 // failed refresh, a script error).
-func (b *pgBrowser) problems() []string {
+func (b *headlessBrowser) problems() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []string
@@ -166,12 +166,12 @@ func (b *pgBrowser) problems() []string {
 	return out
 }
 
-// TestPgStatusPageBrowser loads the admin listener's status page in a
+// TestStatusPageBrowser loads the admin listener's status page in a
 // headless Chromium against a bridge serving a real Envoy, and checks the
 // rendered DOM: the source SYNCED, the failing host UNHEALTHY with its
 // matrix rule, the Envoy's row; a change shows up without a reload; hostile
 // names render as text.
-func TestPgStatusPageBrowser(t *testing.T) {
+func TestStatusPageBrowser(t *testing.T) {
 	bs := startBackends(t, 4)
 	b1, b2, b3, b4 := bs[0], bs[1], bs[2], bs[3]
 	b2.unhealthy.Store(true)
@@ -181,13 +181,13 @@ func TestPgStatusPageBrowser(t *testing.T) {
 	br := startBridge(t, files(b1, b2), httpCheck)
 	ev := startEnvoyCerts(t, "envoy-delta.yaml", br.app.XDSAddr(), "", "id: envoy-delta-1", "id: '"+pgHostileNode+"'")
 	ev.waitTraffic(t, "b1")
-	browser := pgStartBrowser(t)
+	browser := startBrowser(t)
 	h1, h2, h3 := hostsOf(b1)[0], hostsOf(b2)[0], hostsOf(b3)[0]
 
 	start := time.Now()
 	browser.do(t, "load the status page", chromedp.Navigate("http://"+br.app.AdminAddr()+"/?service=web"))
-	var d pgDOM
-	pgWaitDOM(t, browser, 10*time.Second, "the first state", &d, func(d pgDOM) error {
+	var d statusDOM
+	waitDOM(t, browser, 10*time.Second, "the first state", &d, func(d statusDOM) error {
 		if d.Sources["static"] != "SYNCED" {
 			return fmt.Errorf("source static: %q", d.Sources["static"])
 		}
@@ -197,7 +197,7 @@ func TestPgStatusPageBrowser(t *testing.T) {
 		if got := d.Hosts[h1]; got.Health != "HEALTHY" || got.Rule != string(healthcheck.RuleDiscoveredOK) {
 			return fmt.Errorf("passing host %s: %+v", h1, got)
 		}
-		if pgEnvoyRow(d) == nil {
+		if envoyRow(d) == nil {
 			return fmt.Errorf("no client row for the Envoy's node id: %+v", d.Clients)
 		}
 		return nil
@@ -206,18 +206,18 @@ func TestPgStatusPageBrowser(t *testing.T) {
 	if d.Ready != "READY" || d.Selected != "web" {
 		t.Errorf("readiness %q, host table of %q; want READY, web", d.Ready, d.Selected)
 	}
-	if row := pgEnvoyRow(d); !strings.Contains(row.NodeText, pgHostileNode) {
+	if row := envoyRow(d); !strings.Contains(row.NodeText, pgHostileNode) {
 		t.Errorf("the Envoy's node id does not show literally: %q", row.NodeText)
 	}
 	// The Envoy's sync state, per type (xds.Server.ClientStatuses).
-	pgWaitDOM(t, browser, 10*time.Second, "the Envoy SYNCED", &d, pgEnvoySynced)
+	waitDOM(t, browser, 10*time.Second, "the Envoy SYNCED", &d, envoySynced)
 
 	// A change shows up in the same document, without navigation.
 	browser.eval(t, "mark the document", `(window.pgMarker = 1) === 1`)
 	before := d.Rendered
 	changed := time.Now()
 	br.writeServices(t, files(b1, b2, b3))
-	pgWaitDOM(t, browser, 6*time.Second, "the new host on the page", &d, func(d pgDOM) error {
+	waitDOM(t, browser, 6*time.Second, "the new host on the page", &d, func(d statusDOM) error {
 		if got := d.Hosts[h3]; got.Health != "HEALTHY" || got.Rule != string(healthcheck.RuleDiscoveredOK) {
 			return fmt.Errorf("new host %s: %+v", h3, got)
 		}
@@ -232,7 +232,7 @@ func TestPgStatusPageBrowser(t *testing.T) {
 		t.Errorf("failing host after the change: %+v", d.Hosts[h2])
 	}
 	// The Envoy took the change: SYNCED again, on the page.
-	pgWaitDOM(t, browser, 10*time.Second, "the Envoy SYNCED after the change", &d, pgEnvoySynced)
+	waitDOM(t, browser, 10*time.Second, "the Envoy SYNCED after the change", &d, envoySynced)
 
 	// Traffic through the Envoy reaches the healthy hosts only.
 	ev.waitTraffic(t, "b1", "b3")
@@ -277,7 +277,7 @@ func TestPgStatusPageBrowser(t *testing.T) {
 		// Two refreshes after the last write: the page shows its state.
 		for range 2 {
 			r := d.Rendered
-			pgWaitDOM(t, browser, 10*time.Second, "a refresh", &d, func(d pgDOM) error {
+			waitDOM(t, browser, 10*time.Second, "a refresh", &d, func(d statusDOM) error {
 				if d.Rendered == r {
 					return fmt.Errorf("not refreshed since %s", r)
 				}
@@ -318,7 +318,7 @@ func TestPgStatusPageBrowser(t *testing.T) {
   }
   return false;
 })()`)
-	pgWaitDOM(t, browser, 10*time.Second, "the hostile service's page", &d, func(d pgDOM) error {
+	waitDOM(t, browser, 10*time.Second, "the hostile service's page", &d, func(d statusDOM) error {
 		if _, ok := d.Hosts[hostsOf(b4)[0]]; d.Selected != pgHostileService || d.Marker != 0 || !ok {
 			return fmt.Errorf("selected %q, marker %d, hosts %v", d.Selected, d.Marker, d.Hosts)
 		}
@@ -326,7 +326,7 @@ func TestPgStatusPageBrowser(t *testing.T) {
 	})
 	// Two refreshes of the hostile page: swapped-in fragments stay inert.
 	rendered := d.Rendered
-	pgWaitDOM(t, browser, 10*time.Second, "a refresh of the hostile service's page", &d, func(d pgDOM) error {
+	waitDOM(t, browser, 10*time.Second, "a refresh of the hostile service's page", &d, func(d statusDOM) error {
 		if d.Rendered == rendered {
 			return fmt.Errorf("not refreshed since %s", rendered)
 		}
@@ -344,9 +344,9 @@ func TestPgStatusPageBrowser(t *testing.T) {
 	}
 }
 
-// pgEnvoyRow is the client row of the hostile-named Envoy, by its
+// envoyRow is the client row of the hostile-named Envoy, by its
 // data-node attribute.
-func pgEnvoyRow(d pgDOM) *pgDOMClient {
+func envoyRow(d statusDOM) *statusDOMClient {
 	for i, c := range d.Clients {
 		if c.Node == pgHostileNode {
 			return &d.Clients[i]
@@ -355,9 +355,9 @@ func pgEnvoyRow(d pgDOM) *pgDOMClient {
 	return nil
 }
 
-// pgWaitDOM reads the DOM until cond holds (also checking, every time,
+// waitDOM reads the DOM until cond holds (also checking, every time,
 // that nothing hostile ran), leaving the last read in d.
-func pgWaitDOM(t *testing.T, b *pgBrowser, timeout time.Duration, what string, d *pgDOM, cond func(pgDOM) error) {
+func waitDOM(t *testing.T, b *headlessBrowser, timeout time.Duration, what string, d *statusDOM, cond func(statusDOM) error) {
 	t.Helper()
 	waitFor(t, timeout, what, func() error {
 		got, err := b.dom()
@@ -372,9 +372,9 @@ func pgWaitDOM(t *testing.T, b *pgBrowser, timeout time.Duration, what string, d
 	})
 }
 
-// pgEnvoySynced: the Envoy's rows show clusters and endpoints, every row
+// envoySynced: the Envoy's rows show clusters and endpoints, every row
 // SYNCED.
-func pgEnvoySynced(d pgDOM) error {
+func envoySynced(d statusDOM) error {
 	types := map[string]bool{}
 	for _, c := range d.Clients {
 		if c.Node != pgHostileNode {

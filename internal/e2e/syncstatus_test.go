@@ -13,16 +13,16 @@ import (
 	"github.com/xdsbridge/xdsbridge/xds"
 )
 
-// ssServices is a services file with an HTTP service web (for Envoy) and a
+// syncStatusServices is a services file with an HTTP service web (for Envoy) and a
 // gRPC service greeter (for grpc-go).
-func ssServices(web []*backend, greeter []grpcBackend) string {
+func syncStatusServices(web []*backend, greeter []grpcBackend) string {
 	s := servicesYAML("web", web...)
 	g := grpcServicesYAML("greeter", greeter...)
 	return s + strings.TrimPrefix(g, "services:\n")
 }
 
-// ssClients reads /debug/clients: node → its stream's status.
-func ssClients(t *testing.T, br *bridge) map[string]xds.ClientStatus {
+// debugClients reads /debug/clients: node → its stream's status.
+func debugClients(t *testing.T, br *bridge) map[string]xds.ClientStatus {
 	t.Helper()
 	var cl struct {
 		Clients []xds.ClientStatus `json:"clients"`
@@ -35,12 +35,12 @@ func ssClients(t *testing.T, br *bridge) map[string]xds.ClientStatus {
 	return out
 }
 
-// ssAllSynced reports whether every node of types has a stream listed
+// allSynced reports whether every node of types has a stream listed
 // with exactly the types listed, each SYNCED; it returns each node's
 // statuses by short type.
-func ssAllSynced(t *testing.T, br *bridge, types map[string][]string) (map[string]map[string]xds.TypeStatus, error) {
+func allSynced(t *testing.T, br *bridge, types map[string][]string) (map[string]map[string]xds.TypeStatus, error) {
 	t.Helper()
-	cl := ssClients(t, br)
+	cl := debugClients(t, br)
 	out := map[string]map[string]xds.TypeStatus{}
 	for n := range types {
 		c, ok := cl[n]
@@ -72,10 +72,10 @@ func ssAllSynced(t *testing.T, br *bridge, types map[string][]string) (map[strin
 // are SYNCED again, their endpoints at a newer acked generation, each with
 // a change → ACK latency sample, and the histogram counts them. Traffic
 // through both afterwards: 0 failed. No NACK, no Envoy rejection.
-func TestSSClientsSyncedAfterChange(t *testing.T) {
+func TestClientsSyncedAfterChange(t *testing.T) {
 	web := startBackends(t, 2)
 	greeter := startGRPCBackends(t, 2)
-	br := startBridge(t, ssServices(web[:1], greeter[:1]), "")
+	br := startBridge(t, syncStatusServices(web[:1], greeter[:1]), "")
 	ev := startEnvoy(t, "envoy-delta.yaml", br.app.XDSAddr())
 	c := dialXDS(t, br, "greeter")
 	ev.waitTraffic(t, "b1")
@@ -86,10 +86,10 @@ func TestSSClientsSyncedAfterChange(t *testing.T) {
 	types := map[string][]string{envoyNode: {"clusters", "endpoints"}, grpcNode: {"clusters", "endpoints", "listeners", "routes"}}
 	var before map[string]map[string]xds.TypeStatus
 	waitFor(t, 10*time.Second, "both clients SYNCED", func() (err error) {
-		before, err = ssAllSynced(t, br, types)
+		before, err = allSynced(t, br, types)
 		return err
 	})
-	cl := ssClients(t, br)
+	cl := debugClients(t, br)
 	if m := cl[envoyNode].Mode; m != "delta" {
 		t.Fatalf("envoy mode %s", m)
 	}
@@ -104,12 +104,12 @@ func TestSSClientsSyncedAfterChange(t *testing.T) {
 	}
 
 	// An endpoint change to both services.
-	br.writeServices(t, ssServices(web, greeter))
+	br.writeServices(t, syncStatusServices(web, greeter))
 	ev.waitTraffic(t, "b1", "b2")
 	c.expect(t, greeter...)
 	var after map[string]map[string]xds.TypeStatus
 	waitFor(t, 10*time.Second, "both clients SYNCED with newer endpoints and a latency sample", func() (err error) {
-		if after, err = ssAllSynced(t, br, types); err != nil {
+		if after, err = allSynced(t, br, types); err != nil {
 			return err
 		}
 		for _, n := range []string{envoyNode, grpcNode} {

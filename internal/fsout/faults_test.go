@@ -32,11 +32,11 @@ func smallFS(t *testing.T, size string) string {
 	return dir
 }
 
-// fsTree is the layout's files under dir as a reader sees them (through
+// readTree is the layout's files under dir as a reader sees them (through
 // the symlinks of mode watched_directory): clusters, listeners, routes
 // and endpoints/*, each with its content. Hidden names (temporary files,
 // ..data, generations) are not part of it.
-func fsTree(t *testing.T, dir string) map[string]string {
+func readTree(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for _, sub := range []string{"", fsout.EndpointsDir} {
@@ -59,18 +59,18 @@ func fsTree(t *testing.T, dir string) map[string]string {
 	return out
 }
 
-// fsWant is what a fresh writer with cfg writes for c into an empty
+// wantTree is what a fresh writer with cfg writes for c into an empty
 // directory: the layout dir must hold after a successful round.
-func fsWant(t *testing.T, c *xds.Cache, cfg fsout.Config) map[string]string {
+func wantTree(t *testing.T, c *xds.Cache, cfg fsout.Config) map[string]string {
 	t.Helper()
 	cfg.Dir = t.TempDir()
 	if _, err := fsout.WriteDir(c, cfg, nil); err != nil {
 		t.Fatal(err)
 	}
-	return fsTree(t, cfg.Dir)
+	return readTree(t, cfg.Dir)
 }
 
-func fsSameTree(t *testing.T, got, want map[string]string) {
+func sameTree(t *testing.T, got, want map[string]string) {
 	t.Helper()
 	for rel, w := range want {
 		if g, ok := got[rel]; !ok {
@@ -99,20 +99,20 @@ func TestFilesOutputRecoversFromFullDisk(t *testing.T) {
 			c := xds.NewCache()
 			c.MarkReady()
 			cfg := fsout.Config{Dir: dir, Mode: mode, EnvoyDir: "/etc/envoy/xds"}
-			w := fsWriter(t, c, cfg)
-			fsPublish(t, c, 3)
+			w := newWriter(t, c, cfg)
+			publishClusters(t, c, 3)
 			if _, err := w.WriteOnce(); err != nil {
 				t.Fatalf("first round: %v", err)
 			}
-			fsPublish(t, c, 60)
+			publishClusters(t, c, 60)
 			if _, err := w.WriteOnce(); err == nil {
 				t.Fatal("60 clusters fit in 96 KiB: the test does not fill the disk")
 			}
-			fsPublish(t, c, 4)
+			publishClusters(t, c, 4)
 			if _, err := w.WriteOnce(); err != nil {
 				t.Fatalf("after the catalog shrank: %v", err)
 			}
-			fsSameTree(t, fsTree(t, dir), fsWant(t, c, cfg))
+			sameTree(t, readTree(t, dir), wantTree(t, c, cfg))
 			if st := w.Stats(); st.Failures != 1 {
 				t.Fatalf("failures %d, want 1", st.Failures)
 			}
@@ -133,8 +133,8 @@ func TestFilesOutputStaysInItsDirectory(t *testing.T) {
 			c := xds.NewCache()
 			c.MarkReady()
 			cfg := fsout.Config{Dir: dir, Mode: mode, EnvoyDir: "/etc/envoy/xds"}
-			w := fsWriter(t, c, cfg)
-			fsPublish(t, c, 3)
+			w := newWriter(t, c, cfg)
+			publishClusters(t, c, 3)
 			if _, err := w.WriteOnce(); err != nil {
 				t.Fatal(err)
 			}
@@ -159,7 +159,7 @@ func TestFilesOutputStaysInItsDirectory(t *testing.T) {
 			}
 			// Removed c002, changed the others, added c003.
 			for _, n := range []int{2, 4} {
-				fsPublish(t, c, n)
+				publishClusters(t, c, n)
 				w.WriteOnce() // may fail; what matters is where it wrote
 			}
 			if _, err := w.WriteOnce(); err != nil {
@@ -179,7 +179,7 @@ func TestFilesOutputStaysInItsDirectory(t *testing.T) {
 			if len(found) != 6 {
 				t.Errorf("outside the output directory: %v; want the 6 sentinel files", found)
 			}
-			fsSameTree(t, fsTree(t, dir), fsWant(t, c, cfg))
+			sameTree(t, readTree(t, dir), wantTree(t, c, cfg))
 		})
 	}
 }

@@ -31,11 +31,11 @@ import (
 	"github.com/xdsbridge/xdsbridge/xds"
 )
 
-// fsPublish makes the cache hold n clusters c000.. and their assignments,
+// publishClusters makes the cache hold n clusters c000.. and their assignments,
 // each cluster's connect_timeout n seconds and c000's assignment n
 // endpoints (the others one), so a file shows by itself whether it is whole: every
 // resource says how many the response must carry.
-func fsPublish(t testing.TB, c *xds.Cache, n int) {
+func publishClusters(t testing.TB, c *xds.Cache, n int) {
 	t.Helper()
 	var clusters, loads []xds.Resource
 	var names []string
@@ -69,8 +69,8 @@ func fsPublish(t testing.TB, c *xds.Cache, n int) {
 	}
 }
 
-// fsDecode parses a file of the layout as Envoy would, by its extension.
-func fsDecode(path string, b []byte) (*discovery.DiscoveryResponse, error) {
+// decodeFile parses a file of the layout as Envoy would, by its extension.
+func decodeFile(path string, b []byte) (*discovery.DiscoveryResponse, error) {
 	resp := &discovery.DiscoveryResponse{}
 	switch filepath.Ext(path) {
 	case ".pb":
@@ -85,10 +85,10 @@ func fsDecode(path string, b []byte) (*discovery.DiscoveryResponse, error) {
 	return resp, protojson.Unmarshal(b, resp)
 }
 
-// fsCheckWhole checks that a DiscoveryResponse is complete: it has a
+// checkWhole checks that a DiscoveryResponse is complete: it has a
 // version and type, and as many resources (clusters) or endpoints
 // (an assignment) as each of its resources says.
-func fsCheckWhole(resp *discovery.DiscoveryResponse) error {
+func checkWhole(resp *discovery.DiscoveryResponse) error {
 	if resp.VersionInfo == "" || resp.TypeUrl == "" {
 		return fmt.Errorf("no version_info or type_url: %v", resp)
 	}
@@ -111,7 +111,7 @@ func fsCheckWhole(resp *discovery.DiscoveryResponse) error {
 	return nil
 }
 
-func fsWriter(t *testing.T, c *xds.Cache, cfg fsout.Config) *fsout.Writer {
+func newWriter(t *testing.T, c *xds.Cache, cfg fsout.Config) *fsout.Writer {
 	t.Helper()
 	w, err := fsout.New(c, cfg, nil)
 	if err != nil {
@@ -120,20 +120,20 @@ func fsWriter(t *testing.T, c *xds.Cache, cfg fsout.Config) *fsout.Writer {
 	return w
 }
 
-// TestFsNoPartialFile: while the cache changes size from 1 to 60
+// TestNoPartialFile: while the cache changes size from 1 to 60
 // clusters and back, and the writer runs with a short debounce, readers
 // in parallel read clusters and one assignment file in a loop: every read
 // parses as a whole DiscoveryResponse, in each format and mode. Breaking
 // writeAtomic into an in-place os.WriteFile makes it fail.
-func TestFsNoPartialFile(t *testing.T) {
+func TestNoPartialFile(t *testing.T) {
 	for _, mode := range []string{fsout.ModePath, fsout.ModeWatchedDirectory} {
 		for _, format := range []string{fsout.FormatYAML, fsout.FormatProto} {
 			t.Run(mode+"/"+format, func(t *testing.T) {
 				c := xds.NewCache()
-				fsPublish(t, c, 1)
+				publishClusters(t, c, 1)
 				c.MarkReady()
 				dir := filepath.Join(t.TempDir(), "out")
-				w := fsWriter(t, c, fsout.Config{Dir: dir, Format: format, Mode: mode, Debounce: decode.Duration(time.Millisecond)})
+				w := newWriter(t, c, fsout.Config{Dir: dir, Format: format, Mode: mode, Debounce: decode.Duration(time.Millisecond)})
 				if _, err := w.WriteOnce(); err != nil {
 					t.Fatal(err)
 				}
@@ -164,9 +164,9 @@ func TestFsNoPartialFile(t *testing.T) {
 								errs <- fmt.Errorf("read %s: %v", p, err)
 								return
 							}
-							resp, err := fsDecode(p, b)
+							resp, err := decodeFile(p, b)
 							if err == nil {
-								err = fsCheckWhole(resp)
+								err = checkWhole(resp)
 							}
 							if err != nil {
 								errs <- fmt.Errorf("%s (%d bytes): %v", p, len(b), err)
@@ -192,7 +192,7 @@ func TestFsNoPartialFile(t *testing.T) {
 				}
 				before := w.Stats()
 				for _, n := range sizes {
-					fsPublish(t, c, n)
+					publishClusters(t, c, n)
 					// Each size is written before the next.
 					deadline := time.Now().Add(10 * time.Second)
 					for {
@@ -227,8 +227,8 @@ func TestFsNoPartialFile(t *testing.T) {
 	}
 }
 
-// fsInode identifies the file at p (following symlinks).
-func fsInode(t *testing.T, p string) string {
+// inodeOf identifies the file at p (following symlinks).
+func inodeOf(t *testing.T, p string) string {
 	t.Helper()
 	fi, err := os.Stat(p)
 	if err != nil {
@@ -237,19 +237,19 @@ func fsInode(t *testing.T, p string) string {
 	return fmt.Sprintf("%v/%d", fi.ModTime(), fi.Sys().(*syscall.Stat_t).Ino)
 }
 
-// TestFsUnchangedNotRewritten: a second write of the same content writes
+// TestUnchangedNotRewritten: a second write of the same content writes
 // nothing (same inode and mtime on disk, same generation); a change to one
 // assignment rewrites that file only (mode path); a new writer on the
 // same directory (a restart) writes nothing.
-func TestFsUnchangedNotRewritten(t *testing.T) {
+func TestUnchangedNotRewritten(t *testing.T) {
 	for _, mode := range []string{fsout.ModePath, fsout.ModeWatchedDirectory} {
 		t.Run(mode, func(t *testing.T) {
 			c := xds.NewCache()
-			fsPublish(t, c, 3)
+			publishClusters(t, c, 3)
 			c.MarkReady()
 			dir := t.TempDir()
 			cfg := fsout.Config{Dir: dir, Mode: mode}
-			w := fsWriter(t, c, cfg)
+			w := newWriter(t, c, cfg)
 			res, err := w.WriteOnce()
 			if err != nil {
 				t.Fatal(err)
@@ -258,14 +258,14 @@ func TestFsUnchangedNotRewritten(t *testing.T) {
 				t.Fatalf("first write: %v; want clusters and 3 assignments", res.Written)
 			}
 			clusters := filepath.Join(dir, "clusters.yaml")
-			id := fsInode(t, clusters)
+			id := inodeOf(t, clusters)
 			gen, _ := os.Readlink(filepath.Join(dir, "..data"))
 			for i := 0; i < 3; i++ {
 				if res, err = w.WriteOnce(); err != nil || len(res.Written)+len(res.Removed) != 0 {
 					t.Fatalf("unchanged write %d: wrote %v, removed %v, err %v", i, res.Written, res.Removed, err)
 				}
 			}
-			if got := fsInode(t, clusters); got != id {
+			if got := inodeOf(t, clusters); got != id {
 				t.Fatalf("clusters file replaced without a change: %s -> %s", id, got)
 			}
 			if g, _ := os.Readlink(filepath.Join(dir, "..data")); g != gen {
@@ -284,14 +284,14 @@ func TestFsUnchangedNotRewritten(t *testing.T) {
 			if want := []string{filepath.Join("endpoints", "c001.yaml")}; !slices.Equal(res.Written, want) {
 				t.Fatalf("after one assignment changed, wrote %v; want %v", res.Written, want)
 			}
-			if mode == fsout.ModePath && fsInode(t, clusters) != id {
+			if mode == fsout.ModePath && inodeOf(t, clusters) != id {
 				t.Fatal("clusters file rewritten though unchanged")
 			}
 
 			// The counters, as exported.
 			reg := prometheus.NewRegistry()
 			w.Register(reg)
-			if n := fsCounter(t, reg, "xdsbridge_files_written_total"); n != 5 {
+			if n := counterValue(t, reg, "xdsbridge_files_written_total"); n != 5 {
 				t.Fatalf("xdsbridge_files_written_total %v; want 5 (4, then 1)", n)
 			}
 
@@ -301,7 +301,7 @@ func TestFsUnchangedNotRewritten(t *testing.T) {
 			if err := os.WriteFile(stray, []byte("resources: ["), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			w2 := fsWriter(t, c, cfg)
+			w2 := newWriter(t, c, cfg)
 			if res, err = w2.WriteOnce(); err != nil || len(res.Written)+len(res.Removed) != 0 {
 				t.Fatalf("restarted writer: wrote %v, removed %v, err %v", res.Written, res.Removed, err)
 			}
@@ -312,26 +312,26 @@ func TestFsUnchangedNotRewritten(t *testing.T) {
 	}
 }
 
-// TestFsWatchedDirectoryLayout: in mode watched_directory the names are
+// TestWatchedDirectoryLayout: in mode watched_directory the names are
 // symlinks through ..data to the newest generation, at most two
 // generations are kept, a removed cluster's assignment is absent from
 // the new generation, and clusters name their assignment by a path under
 // the watched directory.
-func TestFsWatchedDirectoryLayout(t *testing.T) {
+func TestWatchedDirectoryLayout(t *testing.T) {
 	c := xds.NewCache()
-	fsPublish(t, c, 3)
+	publishClusters(t, c, 3)
 	c.MarkReady()
 	dir := t.TempDir()
-	w := fsWriter(t, c, fsout.Config{Dir: dir, Mode: fsout.ModeWatchedDirectory, Format: fsout.FormatJSON, EnvoyDir: "/etc/envoy/xds"})
+	w := newWriter(t, c, fsout.Config{Dir: dir, Mode: fsout.ModeWatchedDirectory, Format: fsout.FormatJSON, EnvoyDir: "/etc/envoy/xds"})
 	for _, n := range []int{3, 4, 2, 5, 2} {
-		fsPublish(t, c, n)
+		publishClusters(t, c, n)
 		if _, err := w.WriteOnce(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// The assignments of the 3 clusters just removed stay one generation
 	// more; the next write drops them.
-	if got, want := fsList(t, filepath.Join(dir, "endpoints")), []string{"c000.json", "c001.json", "c002.json", "c003.json", "c004.json"}; !slices.Equal(got, want) {
+	if got, want := listDir(t, filepath.Join(dir, "endpoints")), []string{"c000.json", "c001.json", "c002.json", "c003.json", "c004.json"}; !slices.Equal(got, want) {
 		t.Fatalf("endpoints/ just after removing 3 clusters: %v; want %v", got, want)
 	}
 	res, err := w.WriteOnce()
@@ -367,14 +367,14 @@ func TestFsWatchedDirectoryLayout(t *testing.T) {
 			t.Fatalf("%s -> %q; want ..data/%s", n, got, n)
 		}
 	}
-	if files, want := fsList(t, filepath.Join(dir, "endpoints")), []string{"c000.json", "c001.json"}; !slices.Equal(files, want) {
+	if files, want := listDir(t, filepath.Join(dir, "endpoints")), []string{"c000.json", "c001.json"}; !slices.Equal(files, want) {
 		t.Fatalf("endpoints/ %v; want %v", files, want)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "clusters.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := fsDecode("clusters.json", b)
+	resp, err := decodeFile("clusters.json", b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,8 +388,8 @@ func TestFsWatchedDirectoryLayout(t *testing.T) {
 	}
 }
 
-// TestFsConfigErrorsNameTheField: outputs.filesystem errors name the field.
-func TestFsConfigErrorsNameTheField(t *testing.T) {
+// TestConfigErrorsNameTheField: outputs.filesystem errors name the field.
+func TestConfigErrorsNameTheField(t *testing.T) {
 	for _, tc := range []struct{ block, want string }{
 		{`{format: yaml}`, "outputs.filesystem.dir: missing"},
 		{`{dir: out, format: xml}`, `outputs.filesystem.format: "xml" is not one of yaml, json, proto`},
@@ -413,8 +413,8 @@ func TestFsConfigErrorsNameTheField(t *testing.T) {
 	}
 }
 
-// TestFsFileName: resource names become safe file names.
-func TestFsFileName(t *testing.T) {
+// TestFileName: resource names become safe file names.
+func TestFileName(t *testing.T) {
 	for in, want := range map[string]string{"web": "web", "a.b-c_d": "a.b-c_d", "..": "%2E.", "a/b": "a%2Fb", "x y": "x%20y"} {
 		if got := fsout.FileName(in); got != want {
 			t.Errorf("FileName(%q) = %q; want %q", in, got, want)
@@ -422,8 +422,8 @@ func TestFsFileName(t *testing.T) {
 	}
 }
 
-// fsList lists the names in a directory.
-func fsList(t *testing.T, dir string) []string {
+// listDir lists the names in a directory.
+func listDir(t *testing.T, dir string) []string {
 	t.Helper()
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -436,8 +436,8 @@ func fsList(t *testing.T, dir string) []string {
 	return out
 }
 
-// fsCounter is the value of a registered counter.
-func fsCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+// counterValue is the value of a registered counter.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -452,21 +452,21 @@ func fsCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return 0
 }
 
-// TestFsModeSwitch: a directory written in one mode is taken over by the
+// TestModeSwitch: a directory written in one mode is taken over by the
 // other, back and forth, leaving the other mode's layout behind, every
 // file whole.
-func TestFsModeSwitch(t *testing.T) {
+func TestModeSwitch(t *testing.T) {
 	c := xds.NewCache()
-	fsPublish(t, c, 3)
+	publishClusters(t, c, 3)
 	c.MarkReady()
 	dir := t.TempDir()
 	for i, mode := range []string{fsout.ModePath, fsout.ModeWatchedDirectory, fsout.ModePath, fsout.ModeWatchedDirectory} {
-		fsPublish(t, c, 3+i)
-		w := fsWriter(t, c, fsout.Config{Dir: dir, Mode: mode})
+		publishClusters(t, c, 3+i)
+		w := newWriter(t, c, fsout.Config{Dir: dir, Mode: mode})
 		if _, err := w.WriteOnce(); err != nil {
 			t.Fatalf("%d (%s): %v", i, mode, err)
 		}
-		top := fsList(t, dir)
+		top := listDir(t, dir)
 		var want []string
 		if mode == fsout.ModeWatchedDirectory {
 			want = []string{"..data", "clusters.yaml", "endpoints"}
@@ -480,7 +480,7 @@ func TestFsModeSwitch(t *testing.T) {
 		if !slices.Equal(top, want) {
 			t.Fatalf("%d (%s): top level %v; want %v", i, mode, top, want)
 		}
-		if got := len(fsList(t, filepath.Join(dir, "endpoints"))); got != 3+i {
+		if got := len(listDir(t, filepath.Join(dir, "endpoints"))); got != 3+i {
 			t.Fatalf("%d (%s): %d assignment files; want %d", i, mode, got, 3+i)
 		}
 		for _, p := range []string{"clusters.yaml", "endpoints/c000.yaml"} {
@@ -488,9 +488,9 @@ func TestFsModeSwitch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			resp, err := fsDecode(p, b)
+			resp, err := decodeFile(p, b)
 			if err == nil {
-				err = fsCheckWhole(resp)
+				err = checkWhole(resp)
 			}
 			if err != nil {
 				t.Fatalf("%d (%s): %s: %v", i, mode, p, err)

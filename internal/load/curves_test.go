@@ -13,10 +13,10 @@ import (
 	"time"
 )
 
-// TestScLeastSquares: exact on a line; known data (y = 2x + 1 with
+// TestLeastSquares: exact on a line; known data (y = 2x + 1 with
 // residuals ±1, slope 2, intercept 1 — computed by hand); errors on too
 // few or identical x.
-func TestScLeastSquares(t *testing.T) {
+func TestLeastSquares(t *testing.T) {
 	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 	f, err := LeastSquares([]float64{250, 500, 1000, 2000}, []float64{0.31*250 + 120, 0.31*500 + 120, 0.31*1000 + 120, 0.31*2000 + 120})
 	if err != nil || !near(f.Slope, 0.31) || !near(f.Intercept, 120) || !near(f.R2, 1) || f.N != 4 {
@@ -39,8 +39,8 @@ func TestScLeastSquares(t *testing.T) {
 	}
 }
 
-// TestScParseSweep: the -sweep flag.
-func TestScParseSweep(t *testing.T) {
+// TestParseSweep: the -sweep flag.
+func TestParseSweep(t *testing.T) {
 	p, v, err := ParseSweep("clients=250,500,1000,2000")
 	if err != nil || p != SweepClients || len(v) != 4 || v[3] != 2000 {
 		t.Errorf("clients: %q %v %v", p, v, err)
@@ -52,12 +52,12 @@ func TestScParseSweep(t *testing.T) {
 	}
 }
 
-// TestScCurvesSmoke runs both sweeps at tiny sizes, each point's serving
+// TestCurvesSmoke runs both sweeps at tiny sizes, each point's serving
 // side in its own child process: every point converged with no (change,
 // client) pair missing, the JSON and every PNG exist and decode, each fit
 // has one point per sweep value, and the Markdown table has a row per
 // point and a growth row per figure.
-func TestScCurvesSmoke(t *testing.T) {
+func TestCurvesSmoke(t *testing.T) {
 	for _, tc := range []struct {
 		param  string
 		values []int

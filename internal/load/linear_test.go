@@ -8,14 +8,14 @@ import (
 	"testing"
 )
 
-// TestLdLinearTargetSmoke plays the smoke scenario against the bridge and
+// TestLinearTargetSmoke plays the smoke scenario against the bridge and
 // both baselines, the SnapshotCache named by its alias "snapshot", in this
 // process and in a child process: every client of every target converges,
 // the LinearCache target encodes each resource version once, resends
 // nothing to resuming delta clients, updates only the changed resources
 // (its sotw clients get no more per change than the bridge's), and the
 // report carries the ratios against both baselines.
-func TestLdLinearTargetSmoke(t *testing.T) {
+func TestLinearTargetSmoke(t *testing.T) {
 	for _, inProcess := range []bool{true, false} {
 		name := "child"
 		if inProcess {

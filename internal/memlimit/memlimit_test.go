@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-func mmWrite(t *testing.T, path, content string) {
+func writeFile(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
@@ -18,9 +18,9 @@ func mmWrite(t *testing.T, path, content string) {
 	}
 }
 
-func mmNoEnv(string) string { return "" }
+func noEnv(string) string { return "" }
 
-func TestMMApplyFromFakeCgroup(t *testing.T) {
+func TestApplyFromFakeCgroup(t *testing.T) {
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
 	cases := []struct {
 		name, file, content string
@@ -37,8 +37,8 @@ func TestMMApplyFromFakeCgroup(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			debug.SetMemoryLimit(math.MaxInt64)
 			root := t.TempDir()
-			mmWrite(t, filepath.Join(root, c.file), c.content)
-			r := Apply(Setting{Auto: true}, root, mmNoEnv)
+			writeFile(t, filepath.Join(root, c.file), c.content)
+			r := Apply(Setting{Auto: true}, root, noEnv)
 			got := debug.SetMemoryLimit(-1)
 			t.Logf("%s: result %+v, runtime limit %d", c.name, r, got)
 			if r.Limit != c.want || r.Source != c.source {
@@ -55,13 +55,13 @@ func TestMMApplyFromFakeCgroup(t *testing.T) {
 	}
 }
 
-func TestMMApplyConfigEnvOff(t *testing.T) {
+func TestApplyConfigEnvOff(t *testing.T) {
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
 	root := t.TempDir()
-	mmWrite(t, filepath.Join(root, "memory.max"), "536870912\n")
+	writeFile(t, filepath.Join(root, "memory.max"), "536870912\n")
 
 	debug.SetMemoryLimit(math.MaxInt64)
-	if r := Apply(Setting{Bytes: 300 << 20}, root, mmNoEnv); r.Limit != 300<<20 || r.Source != "config" || debug.SetMemoryLimit(-1) != 300<<20 {
+	if r := Apply(Setting{Bytes: 300 << 20}, root, noEnv); r.Limit != 300<<20 || r.Source != "config" || debug.SetMemoryLimit(-1) != 300<<20 {
 		t.Fatalf("explicit size: %+v", r)
 	}
 	// GOMEMLIMIT set: the runtime's limit (from the environment) is kept.
@@ -76,12 +76,12 @@ func TestMMApplyConfigEnvOff(t *testing.T) {
 		t.Fatalf("GOMEMLIMIT: %+v", r)
 	}
 	debug.SetMemoryLimit(math.MaxInt64)
-	if r := Apply(Setting{}, root, mmNoEnv); r.Source != "off" || r.Limit != 0 || debug.SetMemoryLimit(-1) != math.MaxInt64 {
+	if r := Apply(Setting{}, root, noEnv); r.Source != "off" || r.Limit != 0 || debug.SetMemoryLimit(-1) != math.MaxInt64 {
 		t.Fatalf("off: %+v", r)
 	}
 }
 
-func TestMMParse(t *testing.T) {
+func TestParse(t *testing.T) {
 	good := map[string]Setting{
 		"": {Auto: true}, "auto": {Auto: true}, "AUTO": {Auto: true}, "off": {},
 		"512MiB": {Bytes: 512 << 20}, "1GiB": {Bytes: 1 << 30}, "1.5GiB": {Bytes: 3 << 29},

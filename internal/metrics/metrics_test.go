@@ -8,16 +8,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-func tdCounter() *prometheus.CounterVec {
+func testCounter() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "td_total", Help: "h"}, []string{"l"})
 }
 
-func TestTdRegister(t *testing.T) {
-	if err := Register(nil, tdCounter()); err != nil {
+func TestRegister(t *testing.T) {
+	if err := Register(nil, testCounter()); err != nil {
 		t.Fatalf("nil registry: %v", err)
 	}
 	reg := prometheus.NewRegistry()
-	a := tdCounter()
+	a := testCounter()
 	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "td_gauge", Help: "h"})
 	if err := Register(reg, a, g); err != nil {
 		t.Fatal(err)
@@ -27,7 +27,7 @@ func TestTdRegister(t *testing.T) {
 		t.Errorf("%d series registered, want 2", n)
 	}
 	// The same metric again is an error, named.
-	err := Register(reg, tdCounter())
+	err := Register(reg, testCounter())
 	if err == nil || !strings.Contains(err.Error(), "registering metrics: duplicate metrics collector registration attempted") {
 		t.Errorf("second registration: %v", err)
 	}
@@ -38,16 +38,16 @@ func TestTdRegister(t *testing.T) {
 	}
 }
 
-func TestTdShared(t *testing.T) {
-	if c, err := Shared(nil, tdCounter()); err != nil || c == nil {
+func TestShared(t *testing.T) {
+	if c, err := Shared(nil, testCounter()); err != nil || c == nil {
 		t.Fatalf("nil registry: %v %v", c, err)
 	}
 	reg := prometheus.NewRegistry()
-	first, err := Shared(reg, tdCounter())
+	first, err := Shared(reg, testCounter())
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := Shared(reg, tdCounter())
+	second, err := Shared(reg, testCounter())
 	if err != nil || second != first {
 		t.Fatalf("second instance got %p (%v), want the first's %p", second, err, first)
 	}

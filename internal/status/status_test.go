@@ -10,9 +10,9 @@ import (
 	"time"
 )
 
-const pgHostile = `<script>window.pgPwned=1</script>`
+const hostileName = `<script>window.pgPwned=1</script>`
 
-func pgGet(t *testing.T, p *Page, target string) (string, http.Header) {
+func getPage(t *testing.T, p *Page, target string) (string, http.Header) {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	p.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, target, nil))
@@ -25,7 +25,7 @@ func pgGet(t *testing.T, p *Page, target string) (string, http.Header) {
 
 // Every section renders with no data at all (nil functions) and with
 // functions returning nothing.
-func TestPgEmptySections(t *testing.T) {
+func TestEmptySections(t *testing.T) {
 	empty := &Page{
 		Ready:    func() bool { return false },
 		Sources:  func() []SourceRow { return nil },
@@ -35,7 +35,7 @@ func TestPgEmptySections(t *testing.T) {
 		Chart:    &Sampler{},
 	}
 	for name, p := range map[string]*Page{"nil": {}, "empty": empty} {
-		body, _ := pgGet(t, p, "/")
+		body, _ := getPage(t, p, "/")
 		for _, want := range []string{
 			`id="sources"`, "no sources",
 			`id="clients"`, "no clients connected",
@@ -47,16 +47,16 @@ func TestPgEmptySections(t *testing.T) {
 				t.Errorf("%s: page lacks %q", name, want)
 			}
 		}
-		frag, _ := pgGet(t, p, "/?fragment=1")
+		frag, _ := getPage(t, p, "/?fragment=1")
 		if strings.Contains(frag, "<html") || strings.Contains(frag, "<script") || !strings.HasPrefix(frag, `<main id="live"`) {
 			t.Errorf("%s: fragment is not only the live part: %.200s", name, frag)
 		}
 	}
-	body, _ := pgGet(t, empty, "/")
+	body, _ := getPage(t, empty, "/")
 	if !strings.Contains(body, "no samples yet") || !strings.Contains(body, "NOT READY") {
 		t.Errorf("empty page: no 'no samples yet' or 'NOT READY':\n%s", body)
 	}
-	if body, _ := pgGet(t, empty, "/?service=nope"); !strings.Contains(body, "no such service") {
+	if body, _ := getPage(t, empty, "/?service=nope"); !strings.Contains(body, "no such service") {
 		t.Errorf("unknown service: no 'no such service'")
 	}
 }
@@ -64,8 +64,8 @@ func TestPgEmptySections(t *testing.T) {
 // Every value that comes from a source or a client is escaped, in text,
 // attributes and URLs; the page carries a CSP whose nonce is the one of
 // its only script.
-func TestPgEscaping(t *testing.T) {
-	h := pgHostile
+func TestEscaping(t *testing.T) {
+	h := hostileName
 	p := &Page{
 		Sources: func() []SourceRow {
 			return []SourceRow{{Name: h, Synced: true, LastError: h, LastErrorTime: time.Now()}}
@@ -85,7 +85,7 @@ func TestPgEscaping(t *testing.T) {
 		Chart: &Sampler{},
 	}
 	for _, target := range []string{"/?service=" + "%3Cscript%3Ewindow.pgPwned%3D1%3C%2Fscript%3E", "/?fragment=1&service=%3Cscript%3Ewindow.pgPwned%3D1%3C%2Fscript%3E"} {
-		body, hdr := pgGet(t, p, target)
+		body, hdr := getPage(t, p, target)
 		if strings.Contains(body, "<script>window") || strings.Contains(body, `"<script`) {
 			t.Fatalf("%s: hostile value rendered raw:\n%s", target, body)
 		}
@@ -115,8 +115,8 @@ func TestPgEscaping(t *testing.T) {
 		}
 	}
 	// A fresh nonce every time.
-	_, h1 := pgGet(t, p, "/")
-	_, h2 := pgGet(t, p, "/")
+	_, h1 := getPage(t, p, "/")
+	_, h2 := getPage(t, p, "/")
 	if h1.Get("Content-Security-Policy") == h2.Get("Content-Security-Policy") {
 		t.Errorf("the nonce is reused")
 	}
@@ -124,7 +124,7 @@ func TestPgEscaping(t *testing.T) {
 
 // The host table, client states and counts render where the page's
 // readers (and the browser test) look for them.
-func TestPgRows(t *testing.T) {
+func TestRows(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	p := &Page{
 		Now: func() time.Time { return now },
@@ -138,7 +138,7 @@ func TestPgRows(t *testing.T) {
 			return []ClientRow{{Node: "envoy-1", Mode: "delta", Types: []TypeRow{{Type: "cds", State: "SYNCED", Since: now.Add(-3 * time.Second), LatencyP50: 2 * time.Millisecond, LatencyP99: 9 * time.Millisecond, Samples: 4}}}}
 		},
 	}
-	body, _ := pgGet(t, p, "/")
+	body, _ := getPage(t, p, "/")
 	for _, want := range []string{
 		// No service given: the first by name.
 		`<span id="hosts-service">api</span>`, `data-host="api-h1:80"`,
@@ -150,7 +150,7 @@ func TestPgRows(t *testing.T) {
 			t.Errorf("page lacks %q", want)
 		}
 	}
-	body, _ = pgGet(t, p, "/?service=web")
+	body, _ = getPage(t, p, "/?service=web")
 	if !strings.Contains(body, `data-host="web-h1:80"`) || !strings.Contains(body, `<tr class="service sel" data-name="web">`) {
 		t.Errorf("?service=web does not select web")
 	}
@@ -163,7 +163,7 @@ func TestPgRows(t *testing.T) {
 
 // The sampler keeps the last Keep intervals of pushes (differences of the
 // counter) and latency, and the chart scales them.
-func TestPgSampler(t *testing.T) {
+func TestSampler(t *testing.T) {
 	var total uint64
 	var lat time.Duration
 	at := time.Unix(1000, 0)
@@ -203,7 +203,7 @@ func TestPgSampler(t *testing.T) {
 	if half := cv.Bars[0]; half.H != float64(chartH-chartTop)/2 {
 		t.Errorf("the half bar is %+v", half)
 	}
-	body, _ := pgGet(t, &Page{Chart: s}, "/")
+	body, _ := getPage(t, &Page{Chart: s}, "/")
 	if n := strings.Count(body, `<rect class="bar"`); n != 2 || !strings.Contains(body, `<polyline class="lat"`) {
 		t.Errorf("chart: %d bars, polyline %v", n, strings.Contains(body, "polyline"))
 	}
@@ -211,12 +211,12 @@ func TestPgSampler(t *testing.T) {
 
 // The heading names the build when the page has one, and shows no empty
 // element when it has none.
-func TestPgBuildInHeading(t *testing.T) {
-	body, _ := pgGet(t, &Page{Build: "v0.1.0 (0123456789ab, go1.26.8)"}, "/")
+func TestBuildInHeading(t *testing.T) {
+	body, _ := getPage(t, &Page{Build: "v0.1.0 (0123456789ab, go1.26.8)"}, "/")
 	if !strings.Contains(body, `<span id="build" class="meta">v0.1.0 (0123456789ab, go1.26.8)</span>`) {
 		t.Errorf("page lacks the build line:\n%.600s", body)
 	}
-	if body, _ := pgGet(t, &Page{}, "/"); strings.Contains(body, `id="build"`) {
+	if body, _ := getPage(t, &Page{}, "/"); strings.Contains(body, `id="build"`) {
 		t.Errorf("page without Build shows a build element")
 	}
 }

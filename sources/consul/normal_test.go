@@ -11,7 +11,7 @@ import (
 // The Consul source publishes each service's endpoints in normal form
 // (sources.Normalize): sorted, and a host found in the local and a
 // failover datacenter once, with the local (lower) priority.
-func TestTdSnapshotNormal(t *testing.T) {
+func TestSnapshotEndpointsNormalForm(t *testing.T) {
 	set, err := parseConfig([]byte(`{}`), "")
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 // A STRICT_DNS service's endpoints are in normal form (sources.Normalize):
 // a host two of its names resolve to is published once (the first name's),
 // and the answers' order (DNS servers rotate them) does not show.
-func TestTdEndpointsNormal(t *testing.T) {
+func TestEndpointsNormalForm(t *testing.T) {
 	ha := func(ip string, port uint32, host string) hostAddr {
 		return hostAddr{IP: netip.MustParseAddr(ip), Port: port, Hostname: host}
 	}

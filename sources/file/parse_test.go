@@ -314,7 +314,7 @@ func TestParseCanonicalAddresses(t *testing.T) {
 }
 
 // Keys are case-sensitive: `serviCes:` is not `services:`.
-func TestTdParseKeyCase(t *testing.T) {
+func TestParseKeysCaseSensitive(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"serviCes:\n  web: {endpoints: [{address: 10.0.0.1, port: 80}]}\n", `unknown field "serviCes" (keys are case-sensitive: did you mean "services"?)`},
 		{"services:\n  web: {endpoints: [{address: 10.0.0.1, Port: 80}]}\n", `unknown field "Port" in services.web.endpoints[0] (keys are case-sensitive: did you mean "port"?)`},
@@ -330,7 +330,7 @@ func TestTdParseKeyCase(t *testing.T) {
 // The file source publishes each service's endpoints in normal form
 // (sources.Normalize): sorted, whatever their order in the file, in both
 // formats.
-func TestTdParseNormal(t *testing.T) {
+func TestParseEndpointsNormalForm(t *testing.T) {
 	svcs, err := Parse([]byte(`services:
   web:
     endpoints:

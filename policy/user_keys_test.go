@@ -9,7 +9,7 @@ import (
 // Keys that name things the user chose (services, subsets) are not
 // field names: their case is the user's, never a "case-sensitive key"
 // error, in the example file with its names changed to mixed case.
-func TestRv2PolicyUserKeysAnyCase(t *testing.T) {
+func TestParseFileUserKeysAnyCase(t *testing.T) {
 	data, err := os.ReadFile("../examples/policy.yaml")
 	if err != nil {
 		t.Fatal(err)

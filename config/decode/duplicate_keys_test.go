@@ -9,7 +9,7 @@ import (
 // (YAML 1.1: booleans, numbers in any base or spelling, .inf) are a
 // duplicate: the second silently replaced the first. Quoted keys, and
 // plain ones that stay strings, are kept apart.
-func TestRv2DuplicateKeysAsRead(t *testing.T) {
+func TestStrictDuplicateKeysAsRead(t *testing.T) {
 	type doc struct {
 		M map[string]string `json:"m"`
 	}

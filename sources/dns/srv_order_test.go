@@ -15,7 +15,7 @@ import (
 // weight and hostname flipped with the rotation, a new version pushed to
 // every client each time with nothing changed (and the host moved in and
 // out of the failover priority).
-func TestRv2SRVDuplicateHostOrderIndependent(t *testing.T) {
+func TestSRVDuplicateHostOrderIndependent(t *testing.T) {
 	hdr := func(name string, typ uint16) mdns.RR_Header {
 		return mdns.RR_Header{Name: name, Rrtype: typ, Class: mdns.ClassINET, Ttl: 30}
 	}

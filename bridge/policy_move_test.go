@@ -7,10 +7,10 @@ import (
 	"github.com/xdsbridge/xdsbridge/policy"
 )
 
-// RV6: a service whose policy moves to another key (or source) with the
+// A service whose policy moves to another key (or source) with the
 // same content is not translated again (its options compare equal), and
 // Policies must still say where its policy is now from.
-func TestRV6PoliciesFollowSameContentMove(t *testing.T) {
+func TestPoliciesFollowSameContentMove(t *testing.T) {
 	rec := newRecorder()
 	l := run(t, Options{Sources: []string{"a", "policy"}, Quiet: time.Millisecond}, rec)
 	publish(t, l, "a", service("web", 1), service("api-eu", 1))

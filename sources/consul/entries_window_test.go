@@ -9,14 +9,14 @@ import (
 	"github.com/xdsbridge/xdsbridge/policy"
 )
 
-// TestRv4EntriesWaitTheWholeWindow: config-entry changes wait the whole
+// TestConfigEntriesWaitWholeCoalesceWindow: config-entry changes wait the whole
 // coalescing window (README: "the initial reads and config-entry changes
 // wait the whole window"), so that the reads of one edit of several entries
 // go together. A service change that started a window just before must not
 // cut that short: an entry read near the end of the window was published
 // at its end, alone, and the entry read a moment later in the next window
 // (two policies, the first half an edit).
-func TestRv4EntriesWaitTheWholeWindow(t *testing.T) {
+func TestConfigEntriesWaitWholeCoalesceWindow(t *testing.T) {
 	const window = time.Second
 	f := newFakeEntries(t)
 	s, sink := startSource(t, baseConfig(f.srv.URL, `, "config_entries": true, "coalesce": "1s"`))

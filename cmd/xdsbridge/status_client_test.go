@@ -17,7 +17,7 @@ import (
 // admin.token_file is relative to the config file's directory (as the
 // server reads it: config.Path); `xdsbridge status -config FILE` run from
 // elsewhere must read the same file.
-func TestRv1StatusTokenFileRelativeToConfig(t *testing.T) {
+func TestStatusTokenFileRelativeToConfig(t *testing.T) {
 	const token = "0123456789abcdef0123456789abcdef"
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer "+token {
@@ -42,7 +42,7 @@ func TestRv1StatusTokenFileRelativeToConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The test runs in the package directory, not dir.
-	out, err := ssRun("status", "-config", cfgPath)
+	out, err := runCommand("status", "-config", cfgPath)
 	if err != nil {
 		t.Fatalf("status -config %s (token_file relative to it): %v\n%s", cfgPath, err, out)
 	}
@@ -51,7 +51,7 @@ func TestRv1StatusTokenFileRelativeToConfig(t *testing.T) {
 // Node ids and clusters come from any xDS client; `xdsbridge status`
 // must not write their control characters (terminal escape sequences, new
 // lines that forge rows) to the operator's terminal.
-func TestRv1StatusPrintsNoControlCharacters(t *testing.T) {
+func TestStatusPrintsNoControlCharacters(t *testing.T) {
 	evil := "ok\x1b]0;pwned\x07\x1b[2J\nFORGED\tROW\r"
 	now := time.Now()
 	st := xds.ClientStatus{Node: evil, Cluster: evil, Peer: evil, Mode: "delta", TypeURL: "ads", Connected: now,
@@ -74,7 +74,7 @@ func TestRv1StatusPrintsNoControlCharacters(t *testing.T) {
 // With admin.tls in -config, `status -config FILE -admin HOST:PORT` must
 // speak https: over plain http the bearer token crosses the network in
 // clear text (the TLS listener then answers 400, too late).
-func TestRv1StatusAdminAddrKeepsConfigTLS(t *testing.T) {
+func TestStatusAdminAddrKeepsConfigTLS(t *testing.T) {
 	const token = "0123456789abcdef0123456789abcdef"
 	leaked := make(chan string, 4)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -95,7 +95,7 @@ func TestRv1StatusAdminAddrKeepsConfigTLS(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := ssRun("status", "-config", cfgPath, "-admin", strings.TrimPrefix(srv.URL, "http://"))
+	out, err := runCommand("status", "-config", cfgPath, "-admin", strings.TrimPrefix(srv.URL, "http://"))
 	select {
 	case h := <-leaked:
 		t.Fatalf("the token went over plain http (Authorization %q); status: %v\n%s", h, err, out)

@@ -10,7 +10,7 @@ import (
 // YAML 1.1) reads as the same key are keys given twice: `y:` and `yes:`
 // both become "true", and one service (with its endpoints) would silently
 // vanish while the other is served under the name "true".
-func TestRv2ParseYAMLKeysResolvingAlike(t *testing.T) {
+func TestParseYAMLKeysResolvingAlike(t *testing.T) {
 	for _, in := range []string{
 		"services:\n  y: {endpoints: [{address: 10.0.0.1, port: 80}]}\n  yes: {endpoints: [{address: 10.0.0.2, port: 80}]}\n",
 		"services:\n  on: {endpoints: [{address: 10.0.0.1, port: 80}]}\n  \"true\": {endpoints: [{address: 10.0.0.2, port: 80}]}\n",
@@ -31,7 +31,7 @@ func TestRv2ParseYAMLKeysResolvingAlike(t *testing.T) {
 
 // Service names and metadata keys are the user's: any case, in the
 // example file; a field name in the wrong case is an error.
-func TestRv2ParseUserKeysAnyCase(t *testing.T) {
+func TestParseUserKeysAnyCase(t *testing.T) {
 	data, err := os.ReadFile("../../examples/services.yaml")
 	if err != nil {
 		t.Fatal(err)

@@ -11,16 +11,16 @@ import (
 	"github.com/xdsbridge/xdsbridge/translate"
 )
 
-// rv4SubsetRecorder records, per publish, the endpoints of x's subset
+// subsetRecorder records, per publish, the endpoints of x's subset
 // "live" (-1 when the publish does not carry x).
-type rv4SubsetRecorder struct {
+type subsetRecorder struct {
 	mu    sync.Mutex
 	lives []int
 	ch    chan struct{}
 	gate  chan struct{} // when set, the next publish waits for it to close
 }
 
-func (r *rv4SubsetRecorder) PublishServices(changed []translate.Resources, _ []string) error {
+func (r *subsetRecorder) PublishServices(changed []translate.Resources, _ []string) error {
 	r.mu.Lock()
 	if g := r.gate; g != nil {
 		r.gate = nil
@@ -52,23 +52,23 @@ func (r *rv4SubsetRecorder) PublishServices(changed []translate.Resources, _ []s
 	return nil
 }
 
-func (r *rv4SubsetRecorder) MarkReady() {}
+func (r *subsetRecorder) MarkReady() {}
 
-func rv4Host(port uint32, version string) sources.Service {
+func subsetHost(port uint32, version string) sources.Service {
 	return sources.Service{Name: "x", Endpoints: []sources.Endpoint{{
 		Address: "10.0.0.1", Port: port,
 		Metadata: sources.Metadata{"app": {"version": version}},
 	}}}
 }
 
-func rv4Live(version string) *policy.File {
+func livePolicy(version string) *policy.File {
 	return &policy.File{Services: map[string]policy.Service{"x": {
 		Subsets:       map[string]policy.Subset{"live": {Filter: `Metadata.app.version == ` + version}},
 		DefaultSubset: "live",
 	}}}
 }
 
-// TestRv4ServicesAndPolicyFlushNotSplit: a source that publishes both
+// TestServicesAndPolicyFlushNotSplit: a source that publishes both
 // services and a policy (the Consul source: config entries and the
 // catalog) hands one flush of its state to the loop as two calls,
 // PublishPolicy then Publish, back to back (consul coordinate). A
@@ -78,21 +78,21 @@ func rv4Live(version string) *policy.File {
 // subset with no endpoint, every request failing until the next publish.
 // The leading edge flushed at the policy event, before the services event
 // was queued.
-func TestRv4ServicesAndPolicyFlushNotSplit(t *testing.T) {
+func TestServicesAndPolicyFlushNotSplit(t *testing.T) {
 	const quiet = 20 * time.Millisecond
-	rec := &rv4SubsetRecorder{ch: make(chan struct{}, 1)}
+	rec := &subsetRecorder{ch: make(chan struct{}, 1)}
 	l := run(t, Options{Sources: []string{"c"}, ServicesAndPolicy: []string{"c"}, Quiet: quiet, MaxHold: 10 * quiet}, rec)
 	ctx := context.Background()
 	flushOnce := func(port uint32, version string) {
 		// As consul's coordinate: pol.flush, then sink.Publish.
-		if err := l.PublishPolicy(ctx, sources.PolicyUpdate{Source: "c", Policy: rv4Live(version)}); err != nil {
+		if err := l.PublishPolicy(ctx, sources.PolicyUpdate{Source: "c", Policy: livePolicy(version)}); err != nil {
 			t.Fatal(err)
 		}
 		// Between the two, coordinate compares the whole snapshot with
 		// the last one (reflect.DeepEqual over every service): a
 		// millisecond for a large catalog.
 		time.Sleep(time.Millisecond)
-		if err := l.Publish(ctx, sources.Update{Source: "c", Services: []sources.Service{rv4Host(port, version)}}); err != nil {
+		if err := l.Publish(ctx, sources.Update{Source: "c", Services: []sources.Service{subsetHost(port, version)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -117,22 +117,22 @@ func TestRv4ServicesAndPolicyFlushNotSplit(t *testing.T) {
 	}
 }
 
-// TestRv4QueuedPolicyHoldsOff: the same when the policy is not the event
+// TestQueuedPolicyHoldsOff: the same when the policy is not the event
 // that takes the leading edge but is queued behind it (another source's
 // change) and applied with it (handleQueued): the flush must still wait
 // for the services that follow the policy.
-func TestRv4QueuedPolicyHoldsOff(t *testing.T) {
+func TestQueuedPolicyHoldsOff(t *testing.T) {
 	const quiet = 20 * time.Millisecond
-	rec := &rv4SubsetRecorder{ch: make(chan struct{}, 1)}
+	rec := &subsetRecorder{ch: make(chan struct{}, 1)}
 	l := run(t, Options{Sources: []string{"a", "c"}, ServicesAndPolicy: []string{"c"}, Quiet: quiet, MaxHold: 10 * quiet}, rec)
 	ctx := context.Background()
 	pol := func(version string) {
-		if err := l.PublishPolicy(ctx, sources.PolicyUpdate{Source: "c", Policy: rv4Live(version)}); err != nil {
+		if err := l.PublishPolicy(ctx, sources.PolicyUpdate{Source: "c", Policy: livePolicy(version)}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	svcs := func(port uint32, version string) {
-		if err := l.Publish(ctx, sources.Update{Source: "c", Services: []sources.Service{rv4Host(port, version)}}); err != nil {
+		if err := l.Publish(ctx, sources.Update{Source: "c", Services: []sources.Service{subsetHost(port, version)}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -17,10 +17,10 @@ import (
 	"github.com/xdsbridge/xdsbridge/sources/consul/consultest"
 )
 
-// lpRunBridgeDefaults runs cfgYAML (in a temp dir with an empty services
+// runBridgeDefaults runs cfgYAML (in a temp dir with an empty services
 // file) on loopback ports as runBridge does, but keeps the config's own
 // debounce: the defaults unless cfgYAML sets one.
-func lpRunBridgeDefaults(t *testing.T, cfgYAML string) *bridge {
+func runBridgeDefaults(t *testing.T, cfgYAML string) *bridge {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "services.yaml"), []byte("services: {}\n"), 0o644); err != nil {
@@ -46,9 +46,9 @@ func lpRunBridgeDefaults(t *testing.T, cfgYAML string) *bridge {
 	return b
 }
 
-// lpHostFlags is the health_flags Envoy's /clusters shows for one host of
+// hostFlags is the health_flags Envoy's /clusters shows for one host of
 // a cluster ("" if it has none).
-func lpHostFlags(body, cluster, host string) string {
+func hostFlags(body, cluster, host string) string {
 	prefix := cluster + "::" + host + "::health_flags::"
 	for _, l := range strings.Split(body, "\n") {
 		if f, ok := strings.CutPrefix(l, prefix); ok {
@@ -58,14 +58,14 @@ func lpHostFlags(body, cluster, host string) string {
 	return ""
 }
 
-// TestLpConsulFlipToEnvoyLatency measures, with the default config (debounce
+// TestConsulFlipToEnvoyLatency measures, with the default config (debounce
 // quiet 50ms, max 500ms; the Consul source's coalesce 20ms), the time from
 // flipping a Consul TTL check (the agent's API call) to a real Envoy's
 // /clusters showing the host's new health, polled every 2 ms. Flips are
 // 600 ms apart (beyond the source's per-watch rate limit), so each is an
 // isolated change: it must not wait for the quiet period (p50 below it).
 // XDSBRIDGE_CONSUL_E2E_BENCH=1 makes 100 flips instead of 32.
-func TestLpConsulFlipToEnvoyLatency(t *testing.T) {
+func TestConsulFlipToEnvoyLatency(t *testing.T) {
 	flips := 32
 	if os.Getenv("XDSBRIDGE_CONSUL_E2E_BENCH") == "1" {
 		flips = 100
@@ -73,7 +73,7 @@ func TestLpConsulFlipToEnvoyLatency(t *testing.T) {
 	a := consultest.StartAgent(t, "dc1")
 	bs := startBackends(t, 1)
 	registerTTL(t, a, "web-1", bs[0], api.HealthPassing)
-	br := lpRunBridgeDefaults(t, fmt.Sprintf(`
+	br := runBridgeDefaults(t, fmt.Sprintf(`
 sources:
   - name: static
     file: {path: services.yaml}
@@ -99,7 +99,7 @@ sources:
 			polls++
 			if err != nil {
 				pollErrors++
-			} else if lpHostFlags(body, "web", host) == want {
+			} else if hostFlags(body, "web", host) == want {
 				return now
 			}
 			if now.After(deadline) {

@@ -12,7 +12,7 @@ import (
 // Checkers on one registry share its collectors (internal/metrics.Shared):
 // the targets gauge is then their total, not whichever checker set it
 // last.
-func TestRv2SharedTargetsGauge(t *testing.T) {
+func TestSharedTargetsGauge(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	a := NewChecker(Options{Metrics: reg})
 	b := NewChecker(Options{Metrics: reg})

@@ -20,11 +20,11 @@ func fsNotified(ch <-chan struct{}) bool {
 	}
 }
 
-// TestFsSubscribe: a subscriber is told of MarkReady and of each Apply
+// TestCacheSubscribe: a subscriber is told of MarkReady and of each Apply
 // that changes something (coalesced: many changes, one pending value),
 // not of an Apply that changes nothing, and nothing after cancel.
 // Snapshot returns the types at one instant.
-func TestFsSubscribe(t *testing.T) {
+func TestCacheSubscribe(t *testing.T) {
 	c := xds.NewCache()
 	ch, cancel := c.Subscribe()
 	if fsNotified(ch) {

@@ -89,30 +89,11 @@ static_resources:
 func startCheckerEnvoy(t *testing.T, bin, node, zone, hdsAddr string) *exec.Cmd {
 	t.Helper()
 	_, port, _ := net.SplitHostPort(hdsAddr)
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "envoy.yaml")
+	cfg := filepath.Join(t.TempDir(), "envoy.yaml")
 	if err := os.WriteFile(cfg, fmt.Appendf(nil, hdsBootstrap, node, zone, port), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	logf, err := os.Create(filepath.Join(dir, "envoy.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-c", cfg, "--use-dynamic-base-id", "-l", "warn", "--concurrency", "1")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("envoy %s log:\n%s", node, b)
-		}
-	})
-	return cmd
+	return testbin.StartEnvoy(t, bin, cfg).Cmd
 }
 
 // Four real Envoys in two zones check six real backends through HDS: each

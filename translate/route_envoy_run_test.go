@@ -4,11 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,6 +18,8 @@ import (
 	grpcmd "google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/xdsbridge/xdsbridge/internal/testbin"
 )
 
 // runEnvoy starts Envoy with one listener per route configuration, each
@@ -40,55 +39,9 @@ func runEnvoy(t *testing.T, rig *grpcRig, rcs map[string]*route.RouteConfigurati
 	if err := os.WriteFile(path, envoyBootstrapWith(t, rcs, er), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	logPath := filepath.Join(dir, "envoy.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	adminPath := filepath.Join(dir, "admin.address")
-	cmd := exec.Command(envoy, "-c", path, "--use-dynamic-base-id", "-l", "warn", "--drain-time-s", "0",
-		"--concurrency", "1", "--admin-address-path", adminPath)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("envoy log:\n%s", tail(string(b), 30))
-		}
-	})
-	get := func(p string) ([]byte, error) {
-		admin, err := os.ReadFile(adminPath)
-		if err != nil {
-			return nil, err
-		}
-		resp, err := http.Get("http://" + strings.TrimSpace(string(admin)) + p)
-		if err != nil {
-			return nil, err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err == nil && resp.StatusCode != http.StatusOK {
-			err = fmt.Errorf("GET %s: %s", p, resp.Status)
-		}
-		return b, err
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		_, err := get("/ready")
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("envoy not ready after 20s: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	b, err := get("/listeners?format=json")
+	e := testbin.StartEnvoy(t, envoy, path)
+	e.WaitReady(t, 20*time.Second)
+	b, err := e.Get("/listeners?format=json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +56,7 @@ func runEnvoy(t *testing.T, rig *grpcRig, rcs map[string]*route.RouteConfigurati
 			} `json:"local_address"`
 		} `json:"listener_statuses"`
 	}
-	if err := json.Unmarshal(b, &ls); err != nil {
+	if err := json.Unmarshal([]byte(b), &ls); err != nil {
 		t.Fatalf("%v: %s", err, b)
 	}
 	addrs := map[string]string{}

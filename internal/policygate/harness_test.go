@@ -1,17 +1,13 @@
 package policygate
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
-	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -33,6 +29,8 @@ import (
 	"github.com/xdsbridge/xdsbridge/sources"
 	"github.com/xdsbridge/xdsbridge/sources/consul"
 	"github.com/xdsbridge/xdsbridge/xds"
+
+	"github.com/xdsbridge/xdsbridge/internal/testbin"
 )
 
 // The catalog every policy applies to: services with hosts whose metadata
@@ -125,7 +123,7 @@ type gate struct {
 	loop   *bridge.Loop
 	cache  *xds.Cache
 	server *xds.Server
-	envoys []*gateEnvoy
+	envoys []*testbin.EnvoyProcess
 	seq    int
 	// window is the settle window (settleWindow).
 	window time.Duration
@@ -147,7 +145,7 @@ const grpcProvider = "gate-ca"
 // channel to each catalog service.
 func startGate(t *testing.T) *gate {
 	t.Helper()
-	envoyBin := requireEnvoy(t)
+	envoyBin := testbin.Envoy(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	reg := prometheus.NewRegistry()
@@ -440,7 +438,7 @@ func (g *gate) envoyMemory() string {
 			Allocated string `json:"allocated"`
 			HeapSize  string `json:"heap_size"`
 		}
-		body, err := e.get("/memory")
+		body, err := e.Get("/memory")
 		if err == nil {
 			err = json.Unmarshal([]byte(body), &m)
 		}
@@ -456,7 +454,7 @@ func (g *gate) envoyMemory() string {
 // warming says which Envoy has clusters warming, or "".
 func (g *gate) warming() string {
 	for i, e := range g.envoys {
-		if n := e.stats(g.t, "cluster_manager.warming_clusters")["cluster_manager.warming_clusters"]; n > 0 {
+		if n := e.Stats(g.t, "cluster_manager.warming_clusters")["cluster_manager.warming_clusters"]; n > 0 {
 			return fmt.Sprintf("%s: %d clusters warming", g.nodes[i], n)
 		}
 	}
@@ -500,36 +498,17 @@ func btoi(b bool) int {
 func (g *gate) envoyRejections() []int64 {
 	out := make([]int64, len(g.envoys))
 	for i, e := range g.envoys {
-		for _, v := range e.stats(g.t, "update_rejected") {
+		for _, v := range e.Stats(g.t, "update_rejected") {
 			out[i] += v
 		}
 	}
 	return out
 }
 
-// requireEnvoy returns Envoy's path, or skips the test;
-// XDSBRIDGE_REQUIRE_INTEGRATION=1 (CI) makes a missing Envoy a failure.
-func requireEnvoy(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("envoy")
-	if err == nil {
-		return p
-	}
-	if os.Getenv("XDSBRIDGE_REQUIRE_INTEGRATION") == "1" {
-		t.Fatal("envoy not found on PATH (run .ci/install.sh)")
-	}
-	t.Skip("envoy not found on PATH; run .ci/install.sh")
-	return ""
-}
-
-type gateEnvoy struct {
-	admin string
-}
-
 // startEnvoy starts an Envoy whose ADS (mode delta or sotw) is the
 // bridge at xdsAddr, with a listener per catalog service taking the
 // route configuration of that name by RDS, and waits for its admin.
-func startEnvoy(t *testing.T, bin, mode, xdsAddr string) *gateEnvoy {
+func startEnvoy(t *testing.T, bin, mode, xdsAddr string) *testbin.EnvoyProcess {
 	t.Helper()
 	host, port, _ := net.SplitHostPort(xdsAddr)
 	apiType := "GRPC"
@@ -566,80 +545,5 @@ func startEnvoy(t *testing.T, bin, mode, xdsAddr string) *gateEnvoy {
 	if err := os.WriteFile(path, []byte(bootstrap), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	logPath, adminPath := filepath.Join(dir, "envoy.log"), filepath.Join(dir, "admin.address")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-c", path, "--use-dynamic-base-id", "-l", "warn", "--drain-time-s", "0",
-		"--concurrency", "1", "--admin-address-path", adminPath)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("envoy (%s) log, last lines:\n%s", mode, lastLines(string(b), 40))
-		}
-	})
-	e := &gateEnvoy{}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if b, err := os.ReadFile(adminPath); err == nil && len(strings.TrimSpace(string(b))) > 0 {
-			e.admin = strings.TrimSpace(string(b))
-			if _, err := e.get("/server_info"); err == nil {
-				return e
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("envoy (%s): admin not answering after 30s", mode)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-func (e *gateEnvoy) get(p string) (string, error) {
-	resp, err := http.Get("http://" + e.admin + p)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("GET %s: %s", p, resp.Status)
-	}
-	return string(b), err
-}
-
-// stats returns the counters matching filter.
-func (e *gateEnvoy) stats(t *testing.T, filter string) map[string]int64 {
-	t.Helper()
-	body, err := e.get("/stats?filter=" + url.QueryEscape(filter))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int64{}
-	sc := bufio.NewScanner(strings.NewReader(body))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ": ")
-		if !ok {
-			continue
-		}
-		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-			out[k] = n
-		}
-	}
-	return out
+	return testbin.StartEnvoy(t, bin, path)
 }

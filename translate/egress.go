@@ -63,6 +63,17 @@ type Egress struct {
 	// Fallback names a cluster the requests for an unknown host go to;
 	// empty (default): they get a 404.
 	Fallback string `json:"fallback"`
+	// VHDS serves the table to delta xDS clients through virtual host
+	// discovery (egress_vhds.go): the route configuration they receive
+	// holds no virtual host, and each service's virtual host is a
+	// VirtualHost resource Envoy fetches when a request first names it.
+	// Clients over state of the world receive the whole table.
+	VHDS bool `json:"vhds"`
+	// VHDSMaxUnresolved bounds, per client, the host names no service has
+	// that its VHDS subscription keeps (answered either way; a kept one
+	// is sent its virtual host as soon as a service takes it). 0: the
+	// default, 1,000.
+	VHDSMaxUnresolved int `json:"vhds_max_unresolved"`
 }
 
 // EgressListener is where the egress listener listens.
@@ -145,6 +156,12 @@ func (e Egress) Check() error {
 				return fmt.Errorf("%s[%d]: empty", l.field, i)
 			}
 		}
+	}
+	if e.VHDSMaxUnresolved < 0 {
+		return fmt.Errorf("vhds_max_unresolved: %d is negative", e.VHDSMaxUnresolved)
+	}
+	if e.Fallback != "" && e.VHDS {
+		return errors.New("fallback: not available with vhds: true (Envoy fetches a virtual host only for a request no virtual host matches, and a fallback would match them all); unknown hosts get Envoy's 404")
 	}
 	if e.Fallback != "" {
 		if err := checkEgressName("fallback", e.Fallback); err != nil {
@@ -359,6 +376,11 @@ func (e Egress) EgressListener() (*listener.Listener, error) {
 	}
 	m := rdsManager("egress", e.RouteConfigName)
 	m.CodecType = hcm.HttpConnectionManager_AUTO
+	if e.VHDS {
+		if err := e.addOnDemand(m); err != nil {
+			return nil, err
+		}
+	}
 	a, err := anypb.New(m)
 	if err != nil {
 		return nil, err

@@ -75,7 +75,7 @@ type Cache struct {
 	// service's subset clusters as last published.
 	pubMu    sync.Mutex
 	subsets  map[string][]string
-	vhds     *vhdsTable // ServeVHDS; nil: none (vhds.go)
+	vhds     *vhdsTable      // ServeVHDS; nil: none (vhds.go)
 	services map[string]bool // services published by PublishServices
 
 	// commitWake is closed by the next commit (see read); subs: see

@@ -132,7 +132,7 @@ type vhdsTable struct {
 	// exact, suffixes and prefixes index the hosts' domains (lower-cased;
 	// suffix and prefix without their '*') by the resource name.
 	exact, suffixes, prefixes map[string]string
-	streams               map[*vhdsStream]struct{}
+	streams                   map[*vhdsStream]struct{}
 }
 
 // vhdsHost is one VirtualHost resource.

@@ -271,6 +271,9 @@ type vhdsStream struct {
 	// answer: the next response goes out even if empty (a subscription
 	// that names no alias, such as Envoy's first request for the table).
 	answer bool
+	// vis: what the client may read (xds.authorization): a virtual host
+	// whose service it may not read is answered as no virtual host.
+	vis *visibility
 }
 
 // vhdsOpen registers a delta stream; its pump hands table changes to
@@ -375,6 +378,12 @@ func (s *vhdsStream) request(req *discovery.DeltaDiscoveryRequest, first bool) {
 	}
 }
 
+func (s *vhdsStream) setVisibility(v *visibility) {
+	s.mu.Lock()
+	s.vis = v
+	s.mu.Unlock()
+}
+
 // sending renames the stub in a route response to the table's name (the
 // stub's Resource is the store's, shared: replaced by a copy) and notes
 // that the stream was sent it.
@@ -450,6 +459,9 @@ func (s *vhdsStream) next() *discovery.DeltaDiscoveryResponse {
 	s.unresolved = 0
 	for a, fresh := range s.aliases {
 		n := t.resolve(a[len(t.prefix):])
+		if n != "" && !s.vis.sees(n[len(t.prefix):]) {
+			n = ""
+		}
 		if n == "" {
 			s.unresolved++
 			if fresh {
@@ -550,6 +562,15 @@ func (r vhdsResponse) GetDeltaDiscoveryResponse() (*discovery.DeltaDiscoveryResp
 // vhdsRequest answers a VirtualHost request on a stream that serves VHDS.
 func (ds *deltaStream) vhdsRequest(req *discovery.DeltaDiscoveryRequest) error {
 	w, seen := ds.watches[VirtualHostType]
+	if !seen {
+		if c, ok := ds.s.cache.(*Cache); ok {
+			c.mu.Lock()
+			if st := c.streams[streamKey{true, ds.id}]; st != nil {
+				ds.vhds.setVisibility(st.vis)
+			}
+			c.mu.Unlock()
+		}
+	}
 	ds.vhds.request(req, !seen)
 	ds.watches[VirtualHostType] = w
 	return ds.vhdsSend()

@@ -53,6 +53,15 @@ func TestEgressVHDSAtScale(t *testing.T) {
 			var ev *envoy
 			if vhds {
 				ev = startVHDSEnvoy(t, br, port)
+				// A host no service has: answered once the listener is
+				// there, without a virtual host or cluster fetched.
+				waitFor(t, 180*time.Second, "the egress listener", func() error {
+					_, code, err := epNewHTTP(t, ev, "nope").get()
+					if err == nil && code != http.StatusNotFound {
+						err = fmt.Errorf("status %d", code)
+					}
+					return err
+				})
 			} else {
 				ev = startEgressEnvoy(t, br, "DELTA_GRPC", port)
 				waitFor(t, 180*time.Second, "envoy to hold every cluster and the table", func() error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -75,13 +76,16 @@ type Cache struct {
 	// service's subset clusters as last published.
 	pubMu    sync.Mutex
 	subsets  map[string][]string
-	vhds     *vhdsTable      // ServeVHDS; nil: none (vhds.go)
 	services map[string]bool // services published by PublishServices
 
 	// commitWake is closed by the next commit (see read); subs: see
 	// Subscribe. Both under mu.
 	commitWake chan struct{}
 	subs       map[chan struct{}]struct{}
+
+	// vhds serves a route configuration over VHDS (ServeVHDS, vhds.go);
+	// nil: none.
+	vhds atomic.Pointer[vhdsTable]
 
 	// ackObserver, when set, is told each change → ACK latency
 	// (syncstatus.go); called under mu.

@@ -110,9 +110,7 @@ func (c *Cache) ServeVHDS(opts VHDSOptions) error {
 	if err := promreg.Register(opts.Metrics, t.sent, t.untracked, t.hostsGauge); err != nil {
 		return err
 	}
-	c.pubMu.Lock()
-	c.vhds = t
-	c.pubMu.Unlock()
+	c.vhds.Store(t)
 	return nil
 }
 
@@ -148,7 +146,7 @@ type vhdsHost struct {
 // which replace the served ones once the publication is applied (apply).
 // c.pubMu is held.
 func (c *Cache) vhdsPublish(routes []Resource) ([]Resource, func()) {
-	t := c.vhds
+	t := c.vhds.Load()
 	if t == nil {
 		return routes, func() {}
 	}
@@ -280,9 +278,7 @@ type vhdsStream struct {
 // the stream's goroutine through responses (as vhdsWake). Nil when the
 // cache serves no VHDS.
 func (c *Cache) vhdsOpen(ctx context.Context, responses chan<- cache.DeltaResponse) *vhdsStream {
-	c.pubMu.Lock()
-	t := c.vhds
-	c.pubMu.Unlock()
+	t := c.vhds.Load()
 	if t == nil {
 		return nil
 	}

@@ -1,0 +1,157 @@
+package xds
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/xdsbridge/xdsbridge/translate"
+)
+
+// vhdsTestStream is a stream of a cache serving VHDS for the table "eg"
+// of services api and web (web with the policy domains "*.web.example"
+// and "web-*"), that was sent its route configuration.
+func vhdsTestStream(t *testing.T, maxUnresolved int) (*Cache, *vhdsStream) {
+	t.Helper()
+	c := NewCache()
+	e := translate.Egress{RouteConfigName: "eg", VHDS: true}.WithDefaults()
+	if err := c.ServeVHDS(VHDSOptions{RouteConfigName: "eg", Split: e.VHDSSplit, MaxUnresolved: maxUnresolved}); err != nil {
+		t.Fatal(err)
+	}
+	web := translate.RouteConfig("web")
+	web.VirtualHosts[0].Domains = append(web.VirtualHosts[0].Domains, "*.web.example", "web-*")
+	rc, _ := e.RouteTable([]translate.EgressService{{Name: "api"}, {Name: "web", Route: web}})
+	if err := c.PublishServices([]translate.Resources{{Route: rc}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := c.vhdsOpen(ctx, make(chan cache.DeltaResponse, 4))
+	t.Cleanup(func() { s.close(); cancel() })
+	s.sending(&discovery.DeltaDiscoveryResponse{TypeUrl: RouteType, Resources: []*discovery.Resource{{Name: translate.VHDSStubName("eg")}}})
+	return c, s
+}
+
+// ask subscribes s to aliases and returns its next response.
+func (s *vhdsStream) ask(aliases ...string) *discovery.DeltaDiscoveryResponse {
+	s.request(&discovery.DeltaDiscoveryRequest{ResourceNamesSubscribe: aliases}, false)
+	return s.next()
+}
+
+// TestVHDSResolveAsEnvoyMatches: a Host finds the virtual host Envoy's
+// matching would give it: an exact domain, then the longest suffix
+// wildcard, then the longest prefix wildcard ("api:*" for a Host with a
+// port); a wildcard matches at least one character.
+func TestVHDSResolveAsEnvoyMatches(t *testing.T) {
+	_, s := vhdsTestStream(t, 0)
+	tb := s.t
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	for host, want := range map[string]string{
+		"api":                     "eg/api",
+		"api:8080":                "eg/api",
+		"api.service.consul":      "eg/api",
+		"api.service.consul:443":  "eg/api",
+		"a.web.example":           "eg/web",
+		"web-canary":              "eg/web",
+		"web":                     "eg/web",
+		".web.example":            "",
+		"web.example":             "",
+		"web-":                    "",
+		"api:":                    "",
+		"apix":                    "",
+		"":                        "",
+		"nosuch.service.consul:1": "",
+	} {
+		if got := tb.resolve(host); got != want {
+			t.Errorf("Host %q: %q, want %q", host, got, want)
+		}
+	}
+}
+
+// TestVHDSUnresolvedBound: past egress.vhds_max_unresolved, a host no
+// service has is answered but not kept (counted); those kept are sent
+// their virtual host when a service takes the name.
+func TestVHDSUnresolvedBound(t *testing.T) {
+	c, s := vhdsTestStream(t, 2)
+	r := s.ask("eg/a", "eg/b", "eg/c")
+	if got := answerNames(r); !slices.Equal(got, []string{"eg/a", "eg/b", "eg/c"}) {
+		t.Fatalf("answered %v, want the three names without resources", got)
+	}
+	if n := testutil.ToFloat64(s.t.untracked); n != 1 || len(s.aliases) != 2 {
+		t.Fatalf("untracked %v, kept %v; want 1 and 2", n, s.aliases)
+	}
+	e := translate.Egress{RouteConfigName: "eg", VHDS: true}.WithDefaults()
+	rc, _ := e.RouteTable([]translate.EgressService{{Name: "a"}, {Name: "b"}, {Name: "c"}})
+	if err := c.PublishServices([]translate.Resources{{Route: rc}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := answerNames(s.next()); len(got) != 2 {
+		t.Fatalf("after a, b and c were added: sent %v, want the two names kept", got)
+	}
+}
+
+// TestVHDSVisibility: a client that may not read a service is answered
+// as if no virtual host had its host.
+func TestVHDSVisibility(t *testing.T) {
+	_, s := vhdsTestStream(t, 0)
+	s.setVisibility(&visibility{patterns: []string{"api"}})
+	r := s.ask("eg/api", "eg/web")
+	for _, res := range r.GetResources() {
+		if (res.Name == "eg/api") != (res.Resource != nil) {
+			t.Errorf("%s: resource %v; want api's virtual host only", res.Name, res.Resource != nil)
+		}
+	}
+	if got := answerNames(r); !slices.Equal(got, []string{"eg/api", "eg/web"}) {
+		t.Fatalf("answered %v", got)
+	}
+}
+
+func answerNames(r *discovery.DeltaDiscoveryResponse) []string {
+	var out []string
+	for _, res := range r.GetResources() {
+		out = append(out, res.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// FuzzVHDSAliases: whatever names a client subscribes to, each answer is
+// a virtual host whose aliases include a name asked for, or a name asked
+// for alone without a resource; no name is both sent and removed.
+func FuzzVHDSAliases(f *testing.F) {
+	for _, s := range []string{"eg/api", "eg/API:80", "eg/", "eg", "eg/a.web.example", "eg/web-", "other/api", "eg/\x00", "*"} {
+		f.Add(s, "eg/web")
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		_, s := vhdsTestStream(t, 1)
+		asked := []string{a, b}
+		r := s.ask(asked...)
+		if r == nil {
+			return
+		}
+		for _, res := range r.Resources {
+			if slices.Contains(r.RemovedResources, res.Name) {
+				t.Fatalf("%s both sent and removed", res.Name)
+			}
+			if res.Resource == nil {
+				if !slices.Contains(asked, res.Name) || !slices.Equal(res.Aliases, []string{res.Name}) {
+					t.Fatalf("unresolved answer %v for %q", res, asked)
+				}
+				continue
+			}
+			var vh route.VirtualHost
+			if err := res.Resource.UnmarshalTo(&vh); err != nil || vh.GetName() != res.Name || !strings.HasPrefix(res.Name, "eg/") {
+				t.Fatalf("answer %v (%v)", res, err)
+			}
+			if !slices.ContainsFunc(res.Aliases, func(x string) bool { return slices.Contains(asked, x) }) {
+				t.Fatalf("%s answered with aliases %v, none asked for (%q)", res.Name, res.Aliases, asked)
+			}
+		}
+	})
+}

@@ -112,8 +112,10 @@ func tableTimeout(t *testing.T, br *bridge, service string) time.Duration {
 // to the file under traffic to api becomes reachable (Envoy asked for it
 // before: the bridge sends it), and once removed gets 404 or 503, never
 // another service's backend, without a failed call to api. A policy
-// change to web, which Envoy does not hold, sends it nothing; one to api,
-// which it holds, sends it api's virtual host. Envoy rejects no update.
+// change to a service Envoy does not hold sends it nothing (no VHDS
+// update, no byte); one to api, which it holds, one VHDS update. Envoy's
+// first VHDS request is answered (no initial fetch timeout), and Envoy
+// rejects no update.
 func TestEgressVHDSOnDemand(t *testing.T) {
 	api := startBackend(t, "api-1", "127.0.0.1:0")
 	web := startBackend(t, "web-1", "127.0.0.1:0")
@@ -245,6 +247,11 @@ func TestEgressVHDSOnDemand(t *testing.T) {
 	t.Logf("Host: api: %d calls while billing came and went, %d failed or misrouted", len(recs), bad)
 	if bad > 0 {
 		t.Errorf("Host: api: %d of %d calls failed or misrouted (first: %v)", bad, len(recs), epFirstError(recs))
+	}
+	// Envoy's first VHDS request was answered: its listener did not wait
+	// out the initial fetch timeout.
+	if n := ev.stats(t, "^"+regexp.QuoteMeta(vhdsStat)+"init_fetch_timeout$")[vhdsStat+"init_fetch_timeout"]; n != 0 {
+		t.Errorf("%sinit_fetch_timeout = %d; want 0", vhdsStat, n)
 	}
 	ev.assertNoRejections(t)
 	assertNoNACKs(t, br)

@@ -33,9 +33,9 @@ func vhdsHead(port int) string {
 const vhdsFiller = 50
 
 // vhdsCatalog is a services file: api and web on their backends' ports,
-// vhdsFiller more services on a port nothing listens on, and billing on
-// its backend's port if billing is not 0.
-func vhdsCatalog(api, web, billing uint32) string {
+// vhdsFiller more services on a port nothing listens on, and billing and
+// greeter (gRPC) on their backends' ports unless 0.
+func vhdsCatalog(api, web, billing uint32, greeter int) string {
 	var sb strings.Builder
 	sb.WriteString("services:\n")
 	add := func(name string, port uint32) {
@@ -45,6 +45,9 @@ func vhdsCatalog(api, web, billing uint32) string {
 	add("web", web)
 	if billing != 0 {
 		add("billing", billing)
+	}
+	if greeter != 0 {
+		add("greeter", uint32(greeter))
 	}
 	for i := range vhdsFiller {
 		add(fmt.Sprintf("svc-%03d", i), 1)
@@ -104,10 +107,11 @@ func tableTimeout(t *testing.T, br *bridge, service string) time.Duration {
 }
 
 // TestEgressVHDSOnDemand: an Envoy with VHDS and on-demand CDS in front of
-// a catalog of vhdsFiller+2 services. A request by Host (plain, with a
+// a catalog of vhdsFiller+3 services. A request by Host (plain, with a
 // port, in a suffix form) to a service Envoy never called fetches its
 // virtual host, then its cluster, and is answered 200 by that service's
-// backend; Envoy then holds those virtual hosts and clusters only. An
+// backend, and so does a first gRPC call by :authority; Envoy then holds
+// those virtual hosts and clusters only. An
 // unknown host gets a 404 at once, the second time too. A service added
 // to the file under traffic to api becomes reachable (Envoy asked for it
 // before: the bridge sends it), and once removed gets 404 or 503, never
@@ -120,8 +124,11 @@ func TestEgressVHDSOnDemand(t *testing.T) {
 	api := startBackend(t, "api-1", "127.0.0.1:0")
 	web := startBackend(t, "web-1", "127.0.0.1:0")
 	billing := startBackend(t, "billing-1", "127.0.0.1:0")
+	greeter := startNamedBackend(t, "greeter-1")
 	port := freePort(t)
-	br, policyPath := startVHDSBridge(t, port, vhdsCatalog(api.port, web.port, 0), "services: {}\n")
+	const grpcPolicy = "services:\n  greeter: {protocol: grpc}\n"
+	catalog := func(billing uint32) string { return vhdsCatalog(api.port, web.port, billing, greeter.port) }
+	br, policyPath := startVHDSBridge(t, port, catalog(0), grpcPolicy)
 	ev := startVHDSEnvoy(t, br, port)
 
 	if vh := dynamicVirtualHosts(t, ev); len(vh) != 0 {
@@ -139,14 +146,22 @@ func TestEgressVHDSOnDemand(t *testing.T) {
 		}
 		t.Logf("first request, Host %s: 200 from %s in %v", c.host, got, time.Since(t0).Round(time.Microsecond))
 	}
+	// gRPC by :authority: the first call fetches too.
+	hc := egressGRPC(t, ev, "greeter")
+	t0 := time.Now()
+	if got, err := cdCall(hc); err != nil || got != "greeter-1" {
+		t.Fatalf("first gRPC call, :authority greeter: %q %v; want greeter-1", got, err)
+	}
+	t.Logf("first gRPC call, :authority greeter: greeter-1 in %v", time.Since(t0).Round(time.Microsecond))
+	egressOnly(t, "gRPC :authority greeter", 20, func() (string, error) { return cdCall(hc) }, "greeter-1")
 	egressOnly(t, "Host: api", 50, egressCall(epNewHTTP(t, ev, "api")), "api-1")
 	vh, cl := dynamicVirtualHosts(t, ev), dynamicClusters(t, ev)
 	t.Logf("Envoy holds virtual hosts %v, clusters %v", vh, cl)
-	if strings.Join(vh, ",") != "xdsbridge:egress/api,xdsbridge:egress/web" {
-		t.Errorf("Envoy holds virtual hosts %v; want api and web only", vh)
+	if strings.Join(vh, ",") != "xdsbridge:egress/api,xdsbridge:egress/greeter,xdsbridge:egress/web" {
+		t.Errorf("Envoy holds virtual hosts %v; want api, greeter and web only", vh)
 	}
-	if strings.Join(cl, ",") != "api,web" {
-		t.Errorf("Envoy holds clusters %v; want api and web only", cl)
+	if strings.Join(cl, ",") != "api,greeter,web" {
+		t.Errorf("Envoy holds clusters %v; want api, greeter and web only", cl)
 	}
 
 	for i := range 2 {
@@ -167,7 +182,7 @@ func TestEgressVHDSOnDemand(t *testing.T) {
 	attempt := regexp.QuoteMeta(vhdsStat) + "update_attempt$"
 	attempts := func() int64 { return ev.stats(t, "^"+attempt)[vhdsStat+"update_attempt"] }
 	sentBefore, before := envoyXDSBytes(t, ev), attempts()
-	if err := os.WriteFile(policyPath, []byte("services:\n  svc-007: {timeout: 7s}\n"), 0o644); err != nil {
+	if err := os.WriteFile(policyPath, []byte(grpcPolicy+"  svc-007: {timeout: 7s}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "svc-007's new timeout in the table", func() error {
@@ -180,7 +195,7 @@ func TestEgressVHDSOnDemand(t *testing.T) {
 	if got, sent := attempts(), envoyXDSBytes(t, ev)-sentBefore; got != before || sent != 0 {
 		t.Errorf("svc-007 changed, which Envoy does not hold: VHDS updates %d → %d, %d bytes received; want none", before, got, sent)
 	}
-	if err := os.WriteFile(policyPath, []byte("services:\n  svc-007: {timeout: 7s}\n  api: {timeout: 7s}\n"), 0o644); err != nil {
+	if err := os.WriteFile(policyPath, []byte(grpcPolicy+"  svc-007: {timeout: 7s}\n  api: {timeout: 7s}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "api's virtual host with its new timeout in Envoy", func() error {
@@ -199,8 +214,8 @@ func TestEgressVHDSOnDemand(t *testing.T) {
 	if _, code, err := hBilling.get(); err != nil || code != http.StatusNotFound {
 		t.Fatalf("Host: billing before it exists: %d %v; want 404", code, err)
 	}
-	t0 := time.Now()
-	br.writeServices(t, vhdsCatalog(api.port, web.port, billing.port))
+	t0 = time.Now()
+	br.writeServices(t, catalog(billing.port))
 	for {
 		name, code, err := hBilling.get()
 		if err == nil && code == http.StatusOK {
@@ -220,7 +235,7 @@ func TestEgressVHDSOnDemand(t *testing.T) {
 	t.Logf("billing reachable %s after it was added to the file", time.Since(t0).Round(time.Millisecond))
 	egressOnly(t, "Host: billing", 50, egressCall(hBilling), "billing-1")
 
-	br.writeServices(t, vhdsCatalog(api.port, web.port, 0))
+	br.writeServices(t, catalog(0))
 	for t1 := time.Now(); ; {
 		name, code, err := hBilling.get()
 		if err == nil && code == http.StatusNotFound {
@@ -266,7 +281,7 @@ func TestEgressVHDSSotwKeepsFullTable(t *testing.T) {
 	api := startBackend(t, "api-1", "127.0.0.1:0")
 	web := startBackend(t, "web-1", "127.0.0.1:0")
 	port := freePort(t)
-	br, _ := startVHDSBridge(t, port, vhdsCatalog(api.port, web.port, 0), "services: {}\n")
+	br, _ := startVHDSBridge(t, port, vhdsCatalog(api.port, web.port, 0, 0), "services: {}\n")
 	ev := startEgressEnvoy(t, br, "GRPC", port)
 	hAPI, hWeb := epNewHTTP(t, ev, "api"), epNewHTTP(t, ev, "web.service.consul")
 	waitFor(t, 20*time.Second, "api and web through the egress listener", func() error {

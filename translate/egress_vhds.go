@@ -50,7 +50,10 @@ func VHDSResourceName(routeConfig, service string) string {
 // delta client receives it under the table's name). It is no service's
 // name the bridge publishes (a service of that name keeps its cluster
 // only, as for the table's own name).
-func VHDSStubName(routeConfig string) string { return routeConfig + " (vhds)" }
+func VHDSStubName(routeConfig string) string { return routeConfig + VHDSStubSuffix }
+
+// VHDSStubSuffix ends VHDSStubName.
+const VHDSStubSuffix = " (vhds)"
 
 // VHDSRoute is the RouteConfiguration delta clients are given under the
 // table's name: no virtual host, and virtual host discovery over ADS.

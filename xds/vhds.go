@@ -387,6 +387,14 @@ func (s *vhdsStream) sending(resp *discovery.DeltaDiscoveryResponse) {
 	if s == nil || resp.GetTypeUrl() != RouteType {
 		return
 	}
+	// The whole table is never sent to a delta stream under its name
+	// (only a wildcard subscription would be sent it): the stub is.
+	if slices.ContainsFunc(resp.GetResources(), func(r *discovery.Resource) bool { return r.GetName() == s.t.name }) {
+		resp.Resources = slices.DeleteFunc(slices.Clone(resp.Resources), func(r *discovery.Resource) bool { return r.GetName() == s.t.name })
+	}
+	if slices.Contains(resp.GetRemovedResources(), s.t.name) {
+		resp.RemovedResources = slices.DeleteFunc(slices.Clone(resp.RemovedResources), func(n string) bool { return n == s.t.name })
+	}
 	sent := false
 	for i, r := range resp.GetResources() {
 		if r.GetName() == s.t.stubName {

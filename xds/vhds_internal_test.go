@@ -97,10 +97,15 @@ func TestVHDSUnresolvedBound(t *testing.T) {
 }
 
 // TestVHDSVisibility: a client that may not read a service is answered
-// as if no virtual host had its host.
+// as if no virtual host had its host; one that may read the table may
+// read its stub.
 func TestVHDSVisibility(t *testing.T) {
 	_, s := vhdsTestStream(t, 0)
-	s.setVisibility(&visibility{patterns: []string{"api"}})
+	vis := &visibility{patterns: []string{"api", "eg"}}
+	if !vis.sees(translate.VHDSStubName("eg")) {
+		t.Fatal("a client that may read the table may not read its stub")
+	}
+	s.setVisibility(vis)
 	r := s.ask("eg/api", "eg/web")
 	for _, res := range r.GetResources() {
 		if (res.Name == "eg/api") != (res.Resource != nil) {

@@ -169,3 +169,23 @@ func TestVHDSChangeReachesOnlyHolders(t *testing.T) {
 	a.ack(r)
 	b.none()
 }
+
+// TestVHDSWildcardRouteClientGetsStub: a delta client subscribed to every
+// route configuration gets the table's name once, as the stub, never the
+// whole table.
+func TestVHDSWildcardRouteClientGetsStub(t *testing.T) {
+	h, _ := vhdsHarness(t, "api", "web")
+	c := h.delta("wildcard")
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: xds.RouteType})
+	r := c.recv()
+	eq(t, "route names", []string{"api", vhdsTable, "web"}, names(r))
+	for _, res := range r.Resources {
+		var rc route.RouteConfiguration
+		if err := res.Resource.UnmarshalTo(&rc); err != nil {
+			t.Fatal(err)
+		}
+		if res.Name == vhdsTable && (len(rc.GetVirtualHosts()) != 0 || rc.GetVhds() == nil) {
+			t.Fatalf("%s sent with %d virtual hosts, vhds %v; want the stub", vhdsTable, len(rc.GetVirtualHosts()), rc.GetVhds())
+		}
+	}
+}

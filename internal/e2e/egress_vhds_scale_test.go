@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,17 +24,9 @@ import (
 // called 3 services. It reports figures; it asserts only that the
 // services are reached.
 func TestEgressVHDSAtScale(t *testing.T) {
-	n, _ := strconv.Atoi(os.Getenv("XDSBRIDGE_EGRESS_SCALE"))
-	if n <= 0 {
-		t.Skip("set XDSBRIDGE_EGRESS_SCALE=5000 to measure")
-	}
+	n := egressScale(t)
 	b := startBackend(t, "b", "127.0.0.1:0")
-	var sb strings.Builder
-	sb.WriteString("services:\n")
-	for i := range n {
-		fmt.Fprintf(&sb, "  svc-%05d:\n    endpoints: [{address: 127.0.0.1, port: %d}]\n", i, b.port)
-	}
-	catalog := sb.String()
+	catalog := egressScaleCatalog(n, b.port)
 	called := []string{"svc-00001", "svc-00002", "svc-00003"}
 	other := fmt.Sprintf("svc-%05d", n-1)
 	for _, vhds := range []bool{false, true} {

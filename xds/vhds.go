@@ -29,7 +29,7 @@ import (
 // The store keeps the whole table under its name, for sotw clients, and
 // the stub under stubName; a delta stream's requests for the table's name
 // are read as requests for the stub, and the stub goes out under the
-// table's name (vhdsRoutes). VirtualHost resources are not in the store:
+// table's name (vhdsStream.toStub, sending). VirtualHost resources are not in the store:
 // the vhdsTable holds them, split from each table published, and each
 // delta stream's vhdsStream what it subscribed to and holds.
 //
@@ -47,9 +47,10 @@ import (
 //
 // The hooks in the delta stream handler (deltaserver.go): processDelta
 // opens and closes a stream's vhdsStream; request hands VirtualHost
-// requests to vhdsRequest and renames route subscriptions (vhdsRoutes.
+// requests to vhdsRequest and renames route subscriptions (vhdsStream.
 // toStub); send renames the stub back (vhdsStream.sending); process hands
-// a wake-up to vhdsWoken. PublishServices calls vhdsPublish.
+// a wake-up to vhdsWoken. PublishServices calls vhdsPublish; visibility.
+// sees (authorize.go) reads the stub's name as the table's.
 
 // VirtualHostType is the type URL of VHDS resources.
 const VirtualHostType = resource.VirtualHostType
@@ -143,7 +144,8 @@ type vhdsHost struct {
 
 // vhdsPublish takes the routes of a publication: the table's is split
 // into its stub (added to routes, under stubName) and its virtual hosts,
-// which replace the served ones once the publication is applied (apply).
+// which replace the served ones when the returned function is called,
+// once the publication is applied.
 // c.pubMu is held.
 func (c *Cache) vhdsPublish(routes []Resource) ([]Resource, func()) {
 	t := c.vhds.Load()

@@ -488,7 +488,6 @@ func TestEgressConfig(t *testing.T) {
 		"egress: {domain_suffixes: [service.consul]}\n": "egress.domain_suffixes[0]",
 		"egress: {include: {name: [a]}}\n":              `unknown field "name"`,
 		"egress: {vhds: true, fallback: other}\n":       "egress.fallback: not available with vhds: true",
-		"egress: {vhds_max_unresolved: -1}\n":           "egress.vhds_max_unresolved: -1 is negative",
 	} {
 		if _, err := Parse([]byte(minimal+doc), "", known); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %v, want %q", doc, err, want)

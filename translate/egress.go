@@ -69,11 +69,6 @@ type Egress struct {
 	// VirtualHost resource Envoy fetches when a request first names it.
 	// Clients over state of the world receive the whole table.
 	VHDS bool `json:"vhds"`
-	// VHDSMaxUnresolved bounds, per client, the host names no service has
-	// that its VHDS subscription keeps (answered either way; a kept one
-	// is sent its virtual host as soon as a service takes it). 0: the
-	// default, 1,000.
-	VHDSMaxUnresolved int `json:"vhds_max_unresolved"`
 }
 
 // EgressListener is where the egress listener listens.
@@ -156,9 +151,6 @@ func (e Egress) Check() error {
 				return fmt.Errorf("%s[%d]: empty", l.field, i)
 			}
 		}
-	}
-	if e.VHDSMaxUnresolved < 0 {
-		return fmt.Errorf("vhds_max_unresolved: %d is negative", e.VHDSMaxUnresolved)
 	}
 	if e.Fallback != "" && e.VHDS {
 		return errors.New("fallback: not available with vhds: true (Envoy fetches a virtual host only for a request no virtual host matches, and a fallback would match them all); unknown hosts get Envoy's 404")

@@ -55,10 +55,6 @@ import (
 // VirtualHostType is the type URL of VHDS resources.
 const VirtualHostType = resource.VirtualHostType
 
-// DefaultVHDSMaxUnresolved bounds, per stream, the aliases that resolve
-// to no virtual host that a stream's subscription keeps (VHDSOptions).
-const DefaultVHDSMaxUnresolved = 1000
-
 // VHDSSplit makes, of a table as published, the stub delta clients get
 // and the VirtualHost resources, each named "<table>/<service>".
 type VHDSSplit func(table *route.RouteConfiguration) (stub *route.RouteConfiguration, hosts []*route.VirtualHost, err error)
@@ -68,11 +64,6 @@ type VHDSOptions struct {
 	// RouteConfigName is the table's name.
 	RouteConfigName string
 	Split           VHDSSplit
-	// MaxUnresolved bounds per stream the subscribed aliases that
-	// resolve to no virtual host (each is answered; past the bound it is
-	// not remembered, so a service added later under that host is sent at
-	// the client's next request for it, not at once). 0: the default.
-	MaxUnresolved int
 	// Metrics is where the counters are registered; nil for none.
 	Metrics prometheus.Registerer
 }
@@ -84,31 +75,23 @@ func (c *Cache) ServeVHDS(opts VHDSOptions) error {
 	if opts.RouteConfigName == "" || opts.Split == nil {
 		return errors.New("xds: ServeVHDS needs a route configuration name and a split")
 	}
-	if opts.MaxUnresolved <= 0 {
-		opts.MaxUnresolved = DefaultVHDSMaxUnresolved
-	}
 	t := &vhdsTable{
-		name:          opts.RouteConfigName,
-		stubName:      translate.VHDSStubName(opts.RouteConfigName),
-		prefix:        opts.RouteConfigName + "/",
-		split:         opts.Split,
-		maxUnresolved: opts.MaxUnresolved,
-		hosts:         map[string]*vhdsHost{},
-		streams:       map[*vhdsStream]struct{}{},
+		name:     opts.RouteConfigName,
+		stubName: translate.VHDSStubName(opts.RouteConfigName),
+		prefix:   opts.RouteConfigName + "/",
+		split:    opts.Split,
+		hosts:    map[string]*vhdsHost{},
+		streams:  map[*vhdsStream]struct{}{},
 		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "xdsbridge_vhds_resources_sent_total",
 			Help: "VHDS answers sent to delta clients, by kind: host (a virtual host), unresolved (an alias no virtual host matches, answered without a resource), removed (a virtual host gone).",
 		}, []string{"kind"}),
-		untracked: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "xdsbridge_vhds_unresolved_untracked_total",
-			Help: "Aliases resolving to no virtual host that a stream's subscription did not keep, its bound (egress.vhds_max_unresolved) reached.",
-		}),
 	}
 	t.hostsGauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "xdsbridge_vhds_virtual_hosts",
 		Help: "Virtual hosts served over VHDS (the egress table's services).",
 	}, func() float64 { t.mu.Lock(); defer t.mu.Unlock(); return float64(len(t.hosts)) })
-	if err := promreg.Register(opts.Metrics, t.sent, t.untracked, t.hostsGauge); err != nil {
+	if err := promreg.Register(opts.Metrics, t.sent, t.hostsGauge); err != nil {
 		return err
 	}
 	c.vhds.Store(t)
@@ -120,10 +103,8 @@ func (c *Cache) ServeVHDS(opts VHDSOptions) error {
 type vhdsTable struct {
 	name, stubName, prefix string
 	split                  VHDSSplit
-	maxUnresolved          int
 
 	sent       *prometheus.CounterVec
-	untracked  prometheus.Counter
 	hostsGauge prometheus.GaugeFunc
 
 	mu    sync.Mutex
@@ -174,12 +155,16 @@ func (t *vhdsTable) replace(hosts []*route.VirtualHost) {
 	exact, suffix, prefix := map[string]string{}, map[string]string{}, map[string]string{}
 	t.mu.Lock()
 	var changed []string
+	domainsChanged := false
 	for _, vh := range hosts {
 		name := vh.GetName()
 		old := t.hosts[name]
 		if old != nil && proto.Equal(old.msg, vh) {
 			next[name] = old
 		} else {
+			// A host added, or its domains changed: an alias that
+			// resolved to nothing may resolve now.
+			domainsChanged = domainsChanged || old == nil || !slices.Equal(old.msg.GetDomains(), vh.GetDomains())
 			a, err := anypb.New(vh)
 			if err != nil {
 				continue
@@ -215,7 +200,7 @@ func (t *vhdsTable) replace(hosts []*route.VirtualHost) {
 		return
 	}
 	for _, s := range streams {
-		s.tableChanged(changed)
+		s.tableChanged(changed, domainsChanged)
 	}
 }
 
@@ -331,11 +316,11 @@ func (s *vhdsStream) signal() {
 	}
 }
 
-// tableChanged wakes the stream if it holds one of the names changed or
-// has an alias that may now resolve.
-func (s *vhdsStream) tableChanged(changed []string) {
+// tableChanged wakes the stream if it holds one of the names changed or,
+// when domains changed, has an alias that resolved to nothing.
+func (s *vhdsStream) tableChanged(changed []string, domainsChanged bool) {
 	s.mu.Lock()
-	need := s.unresolved > 0
+	need := domainsChanged && s.unresolved > 0
 	for _, n := range changed {
 		if need {
 			break
@@ -503,18 +488,6 @@ func (s *vhdsStream) next() *discovery.DeltaDiscoveryResponse {
 	t.mu.Unlock()
 	for _, a := range unresolved {
 		resp.Resources = append(resp.Resources, &discovery.Resource{Name: a, Aliases: []string{a}})
-	}
-	// Unresolved aliases past the bound are answered, not kept.
-	if over := s.unresolved - t.maxUnresolved; over > 0 {
-		for _, a := range unresolved {
-			if over == 0 {
-				break
-			}
-			delete(s.aliases, a)
-			s.unresolved--
-			over--
-			t.untracked.Inc()
-		}
 	}
 	for a := range s.aliases {
 		s.aliases[a] = false

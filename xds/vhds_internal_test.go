@@ -5,11 +5,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/xdsbridge/xdsbridge/translate"
 )
@@ -17,24 +17,42 @@ import (
 // vhdsTestStream is a stream of a cache serving VHDS for the table "eg"
 // of services api and web (web with the policy domains "*.web.example"
 // and "web-*"), that was sent its route configuration.
-func vhdsTestStream(t *testing.T, maxUnresolved int) (*Cache, *vhdsStream) {
+func vhdsTestStream(t *testing.T) (*Cache, *vhdsStream, chan cache.DeltaResponse) {
 	t.Helper()
 	c := NewCache()
 	e := translate.Egress{RouteConfigName: "eg", VHDS: true}.WithDefaults()
-	if err := c.ServeVHDS(VHDSOptions{RouteConfigName: "eg", Split: e.VHDSSplit, MaxUnresolved: maxUnresolved}); err != nil {
+	if err := c.ServeVHDS(VHDSOptions{RouteConfigName: "eg", Split: e.VHDSSplit}); err != nil {
 		t.Fatal(err)
 	}
+	vhdsTestPublish(t, c, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan cache.DeltaResponse, 4)
+	s := c.vhdsOpen(ctx, ch)
+	t.Cleanup(func() { s.close(); cancel() })
+	s.sending(&discovery.DeltaDiscoveryResponse{TypeUrl: RouteType, Resources: []*discovery.Resource{{Name: translate.VHDSStubName("eg")}}})
+	// The stub was sent: the stream's pump may hand it a wake-up.
+	select {
+	case <-ch:
+	default:
+	}
+	return c, s, ch
+}
+
+// vhdsTestPublish publishes the table "eg" of api (with apiRoute, if not
+// nil), web and more.
+func vhdsTestPublish(t *testing.T, c *Cache, apiRoute *route.RouteConfiguration, more ...string) {
+	t.Helper()
+	e := translate.Egress{RouteConfigName: "eg", VHDS: true}.WithDefaults()
 	web := translate.RouteConfig("web")
 	web.VirtualHosts[0].Domains = append(web.VirtualHosts[0].Domains, "*.web.example", "web-*")
-	rc, _ := e.RouteTable([]translate.EgressService{{Name: "api"}, {Name: "web", Route: web}})
+	svcs := []translate.EgressService{{Name: "api", Route: apiRoute}, {Name: "web", Route: web}}
+	for _, m := range more {
+		svcs = append(svcs, translate.EgressService{Name: m})
+	}
+	rc, _ := e.RouteTable(svcs)
 	if err := c.PublishServices([]translate.Resources{{Route: rc}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s := c.vhdsOpen(ctx, make(chan cache.DeltaResponse, 4))
-	t.Cleanup(func() { s.close(); cancel() })
-	s.sending(&discovery.DeltaDiscoveryResponse{TypeUrl: RouteType, Resources: []*discovery.Resource{{Name: translate.VHDSStubName("eg")}}})
-	return c, s
 }
 
 // ask subscribes s to aliases and returns its next response.
@@ -48,7 +66,7 @@ func (s *vhdsStream) ask(aliases ...string) *discovery.DeltaDiscoveryResponse {
 // wildcard, then the longest prefix wildcard ("api:*" for a Host with a
 // port); a wildcard matches at least one character.
 func TestVHDSResolveAsEnvoyMatches(t *testing.T) {
-	_, s := vhdsTestStream(t, 0)
+	_, s, _ := vhdsTestStream(t)
 	tb := s.t
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
@@ -74,25 +92,36 @@ func TestVHDSResolveAsEnvoyMatches(t *testing.T) {
 	}
 }
 
-// TestVHDSUnresolvedBound: past egress.vhds_max_unresolved, a host no
-// service has is answered but not kept (counted); those kept are sent
-// their virtual host when a service takes the name.
-func TestVHDSUnresolvedBound(t *testing.T) {
-	c, s := vhdsTestStream(t, 2)
-	r := s.ask("eg/a", "eg/b", "eg/c")
-	if got := answerNames(r); !slices.Equal(got, []string{"eg/a", "eg/b", "eg/c"}) {
-		t.Fatalf("answered %v, want the three names without resources", got)
+// TestVHDSUnresolvedWaitForDomains: a stream holding a host name no
+// service has is woken by a table change that adds a host (and is then
+// sent it), not by one that changes only routes.
+func TestVHDSUnresolvedWaitForDomains(t *testing.T) {
+	c, s, ch := vhdsTestStream(t)
+	if got := answerNames(s.ask("eg/a")); !slices.Equal(got, []string{"eg/a"}) {
+		t.Fatalf("answered %v, want eg/a without a resource", got)
 	}
-	if n := testutil.ToFloat64(s.t.untracked); n != 1 || len(s.aliases) != 2 {
-		t.Fatalf("untracked %v, kept %v; want 1 and 2", n, s.aliases)
+	woken := func() bool {
+		select {
+		case r := <-ch:
+			_, ok := r.(vhdsWake)
+			return ok
+		case <-time.After(200 * time.Millisecond):
+			return false
+		}
 	}
-	e := translate.Egress{RouteConfigName: "eg", VHDS: true}.WithDefaults()
-	rc, _ := e.RouteTable([]translate.EgressService{{Name: "a"}, {Name: "b"}, {Name: "c"}})
-	if err := c.PublishServices([]translate.Resources{{Route: rc}}, nil); err != nil {
-		t.Fatal(err)
+	api := translate.RouteConfig("api")
+	api.VirtualHosts[0].Routes[0].GetRoute().PrefixRewrite = "/v2/"
+	vhdsTestPublish(t, c, api)
+	if woken() {
+		t.Fatal("woken by a change to api's routes")
 	}
-	if got := answerNames(s.next()); len(got) != 2 {
-		t.Fatalf("after a, b and c were added: sent %v, want the two names kept", got)
+	vhdsTestPublish(t, c, api, "a")
+	if !woken() {
+		t.Fatal("not woken when a was added")
+	}
+	r := s.next()
+	if got := answerNames(r); !slices.Equal(got, []string{"eg/a"}) || r.Resources[0].Resource == nil {
+		t.Fatalf("after a was added: sent %v, want a's virtual host", r)
 	}
 }
 
@@ -100,7 +129,7 @@ func TestVHDSUnresolvedBound(t *testing.T) {
 // as if no virtual host had its host; one that may read the table may
 // read its stub.
 func TestVHDSVisibility(t *testing.T) {
-	_, s := vhdsTestStream(t, 0)
+	_, s, _ := vhdsTestStream(t)
 	vis := &visibility{patterns: []string{"api", "eg"}}
 	if !vis.sees(translate.VHDSStubName("eg")) {
 		t.Fatal("a client that may read the table may not read its stub")
@@ -134,7 +163,7 @@ func FuzzVHDSAliases(f *testing.F) {
 		f.Add(s, "eg/web")
 	}
 	f.Fuzz(func(t *testing.T, a, b string) {
-		_, s := vhdsTestStream(t, 1)
+		_, s, _ := vhdsTestStream(t)
 		asked := []string{a, b}
 		r := s.ask(asked...)
 		if r == nil {

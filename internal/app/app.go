@@ -269,7 +269,7 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	}
 	cache, xs := xds.NewServing(xds.ServingConfig{Options: xopts})
 	if e := c.Egress; e != nil && e.VHDS {
-		if err := cache.ServeVHDS(xds.VHDSOptions{RouteConfigName: e.RouteConfigName, Split: e.VHDSSplit, MaxUnresolved: e.VHDSMaxUnresolved, Metrics: reg}); err != nil {
+		if err := cache.ServeVHDS(xds.VHDSOptions{RouteConfigName: e.RouteConfigName, Split: e.VHDSSplit, Metrics: reg}); err != nil {
 			return nil, err
 		}
 	}

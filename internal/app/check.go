@@ -55,7 +55,7 @@ func check(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (*chec
 		return nil, err
 	}
 	k.srcs = srcs
-	if k.perSource, k.perService, err = healthcheck.FromConfig(c); err != nil {
+	if k.perSource, k.perService, err = healthChecksFromConfig(c); err != nil {
 		return nil, c.ErrorAt(nil, err, err)
 	}
 	if k.xdsTLS, k.adminTLS, err = BuildTLS(c, log, reg); err != nil {

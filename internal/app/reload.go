@@ -15,7 +15,6 @@ import (
 
 	"github.com/xdsbridge/xdsbridge/bridge"
 	"github.com/xdsbridge/xdsbridge/config"
-	"github.com/xdsbridge/xdsbridge/healthcheck"
 	promreg "github.com/xdsbridge/xdsbridge/internal/metrics"
 	"github.com/xdsbridge/xdsbridge/sources"
 )
@@ -167,7 +166,7 @@ func (a *App) reload() (ReloadResult, error) {
 	for _, w := range warnings {
 		a.Log.Warn("config: " + w)
 	}
-	perSource, perService, err := healthcheck.FromConfig(cfg)
+	perSource, perService, err := healthChecksFromConfig(cfg)
 	if err != nil {
 		return res, err
 	}

@@ -3,16 +3,16 @@ package config
 import (
 	"fmt"
 
-	"github.com/xdsbridge/xdsbridge/internal/fsout"
+	"github.com/xdsbridge/xdsbridge/fileout"
 )
 
 // Outputs are ways the bridge delivers its resources besides the xDS
 // server. Each is off unless its block is given.
 type Outputs struct {
 	// Filesystem keeps a directory of files for Envoy's path-based config
-	// sources (see internal/fsout and the README, "Files for Envoys
+	// sources (see fileout and the README, "Files for Envoys
 	// without a network path").
-	Filesystem *fsout.Config `json:"filesystem"`
+	Filesystem *fileout.Config `json:"filesystem"`
 }
 
 func (o *Outputs) applyDefaults() {

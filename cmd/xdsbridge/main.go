@@ -34,9 +34,9 @@ import (
 
 	"github.com/xdsbridge/xdsbridge/config"
 	"github.com/xdsbridge/xdsbridge/config/decode"
+	"github.com/xdsbridge/xdsbridge/fileout"
 	"github.com/xdsbridge/xdsbridge/internal/app"
 	"github.com/xdsbridge/xdsbridge/internal/buildinfo"
-	"github.com/xdsbridge/xdsbridge/internal/fsout"
 )
 
 //go:embed default.yaml
@@ -253,9 +253,9 @@ func loadConfig(path string) (*config.Config, error) {
 // dump runs the sources until they synced, without serving, and prints the
 // resources.
 func dump(cfg *config.Config, format string, timeout time.Duration, stdout, stderr io.Writer, outDir, mode string) error {
-	var files fsout.Config
+	var files fileout.Config
 	if outDir != "" {
-		files = fsout.DumpConfig(cfg.Outputs.Filesystem, outDir, format, mode)
+		files = fileout.DumpConfig(cfg.Outputs.Filesystem, outDir, format, mode)
 		if err := files.Check(); err != nil {
 			return fmt.Errorf("-%w", err) // "-format: ...", "-mode: ..."
 		}
@@ -295,7 +295,7 @@ func dump(cfg *config.Config, format string, timeout time.Duration, stdout, stde
 	}
 	if outDir != "" {
 		defer func() { cancel(); <-done }()
-		res, err := fsout.WriteDir(a.Cache, files, nil)
+		res, err := fileout.WriteDir(a.Cache, files, nil)
 		if err != nil {
 			return fmt.Errorf("-out: %w", err)
 		}

@@ -21,10 +21,10 @@ import (
 
 	"github.com/xdsbridge/xdsbridge/bridge"
 	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/fileout"
 	"github.com/xdsbridge/xdsbridge/healthcheck"
 	"github.com/xdsbridge/xdsbridge/internal/buildinfo"
 	"github.com/xdsbridge/xdsbridge/internal/certs"
-	"github.com/xdsbridge/xdsbridge/internal/fsout"
 	promreg "github.com/xdsbridge/xdsbridge/internal/metrics"
 	"github.com/xdsbridge/xdsbridge/sources"
 	"github.com/xdsbridge/xdsbridge/xds"
@@ -50,7 +50,7 @@ type App struct {
 	Token *AdminToken
 	// Files is the filesystem output (outputs.filesystem); nil when not
 	// configured.
-	Files *fsout.Writer
+	Files *fileout.Writer
 
 	xdsLis, adminLis net.Listener
 
@@ -272,11 +272,11 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		return nil, err
 	}
 	loop := bridge.New(opts, cache)
-	var files *fsout.Writer
+	var files *fileout.Writer
 	if fc := c.Outputs.Filesystem; fc != nil {
 		cfc := *fc
 		cfc.Dir = c.Path(fc.Dir)
-		if files, err = fsout.New(cache, cfc, log); err != nil {
+		if files, err = fileout.New(cache, cfc, log); err != nil {
 			return nil, fmt.Errorf("outputs.filesystem.%w", err)
 		}
 		files.Register(reg)

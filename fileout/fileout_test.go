@@ -24,7 +24,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"sigs.k8s.io/yaml"
 
-	"github.com/xdsbridge/xdsbridge/config"
 	"github.com/xdsbridge/xdsbridge/config/decode"
 	"github.com/xdsbridge/xdsbridge/fileout"
 	"github.com/xdsbridge/xdsbridge/translate"
@@ -385,31 +384,6 @@ func TestWatchedDirectoryLayout(t *testing.T) {
 	src := m.(*cluster.Cluster).EdsClusterConfig.EdsConfig.GetPathConfigSource()
 	if src.GetPath() != "/etc/envoy/xds/endpoints/c001.json" || src.GetWatchedDirectory().GetPath() != "/etc/envoy/xds" {
 		t.Fatalf("eds_config %v; want path /etc/envoy/xds/endpoints/c001.json, watched_directory /etc/envoy/xds", src)
-	}
-}
-
-// TestConfigErrorsNameTheField: outputs.filesystem errors name the field.
-func TestConfigErrorsNameTheField(t *testing.T) {
-	for _, tc := range []struct{ block, want string }{
-		{`{format: yaml}`, "outputs.filesystem.dir: missing"},
-		{`{dir: out, format: xml}`, `outputs.filesystem.format: "xml" is not one of yaml, json, proto`},
-		{`{dir: out, mode: rename}`, `outputs.filesystem.mode: "rename" is not one of path, watched_directory`},
-		{`{dir: out, debounce: 2m}`, "outputs.filesystem.debounce: 2m is not in 1ms..1m"},
-		{`{dir: out, envoy_dir: rel}`, `outputs.filesystem.envoy_dir: "rel" is not an absolute path`},
-		{`{dir: out, intervall: 1s}`, "intervall"},
-	} {
-		y := "sources: [{name: s, file: {path: s.yaml}}]\noutputs:\n  filesystem: " + tc.block + "\n"
-		_, err := config.Parse([]byte(y), t.TempDir(), []string{"file"})
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: error %v; want one containing %q", tc.block, err, tc.want)
-		}
-	}
-	c, err := config.Parse([]byte("sources: [{name: s, file: {path: s.yaml}}]\noutputs: {filesystem: {dir: out}}\n"), "/base", []string{"file"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if f := c.Outputs.Filesystem; f.Format != "yaml" || f.Mode != "path" || f.Debounce.D() != 100*time.Millisecond {
-		t.Fatalf("defaults: %+v", f)
 	}
 }
 

@@ -239,15 +239,27 @@ func looksLikeConfig(arg string) bool {
 	return err == nil && fi.Mode().IsRegular()
 }
 
+// loadConfig reads the config file (the embedded default without one)
+// and fills in the defaults of every block (app.ResolveOptions).
 func loadConfig(path string) (*config.Config, error) {
+	var cfg *config.Config
+	var err error
 	if path != "" {
-		return config.Load(path, app.SourceTypeNames())
+		cfg, err = config.Load(path, app.SourceTypeNames())
+	} else {
+		var wd string
+		if wd, err = os.Getwd(); err != nil {
+			return nil, err
+		}
+		cfg, err = config.Parse(defaultConfig, wd, app.SourceTypeNames())
 	}
-	wd, err := os.Getwd()
 	if err != nil {
 		return nil, err
 	}
-	return config.Parse(defaultConfig, wd, app.SourceTypeNames())
+	if err := app.ResolveOptions(cfg); err != nil {
+		return nil, err
+	}
+	return cfg, nil
 }
 
 // dump runs the sources until they synced, without serving, and prints the
@@ -255,7 +267,7 @@ func loadConfig(path string) (*config.Config, error) {
 func dump(cfg *config.Config, format string, timeout time.Duration, stdout, stderr io.Writer, outDir, mode string) error {
 	var files fileout.Config
 	if outDir != "" {
-		files = fileout.DumpConfig(cfg.Outputs.Filesystem, outDir, format, mode)
+		files = fileout.DumpConfig((*fileout.Config)(cfg.Outputs.Filesystem), outDir, format, mode)
 		if err := files.Check(); err != nil {
 			return fmt.Errorf("-%w", err) // "-format: ...", "-mode: ..."
 		}

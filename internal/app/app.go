@@ -27,6 +27,7 @@ import (
 	"github.com/xdsbridge/xdsbridge/internal/certs"
 	promreg "github.com/xdsbridge/xdsbridge/internal/metrics"
 	"github.com/xdsbridge/xdsbridge/sources"
+	"github.com/xdsbridge/xdsbridge/translate"
 	"github.com/xdsbridge/xdsbridge/xds"
 )
 
@@ -236,7 +237,7 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	for i, s := range srcs {
 		names[i] = s.Name()
 	}
-	xopts := xds.Options{Logger: log, Metrics: reg, Authorization: c.XDS.Authorization, Limits: c.XDS.Limits, Keepalive: xds.Keepalive{
+	xopts := xds.Options{Logger: log, Metrics: reg, Authorization: authorizationOptions(c.XDS.Authorization), Limits: xds.Limits(c.XDS.Limits), Keepalive: xds.Keepalive{
 		Time: c.XDS.Keepalive.Time.D(), Timeout: c.XDS.Keepalive.Timeout.D(), MinTime: c.XDS.Keepalive.MinTime.D(),
 	}}
 	if xdsTLS != nil {
@@ -258,8 +259,8 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		Metrics:           reg,
 		MaxRetention:      c.HealthChecks.MaxRetention.D(),
 		DefaultLocality:   DefaultLocalities(c),
-		Limits:            c.Limits,
-		Egress:            c.Egress,
+		Limits:            translate.Limits(c.Limits),
+		Egress:            egressOptions(c.Egress),
 	}
 	opts.GRPCCertificateProvider = c.XDS.CertificateProvider()
 	if len(perSource)+len(perService) > 0 {
@@ -276,7 +277,7 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	if fc := c.Outputs.Filesystem; fc != nil {
 		cfc := *fc
 		cfc.Dir = c.Path(fc.Dir)
-		if files, err = fileout.New(cache, cfc, log); err != nil {
+		if files, err = fileout.New(cache, fileout.Config(cfc), log); err != nil {
 			return nil, fmt.Errorf("outputs.filesystem.%w", err)
 		}
 		files.Register(reg)

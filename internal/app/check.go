@@ -39,6 +39,9 @@ type checked struct {
 // outputs.filesystem. Errors name the config file, line and column where
 // they can. Metrics register on reg when it is not nil.
 func check(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (*checked, error) {
+	if err := ResolveOptions(c); err != nil {
+		return nil, err
+	}
 	if _, err := memlimit.Parse(c.MemoryLimit); err != nil {
 		return nil, c.ErrorAt(nil, err, err)
 	}
@@ -69,12 +72,6 @@ func check(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (*chec
 	}
 	if k.token, err = AdminTokenFromConfig(c, log, reg); err != nil {
 		return nil, c.ErrorAt(nil, err, err)
-	}
-	if fc := c.Outputs.Filesystem; fc != nil {
-		if err := fc.WithDefaults().Check(); err != nil {
-			err = fmt.Errorf("outputs.filesystem.%w", err)
-			return nil, c.ErrorAt(nil, err, err)
-		}
 	}
 	k.warnings = append(configWarnings(srcs), conflicts...)
 	return k, nil

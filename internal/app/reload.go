@@ -17,6 +17,7 @@ import (
 	"github.com/xdsbridge/xdsbridge/config"
 	promreg "github.com/xdsbridge/xdsbridge/internal/metrics"
 	"github.com/xdsbridge/xdsbridge/sources"
+	"github.com/xdsbridge/xdsbridge/translate"
 )
 
 // A reload reads the config again (LoadConfig) and checks it as validate
@@ -151,6 +152,10 @@ func (a *App) reload() (ReloadResult, error) {
 	}
 	cfg, err := a.LoadConfig()
 	if err != nil {
+		return res, err
+	}
+	// Compared with the running config once both have their defaults.
+	if err := ResolveOptions(cfg); err != nil {
 		return res, err
 	}
 	if err := needsRestart(a.applied, cfg); err != nil {
@@ -308,7 +313,7 @@ func loopReconfig(c *config.Config, srcs []sources.Source) bridge.Reconfig {
 		MaxHold:           c.Debounce.Max.D(),
 		MaxRetention:      c.HealthChecks.MaxRetention.D(),
 		DefaultLocality:   DefaultLocalities(c),
-		Limits:            c.Limits,
+		Limits:            translate.Limits(c.Limits),
 	}
 }
 

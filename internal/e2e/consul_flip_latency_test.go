@@ -95,7 +95,7 @@ sources:
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			body, err := ev.get("/clusters")
+			body, err := ev.Get("/clusters")
 			now := time.Now()
 			polls++
 			if err != nil {

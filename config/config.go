@@ -1,7 +1,11 @@
-// Package config is the bridge's configuration file: its schema, defaults
-// and checks. It is decoded with config/decode (unknown and miscased keys
-// are errors naming the field); every source's block is decoded by that
-// source's own factory with the same strictness (decode.JSONStrict).
+// Package config is the bridge's configuration file: its schema, and the
+// defaults and checks of the file's own fields. The blocks whose options
+// belong to another package (blocks.go, xds.rest, debounce) take that
+// package's defaults and ranges through the app (internal/app/options.go):
+// config imports no package of the bridge but config/decode. It is
+// decoded with config/decode (unknown and miscased keys are errors naming
+// the field); every source's block is decoded by that source's own factory
+// with the same strictness (decode.JSONStrict).
 package config
 
 import (

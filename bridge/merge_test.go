@@ -204,8 +204,8 @@ func TestMergeService(t *testing.T) {
 	}
 }
 
-// TestDebounceDefaults: the loop applies the debounce defaults the app
-// gives the config (DebounceDefaults), not a rule of its own.
+// TestDebounceDefaults: the loop's defaults are DebounceDefaults, the
+// rule the app applies to the config too, not a rule of its own.
 func TestDebounceDefaults(t *testing.T) {
 	for _, tt := range []struct{ quiet, maxHold, wantQuiet, wantMax time.Duration }{
 		{0, 0, DefaultDebounceQuiet, DefaultDebounceMax},

@@ -33,11 +33,12 @@ type checked struct {
 }
 
 // check reads and checks everything the config names, as New needs it:
-// every source's block and the files it reads (services and policy files,
-// Consul's token and TLS files), the health checks, the TLS files of the
-// xDS, REST and admin listeners, the admin token file, memory_limit and
-// outputs.filesystem. Errors name the config file, line and column where
-// they can. Metrics register on reg when it is not nil.
+// the blocks other packages own (ResolveOptions fills in their defaults in
+// c), every source's block and the files it reads (services and policy
+// files, Consul's token and TLS files), the health checks, the TLS files
+// of the xDS, REST and admin listeners, the admin token file and
+// memory_limit. Errors name the config file, line and column where they
+// can. Metrics register on reg when it is not nil.
 func check(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (*checked, error) {
 	if err := ResolveOptions(c); err != nil {
 		return nil, err

@@ -8,9 +8,9 @@ import (
 	"github.com/xdsbridge/xdsbridge/healthcheck"
 )
 
-// healthChecksFromConfig parses the configured checks: per source (a source entry's
-// health_check) and per service (health_checks.services), for healthcheck.NewManager.
-// Errors name the field.
+// healthChecksFromConfig parses the configured checks: per source (a
+// source entry's health_check) and per service (health_checks.services),
+// for healthcheck.NewManager. Errors name the field.
 func healthChecksFromConfig(c *config.Config) (perSource, perService map[string]healthcheck.Config, err error) {
 	perSource, perService = map[string]healthcheck.Config{}, map[string]healthcheck.Config{}
 	for i, sc := range c.Sources {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -78,4 +79,21 @@ func startApp(t *testing.T, cfg *config.Config) *App {
 		}
 	})
 	return a
+}
+
+// adminGet GETs url with the Authorization header auth (none when
+// empty) and returns the status, the headers and the body.
+func adminGet(t *testing.T, url, auth string) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
 }

@@ -56,7 +56,7 @@ func TestEgressVHDSAtScale(t *testing.T) {
 			} else {
 				ev = startEgressEnvoy(t, br, "DELTA_GRPC", port)
 				waitFor(t, 180*time.Second, "envoy to hold every cluster and the table", func() error {
-					if got := ev.stats(t, `^cluster_manager\.active_clusters$`)["cluster_manager.active_clusters"]; got < int64(n) {
+					if got := ev.Stats(t, `^cluster_manager\.active_clusters$`)["cluster_manager.active_clusters"]; got < int64(n) {
 						return fmt.Errorf("%d active clusters", got)
 					}
 					_, err := epNewHTTP(t, ev, other).ok()
@@ -82,12 +82,12 @@ func TestEgressVHDSAtScale(t *testing.T) {
 			}
 			t.Logf("%d services, vhds %v: first request to a host never called: %s", n, vhds, strings.Join(firsts, ", "))
 			time.Sleep(2 * time.Second) // let Envoy settle before reading its heap
-			mem, err := ev.get("/memory")
+			mem, err := ev.Get("/memory")
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Logf("%d services, vhds %v: envoy /memory %s; %d clusters active", n, vhds, compactMemory(mem),
-				ev.stats(t, `^cluster_manager\.active_clusters$`)["cluster_manager.active_clusters"])
+				ev.Stats(t, `^cluster_manager\.active_clusters$`)["cluster_manager.active_clusters"])
 
 			// Route changes: a timeout on a service Envoy does not call,
 			// then on one it calls.
@@ -129,7 +129,7 @@ var routeUpdateStat = regexp.MustCompile(`^http\.egress\.rds\.(vhds\.)?xdsbridge
 func envoyRouteUpdates(t *testing.T, ev *envoy) int64 {
 	t.Helper()
 	var sum int64
-	for k, v := range ev.stats(t, `^http\.egress\.rds\.`) {
+	for k, v := range ev.Stats(t, `^http\.egress\.rds\.`) {
 		if routeUpdateStat.MatchString(k) {
 			sum += v
 		}

@@ -82,7 +82,7 @@ const vhdsStat = "http.egress.rds.vhds.xdsbridge_egress."
 // its dynamic route configurations (/config_dump).
 func dynamicVirtualHosts(t *testing.T, ev *envoy) []string {
 	t.Helper()
-	body, err := ev.get("/config_dump?resource=dynamic_route_configs")
+	body, err := ev.Get("/config_dump?resource=dynamic_route_configs")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestEgressVHDSOnDemand(t *testing.T) {
 	// A change to a service Envoy does not hold sends it nothing; one to
 	// a service it holds sends it that virtual host.
 	attempt := regexp.QuoteMeta(vhdsStat) + "update_attempt$"
-	attempts := func() int64 { return ev.stats(t, "^"+attempt)[vhdsStat+"update_attempt"] }
+	attempts := func() int64 { return ev.Stats(t, "^"+attempt)[vhdsStat+"update_attempt"] }
 	sentBefore, before := envoyXDSBytes(t, ev), attempts()
 	if err := os.WriteFile(policyPath, []byte(grpcPolicy+"  svc-007: {timeout: 7s}\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -250,7 +250,7 @@ func TestEgressVHDSOnDemand(t *testing.T) {
 	}
 	// Envoy's first VHDS request was answered: its listener did not wait
 	// out the initial fetch timeout.
-	if n := ev.stats(t, "^"+regexp.QuoteMeta(vhdsStat)+"init_fetch_timeout$")[vhdsStat+"init_fetch_timeout"]; n != 0 {
+	if n := ev.Stats(t, "^"+regexp.QuoteMeta(vhdsStat)+"init_fetch_timeout$")[vhdsStat+"init_fetch_timeout"]; n != 0 {
 		t.Errorf("%sinit_fetch_timeout = %d; want 0", vhdsStat, n)
 	}
 	ev.assertNoRejections(t)
@@ -278,7 +278,7 @@ func TestEgressVHDSSotwKeepsFullTable(t *testing.T) {
 	})
 	egressOnly(t, "Host: api", 20, egressCall(hAPI), "api-1")
 	egressOnly(t, "Host: web.service.consul", 20, egressCall(hWeb), "web-1")
-	body, err := ev.get("/config_dump?resource=dynamic_route_configs")
+	body, err := ev.Get("/config_dump?resource=dynamic_route_configs")
 	if err != nil {
 		t.Fatal(err)
 	}

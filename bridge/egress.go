@@ -47,7 +47,7 @@ func (l *Loop) egressNameTaken(name string) bool {
 	if e == nil {
 		return false
 	}
-	return name == e.RouteConfigName || (e.Listener != nil && name == e.Listener.Name)
+	return name == e.RouteConfigName || (e.Listener != nil && name == e.Listener.Name) || (e.VHDS && name == translate.VHDSStubName(e.RouteConfigName))
 }
 
 // stripEgressNames drops the listener and route of changed services named

@@ -66,6 +66,7 @@ type Egress struct {
 	DomainSuffixes  []string        `json:"domain_suffixes"`
 	Include         EgressInclude   `json:"include"`
 	Fallback        string          `json:"fallback"`
+	VHDS            bool            `json:"vhds"`
 }
 
 // EgressListener is egress.listener (translate.EgressListener).

@@ -63,6 +63,12 @@ type Egress struct {
 	// Fallback names a cluster the requests for an unknown host go to;
 	// empty (default): they get a 404.
 	Fallback string `json:"fallback"`
+	// VHDS serves the table to delta xDS clients through virtual host
+	// discovery (egress_vhds.go): the route configuration they receive
+	// holds no virtual host, and each service's virtual host is a
+	// VirtualHost resource Envoy fetches when a request first names it.
+	// Clients over state of the world receive the whole table.
+	VHDS bool `json:"vhds"`
 }
 
 // EgressListener is where the egress listener listens.
@@ -145,6 +151,9 @@ func (e Egress) Check() error {
 				return fmt.Errorf("%s[%d]: empty", l.field, i)
 			}
 		}
+	}
+	if e.Fallback != "" && e.VHDS {
+		return errors.New("fallback: not available with vhds: true (Envoy fetches a virtual host only for a request no virtual host matches, and a fallback would match them all); unknown hosts get Envoy's 404")
 	}
 	if e.Fallback != "" {
 		if err := checkEgressName("fallback", e.Fallback); err != nil {
@@ -359,6 +368,11 @@ func (e Egress) EgressListener() (*listener.Listener, error) {
 	}
 	m := rdsManager("egress", e.RouteConfigName)
 	m.CodecType = hcm.HttpConnectionManager_AUTO
+	if e.VHDS {
+		if err := e.addOnDemand(m); err != nil {
+			return nil, err
+		}
+	}
 	a, err := anypb.New(m)
 	if err != nil {
 		return nil, err

@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/xdsbridge/xdsbridge/translate"
 )
 
 // Authorization at stream open (see Authorization in authz.go for the
@@ -73,6 +75,9 @@ func (v *visibility) sees(name string) bool {
 	if v == nil {
 		return true
 	}
+	// The VHDS stub of a route configuration is seen as the route
+	// configuration it stands for (vhds.go).
+	name = strings.TrimSuffix(name, translate.VHDSStubSuffix)
 	for _, p := range v.patterns {
 		if ok, _ := path.Match(p, name); ok {
 			return true

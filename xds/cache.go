@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -81,6 +82,10 @@ type Cache struct {
 	// Subscribe. Both under mu.
 	commitWake chan struct{}
 	subs       map[chan struct{}]struct{}
+
+	// vhds serves a route configuration over VHDS (ServeVHDS, vhds.go);
+	// nil: none.
+	vhds atomic.Pointer[vhdsTable]
 
 	// ackObserver, when set, is told each change → ACK latency
 	// (syncstatus.go); called under mu.

@@ -175,11 +175,15 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, reqCh <-chan *discove
 		responses: make(chan cache.DeltaResponse, int(types.UnknownType)*2),
 		node:      &core.Node{},
 	}
+	if c, ok := s.cache.(*Cache); ok {
+		ds.vhds = c.vhdsOpen(str.Context(), ds.responses)
+	}
 
 	defer func() {
 		for _, w := range ds.watches {
 			w.Cancel()
 		}
+		ds.vhds.close()
 		close(ds.responses)
 		if s.callbacks != nil {
 			s.callbacks.OnDeltaStreamClosed(ds.id, ds.node)
@@ -227,6 +231,7 @@ type deltaStream struct {
 	watches        map[string]deltaWatch
 	responses      chan cache.DeltaResponse
 	node           *core.Node
+	vhds           *vhdsStream // nil: the cache serves no VHDS (vhds.go)
 }
 
 // send gives resp the stream's next nonce and sends it.
@@ -238,6 +243,7 @@ func (ds *deltaStream) send(resp cache.DeltaResponse) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	ds.vhds.sending(response)
 	ds.nonce++
 	response.Nonce = strconv.FormatInt(ds.nonce, 10)
 	if cb := ds.s.callbacks; cb != nil {
@@ -248,6 +254,9 @@ func (ds *deltaStream) send(resp cache.DeltaResponse) (string, error) {
 
 // process sends resp and installs the state it carries as its type's.
 func (ds *deltaStream) process(resp cache.DeltaResponse) error {
+	if _, ok := resp.(vhdsWake); ok {
+		return ds.vhdsWoken()
+	}
 	typ := resp.GetDeltaRequest().GetTypeUrl()
 	nonce, err := ds.send(resp)
 	if err != nil {
@@ -300,6 +309,15 @@ func (ds *deltaStream) request(req *discovery.DeltaDiscoveryRequest) error {
 		req.TypeUrl = ds.defaultTypeURL
 	}
 	typeURL := req.GetTypeUrl()
+	if ds.vhds != nil {
+		switch typeURL {
+		case VirtualHostType:
+			streamAcctOf(ds.str.Context()).leaveResume()
+			return ds.vhdsRequest(req)
+		case RouteType:
+			ds.vhds.toStub(req)
+		}
+	}
 
 	w, ok := ds.watches[typeURL]
 	if !ok {

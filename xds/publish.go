@@ -21,11 +21,15 @@ func (c *Cache) PublishServices(changed []translate.Resources, removed []string)
 	c.pubMu.Lock()
 	defer c.pubMu.Unlock()
 	p := c.publication(changed, removed)
+	routes, vhdsApplied := c.vhdsPublish(p.routes)
 	err := c.Apply(publishSteps(
-		map[string][]Resource{ClusterType: p.clusters, EndpointType: p.loads, ListenerType: p.listeners, RouteType: p.routes},
+		map[string][]Resource{ClusterType: p.clusters, EndpointType: p.loads, ListenerType: p.listeners, RouteType: routes},
 		map[string][]string{RouteType: removed, ListenerType: removed, EndpointType: p.clusterDeletes, ClusterType: p.clusterDeletes},
 	)...)
 	c.published(p, removed, err)
+	if err == nil {
+		vhdsApplied()
+	}
 	return err
 }
 

@@ -292,7 +292,7 @@ func typeLabel(typeURL string) string {
 // that no client can add label series (or megabyte labels).
 func servedType(typeURL string) string {
 	switch typeURL {
-	case ClusterType, EndpointType, ListenerType, RouteType:
+	case ClusterType, EndpointType, ListenerType, RouteType, VirtualHostType:
 		return typeURL
 	}
 	return "other"

@@ -25,6 +25,10 @@ import (
 //	             clusters are preceded by an interim version, and the real
 //	             version waits until the client could apply the interim
 //	             (make before break, mbb.go)
+//	virtual      the stream was sent the route configuration whose vhds
+//	  hosts      names them ("VHDS updates must arrive after RDS updates";
+//	             vhdsStream, vhds.go). Served outside the store, to delta
+//	             streams only: not among DefaultTypes or publishSteps.
 //
 // A held resource goes with the first response of its type after what it
 // waits for is sent. The same order is every other order of types:
@@ -37,6 +41,7 @@ var updateOrder = []orderRule{
 	{typeURL: EndpointType, hold: holdUntilCluster},
 	{typeURL: ListenerType},
 	{typeURL: RouteType, hold: holdUntilAssignments},
+	{typeURL: VirtualHostType, hold: holdUntilRouteSent, outsideStore: true},
 }
 
 // orderRule is one type's place in updateOrder, and what its responses
@@ -44,6 +49,8 @@ var updateOrder = []orderRule{
 type orderRule struct {
 	typeURL string
 	hold    holdRule
+	// outsideStore: the type is not served from the store (VHDS).
+	outsideStore bool
 }
 
 // holdRule names what a type's responses hold back on a stream.
@@ -53,6 +60,7 @@ const (
 	holdNothing          holdRule = iota
 	holdUntilCluster              // clusterHolder
 	holdUntilAssignments          // routeHolder, and interims first (mbb.go)
+	holdUntilRouteSent            // vhdsStream.next (vhds.go)
 )
 
 // holder returns what w's response must hold back (its type's rule in
@@ -71,14 +79,16 @@ func (c *Cache) holder(w *watch) func(*entry) bool {
 	return nil
 }
 
-// DefaultTypes are the types a cache serves unless told otherwise, in
-// make-before-break order.
+// DefaultTypes are the types a cache's store serves unless told
+// otherwise, in make-before-break order.
 var DefaultTypes = orderedTypes()
 
 func orderedTypes() []string {
-	out := make([]string, len(updateOrder))
-	for i, r := range updateOrder {
-		out[i] = r.typeURL
+	out := make([]string, 0, len(updateOrder))
+	for _, r := range updateOrder {
+		if !r.outsideStore {
+			out = append(out, r.typeURL)
+		}
 	}
 	return out
 }
@@ -105,10 +115,14 @@ func typeOrder(a, b *typeState) int {
 func publishSteps(upserts map[string][]Resource, deletes map[string][]string) []Change {
 	steps := make([]Change, 0, 2*len(updateOrder))
 	for _, r := range updateOrder {
-		steps = append(steps, Change{TypeURL: r.typeURL, Upserts: upserts[r.typeURL]})
+		if !r.outsideStore {
+			steps = append(steps, Change{TypeURL: r.typeURL, Upserts: upserts[r.typeURL]})
+		}
 	}
 	for _, r := range slices.Backward(updateOrder) {
-		steps = append(steps, Change{TypeURL: r.typeURL, Deletes: deletes[r.typeURL]})
+		if !r.outsideStore {
+			steps = append(steps, Change{TypeURL: r.typeURL, Deletes: deletes[r.typeURL]})
+		}
 	}
 	return steps
 }

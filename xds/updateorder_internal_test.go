@@ -1,17 +1,25 @@
 package xds
 
 import (
+	"context"
 	"slices"
 	"testing"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+
+	"github.com/xdsbridge/xdsbridge/translate"
 )
 
 // TestUpdateOrderTypesAfterWhatTheyReferTo: every order of types is
-// updateOrder's: clusters, assignments, listeners, routes; a type that
+// updateOrder's: clusters, assignments, listeners, routes (and virtual
+// hosts, served outside the store, last); a type that
 // holds back waits for types ranked before it; publications upsert in
 // that order and remove in reverse.
 func TestUpdateOrderTypesAfterWhatTheyReferTo(t *testing.T) {
@@ -19,9 +27,13 @@ func TestUpdateOrderTypesAfterWhatTheyReferTo(t *testing.T) {
 	if !slices.Equal(DefaultTypes, want) {
 		t.Fatalf("DefaultTypes = %v, want %v", DefaultTypes, want)
 	}
+	if r := orderRank(VirtualHostType); r != len(updateOrder)-1 || !updateOrder[r].outsideStore {
+		t.Fatalf("VirtualHost ranks %d, want last (%d), served outside the store", r, len(updateOrder)-1)
+	}
 	waitsFor := map[holdRule][]string{
 		holdUntilCluster:     {ClusterType},
 		holdUntilAssignments: {ClusterType, EndpointType},
+		holdUntilRouteSent:   {RouteType},
 	}
 	for i, r := range updateOrder {
 		for _, u := range waitsFor[r.hold] {
@@ -104,5 +116,38 @@ func TestUpdateOrderHolds(t *testing.T) {
 	c.edsDelivered(st, []string{"A"})
 	if held(RouteType, "r") {
 		t.Error("the route is held after its cluster's assignment was sent")
+	}
+}
+
+// TestUpdateOrderVirtualHostAfterRoute: a stream's VHDS subscription is
+// not answered before the stream was sent the route configuration whose
+// vhds names the virtual hosts; once it is, the answer goes.
+func TestUpdateOrderVirtualHostAfterRoute(t *testing.T) {
+	c := NewCache()
+	e := translate.Egress{RouteConfigName: "eg", VHDS: true}.WithDefaults()
+	if err := c.ServeVHDS(VHDSOptions{RouteConfigName: "eg", Split: e.VHDSSplit}); err != nil {
+		t.Fatal(err)
+	}
+	rc, _ := e.RouteTable([]translate.EgressService{{Name: "api"}})
+	if err := c.PublishServices([]translate.Resources{{Route: rc}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := c.vhdsOpen(ctx, make(chan cache.DeltaResponse, 4))
+	defer s.close()
+	s.request(&discovery.DeltaDiscoveryRequest{ResourceNamesSubscribe: []string{"eg/api"}}, true)
+	if r := s.next(); r != nil {
+		t.Fatalf("answered before the route configuration was sent: %v", r)
+	}
+	stub := c.Get(RouteType, translate.VHDSStubName("eg"))
+	a, err := anypb.New(stub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.sending(&discovery.DeltaDiscoveryResponse{TypeUrl: RouteType, Resources: []*discovery.Resource{{Name: translate.VHDSStubName("eg"), Resource: a}}})
+	r := s.next()
+	if len(r.GetResources()) != 1 || r.Resources[0].Name != "eg/api" {
+		t.Fatalf("after the route configuration: %v, want eg/api", r)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/xdsbridge/xdsbridge/config"
 	"github.com/xdsbridge/xdsbridge/fileout"
 	"github.com/xdsbridge/xdsbridge/internal/testcerts"
+	"github.com/xdsbridge/xdsbridge/translate"
 )
 
 // exampleDump is what `dump -format json` prints: per type, the resources
@@ -240,6 +241,31 @@ var exampleChecks = map[string]func(t *testing.T, cfg *config.Config, d exampleD
 		}
 		if dig(boot, "dynamic_resources", "lds_config", "ads") == nil || dig(boot, "dynamic_resources", "cds_config", "ads") == nil || dig(boot, "static_resources", "listeners") != nil {
 			t.Errorf("envoy-egress.yaml: want LDS and CDS over ADS and no static listener")
+		}
+	},
+	"xdsbridge-egress-vhds.yaml": func(t *testing.T, cfg *config.Config, d exampleDump) {
+		// The egress listener with VHDS: its connection manager has the
+		// on-demand filter before the router, and the Envoy bootstrap
+		// subscribes to listeners over delta ADS and to no cluster.
+		e := cfg.Egress
+		if e == nil || !e.VHDS || e.Listener == nil || e.Listener.Port != 10000 {
+			t.Fatalf("egress %+v: want vhds and a listener on port 10000", e)
+		}
+		hcm := dig(d.resource(t, "lds", e.Listener.Name), "filter_chains", 0, "filters", 0, "typed_config")
+		var filters []string
+		for _, f := range dig(hcm, "http_filters").([]any) {
+			filters = append(filters, dig(f, "name").(string))
+		}
+		if want := []string{translate.OnDemandFilter, "envoy.filters.http.router"}; !slices.Equal(filters, want) {
+			t.Errorf("egress listener's HTTP filters %v; want %v", filters, want)
+		}
+		boot := readExampleYAML(t, "envoy-egress-vhds.yaml")
+		if got := bootstrapClusterPort(t, "envoy-egress-vhds.yaml", "xdsbridge"); got != listenPort(t, cfg.XDS.Listen) {
+			t.Errorf("envoy-egress-vhds.yaml dials port %s; xds.listen is %s", got, cfg.XDS.Listen)
+		}
+		if dig(boot, "dynamic_resources", "ads_config", "api_type") != "DELTA_GRPC" || dig(boot, "dynamic_resources", "lds_config", "ads") == nil ||
+			dig(boot, "dynamic_resources", "cds_config") != nil || dig(boot, "static_resources", "listeners") != nil {
+			t.Errorf("envoy-egress-vhds.yaml: want delta ADS, LDS over it, no cds_config and no static listener")
 		}
 	},
 	"xdsbridge-rest.yaml": func(t *testing.T, cfg *config.Config, d exampleDump) {

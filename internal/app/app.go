@@ -269,6 +269,11 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		opts.HealthChecks = checks
 	}
 	cache, xs := xds.NewServing(xds.ServingConfig{Options: xopts})
+	if e := opts.Egress; e != nil && e.VHDS {
+		if err := cache.ServeVHDS(xds.VHDSOptions{RouteConfigName: e.RouteConfigName, Split: e.VHDSSplit, Metrics: reg}); err != nil {
+			return nil, err
+		}
+	}
 	if err := promreg.Register(reg, &syncStates{clients: xs.ClientStatuses, now: time.Now}); err != nil {
 		return nil, err
 	}

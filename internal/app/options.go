@@ -162,6 +162,7 @@ func egressOptions(e *config.Egress) *translate.Egress {
 		DomainSuffixes:  e.DomainSuffixes,
 		Include:         translate.EgressInclude(e.Include),
 		Fallback:        e.Fallback,
+		VHDS:            e.VHDS,
 	}
 }
 
@@ -173,5 +174,6 @@ func egressConfig(e translate.Egress) *config.Egress {
 		DomainSuffixes:  e.DomainSuffixes,
 		Include:         config.EgressInclude(e.Include),
 		Fallback:        e.Fallback,
+		VHDS:            e.VHDS,
 	}
 }

@@ -165,6 +165,7 @@ func TestConfigEgress(t *testing.T) {
 	for doc, want := range map[string]string{
 		"egress: {listener: {address: 127.0.0.1}}\n":    "egress.listener.port: 0 is not in 1..65535",
 		"egress: {domain_suffixes: [service.consul]}\n": "egress.domain_suffixes[0]",
+		"egress: {vhds: true, fallback: other}\n":       "egress.fallback: not available with vhds: true",
 	} {
 		if _, err := parseOptions(minimalConfig + doc); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %v, want %q", doc, err, want)

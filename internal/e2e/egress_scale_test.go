@@ -25,19 +25,9 @@ import (
 // through the listener. It reports figures; it asserts only that the
 // services are reached.
 func TestEgressFullTableAtScale(t *testing.T) {
-	n, _ := strconv.Atoi(os.Getenv("XDSBRIDGE_EGRESS_SCALE"))
-	if n <= 0 {
-		t.Skip("set XDSBRIDGE_EGRESS_SCALE=5000 to measure")
-	}
+	n := egressScale(t)
 	b := startBackend(t, "b", "127.0.0.1:0")
-	services := func(count int) string {
-		var sb strings.Builder
-		sb.WriteString("services:\n")
-		for i := range count {
-			fmt.Fprintf(&sb, "  svc-%05d:\n    endpoints: [{address: 127.0.0.1, port: %d}]\n", i, b.port)
-		}
-		return sb.String()
-	}
+	services := func(count int) string { return egressScaleCatalog(count, b.port) }
 	for _, egress := range []bool{false, true} {
 		t.Run(fmt.Sprintf("egress=%v", egress), func(t *testing.T) {
 			dir := t.TempDir()
@@ -98,6 +88,27 @@ func TestEgressFullTableAtScale(t *testing.T) {
 			ev.assertNoRejections(t)
 		})
 	}
+}
+
+// egressScale is XDSBRIDGE_EGRESS_SCALE, the number of services of the
+// egress measurements; the test is skipped when it is not set.
+func egressScale(t *testing.T) int {
+	n, _ := strconv.Atoi(os.Getenv("XDSBRIDGE_EGRESS_SCALE"))
+	if n <= 0 {
+		t.Skip("set XDSBRIDGE_EGRESS_SCALE=5000 to measure")
+	}
+	return n
+}
+
+// egressScaleCatalog is a services file of count services, svc-00000 on,
+// each with one endpoint on port.
+func egressScaleCatalog(count int, port uint32) string {
+	var sb strings.Builder
+	sb.WriteString("services:\n")
+	for i := range count {
+		fmt.Fprintf(&sb, "  svc-%05d:\n    endpoints: [{address: 127.0.0.1, port: %d}]\n", i, port)
+	}
+	return sb.String()
 }
 
 var memoryField = regexp.MustCompile(`"(allocated|heap_size)":\s*"(\d+)"`)

@@ -70,6 +70,34 @@ func egressCall(h *epHTTP) func() (string, error) {
 	return func() (string, error) { return h.ok() }
 }
 
+// egressGone waits until h's host, once answered by own, gets a 404
+// (whose body check404 accepts, if not nil), failing on any other answer
+// than own's or a 503 meanwhile, or after 10 s.
+func egressGone(t *testing.T, h *epHTTP, own string, check404 func(body string) error) {
+	t.Helper()
+	for t1 := time.Now(); ; {
+		name, code, err := h.get()
+		if err == nil && code == http.StatusNotFound {
+			if check404 != nil {
+				if err := check404(name); err != nil {
+					t.Fatalf("Host: %s after removal: %v", h.host, err)
+				}
+			}
+			return
+		}
+		if err == nil && code == http.StatusOK && name != own {
+			t.Fatalf("Host: %s after removal answered by %q", h.host, name)
+		}
+		if err == nil && code != http.StatusOK && code != http.StatusServiceUnavailable {
+			t.Fatalf("Host: %s after removal: %d %q; want 404 or 503", h.host, code, name)
+		}
+		if time.Since(t1) > 10*time.Second {
+			t.Fatalf("Host: %s still routed 10s after removal: %d %q %v", h.host, code, name, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // egressOnly sends n calls and fails unless each is answered by want.
 func egressOnly(t *testing.T, what string, n int, call func() (string, error), want string) {
 	t.Helper()
@@ -178,25 +206,12 @@ func testEgressConsulCatalog(t *testing.T, apiType string) {
 	// billing deregistered: 404 (or 503 while its cluster goes), never
 	// another service's backend.
 	a.Deregister("billing-1")
-	for t1 := time.Now(); ; {
-		name, code, err := hBilling.get()
-		if err == nil && code == http.StatusNotFound {
-			if !strings.HasPrefix(name, translate.EgressNotFoundBody) {
-				t.Fatalf("Host: billing after deregistration: 404 %q, not the catch-all's", name)
-			}
-			break
+	egressGone(t, hBilling, "billing-1", func(body string) error {
+		if !strings.HasPrefix(body, translate.EgressNotFoundBody) {
+			return fmt.Errorf("404 %q, not the catch-all's", body)
 		}
-		if err == nil && code == http.StatusOK && name != "billing-1" {
-			t.Fatalf("Host: billing after deregistration answered by %q", name)
-		}
-		if err == nil && code != http.StatusOK && code != http.StatusServiceUnavailable {
-			t.Fatalf("Host: billing after deregistration: %d %q; want 404 or 503", code, name)
-		}
-		if time.Since(t1) > 10*time.Second {
-			t.Fatalf("Host: billing still routed 10s after deregistration: %d %q %v", code, name, err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	for _, c := range []struct {
 		what string
 		tr   *policyTraffic

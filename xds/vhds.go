@@ -1,0 +1,579 @@
+package xds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	promreg "github.com/xdsbridge/xdsbridge/internal/metrics"
+	"github.com/xdsbridge/xdsbridge/translate"
+)
+
+// Virtual host discovery (VHDS) for one route configuration, the egress
+// table: delta clients get it as a RouteConfiguration without virtual
+// hosts (its "stub", whose vhds field points at ADS) and fetch each
+// virtual host on demand as a VirtualHost resource; sotw and REST
+// clients keep getting the whole table.
+//
+// The store keeps the whole table under its name, for sotw clients, and
+// the stub under stubName; a delta stream's requests for the table's name
+// are read as requests for the stub, and the stub goes out under the
+// table's name (vhdsStream.toStub, sending). VirtualHost resources are not in the store:
+// the vhdsTable holds them, split from each table published, and each
+// delta stream's vhdsStream what it subscribed to and holds.
+//
+// Envoy asks for "<table>/<Host>" (its Host header, lower-cased, port
+// included), an alias: the answer is the virtual host whose domains match
+// that Host as Envoy matches them (exact, then the longest suffix
+// wildcard, then the longest prefix wildcard), under its own name
+// "<table>/<service>" with the aliases it was asked by, or, when no
+// virtual host matches, the alias alone without a resource, so that Envoy
+// answers the request 404 at once instead of holding it. A subscription
+// stays: when the table changes, a stream is sent the virtual hosts it
+// holds that changed, the names of those gone (removed_resources), and
+// those its unresolved aliases now resolve to; a stream that holds none of
+// what changed is sent nothing.
+//
+// The hooks in the delta stream handler (deltaserver.go): processDelta
+// opens and closes a stream's vhdsStream; request hands VirtualHost
+// requests to vhdsRequest and renames route subscriptions (vhdsStream.
+// toStub); send renames the stub back (vhdsStream.sending); process hands
+// a wake-up to vhdsWoken. PublishServices calls vhdsPublish; visibility.
+// sees (authorize.go) reads the stub's name as the table's.
+
+// VirtualHostType is the type URL of VHDS resources.
+const VirtualHostType = resource.VirtualHostType
+
+// VHDSSplit makes, of a table as published, the stub delta clients get
+// and the VirtualHost resources, each named "<table>/<service>".
+type VHDSSplit func(table *route.RouteConfiguration) (stub *route.RouteConfiguration, hosts []*route.VirtualHost, err error)
+
+// VHDSOptions configure ServeVHDS.
+type VHDSOptions struct {
+	// RouteConfigName is the table's name.
+	RouteConfigName string
+	Split           VHDSSplit
+	// Metrics is where the counters are registered; nil for none.
+	Metrics prometheus.Registerer
+}
+
+// ServeVHDS serves the route configuration opts.RouteConfigName over
+// VHDS to delta clients. Call it before serving and before the table is
+// first published.
+func (c *Cache) ServeVHDS(opts VHDSOptions) error {
+	if opts.RouteConfigName == "" || opts.Split == nil {
+		return errors.New("xds: ServeVHDS needs a route configuration name and a split")
+	}
+	t := &vhdsTable{
+		name:     opts.RouteConfigName,
+		stubName: translate.VHDSStubName(opts.RouteConfigName),
+		prefix:   opts.RouteConfigName + "/",
+		split:    opts.Split,
+		hosts:    map[string]*vhdsHost{},
+		streams:  map[*vhdsStream]struct{}{},
+		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "xdsbridge_vhds_resources_sent_total",
+			Help: "VHDS answers sent to delta clients, by kind: host (a virtual host), unresolved (an alias no virtual host matches, answered without a resource), removed (a virtual host gone).",
+		}, []string{"kind"}),
+	}
+	t.hostsGauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "xdsbridge_vhds_virtual_hosts",
+		Help: "Virtual hosts served over VHDS (the egress table's services).",
+	}, func() float64 { t.mu.Lock(); defer t.mu.Unlock(); return float64(len(t.hosts)) })
+	if err := promreg.Register(opts.Metrics, t.sent, t.hostsGauge); err != nil {
+		return err
+	}
+	c.vhds.Store(t)
+	return nil
+}
+
+// vhdsTable is the table's virtual hosts as served over VHDS, and the
+// streams subscribed.
+type vhdsTable struct {
+	name, stubName, prefix string
+	split                  VHDSSplit
+
+	sent       *prometheus.CounterVec
+	hostsGauge prometheus.GaugeFunc
+
+	mu    sync.Mutex
+	hosts map[string]*vhdsHost // by resource name
+	// exact, suffixes and prefixes index the hosts' domains (lower-cased;
+	// suffix and prefix without their '*') by the resource name.
+	exact, suffixes, prefixes map[string]string
+	streams                   map[*vhdsStream]struct{}
+}
+
+// vhdsHost is one VirtualHost resource.
+type vhdsHost struct {
+	name    string
+	version string
+	msg     *route.VirtualHost
+	any     *anypb.Any
+}
+
+// vhdsPublish takes the routes of a publication: the table's is split
+// into its stub (added to routes, under stubName) and its virtual hosts,
+// which replace the served ones when the returned function is called,
+// once the publication is applied.
+// c.pubMu is held.
+func (c *Cache) vhdsPublish(routes []Resource) ([]Resource, func()) {
+	t := c.vhds.Load()
+	if t == nil {
+		return routes, func() {}
+	}
+	i := slices.IndexFunc(routes, func(r Resource) bool { return r.Name == t.name })
+	if i < 0 {
+		return routes, func() {}
+	}
+	rc, _ := routes[i].Msg.(*route.RouteConfiguration)
+	stub, hosts, err := t.split(rc)
+	if err != nil {
+		// Not bad input: every virtual host passed validation in the
+		// table. The served ones stay.
+		return routes, func() {}
+	}
+	routes = append(slices.Clone(routes), Resource{Name: t.stubName, Msg: stub})
+	return routes, func() { t.replace(hosts) }
+}
+
+// replace makes hosts the virtual hosts served and tells each stream that
+// holds or asked for one that changed.
+func (t *vhdsTable) replace(hosts []*route.VirtualHost) {
+	next := make(map[string]*vhdsHost, len(hosts))
+	exact, suffix, prefix := map[string]string{}, map[string]string{}, map[string]string{}
+	t.mu.Lock()
+	var changed []string
+	domainsChanged := false
+	for _, vh := range hosts {
+		name := vh.GetName()
+		old := t.hosts[name]
+		if old != nil && proto.Equal(old.msg, vh) {
+			next[name] = old
+		} else {
+			// A host added, or its domains changed: an alias that
+			// resolved to nothing may resolve now.
+			domainsChanged = domainsChanged || old == nil || !slices.Equal(old.msg.GetDomains(), vh.GetDomains())
+			a, err := anypb.New(vh)
+			if err != nil {
+				continue
+			}
+			next[name] = &vhdsHost{name: name, version: hashVersion(a.GetValue()), msg: vh, any: a}
+			changed = append(changed, name)
+		}
+		for _, d := range vh.GetDomains() {
+			d = strings.ToLower(d)
+			switch {
+			case d == "*":
+			case strings.HasPrefix(d, "*"):
+				suffix[d[1:]] = name
+			case strings.HasSuffix(d, "*"):
+				prefix[d[:len(d)-1]] = name
+			default:
+				exact[d] = name
+			}
+		}
+	}
+	for name := range t.hosts {
+		if next[name] == nil {
+			changed = append(changed, name)
+		}
+	}
+	t.hosts, t.exact, t.suffixes, t.prefixes = next, exact, suffix, prefix
+	streams := make([]*vhdsStream, 0, len(t.streams))
+	for s := range t.streams {
+		streams = append(streams, s)
+	}
+	t.mu.Unlock()
+	if len(changed) == 0 {
+		return
+	}
+	for _, s := range streams {
+		s.tableChanged(changed, domainsChanged)
+	}
+}
+
+// resolve is the resource name of the virtual host a Host header (lower-
+// cased) reaches, as Envoy matches domains: exactly, then by the longest
+// suffix wildcard, then by the longest prefix wildcard; "" when none.
+// t.mu is held.
+func (t *vhdsTable) resolve(host string) string {
+	if n, ok := t.exact[host]; ok {
+		return n
+	}
+	for i := 1; i < len(host); i++ {
+		if n, ok := t.suffixes[host[i:]]; ok {
+			return n
+		}
+	}
+	for l := len(host) - 1; l >= 0; l-- {
+		if n, ok := t.prefixes[host[:l]]; ok {
+			return n
+		}
+	}
+	return ""
+}
+
+// hashVersion is a resource version of an encoding.
+func hashVersion(b []byte) string {
+	var h uint64 = 14695981039346656037
+	for _, c := range b {
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	return fmt.Sprintf("%016x", h)
+}
+
+// vhdsStream is what one delta stream subscribed to over VHDS and holds.
+// The stream's goroutine calls request, sending and next; the publisher
+// calls tableChanged.
+type vhdsStream struct {
+	t    *vhdsTable
+	wake chan struct{} // a table change the stream may need (cap 1)
+	done chan struct{}
+	wg   sync.WaitGroup
+
+	mu sync.Mutex
+	// routeSent: the stream was sent the stub (the rule of updateOrder:
+	// no virtual host before its route configuration).
+	routeSent bool
+	// aliases: subscribed aliases (full names, "<table>/<Host>") →
+	// unanswered (true until the next response answers them).
+	aliases    map[string]bool
+	unresolved int // aliases resolving to nothing, of aliases
+	// held: resource name → version the stream was sent.
+	held map[string]string
+	// answer: the next response goes out even if empty (a subscription
+	// that names no alias, such as Envoy's first request for the table).
+	answer bool
+	// vis: what the client may read (xds.authorization): a virtual host
+	// whose service it may not read is answered as no virtual host.
+	vis *visibility
+}
+
+// vhdsOpen registers a delta stream; its pump hands table changes to
+// the stream's goroutine through responses (as vhdsWake). Nil when the
+// cache serves no VHDS.
+func (c *Cache) vhdsOpen(ctx context.Context, responses chan<- cache.DeltaResponse) *vhdsStream {
+	t := c.vhds.Load()
+	if t == nil {
+		return nil
+	}
+	s := &vhdsStream{t: t, wake: make(chan struct{}, 1), done: make(chan struct{}), aliases: map[string]bool{}, held: map[string]string{}}
+	t.mu.Lock()
+	t.streams[s] = struct{}{}
+	t.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			select {
+			case <-s.wake:
+				select {
+				case responses <- vhdsWake{}:
+				case <-s.done:
+					return
+				case <-ctx.Done():
+					return
+				}
+			case <-s.done:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return s
+}
+
+// close unregisters the stream and stops its pump (before the stream's
+// response channel is closed).
+func (s *vhdsStream) close() {
+	if s == nil {
+		return
+	}
+	s.t.mu.Lock()
+	delete(s.t.streams, s)
+	s.t.mu.Unlock()
+	close(s.done)
+	s.wg.Wait()
+}
+
+func (s *vhdsStream) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// tableChanged wakes the stream if it holds one of the names changed or,
+// when domains changed, has an alias that resolved to nothing.
+func (s *vhdsStream) tableChanged(changed []string, domainsChanged bool) {
+	s.mu.Lock()
+	need := domainsChanged && s.unresolved > 0
+	for _, n := range changed {
+		if need {
+			break
+		}
+		_, need = s.held[n]
+	}
+	s.mu.Unlock()
+	if need {
+		s.signal()
+	}
+}
+
+// request applies a VirtualHost request: its subscriptions and
+// unsubscriptions, and, on a first request, the versions the client
+// holds. Names outside the table ("<table>" itself, Envoy's first
+// subscription, or another table's) are answered with nothing.
+func (s *vhdsStream) request(req *discovery.DeltaDiscoveryRequest, first bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if first {
+		s.answer = true
+		for n, v := range req.GetInitialResourceVersions() {
+			if strings.HasPrefix(n, s.t.prefix) {
+				s.held[n] = v
+			}
+		}
+	}
+	for _, n := range req.GetResourceNamesUnsubscribe() {
+		delete(s.aliases, n)
+		delete(s.held, n)
+	}
+	for _, n := range req.GetResourceNamesSubscribe() {
+		if !strings.HasPrefix(n, s.t.prefix) {
+			s.answer = true
+			continue
+		}
+		s.aliases[n] = true
+	}
+}
+
+func (s *vhdsStream) setVisibility(v *visibility) {
+	s.mu.Lock()
+	s.vis = v
+	s.mu.Unlock()
+}
+
+// sending renames the stub in a route response to the table's name (the
+// stub's Resource is the store's, shared: replaced by a copy) and notes
+// that the stream was sent it.
+func (s *vhdsStream) sending(resp *discovery.DeltaDiscoveryResponse) {
+	if s == nil || resp.GetTypeUrl() != RouteType {
+		return
+	}
+	// The whole table is never sent to a delta stream under its name
+	// (only a wildcard subscription would be sent it): the stub is.
+	if slices.ContainsFunc(resp.GetResources(), func(r *discovery.Resource) bool { return r.GetName() == s.t.name }) {
+		resp.Resources = slices.DeleteFunc(slices.Clone(resp.Resources), func(r *discovery.Resource) bool { return r.GetName() == s.t.name })
+	}
+	if slices.Contains(resp.GetRemovedResources(), s.t.name) {
+		resp.RemovedResources = slices.DeleteFunc(slices.Clone(resp.RemovedResources), func(n string) bool { return n == s.t.name })
+	}
+	sent := false
+	for i, r := range resp.GetResources() {
+		if r.GetName() == s.t.stubName {
+			if !sent {
+				resp.Resources = slices.Clone(resp.Resources)
+			}
+			c := proto.Clone(r).(*discovery.Resource)
+			c.Name = s.t.name
+			resp.Resources[i], sent = c, true
+		}
+	}
+	for i, n := range resp.GetRemovedResources() {
+		if n == s.t.stubName {
+			resp.RemovedResources = slices.Clone(resp.RemovedResources)
+			resp.RemovedResources[i] = s.t.name
+		}
+	}
+	if sent {
+		s.mu.Lock()
+		s.routeSent = true
+		wake := len(s.aliases) > 0 || s.answer
+		s.mu.Unlock()
+		if wake {
+			s.signal()
+		}
+	}
+}
+
+// toStub reads a route request's names of the table as the stub's.
+func (s *vhdsStream) toStub(req *discovery.DeltaDiscoveryRequest) {
+	if s == nil {
+		return
+	}
+	rename := func(l []string) []string {
+		if i := slices.Index(l, s.t.name); i >= 0 {
+			l = slices.Clone(l)
+			l[i] = s.t.stubName
+		}
+		return l
+	}
+	req.ResourceNamesSubscribe = rename(req.ResourceNamesSubscribe)
+	req.ResourceNamesUnsubscribe = rename(req.ResourceNamesUnsubscribe)
+	if v, ok := req.InitialResourceVersions[s.t.name]; ok {
+		delete(req.InitialResourceVersions, s.t.name)
+		req.InitialResourceVersions[s.t.stubName] = v
+	}
+}
+
+// next is the stream's next VHDS response, nil when it has nothing to
+// send: the virtual hosts its aliases resolve to that it does not hold at
+// their version or that an alias just asked for, the unresolved aliases
+// just asked for (without a resource), and the names it holds that are
+// gone. Nothing before the stream was sent the stub.
+func (s *vhdsStream) next() *discovery.DeltaDiscoveryResponse {
+	t := s.t
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.routeSent {
+		return nil
+	}
+	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: VirtualHostType}
+	t.mu.Lock()
+	byName := map[string][]string{} // resource → aliases resolving to it
+	asked := map[string]bool{}      // resource → an alias just asked for it
+	var unresolved []string
+	s.unresolved = 0
+	for a, fresh := range s.aliases {
+		n := t.resolve(a[len(t.prefix):])
+		if n != "" && !s.vis.sees(n[len(t.prefix):]) {
+			n = ""
+		}
+		if n == "" {
+			s.unresolved++
+			if fresh {
+				unresolved = append(unresolved, a)
+			}
+			continue
+		}
+		byName[n] = append(byName[n], a)
+		asked[n] = asked[n] || fresh
+	}
+	var hosts, removed int
+	for n, v := range s.held {
+		if t.hosts[n] == nil {
+			resp.RemovedResources = append(resp.RemovedResources, n)
+			delete(s.held, n)
+			removed++
+		} else if _, ok := byName[n]; !ok && t.hosts[n].version != v {
+			// Held through an alias no longer subscribed or moved
+			// elsewhere: kept current while held.
+			byName[n] = nil
+		}
+	}
+	for n, aliases := range byName {
+		h := t.hosts[n]
+		if v, ok := s.held[n]; ok && v == h.version && !asked[n] {
+			continue
+		}
+		slices.Sort(aliases)
+		resp.Resources = append(resp.Resources, &discovery.Resource{Name: n, Version: h.version, Resource: h.any, Aliases: aliases})
+		s.held[n] = h.version
+		hosts++
+	}
+	t.mu.Unlock()
+	for _, a := range unresolved {
+		resp.Resources = append(resp.Resources, &discovery.Resource{Name: a, Aliases: []string{a}})
+	}
+	for a := range s.aliases {
+		s.aliases[a] = false
+	}
+	if len(resp.Resources) == 0 && len(resp.RemovedResources) == 0 {
+		if !s.answer {
+			return nil
+		}
+		// Envoy's VHDS watch (namespace "<table>") is told of a response
+		// only through a name in it: an empty one would leave it waiting
+		// for its first update (initial_fetch_timeout, 15 s by default,
+		// during which the listener is not ready). "<table>/" (the empty
+		// host), which no virtual host is named, is reported removed.
+		resp.RemovedResources = []string{t.prefix}
+	}
+	s.answer = false
+	slices.SortFunc(resp.Resources, func(a, b *discovery.Resource) int { return strings.Compare(a.Name, b.Name) })
+	slices.Sort(resp.RemovedResources)
+	t.sent.WithLabelValues("host").Add(float64(hosts))
+	t.sent.WithLabelValues("unresolved").Add(float64(len(unresolved)))
+	t.sent.WithLabelValues("removed").Add(float64(removed))
+	return resp
+}
+
+// vhdsWake is put in a stream's responses by its pump: the table changed
+// in a way the stream may need (process calls vhdsWoken).
+type vhdsWake struct{}
+
+var vhdsWakeRequest = &discovery.DeltaDiscoveryRequest{TypeUrl: VirtualHostType}
+
+func (vhdsWake) GetDeltaDiscoveryResponse() (*discovery.DeltaDiscoveryResponse, error) {
+	return nil, errors.New("xds: a VHDS wake-up is not a response")
+}
+func (vhdsWake) GetDeltaRequest() *discovery.DeltaDiscoveryRequest { return vhdsWakeRequest }
+func (vhdsWake) GetSystemVersion() (string, error)                 { return "", nil }
+func (vhdsWake) GetResponseVersion() string                        { return "" }
+func (vhdsWake) GetNextVersionMap() map[string]string              { return nil }
+func (vhdsWake) GetReturnedResources() map[string]string           { return nil }
+func (vhdsWake) GetContext() context.Context                       { return context.Background() }
+
+// vhdsResponse is a VHDS response as the stream handler sends it.
+type vhdsResponse struct {
+	vhdsWake
+	resp *discovery.DeltaDiscoveryResponse
+}
+
+func (r vhdsResponse) GetDeltaDiscoveryResponse() (*discovery.DeltaDiscoveryResponse, error) {
+	return r.resp, nil
+}
+
+// vhdsRequest answers a VirtualHost request on a stream that serves VHDS.
+func (ds *deltaStream) vhdsRequest(req *discovery.DeltaDiscoveryRequest) error {
+	w, seen := ds.watches[VirtualHostType]
+	if !seen {
+		if c, ok := ds.s.cache.(*Cache); ok {
+			c.mu.Lock()
+			if st := c.streams[streamKey{true, ds.id}]; st != nil {
+				ds.vhds.setVisibility(st.vis)
+			}
+			c.mu.Unlock()
+		}
+	}
+	ds.vhds.request(req, !seen)
+	ds.watches[VirtualHostType] = w
+	return ds.vhdsSend()
+}
+
+// vhdsWoken sends what a table change brings the stream, if anything.
+func (ds *deltaStream) vhdsWoken() error {
+	if ds.vhds == nil {
+		return nil
+	}
+	return ds.vhdsSend()
+}
+
+func (ds *deltaStream) vhdsSend() error {
+	resp := ds.vhds.next()
+	if resp == nil {
+		return nil
+	}
+	nonce, err := ds.send(vhdsResponse{resp: resp})
+	if err != nil {
+		return err
+	}
+	w := ds.watches[VirtualHostType]
+	w.nonce = nonce
+	ds.watches[VirtualHostType] = w
+	return nil
+}

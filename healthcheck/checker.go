@@ -24,6 +24,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -184,6 +185,12 @@ type Checker struct {
 	load   float64
 	active int
 	full   bool
+
+	// portableTCP makes every TCP check dial in a goroutine, as on
+	// systems without the connect loop. For tests.
+	portableTCP bool
+	// loopProbes counts the probes started on the connect loop. For tests.
+	loopProbes atomic.Uint64
 }
 
 type target struct {
@@ -202,6 +209,9 @@ type target struct {
 	// conn is the connection kept between probes (*grpc.ClientConn or
 	// *httpConn), or nil.
 	conn io.Closer
+	// dest is the TCP check's address for the connect loop (tcpDestOf),
+	// or nil: the check then dials in a goroutine.
+	dest tcpDest
 }
 
 // NewChecker returns a checker with no targets. It starts no goroutines.
@@ -293,6 +303,9 @@ func (c *Checker) SetTargets(ts []Target) error {
 			continue
 		}
 		t := &target{key: k, addr: w.Host.String(), cfg: w.Check, idx: -1}
+		if w.Check.Type == TypeTCP && !c.portableTCP {
+			t.dest = tcpDestOf(w.Host)
+		}
 		t.st = State{Host: w.Host, Address: t.addr, Type: w.Check.Type, Since: now}
 		switch w.Check.InitialState {
 		case InitialHealthy:
@@ -402,7 +415,17 @@ func (c *Checker) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Go(func() { c.deliver(ctx) })
-	c.schedule(ctx, &wg)
+	loop, err := newTCPLoop(func(t *target, err error, start, end time.Time) {
+		c.finish(ctx, t, nil, err, start, end)
+		c.release()
+	})
+	if err != nil {
+		// TCP checks dial in goroutines, as on systems without the loop.
+		c.log.Debug("health check connect loop unavailable", "error", err)
+	} else {
+		wg.Go(func() { loop.run(ctx) })
+	}
+	c.schedule(ctx, &wg, loop)
 	wg.Wait()
 
 	var conns []io.Closer
@@ -421,9 +444,10 @@ func (c *Checker) Run(ctx context.Context) error {
 	return nil
 }
 
-// schedule pops due targets off the heap and starts their probes, each in
-// a goroutine of wg, while fewer than the bound are in flight.
-func (c *Checker) schedule(ctx context.Context, wg *sync.WaitGroup) {
+// schedule pops due targets off the heap and starts their probes while
+// fewer than the bound are in flight: a TCP check with an IP address on
+// loop (if not nil), any other in a goroutine of wg.
+func (c *Checker) schedule(ctx context.Context, wg *sync.WaitGroup, loop *tcpLoop) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for ctx.Err() == nil {
@@ -448,6 +472,15 @@ func (c *Checker) schedule(ctx context.Context, wg *sync.WaitGroup) {
 			}
 		}
 		c.mu.Unlock()
+		if due != nil && due.dest != nil && loop != nil {
+			c.loopProbes.Add(1)
+			if !loop.start(due, due.dest, due.cfg.Timeout.D()) {
+				// The loop has stopped: Run is stopping.
+				c.requeue(due)
+				c.release()
+			}
+			continue
+		}
 		if due != nil {
 			wg.Go(func() {
 				c.probe(ctx, due)
@@ -549,6 +582,13 @@ func (c *Checker) probe(ctx context.Context, t *target) {
 	}
 	end := time.Now()
 	cancel()
+	c.finish(ctx, t, conn, err, start, end)
+}
+
+// finish records the result of one probe of t that ran from start to end,
+// keeps conn for the next probe, and schedules it.
+func (c *Checker) finish(ctx context.Context, t *target, conn io.Closer, err error, start, end time.Time) {
+	cfg := &t.cfg
 	if ctx.Err() != nil {
 		// Run is stopping: the probe was cut short and says nothing.
 		c.mu.Lock()

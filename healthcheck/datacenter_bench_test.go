@@ -7,7 +7,9 @@ package healthcheck
 // XDSBRIDGE_HC_DC_BENCH (the run's length, warm-up included) turns it on;
 // XDSBRIDGE_HC_DC_TYPE is tcp (default) or http; XDSBRIDGE_HC_DC_HOSTS the
 // number of endpoints (default 100000); XDSBRIDGE_HC_DC_BLACKHOLED the
-// percentage of them that never answer a SYN (default 5).
+// percentage of them that never answer a SYN (default 5);
+// XDSBRIDGE_HC_DC_INTERVAL the checks' interval (default 5s; the jitter is
+// 10 % of it, the timeout 1s).
 //
 // The backends run in a child process (this test binary re-run as
 // TestHelperDatacenterBackends), so the figures are the checker's alone.
@@ -26,6 +28,7 @@ package healthcheck
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -189,9 +192,10 @@ func TestBenchDatacenterScale(t *testing.T) {
 		t.Fatalf("backends did not start: %q", out.Text())
 	}
 
-	raw := `{"type": "tcp"}`
+	interval := cmp.Or(os.Getenv("XDSBRIDGE_HC_DC_INTERVAL"), "5s")
+	raw := fmt.Sprintf(`{"type": "tcp", "interval": %q}`, interval)
 	if typ == TypeHTTP {
-		raw = `{"type": "http", "http": {"path": "/health"}}`
+		raw = fmt.Sprintf(`{"type": "http", "interval": %q, "http": {"path": "/health"}}`, interval)
 	}
 	check, err := ParseConfig(json.RawMessage(raw), "health_check")
 	if err != nil {
@@ -231,6 +235,12 @@ func TestBenchDatacenterScale(t *testing.T) {
 	rss := vmRSS()
 	twChecker, twBackends := timeWait()
 	twAll := timeWaitAll()
+	lastErrors := map[string]int{}
+	for _, st := range c.Snapshot() {
+		if st.LastError != "" {
+			lastErrors[st.LastError]++
+		}
+	}
 	runtime.KeepAlive(targets)
 	cancel()
 	if err := <-runErr; err != nil {
@@ -248,6 +258,7 @@ func TestBenchDatacenterScale(t *testing.T) {
 		cpu/window, (probes1-probes0)/window, float64(hosts)/(check.Interval.D()+check.Jitter.D()/2).Seconds(),
 		lagString(lag, 0.5), lagString(lag, 0.99), 100*lag.fractionOver(0.1),
 		float64(rss)/(1<<20), float64(ru2.Maxrss)/1024, twChecker, twBackends, twAll)
+	t.Logf("targets by last error: %v", lastErrors)
 }
 
 // buckets is a histogram's cumulative bucket counts.

@@ -1,7 +1,6 @@
 package healthcheck
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -134,33 +133,6 @@ func TestHTTPCheckServerClosesIdleConnection(t *testing.T) {
 	}
 	if c := s.conns.Load(); c < 4 {
 		t.Errorf("%d connections: the server's idle timeout did not close them", c)
-	}
-}
-
-// The TCP check resets its connection (SO_LINGER 0) instead of closing it,
-// so the bridge's host keeps no TIME_WAIT: the backend sees a reset.
-func TestTCPCheckResetsConnection(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	got := make(chan error, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			got <- err
-			return
-		}
-		defer c.Close()
-		c.SetReadDeadline(time.Now().Add(waitLimit))
-		_, err = c.Read(make([]byte, 1))
-		got <- err
-	}()
-	tg := Target{Host: hostOf(ln.Addr()), Check: tcpCheck(1000)}
-	startChecker(t, Options{}, tg)
-	if err := <-got; !errors.Is(err, syscall.ECONNRESET) {
-		t.Errorf("backend read %v, want a connection reset", err)
 	}
 }
 

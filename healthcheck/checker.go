@@ -549,19 +549,23 @@ func (c *Checker) probe(ctx context.Context, t *target) {
 	c.mu.Unlock()
 
 	cfg := t.cfg
-	pctx, cancel := context.WithTimeout(ctx, cfg.Timeout.D())
 	start := time.Now()
+	if cfg.Type == TypeHTTP {
+		// The connection's deadline is the probe's timeout: no context.
+		hc, _ := conn.(*httpConn)
+		hc, err := c.probers.probeHTTP(ctx, start.Add(cfg.Timeout.D()), t.addr, cfg.HTTP, cfg.reuse(), hc)
+		conn = nil
+		if hc != nil {
+			conn = hc
+		}
+		c.finish(ctx, t, conn, err, start, time.Now())
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, cfg.Timeout.D())
 	var err error
 	switch cfg.Type {
 	case TypeTCP:
 		err = c.probers.probeTCP(pctx, t.addr)
-	case TypeHTTP:
-		hc, _ := conn.(*httpConn)
-		if hc, err = c.probers.probeHTTP(pctx, t.addr, cfg.HTTP, cfg.reuse(), hc); hc != nil {
-			conn = hc
-		} else {
-			conn = nil
-		}
 	case TypeGRPC:
 		gc, _ := conn.(*grpc.ClientConn)
 		if gc == nil {

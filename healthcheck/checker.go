@@ -457,7 +457,7 @@ func (c *Checker) schedule(ctx context.Context, wg *sync.WaitGroup, loop *tcpLoo
 		wait := time.Hour
 		c.mu.Lock()
 		if len(c.queue) > 0 {
-			top := c.queue[0]
+			top := c.queue[0].t
 			now := time.Now()
 			if d := top.next.Sub(now); d > 0 {
 				wait = d
@@ -812,26 +812,34 @@ func errString(err error) string {
 	return err.Error()
 }
 
-// targetHeap orders targets by next probe time.
-type targetHeap []*target
+// targetHeap orders targets by next probe time. Each entry holds its time
+// as a number, so that ordering reads no target.
+type targetHeap []heapEntry
+
+type heapEntry struct {
+	at int64 // t.next, in nanoseconds since heapEpoch (monotonic)
+	t  *target
+}
+
+var heapEpoch = time.Now()
 
 func (h targetHeap) Len() int           { return len(h) }
-func (h targetHeap) Less(i, j int) bool { return h[i].next.Before(h[j].next) }
+func (h targetHeap) Less(i, j int) bool { return h[i].at < h[j].at }
 func (h targetHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].idx = i
-	h[j].idx = j
+	h[i].t.idx = i
+	h[j].t.idx = j
 }
 func (h *targetHeap) Push(x any) {
 	t := x.(*target)
 	t.idx = len(*h)
-	*h = append(*h, t)
+	*h = append(*h, heapEntry{at: int64(t.next.Sub(heapEpoch)), t: t})
 }
 func (h *targetHeap) Pop() any {
 	old := *h
 	n := len(old)
-	t := old[n-1]
-	old[n-1] = nil
+	t := old[n-1].t
+	old[n-1] = heapEntry{}
 	t.idx = -1
 	*h = old[:n-1]
 	return t

@@ -254,8 +254,8 @@ func TestBenchDatacenterScale(t *testing.T) {
 	t.Logf("%d %s endpoints, %d%% blackholed, interval %v, timeout %v; window %.1fs after the warm-up; load average %s",
 		hosts, typ, blackholed, check.Interval.D(), check.Timeout.D(), window, strings.Join(strings.Fields(string(load))[:3], " "))
 	t.Logf("probes failed %.1f%% (blackholed: %d%%); CPU %.0fµs per probe", 100*(fails1-fails0)/(probes1-probes0), blackholed, 1e6*cpu/(probes1-probes0))
-	t.Logf("cores %.2f; probes/s %.0f achieved / %.0f wanted; schedule lag p50 %s p99 %s (%.2f%% > 100ms); RSS %.0f MiB (peak %.0f MiB); TIME_WAIT checker side %d, backends side %d (host: %d)",
-		cpu/window, (probes1-probes0)/window, float64(hosts)/(check.Interval.D()+check.Jitter.D()/2).Seconds(),
+	t.Logf("cores %.2f (CPU %.1fs / %.1fs wall, this process: the checker); probes/s %.0f achieved / %.0f wanted; schedule lag p50 %s p99 %s (%.2f%% > 100ms); RSS %.0f MiB (peak %.0f MiB); TIME_WAIT checker side %d, backends side %d (host: %d)",
+		cpu/window, cpu, window, (probes1-probes0)/window, float64(hosts)/(check.Interval.D()+check.Jitter.D()/2).Seconds(),
 		lagString(lag, 0.5), lagString(lag, 0.99), 100*lag.fractionOver(0.1),
 		float64(rss)/(1<<20), float64(ru2.Maxrss)/1024, twChecker, twBackends, twAll)
 	t.Logf("targets by last error: %v", lastErrors)

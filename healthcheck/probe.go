@@ -114,7 +114,7 @@ func (p *probers) probeHTTP(ctx context.Context, deadline time.Time, addr string
 			if answered {
 				conn.Close()
 			} else {
-				abort(conn)
+				abort(conn.Conn)
 			}
 		}
 		if err != nil && !fresh && !answered && ctx.Err() == nil && time.Now().Before(deadline) {

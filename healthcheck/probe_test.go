@@ -1,6 +1,7 @@
 package healthcheck
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -177,5 +178,41 @@ func TestBlackholedHostsDelayNoOne(t *testing.T) {
 	}
 	if s := h.state(ts[0].Key()); s.Probes != 0 {
 		t.Errorf("a blackholed probe ended early: %+v", s)
+	}
+}
+
+// An HTTP probe that gets no answer within its timeout resets its
+// connection: no TIME_WAIT on the bridge's side; the backend reads a reset.
+func TestHTTPCheckTimeoutResetsConnection(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- err
+			return
+		}
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(waitLimit))
+		// The request, then nothing: the answer never comes.
+		buf := make([]byte, 4096)
+		for {
+			if _, err = c.Read(buf); err != nil {
+				got <- err
+				return
+			}
+		}
+	}()
+	tg := Target{Host: hostOf(ln.Addr()), Check: httpCheck(1000, func(c *Config) { c.Timeout = ms(100) })}
+	h := startChecker(t, Options{}, tg)
+	if err := <-got; !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("backend read %v, want a connection reset", err)
+	}
+	if st := h.waitProbes(tg.Key(), 1); st.LastError != "timeout" {
+		t.Errorf("last error %q, want timeout", st.LastError)
 	}
 }

@@ -210,6 +210,15 @@ func (l *tcpLoop) run(ctx context.Context) {
 	for {
 		l.mu.Lock()
 		now := time.Now()
+		if len(l.byDl) > 0 && !l.byDl[0].deadline.After(now) {
+			// Connects may have ended since the last wait (this goroutine
+			// was busy or not running): collect them before failing any
+			// as a timeout.
+			l.mu.Unlock()
+			n, _ := syscall.EpollWait(l.epfd, events, 0)
+			l.mu.Lock()
+			ended = l.collect(events[:max(n, 0)], now, ended)
+		}
 		for len(l.byDl) > 0 && !l.byDl[0].deadline.After(now) {
 			ended = append(ended, l.end(l.byDl[0], errTimeout, now))
 		}
@@ -247,30 +256,37 @@ func (l *tcpLoop) run(ctx context.Context) {
 		now = time.Now()
 		l.mu.Lock()
 		l.sleepUntil = time.Time{}
-		for _, ev := range events[:max(n, 0)] {
-			if ev.Pad < 0 {
-				var b [64]byte
-				for {
-					if n, _ := syscall.Read(l.pipe[0], b[:]); n < len(b) {
-						break
-					}
-				}
-				continue
-			}
-			op := l.ops[ev.Pad]
-			if op.t == nil || op.fd != int(ev.Fd) {
-				continue
-			}
-			var perr error
-			if soerr, err := syscall.GetsockoptInt(op.fd, syscall.SOL_SOCKET, syscall.SO_ERROR); err != nil {
-				perr = dialError("getsockopt", err)
-			} else if soerr != 0 {
-				perr = dialError("connect", syscall.Errno(soerr))
-			}
-			ended = append(ended, l.end(op, perr, now))
-		}
+		ended = l.collect(events[:max(n, 0)], now, ended)
 		l.mu.Unlock()
 	}
+}
+
+// collect ends the connects that events report, at now, and drains the
+// wake-up pipe. Called with mu held.
+func (l *tcpLoop) collect(events []syscall.EpollEvent, now time.Time, ended []tcpEnd) []tcpEnd {
+	for _, ev := range events {
+		if ev.Pad < 0 {
+			var b [64]byte
+			for {
+				if n, _ := syscall.Read(l.pipe[0], b[:]); n < len(b) {
+					break
+				}
+			}
+			continue
+		}
+		op := l.ops[ev.Pad]
+		if op.t == nil || op.fd != int(ev.Fd) {
+			continue
+		}
+		var perr error
+		if soerr, err := syscall.GetsockoptInt(op.fd, syscall.SOL_SOCKET, syscall.SO_ERROR); err != nil {
+			perr = dialError("getsockopt", err)
+		} else if soerr != 0 {
+			perr = dialError("connect", syscall.Errno(soerr))
+		}
+		ended = append(ended, l.end(op, perr, now))
+	}
+	return ended
 }
 
 // finish closes the ended probes' sockets and reports them.

@@ -189,24 +189,7 @@ func TestHTTPCheckTimeoutResetsConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	got := make(chan error, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			got <- err
-			return
-		}
-		defer c.Close()
-		c.SetReadDeadline(time.Now().Add(waitLimit))
-		// The request, then nothing: the answer never comes.
-		buf := make([]byte, 4096)
-		for {
-			if _, err = c.Read(buf); err != nil {
-				got <- err
-				return
-			}
-		}
-	}()
+	got := readUntilError(ln) // the request, then no answer
 	tg := Target{Host: hostOf(ln.Addr()), Check: httpCheck(1000, func(c *Config) { c.Timeout = ms(100) })}
 	h := startChecker(t, Options{}, tg)
 	if err := <-got; !errors.Is(err, syscall.ECONNRESET) {

@@ -54,6 +54,29 @@ func startPortable(t *testing.T, portable bool, ts ...Target) *harness {
 	return h
 }
 
+// readUntilError accepts one connection on ln and reads (and discards)
+// until an error, which it sends.
+func readUntilError(ln net.Listener) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- err
+			return
+		}
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(waitLimit))
+		buf := make([]byte, 4096)
+		for {
+			if _, err = c.Read(buf); err != nil {
+				got <- err
+				return
+			}
+		}
+	}()
+	return got
+}
+
 // acceptAll accepts and closes connections on ln until it closes.
 func acceptAll(ln net.Listener) {
 	for {
@@ -145,18 +168,7 @@ func TestTCPCheckResetsConnection(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ln.Close()
-		got := make(chan error, 1)
-		go func() {
-			c, err := ln.Accept()
-			if err != nil {
-				got <- err
-				return
-			}
-			defer c.Close()
-			c.SetReadDeadline(time.Now().Add(waitLimit))
-			_, err = c.Read(make([]byte, 1))
-			got <- err
-		}()
+		got := readUntilError(ln)
 		tg := Target{Host: hostOf(ln.Addr()), Check: tcpCheck(1000)}
 		h := start(tg)
 		if err := <-got; !errors.Is(err, syscall.ECONNRESET) {

@@ -110,6 +110,7 @@ func (p *probers) probeHTTP(ctx context.Context, deadline time.Time, addr string
 			conn = &httpConn{Conn: c, req: httpRequest(addr, h, reuse)}
 		}
 		keep, answered, err := roundTrip(ctx, deadline, conn, h)
+		keep = keep && reuse
 		if !keep {
 			if answered {
 				conn.Close()

@@ -199,3 +199,46 @@ func TestHTTPCheckTimeoutResetsConnection(t *testing.T) {
 		t.Errorf("last error %q, want timeout", st.LastError)
 	}
 }
+
+// With reuse_connection: false, a probe never keeps its connection, also
+// when the server ignores "Connection: close" and keeps it open.
+func TestHTTPCheckNoReuseWithKeepAliveServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var conns atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 4096)
+				for {
+					if _, err := c.Read(buf); err != nil {
+						return
+					}
+					// Answers every read, closes only when the client does.
+					if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n"); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	tg := Target{Host: hostOf(ln.Addr()), Check: httpCheck(10, func(c *Config) { c.ReuseConnection = new(false) })}
+	h := startChecker(t, Options{}, tg)
+	st := h.waitProbes(tg.Key(), 4)
+	h.stop()
+	if st.Verdict != Healthy {
+		t.Fatalf("state %+v", st)
+	}
+	if n := conns.Load(); n < int64(st.Probes) {
+		t.Errorf("%d connections for %d probes, want one each", n, st.Probes)
+	}
+}

@@ -104,15 +104,24 @@ func readLine(br *bufio.Reader, limit int) ([]byte, int, error) {
 	line, err := br.ReadSlice('\n')
 	if errors.Is(err, bufio.ErrBufferFull) {
 		// A line longer than the buffer: only headers a probe skips are
-		// that long. Skip it whole, within limit.
+		// that long. Check it and skip it whole, within limit.
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		valid := ok && validHeader(name, value)
 		n := len(line)
 		for errors.Is(err, bufio.ErrBufferFull) && n <= limit {
 			line, err = br.ReadSlice('\n')
 			n += len(line)
+			seg := line
+			if err == nil {
+				seg = bytes.TrimSuffix(bytes.TrimSuffix(seg, []byte("\n")), []byte("\r"))
+			}
+			valid = valid && validHeader([]byte("x"), seg)
 		}
 		switch {
 		case n > limit:
 			return nil, 0, errHeaderTooLong
+		case err == nil && !valid:
+			return nil, 0, fmt.Errorf("%w: a long header line", errMalformed)
 		case err == nil:
 			return []byte("x-skipped: "), n, nil
 		}
@@ -160,8 +169,8 @@ func discardChunked(br *bufio.Reader) bool {
 		if err != nil {
 			return false
 		}
-		size, _, _ := bytes.Cut(line, []byte(";"))
-		n, ok := parseHex(bytes.TrimSpace(size))
+		size, _, _ := bytes.Cut(bytes.TrimRight(line, " \t"), []byte(";"))
+		n, ok := parseHex(size)
 		if !ok {
 			return false
 		}

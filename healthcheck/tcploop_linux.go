@@ -49,11 +49,12 @@ type tcpLoop struct {
 	// or from start when the connect ends at once.
 	done func(t *target, err error, start, end time.Time)
 
-	mu     sync.Mutex
-	closed bool
-	ops    []*tcpOp // by slot; the slot is the epoll event's data
-	free   []int32
-	byDl   deadlines
+	mu        sync.Mutex
+	closed    bool // run has ended the pending connects: start no more
+	fdsClosed bool
+	ops       []*tcpOp // by slot; the slot is the epoll event's data
+	free      []int32
+	byDl      deadlines
 	// sleepUntil is when run's wait ends at the latest (zero while it
 	// does not wait); a connect with an earlier deadline wakes it.
 	sleepUntil time.Time
@@ -104,12 +105,28 @@ func newTCPLoop(done func(t *target, err error, start, end time.Time)) (*tcpLoop
 }
 
 func (l *tcpLoop) closeFDs() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.fdsClosed = true
 	syscall.Close(l.pipe[0])
 	syscall.Close(l.pipe[1])
 	syscall.Close(l.epfd)
 }
 
-func (l *tcpLoop) wake() { _, _ = syscall.Write(l.pipe[1], []byte{0}) }
+// wake makes run's wait return.
+func (l *tcpLoop) wake() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.wakeLocked()
+}
+
+// wakeLocked is wake with mu held. Once the descriptors are closed, their
+// numbers may belong to others: nothing is written.
+func (l *tcpLoop) wakeLocked() {
+	if !l.fdsClosed {
+		_, _ = syscall.Write(l.pipe[1], []byte{0})
+	}
+}
 
 // start begins a connect probe of t to dest with the given timeout, and
 // returns false (having done nothing) when the loop has stopped.
@@ -160,14 +177,11 @@ func (l *tcpLoop) start(t *target, dest tcpDest, timeout time.Duration) bool {
 	}
 	heap.Push(&l.byDl, op)
 	l.minTimeout = min(l.minTimeout, timeout)
-	wake := !l.sleepUntil.IsZero() && op.deadline.Before(l.sleepUntil)
-	if wake {
+	if !l.sleepUntil.IsZero() && op.deadline.Before(l.sleepUntil) {
 		l.sleepUntil = op.deadline
+		l.wakeLocked()
 	}
 	l.mu.Unlock()
-	if wake {
-		l.wake()
-	}
 	return true
 }
 

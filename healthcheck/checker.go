@@ -2,7 +2,8 @@
 // gRPC grpc.health.v1) and merges the verdicts with discovery health.
 //
 // The prober (Checker) is a scheduler: a timer heap of targets starting due
-// probes, each in its own goroutine, with at most one probe in flight per
+// probes, TCP connects on one epoll loop (Linux) and the others each in its
+// own goroutine, with at most one probe in flight per
 // target and a bound on the probes in flight at once that by default grows
 // with the targets (see Options.Workers), so that probes waiting for a
 // connect or an answer (a blackholed host) delay no other probe. A target
@@ -38,7 +39,7 @@ import (
 const DefaultWorkers = 128
 
 // MaxAutoWorkers caps the automatic bound on probes in flight (each costs a
-// goroutine and a socket while it waits).
+// socket, and off the connect loop a goroutine, while it waits).
 const MaxAutoWorkers = 65536
 
 // Verdict is what an active check says of a host, after thresholds: the
@@ -132,8 +133,9 @@ type Options struct {
 	// interval, the most probes that can be in flight if every probe waits
 	// out its timeout (100,000 targets at 1s/5s: 20,000), at least
 	// DefaultWorkers and at most MaxAutoWorkers; so hosts that never answer
-	// delay no other probe. A probe in flight costs a goroutine and a
-	// socket. Due probes beyond the bound wait; the lag shows in the
+	// delay no other probe. A probe in flight costs a socket, and a
+	// goroutine unless it is a TCP check on the connect loop (Linux, an IP
+	// address). Due probes beyond the bound wait; the lag shows in the
 	// xdsbridge_healthcheck_schedule_lag_seconds histogram.
 	Workers int
 	// HTTPKeepAlive is ignored: whether a check keeps its connection

@@ -99,14 +99,20 @@ func (p *probers) probeHTTP(ctx context.Context, deadline time.Time, addr string
 	for {
 		fresh := conn == nil
 		if fresh {
+			// Dialled with SO_LINGER 0, so that a connect the timeout
+			// cuts short after the kernel completed it leaves no
+			// TIME_WAIT; an open connection gets the default back.
 			dctx, cancel := context.WithDeadline(ctx, deadline)
-			c, err := p.dialer.DialContext(dctx, "tcp", addr)
+			c, err := p.tcpDialer.DialContext(dctx, "tcp", addr)
 			if err != nil {
 				err = probeError(dctx, err)
 				cancel()
 				return nil, err
 			}
 			cancel()
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetLinger(-1)
+			}
 			conn = &httpConn{Conn: c, req: httpRequest(addr, h, reuse)}
 		}
 		keep, answered, err := roundTrip(ctx, deadline, conn, h)

@@ -2,7 +2,8 @@
 // gRPC grpc.health.v1) and merges the verdicts with discovery health.
 //
 // The prober (Checker) is a scheduler: a timer heap of targets starting due
-// probes, each in its own goroutine, with at most one probe in flight per
+// probes, TCP connects on one epoll loop (Linux) and the others each in its
+// own goroutine, with at most one probe in flight per
 // target and a bound on the probes in flight at once that by default grows
 // with the targets (see Options.Workers), so that probes waiting for a
 // connect or an answer (a blackholed host) delay no other probe. A target
@@ -24,6 +25,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,7 +39,7 @@ import (
 const DefaultWorkers = 128
 
 // MaxAutoWorkers caps the automatic bound on probes in flight (each costs a
-// goroutine and a socket while it waits).
+// socket, and off the connect loop a goroutine, while it waits).
 const MaxAutoWorkers = 65536
 
 // Verdict is what an active check says of a host, after thresholds: the
@@ -131,8 +133,9 @@ type Options struct {
 	// interval, the most probes that can be in flight if every probe waits
 	// out its timeout (100,000 targets at 1s/5s: 20,000), at least
 	// DefaultWorkers and at most MaxAutoWorkers; so hosts that never answer
-	// delay no other probe. A probe in flight costs a goroutine and a
-	// socket. Due probes beyond the bound wait; the lag shows in the
+	// delay no other probe. A probe in flight costs a socket, and a
+	// goroutine unless it is a TCP check on the connect loop (Linux, an IP
+	// address). Due probes beyond the bound wait; the lag shows in the
 	// xdsbridge_healthcheck_schedule_lag_seconds histogram.
 	Workers int
 	// HTTPKeepAlive is ignored: whether a check keeps its connection
@@ -184,6 +187,12 @@ type Checker struct {
 	load   float64
 	active int
 	full   bool
+
+	// portableTCP makes every TCP check dial in a goroutine, as on
+	// systems without the connect loop. For tests.
+	portableTCP bool
+	// loopProbes counts the probes started on the connect loop. For tests.
+	loopProbes atomic.Uint64
 }
 
 type target struct {
@@ -202,6 +211,9 @@ type target struct {
 	// conn is the connection kept between probes (*grpc.ClientConn or
 	// *httpConn), or nil.
 	conn io.Closer
+	// dest is the TCP check's address for the connect loop (tcpDestOf),
+	// or nil: the check then dials in a goroutine.
+	dest tcpDest
 }
 
 // NewChecker returns a checker with no targets. It starts no goroutines.
@@ -293,6 +305,9 @@ func (c *Checker) SetTargets(ts []Target) error {
 			continue
 		}
 		t := &target{key: k, addr: w.Host.String(), cfg: w.Check, idx: -1}
+		if w.Check.Type == TypeTCP && !c.portableTCP {
+			t.dest = tcpDestOf(w.Host)
+		}
 		t.st = State{Host: w.Host, Address: t.addr, Type: w.Check.Type, Since: now}
 		switch w.Check.InitialState {
 		case InitialHealthy:
@@ -402,7 +417,17 @@ func (c *Checker) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Go(func() { c.deliver(ctx) })
-	c.schedule(ctx, &wg)
+	loop, err := newTCPLoop(func(t *target, err error, start, end time.Time) {
+		c.finish(ctx, t, nil, err, start, end)
+		c.release()
+	})
+	if err != nil {
+		// TCP checks dial in goroutines, as on systems without the loop.
+		c.log.Debug("health check connect loop unavailable", "error", err)
+	} else {
+		wg.Go(func() { loop.run(ctx) })
+	}
+	c.schedule(ctx, &wg, loop)
 	wg.Wait()
 
 	var conns []io.Closer
@@ -421,9 +446,10 @@ func (c *Checker) Run(ctx context.Context) error {
 	return nil
 }
 
-// schedule pops due targets off the heap and starts their probes, each in
-// a goroutine of wg, while fewer than the bound are in flight.
-func (c *Checker) schedule(ctx context.Context, wg *sync.WaitGroup) {
+// schedule pops due targets off the heap and starts their probes while
+// fewer than the bound are in flight: a TCP check with an IP address on
+// loop (if not nil), any other in a goroutine of wg.
+func (c *Checker) schedule(ctx context.Context, wg *sync.WaitGroup, loop *tcpLoop) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for ctx.Err() == nil {
@@ -433,7 +459,7 @@ func (c *Checker) schedule(ctx context.Context, wg *sync.WaitGroup) {
 		wait := time.Hour
 		c.mu.Lock()
 		if len(c.queue) > 0 {
-			top := c.queue[0]
+			top := c.queue[0].t
 			now := time.Now()
 			if d := top.next.Sub(now); d > 0 {
 				wait = d
@@ -448,6 +474,15 @@ func (c *Checker) schedule(ctx context.Context, wg *sync.WaitGroup) {
 			}
 		}
 		c.mu.Unlock()
+		if due != nil && due.dest != nil && loop != nil {
+			c.loopProbes.Add(1)
+			if !loop.start(due, due.dest, due.cfg.Timeout.D()) {
+				// The loop has stopped: Run is stopping.
+				c.requeue(due)
+				c.release()
+			}
+			continue
+		}
 		if due != nil {
 			wg.Go(func() {
 				c.probe(ctx, due)
@@ -516,19 +551,23 @@ func (c *Checker) probe(ctx context.Context, t *target) {
 	c.mu.Unlock()
 
 	cfg := t.cfg
-	pctx, cancel := context.WithTimeout(ctx, cfg.Timeout.D())
 	start := time.Now()
+	if cfg.Type == TypeHTTP {
+		// The connection's deadline is the probe's timeout: no context.
+		hc, _ := conn.(*httpConn)
+		hc, err := c.probers.probeHTTP(ctx, start.Add(cfg.Timeout.D()), t.addr, cfg.HTTP, cfg.reuse(), hc)
+		conn = nil
+		if hc != nil {
+			conn = hc
+		}
+		c.finish(ctx, t, conn, err, start, time.Now())
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, cfg.Timeout.D())
 	var err error
 	switch cfg.Type {
 	case TypeTCP:
 		err = c.probers.probeTCP(pctx, t.addr)
-	case TypeHTTP:
-		hc, _ := conn.(*httpConn)
-		if hc, err = c.probers.probeHTTP(pctx, t.addr, cfg.HTTP, cfg.reuse(), hc); hc != nil {
-			conn = hc
-		} else {
-			conn = nil
-		}
 	case TypeGRPC:
 		gc, _ := conn.(*grpc.ClientConn)
 		if gc == nil {
@@ -549,6 +588,13 @@ func (c *Checker) probe(ctx context.Context, t *target) {
 	}
 	end := time.Now()
 	cancel()
+	c.finish(ctx, t, conn, err, start, end)
+}
+
+// finish records the result of one probe of t that ran from start to end,
+// keeps conn for the next probe, and schedules it.
+func (c *Checker) finish(ctx context.Context, t *target, conn io.Closer, err error, start, end time.Time) {
+	cfg := &t.cfg
 	if ctx.Err() != nil {
 		// Run is stopping: the probe was cut short and says nothing.
 		c.mu.Lock()
@@ -768,26 +814,34 @@ func errString(err error) string {
 	return err.Error()
 }
 
-// targetHeap orders targets by next probe time.
-type targetHeap []*target
+// targetHeap orders targets by next probe time. Each entry holds its time
+// as a number, so that ordering reads no target.
+type targetHeap []heapEntry
+
+type heapEntry struct {
+	at int64 // t.next, in nanoseconds since heapEpoch (monotonic)
+	t  *target
+}
+
+var heapEpoch = time.Now()
 
 func (h targetHeap) Len() int           { return len(h) }
-func (h targetHeap) Less(i, j int) bool { return h[i].next.Before(h[j].next) }
+func (h targetHeap) Less(i, j int) bool { return h[i].at < h[j].at }
 func (h targetHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].idx = i
-	h[j].idx = j
+	h[i].t.idx = i
+	h[j].t.idx = j
 }
 func (h *targetHeap) Push(x any) {
 	t := x.(*target)
 	t.idx = len(*h)
-	*h = append(*h, t)
+	*h = append(*h, heapEntry{at: int64(t.next.Sub(heapEpoch)), t: t})
 }
 func (h *targetHeap) Pop() any {
 	old := *h
 	n := len(old)
-	t := old[n-1]
-	old[n-1] = nil
+	t := old[n-1].t
+	old[n-1] = heapEntry{}
 	t.idx = -1
 	*h = old[:n-1]
 	return t

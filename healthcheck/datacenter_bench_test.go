@@ -7,7 +7,10 @@ package healthcheck
 // XDSBRIDGE_HC_DC_BENCH (the run's length, warm-up included) turns it on;
 // XDSBRIDGE_HC_DC_TYPE is tcp (default) or http; XDSBRIDGE_HC_DC_HOSTS the
 // number of endpoints (default 100000); XDSBRIDGE_HC_DC_BLACKHOLED the
-// percentage of them that never answer a SYN (default 5).
+// percentage of them that never answer a SYN (default 5);
+// XDSBRIDGE_HC_DC_INTERVAL the checks' interval (default 5s; the jitter is
+// 10 % of it, the timeout 1s); XDSBRIDGE_HC_DC_PORTABLE=1 makes the TCP
+// checks dial with net.Dialer in goroutines instead of the connect loop.
 //
 // The backends run in a child process (this test binary re-run as
 // TestHelperDatacenterBackends), so the figures are the checker's alone.
@@ -26,6 +29,7 @@ package healthcheck
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -189,9 +193,10 @@ func TestBenchDatacenterScale(t *testing.T) {
 		t.Fatalf("backends did not start: %q", out.Text())
 	}
 
-	raw := `{"type": "tcp"}`
+	interval := cmp.Or(os.Getenv("XDSBRIDGE_HC_DC_INTERVAL"), "5s")
+	raw := fmt.Sprintf(`{"type": "tcp", "interval": %q}`, interval)
 	if typ == TypeHTTP {
-		raw = `{"type": "http", "http": {"path": "/health"}}`
+		raw = fmt.Sprintf(`{"type": "http", "interval": %q, "http": {"path": "/health"}}`, interval)
 	}
 	check, err := ParseConfig(json.RawMessage(raw), "health_check")
 	if err != nil {
@@ -203,6 +208,7 @@ func TestBenchDatacenterScale(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	c := NewChecker(Options{Metrics: reg})
+	c.portableTCP = os.Getenv("XDSBRIDGE_HC_DC_PORTABLE") == "1"
 	go func() {
 		for range c.Transitions() {
 		}
@@ -231,6 +237,12 @@ func TestBenchDatacenterScale(t *testing.T) {
 	rss := vmRSS()
 	twChecker, twBackends := timeWait()
 	twAll := timeWaitAll()
+	lastErrors := map[string]int{}
+	for _, st := range c.Snapshot() {
+		if st.LastError != "" {
+			lastErrors[st.LastError]++
+		}
+	}
 	runtime.KeepAlive(targets)
 	cancel()
 	if err := <-runErr; err != nil {
@@ -241,13 +253,14 @@ func TestBenchDatacenterScale(t *testing.T) {
 	cpu := float64(ru2.Utime.Nano()+ru2.Stime.Nano()-ru1.Utime.Nano()-ru1.Stime.Nano()) / 1e9
 	lag := lag1.minus(lag0)
 	load, _ := os.ReadFile("/proc/loadavg")
-	t.Logf("%d %s endpoints, %d%% blackholed, interval %v, timeout %v; window %.1fs after the warm-up; load average %s",
-		hosts, typ, blackholed, check.Interval.D(), check.Timeout.D(), window, strings.Join(strings.Fields(string(load))[:3], " "))
+	t.Logf("%d %s endpoints (connect loop: %v), %d%% blackholed, interval %v, timeout %v; window %.1fs after the warm-up; load average %s",
+		hosts, typ, c.loopProbes.Load() > 0, blackholed, check.Interval.D(), check.Timeout.D(), window, strings.Join(strings.Fields(string(load))[:3], " "))
 	t.Logf("probes failed %.1f%% (blackholed: %d%%); CPU %.0fµs per probe", 100*(fails1-fails0)/(probes1-probes0), blackholed, 1e6*cpu/(probes1-probes0))
-	t.Logf("cores %.2f; probes/s %.0f achieved / %.0f wanted; schedule lag p50 %s p99 %s (%.2f%% > 100ms); RSS %.0f MiB (peak %.0f MiB); TIME_WAIT checker side %d, backends side %d (host: %d)",
-		cpu/window, (probes1-probes0)/window, float64(hosts)/(check.Interval.D()+check.Jitter.D()/2).Seconds(),
+	t.Logf("cores %.2f (CPU %.1fs / %.1fs wall, this process: the checker); probes/s %.0f achieved / %.0f wanted; schedule lag p50 %s p99 %s (%.2f%% > 100ms); RSS %.0f MiB (peak %.0f MiB); TIME_WAIT checker side %d, backends side %d (host: %d)",
+		cpu/window, cpu, window, (probes1-probes0)/window, float64(hosts)/(check.Interval.D()+check.Jitter.D()/2).Seconds(),
 		lagString(lag, 0.5), lagString(lag, 0.99), 100*lag.fractionOver(0.1),
 		float64(rss)/(1<<20), float64(ru2.Maxrss)/1024, twChecker, twBackends, twAll)
+	t.Logf("targets by last error: %v", lastErrors)
 }
 
 // buckets is a histogram's cumulative bucket counts.

@@ -6,9 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"sync"
 	"syscall"
@@ -73,24 +71,27 @@ func abort(conn net.Conn) {
 	conn.Close()
 }
 
-// httpConn is an HTTP/1.1 connection kept between the probes of a target.
+// httpConn is an HTTP/1.1 connection kept between the probes of a target,
+// with the request its probes send.
 type httpConn struct {
 	net.Conn
+	req      []byte
 	lastUsed time.Time
 }
 
 var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4<<10) }}
 
 // probeHTTP sends GET path to addr and succeeds when the status is in the
-// expected ranges. With reuse, it sends the request on conn (dialling one
-// if conn is nil, idle too long or closed by the server meanwhile) and
-// returns the connection to keep for the next probe, or nil. Without reuse
-// it asks the server to close the connection (Connection: close), so that
-// the TIME_WAIT is on the server's side, not the bridge's.
+// expected ranges before deadline; ctx ends the probe early (Run
+// stopping). With reuse, it sends the request on conn (dialling one if conn
+// is nil, idle too long or closed by the server meanwhile) and returns the
+// connection to keep for the next probe, or nil. Without reuse it asks the
+// server to close the connection (Connection: close), so that the
+// TIME_WAIT is on the server's side, not the bridge's.
 //
 // A kept connection costs a socket and no goroutine between probes; the
 // read buffer is borrowed only for the probe.
-func (p *probers) probeHTTP(ctx context.Context, addr string, h *HTTPConfig, reuse bool, conn *httpConn) (*httpConn, error) {
+func (p *probers) probeHTTP(ctx context.Context, deadline time.Time, addr string, h *HTTPConfig, reuse bool, conn *httpConn) (*httpConn, error) {
 	if conn != nil && p.idleTimeout > 0 && time.Since(conn.lastUsed) > p.idleTimeout {
 		conn.Close()
 		conn = nil
@@ -98,21 +99,32 @@ func (p *probers) probeHTTP(ctx context.Context, addr string, h *HTTPConfig, reu
 	for {
 		fresh := conn == nil
 		if fresh {
-			c, err := p.dialer.DialContext(ctx, "tcp", addr)
+			// Dialled with SO_LINGER 0, so that a connect the timeout
+			// cuts short after the kernel completed it leaves no
+			// TIME_WAIT; an open connection gets the default back.
+			dctx, cancel := context.WithDeadline(ctx, deadline)
+			c, err := p.tcpDialer.DialContext(dctx, "tcp", addr)
 			if err != nil {
-				return nil, probeError(ctx, err)
+				err = probeError(dctx, err)
+				cancel()
+				return nil, err
 			}
-			conn = &httpConn{Conn: c}
+			cancel()
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetLinger(-1)
+			}
+			conn = &httpConn{Conn: c, req: httpRequest(addr, h, reuse)}
 		}
-		keep, answered, err := roundTrip(ctx, conn, addr, h, reuse)
+		keep, answered, err := roundTrip(ctx, deadline, conn, h)
+		keep = keep && reuse
 		if !keep {
 			if answered {
 				conn.Close()
 			} else {
-				abort(conn)
+				abort(conn.Conn)
 			}
 		}
-		if err != nil && !fresh && !answered && ctx.Err() == nil {
+		if err != nil && !fresh && !answered && ctx.Err() == nil && time.Now().Before(deadline) {
 			// The server closed the kept connection between probes:
 			// that says nothing of the host. Try once on a new one.
 			conn = nil
@@ -126,22 +138,13 @@ func (p *probers) probeHTTP(ctx context.Context, addr string, h *HTTPConfig, reu
 	}
 }
 
-// roundTrip sends one GET on conn and reads the response. answered reports
-// whether a response (at least its status line) arrived; keep whether the
-// connection can carry the next probe.
-func roundTrip(ctx context.Context, conn net.Conn, addr string, h *HTTPConfig, reuse bool) (keep, answered bool, err error) {
-	if d, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(d)
-	}
-	// Run stopping (ctx cancelled) interrupts the probe.
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-
+// httpRequest is the GET a probe sends.
+func httpRequest(addr string, h *HTTPConfig, reuse bool) []byte {
 	host := h.Host
 	if host == "" {
 		host = addr
 	}
-	req := make([]byte, 0, 128)
+	req := make([]byte, 0, 96+len(h.Path)+len(host))
 	req = append(req, "GET "...)
 	req = append(req, h.Path...)
 	req = append(req, " HTTP/1.1\r\nHost: "...)
@@ -150,8 +153,19 @@ func roundTrip(ctx context.Context, conn net.Conn, addr string, h *HTTPConfig, r
 	if !reuse {
 		req = append(req, "Connection: close\r\n"...)
 	}
-	req = append(req, "\r\n"...)
-	if _, err := conn.Write(req); err != nil {
+	return append(req, "\r\n"...)
+}
+
+// roundTrip sends conn's request and reads the response. answered reports
+// whether a response (its status line and headers) arrived; keep whether
+// the connection can carry the next probe.
+func roundTrip(ctx context.Context, deadline time.Time, conn *httpConn, h *HTTPConfig) (keep, answered bool, err error) {
+	_ = conn.SetDeadline(deadline)
+	// Run stopping (ctx cancelled) interrupts the probe.
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	if _, err := conn.Write(conn.req); err != nil {
 		return false, false, probeError(ctx, err)
 	}
 	br := readers.Get().(*bufio.Reader)
@@ -160,17 +174,13 @@ func roundTrip(ctx context.Context, conn net.Conn, addr string, h *HTTPConfig, r
 		br.Reset(nil)
 		readers.Put(br)
 	}()
-	resp, err := http.ReadResponse(br, nil)
+	status, keep, err := readResponse(br)
 	if err != nil {
 		return false, false, probeError(ctx, err)
 	}
-	// Read (and discard) up to maxBody of the body; a longer body, or one
-	// that ends only with the connection, leaves the connection unusable.
-	n, rerr := io.CopyN(io.Discard, resp.Body, maxBody+1)
-	resp.Body.Close()
-	keep = reuse && rerr == io.EOF && n <= maxBody && !resp.Close && br.Buffered() == 0
-	if !h.statusOK(resp.StatusCode) {
-		return keep, true, fmt.Errorf("status %d", resp.StatusCode)
+	keep = keep && br.Buffered() == 0
+	if !h.statusOK(status) {
+		return keep, true, fmt.Errorf("status %d", status)
 	}
 	return keep, true, nil
 }

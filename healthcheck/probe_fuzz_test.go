@@ -1,9 +1,13 @@
 package healthcheck
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"io"
 	"net"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -21,19 +25,42 @@ func FuzzHTTPResponse(f *testing.F) {
 		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\n",
 		"garbage\r\n\r\n",
 		"HTTP/1.1 99999 X\r\n\r\n",
+		"HTTP/1.1 000 \nTransfer-Encoding: chunked\n\n3 \n000\r\n00\n\n",
+		"HTTP/1.1 100 \n\":\n\n",
+		"HTTP/1.1 204 No Content\r\nX-Long: " + strings.Repeat("x", 5000) + "\r\n\r\n",
 	} {
 		f.Add([]byte(s))
 	}
 	h := &HTTPConfig{Path: "/health", ExpectedStatuses: DefaultExpectedStatuses}
 	f.Fuzz(func(t *testing.T, answer []byte) {
-		client := &answerConn{r: bytes.NewReader(answer)}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		keep, answered, err := roundTrip(ctx, client, "127.0.0.1:80", h, true)
+		client := &httpConn{Conn: &answerConn{r: bytes.NewReader(answer)}, req: httpRequest("127.0.0.1:80", h, true)}
+		keep, answered, err := roundTrip(context.Background(), time.Now().Add(2*time.Second), client, h)
 		if keep && (!answered || !bytes.HasPrefix(answer, []byte("HTTP/1."))) {
 			t.Fatalf("kept the connection after %q (answered %v, err %v)", answer, answered, err)
 		}
+		// net/http reads the same status, and keeps the connection at
+		// least whenever the probe does.
+		status, refKeep, refErr := referenceResponse(answer)
+		if answered && refErr == nil && (err == nil) != h.statusOK(status) {
+			t.Errorf("%q: probe error %v, net/http status %d", answer, err, status)
+		}
+		if keep && !refKeep {
+			t.Errorf("%q: the probe keeps the connection, net/http would not (error %v)", answer, refErr)
+		}
 	})
+}
+
+// referenceResponse reads answer as the probe did with net/http: status,
+// and whether the connection could carry another request.
+func referenceResponse(answer []byte) (status int, keep bool, err error) {
+	br := bufio.NewReader(bytes.NewReader(answer))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return 0, false, err
+	}
+	n, rerr := io.CopyN(io.Discard, resp.Body, maxBody+1)
+	resp.Body.Close()
+	return resp.StatusCode, rerr == io.EOF && n <= maxBody && !resp.Close && br.Buffered() == 0, nil
 }
 
 // answerConn is a connection that discards what is written and reads a

@@ -137,33 +137,6 @@ func TestHTTPCheckServerClosesIdleConnection(t *testing.T) {
 	}
 }
 
-// The TCP check resets its connection (SO_LINGER 0) instead of closing it,
-// so the bridge's host keeps no TIME_WAIT: the backend sees a reset.
-func TestTCPCheckResetsConnection(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	got := make(chan error, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			got <- err
-			return
-		}
-		defer c.Close()
-		c.SetReadDeadline(time.Now().Add(waitLimit))
-		_, err = c.Read(make([]byte, 1))
-		got <- err
-	}()
-	tg := Target{Host: hostOf(ln.Addr()), Check: tcpCheck(1000)}
-	startChecker(t, Options{}, tg)
-	if err := <-got; !errors.Is(err, syscall.ECONNRESET) {
-		t.Errorf("backend read %v, want a connection reset", err)
-	}
-}
-
 // Probes waiting out their timeout on blackholed hosts (SYNs dropped) hold
 // no slot another probe needs: with the default bound, a healthy target
 // keeps its schedule while 300 probes wait, more than DefaultWorkers.
@@ -205,5 +178,67 @@ func TestBlackholedHostsDelayNoOne(t *testing.T) {
 	}
 	if s := h.state(ts[0].Key()); s.Probes != 0 {
 		t.Errorf("a blackholed probe ended early: %+v", s)
+	}
+}
+
+// An HTTP probe that gets no answer within its timeout resets its
+// connection: no TIME_WAIT on the bridge's side; the backend reads a reset.
+func TestHTTPCheckTimeoutResetsConnection(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := readUntilError(ln) // the request, then no answer
+	tg := Target{Host: hostOf(ln.Addr()), Check: httpCheck(1000, func(c *Config) { c.Timeout = ms(100) })}
+	h := startChecker(t, Options{}, tg)
+	if err := <-got; !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("backend read %v, want a connection reset", err)
+	}
+	if st := h.waitProbes(tg.Key(), 1); st.LastError != "timeout" {
+		t.Errorf("last error %q, want timeout", st.LastError)
+	}
+}
+
+// With reuse_connection: false, a probe never keeps its connection, also
+// when the server ignores "Connection: close" and keeps it open.
+func TestHTTPCheckNoReuseWithKeepAliveServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var conns atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 4096)
+				for {
+					if _, err := c.Read(buf); err != nil {
+						return
+					}
+					// Answers every read, closes only when the client does.
+					if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n"); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	tg := Target{Host: hostOf(ln.Addr()), Check: httpCheck(10, func(c *Config) { c.ReuseConnection = new(false) })}
+	h := startChecker(t, Options{}, tg)
+	st := h.waitProbes(tg.Key(), 4)
+	h.stop()
+	if st.Verdict != Healthy {
+		t.Fatalf("state %+v", st)
+	}
+	if n := conns.Load(); n < int64(st.Probes) {
+		t.Errorf("%d connections for %d probes, want one each", n, st.Probes)
 	}
 }

@@ -154,6 +154,7 @@ func (c *Cache) Apply(changes ...Change) error {
 			if old, ok := ts.resources[n]; ok {
 				ts.aggregate ^= old.verHash
 				delete(ts.resources, n)
+				c.wire.remove(ts.url, n)
 				ts.names = nil
 				if ts.url == ClusterType {
 					ts.grave[n] = old // see mbb.go
@@ -182,12 +183,18 @@ func sameDep(a, b *Dep) bool {
 func (c *Cache) put(ts *typeState, e *entry) {
 	if old, ok := ts.resources[e.name]; ok {
 		ts.aggregate ^= old.verHash
+		// Every version of a resource keeps its first name string, the
+		// one the decoder hands out (wireindex.go) and the subscription
+		// sets keep: equal names at one address compare without being
+		// read.
+		e.name = old.name
 	} else {
 		ts.names = nil
 	}
 	ts.resources[e.name] = e
 	ts.aggregate ^= e.verHash
 	delete(ts.grave, e.name)
+	c.wire.put(ts.url, e)
 }
 
 // markDependents notes, per other type, the names whose resources may depend

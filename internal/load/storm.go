@@ -128,5 +128,6 @@ func storm(sc Scenario, tg target, clients []*client, rng *rand.Rand, seq int, i
 		return nil, err
 	}
 	rep.CPUSeconds = round3(st1.CPUSeconds - st0.CPUSeconds)
+	rep.PeakRSS, rep.PeakRSSBefore = st1.MaxRSSBytes, st0.MaxRSSBytes
 	return rep, nil
 }

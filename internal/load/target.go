@@ -20,10 +20,17 @@ type target interface {
 	Addr() string
 	Change(seq, svc int) error
 	Stats() (ServerStats, error)
+	// Profile ends the serving process's CPU profile and starts one into
+	// path ("": none), so that each phase of a run has its own.
+	Profile(path string) error
 	Close() error
 }
 
 type inProcess struct{ *server }
+
+// Profile: an in-process target is profiled with the harness's clients,
+// so not at all.
+func (inProcess) Profile(string) error { return nil }
 
 func (p inProcess) Stats() (ServerStats, error) {
 	st, err := p.server.Stats()
@@ -92,6 +99,13 @@ func (c *child) Change(seq, svc int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_, err := fmt.Fprintf(c.in, "C %d %d\n", seq, svc)
+	return err
+}
+
+func (c *child) Profile(path string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, err := fmt.Fprintf(c.in, "P %s\n", path)
 	return err
 }
 

@@ -290,33 +290,36 @@ func ratio(a, b float64) float64 {
 }
 
 // ratiosOver are the bridge's figures over another target's (nil when
-// either did not run).
+// either did not run); a figure the other target does not have (a storm
+// not run, no changes) is left out.
 func ratiosOver(br, bl *TargetReport) map[string]float64 {
 	if br == nil || bl == nil {
 		return nil
 	}
-	out := map[string]float64{
-		"cpu_per_change":              ratio(br.CPUPerChange, bl.CPUPerChange),
-		"bytes_per_change_per_client": ratio(br.BytesPerChangePerClient, bl.BytesPerChangePerClient),
-		"ack_latency_p50":             ratio(br.Ack.P50, bl.Ack.P50),
-		"ack_latency_p99":             ratio(br.Ack.P99, bl.Ack.P99),
-		"initial_sync_s":              ratio(br.InitS, bl.InitS),
-		"initial_sync_cpu_seconds":    ratio(br.InitCPUSeconds, bl.InitCPUSeconds),
-		"peak_rss":                    ratio(float64(br.PeakRSS), float64(bl.PeakRSS)),
+	out := map[string]float64{}
+	put := func(k string, a, b float64) {
+		if b != 0 {
+			out[k] = ratio(a, b)
+		}
 	}
-	if br.Changes > 0 && bl.Changes > 0 {
-		out["cpu_per_change_per_client_reached"] = ratio(br.CPUPerReach, bl.CPUPerReach)
-	}
-	if a, b := br.Storm, bl.Storm; a != nil && b != nil {
-		out["storm_converged_s"] = ratio(a.ConvergedS, b.ConvergedS)
-		out["storm_cpu_seconds"] = ratio(a.CPUSeconds, b.CPUSeconds)
-		out["storm_peak_rss"] = ratio(float64(a.PeakRSS), float64(b.PeakRSS))
-	}
+	put("cpu_per_change", br.CPUPerChange, bl.CPUPerChange)
+	put("cpu_per_change_per_client_reached", br.CPUPerReach, bl.CPUPerReach)
+	put("bytes_per_change_per_client", br.BytesPerChangePerClient, bl.BytesPerChangePerClient)
+	put("ack_latency_p50", br.Ack.P50, bl.Ack.P50)
+	put("ack_latency_p99", br.Ack.P99, bl.Ack.P99)
+	put("initial_sync_s", br.InitS, bl.InitS)
+	put("initial_sync_cpu_seconds", br.InitCPUSeconds, bl.InitCPUSeconds)
+	put("peak_rss", float64(br.PeakRSS), float64(bl.PeakRSS))
 	for _, m := range []string{"delta", "sotw"} {
 		a, b := br.mode(m), bl.mode(m)
 		if a != nil && b != nil {
-			out["bytes_per_change_per_client_"+m] = ratio(a.BytesPerChangePerClient, b.BytesPerChangePerClient)
+			put("bytes_per_change_per_client_"+m, a.BytesPerChangePerClient, b.BytesPerChangePerClient)
 		}
+	}
+	if a, b := br.Storm, bl.Storm; a != nil && b != nil {
+		put("storm_converged_s", a.ConvergedS, b.ConvergedS)
+		put("storm_cpu_seconds", a.CPUSeconds, b.CPUSeconds)
+		put("storm_peak_rss", float64(a.PeakRSS), float64(b.PeakRSS))
 	}
 	return out
 }

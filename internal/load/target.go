@@ -42,6 +42,11 @@ func (p inProcess) Stats() (ServerStats, error) {
 // binary) run "serve".
 const ChildEnv = "XDSLOAD_SERVE_CHILD"
 
+// ServeMemoryLimitEnv, when set, is the serving child's GOMEMLIMIT (the
+// runtime's soft memory limit, which the bridge sets from memory_limit),
+// apart from the harness's own.
+const ServeMemoryLimitEnv = "XDSLOAD_SERVE_GOMEMLIMIT"
+
 // child runs the serving side as "xdsload serve" in a child process.
 type child struct {
 	cmd  *exec.Cmd
@@ -64,6 +69,9 @@ func startChild(target string, services, endpoints, clients int, cpuprofile stri
 	}
 	cmd := exec.Command(exe, args...)
 	cmd.Env = append(os.Environ(), ChildEnv+"=1")
+	if v := os.Getenv(ServeMemoryLimitEnv); v != "" {
+		cmd.Env = append(cmd.Env, "GOMEMLIMIT="+v) // the child's only
+	}
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {

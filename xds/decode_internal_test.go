@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -139,5 +140,44 @@ func TestDecodeStoreStrings(t *testing.T) {
 	got = &discovery.DeltaDiscoveryRequest{}
 	if err := decodeDeltaRequest(b2, got, x, []byte(ClusterType)); err != nil || same(got.ResourceNamesSubscribe[0], a.name) {
 		t.Errorf("stream of another type: %v, store's %v", err, err == nil && same(got.ResourceNamesSubscribe[0], a.name))
+	}
+}
+
+// TestStoreKeepsNameString: every version of a resource keeps the name
+// string of its first, the one the decoder hands out and subscription
+// sets hold; a name deleted and served again is forgotten, then new.
+func TestStoreKeepsNameString(t *testing.T) {
+	c := NewCache()
+	put := func(port uint32) *entry {
+		t.Helper()
+		name := string([]byte("svc-a")) // a new string each time
+		cla := &endpoint.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpoint.LocalityLbEndpoints{{
+			LbEndpoints: []*endpoint.LbEndpoint{{HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
+				Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
+					Address: "10.0.0.1", PortSpecifier: &core.SocketAddress_PortValue{PortValue: port}}}}}}}}}}}
+		if err := c.Apply(Change{TypeURL: EndpointType, Upserts: []Resource{{Name: name, Msg: cla}}}); err != nil {
+			t.Fatal(err)
+		}
+		return c.types[EndpointType].resources["svc-a"]
+	}
+	first := put(80)
+	second := put(81)
+	if second.version == first.version {
+		t.Fatal("the second version is the first")
+	}
+	if unsafe.StringData(second.name) != unsafe.StringData(first.name) {
+		t.Error("a new version of a resource has a name string of its own")
+	}
+	var got *entry
+	c.wire.read([]byte(EndpointType), func(entries map[string]*entry) { got = entries["svc-a"] })
+	if got != second {
+		t.Errorf("the decoder reads %+v, want the version served", got)
+	}
+	if err := c.Apply(Change{TypeURL: EndpointType, Deletes: []string{"svc-a"}}); err != nil {
+		t.Fatal(err)
+	}
+	c.wire.read([]byte(EndpointType), func(entries map[string]*entry) { got = entries["svc-a"] })
+	if got != nil {
+		t.Error("the decoder still reads a deleted resource")
 	}
 }

@@ -325,9 +325,8 @@ func ServeMain(args []string, in io.Reader, out io.Writer) int {
 			w.Flush()
 		case "P":
 			prof.stop()
-			if len(f) == 2 {
-				prof.start(f[1])
-			}
+			// The rest of the line: a path may hold spaces.
+			prof.start(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(sc.Text()), "P")))
 		case "Q":
 			return closeServer(s)
 		}

@@ -73,9 +73,7 @@ func FuzzDecode(f *testing.F) {
 	// own strings.
 	x := newWireIndex()
 	for _, u := range []string{EndpointType, ClusterType} {
-		for _, n := range []string{"a", "b", "x", ""} {
-			x.put(u, &entry{name: n, version: "1"})
-		}
+		indexEntries(x, u, &entry{name: "a", version: "1"}, &entry{name: "b", version: "1"}, &entry{name: "x", version: "1"}, &entry{name: "", version: "1"})
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		want := &discovery.DeltaDiscoveryRequest{}
@@ -95,13 +93,24 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
+// indexEntries puts entries of typeURL in x, as a commit of them does.
+func indexEntries(x *wireIndex, typeURL string, entries ...*entry) {
+	ts := newTypeState(typeURL)
+	var names []string
+	for _, e := range entries {
+		ts.resources[e.name] = e
+		names = append(names, e.name)
+	}
+	x.follow(ts, names)
+}
+
 // TestDecodeStoreStrings: a name and version the store serves are
 // decoded as the store's strings, from wherever in the request they
 // come; others are copies.
 func TestDecodeStoreStrings(t *testing.T) {
 	x := newWireIndex()
 	a := &entry{name: "svc-a", version: "v1"}
-	x.put(EndpointType, a)
+	indexEntries(x, EndpointType, a)
 	req := &discovery.DeltaDiscoveryRequest{
 		TypeUrl:                  EndpointType,
 		ResourceNamesSubscribe:   []string{"svc-a", "svc-b"},

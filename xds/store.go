@@ -154,7 +154,6 @@ func (c *Cache) Apply(changes ...Change) error {
 			if old, ok := ts.resources[n]; ok {
 				ts.aggregate ^= old.verHash
 				delete(ts.resources, n)
-				c.wire.remove(ts.url, n)
 				ts.names = nil
 				if ts.url == ClusterType {
 					ts.grave[n] = old // see mbb.go
@@ -194,7 +193,6 @@ func (c *Cache) put(ts *typeState, e *entry) {
 	ts.resources[e.name] = e
 	ts.aggregate ^= e.verHash
 	delete(ts.grave, e.name)
-	c.wire.put(ts.url, e)
 }
 
 // markDependents notes, per other type, the names whose resources may depend
@@ -305,6 +303,7 @@ func (c *Cache) commit(ts *typeState, changed []string) {
 	}
 	slices.Sort(changed)
 	changed = slices.Compact(changed)
+	c.wire.follow(ts, changed)
 	ts.gen++
 	for _, n := range changed {
 		if e, ok := ts.resources[n]; ok {

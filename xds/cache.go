@@ -51,7 +51,9 @@ type Cache struct {
 	types map[string]*typeState
 
 	marshals uint64 // resource encodings, for the serialisations-per-version figure
-	nextID   uint64
+	// wire: the resources as the request decoder reads them (wireindex.go).
+	wire   *wireIndex
+	nextID uint64
 
 	maxBytes int // resource bytes per response (see WithMaxResponseBytes); 0: no limit
 
@@ -134,7 +136,7 @@ var _ cache.Cache = (*Cache)(nil)
 
 // NewCache returns an empty cache. It starts nothing.
 func NewCache(opts ...Option) *Cache {
-	c := &Cache{maxBytes: DefaultMaxResponseBytes, routeHold: DefaultRouteHold, mbbSettle: DefaultMakeBeforeBreakSettle, requests: map[any]*streamState{}, streams: map[streamKey]*streamState{}}
+	c := &Cache{maxBytes: DefaultMaxResponseBytes, routeHold: DefaultRouteHold, mbbSettle: DefaultMakeBeforeBreakSettle, requests: map[any]*streamState{}, streams: map[streamKey]*streamState{}, wire: newWireIndex()}
 	WithTypes(DefaultTypes...)(c)
 	for _, o := range opts {
 		o(c)

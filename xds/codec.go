@@ -15,9 +15,12 @@ import (
 // keeps it across a garbage collection; a thousand Envoys receiving their
 // first state in parts would hold a gigabyte of such buffers. Pooling
 // still matters: those first states are ~2 GB of encoded responses. And a
-// delta request's initial_resource_versions is decoded by decode.go, into
-// a map made at its size, not through reflection.
-type codec struct{}
+// delta request's names and initial_resource_versions are decoded by
+// decode.go, into a map made at its size, not through reflection, with
+// the strings of the names and versions the store serves (wire).
+type codec struct {
+	wire *wireIndex // nil: copies
+}
 
 var _ encoding.CodecV2 = codec{}
 
@@ -47,7 +50,7 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.NewBuffer(buf, bufferPool)}, nil
 }
 
-func (codec) Unmarshal(data mem.BufferSlice, v any) error {
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	gm, guarded := v.(*guardedMsg)
 	if guarded {
 		v = gm.m
@@ -68,7 +71,15 @@ func (codec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	if dr, ok := m.(*discovery.DeltaDiscoveryRequest); ok {
 		b := buf.ReadOnlyData()
-		if guarded && resumeEntries(b) > 0 {
+		sc, ok := scanDelta(b)
+		if !ok {
+			return proto.Unmarshal(b, m) // its error
+		}
+		var defType []byte
+		if guarded {
+			defType = gm.a.defType
+		}
+		if guarded && sc.entries > 0 {
 			// A resume is decoded with a place in the resume gate
 			// (resumegate.go); one that waits for it waits without
 			// this copy (gRPC holds the bytes meanwhile).
@@ -84,12 +95,13 @@ func (codec) Unmarshal(data mem.BufferSlice, v any) error {
 				g.m.resumesWaited.WithLabelValues(outcome).Inc()
 				buf = data.MaterializeToBuffer(bufferPool)
 				b = buf.ReadOnlyData()
+				sc, _ = scanDelta(b) // its type URL is read from b
 			}
 			if took {
 				gm.a.tookResume()
 			}
 		}
-		return decodeDeltaRequest(b, dr)
+		return decodeScanned(b, sc, dr, c.wire, defType)
 	}
 	return proto.Unmarshal(buf.ReadOnlyData(), m)
 }

@@ -2,8 +2,10 @@ package xds
 
 import (
 	"testing"
+	"unsafe"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -60,17 +62,131 @@ func FuzzDecode(f *testing.F) {
 	f.Add(entryBytes(str(1, "\xff"), str(2, "1")))
 	f.Add(entryBytes(str(1, "k"), str(2, "\xc3")))
 	f.Add(append(entryBytes(str(1, "k")), 0x2a, 0x05, 0x0a))
+	// Names: invalid UTF-8, a name of the wrong wire type, names before
+	// the type URL.
+	f.Add(str(deltaSubscribe, "a\xff")(nil))
+	f.Add(str(deltaUnsubscribe, "\xc3")(nil))
+	f.Add(protowire.AppendVarint(protowire.AppendTag(str(deltaSubscribe, "a")(nil), deltaSubscribe, protowire.VarintType), 3))
+	f.Add(str(deltaTypeURL, EndpointType)(append(str(deltaSubscribe, "b")(nil), entryBytes(str(1, "x"), str(2, "1"))...)))
 
+	// The store's names and versions, which the decoder hands out as its
+	// own strings.
+	x := newWireIndex()
+	for _, u := range []string{EndpointType, ClusterType} {
+		indexEntries(x, u, &entry{name: "a", version: "1"}, &entry{name: "b", version: "1"}, &entry{name: "x", version: "1"}, &entry{name: "", version: "1"})
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		want := &discovery.DeltaDiscoveryRequest{}
 		wantErr := proto.Unmarshal(b, want)
-		got := &discovery.DeltaDiscoveryRequest{}
-		gotErr := decodeDeltaRequest(b, got)
-		if (gotErr != nil) != (wantErr != nil) {
-			t.Fatalf("error %v, proto.Unmarshal's %v", gotErr, wantErr)
-		}
-		if wantErr == nil && !proto.Equal(got, want) {
-			t.Fatalf("decoded\n%v\nproto.Unmarshal decodes\n%v", got, want)
+		for _, wire := range []*wireIndex{nil, x} {
+			for _, defType := range [][]byte{nil, []byte(EndpointType)} {
+				got := &discovery.DeltaDiscoveryRequest{}
+				gotErr := decodeDeltaRequest(b, got, wire, defType)
+				if (gotErr != nil) != (wantErr != nil) {
+					t.Fatalf("error %v, proto.Unmarshal's %v", gotErr, wantErr)
+				}
+				if wantErr == nil && !proto.Equal(got, want) {
+					t.Fatalf("decoded\n%v\nproto.Unmarshal decodes\n%v", got, want)
+				}
+			}
 		}
 	})
+}
+
+// indexEntries puts entries of typeURL in x, as a commit of them does.
+func indexEntries(x *wireIndex, typeURL string, entries ...*entry) {
+	ts := newTypeState(typeURL)
+	var names []string
+	for _, e := range entries {
+		ts.resources[e.name] = e
+		names = append(names, e.name)
+	}
+	x.follow(ts, names)
+}
+
+// TestDecodeStoreStrings: a name and version the store serves are
+// decoded as the store's strings, from wherever in the request they
+// come; others are copies.
+func TestDecodeStoreStrings(t *testing.T) {
+	x := newWireIndex()
+	a := &entry{name: "svc-a", version: "v1"}
+	indexEntries(x, EndpointType, a)
+	req := &discovery.DeltaDiscoveryRequest{
+		TypeUrl:                  EndpointType,
+		ResourceNamesSubscribe:   []string{"svc-a", "svc-b"},
+		ResourceNamesUnsubscribe: []string{"svc-a"},
+		InitialResourceVersions:  map[string]string{"svc-a": "v1", "svc-b": "v1"},
+	}
+	b, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := func(s, store string) bool { return unsafe.StringData(s) == unsafe.StringData(store) }
+	got := &discovery.DeltaDiscoveryRequest{}
+	if err := decodeDeltaRequest(b, got, x, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(got, req) {
+		t.Fatalf("decoded %v, want %v", got, req)
+	}
+	if !same(got.ResourceNamesSubscribe[0], a.name) || !same(got.ResourceNamesUnsubscribe[0], a.name) {
+		t.Error("a name the store serves is a copy")
+	}
+	if same(got.ResourceNamesSubscribe[1], a.name) {
+		t.Error("a name the store does not serve is the store's")
+	}
+	for k, v := range got.InitialResourceVersions {
+		if want := k == "svc-a"; same(k, a.name) != want || same(v, a.version) != want {
+			t.Errorf("entry %q: %q: store's key %v, store's version %v; want %v", k, v, same(k, a.name), same(v, a.version), want)
+		}
+	}
+	// Of another type, or a stream's default type, none.
+	got = &discovery.DeltaDiscoveryRequest{}
+	b2, _ := proto.Marshal(&discovery.DeltaDiscoveryRequest{ResourceNamesSubscribe: []string{"svc-a"}})
+	if err := decodeDeltaRequest(b2, got, x, []byte(EndpointType)); err != nil || !same(got.ResourceNamesSubscribe[0], a.name) {
+		t.Errorf("stream of the type: %v, store's %v", err, err == nil && same(got.ResourceNamesSubscribe[0], a.name))
+	}
+	got = &discovery.DeltaDiscoveryRequest{}
+	if err := decodeDeltaRequest(b2, got, x, []byte(ClusterType)); err != nil || same(got.ResourceNamesSubscribe[0], a.name) {
+		t.Errorf("stream of another type: %v, store's %v", err, err == nil && same(got.ResourceNamesSubscribe[0], a.name))
+	}
+}
+
+// TestStoreKeepsNameString: every version of a resource keeps the name
+// string of its first, the one the decoder hands out and subscription
+// sets hold; a name deleted and served again is forgotten, then new.
+func TestStoreKeepsNameString(t *testing.T) {
+	c := NewCache()
+	put := func(port uint32) *entry {
+		t.Helper()
+		name := string([]byte("svc-a")) // a new string each time
+		cla := &endpoint.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpoint.LocalityLbEndpoints{{
+			LbEndpoints: []*endpoint.LbEndpoint{{HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
+				Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
+					Address: "10.0.0.1", PortSpecifier: &core.SocketAddress_PortValue{PortValue: port}}}}}}}}}}}
+		if err := c.Apply(Change{TypeURL: EndpointType, Upserts: []Resource{{Name: name, Msg: cla}}}); err != nil {
+			t.Fatal(err)
+		}
+		return c.types[EndpointType].resources["svc-a"]
+	}
+	first := put(80)
+	second := put(81)
+	if second.version == first.version {
+		t.Fatal("the second version is the first")
+	}
+	if unsafe.StringData(second.name) != unsafe.StringData(first.name) {
+		t.Error("a new version of a resource has a name string of its own")
+	}
+	var got *entry
+	c.wire.read([]byte(EndpointType), func(entries map[string]*entry) { got = entries["svc-a"] })
+	if got != second {
+		t.Errorf("the decoder reads %+v, want the version served", got)
+	}
+	if err := c.Apply(Change{TypeURL: EndpointType, Deletes: []string{"svc-a"}}); err != nil {
+		t.Fatal(err)
+	}
+	c.wire.read([]byte(EndpointType), func(entries map[string]*entry) { got = entries["svc-a"] })
+	if got != nil {
+		t.Error("the decoder still reads a deleted resource")
+	}
 }

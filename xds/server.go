@@ -226,7 +226,7 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 		// (an Envoy's EDS subscription to 5,000 names is 70 KiB); tiers in
 		// powers of two instead, and responses encoded to their size.
 		experimental.BufferPool(bufferPool),
-		grpc.ForceServerCodecV2(codec{}),
+		grpc.ForceServerCodecV2(codec{wire: s.cache.wire}),
 		grpc.MaxRecvMsgSize(s.lim.MaxRecvMessageBytes),
 		// gRPC's default is 16 MiB of headers per stream, kept with it.
 		grpc.MaxHeaderListSize(uint32(s.lim.MaxHeaderBytes)),

@@ -182,6 +182,11 @@ func sameDep(a, b *Dep) bool {
 func (c *Cache) put(ts *typeState, e *entry) {
 	if old, ok := ts.resources[e.name]; ok {
 		ts.aggregate ^= old.verHash
+		// Every version of a resource keeps its first name string, the
+		// one the decoder hands out (wireindex.go) and the subscription
+		// sets keep: equal names at one address compare without being
+		// read.
+		e.name = old.name
 	} else {
 		ts.names = nil
 	}
@@ -298,6 +303,7 @@ func (c *Cache) commit(ts *typeState, changed []string) {
 	}
 	slices.Sort(changed)
 	changed = slices.Compact(changed)
+	c.wire.follow(ts, changed)
 	ts.gen++
 	for _, n := range changed {
 		if e, ok := ts.resources[n]; ok {

@@ -56,7 +56,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up waiting for convergence after this")
 	jsonOut := fs.String("json", "", "write the JSON report to this file")
 	plotOut := fs.String("plot", "", "write a PNG of the latency distributions to this file")
-	profDir := fs.String("cpuprofile-dir", "", "write a CPU profile of each serving process to this directory")
+	profDir := fs.String("cpuprofile-dir", "", "write CPU profiles of each serving process to this directory, one per phase: SCENARIO-TARGET-{init,change,storm}.cpu.pprof")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

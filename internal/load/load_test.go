@@ -2,6 +2,7 @@ package load
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -42,7 +43,12 @@ func TestSmallScenarioSmoke(t *testing.T) {
 			name = "inprocess"
 		}
 		t.Run(name, func(t *testing.T) {
-			rep, err := Run(smallScenario(inProcess), io.Discard)
+			sc := smallScenario(inProcess)
+			profDir := t.TempDir()
+			if !inProcess {
+				sc.CPUProfileDir = profDir
+			}
+			rep, err := Run(sc, io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -62,8 +68,23 @@ func TestSmallScenarioSmoke(t *testing.T) {
 				if len(tr.Modes) != 2 {
 					t.Errorf("%s: modes %v, want delta and sotw", tr.Target, tr.Modes)
 				}
-				if tr.Storm == nil || !tr.Storm.Converged {
+				if tr.Storm == nil || !tr.Storm.Converged || tr.Storm.PeakRSSBefore <= 0 || tr.Storm.PeakRSS < tr.Storm.PeakRSSBefore {
 					t.Errorf("%s: storm %+v", tr.Target, tr.Storm)
+				}
+				// Every (change, following client) pair is reached once.
+				if tr.Reached != tr.Ack.N+tr.Ack.Missing || tr.CPUPerReach <= 0 {
+					t.Errorf("%s: %d pairs reached (%d observed, %d missing), %.2f µs each", tr.Target, tr.Reached, tr.Ack.N, tr.Ack.Missing, tr.CPUPerReach)
+				}
+				if tr.InitCPUSeconds <= 0 || tr.InitCPUPerClientR <= 0 {
+					t.Errorf("%s: initial sync: %.3f CPU s, %.3f µs per (client × resource)", tr.Target, tr.InitCPUSeconds, tr.InitCPUPerClientR)
+				}
+				if !inProcess {
+					for _, phase := range []string{"init", "change", "storm"} {
+						p := filepath.Join(profDir, fmt.Sprintf("%s-%s-%s.cpu.pprof", sc.Name, tr.Target, phase))
+						if st, err := os.Stat(p); err != nil || st.Size() == 0 {
+							t.Errorf("%s: %s profile: %v", tr.Target, phase, err)
+						}
+					}
 				}
 				if tr.Target == TargetBridge {
 					if tr.EncPerVer != 1 {
@@ -89,7 +110,7 @@ func TestSmallScenarioSmoke(t *testing.T) {
 			if err := json.Unmarshal(b, &back); err != nil {
 				t.Fatalf("report JSON: %v", err)
 			}
-			if len(back.Targets) != 2 || back.Ratios["cpu_per_change"] == 0 {
+			if len(back.Targets) != 2 || back.Ratios["cpu_per_change"] == 0 || back.Ratios["storm_cpu_seconds"] == 0 {
 				t.Errorf("report JSON round trip: %d targets, ratios %v", len(back.Targets), back.Ratios)
 			}
 			pp := filepath.Join(dir, "latency.png")

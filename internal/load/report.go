@@ -112,26 +112,39 @@ type StormReport struct {
 	// change) over the initial full-state bytes, per mode.
 	ResentFraction map[string]float64 `json:"resent_fraction"`
 	CPUSeconds     float64            `json:"cpu_seconds"`
+	// PeakRSS: the serving process's peak RSS at the end of the storm
+	// (its run's, the storm included); PeakRSSBefore: at its start.
+	PeakRSS       int64 `json:"peak_rss_bytes"`
+	PeakRSSBefore int64 `json:"peak_rss_before_bytes"`
 }
 
 // TargetReport is one target's run of the scenario.
 type TargetReport struct {
-	Target      string  `json:"target"`
-	InitS       float64 `json:"initial_sync_s"`
-	Changes     int     `json:"changes"`
-	Applied     int64   `json:"changes_applied"`
-	Batches     int64   `json:"batches"`
-	ChangePhase float64 `json:"change_phase_s"`
-	Converged   bool    `json:"converged"`
-	ConvergeS   float64 `json:"converge_after_last_change_s"`
+	Target string  `json:"target"`
+	InitS  float64 `json:"initial_sync_s"`
+	// The serving process's CPU seconds from the clients' start to the
+	// initial sync, and per (client × resource it was sent: its clusters
+	// and assignments).
+	InitCPUSeconds    float64 `json:"initial_sync_cpu_seconds"`
+	InitCPUPerClientR float64 `json:"initial_sync_cpu_us_per_client_resource"`
+	Changes           int     `json:"changes"`
+	Applied           int64   `json:"changes_applied"`
+	Batches           int64   `json:"batches"`
+	ChangePhase       float64 `json:"change_phase_s"`
+	Converged         bool    `json:"converged"`
+	ConvergeS         float64 `json:"converge_after_last_change_s"`
 	// The serving process, during the change phase (to convergence).
 	CPUSeconds   float64 `json:"cpu_seconds"`
 	CPUPerChange float64 `json:"cpu_ms_per_change"`
-	PeakRSS      int64   `json:"peak_rss_bytes"`
-	Goroutines   int     `json:"goroutines"`
-	Encodings    uint64  `json:"encodings"`
-	Versions     uint64  `json:"resource_versions"`
-	EncPerVer    float64 `json:"encodings_per_resource_version"`
+	// Reached: (change, client following the changed service) pairs;
+	// CPUPerReach: the change phase's CPU over them, in µs.
+	Reached     int     `json:"changes_reached"`
+	CPUPerReach float64 `json:"cpu_us_per_change_per_client_reached"`
+	PeakRSS     int64   `json:"peak_rss_bytes"`
+	Goroutines  int     `json:"goroutines"`
+	Encodings   uint64  `json:"encodings"`
+	Versions    uint64  `json:"resource_versions"`
+	EncPerVer   float64 `json:"encodings_per_resource_version"`
 	// Fleet: per change, the time until every following client ACKed it.
 	Fleet Latency `json:"fleet_ack_latency"`
 	// All clients, all modes.
@@ -219,6 +232,10 @@ func latencies(rep *TargetReport, clients []*client, changes []changeRec, b0, b1
 		}
 		fleet = append(fleet, fleetMax[k])
 	}
+	rep.Reached = 0
+	for _, a := range modes {
+		rep.Reached += a.relevant
+	}
 	rep.Fleet = distribution(fleet, fm)
 	rep.ackSamples = append([]float64(nil), all...)
 	rep.Ack = distribution(all, allMissing)
@@ -273,22 +290,36 @@ func ratio(a, b float64) float64 {
 }
 
 // ratiosOver are the bridge's figures over another target's (nil when
-// either did not run).
+// either did not run); a figure the other target does not have (a storm
+// not run, no changes) is left out.
 func ratiosOver(br, bl *TargetReport) map[string]float64 {
 	if br == nil || bl == nil {
 		return nil
 	}
-	out := map[string]float64{
-		"cpu_per_change":              ratio(br.CPUPerChange, bl.CPUPerChange),
-		"bytes_per_change_per_client": ratio(br.BytesPerChangePerClient, bl.BytesPerChangePerClient),
-		"ack_latency_p50":             ratio(br.Ack.P50, bl.Ack.P50),
-		"ack_latency_p99":             ratio(br.Ack.P99, bl.Ack.P99),
+	out := map[string]float64{}
+	put := func(k string, a, b float64) {
+		if b != 0 {
+			out[k] = ratio(a, b)
+		}
 	}
+	put("cpu_per_change", br.CPUPerChange, bl.CPUPerChange)
+	put("cpu_per_change_per_client_reached", br.CPUPerReach, bl.CPUPerReach)
+	put("bytes_per_change_per_client", br.BytesPerChangePerClient, bl.BytesPerChangePerClient)
+	put("ack_latency_p50", br.Ack.P50, bl.Ack.P50)
+	put("ack_latency_p99", br.Ack.P99, bl.Ack.P99)
+	put("initial_sync_s", br.InitS, bl.InitS)
+	put("initial_sync_cpu_seconds", br.InitCPUSeconds, bl.InitCPUSeconds)
+	put("peak_rss", float64(br.PeakRSS), float64(bl.PeakRSS))
 	for _, m := range []string{"delta", "sotw"} {
 		a, b := br.mode(m), bl.mode(m)
 		if a != nil && b != nil {
-			out["bytes_per_change_per_client_"+m] = ratio(a.BytesPerChangePerClient, b.BytesPerChangePerClient)
+			put("bytes_per_change_per_client_"+m, a.BytesPerChangePerClient, b.BytesPerChangePerClient)
 		}
+	}
+	if a, b := br.Storm, bl.Storm; a != nil && b != nil {
+		put("storm_converged_s", a.ConvergedS, b.ConvergedS)
+		put("storm_cpu_seconds", a.CPUSeconds, b.CPUSeconds)
+		put("storm_peak_rss", float64(a.PeakRSS), float64(b.PeakRSS))
 	}
 	return out
 }
@@ -333,16 +364,17 @@ func PrintTable(w io.Writer, rep *Report) {
 				t.Target, m.Mode, m.Clients, m.Ack.P50, m.Ack.P90, m.Ack.P99, m.Ack.Max, m.Ack.Missing, m.BytesPerChangePerClient, m.ResponsesPerChangePerClient)
 		}
 	}
-	fmt.Fprintf(w, "\n%-9s %8s %8s %8s %9s %10s %10s %9s %10s %10s %9s %9s\n",
-		"target", "init s", "changes", "batches", "cpu s", "cpu/chg", "peak RSS", "gorout.", "enc/ver", "fleet p50", "fleet p99", "conv.")
+	fmt.Fprintf(w, "\n%-9s %8s %10s %9s %8s %8s %9s %10s %10s %10s %9s %10s %10s %9s %9s\n",
+		"target", "init s", "init cpu s", "µs/cl·res", "changes", "batches", "cpu s", "cpu/chg", "µs/reach", "peak RSS", "gorout.", "enc/ver", "fleet p50", "fleet p99", "conv.")
 	for _, t := range rep.Targets {
-		fmt.Fprintf(w, "%-9s %8.2f %8d %8d %9.2f %8.2fms %8.0fMB %9d %10.2f %8.1fms %7.1fms %9v\n",
-			t.Target, t.InitS, t.Changes, t.Batches, t.CPUSeconds, t.CPUPerChange, float64(t.PeakRSS)/(1<<20), t.Goroutines, t.EncPerVer, t.Fleet.P50, t.Fleet.P99, t.Converged)
+		fmt.Fprintf(w, "%-9s %8.2f %10.2f %9.2f %8d %8d %9.2f %8.2fms %10.2f %8.0fMB %9d %10.2f %8.1fms %7.1fms %9v\n",
+			t.Target, t.InitS, t.InitCPUSeconds, t.InitCPUPerClientR, t.Changes, t.Batches, t.CPUSeconds, t.CPUPerChange, t.CPUPerReach,
+			float64(t.PeakRSS)/(1<<20), t.Goroutines, t.EncPerVer, t.Fleet.P50, t.Fleet.P99, t.Converged)
 	}
 	for _, t := range rep.Targets {
 		if s := t.Storm; s != nil {
-			fmt.Fprintf(w, "%-9s storm: %d clients reconnect within %.1fs: converged %v in %.2fs, resent %v of the initial bytes, %.2f cpu s\n",
-				t.Target, s.Clients, s.Window, s.Converged, s.ConvergedS, s.ResentFraction, s.CPUSeconds)
+			fmt.Fprintf(w, "%-9s storm: %d clients reconnect within %.1fs: converged %v in %.2fs, resent %v of the initial bytes, %.2f cpu s, peak RSS %.0fMB (%.0fMB before)\n",
+				t.Target, s.Clients, s.Window, s.Converged, s.ConvergedS, s.ResentFraction, s.CPUSeconds, float64(s.PeakRSS)/(1<<20), float64(s.PeakRSSBefore)/(1<<20))
 		}
 		for _, e := range t.Errors {
 			fmt.Fprintf(w, "%-9s error: %s\n", t.Target, e)

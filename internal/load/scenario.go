@@ -164,9 +164,19 @@ type changeRec struct {
 // runTarget plays the scenario against one target.
 func runTarget(sc Scenario, name string) (*TargetReport, error) {
 	rep := &TargetReport{Target: name}
-	prof := ""
-	if sc.CPUProfileDir != "" {
-		prof = fmt.Sprintf("%s/%s-%s.cpu.pprof", sc.CPUProfileDir, sc.Name, name)
+	// One CPU profile per phase: init (start-up and the initial sync),
+	// change, storm.
+	prof := func(phase string) string {
+		if sc.CPUProfileDir == "" {
+			return ""
+		}
+		return fmt.Sprintf("%s/%s-%s-%s.cpu.pprof", sc.CPUProfileDir, sc.Name, name, phase)
+	}
+	profile := func(tg target, phase string) error {
+		if sc.CPUProfileDir == "" {
+			return nil
+		}
+		return tg.Profile(prof(phase))
 	}
 	var tg target
 	if sc.InProcess {
@@ -176,7 +186,7 @@ func runTarget(sc Scenario, name string) (*TargetReport, error) {
 		}
 		tg = inProcess{s}
 	} else {
-		ch, err := startChild(name, sc.Services, sc.Endpoints, sc.Clients, prof)
+		ch, err := startChild(name, sc.Services, sc.Endpoints, sc.Clients, prof("init"))
 		if err != nil {
 			return nil, err
 		}
@@ -222,6 +232,10 @@ func runTarget(sc Scenario, name string) (*TargetReport, error) {
 	}()
 
 	// Initial sync.
+	stInit, err := tg.Stats()
+	if err != nil {
+		return nil, err
+	}
 	t0 := time.Now()
 	for _, c := range clients {
 		c.start(false)
@@ -247,6 +261,18 @@ func runTarget(sc Scenario, name string) (*TargetReport, error) {
 		return nil, fmt.Errorf("%s: initial sync: %w: %d clients not ready, e.g. %s", name, err, notReady, example)
 	}
 	rep.InitS = round3(time.Since(t0).Seconds())
+	stSynced, err := tg.Stats()
+	if err != nil {
+		return nil, err
+	}
+	rep.InitCPUSeconds = round3(stSynced.CPUSeconds - stInit.CPUSeconds)
+	clientResources := 0
+	for _, c := range clients {
+		clientResources += 2 * c.expected() // its clusters and assignments
+	}
+	if clientResources > 0 {
+		rep.InitCPUPerClientR = round3(rep.InitCPUSeconds * 1e6 / float64(clientResources))
+	}
 	initBytes := make([]int64, len(clients))
 	for i, c := range clients {
 		initBytes[i] = c.bytes.Load()
@@ -264,6 +290,9 @@ func runTarget(sc Scenario, name string) (*TargetReport, error) {
 	}
 	n := int(rate * dur.Seconds())
 	n = min(n, maxChanges-1)
+	if err := profile(tg, "change"); err != nil {
+		return nil, err
+	}
 	st0, err := tg.Stats()
 	if err != nil {
 		return nil, err
@@ -323,8 +352,14 @@ func runTarget(sc Scenario, name string) (*TargetReport, error) {
 	}
 	rep.Goroutines = st1.Goroutines
 	latencies(rep, clients, changes, b0, b1, r0, r1, initBytes)
+	if rep.Reached > 0 {
+		rep.CPUPerReach = round3(rep.CPUSeconds * 1e6 / float64(rep.Reached))
+	}
 
 	if sc.Storm {
+		if err := profile(tg, "storm"); err != nil {
+			return nil, err
+		}
 		rep.Storm, err = storm(sc, tg, clients, rng, n+1, initBytes)
 		if err != nil {
 			return nil, err

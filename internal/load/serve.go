@@ -271,6 +271,7 @@ func (s *server) Close() error {
 // its CPU and memory are measured apart from the simulated clients. It
 // prints "ADDR host:port", then reads commands on stdin, one a line:
 // "C seq svc" (apply a change), "S" (print the stats as one JSON line),
+// "P path" (end the CPU profile and start one into path; "P": none),
 // "Q" (exit).
 func ServeMain(args []string, in io.Reader, out io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -278,7 +279,7 @@ func ServeMain(args []string, in io.Reader, out io.Writer) int {
 	services := fs.Int("services", 100, "services")
 	endpoints := fs.Int("endpoints", 10, "endpoints per service")
 	clients := fs.Int("clients", 100, "clients (baseline: nodes to set snapshots for)")
-	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the serving process to this file, and a heap profile (after a GC) next to it at each stats command: FILE.heapN")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the serving process to this file (until a P command names another), and a heap profile (after a GC) next to it at each stats command: FILE.heapN")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -290,13 +291,9 @@ func ServeMain(args []string, in io.Reader, out io.Writer) int {
 	if addr := os.Getenv("XDSLOAD_PPROF"); addr != "" {
 		go func() { fmt.Fprintln(os.Stderr, "xdsload serve: pprof:", http.ListenAndServe(addr, nil)) }()
 	}
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err == nil {
-			_ = pprof.StartCPUProfile(f)
-			defer func() { pprof.StopCPUProfile(); f.Close() }()
-		}
-	}
+	var prof cpuProfile
+	defer prof.stop()
+	prof.start(*cpuprofile)
 	w := bufio.NewWriter(out)
 	fmt.Fprintf(w, "ADDR %s\n", s.Addr())
 	w.Flush()
@@ -326,11 +323,43 @@ func ServeMain(args []string, in io.Reader, out io.Writer) int {
 			w.Write(b)
 			w.WriteString("\n")
 			w.Flush()
+		case "P":
+			prof.stop()
+			// The rest of the line: a path may hold spaces.
+			prof.start(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(sc.Text()), "P")))
 		case "Q":
 			return closeServer(s)
 		}
 	}
 	return closeServer(s)
+}
+
+// cpuProfile is the serving process's CPU profile, if one is running.
+type cpuProfile struct{ f *os.File }
+
+func (p *cpuProfile) start(path string) {
+	if path == "" {
+		return
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "xdsload serve:", err)
+		return
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		fmt.Fprintln(os.Stderr, "xdsload serve:", err)
+		f.Close()
+		return
+	}
+	p.f = f
+}
+
+func (p *cpuProfile) stop() {
+	if p.f != nil {
+		pprof.StopCPUProfile()
+		p.f.Close()
+		p.f = nil
+	}
 }
 
 func closeServer(s *server) int {

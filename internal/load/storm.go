@@ -128,5 +128,8 @@ func storm(sc Scenario, tg target, clients []*client, rng *rand.Rand, seq int, i
 		return nil, err
 	}
 	rep.CPUSeconds = round3(st1.CPUSeconds - st0.CPUSeconds)
+	// (A later read of VmHWM can be lower than an earlier one: the
+	// kernel updates the high-water mark lazily.)
+	rep.PeakRSS, rep.PeakRSSBefore = max(st1.MaxRSSBytes, st0.MaxRSSBytes), st0.MaxRSSBytes
 	return rep, nil
 }

@@ -20,10 +20,17 @@ type target interface {
 	Addr() string
 	Change(seq, svc int) error
 	Stats() (ServerStats, error)
+	// Profile ends the serving process's CPU profile and starts one into
+	// path ("": none), so that each phase of a run has its own.
+	Profile(path string) error
 	Close() error
 }
 
 type inProcess struct{ *server }
+
+// Profile: an in-process target is profiled with the harness's clients,
+// so not at all.
+func (inProcess) Profile(string) error { return nil }
 
 func (p inProcess) Stats() (ServerStats, error) {
 	st, err := p.server.Stats()
@@ -34,6 +41,11 @@ func (p inProcess) Stats() (ServerStats, error) {
 // ChildEnv makes a re-executed binary (the harness itself, or the test
 // binary) run "serve".
 const ChildEnv = "XDSLOAD_SERVE_CHILD"
+
+// ServeMemoryLimitEnv, when set, is the serving child's GOMEMLIMIT (the
+// runtime's soft memory limit, which the bridge sets from memory_limit),
+// apart from the harness's own.
+const ServeMemoryLimitEnv = "XDSLOAD_SERVE_GOMEMLIMIT"
 
 // child runs the serving side as "xdsload serve" in a child process.
 type child struct {
@@ -57,6 +69,9 @@ func startChild(target string, services, endpoints, clients int, cpuprofile stri
 	}
 	cmd := exec.Command(exe, args...)
 	cmd.Env = append(os.Environ(), ChildEnv+"=1")
+	if v := os.Getenv(ServeMemoryLimitEnv); v != "" {
+		cmd.Env = append(cmd.Env, "GOMEMLIMIT="+v) // the child's only
+	}
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -92,6 +107,13 @@ func (c *child) Change(seq, svc int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_, err := fmt.Fprintf(c.in, "C %d %d\n", seq, svc)
+	return err
+}
+
+func (c *child) Profile(path string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, err := fmt.Fprintf(c.in, "P %s\n", path)
 	return err
 }
 

@@ -8,12 +8,12 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 )
 
-// This file holds everything the cache relies on in the xDS servers
-// (go-control-plane's pkg/server/sotw/v3 and pkg/server/stream/v3, and
-// deltaserver.go, adapted from its pkg/server/delta/v3) beyond the
-// documented cache.ConfigWatcher interface. contract_test.go runs the
-// servers as served (newXDSServer) and fails if an upgrade or a change to
-// deltaserver.go changes any of it.
+// This file holds everything the cache relies on in our xDS stream
+// handlers (sotwserver.go and deltaserver.go, adapted from go-control-plane's
+// pkg/server/sotw/v3 and pkg/server/delta/v3) beyond the cache.ConfigWatcher
+// interface they call the cache through. contract_test.go runs the
+// handlers as served (newXDSServer) and fails if a change to either
+// changes any of it.
 //
 //  1. Per-stream state rides in the returned-resources map. For each stream
 //     and type the server keeps the map of the last response it sent
@@ -49,7 +49,7 @@ import (
 //     does both, and creates the next watch, in the stream's goroutine; a
 //     response queued after that is installed before any later one. A
 //     stream's response channel is shared by its types and is its
-//     identity. (The sotw servers drop a queued response of the type a new
+//     identity. (The sotw server drops a queued response of the type a new
 //     request is for: there the next watch's state is the right one.)
 
 // Keys of the cache's state in a delta stream's returned-resources map.

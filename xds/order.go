@@ -20,7 +20,7 @@ import (
 // EDS response after that cluster's CDS response.
 //
 // The stream of a watch is known from the request: Server's callbacks note
-// each request's stream before go-control-plane creates its watch, and
+// each request's stream before the stream handler creates its watch, and
 // tell the cache when a stream ends. A cache served otherwise (tests
 // driving it directly) does no holding back.
 
@@ -75,8 +75,8 @@ type sentClusters struct {
 	names map[string]struct{} // interest, when not wild (copied)
 }
 
-// noteRequest records the stream of a request; the watch go-control-plane
-// creates for it next takes it. A request the server ignores (a sotw
+// noteRequest records the stream of a request; the watch the stream
+// handler creates for it next takes it. A request the server ignores (a sotw
 // request with a stale nonce) is replaced by the next of its type, and
 // all go with the stream.
 func (c *Cache) noteRequest(req any, key streamKey, typeURL string) {

@@ -21,7 +21,6 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/rest/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	promreg "github.com/xdsbridge/xdsbridge/internal/metrics"
@@ -479,12 +478,13 @@ func (s *Server) responded(delta bool, id int64, typeURL string) {
 	s.m.pushes.WithLabelValues(servedType(typeURL), modeName(delta)).Inc()
 }
 
-// newXDSServer is the xDS server the cache is served by: go-control-plane's
-// sotw and REST servers, and ours for delta (deltaserver.go: the same
-// stream life, shared subscription sets). contract_test.go runs this very
+// newXDSServer is the xDS server the cache is served by: our stream
+// handlers for sotw (sotwserver.go) and delta (deltaserver.go: shared
+// subscription sets), go-control-plane's REST server (unused: REST-JSON
+// polling is served by REST). contract_test.go runs this very
 // composition, so that what contract.go says holds of the servers served.
 func newXDSServer(ctx context.Context, c cache.Cache, cb serverv3.Callbacks) serverv3.Server {
-	return serverv3.NewServerAdvanced(rest.NewServer(c, cb), sotw.NewServer(ctx, c, cb, sotw.WithOrderedADS()), newDeltaServer(ctx, c, cb))
+	return serverv3.NewServerAdvanced(rest.NewServer(c, cb), newSotwServer(ctx, c, cb), newDeltaServer(ctx, c, cb))
 }
 
 func (s *Server) callbacks() serverv3.Callbacks {

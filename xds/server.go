@@ -16,7 +16,6 @@ import (
 	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
 	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
 	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/rest/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
@@ -329,9 +328,10 @@ func (s *Server) responded(delta bool, id int64, typeURL string) {
 // newXDSServer is the xDS server the cache is served by: our stream
 // handlers for sotw (sotwserver.go) and delta (deltaserver.go: shared
 // subscription sets), go-control-plane's REST server (unused: REST-JSON
-// polling is served by REST). contract_test.go runs this very
-// composition, so that what contract.go says holds of the servers served.
-func newXDSServer(ctx context.Context, c cache.Cache, cb serverv3.Callbacks) serverv3.Server {
+// polling is served by REST). handlers_test.go runs this very
+// composition, so that what the handlers' doc comments say holds of the
+// handlers served.
+func newXDSServer(ctx context.Context, c watcher, cb serverv3.Callbacks) serverv3.Server {
 	return serverv3.NewServerAdvanced(rest.NewServer(c, cb), newSotwServer(ctx, c, cb), newDeltaServer(ctx, c, cb))
 }
 

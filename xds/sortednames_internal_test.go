@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -13,8 +12,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// TestSortedNamesSuffix: a rest is the names joined whatever they are,
-// and shares the type's joined names when it is a suffix of them.
+// TestSortedNamesSuffix: a rest is the names whatever they are, and shares
+// the type's names when it is a suffix of them.
 func TestSortedNamesSuffix(t *testing.T) {
 	ts := &typeState{resources: map[string]*entry{}}
 	for i := range 50 {
@@ -29,9 +28,10 @@ func TestSortedNamesSuffix(t *testing.T) {
 			}
 		}
 	})
-	shares := func(s string) bool {
-		p, q := unsafe.StringData(s), unsafe.StringData(sn.joined)
-		return uintptr(unsafe.Pointer(p)) >= uintptr(unsafe.Pointer(q)) && uintptr(unsafe.Pointer(p)) < uintptr(unsafe.Pointer(q))+uintptr(len(sn.joined))
+	shares := func(s []string) bool {
+		p, q := unsafe.SliceData(s), unsafe.SliceData(sn.names)
+		size := unsafe.Sizeof("")
+		return uintptr(unsafe.Pointer(p)) >= uintptr(unsafe.Pointer(q)) && uintptr(unsafe.Pointer(p)) < uintptr(unsafe.Pointer(q))+uintptr(len(sn.names))*size
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	for range 500 {
@@ -53,19 +53,19 @@ func TestSortedNamesSuffix(t *testing.T) {
 			tail = tail[r.IntN(len(tail)):]
 		}
 		got := sn.suffix(tail)
-		if want := strings.Join(tail, sep); got != want {
-			t.Fatalf("suffix(%q) = %q, want %q", tail, got, want)
+		if !slices.Equal(got, tail) {
+			t.Fatalf("suffix(%q) = %q, want %q", tail, got, tail)
 		}
-		if suffix && !shares(got) {
-			t.Fatalf("suffix(%q) is a copy, want a substring of the joined names", tail)
+		if suffix && len(tail) > 0 && !shares(got) {
+			t.Fatalf("suffix(%q) is a copy, want a subslice of the type's names", tail)
 		}
 	}
-	if sn.suffix(nil) != "" {
+	if len(sn.suffix(nil)) != 0 {
 		t.Fatal("the suffix of nothing is not empty")
 	}
 }
 
-// TestSortedNamesFollowTheResources: the joined names are rebuilt when a
+// TestSortedNamesFollowTheResources: the sorted names are rebuilt when a
 // name comes or goes, not when a version changes.
 func TestSortedNamesFollowTheResources(t *testing.T) {
 	c := NewCache(WithTypes(ClusterType))
@@ -83,21 +83,21 @@ func TestSortedNamesFollowTheResources(t *testing.T) {
 	}
 	put("b", "a")
 	first := ts.allNames()
-	if first.joined != "a"+sep+"b" {
-		t.Fatalf("joined %q", first.joined)
+	if !slices.Equal(first.names, []string{"a", "b"}) {
+		t.Fatalf("names %q", first.names)
 	}
 	put("a", "b") // new versions, same names
 	if ts.allNames() != first {
 		t.Fatal("a version change rebuilt the names")
 	}
 	put("c")
-	if got := ts.allNames().joined; got != "a"+sep+"b"+sep+"c" {
+	if got := ts.allNames().names; !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Fatalf("after adding c: %q", got)
 	}
 	if err := c.Apply(Change{TypeURL: ClusterType, Deletes: []string{"a"}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := ts.allNames().joined; got != "b"+sep+"c" {
+	if got := ts.allNames().names; !slices.Equal(got, []string{"b", "c"}) {
 		t.Fatalf("after deleting a: %q", got)
 	}
 }

@@ -30,6 +30,29 @@ import (
 // valid clusters and listeners of one they NACK, so there a NACKed response
 // counts as held and is not sent again.
 
+// Keys of the cache's state in a sotw stream's returned-resources map:
+// genKey → G says the state was computed at G. Names are never empty and
+// never start with NUL, so no key is a name.
+const genKey = ""
+
+func isStateKey(k string) bool { return k == genKey || (len(k) > 0 && k[0] == 0) }
+
+// sep joins the parts of a state value. Names and versions never contain
+// it: versions are hex, and a name with a NUL is not a name the cache
+// serves.
+const sep = "\x00"
+
+// Sotw versions in the returned map (sotwserver.go): a name a response carried
+// has "version sep previous sep count" until the client answers; previous
+// is what it held before ("" for nothing), restored if the client rejects
+// the response, and count the number of resources the response carried. A resource the client rejected alone has "held sep
+// rejectedMark version"; a name of a rejected response not sent again yet
+// has "held sep limitMark plan" (the sizes of the next responses).
+const (
+	rejectedMark = "\x01"
+	limitMark    = "\x02"
+)
+
 // sotwState is a sotw client's state as read when its watch is created.
 type sotwState struct {
 	held     map[string]string // name → version held (the state, or a view of it with answers applied)
@@ -42,14 +65,15 @@ type sotwState struct {
 }
 
 // readSotwState reads the state for a new sotw watch: applies the request's
-// answer to the last response (contract 4), and decides
-// the names to look at: those changed since the state's generation. It
+// answer to the last response (a sotw NACK is of the latest response,
+// sotwserver.go), and decides the names to look at: those changed since
+// the state's generation. It
 // looks at everything of interest when the request lists names (the
 // interest may have changed; the server drops genKey from the state for
 // such a request unless it lists "*"), and after a rejection.
 func (c *Cache) readSotwState(w *watch) {
 	ts, ss := w.ts, &w.ss
-	known := w.sub.ReturnedResources()
+	known := w.returned
 	ss.held = known
 	nack := w.sreq.GetErrorDetail() != nil && w.sreq.GetResponseNonce() != ""
 	var rejected []string // of the response this request rejects
@@ -158,7 +182,7 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 	w.sch <- &cache.PassthroughResponse{Request: w.sreq, ReturnedResources: next, DiscoveryResponse: resp}
 	switch ts.url {
 	case ClusterType:
-		c.sentCDS(w, "", resp)
+		c.sentCDS(w, nil, resp)
 	case EndpointType:
 		c.sentEDS(w, send, nil, resp)
 	}

@@ -11,8 +11,25 @@ package xds
 // previous one cancelled first, then the responses queued for the stream
 // sent, except those of the request's type, which are dropped),
 // OnStreamResponse before each response is sent, and OnStreamClosed after
-// the watches are cancelled. The rules the cache relies on (contract.go,
-// rules 3 to 5) are this file's.
+// the watches are cancelled.
+//
+// The rules the cache relies on (sotw.go), which this file keeps:
+//   - The state the cache hands with a response (its returned-resources
+//     map) becomes the type's once the response is sent, and is handed
+//     back with the next watch. For a request that lists names and not
+//     "*", every entry not among them is deleted (sotwSub.set): state keys
+//     survive only wildcard requests, so the state that must survive
+//     (what to roll back on a NACK) rides in the values of the names.
+//   - A request whose nonce is not the latest response's is skipped while
+//     that response is unanswered (once a request is taken, the next is
+//     taken whatever its nonce): a NACK the cache sees is of the latest
+//     response, or a late duplicate, which then costs a resend, never a
+//     lost update.
+//   - A watch is cancelled before the next watch of its stream and type is
+//     created, and a watch is answered at most once; a queued response of
+//     the type a new request is for is dropped (the next watch's state is
+//     the right one). The channel holds one response per type, so the
+//     cache sends under its lock without blocking.
 
 import (
 	"context"
@@ -88,7 +105,7 @@ func (s sotwSub) ReturnedResources() map[string]string     { return s.returned }
 
 // sotwServer serves sotw streams (sotw.Server).
 type sotwServer struct {
-	cache       cache.ConfigWatcher
+	cache       sotwWatcher
 	callbacks   sotw.Callbacks
 	streamCount int64
 	ctx         context.Context
@@ -96,7 +113,12 @@ type sotwServer struct {
 
 var _ sotw.Server = (*sotwServer)(nil)
 
-func newSotwServer(ctx context.Context, c cache.ConfigWatcher, cb sotw.Callbacks) *sotwServer {
+// sotwWatcher is the cache as the sotw stream handler reaches it.
+type sotwWatcher interface {
+	CreateWatch(req *cache.Request, sub cache.Subscription, ch chan cache.Response) (func(), error)
+}
+
+func newSotwServer(ctx context.Context, c sotwWatcher, cb sotw.Callbacks) *sotwServer {
 	return &sotwServer{cache: c, callbacks: cb, ctx: ctx}
 }
 

@@ -94,7 +94,7 @@ func (c *Cache) noteAnswer(w *watch) {
 		nonce, detail = w.dreq.GetResponseNonce(), w.dreq.GetErrorDetail()
 	} else {
 		// A sotw response still queued was dropped by the server for
-		// this request (contract 4): it will not be sent.
+		// this request (sotwserver.go): it will not be sent.
 		r.pend = nil
 		nonce, detail = w.sreq.GetResponseNonce(), w.sreq.GetErrorDetail()
 	}
@@ -200,11 +200,11 @@ func (w *watch) heldOf(e *entry) (held string, rejected bool) {
 		return ss.held[n], false
 	}
 	ds := &w.ds
+	rest := ds.rest
 	if ds.allRest {
-		if inJoined(ds.seq.joined, n) {
-			return "", false
-		}
-	} else if _, ok := slices.BinarySearch(ds.rest, n); ok {
+		rest = ds.seq
+	}
+	if _, ok := slices.BinarySearch(rest, n); ok {
 		return "", false
 	}
 	if v, ok := ds.rejected[n]; ok && v == e.version {
@@ -213,7 +213,7 @@ func (w *watch) heldOf(e *entry) (held string, rejected bool) {
 	if _, ok := ds.newSub[n]; ok && ds.complete {
 		return "", false
 	}
-	if v, ok := w.known[n]; ok {
+	if v, ok := w.known.versions[n]; ok {
 		return v, false
 	}
 	if !ds.complete || ds.stale {
@@ -365,7 +365,8 @@ func (c *Cache) trackLast(w *watch) {
 }
 
 // forgetLast: w is cancelled; the server changes its subscription state
-// next (contract 3), which the status must no longer read.
+// next (sotwserver.go, deltaserver.go), which the status must no longer
+// read.
 func (c *Cache) forgetLast(w *watch) {
 	if st := w.stream; st != nil && st.last[w.ts.url] == w {
 		delete(st.last, w.ts.url)

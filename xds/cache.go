@@ -150,26 +150,27 @@ func newTypeState(u string) *typeState {
 	}
 }
 
-// watcher is the cache as the stream handlers reach it: a sotw watch
-// (go-control-plane's cache.ConfigWatcher method), a delta watch (on our
-// delta handler's typed state), and go-control-plane's REST Fetch.
+// watcher is the cache as the stream handlers reach it: a watch per
+// request, on the typed state of the stream's handler, and
+// go-control-plane's REST Fetch (not used).
 type watcher interface {
-	CreateWatch(req *cache.Request, sub cache.Subscription, ch chan cache.Response) (func(), error)
-	watchDelta(req *discovery.DeltaDiscoveryRequest, sub deltaSub, ch chan<- *deltaResponse) (func(), error)
+	sotwWatcher
+	deltaWatcher
 	cache.ConfigFetcher
 }
 
 var _ watcher = (*Cache)(nil)
 
-// CreateWatch creates the watch of a sotw stream's request: its response,
-// when there is one to send, is sent on ch with the state it installs
-// (the returned-resources map, sotw.go). The returned function cancels it.
-func (c *Cache) CreateWatch(req *cache.Request, sub cache.Subscription, ch chan cache.Response) (func(), error) {
+// watchSotw creates the watch of a sotw stream's request, from the state
+// its type's last response installed (sub.held): its response, when there
+// is one to send, is sent on ch (sotwserver.go). The returned function
+// cancels it.
+func (c *Cache) watchSotw(req *discovery.DiscoveryRequest, sub sotwSub, ch chan<- *sotwResponse) (func(), error) {
 	ts, ok := c.types[req.GetTypeUrl()]
 	if !ok {
 		return nil, fmt.Errorf("type %s is not served", req.GetTypeUrl())
 	}
-	return c.create(&watch{ts: ts, sreq: req, sub: sub, returned: sub.ReturnedResources(), sch: ch})
+	return c.create(&watch{ts: ts, sreq: req, sub: sub, sheld: sub.held, sch: ch})
 }
 
 // watchDelta creates the watch of a delta stream's request, from the

@@ -5,7 +5,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 )
@@ -344,27 +343,4 @@ func (p *plan) took(n int) {
 			*p = (*p)[1:]
 		}
 	}
-}
-
-func parsePlan(s string) plan {
-	var p plan
-	for s != "" {
-		var f string
-		f, s, _ = strings.Cut(s, ",")
-		if n, err := strconv.Atoi(f); err == nil && n > 0 {
-			p = append(p, n)
-		}
-	}
-	return p
-}
-
-func (p plan) String() string {
-	var b strings.Builder
-	for i, n := range p {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Itoa(n))
-	}
-	return b.String()
 }

@@ -140,11 +140,10 @@ func (p *deltaPass) held(n string) (version string, held, maybe bool) {
 }
 
 // consider looks at name n: to send, to report removed, or nothing. Each
-// name is considered once (names are unique; a full check dedupes). State
-// keys and "*" are not names: a client naming a resource with one is
-// ignored.
+// name is considered once (names are unique; a full check dedupes). "" and
+// "*" are not names: a client naming a resource with one is ignored.
 func (p *deltaPass) consider(n string) {
-	if isStateKey(n) || n == "*" {
+	if n == "" || n == "*" {
 		return
 	}
 	e, exists := p.w.lookup(n)

@@ -67,3 +67,46 @@ func (d *DeltaDriver) StateEntries() int {
 	}
 	return n
 }
+
+// SotwDriver drives the cache for one sotw stream as the sotw stream
+// handler does (sotwserver.go: the subscription of the first request, set
+// by the next ones; a response's state installed when it is taken),
+// without gRPC, for tests of the cache.
+type SotwDriver struct {
+	c       *Cache
+	sub     sotwSub
+	started bool
+	ch      chan *sotwResponse
+	nonce   int
+}
+
+// NewSotwDriver returns a driver whose response channel holds buffer
+// responses.
+func NewSotwDriver(c *Cache, buffer int) *SotwDriver {
+	return &SotwDriver{c: c, ch: make(chan *sotwResponse, buffer)}
+}
+
+// Watch creates the watch of req; the caller cancels the previous one
+// first, as the handler does.
+func (d *SotwDriver) Watch(req *discovery.DiscoveryRequest) (cancel func(), err error) {
+	if !d.started {
+		d.sub, d.started = newSotwSub(req.GetResourceNames()), true
+	} else {
+		d.sub.set(req.GetResourceNames())
+	}
+	return d.c.watchSotw(req, d.sub, d.ch)
+}
+
+// Take sends the response queued, if any: it gives it the next nonce
+// ("1", "2", ...), installs its state and returns it; nil if none is queued.
+func (d *SotwDriver) Take() *discovery.DiscoveryResponse {
+	select {
+	case r := <-d.ch:
+		d.nonce++
+		r.resp.Nonce = strconv.Itoa(d.nonce)
+		d.sub.held = r.next
+		return r.resp
+	default:
+		return nil
+	}
+}

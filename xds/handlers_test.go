@@ -5,7 +5,6 @@ import (
 	"maps"
 	"net"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -29,10 +27,9 @@ type spy struct {
 	states []snapshot
 }
 
-// snapshot is a copy of the state a watch was created with: a sotw
-// stream's returned-resources map, or a delta stream's deltaHeld.
+// snapshot is a copy of the state a watch was created with.
 type snapshot struct {
-	sotw  map[string]string
+	sotw  sotwHeld
 	delta deltaHeld
 }
 
@@ -42,9 +39,11 @@ func (s *spy) record(st snapshot) {
 	s.states = append(s.states, st)
 }
 
-func (s *spy) CreateWatch(req *cache.Request, sub cache.Subscription, ch chan cache.Response) (func(), error) {
-	s.record(snapshot{sotw: maps.Clone(sub.ReturnedResources())})
-	return s.Cache.CreateWatch(req, sub, ch)
+func (s *spy) watchSotw(req *discovery.DiscoveryRequest, sub sotwSub, ch chan<- *sotwResponse) (func(), error) {
+	h := *sub.held
+	h.versions, h.marks = maps.Clone(h.versions), maps.Clone(h.marks)
+	s.record(snapshot{sotw: h})
+	return s.Cache.watchSotw(req, sub, ch)
 }
 
 func (s *spy) watchDelta(req *discovery.DeltaDiscoveryRequest, sub deltaSub, ch chan<- *deltaResponse) (func(), error) {
@@ -166,9 +165,9 @@ func TestDeltaHandlerInstallsSentState(t *testing.T) {
 	}
 }
 
-// TestSotwHandlerStateAndStaleNonce: the sotw handler drops state keys on
-// a request that names resources but keeps the names' values as the cache
-// wrote them, and ignores a request with a stale nonce.
+// TestSotwHandlerStateAndStaleNonce: on a request that names resources the
+// sotw handler makes the state incomplete but keeps the names' entries as
+// the cache wrote them, and it ignores a request with a stale nonce.
 func TestSotwHandlerStateAndStaleNonce(t *testing.T) {
 	sp, client := startContract(t)
 	st, err := client.StreamAggregatedResources(context.Background())
@@ -192,14 +191,14 @@ func TestSotwHandlerStateAndStaleNonce(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := sp.last(t, 2).sotw
-	if _, ok := got[genKey]; ok {
-		t.Fatalf("a named sotw request kept the state key: %q", got)
+	if got.complete {
+		t.Fatalf("a named sotw request kept the state complete: %+v", got)
 	}
-	if v := got["a"]; !strings.Contains(v, sep) {
-		t.Fatalf("the value the cache wrote for a was not kept: %q", v)
+	if m, ok := got.marks["a"]; !ok || !m.sent {
+		t.Fatalf("the mark the cache wrote for a was not kept: %+v", got)
 	}
-	if _, ok := got["b"]; !ok {
-		t.Fatalf("the request with a stale nonce was taken: %q", got)
+	if _, ok := got.versions["b"]; !ok {
+		t.Fatalf("the request with a stale nonce was taken: %+v", got)
 	}
 	time.Sleep(100 * time.Millisecond)
 	if n := sp.count(); n != 2 {

@@ -14,12 +14,12 @@ package xds
 // the watches are cancelled.
 //
 // The rules the cache relies on (sotw.go), which this file keeps:
-//   - The state the cache hands with a response (its returned-resources
-//     map) becomes the type's once the response is sent, and is handed
-//     back with the next watch. For a request that lists names and not
-//     "*", every entry not among them is deleted (sotwSub.set): state keys
-//     survive only wildcard requests, so the state that must survive
-//     (what to roll back on a NACK) rides in the values of the names.
+//   - The state the cache hands with a response (sotwHeld) becomes the
+//     type's once the response is sent, and is handed back with the next
+//     watch. For a request that lists names and not "*", every name's
+//     entry not among them is deleted and the state is no longer complete
+//     (sotwSub.set); the state that must survive (what to roll back on a
+//     NACK) is kept per name.
 //   - A request whose nonce is not the latest response's is skipped while
 //     that response is unanswered (once a request is taken, the next is
 //     taken whatever its nonce): a NACK the cache sees is of the latest
@@ -40,7 +40,6 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
@@ -48,30 +47,30 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// sotwSub is a sotw stream's subscription to one type, read by the cache
-// through cache.Subscription. The server keeps one per type and hands the
-// cache a copy with each watch; returned is shared by the copies (the
-// cache copies it before it changes anything).
+// sotwSub is a sotw stream's subscription to one type, and what its
+// client holds. The server keeps one per type and hands the cache a copy
+// with each watch; held is shared by the copies.
 type sotwSub struct {
 	// wildcard: the subscription holds the wildcard; allowLegacyWildcard:
 	// no name was ever requested, so an empty request is a wildcard.
 	wildcard, allowLegacyWildcard bool
 	names                         map[string]struct{}
-	// returned: the client's state as the cache last set it, less the
-	// names a request since no longer lists (unless it lists "*").
-	returned map[string]string
+	// held: the client's state as its type's last response installed it,
+	// less the names a request since no longer lists (unless it lists "*").
+	held *sotwHeld
 }
 
 func newSotwSub(names []string) sotwSub {
 	s := sotwSub{wildcard: len(names) == 0, allowLegacyWildcard: true,
-		names: map[string]struct{}{}, returned: map[string]string{}}
+		names: map[string]struct{}{}, held: &sotwHeld{versions: map[string]string{}}}
 	s.set(names)
 	return s
 }
 
 // set applies the names of a request (go-control-plane's
 // SetResourceSubscription): they replace the subscription, and the state
-// keeps only their entries unless the request lists the wildcard.
+// keeps only their entries, and is no longer complete, unless the request
+// lists the wildcard.
 func (s *sotwSub) set(names []string) {
 	if s.allowLegacyWildcard {
 		// Only a request that lists names ends the legacy wildcard.
@@ -90,9 +89,12 @@ func (s *sotwSub) set(names []string) {
 		subscribed[n] = struct{}{}
 	}
 	if !wildcard {
-		for n := range s.returned {
+		h := s.held
+		h.complete = false
+		for n := range h.versions {
 			if _, ok := subscribed[n]; !ok {
-				delete(s.returned, n)
+				delete(h.versions, n)
+				delete(h.marks, n)
 			}
 		}
 	}
@@ -101,7 +103,6 @@ func (s *sotwSub) set(names []string) {
 
 func (s sotwSub) SubscribedResources() map[string]struct{} { return s.names }
 func (s sotwSub) IsWildcard() bool                         { return s.wildcard }
-func (s sotwSub) ReturnedResources() map[string]string     { return s.returned }
 
 // sotwServer serves sotw streams (sotw.Server).
 type sotwServer struct {
@@ -115,7 +116,7 @@ var _ sotw.Server = (*sotwServer)(nil)
 
 // sotwWatcher is the cache as the sotw stream handler reaches it.
 type sotwWatcher interface {
-	CreateWatch(req *cache.Request, sub cache.Subscription, ch chan cache.Response) (func(), error)
+	watchSotw(req *discovery.DiscoveryRequest, sub sotwSub, ch chan<- *sotwResponse) (func(), error)
 }
 
 func newSotwServer(ctx context.Context, c sotwWatcher, cb sotw.Callbacks) *sotwServer {
@@ -144,7 +145,7 @@ type sotwStream struct {
 	// per type (a type's watch is answered at most once, and its queued
 	// response is dropped before the next watch), so the cache never
 	// blocks on it.
-	responses chan cache.Response
+	responses chan *sotwResponse
 	node      *core.Node
 }
 
@@ -174,7 +175,7 @@ func (s *sotwServer) StreamHandler(str stream.Stream, typeURL string) error {
 		id:             atomic.AddInt64(&s.streamCount, 1),
 		defaultTypeURL: typeURL,
 		watches:        make(map[string]*sotwWatch, int(types.UnknownType)),
-		responses:      make(chan cache.Response, int(types.UnknownType)),
+		responses:      make(chan *sotwResponse, int(types.UnknownType)),
 		node:           &core.Node{},
 	}
 	defer ss.shutdown()
@@ -262,7 +263,7 @@ func (ss *sotwStream) request(req *discovery.DiscoveryRequest) error {
 		w = &sotwWatch{sub: newSotwSub(req.GetResourceNames())}
 		ss.watches[typeURL] = w
 	}
-	cancel, err := ss.s.cache.CreateWatch(req, w.sub, ss.responses)
+	cancel, err := ss.s.cache.watchSotw(req, w.sub, ss.responses)
 	if err != nil {
 		return err
 	}
@@ -275,7 +276,7 @@ func (ss *sotwStream) sendAllExcept(typeURL string) error {
 	for {
 		select {
 		case resp := <-ss.responses:
-			if resp.GetRequest().GetTypeUrl() == typeURL {
+			if resp.req.GetTypeUrl() == typeURL {
 				continue
 			}
 			if err := ss.send(resp); err != nil {
@@ -289,25 +290,22 @@ func (ss *sotwStream) sendAllExcept(typeURL string) error {
 
 // send gives resp the stream's next nonce, installs the state it carries
 // as its type's, and sends it.
-func (ss *sotwStream) send(resp cache.Response) error {
+func (ss *sotwStream) send(resp *sotwResponse) error {
 	if resp == nil {
 		return errors.New("missing response")
 	}
-	out, err := resp.GetDiscoveryResponse()
-	if err != nil {
-		return err
-	}
+	out := resp.resp
 	ss.nonce++
 	out.Nonce = strconv.FormatInt(ss.nonce, 10)
-	typeURL := resp.GetRequest().GetTypeUrl()
+	typeURL := resp.req.GetTypeUrl()
 	w, ok := ss.watches[typeURL]
 	if !ok {
 		return errors.New("no current watch for " + typeURL)
 	}
-	w.sub.returned = resp.GetReturnedResources()
+	w.sub.held = resp.next
 	w.nonce = out.GetNonce()
 	if cb := ss.s.callbacks; cb != nil {
-		cb.OnStreamResponse(ss.str.Context(), ss.id, resp.GetRequest(), out)
+		cb.OnStreamResponse(ss.str.Context(), ss.id, resp.req, out)
 	}
 	return ss.str.Send(out)
 }

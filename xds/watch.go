@@ -8,7 +8,6 @@ import (
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 )
 
 // subscription is what a watch reads of its stream's subscription to its
@@ -24,16 +23,16 @@ type watch struct {
 	id    uint64
 	ts    *typeState
 	delta bool
-	sreq  *cache.Request
+	sreq  *discovery.DiscoveryRequest
 	dreq  *discovery.DeltaDiscoveryRequest
 	sub   subscription
-	sch   chan cache.Response
+	sch   chan<- *sotwResponse
 	dch   chan<- *deltaResponse
 	ds    deltaState // read from the delta client's state at creation
 	ss    sotwState  // likewise for sotw
-	// returned: a sotw stream's returned-resources map (sotw.go).
-	returned map[string]string
-	done     bool
+	// sheld: a sotw client's state as its stream handed it (sotw.go).
+	sheld *sotwHeld
+	done  bool
 
 	// Delta: the client's state as read at creation, and whether the
 	// server installed the one this watch's response carries.
@@ -302,7 +301,7 @@ func (w *watch) fullCheck(known map[string]string, fn func(n string)) (covered f
 		}
 	}
 	for n := range known {
-		if !isStateKey(n) && !covered(n) {
+		if !covered(n) {
 			fn(n)
 		}
 	}

@@ -16,16 +16,8 @@ import (
 func (s *Server) request(delta bool, id int64, node *core.Node, typeURL, nonce string, errDetail interface{ GetMessage() string }, hasErr bool) {
 	s.mu.Lock()
 	ci, ok := s.clients[streamKey{delta, id}]
-	if ok && node != nil && node.GetId() != "" {
-		var cut bool
-		ci.Node, cut = bound(node.GetId(), ci.Node, MaxClientStringBytes)
-		if cut {
-			s.m.truncated.WithLabelValues("node_id").Inc()
-		}
-		ci.Cluster, cut = bound(node.GetCluster(), ci.Cluster, MaxClientStringBytes)
-		if cut {
-			s.m.truncated.WithLabelValues("node_cluster").Inc()
-		}
+	if ok {
+		s.noteNode(ci, node)
 	}
 	if !hasErr {
 		s.mu.Unlock()
@@ -94,6 +86,23 @@ func (s *Server) request(delta bool, id int64, node *core.Node, typeURL, nonce s
 		args = append(args, "nacks_not_logged_server_wide", serverSuppressed)
 	}
 	s.log.Warn("xDS client rejected an update (NACK); it keeps its previous config and the same content is not sent again", args...)
+}
+
+// noteNode records the node a client's request names, cut to
+// MaxClientStringBytes. Called under s.mu.
+func (s *Server) noteNode(ci *clientInfo, node *core.Node) {
+	if node == nil || node.GetId() == "" {
+		return
+	}
+	var cut bool
+	ci.Node, cut = bound(node.GetId(), ci.Node, MaxClientStringBytes)
+	if cut {
+		s.m.truncated.WithLabelValues("node_id").Inc()
+	}
+	ci.Cluster, cut = bound(node.GetCluster(), ci.Cluster, MaxClientStringBytes)
+	if cut {
+		s.m.truncated.WithLabelValues("node_cluster").Inc()
+	}
 }
 
 // logLimiter lets perMinute lines through in each minute from the first,

@@ -23,7 +23,10 @@ import (
 // tell the cache when a stream ends. A cache served otherwise (tests
 // driving it directly) does no holding back.
 
-// streamState is what the cache follows of one stream.
+// streamState is what the cache follows of one stream across its types,
+// for ordering (clusters, assignments, held routes and interims) and sync
+// status; what the client holds of each type is its handler's (deltaHeld,
+// sotwHeld). Guarded by Cache.mu; dropped when the stream ends.
 type streamState struct {
 	key streamKey
 	// vis: what the stream's client may read (xds.authorization

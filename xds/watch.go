@@ -19,6 +19,9 @@ type subscription interface {
 
 // watch is one request's wait for a response: the server creates one per
 // request of a stream and type, and the cache answers it at most once.
+// Guarded by Cache.mu, but installed, which the stream's handler sets in
+// the stream's goroutine (deltaResponse.install) and only that goroutine
+// reads (Cache.cancel).
 type watch struct {
 	id    uint64
 	ts    *typeState

@@ -256,7 +256,9 @@ func (p *deltaPass) record(rest []string) (next *deltaHeld, sent *deltaSent) {
 	if len(p.changed)+len(p.removed) == 0 {
 		return next, nil
 	}
-	return next, &deltaSent{gen: ts.gen, changed: p.changed, removed: p.removed}
+	// Copies: the record lives until the client answers, and p.changed
+	// of a full check has room for every name of the type.
+	return next, &deltaSent{gen: ts.gen, changed: slices.Clone(p.changed), removed: slices.Clone(p.removed)}
 }
 
 // stillRejected returns the rejected resources that are still served at

@@ -31,10 +31,11 @@ func (ts *typeState) allNames() *sortedNames {
 }
 
 // suffix returns tail (sorted names): a subslice of the type's names when
-// tail is a suffix of them, else tail.
+// tail is a suffix of them, else a copy (tail is often the end of a
+// larger slice, which a rest kept until the next ACK must not hold).
 func (sn *sortedNames) suffix(tail []string) []string {
 	if i := len(sn.names) - len(tail); len(tail) > 0 && i >= 0 && slices.Equal(sn.names[i:], tail) {
 		return sn.names[i:len(sn.names):len(sn.names)]
 	}
-	return tail
+	return slices.Clone(tail)
 }

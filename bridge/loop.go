@@ -8,7 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/xdsbridge/xdsbridge/config"
 	"github.com/xdsbridge/xdsbridge/healthcheck"
 	"github.com/xdsbridge/xdsbridge/policy"
 	"github.com/xdsbridge/xdsbridge/sources"
@@ -46,9 +45,8 @@ type Options struct {
 	// Quiet is how long the loop waits after the last event, when an
 	// event comes within Quiet of the last flush (otherwise it flushes at
 	// once); MaxHold is the longest a dirty service waits while events
-	// keep coming. Zero
-	// values take the config's defaults (config.DebounceDefaults: 50ms, and
-	// 500ms or Quiet if longer); a MaxHold below Quiet is Quiet.
+	// keep coming. Zero values take their defaults (DebounceDefaults:
+	// 50ms, and 500ms or Quiet if longer); a MaxHold below Quiet is Quiet.
 	Quiet   time.Duration
 	MaxHold time.Duration
 	Logger  *slog.Logger
@@ -185,9 +183,30 @@ type Loop struct {
 
 var _ sources.Sink = (*Loop)(nil)
 
+// Debounce defaults (the config's debounce.quiet and debounce.max).
+const (
+	DefaultDebounceQuiet = 50 * time.Millisecond
+	DefaultDebounceMax   = 500 * time.Millisecond
+)
+
+// DebounceDefaults is the one rule for the debounce defaults, of the
+// loop's options and of the config file: a quiet period of 0 is
+// DefaultDebounceQuiet, and a max of 0 is DefaultDebounceMax, or the quiet
+// period when that is longer. Other values are returned as they are.
+func DebounceDefaults(quiet, maxHold time.Duration) (time.Duration, time.Duration) {
+	if quiet == 0 {
+		quiet = DefaultDebounceQuiet
+	}
+	if maxHold == 0 {
+		// Never below an explicitly longer quiet period.
+		maxHold = max(DefaultDebounceMax, quiet)
+	}
+	return quiet, maxHold
+}
+
 // New returns a loop publishing to pub. It starts nothing.
 func New(opts Options, pub Publisher) *Loop {
-	opts.Quiet, opts.MaxHold = config.DebounceDefaults(max(opts.Quiet, 0), max(opts.MaxHold, 0))
+	opts.Quiet, opts.MaxHold = DebounceDefaults(max(opts.Quiet, 0), max(opts.MaxHold, 0))
 	opts.MaxHold = max(opts.MaxHold, opts.Quiet)
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()

@@ -7,7 +7,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/xdsbridge/xdsbridge/config"
 	"github.com/xdsbridge/xdsbridge/healthcheck"
 	"github.com/xdsbridge/xdsbridge/sources"
 )
@@ -205,18 +204,18 @@ func TestMergeService(t *testing.T) {
 	}
 }
 
-// TestDebounceDefaults: the loop takes the config's debounce defaults
-// (config.DebounceDefaults), not a rule of its own.
+// TestDebounceDefaults: the loop's defaults are DebounceDefaults, the
+// rule the app applies to the config too, not a rule of its own.
 func TestDebounceDefaults(t *testing.T) {
 	for _, tt := range []struct{ quiet, maxHold, wantQuiet, wantMax time.Duration }{
-		{0, 0, config.DefaultDebounceQuiet, config.DefaultDebounceMax},
-		{10 * time.Millisecond, 0, 10 * time.Millisecond, config.DefaultDebounceMax},
+		{0, 0, DefaultDebounceQuiet, DefaultDebounceMax},
+		{10 * time.Millisecond, 0, 10 * time.Millisecond, DefaultDebounceMax},
 		{time.Second, 0, time.Second, time.Second},
 		{20 * time.Millisecond, 70 * time.Millisecond, 20 * time.Millisecond, 70 * time.Millisecond},
 		{20 * time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond, 20 * time.Millisecond},
 	} {
 		l := New(Options{Quiet: tt.quiet, MaxHold: tt.maxHold}, newRecorder())
-		cq, cm := config.DebounceDefaults(tt.quiet, tt.maxHold)
+		cq, cm := DebounceDefaults(tt.quiet, tt.maxHold)
 		if l.opts.Quiet != tt.wantQuiet || l.opts.MaxHold != tt.wantMax || tt.maxHold >= tt.quiet && (cq != l.opts.Quiet || cm != l.opts.MaxHold) {
 			t.Errorf("quiet %s, max %s: the loop uses %s, %s; want %s, %s (config: %s, %s)", tt.quiet, tt.maxHold, l.opts.Quiet, l.opts.MaxHold, tt.wantQuiet, tt.wantMax, cq, cm)
 		}

@@ -458,7 +458,7 @@ func (l *Loop) computeEffectivePolicy(name string) (*policy.Service, []translate
 	}
 	dropped := false
 	for sub := range prev.Subsets {
-		if pol == nil || !hasSubset(pol, sub) {
+		if !pol.HasSubset(sub) {
 			dropped = true
 			break
 		}
@@ -487,7 +487,7 @@ func (l *Loop) computeEffectivePolicy(name string) (*policy.Service, []translate
 			if t.Service != name || t.Subset == "" || (failover && t.Datacenter != "") {
 				return
 			}
-			if pol != nil && hasSubset(pol, t.Subset) {
+			if pol.HasSubset(t.Subset) {
 				return
 			}
 			def, ok := prev.Subsets[t.Subset]
@@ -528,9 +528,4 @@ func (l *Loop) computeEffectivePolicy(name string) (*policy.Service, []translate
 			Message: fmt.Sprintf("no longer in the service's policy, but the routes or failover of %s still name it: kept with its last filter until none does", strings.Join(namedBy[sub], ", "))})
 	}
 	return &cp, diags
-}
-
-func hasSubset(p *policy.Service, subset string) bool {
-	_, ok := p.Subsets[subset]
-	return ok
 }

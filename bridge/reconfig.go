@@ -5,7 +5,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/xdsbridge/xdsbridge/config"
 	"github.com/xdsbridge/xdsbridge/sources"
 	"github.com/xdsbridge/xdsbridge/translate"
 )
@@ -79,7 +78,7 @@ func (l *Loop) applyReconfig(rc *Reconfig) bool {
 	l.opts.Sources = slices.Clone(rc.Sources)
 	l.opts.Priority = rc.Priority
 	l.opts.ServicesAndPolicy = slices.Clone(rc.ServicesAndPolicy)
-	l.opts.Quiet, l.opts.MaxHold = config.DebounceDefaults(max(rc.Quiet, 0), max(rc.MaxHold, 0))
+	l.opts.Quiet, l.opts.MaxHold = DebounceDefaults(max(rc.Quiet, 0), max(rc.MaxHold, 0))
 	l.opts.MaxHold = max(l.opts.MaxHold, l.opts.Quiet)
 	l.opts.MaxRetention = rc.MaxRetention
 	l.opts.DefaultLocality = rc.DefaultLocality

@@ -1,7 +1,11 @@
-// Package config is the bridge's configuration file: its schema, defaults
-// and checks. It is decoded with config/decode (unknown and miscased keys
-// are errors naming the field); every source's block is decoded by that
-// source's own factory with the same strictness (decode.JSONStrict).
+// Package config is the bridge's configuration file: its schema, and the
+// defaults and checks of the file's own fields. The blocks whose options
+// belong to another package (blocks.go, xds.rest, debounce) take that
+// package's defaults and ranges through the app (internal/app/options.go):
+// config imports no package of the bridge but config/decode. It is
+// decoded with config/decode (unknown and miscased keys are errors naming
+// the field); every source's block is decoded by that source's own factory
+// with the same strictness (decode.JSONStrict).
 package config
 
 import (
@@ -19,8 +23,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/xdsbridge/xdsbridge/config/decode"
-	"github.com/xdsbridge/xdsbridge/translate"
-	"github.com/xdsbridge/xdsbridge/xds"
 )
 
 // Config is the whole configuration file.
@@ -38,13 +40,13 @@ type Config struct {
 	// Limits bound what one service's resources may carry (see
 	// translate.Limits for each field, its default and its range; 0 or
 	// absent is the default).
-	Limits translate.Limits `json:"limits"`
+	Limits Limits `json:"limits"`
 	// Outputs are deliveries besides the xDS server (config/outputs.go).
 	Outputs Outputs `json:"outputs"`
 	// Egress, when set, serves Envoys a route table with a virtual host
 	// per published service, and optionally a listener routed by it
 	// (translate.Egress for each field). Absent: neither is served.
-	Egress *translate.Egress `json:"egress"`
+	Egress *Egress `json:"egress"`
 	// MemoryLimit is the Go runtime's soft memory limit: "auto" or absent
 	// (90 % of the container's cgroup memory limit, none without one),
 	// "off", or a size ("512MiB", bytes); GOMEMLIMIT in the environment
@@ -114,10 +116,10 @@ type XDS struct {
 	// Authorization, when set, allows only clients whose verified
 	// certificate matches a rule, and limits what each may read. It needs
 	// tls.client_ca_file.
-	Authorization *xds.Authorization `json:"authorization"`
+	Authorization *Authorization `json:"authorization"`
 	// Limits bound what one client can make the server hold or do (see
 	// xds.Limits for each field, its default and its range).
-	Limits xds.Limits `json:"limits"`
+	Limits XDSLimits `json:"limits"`
 	// Keepalive is the server's HTTP/2 keepalive (see xds.Keepalive).
 	Keepalive Keepalive `json:"keepalive"`
 	// GRPCCertificateProvider names the certificate provider instance
@@ -241,7 +243,7 @@ type Debounce struct {
 	// after a quiet period is published at once (default 50ms).
 	Quiet decode.Duration `json:"quiet"`
 	// Max is the longest an event waits while events keep coming (default
-	// 500ms, or Quiet if longer: DebounceDefaults).
+	// 500ms, or Quiet if longer: bridge.DebounceDefaults).
 	Max decode.Duration `json:"max"`
 }
 
@@ -365,26 +367,9 @@ func (s Source) MarshalJSON() ([]byte, error) {
 
 // Defaults.
 const (
-	DefaultXDSListen     = "127.0.0.1:18000"
-	DefaultAdminListen   = "127.0.0.1:18001"
-	DefaultDebounceQuiet = 50 * time.Millisecond
-	DefaultDebounceMax   = 500 * time.Millisecond
+	DefaultXDSListen   = "127.0.0.1:18000"
+	DefaultAdminListen = "127.0.0.1:18001"
 )
-
-// DebounceDefaults is the one rule for the debounce defaults, of the
-// config and of the merge loop (bridge.Options): a quiet period of 0 is
-// DefaultDebounceQuiet, and a max of 0 is DefaultDebounceMax, or the quiet
-// period when that is longer. Other values are returned as they are.
-func DebounceDefaults(quiet, maxHold time.Duration) (time.Duration, time.Duration) {
-	if quiet == 0 {
-		quiet = DefaultDebounceQuiet
-	}
-	if maxHold == 0 {
-		// Never below an explicitly longer quiet period.
-		maxHold = max(DefaultDebounceMax, quiet)
-	}
-	return quiet, maxHold
-}
 
 // Ranges, checked at load (README, "Bad input and limits").
 const (
@@ -438,23 +423,16 @@ func (c *Config) applyDefaults() {
 	if c.Admin.Listen == "" {
 		c.Admin.Listen = DefaultAdminListen
 	}
-	quiet, maxHold := DebounceDefaults(c.Debounce.Quiet.D(), c.Debounce.Max.D())
-	c.Debounce.Quiet, c.Debounce.Max = decode.Duration(quiet), decode.Duration(maxHold)
 	if c.Logging.Format == "" {
 		c.Logging.Format = "text"
 	}
 	if c.Logging.Level == "" {
 		c.Logging.Level = "info"
 	}
-	c.Limits = c.Limits.WithDefaults()
-	c.XDS.Limits = c.XDS.Limits.WithDefaults()
 	c.XDS.TLS.applyDefaults()
 	c.Admin.TLS.applyDefaults()
-	c.XDS.REST.applyDefaults()
-	c.Outputs.applyDefaults()
-	if c.Egress != nil {
-		e := c.Egress.WithDefaults()
-		c.Egress = &e
+	if c.XDS.REST != nil {
+		c.XDS.REST.TLS.applyDefaults()
 	}
 }
 
@@ -469,33 +447,14 @@ func (c *Config) validate(knownTypes []string) error {
 	default:
 		return fmt.Errorf("logging.level: %q is not one of debug, info, warn, error", c.Logging.Level)
 	}
-	if err := c.Limits.Check(); err != nil {
-		return fmt.Errorf("limits.%w", err)
-	}
-	if err := c.XDS.Limits.Check(); err != nil {
-		return fmt.Errorf("xds.limits.%w", err)
-	}
-	if err := c.Outputs.check(); err != nil {
-		return err
-	}
-	if c.Egress != nil {
-		if err := c.Egress.Check(); err != nil {
-			return fmt.Errorf("egress.%w", err)
-		}
-	}
 	if err := c.XDS.TLS.check("xds.tls"); err != nil {
 		return err
 	}
 	if err := c.Admin.TLS.check("admin.tls"); err != nil {
 		return err
 	}
-	if a := c.XDS.Authorization; a != nil {
-		if c.XDS.TLS == nil || c.XDS.TLS.ClientCAFile == "" {
-			return errors.New("xds.authorization: needs xds.tls.client_ca_file (clients are authorized by their verified certificate)")
-		}
-		if err := a.Check(); err != nil {
-			return fmt.Errorf("xds.authorization.%w", err)
-		}
+	if c.XDS.Authorization != nil && (c.XDS.TLS == nil || c.XDS.TLS.ClientCAFile == "") {
+		return errors.New("xds.authorization: needs xds.tls.client_ca_file (clients are authorized by their verified certificate)")
 	}
 	if p := c.XDS.GRPCCertificateProvider; p != nil {
 		if err := checkProviderName(*p); err != nil {
@@ -518,8 +477,6 @@ func (c *Config) validate(knownTypes []string) error {
 		d        decode.Duration
 		min, max time.Duration
 	}{
-		{"debounce.quiet", c.Debounce.Quiet, MinDebounce, MaxDebounceQuiet},
-		{"debounce.max", c.Debounce.Max, MinDebounce, MaxDebounceMax},
 		{"health_checks.max_retention", c.HealthChecks.MaxRetention, 0, MaxRetention},
 		{"xds.keepalive.time", c.XDS.Keepalive.Time, 0, 24 * time.Hour},
 		{"xds.keepalive.timeout", c.XDS.Keepalive.Timeout, 0, time.Hour},
@@ -529,11 +486,25 @@ func (c *Config) validate(knownTypes []string) error {
 			return err
 		}
 	}
+	// A debounce of 0 is the merge loop's default (bridge.DebounceDefaults);
+	// the app checks max against quiet once the defaults are in.
+	for _, r := range []struct {
+		field    string
+		d        decode.Duration
+		min, max time.Duration
+	}{
+		{"debounce.quiet", c.Debounce.Quiet, MinDebounce, MaxDebounceQuiet},
+		{"debounce.max", c.Debounce.Max, MinDebounce, MaxDebounceMax},
+	} {
+		if r.d == 0 {
+			continue
+		}
+		if err := decode.CheckRange(r.field, r.d.D(), r.min, r.max); err != nil {
+			return err
+		}
+	}
 	if err := decode.CheckCount("health_checks.workers", c.HealthChecks.Workers, 0, MaxWorkers); err != nil {
 		return err
-	}
-	if c.Debounce.Max < c.Debounce.Quiet {
-		return fmt.Errorf("debounce.max (%s) is shorter than debounce.quiet (%s)", c.Debounce.Max.D(), c.Debounce.Quiet.D())
 	}
 	if len(c.Sources) == 0 {
 		return errors.New("sources: at least one source is needed")

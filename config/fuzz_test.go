@@ -1,13 +1,10 @@
 package config
 
-import (
-	"testing"
-
-	"github.com/xdsbridge/xdsbridge/translate"
-)
+import "testing"
 
 // FuzzParse feeds config documents to Parse. A config that parses has its
-// defaults applied and passes its own checks.
+// defaults applied and passes its own checks (the blocks other packages
+// own: internal/app FuzzConfigOptions).
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		"sources:\n  - name: static\n    file: {path: services.yaml}\n",
@@ -37,11 +34,8 @@ func FuzzParse(f *testing.F) {
 		if c.XDS.Listen == "" || c.Admin.Listen == "" || c.Logging.Format == "" || c.Logging.Level == "" {
 			t.Fatalf("defaults not applied: %+v", c)
 		}
-		if c.Debounce.Quiet <= 0 || c.Debounce.Max < c.Debounce.Quiet {
+		if c.Debounce.Quiet < 0 || c.Debounce.Max < 0 {
 			t.Fatalf("debounce quiet %v max %v", c.Debounce.Quiet, c.Debounce.Max)
-		}
-		if err := c.Limits.Check(); err != nil {
-			t.Fatalf("limits pass Parse but not Check: %v", err)
 		}
 		if len(c.Sources) == 0 {
 			t.Fatal("no sources")
@@ -58,23 +52,6 @@ func FuzzParse(f *testing.F) {
 			}
 			if !ok {
 				t.Fatalf("source %q of unknown type %q", s.Name, s.Type)
-			}
-		}
-		// An egress block Parse accepts gives Envoy a valid table and
-		// listener.
-		if e := c.Egress; e != nil {
-			rc, _ := e.RouteTable([]translate.EgressService{{Name: "web"}, {Name: "web.service.consul"}})
-			if err := rc.ValidateAll(); err != nil {
-				t.Fatalf("egress table: %v", err)
-			}
-			if e.Listener != nil {
-				l, err := e.EgressListener()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := l.ValidateAll(); err != nil {
-					t.Fatalf("egress listener: %v", err)
-				}
 			}
 		}
 		// What Parse accepts, it accepts again once re-encoded.

@@ -1,31 +1,10 @@
 package config
 
-import (
-	"fmt"
-
-	"github.com/xdsbridge/xdsbridge/internal/fsout"
-)
-
 // Outputs are ways the bridge delivers its resources besides the xDS
 // server. Each is off unless its block is given.
 type Outputs struct {
 	// Filesystem keeps a directory of files for Envoy's path-based config
-	// sources (see internal/fsout and the README, "Files for Envoys
+	// sources (see the fileout package and the README, "Files for Envoys
 	// without a network path").
-	Filesystem *fsout.Config `json:"filesystem"`
-}
-
-func (o *Outputs) applyDefaults() {
-	if o.Filesystem != nil {
-		*o.Filesystem = o.Filesystem.WithDefaults()
-	}
-}
-
-func (o *Outputs) check() error {
-	if o.Filesystem != nil {
-		if err := o.Filesystem.Check(); err != nil {
-			return fmt.Errorf("outputs.filesystem.%w", err)
-		}
-	}
-	return nil
+	Filesystem *Filesystem `json:"filesystem"`
 }

@@ -4,15 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/xdsbridge/xdsbridge/config/decode"
-	"github.com/xdsbridge/xdsbridge/xds"
 )
 
 // REST configures REST-JSON polling (`xds.rest:`), served on a listener of
 // its own; absent: not served. See xds.RESTOptions and the README section
-// "REST-JSON polling".
+// "REST-JSON polling". The app applies the defaults and checks the ranges
+// of the limits and of eds_config (internal/app/options.go).
 type REST struct {
 	// Listen is the HTTP listener's address (required).
 	Listen string `json:"listen" want:"host:port"`
@@ -51,44 +50,6 @@ type RESTEDSConfig struct {
 	RequestTimeout decode.Duration `json:"request_timeout"`
 }
 
-// Defaults of REST.
-const (
-	DefaultRESTRefreshDelay = time.Second
-	// RESTRequestTimeoutMargin is added to max_wait for the default
-	// eds_config.request_timeout.
-	RESTRequestTimeoutMargin = 5 * time.Second
-)
-
-func (r *REST) applyDefaults() {
-	if r == nil {
-		return
-	}
-	if r.MaxWait == 0 {
-		r.MaxWait = decode.Duration(xds.DefaultRESTMaxWait)
-	}
-	if r.MaxBodyBytes == 0 {
-		r.MaxBodyBytes = xds.DefaultRESTMaxBodyBytes
-	}
-	if r.MaxHeldPolls == 0 {
-		r.MaxHeldPolls = xds.DefaultRESTMaxHeldPolls
-	}
-	if r.MaxHeldNames == 0 {
-		r.MaxHeldNames = xds.DefaultRESTMaxHeldNames
-	}
-	if r.MaxHeldNameBytes == 0 {
-		r.MaxHeldNameBytes = xds.DefaultRESTMaxHeldNameBytes
-	}
-	r.TLS.applyDefaults()
-	if e := r.EDSConfig; e != nil {
-		if e.RefreshDelay == 0 {
-			e.RefreshDelay = decode.Duration(DefaultRESTRefreshDelay)
-		}
-		if e.RequestTimeout == 0 {
-			e.RequestTimeout = r.MaxWait + decode.Duration(RESTRequestTimeoutMargin)
-		}
-	}
-}
-
 func (r *REST) check(c *Config) error {
 	if r == nil {
 		return nil
@@ -115,43 +76,8 @@ func (r *REST) check(c *Config) error {
 	if err := r.TLS.check("xds.rest.tls"); err != nil {
 		return err
 	}
-	if err := decode.CheckRange("xds.rest.max_wait", r.MaxWait.D(), time.Millisecond, xds.MaxRESTMaxWait); err != nil {
-		return err
-	}
-	if err := decode.CheckCount("xds.rest.max_body_bytes", r.MaxBodyBytes, xds.MinRESTMaxBodyBytes, xds.MaxRESTMaxBodyBytes); err != nil {
-		return err
-	}
-	if err := decode.CheckCount("xds.rest.max_held_polls", r.MaxHeldPolls, 1, xds.MaxRESTMaxHeldPolls); err != nil {
-		return err
-	}
-	if err := decode.CheckCount("xds.rest.max_held_names", r.MaxHeldNames, 1, xds.MaxRESTMaxHeldNames); err != nil {
-		return err
-	}
-	if err := decode.CheckCount("xds.rest.max_held_name_bytes", r.MaxHeldNameBytes, xds.MinRESTMaxHeldNameBytes, xds.MaxRESTMaxHeldNameBytes); err != nil {
-		return err
-	}
-	if e := r.EDSConfig; e != nil {
-		if e.ClusterName == "" {
-			return errors.New("xds.rest.eds_config.cluster_name: missing (the Envoy cluster that reaches xds.rest.listen)")
-		}
-		if err := decode.CheckRange("xds.rest.eds_config.refresh_delay", e.RefreshDelay.D(), time.Millisecond, time.Hour); err != nil {
-			return err
-		}
-		if err := decode.CheckRange("xds.rest.eds_config.request_timeout", e.RequestTimeout.D(), time.Millisecond, time.Hour); err != nil {
-			return err
-		}
-		if e.RequestTimeout <= r.MaxWait {
-			return fmt.Errorf("xds.rest.eds_config.request_timeout (%s) is not longer than xds.rest.max_wait (%s): Envoy would give up on every held poll", e.RequestTimeout.D(), r.MaxWait.D())
-		}
+	if e := r.EDSConfig; e != nil && e.ClusterName == "" {
+		return errors.New("xds.rest.eds_config.cluster_name: missing (the Envoy cluster that reaches xds.rest.listen)")
 	}
 	return nil
-}
-
-// Options returns the xds.RESTOptions of the config (after defaults).
-func (r *REST) Options() xds.RESTOptions {
-	o := xds.RESTOptions{MaxWait: r.MaxWait.D(), MaxBodyBytes: int64(r.MaxBodyBytes), MaxHeldPolls: r.MaxHeldPolls, MaxHeldNames: r.MaxHeldNames, MaxHeldNameBytes: int64(r.MaxHeldNameBytes)}
-	if e := r.EDSConfig; e != nil {
-		o.EDS = &xds.RESTEDS{ClusterName: e.ClusterName, RefreshDelay: e.RefreshDelay.D(), RequestTimeout: e.RequestTimeout.D()}
-	}
-	return o
 }

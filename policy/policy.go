@@ -88,6 +88,16 @@ type Service struct {
 	Retry *Retry `json:"retry,omitempty"`
 }
 
+// HasSubset reports whether the service's policy defines the subset; a
+// nil policy defines none.
+func (s *Service) HasSubset(name string) bool {
+	if s == nil {
+		return false
+	}
+	_, ok := s.Subsets[name]
+	return ok
+}
+
 // LoadBalancer chooses a host of the cluster for each request.
 type LoadBalancer struct {
 	// Policy: round_robin (default), least_request, ring_hash, maglev or

@@ -156,7 +156,7 @@ func (b *routeBuilder) target(field string, t policy.Target) string {
 	}
 	switch {
 	case t.Service != "" && t.Service != b.name && t.Subset != "":
-		if tp, known := b.targets[t.Service]; known && (tp == nil || !hasSubset(tp, t.Subset)) {
+		if tp, known := b.targets[t.Service]; known && !tp.HasSubset(t.Subset) {
 			b.diag(field, "service %q has no subset %q in its policy: its cluster %s does not exist", t.Service, t.Subset, SubsetCluster(t.Service, t.Subset))
 		}
 		return SubsetCluster(t.Service, t.Subset)
@@ -166,11 +166,6 @@ func (b *routeBuilder) target(field string, t policy.Target) string {
 		return SubsetCluster(b.name, t.Subset)
 	}
 	return b.self()
-}
-
-func hasSubset(p *policy.Service, subset string) bool {
-	_, ok := p.Subsets[subset]
-	return ok
 }
 
 // other is the cluster a request for another service goes to: where that

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/xdsbridge/xdsbridge/config"
-	"github.com/xdsbridge/xdsbridge/internal/fsout"
+	"github.com/xdsbridge/xdsbridge/fileout"
 	"github.com/xdsbridge/xdsbridge/internal/testcerts"
 )
 
@@ -267,7 +267,7 @@ var exampleChecks = map[string]func(t *testing.T, cfg *config.Config, d exampleD
 			t.Fatal("no outputs.filesystem")
 		}
 		path := dig(readExampleYAML(t, "envoy-files.yaml"), "dynamic_resources", "cds_config", "path_config_source", "path")
-		if want := filepath.Join(fs.Dir, "clusters"+fsout.Ext(fs.Format)); path != want {
+		if want := filepath.Join(fs.Dir, "clusters"+fileout.Ext(fs.Format)); path != want {
 			t.Errorf("envoy-files.yaml reads CDS from %v; the bridge writes %s", path, want)
 		}
 		var out, errOut bytes.Buffer

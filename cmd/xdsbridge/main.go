@@ -34,9 +34,9 @@ import (
 
 	"github.com/xdsbridge/xdsbridge/config"
 	"github.com/xdsbridge/xdsbridge/config/decode"
+	"github.com/xdsbridge/xdsbridge/fileout"
 	"github.com/xdsbridge/xdsbridge/internal/app"
 	"github.com/xdsbridge/xdsbridge/internal/buildinfo"
-	"github.com/xdsbridge/xdsbridge/internal/fsout"
 )
 
 //go:embed default.yaml
@@ -239,23 +239,35 @@ func looksLikeConfig(arg string) bool {
 	return err == nil && fi.Mode().IsRegular()
 }
 
+// loadConfig reads the config file (the embedded default without one)
+// and fills in the defaults of every block (app.ResolveOptions).
 func loadConfig(path string) (*config.Config, error) {
+	var cfg *config.Config
+	var err error
 	if path != "" {
-		return config.Load(path, app.SourceTypeNames())
+		cfg, err = config.Load(path, app.SourceTypeNames())
+	} else {
+		var wd string
+		if wd, err = os.Getwd(); err != nil {
+			return nil, err
+		}
+		cfg, err = config.Parse(defaultConfig, wd, app.SourceTypeNames())
 	}
-	wd, err := os.Getwd()
 	if err != nil {
 		return nil, err
 	}
-	return config.Parse(defaultConfig, wd, app.SourceTypeNames())
+	if err := app.ResolveOptions(cfg); err != nil {
+		return nil, err
+	}
+	return cfg, nil
 }
 
 // dump runs the sources until they synced, without serving, and prints the
 // resources.
 func dump(cfg *config.Config, format string, timeout time.Duration, stdout, stderr io.Writer, outDir, mode string) error {
-	var files fsout.Config
+	var files fileout.Config
 	if outDir != "" {
-		files = fsout.DumpConfig(cfg.Outputs.Filesystem, outDir, format, mode)
+		files = fileout.DumpConfig((*fileout.Config)(cfg.Outputs.Filesystem), outDir, format, mode)
 		if err := files.Check(); err != nil {
 			return fmt.Errorf("-%w", err) // "-format: ...", "-mode: ..."
 		}
@@ -295,7 +307,7 @@ func dump(cfg *config.Config, format string, timeout time.Duration, stdout, stde
 	}
 	if outDir != "" {
 		defer func() { cancel(); <-done }()
-		res, err := fsout.WriteDir(a.Cache, files, nil)
+		res, err := fileout.WriteDir(a.Cache, files, nil)
 		if err != nil {
 			return fmt.Errorf("-out: %w", err)
 		}

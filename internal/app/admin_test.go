@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"maps"
 	"net"
 	"net/http"
@@ -341,24 +340,8 @@ sources:
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
+	a, done, cancel := runApp(t, cfg)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for !a.Cache.Ready() {
-		if time.Now().After(deadline) {
-			t.Fatal("not ready")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 	for range 3 {
 		conn := rawGet(t, a.AdminAddr(), "/healthz")
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)

@@ -21,12 +21,13 @@ import (
 
 	"github.com/xdsbridge/xdsbridge/bridge"
 	"github.com/xdsbridge/xdsbridge/config"
+	"github.com/xdsbridge/xdsbridge/fileout"
 	"github.com/xdsbridge/xdsbridge/healthcheck"
 	"github.com/xdsbridge/xdsbridge/internal/buildinfo"
 	"github.com/xdsbridge/xdsbridge/internal/certs"
-	"github.com/xdsbridge/xdsbridge/internal/fsout"
 	promreg "github.com/xdsbridge/xdsbridge/internal/metrics"
 	"github.com/xdsbridge/xdsbridge/sources"
+	"github.com/xdsbridge/xdsbridge/translate"
 	"github.com/xdsbridge/xdsbridge/xds"
 )
 
@@ -50,7 +51,7 @@ type App struct {
 	Token *AdminToken
 	// Files is the filesystem output (outputs.filesystem); nil when not
 	// configured.
-	Files *fsout.Writer
+	Files *fileout.Writer
 
 	xdsLis, adminLis net.Listener
 
@@ -236,7 +237,7 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	for i, s := range srcs {
 		names[i] = s.Name()
 	}
-	xopts := xds.Options{Logger: log, Metrics: reg, Authorization: c.XDS.Authorization, Limits: c.XDS.Limits, Keepalive: xds.Keepalive{
+	xopts := xds.Options{Logger: log, Metrics: reg, Authorization: authorizationOptions(c.XDS.Authorization), Limits: xds.Limits(c.XDS.Limits), Keepalive: xds.Keepalive{
 		Time: c.XDS.Keepalive.Time.D(), Timeout: c.XDS.Keepalive.Timeout.D(), MinTime: c.XDS.Keepalive.MinTime.D(),
 	}}
 	if xdsTLS != nil {
@@ -258,8 +259,8 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		Metrics:           reg,
 		MaxRetention:      c.HealthChecks.MaxRetention.D(),
 		DefaultLocality:   DefaultLocalities(c),
-		Limits:            c.Limits,
-		Egress:            c.Egress,
+		Limits:            translate.Limits(c.Limits),
+		Egress:            egressOptions(c.Egress),
 	}
 	opts.GRPCCertificateProvider = c.XDS.CertificateProvider()
 	if len(perSource)+len(perService) > 0 {
@@ -272,11 +273,11 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		return nil, err
 	}
 	loop := bridge.New(opts, cache)
-	var files *fsout.Writer
+	var files *fileout.Writer
 	if fc := c.Outputs.Filesystem; fc != nil {
 		cfc := *fc
 		cfc.Dir = c.Path(fc.Dir)
-		if files, err = fsout.New(cache, cfc, log); err != nil {
+		if files, err = fileout.New(cache, fileout.Config(cfc), log); err != nil {
 			return nil, fmt.Errorf("outputs.filesystem.%w", err)
 		}
 		files.Register(reg)

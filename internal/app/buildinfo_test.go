@@ -19,12 +19,12 @@ func TestBuildInfoMetricAndStatusHeading(t *testing.T) {
 	base := "http://" + a.AdminAddr()
 	in := buildinfo.Get()
 
-	code, _, body := getStatusPage(t, base+"/metrics", "")
+	code, _, body := adminGet(t, base+"/metrics", "")
 	want := fmt.Sprintf(`xdsbridge_build_info{goversion=%q,revision=%q,version="v0.0.0-buildinfo-test"} 1`, in.GoVersion, in.Commit())
 	if code != http.StatusOK || !strings.Contains(body, want+"\n") {
 		t.Errorf("GET /metrics: %d, lacks %s", code, want)
 	}
-	code, _, body = getStatusPage(t, base+"/", "")
+	code, _, body = adminGet(t, base+"/", "")
 	want = `<span id="build" class="meta">` + html.EscapeString(in.Short()) + `</span>`
 	if code != http.StatusOK || !strings.Contains(body, want) || !strings.Contains(want, "v0.0.0-buildinfo-test (") {
 		t.Errorf("GET /: %d, lacks %s", code, want)

@@ -33,12 +33,16 @@ type checked struct {
 }
 
 // check reads and checks everything the config names, as New needs it:
-// every source's block and the files it reads (services and policy files,
-// Consul's token and TLS files), the health checks, the TLS files of the
-// xDS, REST and admin listeners, the admin token file, memory_limit and
-// outputs.filesystem. Errors name the config file, line and column where
-// they can. Metrics register on reg when it is not nil.
+// the blocks other packages own (ResolveOptions fills in their defaults in
+// c), every source's block and the files it reads (services and policy
+// files, Consul's token and TLS files), the health checks, the TLS files
+// of the xDS, REST and admin listeners, the admin token file and
+// memory_limit. Errors name the config file, line and column where they
+// can. Metrics register on reg when it is not nil.
 func check(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (*checked, error) {
+	if err := ResolveOptions(c); err != nil {
+		return nil, err
+	}
 	if _, err := memlimit.Parse(c.MemoryLimit); err != nil {
 		return nil, c.ErrorAt(nil, err, err)
 	}
@@ -55,7 +59,7 @@ func check(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (*chec
 		return nil, err
 	}
 	k.srcs = srcs
-	if k.perSource, k.perService, err = healthcheck.FromConfig(c); err != nil {
+	if k.perSource, k.perService, err = healthChecksFromConfig(c); err != nil {
 		return nil, c.ErrorAt(nil, err, err)
 	}
 	if k.xdsTLS, k.adminTLS, err = BuildTLS(c, log, reg); err != nil {
@@ -69,12 +73,6 @@ func check(c *config.Config, log *slog.Logger, reg prometheus.Registerer) (*chec
 	}
 	if k.token, err = AdminTokenFromConfig(c, log, reg); err != nil {
 		return nil, c.ErrorAt(nil, err, err)
-	}
-	if fc := c.Outputs.Filesystem; fc != nil {
-		if err := fc.WithDefaults().Check(); err != nil {
-			err = fmt.Errorf("outputs.filesystem.%w", err)
-			return nil, c.ErrorAt(nil, err, err)
-		}
 	}
 	k.warnings = append(configWarnings(srcs), conflicts...)
 	return k, nil

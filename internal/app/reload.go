@@ -15,9 +15,9 @@ import (
 
 	"github.com/xdsbridge/xdsbridge/bridge"
 	"github.com/xdsbridge/xdsbridge/config"
-	"github.com/xdsbridge/xdsbridge/healthcheck"
 	promreg "github.com/xdsbridge/xdsbridge/internal/metrics"
 	"github.com/xdsbridge/xdsbridge/sources"
+	"github.com/xdsbridge/xdsbridge/translate"
 )
 
 // A reload reads the config again (LoadConfig) and checks it as validate
@@ -154,6 +154,10 @@ func (a *App) reload() (ReloadResult, error) {
 	if err != nil {
 		return res, err
 	}
+	// Compared with the running config once both have their defaults.
+	if err := ResolveOptions(cfg); err != nil {
+		return res, err
+	}
 	if err := needsRestart(a.applied, cfg); err != nil {
 		return res, err
 	}
@@ -167,7 +171,7 @@ func (a *App) reload() (ReloadResult, error) {
 	for _, w := range warnings {
 		a.Log.Warn("config: " + w)
 	}
-	perSource, perService, err := healthcheck.FromConfig(cfg)
+	perSource, perService, err := healthChecksFromConfig(cfg)
 	if err != nil {
 		return res, err
 	}
@@ -309,7 +313,7 @@ func loopReconfig(c *config.Config, srcs []sources.Source) bridge.Reconfig {
 		MaxHold:           c.Debounce.Max.D(),
 		MaxRetention:      c.HealthChecks.MaxRetention.D(),
 		DefaultLocality:   DefaultLocalities(c),
-		Limits:            c.Limits,
+		Limits:            translate.Limits(c.Limits),
 	}
 }
 

@@ -18,7 +18,7 @@ func (a *App) buildREST() error {
 	if rc == nil {
 		return nil
 	}
-	o := rc.Options()
+	o := restOptions(rc)
 	o.Metrics = a.Registry
 	if a.RESTTLS != nil && a.RESTTLS.MTLS() {
 		o.VerifyClient = a.RESTTLS.VerifyClient

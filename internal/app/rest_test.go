@@ -1,15 +1,11 @@
 package app
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,17 +15,10 @@ import (
 )
 
 // restApp starts the app with xds.rest over mTLS (reloaded every
-// 100ms), certificates in a temp dir.
+// 100ms), certificates in a temp dir (certApp).
 func restApp(t *testing.T) (a *App, ca *testcerts.CA, dir string) {
 	t.Helper()
-	dir = t.TempDir()
-	ca = testcerts.NewCA(t, "ca")
-	ca.WriteCA(t, dir, "ca.pem")
-	ca.Server(t).Write(t, dir, "rest")
-	if err := os.WriteFile(filepath.Join(dir, "services.yaml"), []byte("services:\n  web:\n    endpoints:\n      - {address: 10.0.0.1, port: 8080}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse([]byte(`
+	return certApp(t, `
 xds:
   listen: "127.0.0.1:0"
   rest:
@@ -40,11 +29,7 @@ logging: {level: error}
 sources:
   - name: static
     file: {path: services.yaml}
-`), dir, SourceTypeNames())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return startApp(t, cfg), ca, dir
+`, "rest")
 }
 
 // restPoll POSTs an empty DiscoveryRequest for clusters over TLS.
@@ -142,9 +127,7 @@ func TestRESTOverMTLS(t *testing.T) {
 // out max_wait.
 func TestRESTShutdownEndsHeldPolls(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "services.yaml"), []byte("services:\n  web:\n    endpoints:\n      - {address: 10.0.0.1, port: 8080}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeWebServices(t, dir)
 	cfg, err := config.Parse([]byte(`
 xds: {listen: "127.0.0.1:0", rest: {listen: "127.0.0.1:0", max_wait: 60s}}
 admin: {listen: "127.0.0.1:0"}
@@ -154,17 +137,8 @@ sources: [{name: static, file: {path: services.yaml}}]
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
+	a, done, cancel := runApp(t, cfg)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
 	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	var version string
 	deadline := time.Now().Add(10 * time.Second)

@@ -1,7 +1,6 @@
 package app
 
 import (
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -38,28 +37,13 @@ sources: [{name: files, file: {path: services.yaml}}, {name: pol, policy_file: {
 	return startApp(t, cfg)
 }
 
-func getStatusPage(t *testing.T, url, auth string) (int, http.Header, string) {
-	t.Helper()
-	req, _ := http.NewRequest("GET", url, nil)
-	if auth != "" {
-		req.Header.Set("Authorization", auth)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, string(b)
-}
-
 // The status page at / shows the app's sources, services counted by health
 // with their owner, and the selected service's hosts with their rule;
 // other paths stay 404.
 func TestStatusPage(t *testing.T) {
 	a := statusApp(t, "")
 	base := "http://" + a.AdminAddr()
-	code, h, body := getStatusPage(t, base+"/?service=web", "")
+	code, h, body := adminGet(t, base+"/?service=web", "")
 	if code != http.StatusOK || !strings.HasPrefix(h.Get("Content-Type"), "text/html") || !strings.Contains(h.Get("Content-Security-Policy"), "default-src 'none'") {
 		t.Fatalf("GET /: %d %v", code, h)
 	}
@@ -77,7 +61,7 @@ func TestStatusPage(t *testing.T) {
 		}
 	}
 	for _, p := range []string{"/nope", "/debug/"} {
-		if code, _, _ := getStatusPage(t, base+p, ""); code != http.StatusNotFound {
+		if code, _, _ := adminGet(t, base+p, ""); code != http.StatusNotFound {
 			t.Errorf("GET %s: %d, want 404", p, code)
 		}
 	}
@@ -89,12 +73,12 @@ func TestStatusPageGuarded(t *testing.T) {
 	a := statusApp(t, tok)
 	base := "http://" + a.AdminAddr()
 	for _, auth := range []string{"", "Bearer wrong-token-0123456789"} {
-		code, _, body := getStatusPage(t, base+"/", auth)
+		code, _, body := adminGet(t, base+"/", auth)
 		if code != http.StatusUnauthorized || strings.Contains(body, "web") {
 			t.Errorf("GET / with %q: %d (%d bytes), want 401 without content", auth, code, len(body))
 		}
 	}
-	if code, _, body := getStatusPage(t, base+"/?fragment=1", "Bearer "+tok); code != http.StatusOK || !strings.Contains(body, `data-name="web"`) {
+	if code, _, body := adminGet(t, base+"/?fragment=1", "Bearer "+tok); code != http.StatusOK || !strings.Contains(body, `data-name="web"`) {
 		t.Errorf("GET / with the token: %d\n%s", code, body)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -27,19 +26,11 @@ import (
 
 const clusterType = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 
-// tlsApp writes a CA, server certificates and a one-service file to a temp
-// dir and starts the app with xds.tls (mTLS) and admin.tls (TLS).
+// tlsApp starts the app with xds.tls (mTLS, reloaded every 100ms) and
+// admin.tls (TLS), certificates in a temp dir (certApp).
 func tlsApp(t *testing.T) (a *App, ca *testcerts.CA, dir string) {
 	t.Helper()
-	dir = t.TempDir()
-	ca = testcerts.NewCA(t, "ca")
-	ca.WriteCA(t, dir, "ca.pem")
-	ca.Server(t).Write(t, dir, "xds")
-	ca.Server(t).Write(t, dir, "admin")
-	if err := os.WriteFile(filepath.Join(dir, "services.yaml"), []byte("services:\n  web:\n    endpoints:\n      - {address: 10.0.0.1, port: 8080}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse([]byte(`
+	return certApp(t, `
 xds:
   listen: "127.0.0.1:0"
   tls: {cert_file: xds.crt, key_file: xds.key, client_ca_file: ca.pem, reload_interval: 100ms}
@@ -50,41 +41,7 @@ logging: {level: error}
 sources:
   - name: static
     file: {path: services.yaml}
-`), dir, SourceTypeNames())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return startApp(t, cfg), ca, dir
-}
-
-// startApp runs the app of cfg until the test ends (Run must return nil)
-// and waits until it is ready.
-func startApp(t *testing.T, cfg *config.Config) *App {
-	t.Helper()
-	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for !a.Cache.Ready() {
-		if time.Now().After(deadline) {
-			t.Fatal("not ready")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return a
+`, "xds", "admin")
 }
 
 // clusters asks for every cluster over a delta ADS stream and returns

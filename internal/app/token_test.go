@@ -129,17 +129,7 @@ sources: [{name: s, file: {path: services.yaml}}]
 	base := "http://" + a.AdminAddr()
 	get := func(path, auth string) (int, http.Header, string) {
 		t.Helper()
-		req, _ := http.NewRequest("GET", base+path, nil)
-		if auth != "" {
-			req.Header.Set("Authorization", auth)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, resp.Header, string(b)
+		return adminGet(t, base+path, auth)
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()

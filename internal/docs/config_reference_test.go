@@ -284,6 +284,9 @@ func TestConfigReferenceDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := app.ResolveOptions(cfg); err != nil {
+		t.Fatal(err)
+	}
 	root := reflect.ValueOf(*cfg)
 	checked := 0
 	for _, r := range referenceRows(t) {

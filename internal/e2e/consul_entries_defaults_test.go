@@ -112,7 +112,7 @@ func cdExactly(got map[string]int, want []string) bool {
 // config_dump (nil if absent).
 func cdEnvoyCluster(t *testing.T, ev *envoy, name string) map[string]any {
 	t.Helper()
-	body, err := ev.get("/config_dump?resource=dynamic_active_clusters")
+	body, err := ev.Get("/config_dump?resource=dynamic_active_clusters")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func cdEnvoyFails(t *testing.T, hc healthpb.HealthClient, n int, what string) {
 func cdEnvoyDiag(t *testing.T, ev *envoy) {
 	t.Helper()
 	var lines []string
-	for k, v := range ev.stats(t, "no_cluster|no_route|rq_reset|rx_reset|tx_reset|with_active_rq|pending_failure|cx_connect_fail|upstream_rq_5|rq_timeout|cx_protocol_error|warming|cds.update|rds.web.update|update_time|init_fetch") {
+	for k, v := range ev.Stats(t, "no_cluster|no_route|rq_reset|rx_reset|tx_reset|with_active_rq|pending_failure|cx_connect_fail|upstream_rq_5|rq_timeout|cx_protocol_error|warming|cds.update|rds.web.update|update_time|init_fetch") {
 		if v != 0 {
 			lines = append(lines, fmt.Sprintf("%s=%d", k, v))
 		}
@@ -285,7 +285,7 @@ const cdWindow = 5 * time.Second
 // cdNoCluster is Envoy's count of requests it answered "no cluster".
 func cdNoCluster(t *testing.T, ev *envoy) int64 {
 	t.Helper()
-	return ev.stats(t, "http.ingress.no_cluster")["http.ingress.no_cluster"]
+	return ev.Stats(t, "http.ingress.no_cluster")["http.ingress.no_cluster"]
 }
 
 // TestConsulEntriesDefaultsAndResolver runs a real Consul 1.14 agent with
@@ -355,7 +355,7 @@ sources:
 		if h := ev.clusterHosts(t, "web"); len(h) != 3 {
 			return fmt.Errorf("hosts %v", h)
 		}
-		if n := ev.stats(t, "rds.web.update_success")["http.ingress.rds.web.update_success"]; n < 1 {
+		if n := ev.Stats(t, "rds.web.update_success")["http.ingress.rds.web.update_success"]; n < 1 {
 			return fmt.Errorf("rds web update_success %d", n)
 		}
 		return nil
@@ -408,7 +408,7 @@ sources:
 	cdFailures(t, "grpc-go across the resolver", gt.since(gi), t0, "", false)
 	// Which came first on Envoy: the route naming web/v1, or web/v1's
 	// assignment (which warms it)? Both in ms since the epoch.
-	st := ev.stats(t, "update_time")
+	st := ev.Stats(t, "update_time")
 	t.Logf("Envoy: RDS web applied at %d, cluster web/v1's EDS at %d (the route %d ms before the assignment; negative: after)",
 		st["http.ingress.rds.web.update_time"], st["cluster.web/v1.update_time"],
 		st["cluster.web/v1.update_time"]-st["http.ingress.rds.web.update_time"])

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	xdsgrpc "google.golang.org/grpc/xds"
 
+	"github.com/xdsbridge/xdsbridge/internal/testbin"
 	"github.com/xdsbridge/xdsbridge/sources/consul/consultest"
 )
 
@@ -174,7 +175,7 @@ type crSetup struct {
 
 func crStart(t *testing.T) *crSetup {
 	t.Helper()
-	requireBinary(t, "envoy")
+	testbin.Envoy(t)
 	a := consultest.StartAgent(t, "dc1")
 	s := &crSetup{a: a, greet: []string{"g1", "g2", "g3"}, next: "n1"}
 	for _, b := range []struct{ name, service, tag string }{
@@ -402,7 +403,7 @@ func crBinomialBounds(n int, p, z float64) (int, int) {
 // configuration greeter, as cluster=weight.
 func crEnvoyWeights(t *testing.T, ev *envoy) (map[string]uint64, error) {
 	t.Helper()
-	body, err := ev.get("/config_dump?resource=dynamic_route_configs")
+	body, err := ev.Get("/config_dump?resource=dynamic_route_configs")
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	xbridge "github.com/xdsbridge/xdsbridge/bridge"
 	"github.com/xdsbridge/xdsbridge/config"
 	"github.com/xdsbridge/xdsbridge/internal/app"
 	"github.com/xdsbridge/xdsbridge/sources/consul/consultest"
@@ -82,7 +83,7 @@ sources:
       address: %q
       services: {include: [web]}
 `, a.Addr()))
-	if q, m := br.app.Config.Debounce.Quiet.D(), br.app.Config.Debounce.Max.D(); q != config.DefaultDebounceQuiet || m != config.DefaultDebounceMax {
+	if q, m := br.app.Config.Debounce.Quiet.D(), br.app.Config.Debounce.Max.D(); q != xbridge.DefaultDebounceQuiet || m != xbridge.DefaultDebounceMax {
 		t.Fatalf("debounce %s/%s, want the defaults", q, m)
 	}
 	ev := startEnvoy(t, "envoy-delta.yaml", br.app.XDSAddr())
@@ -94,7 +95,7 @@ sources:
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			body, err := ev.get("/clusters")
+			body, err := ev.Get("/clusters")
 			now := time.Now()
 			polls++
 			if err != nil {
@@ -129,7 +130,7 @@ sources:
 	}
 	ev.assertNoRejections(t)
 	assertNoNACKs(t, br)
-	if p50 >= config.DefaultDebounceQuiet {
-		t.Errorf("p50 %s: an isolated flip waited for the quiet period (%s)", p50, config.DefaultDebounceQuiet)
+	if p50 >= xbridge.DefaultDebounceQuiet {
+		t.Errorf("p50 %s: an isolated flip waited for the quiet period (%s)", p50, xbridge.DefaultDebounceQuiet)
 	}
 }

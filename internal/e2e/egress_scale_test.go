@@ -53,7 +53,7 @@ func TestEgressFullTableAtScale(t *testing.T) {
 			ev := startEgressEnvoy(t, br, "DELTA_GRPC", port)
 			last := fmt.Sprintf("svc-%05d", n-1)
 			waitFor(t, 120*time.Second, "envoy to hold every cluster", func() error {
-				st := ev.stats(t, `^cluster_manager\.active_clusters$`)
+				st := ev.Stats(t, `^cluster_manager\.active_clusters$`)
 				if got := st["cluster_manager.active_clusters"]; got < int64(n) {
 					return fmt.Errorf("%d active clusters", got)
 				}
@@ -69,7 +69,7 @@ func TestEgressFullTableAtScale(t *testing.T) {
 				t.Logf("%d services: egress route table %d bytes encoded", n, proto.Size(rc))
 			}
 			time.Sleep(2 * time.Second) // let Envoy settle before reading its heap
-			mem, err := ev.get("/memory")
+			mem, err := ev.Get("/memory")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -79,7 +79,7 @@ func TestEgressFullTableAtScale(t *testing.T) {
 			}
 			// One more service: how long until it answers by name.
 			rdsStat := `^http\.egress\.rds\.xdsbridge_egress\.update_success$`
-			before := ev.stats(t, rdsStat)
+			before := ev.Stats(t, rdsStat)
 			added := fmt.Sprintf("svc-%05d", n)
 			h := epNewHTTP(t, ev, added)
 			t0 := time.Now()
@@ -94,7 +94,7 @@ func TestEgressFullTableAtScale(t *testing.T) {
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
-			t.Logf("a service added to the file answers through the listener %s later (RDS updates %v → %v)", time.Since(t0).Round(time.Millisecond), before, ev.stats(t, rdsStat))
+			t.Logf("a service added to the file answers through the listener %s later (RDS updates %v → %v)", time.Since(t0).Round(time.Millisecond), before, ev.Stats(t, rdsStat))
 			ev.assertNoRejections(t)
 		})
 	}

@@ -216,7 +216,7 @@ func testEgressConsulCatalog(t *testing.T, apiType string) {
 	}
 	// The bridge's API listeners (one per service, for proxyless gRPC)
 	// reach this Envoy too; it skips them without rejecting the update.
-	st := ev.stats(t, `^listener_manager\.(total_listeners_active|lds\.update_success|lds\.update_rejected)$`)
+	st := ev.Stats(t, `^listener_manager\.(total_listeners_active|lds\.update_success|lds\.update_rejected)$`)
 	t.Logf("envoy listener_manager: %v", st)
 	if st["listener_manager.total_listeners_active"] != 1 || st["listener_manager.lds.update_success"] == 0 {
 		t.Errorf("envoy listener_manager %v; want the egress listener alone active", st)
@@ -314,7 +314,7 @@ func testEgressPolicyThroughEnvoy(t *testing.T, apiType string) {
 			t.Fatalf("Host: flaky: %d, %v; want flaky's 503", code, err)
 		}
 	}
-	retries := ev.stats(t, `^cluster\.flaky\.upstream_rq_retry$`)["cluster.flaky.upstream_rq_retry"]
+	retries := ev.Stats(t, `^cluster\.flaky\.upstream_rq_retry$`)["cluster.flaky.upstream_rq_retry"]
 	t.Logf("flaky: %d requests, %d upstream requests, upstream_rq_retry %d", calls, flaky.hits.Load(), retries)
 	if retries != 2*calls || flaky.hits.Load() != 3*calls {
 		t.Errorf("flaky: upstream_rq_retry %d, %d upstream requests; want %d and %d (2 retries each)", retries, flaky.hits.Load(), 2*calls, 3*calls)

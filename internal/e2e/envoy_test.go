@@ -95,7 +95,7 @@ func TestEnvoyServiceRemovedAndReadded(t *testing.T) {
 
 	br.writeServices(t, "services:\n  other:\n    endpoints: []\n")
 	waitFor(t, 10*time.Second, "cluster web removed from Envoy", func() error {
-		body, err := ev.get("/clusters")
+		body, err := ev.Get("/clusters")
 		if err != nil {
 			return err
 		}

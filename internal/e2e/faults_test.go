@@ -111,7 +111,7 @@ func (b *bridge) waitStale(t *testing.T, source string, stale bool) bridgepkg.So
 // as healthy (health_flags "healthy").
 func (e *envoy) healthyHosts(t *testing.T, cluster string) []string {
 	t.Helper()
-	body, err := e.get("/clusters")
+	body, err := e.Get("/clusters")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func (e *envoy) edsApplied(t *testing.T, clusters ...string) string {
 	for _, c := range clusters {
 		for _, stat := range []string{"update_success", "membership_change"} {
 			name := "cluster." + c + "." + stat
-			v, ok := e.stats(t, "^"+strings.ReplaceAll(name, ".", `\.`)+"$")[name]
+			v, ok := e.Stats(t, "^"+strings.ReplaceAll(name, ".", `\.`)+"$")[name]
 			if !ok {
 				t.Fatalf("envoy has no stat %s", name)
 			}
@@ -225,7 +225,7 @@ func monitorHosts(ev *envoy, cluster string) *hostMonitor {
 				return
 			case <-time.After(20 * time.Millisecond):
 			}
-			body, err := ev.get("/clusters")
+			body, err := ev.Get("/clusters")
 			if err != nil {
 				continue
 			}
@@ -381,7 +381,7 @@ func TestEnvoyConsulOutage(t *testing.T) {
 		assertTraffic(t, run+", agent down", tr, reached...)
 
 		dump := func() {
-			b, _ := ev.get("/clusters")
+			b, _ := ev.Get("/clusters")
 			t.Logf("envoy /clusters:\n%s", b)
 			hs, _, _ := a.Client.Health().Service("web", "", false, nil)
 			for _, h := range hs {

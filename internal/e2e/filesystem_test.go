@@ -116,7 +116,7 @@ func fileVersion(t *testing.T, path string) string {
 // envoyVersionText is a subscription's version_text as Envoy's /stats shows
 // it (stat is e.g. "cluster_manager.cds" or "cluster.web").
 func envoyVersionText(ev *envoy, stat string) (string, error) {
-	body, err := ev.get("/stats?filter=" + url.QueryEscape("^"+regexp.QuoteMeta(stat)+`\.version_text$`))
+	body, err := ev.Get("/stats?filter=" + url.QueryEscape("^"+regexp.QuoteMeta(stat)+`\.version_text$`))
 	if err != nil {
 		return "", err
 	}
@@ -243,7 +243,7 @@ sources:
 			// (several at once, for Envoy's order of reading them to vary).
 			change("api, db, cache removed", servicesYAML("web", b1, b3), "cluster_manager.cds", clusters, cdsV)
 			waitFor(t, 20*time.Second, "cluster api gone from Envoy", func() error {
-				body, err := ev.get("/clusters")
+				body, err := ev.Get("/clusters")
 				if err != nil {
 					return err
 				}
@@ -260,12 +260,12 @@ sources:
 			tr.halt()
 
 			ev.assertNoRejections(t)
-			for k, v := range ev.stats(t, "update_failure") {
+			for k, v := range ev.Stats(t, "update_failure") {
 				if v != 0 {
 					t.Errorf("envoy failed an update: %s = %d", k, v)
 				}
 			}
-			st := ev.stats(t, "update_success")
+			st := ev.Stats(t, "update_success")
 			t.Logf("envoy update_success: cds %d, web %d; bridge wrote %d files in %d rounds", st["cluster_manager.cds.update_success"], st["cluster.web.update_success"], br.app.Files.Stats().Written, br.app.Files.Stats().Rounds)
 			if st["cluster.web.update_success"] < 4 {
 				t.Errorf("cluster.web.update_success = %d; want one per state of web (4)", st["cluster.web.update_success"])
@@ -285,7 +285,7 @@ sources:
 // update failure: ... Invalid path" for it).
 func assertNoUpdateFailures(t *testing.T, ev *envoy) {
 	t.Helper()
-	b, err := os.ReadFile(ev.log)
+	b, err := os.ReadFile(ev.LogPath)
 	if err != nil {
 		t.Fatal(err)
 	}

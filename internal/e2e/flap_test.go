@@ -151,7 +151,7 @@ health_checks:
 		updates, noRebuild, membership int64
 	}
 	read := func() counts {
-		st := ev.stats(t, `^cluster\.web\.(update_success|update_no_rebuild|membership_change)$`)
+		st := ev.Stats(t, `^cluster\.web\.(update_success|update_no_rebuild|membership_change)$`)
 		return counts{
 			eds:         metricSumWith(t, br, "xdsbridge_xds_pushes_total", edsType),
 			pushes:      metricSumWith(t, br, "xdsbridge_xds_pushes_total"),
@@ -181,7 +181,7 @@ health_checks:
 		return last
 	}
 	healthyInEnvoy := func() int64 {
-		return ev.stats(t, `^cluster\.web\.membership_healthy$`)["cluster.web.membership_healthy"]
+		return ev.Stats(t, `^cluster\.web\.membership_healthy$`)["cluster.web.membership_healthy"]
 	}
 	// run plays a script on b2 and waits until it is used up and the
 	// checker has recorded its last probe, sampling Envoy's count of

@@ -3,16 +3,13 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -27,23 +24,8 @@ import (
 	"github.com/xdsbridge/xdsbridge/config"
 	"github.com/xdsbridge/xdsbridge/config/decode"
 	"github.com/xdsbridge/xdsbridge/internal/app"
+	"github.com/xdsbridge/xdsbridge/internal/testbin"
 )
-
-// requireBinary returns the path of a binary on PATH, or skips the test;
-// CI sets XDSBRIDGE_REQUIRE_INTEGRATION=1 so a missing
-// binary fails instead of skipping.
-func requireBinary(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err == nil {
-		return p
-	}
-	if os.Getenv("XDSBRIDGE_REQUIRE_INTEGRATION") == "1" {
-		t.Fatalf("%s not found on PATH (run .ci/install.sh)", name)
-	}
-	t.Skipf("%s not found on PATH; run .ci/install.sh", name)
-	return ""
-}
 
 func repoRoot(t *testing.T) string {
 	t.Helper()
@@ -210,18 +192,17 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// envoy is a real Envoy started from one of the example bootstraps.
+// envoy is a real Envoy started from one of the example bootstraps
+// (testbin.StartEnvoy), with the address of its listener.
 type envoy struct {
-	admin    string
+	*testbin.EnvoyProcess
 	listener string
-	cmd      *exec.Cmd
-	log      string // the path of its log
 }
 
 var portLine = regexp.MustCompile(`port_value: (18000|10000|9901)\b`)
 
 // startEnvoy runs examples/<bootstrap> with its ports rewritten: the xDS
-// server's, and free ones for the admin and the listener.
+// server's, a free one for the listener and 0 for the admin.
 func startEnvoy(t *testing.T, bootstrap, xdsAddr string) *envoy {
 	t.Helper()
 	return startEnvoyCerts(t, bootstrap, xdsAddr, "")
@@ -239,13 +220,13 @@ func startEnvoyCerts(t *testing.T, bootstrap, xdsAddr, certDir string, replace .
 // Envoy's admin answers, before Envoy has initialized (got its clusters).
 func launchEnvoy(t *testing.T, bootstrap, xdsAddr, certDir string, waitReady bool, replace ...string) *envoy {
 	t.Helper()
-	bin := requireBinary(t, "envoy")
+	bin := testbin.Envoy(t)
 	src, err := os.ReadFile(filepath.Join(repoRoot(t), "examples", bootstrap))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, xdsPort, _ := net.SplitHostPort(xdsAddr)
-	adminPort, lisPort := freePort(t), freePort(t)
+	lisPort := freePort(t)
 	cfg := portLine.ReplaceAllStringFunc(string(src), func(m string) string {
 		switch {
 		case strings.HasSuffix(m, "18000"):
@@ -253,7 +234,7 @@ func launchEnvoy(t *testing.T, bootstrap, xdsAddr, certDir string, waitReady boo
 		case strings.HasSuffix(m, "10000"):
 			return "port_value: " + strconv.Itoa(lisPort)
 		default:
-			return "port_value: " + strconv.Itoa(adminPort)
+			return "port_value: 0"
 		}
 	})
 	if certDir != "" {
@@ -269,76 +250,17 @@ func launchEnvoy(t *testing.T, bootstrap, xdsAddr, certDir string, waitReady boo
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-c", path, "--use-dynamic-base-id", "-l", "warn", "--drain-time-s", "0")
-	logPath := filepath.Join(t.TempDir(), "envoy.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
+	e := &envoy{EnvoyProcess: testbin.StartEnvoy(t, bin, path), listener: fmt.Sprintf("127.0.0.1:%d", lisPort)}
+	if waitReady {
+		e.WaitReady(t, 20*time.Second)
 	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	e := &envoy{admin: fmt.Sprintf("127.0.0.1:%d", adminPort), listener: fmt.Sprintf("127.0.0.1:%d", lisPort), cmd: cmd, log: logPath}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("envoy log:\n%s", b)
-		}
-	})
-	waitFor(t, 20*time.Second, "envoy admin to answer", func() error {
-		_, err := e.get("/ready")
-		if err != nil && !waitReady && strings.Contains(err.Error(), "503") {
-			return nil // answering, still initializing
-		}
-		return err
-	})
 	return e
-}
-
-func (e *envoy) get(path string) (string, error) {
-	resp, err := http.Get("http://" + e.admin + path)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return string(b), fmt.Errorf("GET %s: %s", path, resp.Status)
-	}
-	return string(b), err
-}
-
-// stat returns the value of each counter or gauge matching filter.
-func (e *envoy) stats(t *testing.T, filter string) map[string]int64 {
-	t.Helper()
-	body, err := e.get("/stats?filter=" + url.QueryEscape(filter))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int64{}
-	sc := bufio.NewScanner(strings.NewReader(body))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ": ")
-		if !ok {
-			continue
-		}
-		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-			out[k] = n
-		} else if u, err := strconv.ParseUint(v, 10, 64); err == nil {
-			out[k] = int64(u) // a version hash: only compared
-		}
-	}
-	return out
 }
 
 // assertNoRejections fails the test if Envoy rejected any xDS update.
 func (e *envoy) assertNoRejections(t *testing.T) {
 	t.Helper()
-	for k, v := range e.stats(t, "update_rejected") {
+	for k, v := range e.Stats(t, "update_rejected") {
 		if v != 0 {
 			t.Errorf("envoy rejected an xDS update: %s = %d", k, v)
 		}
@@ -348,7 +270,7 @@ func (e *envoy) assertNoRejections(t *testing.T) {
 // clusterHosts lists the hosts Envoy's admin /clusters shows for a cluster.
 func (e *envoy) clusterHosts(t *testing.T, cluster string) []string {
 	t.Helper()
-	body, err := e.get("/clusters")
+	body, err := e.Get("/clusters")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ func TestEnvoyHealthCheckMatrix(t *testing.T) {
 	b2.unhealthy.Store(true)
 	ev.waitTraffic(t, "b1")
 	waitFor(t, 10*time.Second, "b2 unhealthy in Envoy", func() error {
-		body, err := ev.get("/clusters")
+		body, err := ev.Get("/clusters")
 		if err != nil {
 			return err
 		}

@@ -55,7 +55,7 @@ func TestEnvoyDeepMetadataDoesNotBlankNeighbours(t *testing.T) {
 				})
 			}
 			// Envoy holds edge's 32 levels and deep's other namespace.
-			dump, err := ev.get("/config_dump?include_eds&resource=dynamic_endpoint_configs")
+			dump, err := ev.Get("/config_dump?include_eds&resource=dynamic_endpoint_configs")
 			if err != nil {
 				t.Fatal(err)
 			}

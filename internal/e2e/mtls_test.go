@@ -227,7 +227,7 @@ func TestEnvoyMTLS(t *testing.T) {
 	br.writeServices(t, servicesYAML("web", bs[1]))
 	ev.waitTraffic(t, "b2")
 	ev.assertNoRejections(t)
-	if n := ev.stats(t, "ssl.handshake")["cluster.xdsbridge.ssl.handshake"]; n < 1 {
+	if n := ev.Stats(t, "ssl.handshake")["cluster.xdsbridge.ssl.handshake"]; n < 1 {
 		t.Errorf("Envoy's xdsbridge cluster made %d TLS handshakes, want at least 1", n)
 	}
 	if n := br.app.XDS.NACKs(); n != 0 {
@@ -258,13 +258,13 @@ func TestEnvoyMTLSDeniedSAN(t *testing.T) {
 	// Envoy's TLS handshake succeeded (the certificate is valid), so the
 	// refusal came from authorization, after which it retries; give it a
 	// moment to get anything it would get.
-	if n := ev.stats(t, "ssl.handshake")["cluster.xdsbridge.ssl.handshake"]; n < 1 {
+	if n := ev.Stats(t, "ssl.handshake")["cluster.xdsbridge.ssl.handshake"]; n < 1 {
 		t.Errorf("Envoy made %d TLS handshakes with the bridge, want at least 1", n)
 	}
 	time.Sleep(time.Second)
-	st := ev.stats(t, "cluster_manager")
+	st := ev.Stats(t, "cluster_manager")
 	if st["cluster_manager.active_clusters"] != 1 || st["cluster_manager.cds.update_success"] != 0 {
-		body, _ := ev.get("/clusters")
+		body, _ := ev.Get("/clusters")
 		t.Fatalf("a denied Envoy got clusters: active_clusters %d, cds.update_success %d\n%.2000s",
 			st["cluster_manager.active_clusters"], st["cluster_manager.cds.update_success"], body)
 	}
@@ -312,7 +312,7 @@ func TestEnvoyMTLSRestricted(t *testing.T) {
 // xdsbridge.
 func envoyClusters(t *testing.T, ev *envoy) []string {
 	t.Helper()
-	body, err := ev.get("/clusters")
+	body, err := ev.Get("/clusters")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +350,7 @@ func TestEnvoyMTLSRotation(t *testing.T) {
 
 	// What must not move while only the certificates change.
 	const filter = `^(control_plane\.connected_state|cluster\.xdsbridge\.upstream_cx_total|cluster_manager\.cds\.(update_attempt|update_success|version)|cluster\.web\.(update_attempt|update_success|version))$`
-	before := ev.stats(t, filter)
+	before := ev.Stats(t, filter)
 	if before["control_plane.connected_state"] != 1 || before["cluster.xdsbridge.upstream_cx_total"] != 1 {
 		t.Fatalf("before rotation: %v", before)
 	}
@@ -362,7 +362,7 @@ func TestEnvoyMTLSRotation(t *testing.T) {
 	}
 	unchanged := func(step string) {
 		t.Helper()
-		if after := ev.stats(t, filter); fmt.Sprint(after) != fmt.Sprint(before) {
+		if after := ev.Stats(t, filter); fmt.Sprint(after) != fmt.Sprint(before) {
 			t.Fatalf("%s: Envoy's connection or xDS state moved without a change:\nbefore %v\nafter  %v", step, before, after)
 		}
 	}
@@ -404,7 +404,7 @@ func TestEnvoyMTLSRotation(t *testing.T) {
 	// A change still reaches Envoy, on the same connection.
 	br.writeServices(t, servicesYAML("web", bs[1], bs[2]))
 	ev.waitTraffic(t, "b2", "b3")
-	after := ev.stats(t, filter)
+	after := ev.Stats(t, filter)
 	if after["cluster.xdsbridge.upstream_cx_total"] != 1 || after["control_plane.connected_state"] != 1 {
 		t.Fatalf("after the change: %v", after)
 	}

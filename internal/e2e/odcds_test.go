@@ -127,7 +127,7 @@ func onDemandLoadsOnlyRequested(t *testing.T, source string, measureRepeat bool)
 	if got := dynamicClusters(t, ev); !slices.Equal(got, names) {
 		t.Errorf("Envoy's config dump has dynamic clusters %v, want %v", got, names)
 	}
-	st := ev.stats(t, `^cluster_manager\.(active|warming)_clusters$|^cluster_manager\.odcds\.update_(success|rejected|failure)$`)
+	st := ev.Stats(t, `^cluster_manager\.(active|warming)_clusters$|^cluster_manager\.odcds\.update_(success|rejected|failure)$`)
 	t.Logf("stats: %v", st)
 	if st["cluster_manager.active_clusters"] != int64(len(names))+1 || st["cluster_manager.warming_clusters"] != 0 {
 		t.Errorf("cluster_manager: %v; want %d active (and the static xdsbridge), 0 warming", st, len(names))
@@ -205,7 +205,7 @@ const maxOnDemandBytes = 64 << 10
 func envoyXDSBytes(t *testing.T, e *envoy) int64 {
 	t.Helper()
 	const k = "cluster.xdsbridge.upstream_cx_rx_bytes_total"
-	n, ok := e.stats(t, `^cluster\.xdsbridge\.upstream_cx_rx_bytes_total$`)[k]
+	n, ok := e.Stats(t, `^cluster\.xdsbridge\.upstream_cx_rx_bytes_total$`)[k]
 	if !ok || n <= 0 {
 		t.Fatalf("Envoy has no %s", k)
 	}
@@ -216,7 +216,7 @@ func envoyXDSBytes(t *testing.T, e *envoy) int64 {
 // Envoy's config dump, sorted.
 func dynamicClusters(t *testing.T, e *envoy) []string {
 	t.Helper()
-	body, err := e.get("/config_dump?resource=dynamic_active_clusters")
+	body, err := e.Get("/config_dump?resource=dynamic_active_clusters")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func waitOnDemandReady(t *testing.T, br *bridge) {
 // the heap reserved.
 func envoyMemory(t *testing.T, e *envoy) (allocated, heap int64) {
 	t.Helper()
-	body, err := e.get("/memory")
+	body, err := e.Get("/memory")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,14 +317,14 @@ func TestOdcdsEnvoyMemoryOnDemandVsWildcard(t *testing.T) {
 	start := time.Now()
 	wild := launchEnvoy(t, "envoy-delta.yaml", br.app.XDSAddr(), "", false)
 	waitFor(t, 30*time.Second, "the wildcard Envoy to hold every cluster", func() error {
-		st := wild.stats(t, `^cluster_manager\.(active|warming)_clusters$`)
+		st := wild.Stats(t, `^cluster_manager\.(active|warming)_clusters$`)
 		if st["cluster_manager.active_clusters"] != onDemandServices+1 || st["cluster_manager.warming_clusters"] != 0 {
 			return fmt.Errorf("%v", st)
 		}
 		return nil
 	})
 	t.Logf("wildcard Envoy got %d clusters in %s", onDemandServices, time.Since(start).Round(time.Millisecond))
-	odStats := od.stats(t, `^cluster_manager\.(active|warming)_clusters$`)
+	odStats := od.Stats(t, `^cluster_manager\.(active|warming)_clusters$`)
 	if odStats["cluster_manager.active_clusters"] != int64(len(real))+1 || odStats["cluster_manager.warming_clusters"] != 0 {
 		t.Errorf("on-demand Envoy: %v; want %d active (and the static xdsbridge), 0 warming", odStats, len(real))
 	}

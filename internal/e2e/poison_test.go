@@ -68,7 +68,7 @@ func TestPoisonResourceCostsOnlyItself(t *testing.T) {
 			e := startEnvoy(t, bootstrap, lis.Addr().String())
 
 			withHosts := func() (map[string]bool, error) {
-				body, err := e.get("/clusters")
+				body, err := e.Get("/clusters")
 				if err != nil {
 					return nil, err
 				}
@@ -92,7 +92,7 @@ func TestPoisonResourceCostsOnlyItself(t *testing.T) {
 			})
 			rejected := func() int64 {
 				var sum int64
-				for _, v := range e.stats(t, "update_rejected") {
+				for _, v := range e.Stats(t, "update_rejected") {
 					sum += v
 				}
 				return sum
@@ -111,7 +111,7 @@ func TestPoisonResourceCostsOnlyItself(t *testing.T) {
 			if nacks == 0 || nacks > 8 {
 				t.Fatalf("%d NACKs to isolate one resource among %d", nacks, n)
 			}
-			if got := e.stats(t, "cluster."+poison+".update_rejected")["cluster."+poison+".update_rejected"]; got != int64(nacks) {
+			if got := e.Stats(t, "cluster."+poison+".update_rejected")["cluster."+poison+".update_rejected"]; got != int64(nacks) {
 				t.Fatalf("Envoy rejected %d updates of %s; the bridge saw %d NACKs", got, poison, nacks)
 			}
 

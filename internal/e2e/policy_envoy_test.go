@@ -44,7 +44,7 @@ func epEnvoyRDS(t *testing.T, br *bridge, service string) *envoy {
 // epActiveCluster returns Envoy's active dynamic cluster named name as
 // compact JSON, or an error if it has none.
 func epActiveCluster(e *envoy, name string) (string, error) {
-	body, err := e.get("/config_dump?resource=dynamic_active_clusters")
+	body, err := e.Get("/config_dump?resource=dynamic_active_clusters")
 	if err != nil {
 		return "", err
 	}
@@ -75,7 +75,7 @@ func epActiveCluster(e *envoy, name string) (string, error) {
 // its health_flags.
 func epHealthFlags(t *testing.T, e *envoy, cluster string) map[string]string {
 	t.Helper()
-	body, err := e.get("/clusters")
+	body, err := e.Get("/clusters")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestEnvoyGRPCUpstreamHTTP2(t *testing.T) {
 		return "ok", nil
 	}
 	cx := func() (h1, h2 int64) {
-		st := ev.stats(t, `^cluster\.greeter\.upstream_cx_http[12]_total$`)
+		st := ev.Stats(t, `^cluster\.greeter\.upstream_cx_http[12]_total$`)
 		return st["cluster.greeter.upstream_cx_http1_total"], st["cluster.greeter.upstream_cx_http2_total"]
 	}
 
@@ -338,7 +338,7 @@ func TestEnvoyOutlierDetectionEjects(t *testing.T) {
 	epWaitHosts(t, ev, "web", hosts)
 	h := epNewHTTP(t, ev, "web")
 	ejected := func() int64 {
-		return ev.stats(t, `^cluster\.web\.outlier_detection\.ejections_enforced_total$`)["cluster.web.outlier_detection.ejections_enforced_total"]
+		return ev.Stats(t, `^cluster\.web\.outlier_detection\.ejections_enforced_total$`)["cluster.web.outlier_detection.ejections_enforced_total"]
 	}
 
 	// Control: no outlier detection, the bad host keeps its share.
@@ -397,7 +397,7 @@ func TestEnvoyOutlierDetectionEjects(t *testing.T) {
 			out = append(out, host)
 		}
 	}
-	st := ev.stats(t, `^cluster\.web\.outlier_detection\.`)
+	st := ev.Stats(t, `^cluster\.web\.outlier_detection\.`)
 	nonzero := map[string]int64{}
 	for k, v := range st {
 		if v != 0 {

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/xdsbridge/xdsbridge/internal/testbin"
 )
 
 // TestEnvoyTwoReplicasFailover runs two bridges on the same services file
@@ -20,7 +22,7 @@ import (
 // the survivor has every version Envoy holds). A later change of the file
 // reaches Envoy through the survivor.
 func TestEnvoyTwoReplicasFailover(t *testing.T) {
-	bin := requireBinary(t, "envoy")
+	bin := testbin.Envoy(t)
 	// The example bootstrap is well-formed.
 	if out, err := exec.Command(bin, "--mode", "validate", "-c", filepath.Join(repoRoot(t), "examples", "envoy-replicas.yaml")).CombinedOutput(); err != nil {
 		t.Fatalf("envoy --mode validate examples/envoy-replicas.yaml: %v\n%s", err, out)
@@ -140,7 +142,7 @@ sources:
 	// the reconnect's requests; control_plane.connected_state goes to 0
 	// and back to 1.)
 	const filter = `^(cluster_manager\.cds\.(update_success|version)|cluster\.web\.(update_success|version)|cluster_manager\.cluster_(added|modified|removed))$`
-	before := ev.stats(t, filter)
+	before := ev.Stats(t, filter)
 	if len(before) != 7 {
 		t.Fatalf("Envoy stats %v: want the 7 that filter %s names", before, filter)
 	}
@@ -153,7 +155,7 @@ sources:
 		t.Fatalf("killed replica: %v", err)
 	}
 	waitFor(t, 15*time.Second, "Envoy's stream on the surviving replica", func() error {
-		if st := ev.stats(t, `^control_plane\.connected_state$`); st["control_plane.connected_state"] != 1 {
+		if st := ev.Stats(t, `^control_plane\.connected_state$`); st["control_plane.connected_state"] != 1 {
 			return fmt.Errorf("control_plane.connected_state %v", st)
 		}
 		if !connected(survivor) {
@@ -164,7 +166,7 @@ sources:
 	failover := time.Since(killed)
 	// Give a resend, if there were one, time to arrive.
 	time.Sleep(1 * time.Second)
-	after := ev.stats(t, filter)
+	after := ev.Stats(t, filter)
 	if after["cluster_manager.cds.update_success"] != before["cluster_manager.cds.update_success"]+1 {
 		t.Errorf("cluster_manager.cds.update_success %d -> %d: want one more, the empty answer to the reconnect",
 			before["cluster_manager.cds.update_success"], after["cluster_manager.cds.update_success"])

@@ -16,6 +16,7 @@ import (
 
 	"github.com/xdsbridge/xdsbridge/config"
 	"github.com/xdsbridge/xdsbridge/config/decode"
+	"github.com/xdsbridge/xdsbridge/internal/testbin"
 )
 
 // hitCluster sends n requests through Envoy to cluster (by the x-cluster
@@ -90,7 +91,7 @@ func bridgeMetric(t *testing.T, b *bridge, name string, labels ...string) float6
 // as Envoy shows it, every live service answers every request. Envoy
 // rejects nothing; the bridge counts no NACK.
 func TestEnvoyREST(t *testing.T) {
-	requireBinary(t, "envoy")
+	testbin.Envoy(t)
 	bs := startBackends(t, 4)
 	dir := t.TempDir()
 	svcs := func(web []*backend, others map[string][]*backend) string {
@@ -207,7 +208,7 @@ func TestEnvoyREST(t *testing.T) {
 	step("web's endpoints changed", map[string]string{"web": "b1,b4", "api": "b2", "extra": "b3"})
 	b.writeServices(t, svcs([]*backend{bs[0], bs[3]}, map[string][]*backend{"extra": bs[2:3]}))
 	waitFor(t, 20*time.Second, "cluster api removed from Envoy", func() error {
-		body, err := e.get("/clusters")
+		body, err := e.Get("/clusters")
 		if err != nil {
 			return err
 		}
@@ -233,7 +234,7 @@ func TestEnvoyREST(t *testing.T) {
 		t.Errorf("background traffic to web: %d ok, %d failed (last error %v)", bgOK.Load(), bgFailed.Load(), bgErr.Load())
 	}
 	e.assertNoRejections(t)
-	st := e.stats(t, "update_")
+	st := e.Stats(t, "update_")
 	if st["cluster_manager.cds.update_success"] == 0 {
 		t.Errorf("no CDS update_success: %v", st)
 	}

@@ -124,7 +124,7 @@ func TestEnvoyBridgeRestarts(t *testing.T) {
 	ev.waitTraffic(t, "b1", "b2")
 
 	// Envoy's connection to the bridge (a gauge: 1 connected, 0 not).
-	connected := func() int64 { return ev.stats(t, "control_plane.connected_state")["control_plane.connected_state"] }
+	connected := func() int64 { return ev.Stats(t, "control_plane.connected_state")["control_plane.connected_state"] }
 	// Envoy's record of what it applied. Each response Envoy accepts on a
 	// delta stream counts one update_success of the subscriptions it
 	// concerns: web's EDS subscription (cluster.web.update_success) only
@@ -138,7 +138,7 @@ func TestEnvoyBridgeRestarts(t *testing.T) {
 	applied := func() map[string]int64 {
 		out := map[string]int64{}
 		for _, f := range []string{"cluster_manager.cds.update_success", "cluster.web.update_success", "cluster_manager.cluster_modified", "cluster_manager.cluster_added", "cluster.web.membership_change"} {
-			for k, v := range ev.stats(t, "^"+strings.ReplaceAll(f, ".", `\.`)+"$") {
+			for k, v := range ev.Stats(t, "^"+strings.ReplaceAll(f, ".", `\.`)+"$") {
 				out[k] = v
 			}
 		}
@@ -153,7 +153,7 @@ func TestEnvoyBridgeRestarts(t *testing.T) {
 	// added/updated cluster(s), M removed cluster(s)"), whether or not
 	// it changes anything: the one record of a CDS response's resources
 	// (an unchanged cluster resent is "skipped", in no counter).
-	resp, err := http.Post("http://"+ev.admin+"/logging?upstream=info", "", nil)
+	resp, err := http.Post("http://"+ev.Admin+"/logging?upstream=info", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +285,7 @@ func TestEnvoyBridgeRestarts(t *testing.T) {
 // envoyLogSize is the size of Envoy's log so far.
 func envoyLogSize(t *testing.T, ev *envoy) int64 {
 	t.Helper()
-	fi, err := os.Stat(ev.log)
+	fi, err := os.Stat(ev.LogPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +295,7 @@ func envoyLogSize(t *testing.T, ev *envoy) int64 {
 // envoyLogLines returns the lines of Envoy's log from offset on.
 func envoyLogLines(t *testing.T, ev *envoy, offset int64) []string {
 	t.Helper()
-	b, err := os.ReadFile(ev.log)
+	b, err := os.ReadFile(ev.LogPath)
 	if err != nil {
 		t.Fatal(err)
 	}

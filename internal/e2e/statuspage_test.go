@@ -14,6 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/xdsbridge/xdsbridge/healthcheck"
+	"github.com/xdsbridge/xdsbridge/internal/testbin"
 )
 
 // Hostile names: a service and the Envoy's node id. Rendered as text they
@@ -87,7 +88,7 @@ type headlessBrowser struct {
 // viewport.
 func startBrowser(t *testing.T) *headlessBrowser {
 	t.Helper()
-	bin := requireBinary(t, "chromium")
+	bin := testbin.Find(t, "chromium")
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(bin),
 		chromedp.Flag("no-sandbox", true),

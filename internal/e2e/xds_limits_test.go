@@ -26,7 +26,7 @@ func TestEnvoy5000ClustersDefaultLimits(t *testing.T) {
 	// Every cluster active (5,001 and Envoy's static xdsbridge), none
 	// warming (each got its assignment), each with its one host.
 	waitFor(t, 60*time.Second, "Envoy to hold every cluster", func() error {
-		st := ev.stats(t, `^cluster_manager\.(active|warming)_clusters$`)
+		st := ev.Stats(t, `^cluster_manager\.(active|warming)_clusters$`)
 		if st["cluster_manager.active_clusters"] != n+2 || st["cluster_manager.warming_clusters"] != 0 {
 			return fmt.Errorf("%v", st)
 		}
@@ -34,7 +34,7 @@ func TestEnvoy5000ClustersDefaultLimits(t *testing.T) {
 	})
 	t.Logf("Envoy got %d clusters in %s", n+1, time.Since(start).Round(time.Millisecond))
 	hosts := 0
-	for k, v := range ev.stats(t, `^cluster\.svc-[0-9]+\.membership_total$`) {
+	for k, v := range ev.Stats(t, `^cluster\.svc-[0-9]+\.membership_total$`) {
 		if v != 1 {
 			t.Errorf("%s = %d, want 1", k, v)
 		}

@@ -110,7 +110,8 @@ func (e *EnvoyProcess) Get(path string) (string, error) {
 }
 
 // Stats returns the counters and gauges whose names match filter (an
-// Envoy /stats regex).
+// Envoy /stats regex). A value over int64 (a version hash) wraps: compare
+// it only for equality.
 func (e *EnvoyProcess) Stats(t testing.TB, filter string) map[string]int64 {
 	t.Helper()
 	body, err := e.Get("/stats?filter=" + url.QueryEscape(filter))
@@ -126,6 +127,8 @@ func (e *EnvoyProcess) Stats(t testing.TB, filter string) map[string]int64 {
 		}
 		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
 			out[k] = n
+		} else if u, err := strconv.ParseUint(v, 10, 64); err == nil {
+			out[k] = int64(u) // a version hash: only compared
 		}
 	}
 	return out

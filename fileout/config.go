@@ -1,4 +1,4 @@
-package fsout
+package fileout
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package fsout_test
+package fileout_test
 
 import (
 	"context"
@@ -24,9 +24,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"sigs.k8s.io/yaml"
 
-	"github.com/xdsbridge/xdsbridge/config"
 	"github.com/xdsbridge/xdsbridge/config/decode"
-	"github.com/xdsbridge/xdsbridge/internal/fsout"
+	"github.com/xdsbridge/xdsbridge/fileout"
 	"github.com/xdsbridge/xdsbridge/translate"
 	"github.com/xdsbridge/xdsbridge/xds"
 )
@@ -111,9 +110,9 @@ func checkWhole(resp *discovery.DiscoveryResponse) error {
 	return nil
 }
 
-func newWriter(t *testing.T, c *xds.Cache, cfg fsout.Config) *fsout.Writer {
+func newWriter(t *testing.T, c *xds.Cache, cfg fileout.Config) *fileout.Writer {
 	t.Helper()
-	w, err := fsout.New(c, cfg, nil)
+	w, err := fileout.New(c, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,14 +125,14 @@ func newWriter(t *testing.T, c *xds.Cache, cfg fsout.Config) *fsout.Writer {
 // parses as a whole DiscoveryResponse, in each format and mode. Breaking
 // writeAtomic into an in-place os.WriteFile makes it fail.
 func TestNoPartialFile(t *testing.T) {
-	for _, mode := range []string{fsout.ModePath, fsout.ModeWatchedDirectory} {
-		for _, format := range []string{fsout.FormatYAML, fsout.FormatProto} {
+	for _, mode := range []string{fileout.ModePath, fileout.ModeWatchedDirectory} {
+		for _, format := range []string{fileout.FormatYAML, fileout.FormatProto} {
 			t.Run(mode+"/"+format, func(t *testing.T) {
 				c := xds.NewCache()
 				publishClusters(t, c, 1)
 				c.MarkReady()
 				dir := filepath.Join(t.TempDir(), "out")
-				w := newWriter(t, c, fsout.Config{Dir: dir, Format: format, Mode: mode, Debounce: decode.Duration(time.Millisecond)})
+				w := newWriter(t, c, fileout.Config{Dir: dir, Format: format, Mode: mode, Debounce: decode.Duration(time.Millisecond)})
 				if _, err := w.WriteOnce(); err != nil {
 					t.Fatal(err)
 				}
@@ -149,8 +148,8 @@ func TestNoPartialFile(t *testing.T) {
 					<-runDone
 				})
 
-				ext := fsout.Ext(format)
-				paths := []string{filepath.Join(dir, "clusters"+ext), filepath.Join(dir, fsout.EndpointsDir, "c000"+ext)}
+				ext := fileout.Ext(format)
+				paths := []string{filepath.Join(dir, "clusters"+ext), filepath.Join(dir, fileout.EndpointsDir, "c000"+ext)}
 				var reads, versions atomic.Int64
 				errs := make(chan error, len(paths))
 				for _, p := range paths {
@@ -242,13 +241,13 @@ func inodeOf(t *testing.T, p string) string {
 // assignment rewrites that file only (mode path); a new writer on the
 // same directory (a restart) writes nothing.
 func TestUnchangedNotRewritten(t *testing.T) {
-	for _, mode := range []string{fsout.ModePath, fsout.ModeWatchedDirectory} {
+	for _, mode := range []string{fileout.ModePath, fileout.ModeWatchedDirectory} {
 		t.Run(mode, func(t *testing.T) {
 			c := xds.NewCache()
 			publishClusters(t, c, 3)
 			c.MarkReady()
 			dir := t.TempDir()
-			cfg := fsout.Config{Dir: dir, Mode: mode}
+			cfg := fileout.Config{Dir: dir, Mode: mode}
 			w := newWriter(t, c, cfg)
 			res, err := w.WriteOnce()
 			if err != nil {
@@ -284,7 +283,7 @@ func TestUnchangedNotRewritten(t *testing.T) {
 			if want := []string{filepath.Join("endpoints", "c001.yaml")}; !slices.Equal(res.Written, want) {
 				t.Fatalf("after one assignment changed, wrote %v; want %v", res.Written, want)
 			}
-			if mode == fsout.ModePath && inodeOf(t, clusters) != id {
+			if mode == fileout.ModePath && inodeOf(t, clusters) != id {
 				t.Fatal("clusters file rewritten though unchanged")
 			}
 
@@ -305,7 +304,7 @@ func TestUnchangedNotRewritten(t *testing.T) {
 			if res, err = w2.WriteOnce(); err != nil || len(res.Written)+len(res.Removed) != 0 {
 				t.Fatalf("restarted writer: wrote %v, removed %v, err %v", res.Written, res.Removed, err)
 			}
-			if _, err := os.Stat(stray); mode == fsout.ModePath && !errors.Is(err, os.ErrNotExist) {
+			if _, err := os.Stat(stray); mode == fileout.ModePath && !errors.Is(err, os.ErrNotExist) {
 				t.Fatalf("stray temporary file left: %v", err)
 			}
 		})
@@ -322,7 +321,7 @@ func TestWatchedDirectoryLayout(t *testing.T) {
 	publishClusters(t, c, 3)
 	c.MarkReady()
 	dir := t.TempDir()
-	w := newWriter(t, c, fsout.Config{Dir: dir, Mode: fsout.ModeWatchedDirectory, Format: fsout.FormatJSON, EnvoyDir: "/etc/envoy/xds"})
+	w := newWriter(t, c, fileout.Config{Dir: dir, Mode: fileout.ModeWatchedDirectory, Format: fileout.FormatJSON, EnvoyDir: "/etc/envoy/xds"})
 	for _, n := range []int{3, 4, 2, 5, 2} {
 		publishClusters(t, c, n)
 		if _, err := w.WriteOnce(); err != nil {
@@ -388,35 +387,10 @@ func TestWatchedDirectoryLayout(t *testing.T) {
 	}
 }
 
-// TestConfigErrorsNameTheField: outputs.filesystem errors name the field.
-func TestConfigErrorsNameTheField(t *testing.T) {
-	for _, tc := range []struct{ block, want string }{
-		{`{format: yaml}`, "outputs.filesystem.dir: missing"},
-		{`{dir: out, format: xml}`, `outputs.filesystem.format: "xml" is not one of yaml, json, proto`},
-		{`{dir: out, mode: rename}`, `outputs.filesystem.mode: "rename" is not one of path, watched_directory`},
-		{`{dir: out, debounce: 2m}`, "outputs.filesystem.debounce: 2m is not in 1ms..1m"},
-		{`{dir: out, envoy_dir: rel}`, `outputs.filesystem.envoy_dir: "rel" is not an absolute path`},
-		{`{dir: out, intervall: 1s}`, "intervall"},
-	} {
-		y := "sources: [{name: s, file: {path: s.yaml}}]\noutputs:\n  filesystem: " + tc.block + "\n"
-		_, err := config.Parse([]byte(y), t.TempDir(), []string{"file"})
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: error %v; want one containing %q", tc.block, err, tc.want)
-		}
-	}
-	c, err := config.Parse([]byte("sources: [{name: s, file: {path: s.yaml}}]\noutputs: {filesystem: {dir: out}}\n"), "/base", []string{"file"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if f := c.Outputs.Filesystem; f.Format != "yaml" || f.Mode != "path" || f.Debounce.D() != 100*time.Millisecond {
-		t.Fatalf("defaults: %+v", f)
-	}
-}
-
 // TestFileName: resource names become safe file names.
 func TestFileName(t *testing.T) {
 	for in, want := range map[string]string{"web": "web", "a.b-c_d": "a.b-c_d", "..": "%2E.", "a/b": "a%2Fb", "x y": "x%20y"} {
-		if got := fsout.FileName(in); got != want {
+		if got := fileout.FileName(in); got != want {
 			t.Errorf("FileName(%q) = %q; want %q", in, got, want)
 		}
 	}
@@ -460,15 +434,15 @@ func TestModeSwitch(t *testing.T) {
 	publishClusters(t, c, 3)
 	c.MarkReady()
 	dir := t.TempDir()
-	for i, mode := range []string{fsout.ModePath, fsout.ModeWatchedDirectory, fsout.ModePath, fsout.ModeWatchedDirectory} {
+	for i, mode := range []string{fileout.ModePath, fileout.ModeWatchedDirectory, fileout.ModePath, fileout.ModeWatchedDirectory} {
 		publishClusters(t, c, 3+i)
-		w := newWriter(t, c, fsout.Config{Dir: dir, Mode: mode})
+		w := newWriter(t, c, fileout.Config{Dir: dir, Mode: mode})
 		if _, err := w.WriteOnce(); err != nil {
 			t.Fatalf("%d (%s): %v", i, mode, err)
 		}
 		top := listDir(t, dir)
 		var want []string
-		if mode == fsout.ModeWatchedDirectory {
+		if mode == fileout.ModeWatchedDirectory {
 			want = []string{"..data", "clusters.yaml", "endpoints"}
 			top = slices.DeleteFunc(top, func(n string) bool { return strings.HasPrefix(n, "..2") })
 		} else {

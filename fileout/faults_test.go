@@ -1,4 +1,4 @@
-package fsout_test
+package fileout_test
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/xdsbridge/xdsbridge/internal/fsout"
+	"github.com/xdsbridge/xdsbridge/fileout"
 	"github.com/xdsbridge/xdsbridge/xds"
 )
 
@@ -39,14 +39,14 @@ func smallFS(t *testing.T, size string) string {
 func readTree(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	for _, sub := range []string{"", fsout.EndpointsDir} {
+	for _, sub := range []string{"", fileout.EndpointsDir} {
 		ents, err := os.ReadDir(filepath.Join(dir, sub))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, e := range ents {
 			rel := filepath.Join(sub, e.Name())
-			if strings.HasPrefix(e.Name(), ".") || rel == fsout.EndpointsDir {
+			if strings.HasPrefix(e.Name(), ".") || rel == fileout.EndpointsDir {
 				continue
 			}
 			b, err := os.ReadFile(filepath.Join(dir, rel))
@@ -61,10 +61,10 @@ func readTree(t *testing.T, dir string) map[string]string {
 
 // wantTree is what a fresh writer with cfg writes for c into an empty
 // directory: the layout dir must hold after a successful round.
-func wantTree(t *testing.T, c *xds.Cache, cfg fsout.Config) map[string]string {
+func wantTree(t *testing.T, c *xds.Cache, cfg fileout.Config) map[string]string {
 	t.Helper()
 	cfg.Dir = t.TempDir()
-	if _, err := fsout.WriteDir(c, cfg, nil); err != nil {
+	if _, err := fileout.WriteDir(c, cfg, nil); err != nil {
 		t.Fatal(err)
 	}
 	return readTree(t, cfg.Dir)
@@ -93,12 +93,12 @@ func sameTree(t *testing.T, got, want map[string]string) {
 // it writes: removing stale files only after every write succeeded never
 // recovers.
 func TestFilesOutputRecoversFromFullDisk(t *testing.T) {
-	for _, mode := range []string{fsout.ModePath, fsout.ModeWatchedDirectory} {
+	for _, mode := range []string{fileout.ModePath, fileout.ModeWatchedDirectory} {
 		t.Run(mode, func(t *testing.T) {
 			dir := smallFS(t, "96k") // 24 pages: a tmpfs file takes at least one
 			c := xds.NewCache()
 			c.MarkReady()
-			cfg := fsout.Config{Dir: dir, Mode: mode, EnvoyDir: "/etc/envoy/xds"}
+			cfg := fileout.Config{Dir: dir, Mode: mode, EnvoyDir: "/etc/envoy/xds"}
 			w := newWriter(t, c, cfg)
 			publishClusters(t, c, 3)
 			if _, err := w.WriteOnce(); err != nil {
@@ -127,12 +127,12 @@ func TestFilesOutputRecoversFromFullDisk(t *testing.T) {
 // anything there, and the output directory ends up with exactly the
 // served files.
 func TestFilesOutputStaysInItsDirectory(t *testing.T) {
-	for _, mode := range []string{fsout.ModePath, fsout.ModeWatchedDirectory} {
+	for _, mode := range []string{fileout.ModePath, fileout.ModeWatchedDirectory} {
 		t.Run(mode, func(t *testing.T) {
 			dir, outside := t.TempDir(), t.TempDir()
 			c := xds.NewCache()
 			c.MarkReady()
-			cfg := fsout.Config{Dir: dir, Mode: mode, EnvoyDir: "/etc/envoy/xds"}
+			cfg := fileout.Config{Dir: dir, Mode: mode, EnvoyDir: "/etc/envoy/xds"}
 			w := newWriter(t, c, cfg)
 			publishClusters(t, c, 3)
 			if _, err := w.WriteOnce(); err != nil {
@@ -147,8 +147,8 @@ func TestFilesOutputStaysInItsDirectory(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			victim := fsout.EndpointsDir
-			if mode == fsout.ModeWatchedDirectory {
+			victim := fileout.EndpointsDir
+			if mode == fileout.ModeWatchedDirectory {
 				victim = "..data"
 			}
 			if err := os.RemoveAll(filepath.Join(dir, victim)); err != nil {

@@ -1,4 +1,4 @@
-// Package fsout writes the bridge's resources as files for Envoy's
+// Package fileout writes the bridge's resources as files for Envoy's
 // path-based config sources (path_config_source), for Envoys with no
 // network path to the bridge: a shared volume, a ConfigMap sync.
 //
@@ -26,7 +26,7 @@
 // In mode "path" the files are replaced make-before-break: new and changed
 // assignments first, then clusters, then the assignments of removed
 // clusters are deleted.
-package fsout
+package fileout
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package config
+package app
 
 import (
 	"encoding/json"
@@ -6,14 +6,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xdsbridge/xdsbridge/config"
 	"github.com/xdsbridge/xdsbridge/config/decode"
 )
 
 // Zero follows one rule across the configuration: every count, limit and
 // duration the file can set, written as 0, loads as if left out (its
-// default). The walk finds the fields by reflection, so a field added
-// later is held to the rule too. (The sources' own blocks are decoded by
-// their factories and not walked here.)
+// default), once the app has resolved the options. The walk finds the
+// fields by reflection, so a field added later is held to the rule too.
+// (The sources' own blocks are decoded by their factories and not walked
+// here.)
 func TestConfigZeroIsTheDefault(t *testing.T) {
 	// The blocks that are absent unless given are given.
 	doc := func() map[string]any {
@@ -25,12 +27,12 @@ func TestConfigZeroIsTheDefault(t *testing.T) {
 			"outputs": map[string]any{"filesystem": map[string]any{"dir": t.TempDir()}},
 		}
 	}
-	load := func(d map[string]any) (*Config, error) {
+	load := func(d map[string]any) (*config.Config, error) {
 		b, err := json.Marshal(d)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return Parse(b, "", known)
+		return parseOptions(string(b))
 	}
 	base, err := load(doc())
 	if err != nil {

@@ -1,0 +1,4 @@
+// Package arch holds the tests of the import rules that
+// docs/architecture.md states ("Import rules"): which packages may import
+// the config file's schema, and what the schema may import.
+package arch

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
@@ -289,20 +287,19 @@ func TestAuthorizationCheckNamesTheField(t *testing.T) {
 func TestRestrictedCacheRefusesUnknownStreams(t *testing.T) {
 	c := NewCache()
 	c.MarkReady()
-	ch := make(chan cache.DeltaResponse, 4) // each watch answers at once
-	sub := stream.NewDeltaSubscription(nil, nil, nil, true)
-	cancel, err := c.CreateDeltaWatch(&discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType}, &sub, ch)
+	d := NewDeltaDriver(c, 4) // each watch answers at once
+	cancel, err := d.Watch(&discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType})
 	if err != nil {
 		t.Fatalf("unrestricted cache: %v", err)
 	}
 	cancel()
 	c.openStream(streamKey{true, 1}, &visibility{patterns: []string{"web-*"}})
-	if _, err := c.CreateDeltaWatch(&discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType}, &sub, ch); err == nil || !strings.Contains(err.Error(), "xds.authorization") {
+	if _, err := d.Watch(&discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType}); err == nil || !strings.Contains(err.Error(), "xds.authorization") {
 		t.Fatalf("restricted cache, unknown stream: %v", err)
 	}
 	req := &discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType}
 	c.noteRequest(req, streamKey{true, 1}, ClusterType)
-	if _, err := c.CreateDeltaWatch(req, &sub, ch); err != nil {
+	if _, err := d.Watch(req); err != nil {
 		t.Fatalf("restricted cache, noted stream: %v", err)
 	}
 }

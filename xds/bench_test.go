@@ -5,8 +5,6 @@ import (
 	"testing"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 
 	"github.com/xdsbridge/xdsbridge/sources"
 	"github.com/xdsbridge/xdsbridge/translate"
@@ -43,41 +41,39 @@ func benchCache(b *testing.B, n int) (*xds.Cache, []string) {
 	return c, names
 }
 
-// benchWatch is an Envoy-like delta EDS stream as the go-control-plane
-// server drives the cache: one open watch, re-created after each response
-// with the versions it returned.
+// benchWatch is an Envoy-like delta EDS stream as the delta stream handler
+// drives the cache: one open watch, re-created after each response with
+// the state it installed.
 type benchWatch struct {
-	sub stream.Subscription
-	ch  chan cache.DeltaResponse
+	d *xds.DeltaDriver
 }
 
-func (w *benchWatch) arm(b *testing.B, c *xds.Cache, nonce string) {
-	req := &discovery.DeltaDiscoveryRequest{TypeUrl: xds.EndpointType, ResponseNonce: nonce}
-	if _, err := c.CreateDeltaWatch(req, &w.sub, w.ch); err != nil {
+func newBenchWatch(c *xds.Cache) *benchWatch { return &benchWatch{d: xds.NewDeltaDriver(c, 1)} }
+
+func (w *benchWatch) arm(b *testing.B, req *discovery.DeltaDiscoveryRequest) {
+	if _, err := w.d.Watch(req); err != nil {
 		b.Fatal(err)
 	}
 }
 
 // rearm takes the watch's response, if any, and opens the next watch as the
 // server would after the client's ACK. It reports whether one was pending.
-func (w *benchWatch) rearm(b *testing.B, c *xds.Cache) bool {
-	select {
-	case r := <-w.ch:
-		w.sub.SetReturnedResources(r.GetNextVersionMap())
-		w.arm(b, c, "n")
-		return true
-	default:
+func (w *benchWatch) rearm(b *testing.B) bool {
+	r := w.d.Take()
+	if r == nil {
 		return false
 	}
+	w.arm(b, &discovery.DeltaDiscoveryRequest{TypeUrl: xds.EndpointType, ResponseNonce: r.GetNonce()})
+	return true
 }
 
 // sync takes the initial responses (split above the size bound), ACKing
 // each, until the watch is held with nothing to send.
-func (w *benchWatch) sync(b *testing.B, c *xds.Cache) {
-	if !w.rearm(b, c) {
+func (w *benchWatch) sync(b *testing.B) {
+	if !w.rearm(b) {
 		b.Fatal("no initial response")
 	}
-	for w.rearm(b, c) {
+	for w.rearm(b) {
 	}
 }
 
@@ -93,11 +89,10 @@ func BenchmarkPublishSingleEndpointChange(b *testing.B) {
 			c, names := benchCache(b, services)
 			ws := make([]*benchWatch, watches)
 			for i := range ws {
-				w := &benchWatch{ch: make(chan cache.DeltaResponse, 1)}
-				w.sub = stream.NewDeltaSubscription(names, nil, nil, false)
-				w.arm(b, c, "")
+				w := newBenchWatch(c)
+				w.arm(b, &discovery.DeltaDiscoveryRequest{TypeUrl: xds.EndpointType, ResourceNamesSubscribe: names})
 				ws[i] = w
-				w.sync(b, c)
+				w.sync(b)
 			}
 			// Two prebuilt variants of service 42, alternated.
 			variants := [2][]translate.Resources{{benchResources(42, 10, 1001)}, {benchResources(42, 10, 1002)}}
@@ -111,7 +106,7 @@ func BenchmarkPublishSingleEndpointChange(b *testing.B) {
 				i++
 				b.StopTimer()
 				for _, w := range ws {
-					if !w.rearm(b, c) {
+					if !w.rearm(b) {
 						b.Fatal("watch not answered")
 					}
 				}
@@ -127,14 +122,13 @@ func BenchmarkPublishSingleEndpointChange(b *testing.B) {
 func BenchmarkDeltaACK(b *testing.B) {
 	const services = 5000
 	c, names := benchCache(b, services)
-	w := &benchWatch{ch: make(chan cache.DeltaResponse, 1)}
-	w.sub = stream.NewDeltaSubscription(names, nil, nil, false)
-	w.arm(b, c, "")
-	w.sync(b, c)
+	w := newBenchWatch(c)
+	w.arm(b, &discovery.DeltaDiscoveryRequest{TypeUrl: xds.EndpointType, ResourceNamesSubscribe: names})
+	w.sync(b)
 	req := &discovery.DeltaDiscoveryRequest{TypeUrl: xds.EndpointType, ResponseNonce: "n"}
 	b.ReportAllocs()
 	for b.Loop() {
-		cancel, err := c.CreateDeltaWatch(req, &w.sub, w.ch)
+		cancel, err := w.d.Watch(req)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 )
 
@@ -22,14 +23,16 @@ import (
 // delta clients. Until MarkReady is called, watches are held without an
 // answer, so no client sees a partial first state.
 //
-// What a client holds is kept in the returned-resources map go-control-plane
-// keeps per stream (contract.go): compact for delta streams (delta.go),
-// explicit for sotw streams (sotw.go). A response the client rejects (NACK)
-// does not count as held: its resources are sent again, in halves until the
-// one the client refuses is alone, and that one is not sent again at the
-// same version. The maps handed to the server are new for each response;
-// the cache adds the response's record when the server installs it, and
-// never changes them afterwards.
+// What a client holds is kept by its stream's handler, per type, and
+// handed to each watch: for a delta stream a typed, compact state
+// (deltaHeld, delta.go), installed by the handler when it sends the
+// response that computed it; for a sotw stream an explicit name → version
+// map (sotw.go) in the handler's returned-resources map (sotwserver.go). A
+// response the client rejects (NACK) does not count as held: its resources
+// are sent again, in halves until the one the client refuses is alone, and
+// that one is not sent again at the same version. The states handed to
+// the handlers are new for each response, and the cache never changes
+// them afterwards.
 //
 // The files: store.go (resources, versions, change log, Apply), watch.go
 // (watches, readiness), delta.go and deltarespond.go, sotw.go,
@@ -38,10 +41,10 @@ import (
 // clusters before their assignments), routehold.go (routes after their
 // clusters' assignments), mbb.go (interim routes: make before break for
 // grpc-go), inspect.go (Get, List, Stats), notify.go (read, Subscribe,
-// Snapshot: readers that follow the cache), contract.go (what the cache
-// relies on in go-control-plane's servers), server.go (the gRPC server,
-// whose callbacks tell the cache each request's stream and when a stream
-// ends). The package doc (doc.go) draws the data flow.
+// Snapshot: readers that follow the cache), sotwserver.go and
+// deltaserver.go (the stream handlers; their doc comments state what the
+// cache relies on), server.go (the gRPC server, whose callbacks tell the
+// cache each request's stream and when a stream ends). The package doc (doc.go) draws the data flow.
 //
 // Cache is safe for concurrent use. Resources passed to Apply are owned by
 // the cache afterwards and must not be modified.
@@ -132,8 +135,6 @@ func WithMaxResponseBytes(n int) Option {
 	return func(c *Cache) { c.maxBytes = max(n, 0) }
 }
 
-var _ cache.Cache = (*Cache)(nil)
-
 // NewCache returns an empty cache. It starts nothing.
 func NewCache(opts ...Option) *Cache {
 	c := &Cache{maxBytes: DefaultMaxResponseBytes, routeHold: DefaultRouteHold, mbbSettle: DefaultMakeBeforeBreakSettle, requests: map[any]*streamState{}, streams: map[streamKey]*streamState{}, wire: newWireIndex()}
@@ -156,22 +157,39 @@ func newTypeState(u string) *typeState {
 	}
 }
 
-// CreateWatch implements cache.ConfigWatcher for sotw streams.
-func (c *Cache) CreateWatch(req *cache.Request, sub cache.Subscription, ch chan cache.Response) (func(), error) {
-	ts, ok := c.types[req.GetTypeUrl()]
-	if !ok {
-		return nil, fmt.Errorf("type %s is not served", req.GetTypeUrl())
-	}
-	return c.create(&watch{ts: ts, sreq: req, sub: sub, sch: ch})
+// watcher is the cache as the stream handlers reach it: a watch per
+// request, on the typed state of the stream's handler, and
+// go-control-plane's REST Fetch (not used).
+type watcher interface {
+	sotwWatcher
+	deltaWatcher
+	cache.ConfigFetcher
 }
 
-// CreateDeltaWatch implements cache.ConfigWatcher for delta streams.
-func (c *Cache) CreateDeltaWatch(req *cache.DeltaRequest, sub cache.Subscription, ch chan cache.DeltaResponse) (func(), error) {
+var _ watcher = (*Cache)(nil)
+
+// watchSotw creates the watch of a sotw stream's request, from the state
+// its type's last response installed (sub.held): its response, when there
+// is one to send, is sent on ch (sotwserver.go). The returned function
+// cancels it.
+func (c *Cache) watchSotw(req *discovery.DiscoveryRequest, sub sotwSub, ch chan<- *sotwResponse) (func(), error) {
 	ts, ok := c.types[req.GetTypeUrl()]
 	if !ok {
 		return nil, fmt.Errorf("type %s is not served", req.GetTypeUrl())
 	}
-	return c.create(&watch{ts: ts, delta: true, dreq: req, sub: sub, dch: ch})
+	return c.create(&watch{ts: ts, sreq: req, sub: sub, sheld: sub.held, sch: ch})
+}
+
+// watchDelta creates the watch of a delta stream's request, from the
+// state its type's last response installed (sub.held): its response, when
+// there is one to send, is sent on ch (deltaserver.go). The returned
+// function cancels it.
+func (c *Cache) watchDelta(req *discovery.DeltaDiscoveryRequest, sub deltaSub, ch chan<- *deltaResponse) (func(), error) {
+	ts, ok := c.types[req.GetTypeUrl()]
+	if !ok {
+		return nil, fmt.Errorf("type %s is not served", req.GetTypeUrl())
+	}
+	return c.create(&watch{ts: ts, delta: true, dreq: req, sub: sub, known: sub.held, dch: ch})
 }
 
 // Fetch is go-control-plane's REST polling API, not used: REST-JSON

@@ -5,38 +5,119 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 )
 
-// Delta client state. The returned-resources map the cache hands the
-// go-control-plane server for a delta stream is compact: genKey → G says
-// that the client holds, of every resource it was interested in at
-// generation G, the version current at G (and knows that the others do not
-// exist), except the names of the rest (restKey). Any other entry is an
-// explicit version (initial_resource_versions of a reconnecting client,
-// before its first response, or "" where the server asks for a resend).
-// Keeping G instead of 5,000 name → version entries per Envoy is what
-// keeps a fleet of Envoys subscribed to every assignment within memory;
-// the versions at G are recovered from each resource's commit generation
-// (entry.gen) and the deletion generations (deletedAt).
+// Delta client state. What a delta client holds of a type is a deltaHeld,
+// installed by the stream handler when it sends the response that
+// computed it, and handed to the next watch. It is compact: the client
+// holds, of every resource it was interested in at generation gen, the
+// version current at gen (and knows that the others do not exist), except
+// the names of the rest. Keeping gen instead of 5,000 name → version
+// entries per Envoy is what keeps a fleet of Envoys subscribed to every
+// assignment within memory; the versions at gen are recovered from each
+// resource's commit generation (entry.gen) and the deletion generations
+// (deletedAt). Explicit versions are a reconnecting client's
+// initial_resource_versions, before its first response, and names an
+// unsubscription marks to be answered again.
 //
 // The state also records what each response not yet answered carried
-// (sentPrefix + nonce). A response counts as held once it is sent, and
-// stops counting if the client rejects it (NACK): what it carried joins the
-// rest, to be sent again in two halves (limitKey holds the plan: the
-// sizes of the next responses), a rejected half halved again, until the
-// resource the client refuses is alone: log2(n)+1 rejections for one bad
-// resource among n, and the search goes on where it was for the next one.
-// That resource, at that version, is then remembered (rejectedKey) and not
-// sent again; a bad resource costs only itself, and a new version of it is
-// sent as usual. Everything lives in the stream's own map, so it goes with
-// the stream.
+// (inflight). A response counts as held once it is sent, and stops
+// counting if the client rejects it (NACK): what it carried joins the
+// rest, to be sent again in two halves (plan: the sizes of the next
+// responses), a rejected half halved again, until the resource the client
+// refuses is alone: log2(n)+1 rejections for one bad resource among n, and
+// the search goes on where it was for the next one. That resource, at that
+// version, is then remembered (rejected) and not sent again; a bad
+// resource costs only itself, and a new version of it is sent as usual.
+// Everything lives in the stream's own value, so it goes with the stream.
 
-// nameSeq is a sorted list of names to look at: a slice, or names joined by
-// sep (a kept rest, read without copying).
-type nameSeq struct {
-	list   []string
-	joined string
+// deltaHeld is what a delta client holds of one type. The stream handler
+// (deltaserver.go) owns it, in the stream's goroutine: it keeps the one
+// its type's last response installed (deltaSub.held) and hands it to each
+// watch. The cache reads it under its lock and never changes it; the
+// handler changes it only by installing it (deltaResponse.install, which
+// adds the response's record before any watch reads it) and by marking
+// versions on an unsubscription, between a watch's cancellation and the
+// next watch. The slices and maps of a compact state are never written
+// once installed: a reader copies what it changes.
+type deltaHeld struct {
+	// compact: a response installed the state, at generation gen; wild:
+	// the client was subscribed to the wildcard at gen.
+	compact, wild bool
+	gen           uint64
+	// versions: explicit name → version ("": answer it again, sent or
+	// reported removed).
+	versions map[string]string
+	// rest: sorted names the client may hold older versions of (the rest
+	// of a split response, the content of a rejected response), which the
+	// next responses check and send. A suffix of a type's sorted names is
+	// shared with it (sortednames.go).
+	rest []string
+	// plan: the sizes of the next responses while a rejected response is
+	// halved to find the resource the client refuses.
+	plan plan
+	// rejected: name → version of the resources the client rejected alone,
+	// which are not sent again at that version.
+	rejected map[string]string
+	// inflight: what the responses sent and not answered yet carried.
+	inflight []*deltaSent
+}
+
+// deltaSent is what one delta response carried, kept until the client
+// answers it, so that a NACK puts it back to be sent again.
+type deltaSent struct {
+	nonce   string // set by the stream handler when it sends the response
+	gen     uint64 // the type's generation it was computed at
+	changed []string
+	removed []string
+}
+
+// deltaResponse is a delta response and the state it installs once the
+// stream handler sends it (install).
+type deltaResponse struct {
+	req  *discovery.DeltaDiscoveryRequest
+	resp *discovery.DeltaDiscoveryResponse
+	w    *watch
+	next *deltaHeld
+	sent *deltaSent // nil: the response carried nothing
+	// pred: a response queued before this one whose state this one was
+	// computed from before the server installed it (see Cache.cancel); its
+	// record is complete once it is installed.
+	pred *deltaResponse
+}
+
+// install is called by the stream handler, in the stream's goroutine, when
+// it has given the response its nonce and sent it, after the responses
+// queued before (pred among them) were installed, as is the watch's cancel
+// function. It returns the state the stream now holds.
+func (r *deltaResponse) install(nonce string) *deltaHeld {
+	r.w.installed = true
+	if r.sent != nil {
+		r.sent.nonce = nonce
+		r.next.inflight = append(r.next.inflight, r.sent)
+	}
+	if p := r.pred; p != nil {
+		// What pred's state recorded once installed (its own record, and
+		// those it took over). One the client has answered since is
+		// dropped at its next answer.
+		for _, s := range p.next.inflight {
+			if !slices.Contains(r.next.inflight, s) {
+				r.next.inflight = append(r.next.inflight, s)
+			}
+		}
+		r.pred = nil
+	}
+	return r.next
+}
+
+// nonceBefore reports whether nonce a was given before b. The stream
+// handlers number responses per stream from 1.
+func nonceBefore(a, b string) bool {
+	x, errx := strconv.ParseUint(a, 10, 64)
+	y, erry := strconv.ParseUint(b, 10, 64)
+	return errx == nil && erry == nil && x < y
 }
 
 // deltaState is a delta client's state as read when its watch is created.
@@ -56,13 +137,13 @@ type deltaState struct {
 	plan     plan     // sizes of the next responses, while a rejected one is halved
 	limit    int      // plan[0]: resources in the next response; 0: no limit
 	rejected map[string]string
-	carry    []string // sentPrefix keys of responses this request does not answer
+	carry    []*deltaSent // responses this request does not answer
 	// pred: the response queued before this watch, whose state it starts
 	// from (see Cache.cancel); its record joins this watch's state.
 	pred *deltaResponse
 
-	seq  nameSeq // the names to look at
-	full bool    // look at everything of interest instead
+	seq  []string // sorted: the names to look at (allRest: the rest as kept)
+	full bool     // look at everything of interest instead
 }
 
 // readDeltaState reads a delta client's state for a new watch and decides
@@ -76,29 +157,14 @@ type deltaState struct {
 // known any more.
 func (c *Cache) readDeltaState(w *watch) error {
 	ts, ds := w.ts, &w.ds
-	w.known = w.sub.ReturnedResources()
 	heldBack := c.takeQueued(w)
 	known := w.known
-	g, ok := known[genKey]
-	if !ok {
-		// Explicit: a new stream or type. Keys a client may have sent
-		// in initial_resource_versions that read as state are dropped.
-		for k := range known {
-			if isStateKey(k) {
-				w.known = maps.Clone(known)
-				maps.DeleteFunc(w.known, func(k, _ string) bool { return isStateKey(k) })
-				break
-			}
-		}
+	if !known.compact || known.gen > ts.gen {
+		// Explicit: a new stream or type.
 		ds.full = true
 		return nil
 	}
-	g, wasWild := strings.CutSuffix(g, wildMark)
-	gen, err := strconv.ParseUint(g, 10, 64)
-	if err != nil || gen > ts.gen {
-		ds.full = true
-		return nil
-	}
+	gen, wasWild := known.gen, known.wild
 	ds.complete, ds.gen = true, gen
 	// A wildcard subscribed since G widens the interest; one unsubscribed
 	// narrows it (the client drops what it no longer wants), and a "*"
@@ -108,12 +174,9 @@ func (c *Cache) readDeltaState(w *watch) error {
 	// the state records it: a client that drops the wildcard drops what it
 	// held through it, and must get it all again if it takes it back.
 	ds.wildChanged = wasWild != w.sub.IsWildcard()
-	ds.plan = parsePlan(known[limitKey])
-	if r := known[rejectedKey]; r != "" {
-		ds.rejected = map[string]string{}
-		pairs(r, func(n, v string) { ds.rejected[n] = v })
-	}
-	nacked, isolated := ds.answered(ts, known, w.dreq.GetResponseNonce(), w.dreq.GetErrorDetail() != nil)
+	ds.plan = slices.Clone(known.plan)
+	ds.rejected = maps.Clone(known.rejected)
+	nacked, isolated := ds.answered(ts, known.inflight, w.dreq.GetResponseNonce(), w.dreq.GetErrorDetail() != nil)
 	subs, unsubs := w.dreq.GetResourceNamesSubscribe(), w.dreq.GetResourceNamesUnsubscribe()
 	if gen < ts.floor {
 		if w.sub.IsWildcard() {
@@ -133,7 +196,7 @@ func (c *Cache) readDeltaState(w *watch) error {
 	// so that the state is installed.
 	ds.changed = len(nacked) > len(heldBack) || isolated != ""
 	quiet := len(nacked) == 0 && isolated == "" && !ds.wildOn && !ds.stale && len(subs) == 0 && len(unsubs) == 0
-	ds.lookAt(ts, known[restKey], nacked, isolated, quiet, subs, unsubs)
+	ds.lookAt(ts, known.rest, nacked, isolated, quiet, subs, unsubs)
 	return nil
 }
 
@@ -146,32 +209,36 @@ func (c *Cache) takeQueued(w *watch) (heldBack []string) {
 		return nil
 	}
 	if p := st.inflight[ts.url]; p != nil {
-		// The previous watch's response is queued but not installed
-		// (contract 6): it will be, before this watch's response. A
-		// copy: the server adds the response's record to its map when
-		// it installs it, while this watch may be read by a commit;
-		// and the request's unsubscriptions, which the server applied
-		// to the state it had, apply to this one.
+		// The previous watch's response is queued but not installed: it
+		// will be, before this watch's response. A copy: the server adds
+		// the response's record when it installs it, while this watch may
+		// be read by a commit; and the request's unsubscriptions, which
+		// the server applied to the state it had, apply to this one.
 		//
 		// The server marks an unsubscribed name to be answered again
 		// (version "") only if it was subscribed by name under a
-		// wildcard (Subscription.UpdateResourceSubscriptions); the
-		// mark is in the map it handed this watch, and is carried
-		// over as is. A name held through the wildcard only (a
-		// phantom unsubscription, which the protocol says the server
-		// "can simply ignore") is not marked: marking it resent it
-		// at the version held, and reported a name that does not
-		// exist removed.
+		// wildcard (deltaSub.update); the mark is in the state it handed
+		// this watch, and is carried over as is. A name held through the
+		// wildcard only (a phantom unsubscription, which the protocol
+		// says the server "can simply ignore") is not marked: marking it
+		// resent it at the version held, and reported a name that does
+		// not exist removed.
 		delete(st.inflight, ts.url)
-		marked := w.known
-		w.known, ds.pred = maps.Clone(p.NextVersionMap), p
+		marked := w.known.versions
+		next := *p.next
+		next.versions = maps.Clone(next.versions)
+		next.inflight = slices.Clone(next.inflight)
 		for _, n := range w.dreq.GetResourceNamesUnsubscribe() {
 			if v, ok := marked[n]; ok && v == "" {
-				w.known[n] = ""
+				if next.versions == nil {
+					next.versions = map[string]string{}
+				}
+				next.versions[n] = ""
 			} else {
-				delete(w.known, n)
+				delete(next.versions, n)
 			}
 		}
+		w.known, ds.pred = &next, p
 	}
 	heldBack = st.held[ts.url]
 	delete(st.held, ts.url)
@@ -182,17 +249,15 @@ func (c *Cache) takeQueued(w *watch) (heldBack []string) {
 // (sent after the one it answers) are carried over; an accepted one
 // advances the plan; a rejected one gives back the names it carried
 // (nacked), and the resource rejected alone, if it was (isolated).
-func (ds *deltaState) answered(ts *typeState, known map[string]string, nonce string, nack bool) (nacked []string, isolated string) {
-	for k, v := range known {
-		sentNonce, ok := strings.CutPrefix(k, sentPrefix)
+func (ds *deltaState) answered(ts *typeState, inflight []*deltaSent, nonce string, nack bool) (nacked []string, isolated string) {
+	for _, s := range inflight {
 		switch {
-		case !ok:
-		case nonce == "" || nonceBefore(nonce, sentNonce):
-			ds.carry = append(ds.carry, k)
-		case sentNonce == nonce && nack:
-			nacked, isolated = ds.rejectResponse(ts, v)
-		case sentNonce == nonce:
-			ds.accepted(v)
+		case nonce == "" || nonceBefore(nonce, s.nonce):
+			ds.carry = append(ds.carry, s)
+		case s.nonce == nonce && nack:
+			nacked, isolated = ds.rejectResponse(ts, s)
+		case s.nonce == nonce:
+			ds.plan.took(len(s.changed))
 		}
 	}
 	if len(ds.plan) > 0 {
@@ -206,19 +271,17 @@ func (ds *deltaState) answered(ts *typeState, known map[string]string, nonce str
 // response, or subscribed or unsubscribed by this request; everything of
 // interest (full) for a client that subscribed to the wildcard or whose
 // generation is older than the change log.
-func (ds *deltaState) lookAt(ts *typeState, rest string, nacked []string, isolated string, quiet bool, subs, unsubs []string) {
+func (ds *deltaState) lookAt(ts *typeState, rest []string, nacked []string, isolated string, quiet bool, subs, unsubs []string) {
 	var since []string
 	if quiet {
 		if since = ts.sinceLog(ds.gen); len(since) == 0 {
 			// The ACK of one part of a split response: the rest, as kept
 			// (not copied: a new Envoy goes through ~20 of them).
-			ds.allRest, ds.seq = true, nameSeq{joined: rest}
+			ds.allRest, ds.seq = true, rest
 			return
 		}
 	}
-	if rest != "" {
-		ds.rest = strings.Split(rest, sep)
-	}
+	ds.rest = slices.Clone(rest)
 	if len(nacked) > 0 {
 		ds.rest = append(ds.rest, nacked...)
 		slices.Sort(ds.rest)
@@ -239,7 +302,7 @@ func (ds *deltaState) lookAt(ts *typeState, rest string, nacked []string, isolat
 	names = append(names, subs...)
 	names = append(names, unsubs...)
 	slices.Sort(names)
-	ds.seq = nameSeq{list: slices.Compact(names)}
+	ds.seq = slices.Compact(names)
 }
 
 // rejectResponse takes what a rejected response carried back from the
@@ -247,15 +310,11 @@ func (ds *deltaState) lookAt(ts *typeState, rest string, nacked []string, isolat
 // its resources; a resource rejected alone is remembered, at the version it
 // was sent at if that is still the current one (a newer one is sent as
 // usual).
-func (ds *deltaState) rejectResponse(ts *typeState, sent string) (names []string, isolated string) {
-	g, sent, _ := strings.Cut(sent, sep)
-	k, sent, _ := strings.Cut(sent, sep)
-	gen, _ := strconv.ParseUint(g, 10, 64)
-	count, _ := strconv.Atoi(k)
-	names = strings.Split(sent, sep)
-	switch {
+func (ds *deltaState) rejectResponse(ts *typeState, sent *deltaSent) (names []string, isolated string) {
+	names = slices.Concat(sent.changed, sent.removed)
+	switch count := len(sent.changed); {
 	case count == 1:
-		if e, ok := ts.resources[names[0]]; ok && e.gen <= gen {
+		if e, ok := ts.resources[names[0]]; ok && e.gen <= sent.gen {
 			if ds.rejected == nil {
 				ds.rejected = map[string]string{}
 			}
@@ -271,17 +330,6 @@ func (ds *deltaState) rejectResponse(ts *typeState, sent string) (names []string
 	return names, isolated
 }
 
-// accepted notes the ACK of a response: its resources are done with.
-func (ds *deltaState) accepted(sent string) {
-	if len(ds.plan) == 0 {
-		return
-	}
-	_, sent, _ = strings.Cut(sent, sep)
-	k, _, _ := strings.Cut(sent, sep)
-	count, _ := strconv.Atoi(k)
-	ds.plan.took(count)
-}
-
 // plan is the sizes of the next responses while a rejected response is
 // halved: the halves of each rejected part, in order.
 type plan []int
@@ -295,27 +343,4 @@ func (p *plan) took(n int) {
 			*p = (*p)[1:]
 		}
 	}
-}
-
-func parsePlan(s string) plan {
-	var p plan
-	for s != "" {
-		var f string
-		f, s, _ = strings.Cut(s, ",")
-		if n, err := strconv.Atoi(f); err == nil && n > 0 {
-			p = append(p, n)
-		}
-	}
-	return p
-}
-
-func (p plan) String() string {
-	var b strings.Builder
-	for i, n := range p {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Itoa(n))
-	}
-	return b.String()
 }

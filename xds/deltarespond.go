@@ -4,10 +4,8 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 )
 
 // A delta watch's response: the names it looks at, what it sends and
@@ -15,11 +13,11 @@ import (
 
 // respondDelta computes and sends the response for a delta watch, looking
 // only at seq unless full. It reports whether a response was sent.
-func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool {
+func (c *Cache) respondDelta(w *watch, seq []string, fromRest, full, evenIfEmpty bool) bool {
 	p := &deltaPass{
-		c: c, w: w, ts: w.ts, ds: &w.ds, known: w.known,
+		c: c, w: w, ts: w.ts, ds: &w.ds, known: w.known.versions,
 		subscribed: w.sub.SubscribedResources(), wild: w.sub.IsWildcard(),
-		seq: seq, full: full, hold: c.holder(w),
+		seq: seq, fromRest: fromRest, full: full, hold: c.holder(w),
 	}
 	rest := p.collect()
 	slices.Sort(p.later)
@@ -45,22 +43,18 @@ func (c *Cache) respondDelta(w *watch, seq nameSeq, full, evenIfEmpty bool) bool
 	}
 	w.done = true
 	w.resp = &deltaResponse{
-		w:    w,
-		pred: w.ds.pred,
-		DeltaPassthroughResponse: cache.DeltaPassthroughResponse{
-			DeltaRequest:   w.dreq,
-			NextVersionMap: next,
-			DeltaDiscoveryResponse: &discovery.DeltaDiscoveryResponse{
-				TypeUrl:           ts.url,
-				Resources:         res,
-				RemovedResources:  removed,
-				SystemVersionInfo: sysVersion,
-			},
+		req: w.dreq,
+		resp: &discovery.DeltaDiscoveryResponse{
+			TypeUrl:           ts.url,
+			Resources:         res,
+			RemovedResources:  removed,
+			SystemVersionInfo: sysVersion,
 		},
-		sent: sent,
+		w: w, next: next, sent: sent, pred: w.ds.pred,
 	}
-	c.handed(w, w.resp.DeltaDiscoveryResponse, ts.newestGen(changed, removed))
-	// Sent under c.mu: this does not block (contract 5).
+	c.handed(w, w.resp.resp, ts.newestGen(changed, removed))
+	// Sent under c.mu: this does not block (the stream's channel holds
+	// two responses per type, deltaserver.go).
 	w.dch <- w.resp
 	switch ts.url {
 	case ClusterType:
@@ -79,10 +73,11 @@ type deltaPass struct {
 	w          *watch
 	ts         *typeState
 	ds         *deltaState
-	known      map[string]string
+	known      map[string]string // the state's explicit versions
 	subscribed map[string]struct{}
 	wild       bool
-	seq        nameSeq
+	seq        []string // sorted
+	fromRest   bool     // seq is the rest as read (deltaState.allRest)
 	full       bool
 	hold       func(*entry) bool // c.holder(w)
 
@@ -113,7 +108,7 @@ func (p *deltaPass) held(n string) (version string, held, maybe bool) {
 		}
 		// (allRest holds for the names of the rest as read, not for
 		// those of a commit waking the watch.)
-		if _, ok := slices.BinarySearch(ds.rest, n); ok || (ds.allRest && p.seq.list == nil && !p.full) {
+		if _, ok := slices.BinarySearch(ds.rest, n); ok || p.fromRest {
 			return "", false, true
 		}
 		_, isSub := p.subscribed[n]
@@ -145,11 +140,10 @@ func (p *deltaPass) held(n string) (version string, held, maybe bool) {
 }
 
 // consider looks at name n: to send, to report removed, or nothing. Each
-// name is considered once (names are unique; a full check dedupes). State
-// keys and "*" are not names: a client naming a resource with one is
-// ignored.
+// name is considered once (names are unique; a full check dedupes). "" and
+// "*" are not names: a client naming a resource with one is ignored.
 func (p *deltaPass) consider(n string) {
-	if isStateKey(n) || n == "*" {
+	if n == "" || n == "*" {
 		return
 	}
 	e, exists := p.w.lookup(n)
@@ -185,49 +179,40 @@ func (p *deltaPass) over(count, size int) bool {
 }
 
 // collect considers the names of the pass and returns the rest: the
-// sorted names, joined by sep, not sent for the bound.
-func (p *deltaPass) collect() (rest string) {
-	switch {
-	case p.full:
+// sorted names not sent for the bound.
+func (p *deltaPass) collect() (rest []string) {
+	if p.full {
 		return p.collectFull()
-	case p.seq.list != nil:
-		// Sorted: stop at the bound, the names not looked at are the
-		// rest. (Each of them that exists and is of interest would be
-		// sent: it changed since G, is of the rest or newly subscribed.)
-		for i, n := range p.seq.list {
-			p.consider(n)
-			if p.over(len(p.changed), p.size) {
-				p.changed = p.changed[:len(p.changed)-1]
-				tail := p.seq.list[i:]
-				if p.w.vis() != nil {
-					// Of the hidden names, only those the client is
-					// to be told of: a change to another is nothing.
-					tail = slices.DeleteFunc(slices.Clone(tail), func(n string) bool {
-						_, h, maybe := p.held(n)
-						return p.w.hidden(n) && !h && !maybe
-					})
-				}
-				return p.ts.allNames().suffix(tail)
+	}
+	// Sorted: stop at the bound, the names not looked at are the rest.
+	// (Each of them that exists and is of interest would be sent: it
+	// changed since G, is of the rest or newly subscribed.)
+	for i, n := range p.seq {
+		p.consider(n)
+		if p.over(len(p.changed), p.size) {
+			p.changed = p.changed[:len(p.changed)-1]
+			tail := p.seq[i:]
+			if p.fromRest {
+				return tail // of the rest as kept: not copied
 			}
-		}
-	default:
-		for s := p.seq.joined; s != ""; {
-			n, tail, _ := strings.Cut(s, sep)
-			p.consider(n)
-			if p.over(len(p.changed), p.size) {
-				p.changed = p.changed[:len(p.changed)-1]
-				return s
+			if p.w.vis() != nil {
+				// Of the hidden names, only those the client is to be
+				// told of: a change to another is nothing.
+				tail = slices.DeleteFunc(slices.Clone(tail), func(n string) bool {
+					_, h, maybe := p.held(n)
+					return p.w.hidden(n) && !h && !maybe
+				})
 			}
-			s = tail
+			return p.ts.allNames().suffix(tail)
 		}
 	}
-	return ""
+	return nil
 }
 
 // collectFull considers everything of interest, then what else may be
 // held: explicit names, and of a compact state the names changed since G
 // (deleted ones among them) and the rest; each once.
-func (p *deltaPass) collectFull() (rest string) {
+func (p *deltaPass) collectFull() (rest []string) {
 	ts, ds, known := p.ts, p.ds, p.known
 	p.changed = make([]string, 0, len(ts.resources))
 	covered := p.w.fullCheck(known, p.consider)
@@ -254,68 +239,40 @@ func (p *deltaPass) collectFull() (rest string) {
 			return rest
 		}
 	}
-	return ""
+	return nil
 }
 
 // record returns what the client holds once it has the response, in the
 // compact form: everything of interest as of now, but the rest; and what
-// the response carries (sent), until the client answers. The map is new:
-// the server installs it only when it sends the response.
-func (p *deltaPass) record(rest string) (next map[string]string, sent string) {
-	ts, ds, known := p.ts, p.ds, p.known
-	gen := strconv.FormatUint(ts.gen, 10)
-	g := gen
-	if p.wild {
-		g += wildMark
-	}
-	next = map[string]string{genKey: g}
-	if rest != "" {
-		next[restKey] = rest
-	}
-	if len(ds.plan) > 0 {
-		next[limitKey] = ds.plan.String()
-	}
-	if rej := ds.stillRejected(ts); rej != "" {
-		next[rejectedKey] = rej
-	}
-	for _, k := range ds.carry {
-		next[k] = known[k]
+// the response carries (sent), until the client answers. The state is
+// new: the stream handler installs it only when it sends the response.
+func (p *deltaPass) record(rest []string) (next *deltaHeld, sent *deltaSent) {
+	ts, ds := p.ts, p.ds
+	next = &deltaHeld{
+		compact: true, wild: p.wild, gen: ts.gen,
+		rest: rest, plan: ds.plan, rejected: ds.stillRejected(ts),
+		inflight: slices.Clone(ds.carry),
 	}
 	if len(p.changed)+len(p.removed) == 0 {
-		return next, ""
+		return next, nil
 	}
-	var b strings.Builder
-	n := len(gen) + 24
-	for _, s := range p.changed {
-		n += len(s) + 1
-	}
-	for _, s := range p.removed {
-		n += len(s) + 1
-	}
-	b.Grow(n)
-	b.WriteString(gen)
-	b.WriteString(sep)
-	b.WriteString(strconv.Itoa(len(p.changed)))
-	for _, s := range p.changed {
-		b.WriteString(sep)
-		b.WriteString(s)
-	}
-	for _, s := range p.removed {
-		b.WriteString(sep)
-		b.WriteString(s)
-	}
-	return next, b.String()
+	// Copies: the record lives until the client answers, and p.changed
+	// of a full check has room for every name of the type.
+	return next, &deltaSent{gen: ts.gen, changed: slices.Clone(p.changed), removed: slices.Clone(p.removed)}
 }
 
-// stillRejected encodes the rejected resources that are still served at
+// stillRejected returns the rejected resources that are still served at
 // the version the client rejected; a new version or a deletion ends the
 // record.
-func (ds *deltaState) stillRejected(ts *typeState) string {
-	var b strings.Builder
+func (ds *deltaState) stillRejected(ts *typeState) map[string]string {
+	var still map[string]string
 	for n, v := range ds.rejected {
 		if e, ok := ts.resources[n]; ok && e.version == v {
-			b.WriteString(n + sep + v + sep)
+			if still == nil {
+				still = map[string]string{}
+			}
+			still[n] = v
 		}
 	}
-	return b.String()
+	return still
 }

@@ -11,10 +11,29 @@ package xds
 // then per request OnStreamDeltaRequest (after the responses already
 // queued are sent) and a new watch (the previous one cancelled first),
 // OnStreamDeltaResponse before each response is sent, and
-// OnDeltaStreamClosed after the watches are cancelled; the returned
-// resources map the cache hands with each response becomes the stream's
-// state once the response is sent, and an unsubscription marks it in
-// place as go-control-plane does (delta.go relies on both).
+// OnDeltaStreamClosed after the watches are cancelled. What differs too is
+// the client's state: the cache hands each response with the typed state
+// it installs (deltaHeld, delta.go), which becomes the stream's once the
+// response is sent, and an unsubscription marks its versions in place as
+// go-control-plane marks its returned-resources map.
+//
+// The rules the cache relies on, which this file keeps:
+//   - A response's nonce is set, and the response sent, before its state
+//     is installed (deltaResponse.install), and only a response sent
+//     installs its state: a state records the nonce of each response in
+//     flight, and a NACK is told from the ACK of another response.
+//   - Between responses, the state changes only on unsubscription: an
+//     unsubscribed name is forgotten or, if it was subscribed by name
+//     under a wildcard, marked "" (deltaSub.update).
+//   - A watch is cancelled before the next watch of its stream and type is
+//     created, and a watch is answered at most once. The response channel
+//     holds two responses per type, so the cache sends under its lock
+//     without blocking.
+//   - The responses queued on a stream are installed before the watch a
+//     new request replaces is cancelled, all in the stream's goroutine, as
+//     is the creation of the next watch; a response queued after that is
+//     installed before any later one. A stream's response channel is
+//     shared by its types and is its identity.
 
 import (
 	"context"
@@ -25,7 +44,6 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/delta/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
@@ -35,10 +53,9 @@ import (
 
 const explicitWildcard = "*"
 
-// deltaSub is a delta stream's subscription to one type: the cache reads
-// it through cache.Subscription. A copy is handed to each watch (as
-// go-control-plane hands a copy of its struct), so a watch sees the names
-// as of its request.
+// deltaSub is a delta stream's subscription to one type, and what its
+// client holds. A copy is handed to each watch (as go-control-plane hands
+// a copy of its struct), so a watch sees the names as of its request.
 type deltaSub struct {
 	// wildcard: the subscription holds the wildcard; allowLegacyWildcard:
 	// no name was ever subscribed, so an empty request is a wildcard.
@@ -49,19 +66,19 @@ type deltaSub struct {
 	// at a time, and what was sent within the old names is within these
 	// without looking (edssent.go).
 	names, grewFrom *nameSet
-	// returned: the client's state as the cache last set it (its map,
-	// marked in place by unsubscriptions), or a first request's
+	// held: the client's state as its type's last response installed it
+	// (marked in place by unsubscriptions), or a first request's
 	// initial_resource_versions.
-	returned map[string]string
+	held *deltaHeld
 }
 
 func newDeltaSub(subscribed, unsubscribed []string, initial map[string]string) deltaSub {
 	// Legacy wildcard mode is active for every type (go-control-plane's
 	// default, which the server used).
-	s := deltaSub{wildcard: len(subscribed) == 0, allowLegacyWildcard: true, names: emptyNames, returned: initial}
-	if s.returned == nil {
-		s.returned = make(map[string]string)
+	if initial == nil {
+		initial = make(map[string]string)
 	}
+	s := deltaSub{wildcard: len(subscribed) == 0, allowLegacyWildcard: true, names: emptyNames, held: &deltaHeld{versions: initial}}
 	s.update(subscribed, unsubscribed)
 	return s
 }
@@ -111,9 +128,12 @@ func (s *deltaSub) update(subscribed, unsubscribed []string) {
 		// empty version. Else it is forgotten, so that a subscription
 		// again is answered even at the same version.
 		if subscribedNow(n) && s.wildcard {
-			s.returned[n] = ""
+			if s.held.versions == nil {
+				s.held.versions = map[string]string{}
+			}
+			s.held.versions[n] = ""
 		} else {
-			delete(s.returned, n)
+			delete(s.held.versions, n)
 		}
 		if removed == nil {
 			removed = map[string]struct{}{}
@@ -134,11 +154,15 @@ func (s *deltaSub) update(subscribed, unsubscribed []string) {
 
 func (s deltaSub) SubscribedResources() map[string]struct{} { return s.names.m }
 func (s deltaSub) IsWildcard() bool                         { return s.wildcard }
-func (s deltaSub) ReturnedResources() map[string]string     { return s.returned }
+
+// deltaWatcher is the cache as the delta stream handler reaches it.
+type deltaWatcher interface {
+	watchDelta(req *discovery.DeltaDiscoveryRequest, sub deltaSub, ch chan<- *deltaResponse) (func(), error)
+}
 
 // deltaServer serves delta streams (delta.Server).
 type deltaServer struct {
-	cache       cache.ConfigWatcher
+	cache       deltaWatcher
 	callbacks   delta.Callbacks
 	streamCount int64
 	ctx         context.Context
@@ -146,7 +170,7 @@ type deltaServer struct {
 
 var _ delta.Server = (*deltaServer)(nil)
 
-func newDeltaServer(ctx context.Context, c cache.ConfigWatcher, cb delta.Callbacks) *deltaServer {
+func newDeltaServer(ctx context.Context, c deltaWatcher, cb delta.Callbacks) *deltaServer {
 	return &deltaServer{cache: c, callbacks: cb, ctx: ctx}
 }
 
@@ -172,7 +196,7 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, reqCh <-chan *discove
 		watches:        make(map[string]deltaWatch, int(types.UnknownType)),
 		// The buffer releases the goroutines that fill it: a response can
 		// come from a commit and one from a request, per type.
-		responses: make(chan cache.DeltaResponse, int(types.UnknownType)*2),
+		responses: make(chan *deltaResponse, int(types.UnknownType)*2),
 		node:      &core.Node{},
 	}
 	if c, ok := s.cache.(*Cache); ok {
@@ -229,42 +253,38 @@ type deltaStream struct {
 	defaultTypeURL string
 	nonce          int64
 	watches        map[string]deltaWatch
-	responses      chan cache.DeltaResponse
+	responses      chan *deltaResponse
 	node           *core.Node
 	vhds           *vhdsStream // nil: the cache serves no VHDS (vhds.go)
 }
 
 // send gives resp the stream's next nonce and sends it.
-func (ds *deltaStream) send(resp cache.DeltaResponse) (string, error) {
+func (ds *deltaStream) send(resp *deltaResponse) (string, error) {
 	if resp == nil {
 		return "", errors.New("missing response")
 	}
-	response, err := resp.GetDeltaDiscoveryResponse()
-	if err != nil {
-		return "", err
-	}
-	ds.vhds.sending(response)
+	ds.vhds.sending(resp.resp)
 	ds.nonce++
-	response.Nonce = strconv.FormatInt(ds.nonce, 10)
+	resp.resp.Nonce = strconv.FormatInt(ds.nonce, 10)
 	if cb := ds.s.callbacks; cb != nil {
-		cb.OnStreamDeltaResponse(ds.id, resp.GetDeltaRequest(), response)
+		cb.OnStreamDeltaResponse(ds.id, resp.req, resp.resp)
 	}
-	return response.GetNonce(), ds.str.Send(response)
+	return resp.resp.GetNonce(), ds.str.Send(resp.resp)
 }
 
 // process sends resp and installs the state it carries as its type's.
-func (ds *deltaStream) process(resp cache.DeltaResponse) error {
-	if _, ok := resp.(vhdsWake); ok {
+func (ds *deltaStream) process(resp *deltaResponse) error {
+	if resp == vhdsWakeResponse {
 		return ds.vhdsWoken()
 	}
-	typ := resp.GetDeltaRequest().GetTypeUrl()
+	typ := resp.req.GetTypeUrl()
 	nonce, err := ds.send(resp)
 	if err != nil {
 		return err
 	}
 	w := ds.watches[typ]
 	w.nonce = nonce
-	w.sub.returned = resp.GetNextVersionMap()
+	w.sub.held = resp.install(nonce)
 	ds.watches[typ] = w
 	return nil
 }
@@ -329,7 +349,7 @@ func (ds *deltaStream) request(req *discovery.DeltaDiscoveryRequest) error {
 		w.sub.update(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
 	}
 	var err error
-	w.cancel, err = s.cache.CreateDeltaWatch(req, w.sub, ds.responses)
+	w.cancel, err = s.cache.watchDelta(req, w.sub, ds.responses)
 	// The cache took it: a place in the resume gate goes back
 	// (resumegate.go).
 	streamAcctOf(ds.str.Context()).leaveResume()

@@ -79,9 +79,9 @@ func (l *watchLog) events() []string {
 	return slices.Clone(l.ev)
 }
 
-func (w *recordingWatcher) CreateDeltaWatch(req *cache.DeltaRequest, sub cache.Subscription, ch chan cache.DeltaResponse) (func(), error) {
+func (w *recordingWatcher) watchDelta(req *discovery.DeltaDiscoveryRequest, sub deltaSub, ch chan<- *deltaResponse) (func(), error) {
 	w.log.add("watch %s %v", req.GetTypeUrl(), sub.IsWildcard())
-	resp := &cache.DeltaPassthroughResponse{DeltaRequest: req, NextVersionMap: map[string]string{"x": "1"}, DeltaDiscoveryResponse: &discovery.DeltaDiscoveryResponse{TypeUrl: req.GetTypeUrl()}}
+	resp := &deltaResponse{req: req, resp: &discovery.DeltaDiscoveryResponse{TypeUrl: req.GetTypeUrl()}, w: &watch{}, next: &deltaHeld{compact: true}}
 	ch <- resp // answered at once, as the cache does under its lock (the buffer has room)
 	var once sync.Once
 	return func() { once.Do(func() { w.log.add("cancel %s", req.GetTypeUrl()) }) }, nil

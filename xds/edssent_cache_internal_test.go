@@ -7,7 +7,6 @@ import (
 
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 )
 
 // TestSentAssignmentsThroughTheCache drives a delta EDS stream through
@@ -70,7 +69,7 @@ func TestSentAssignmentsThroughTheCache(t *testing.T) {
 				// A restricted client: it may read names ending in 0-4.
 				c.openStream(key, &visibility{patterns: []string{"*[0-4]"}})
 			}
-			ch := make(chan cache.DeltaResponse, 64)
+			ch := make(chan *deltaResponse, 64)
 			var sub deltaSub
 			first := true
 			var cancel func()
@@ -82,11 +81,11 @@ func TestSentAssignmentsThroughTheCache(t *testing.T) {
 				for {
 					select {
 					case resp := <-ch:
-						dr, _ := resp.GetDeltaDiscoveryResponse()
+						dr := resp.resp
 						sent++
 						dr.Nonce = fmt.Sprint(sent)
 						nonce = dr.Nonce
-						sub.returned = resp.GetNextVersionMap()
+						sub.held = resp.install(dr.Nonce)
 						for _, res := range dr.Resources {
 							if seed%2 == 1 && res.Name[len(res.Name)-1] > '4' {
 								t.Fatalf("%s sent to a client that may not read it", res.Name)
@@ -120,7 +119,7 @@ func TestSentAssignmentsThroughTheCache(t *testing.T) {
 					}
 				}
 				var err error
-				cancel, err = c.CreateDeltaWatch(req, sub, ch)
+				cancel, err = c.watchDelta(req, sub, ch)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -23,7 +23,7 @@ func TestSentAssignmentsModel(t *testing.T) {
 			}
 			var s sentAssignments
 			model := map[string]bool{}
-			ds := deltaSub{names: emptyNames, returned: map[string]string{}} // the server's subscription
+			ds := deltaSub{names: emptyNames, held: &deltaHeld{versions: map[string]string{}}} // the server's subscription
 			sub := ds.names
 			wild := false
 			for step := range 200 {

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// guard enforces Limits on the gRPC server, in front of go-control-plane
-// and the cache: a stats.Handler gives each connection its accounting
+// guard enforces Limits on the gRPC server, in front of the stream
+// handlers and the cache: a stats.Handler gives each connection its accounting
 // (TagConn), and a stream interceptor counts the streams per connection and
 // in total and wraps each stream so that every request is paced, then
 // checked, encoded, by the codec (guardedMsg, checkWire): its node's size,
@@ -154,7 +154,7 @@ func (g *guard) intercept(srv any, ss grpc.ServerStream, info *grpc.StreamServer
 	}
 	// The stream's slots and names are released when its context ends (the
 	// client closed or reset it, or the handler returned), exactly once:
-	// go-control-plane's handler can return later than that, and a client
+	// the stream handler can return later than that, and a client
 	// at max_streams_per_connection that closes a stream and opens another
 	// must not be refused meanwhile.
 	var once sync.Once
@@ -185,7 +185,7 @@ func (g *guard) intercept(srv any, ss grpc.ServerStream, info *grpc.StreamServer
 	gs := &guardedStream{ServerStream: ss, a: a, ctx: context.WithValue(ss.Context(), streamAcctKey{}, a)}
 	err := handler(srv, gs)
 	if lerr := a.limitErr(); lerr != nil {
-		// go-control-plane ends a stream whose Recv fails, without its error.
+		// The stream handlers end a stream whose Recv fails, without its error.
 		return lerr
 	}
 	return err

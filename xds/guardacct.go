@@ -19,7 +19,7 @@ import (
 
 // streamAcct is one stream's accounting. pace is called only from the
 // stream's receiving goroutine; check too, but it can run after the
-// handler returned (go-control-plane's receiving goroutine outlives it),
+// handler returned (the handler's receiving goroutine outlives it),
 // so check and release hold mu.
 type streamAcct struct {
 	g    *guard
@@ -180,7 +180,7 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 		typeURL = a.defType
 	}
 	// initial_resource_versions (a reconnecting client's state) are not
-	// subscribed names: go-control-plane uses them for the type's first
+	// subscribed names: the delta handler uses them for the type's first
 	// response only. But the cache may keep what it answered them with (a
 	// removal for each name it does not serve) until the client ACKs, and
 	// a later request's are held with it until the next. So, of a type
@@ -228,7 +228,7 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 }
 
 // deltaNames applies a delta request's subscriptions, then its
-// unsubscriptions, as go-control-plane applies them, to the type's set; the
+// unsubscriptions, as the delta handler applies them, to the type's set; the
 // set is derived once (none for a request without names, the common ACK).
 // It returns the change in names and bytes.
 func (a *streamAcct) deltaNames(tn *typeNames, b []byte) (dn, db int) {
@@ -421,7 +421,7 @@ func (a *streamAcct) memoryEstimate() int64 {
 }
 
 // streamTypeURL is the type the server gives the requests without a type
-// URL of a stream of one type (go-control-plane's handlers of
+// URL of a stream of one type (the handlers of
 // DeltaEndpoints, StreamClusters, ...), by its gRPC method; nil for ADS.
 func streamTypeURL(method string) []byte {
 	svc, _, _ := strings.Cut(strings.TrimPrefix(method, "/"), "/")

@@ -14,7 +14,7 @@ import (
 // and its error names the field ("xds.limits.max_streams_per_connection
 // (16) reached: ..."), but for max_recv_message_bytes, refused by gRPC with
 // its own message, and max_header_bytes, enforced by gRPC's transport
-// (see there). Enforced by guard.go, in front of go-control-plane.
+// (see there). Enforced by guard.go, in front of the stream handlers.
 type Limits struct {
 	// MaxStreams bounds the xDS streams open at once, over every
 	// connection. A stream over it is refused (ResourceExhausted).
@@ -42,7 +42,7 @@ type Limits struct {
 	// subscribes and unsubscribes ("*" is a name); a sotw request's list
 	// replaces its type's. A delta client's initial_resource_versions (its
 	// state, sent when it reconnects) are not names, so that it is served
-	// wherever a fresh client is: go-control-plane uses them for the
+	// wherever a fresh client is: the delta handler uses them for the
 	// type's first response only. They count in their own budget,
 	// max_initial_version_bytes_per_connection, and in
 	// max_name_bytes_total (of a type not served, in the request's other

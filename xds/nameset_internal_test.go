@@ -14,7 +14,8 @@ import (
 // deltaSub against go-control-plane's stream.Subscription, which the
 // delta server used: random requests (names subscribed, unsubscribed,
 // "*", repeated, initial versions, states installed between requests)
-// leave the same subscribed names, wildcard and returned-resources map.
+// leave the same subscribed names, wildcard and explicit versions as its
+// returned-resources map.
 func TestDeltaSubMatchesGoControlPlane(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	names := func(max int) []string {
@@ -43,9 +44,9 @@ func TestDeltaSubMatchesGoControlPlane(t *testing.T) {
 		for step := range 8 {
 			checks++
 			if !maps.Equal(ref.SubscribedResources(), got.SubscribedResources()) || ref.IsWildcard() != got.IsWildcard() ||
-				!maps.Equal(ref.ReturnedResources(), got.ReturnedResources()) {
-				t.Fatalf("run %d step %d: subscribed %v wildcard %v returned %v; go-control-plane: %v %v %v", run, step,
-					got.SubscribedResources(), got.IsWildcard(), got.ReturnedResources(),
+				!maps.Equal(ref.ReturnedResources(), got.held.versions) {
+				t.Fatalf("run %d step %d: subscribed %v wildcard %v versions %v; go-control-plane: %v %v %v", run, step,
+					got.SubscribedResources(), got.IsWildcard(), got.held.versions,
 					ref.SubscribedResources(), ref.IsWildcard(), ref.ReturnedResources())
 			}
 			if rng.IntN(2) == 0 {
@@ -55,7 +56,7 @@ func TestDeltaSubMatchesGoControlPlane(t *testing.T) {
 					m[n] = fmt.Sprint("v", step)
 				}
 				ref.SetReturnedResources(m)
-				got.returned = maps.Clone(m)
+				got.held = &deltaHeld{versions: maps.Clone(m)}
 			}
 			subs, unsubs = names(4), names(4)
 			ref.UpdateResourceSubscriptions(subs, unsubs)

@@ -10,7 +10,7 @@ import "sort"
 // them. cancel stops the notifications; the channel is not closed.
 //
 // It is for outputs that follow the cache outside the xDS server (the
-// filesystem output, internal/fsout).
+// filesystem output, package fileout).
 func (c *Cache) Subscribe() (ch <-chan struct{}, cancel func()) {
 	sub := make(chan struct{}, 1)
 	c.mu.Lock()

@@ -2,7 +2,6 @@ package xds
 
 import (
 	"slices"
-	"strings"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 )
@@ -20,11 +19,14 @@ import (
 // EDS response after that cluster's CDS response.
 //
 // The stream of a watch is known from the request: Server's callbacks note
-// each request's stream before go-control-plane creates its watch, and
+// each request's stream before the stream handler creates its watch, and
 // tell the cache when a stream ends. A cache served otherwise (tests
 // driving it directly) does no holding back.
 
-// streamState is what the cache follows of one stream.
+// streamState is what the cache follows of one stream across its types,
+// for ordering (clusters, assignments, held routes and interims) and sync
+// status; what the client holds of each type is its handler's (deltaHeld,
+// sotwHeld). Guarded by Cache.mu; dropped when the stream ends.
 type streamState struct {
 	key streamKey
 	// vis: what the stream's client may read (xds.authorization
@@ -70,13 +72,13 @@ type streamState struct {
 // (delta; a sotw response carries every cluster).
 type sentClusters struct {
 	gen   uint64
-	rest  string              // sorted names joined by sep
+	rest  []string            // sorted
 	wild  bool                // interest: every cluster
 	names map[string]struct{} // interest, when not wild (copied)
 }
 
-// noteRequest records the stream of a request; the watch go-control-plane
-// creates for it next takes it. A request the server ignores (a sotw
+// noteRequest records the stream of a request; the watch the stream
+// handler creates for it next takes it. A request the server ignores (a sotw
 // request with a stale nonce) is replaced by the next of its type, and
 // all go with the stream.
 func (c *Cache) noteRequest(req any, key streamKey, typeURL string) {
@@ -141,7 +143,7 @@ func (c *Cache) stream(w *watch) *streamState {
 // the stream's EDS watch may be woken at once. The sotw server drops a
 // queued response when a request of its type comes first: there the
 // response counts once the server tells it sent it (sotwSent).
-func (c *Cache) sentCDS(w *watch, rest string, resp *discovery.DiscoveryResponse) {
+func (c *Cache) sentCDS(w *watch, rest []string, resp *discovery.DiscoveryResponse) {
 	st := w.stream
 	if st == nil {
 		return
@@ -243,43 +245,16 @@ func (sc *sentClusters) sent(e *entry) bool {
 	if _, ok := sc.names[e.name]; !sc.wild && !ok {
 		return true
 	}
-	return e.gen <= sc.gen && !inJoined(sc.rest, e.name)
+	_, inRest := slices.BinarySearch(sc.rest, e.name)
+	return e.gen <= sc.gen && !inRest
 }
 
-// inJoined reports whether name is among the sorted names joined by sep,
-// by binary search over the string.
-func inJoined(s, name string) bool {
-	lo, hi := 0, len(s) // s[lo:hi] is whole names
-	for lo < hi {
-		mid := lo + (hi-lo)/2
-		start := lo + strings.LastIndexByte(s[lo:mid], 0) + 1
-		end := strings.IndexByte(s[mid:hi], 0)
-		if end < 0 {
-			end = hi
-		} else {
-			end += mid
-		}
-		switch n := s[start:end]; {
-		case n == name:
-			return true
-		case n < name:
-			lo = end + 1
-		default:
-			hi = start - 1
-		}
-	}
-	return false
-}
-
-// withRest adds names to a rest (sorted names joined by sep).
-func withRest(rest string, names []string) string {
+// withRest adds names to a rest (sorted names), in a new slice.
+func withRest(rest, names []string) []string {
 	if len(names) == 0 {
 		return rest
 	}
-	all := names
-	if rest != "" {
-		all = append(strings.Split(rest, sep), names...)
-	}
+	all := slices.Concat(rest, names)
 	slices.Sort(all)
-	return strings.Join(slices.Compact(all), sep)
+	return slices.Compact(all)
 }

@@ -13,8 +13,6 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 	"google.golang.org/genproto/googleapis/rpc/status"
@@ -767,40 +765,38 @@ func TestDeltaStateIsCompact(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.MarkReady()
-	sub := stream.NewDeltaSubscription(subscribe, nil, nil, false)
-	ch := make(chan cache.DeltaResponse, 1)
+	d := xds.NewDeltaDriver(c, 1)
 	got := map[string]string{}
 	nonce := ""
 	take := func() bool {
-		select {
-		case r := <-ch:
-			dr, _ := r.GetDeltaDiscoveryResponse()
-			for _, res := range dr.Resources {
-				got[res.Name] = res.Version
-			}
-			sub.SetReturnedResources(r.GetNextVersionMap())
-			nonce = "n"
-			return true
-		default:
+		dr := d.Take()
+		if dr == nil {
 			return false
 		}
+		for _, res := range dr.Resources {
+			got[res.Name] = res.Version
+		}
+		nonce = dr.GetNonce()
+		return true
 	}
-	arm := func() {
-		if _, err := c.CreateDeltaWatch(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResponseNonce: nonce}, &sub, ch); err != nil {
+	arm := func(subscribe []string) {
+		if _, err := d.Watch(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResponseNonce: nonce, ResourceNamesSubscribe: subscribe}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for arm(); take(); arm() {
+	for arm(subscribe); take(); arm(nil) {
 	}
 	eq(t, "resources received", len(subscribe), len(got))
-	if n := len(sub.ReturnedResources()); n > 2 {
+	if n := d.StateEntries(); n > 2 {
 		t.Fatalf("state of a synced client has %d entries, want at most 2", n)
 	}
 	if err := c.PublishServices([]translate.Resources{svc("s0042", 2000)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	r := <-ch
-	dr, _ := r.GetDeltaDiscoveryResponse()
+	dr := d.Take()
+	if dr == nil {
+		t.Fatal("no response to the change")
+	}
 	eq(t, "after one change", []string{"s0042"}, names(dr))
 }
 

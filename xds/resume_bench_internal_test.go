@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
@@ -70,7 +69,7 @@ func BenchmarkResume(b *testing.B) {
 	}{{"watch-store-strings", codec{wire: c.wire}}, {"watch-copies", codec{}}} {
 		b.Run(cd.name, func(b *testing.B) {
 			b.ReportAllocs()
-			ch := make(chan cache.DeltaResponse, 1)
+			ch := make(chan *deltaResponse, 1)
 			var cpu int64
 			for b.Loop() {
 				b.StopTimer()
@@ -78,12 +77,12 @@ func BenchmarkResume(b *testing.B) {
 				b.StartTimer()
 				cpu -= processCPU()
 				sub := newDeltaSub(m.ResourceNamesSubscribe, m.ResourceNamesUnsubscribe, m.InitialResourceVersions)
-				cancel, err := c.CreateDeltaWatch(m, sub, ch)
+				cancel, err := c.watchDelta(m, sub, ch)
 				if err != nil {
 					b.Fatal(err)
 				}
 				r := <-ch
-				if res, _ := r.GetDeltaDiscoveryResponse(); len(res.Resources)+len(res.RemovedResources) > 0 {
+				if res := r.resp; len(res.Resources)+len(res.RemovedResources) > 0 {
 					b.Fatalf("resent %d, removed %d", len(res.Resources), len(res.RemovedResources))
 				}
 				cancel()

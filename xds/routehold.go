@@ -134,7 +134,7 @@ func (sc *sentClusters) wants(n string) bool {
 // edsInterest notes a new EDS watch: the stream asks for assignments;
 // those it no longer subscribes to are forgotten as sent (a subscription
 // again waits for them again); a sotw EDS response still queued was
-// dropped by the server for this request (contract 4).
+// dropped by the server for this request (sotwserver.go).
 func (c *Cache) edsInterest(w *watch) {
 	st := w.stream
 	st.edsSeen = true

@@ -4,17 +4,17 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 	"unsafe"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// TestSortedNamesSuffix: a rest is the names joined whatever they are,
-// and shares the type's joined names when it is a suffix of them.
+// TestSortedNamesSuffix: a rest is the names whatever they are, and shares
+// the type's names when it is a suffix of them.
 func TestSortedNamesSuffix(t *testing.T) {
 	ts := &typeState{resources: map[string]*entry{}}
 	for i := range 50 {
@@ -29,9 +29,10 @@ func TestSortedNamesSuffix(t *testing.T) {
 			}
 		}
 	})
-	shares := func(s string) bool {
-		p, q := unsafe.StringData(s), unsafe.StringData(sn.joined)
-		return uintptr(unsafe.Pointer(p)) >= uintptr(unsafe.Pointer(q)) && uintptr(unsafe.Pointer(p)) < uintptr(unsafe.Pointer(q))+uintptr(len(sn.joined))
+	shares := func(s []string) bool {
+		p, q := unsafe.SliceData(s), unsafe.SliceData(sn.names)
+		size := unsafe.Sizeof("")
+		return uintptr(unsafe.Pointer(p)) >= uintptr(unsafe.Pointer(q)) && uintptr(unsafe.Pointer(p)) < uintptr(unsafe.Pointer(q))+uintptr(len(sn.names))*size
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	for range 500 {
@@ -53,19 +54,19 @@ func TestSortedNamesSuffix(t *testing.T) {
 			tail = tail[r.IntN(len(tail)):]
 		}
 		got := sn.suffix(tail)
-		if want := strings.Join(tail, sep); got != want {
-			t.Fatalf("suffix(%q) = %q, want %q", tail, got, want)
+		if !slices.Equal(got, tail) {
+			t.Fatalf("suffix(%q) = %q, want %q", tail, got, tail)
 		}
-		if suffix && !shares(got) {
-			t.Fatalf("suffix(%q) is a copy, want a substring of the joined names", tail)
+		if suffix && len(tail) > 0 && !shares(got) {
+			t.Fatalf("suffix(%q) is a copy, want a subslice of the type's names", tail)
 		}
 	}
-	if sn.suffix(nil) != "" {
+	if len(sn.suffix(nil)) != 0 {
 		t.Fatal("the suffix of nothing is not empty")
 	}
 }
 
-// TestSortedNamesFollowTheResources: the joined names are rebuilt when a
+// TestSortedNamesFollowTheResources: the sorted names are rebuilt when a
 // name comes or goes, not when a version changes.
 func TestSortedNamesFollowTheResources(t *testing.T) {
 	c := NewCache(WithTypes(ClusterType))
@@ -83,21 +84,57 @@ func TestSortedNamesFollowTheResources(t *testing.T) {
 	}
 	put("b", "a")
 	first := ts.allNames()
-	if first.joined != "a"+sep+"b" {
-		t.Fatalf("joined %q", first.joined)
+	if !slices.Equal(first.names, []string{"a", "b"}) {
+		t.Fatalf("names %q", first.names)
 	}
 	put("a", "b") // new versions, same names
 	if ts.allNames() != first {
 		t.Fatal("a version change rebuilt the names")
 	}
 	put("c")
-	if got := ts.allNames().joined; got != "a"+sep+"b"+sep+"c" {
+	if got := ts.allNames().names; !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Fatalf("after adding c: %q", got)
 	}
 	if err := c.Apply(Change{TypeURL: ClusterType, Deletes: []string{"a"}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := ts.allNames().joined; got != "b"+sep+"c" {
+	if got := ts.allNames().names; !slices.Equal(got, []string{"b", "c"}) {
 		t.Fatalf("after deleting a: %q", got)
+	}
+}
+
+// TestSplitResponseKeepsOnlyItsNames: what a stream keeps of a response
+// split in parts until the client answers (the record of the part, the
+// rest) holds those names only, not the larger slices they were cut from:
+// a fleet of Envoys syncing at once keeps one per stream and type.
+func TestSplitResponseKeepsOnlyItsNames(t *testing.T) {
+	c := NewCache(WithTypes(ClusterType), WithMaxResponseBytes(4<<10))
+	var rs []Resource
+	for i := range 300 {
+		n := fmt.Sprintf("c%03d", i)
+		rs = append(rs, Resource{Name: n, Msg: &cluster.Cluster{Name: n}})
+	}
+	if err := c.Apply(Change{TypeURL: ClusterType, Upserts: rs}); err != nil {
+		t.Fatal(err)
+	}
+	c.MarkReady()
+	d := NewDeltaDriver(c, 1)
+	if _, err := d.Watch(&discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	r := d.Take()
+	if r == nil || len(r.Resources) == 0 || len(r.Resources) == 300 {
+		t.Fatalf("want a first part of the 300 clusters, got %v", r)
+	}
+	h := d.sub.held
+	if len(h.inflight) != 1 {
+		t.Fatalf("%d responses in flight, want 1", len(h.inflight))
+	}
+	if s := h.inflight[0]; cap(s.changed) > 2*len(s.changed) {
+		t.Errorf("the record of %d names holds room for %d", len(s.changed), cap(s.changed))
+	}
+	all := c.types[ClusterType].allNames().names
+	if len(h.rest)+len(r.Resources) != 300 || unsafe.SliceData(h.rest) != &all[len(all)-len(h.rest)] {
+		t.Errorf("the rest (%d names) is not the end of the type's names", len(h.rest))
 	}
 }

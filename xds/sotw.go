@@ -5,30 +5,87 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // Sotw client state is explicit (name → version): the server drops a
 // response superseded by a request, and sotw clients subscribe by name to a
 // few resources, or to every cluster, which a full-state response carries
-// anyway. genKey → G, when present, says the state was computed at G, so an
-// ACK looks only at what changed since.
+// anyway. A state complete at generation G was computed at G, so an ACK
+// looks only at what changed since.
 //
 // For the types whose responses need not carry every resource (EDS, RDS),
-// a response's names have "version sep previous sep count" until the
-// client answers:
-// a NACK restores what it held before, and the next response carries at
-// most half of what was rejected, until the resource the client refuses is
-// alone; that one is marked "held sep rejectedMark version" and not sent
-// again at that version. (Envoy rejects such a response whole when one
-// resource cannot be decoded.) A full-state response (CDS, LDS) cannot
-// leave a resource out without removing it; Envoy and grpc-go apply the
-// valid clusters and listeners of one they NACK, so there a NACKed response
-// counts as held and is not sent again.
+// a response's names are marked sent until the client answers: a NACK
+// restores what it held before, and the next response carries at most half
+// of what was rejected, until the resource the client refuses is alone;
+// that one is marked rejected, at its version, and not sent again at that
+// version. (Envoy rejects such a response whole when one resource cannot
+// be decoded.) A full-state response (CDS, LDS) cannot leave a resource out
+// without removing it; Envoy and grpc-go apply the valid clusters and
+// listeners of one they NACK, so there a NACKed response counts as held and
+// is not sent again.
+
+// sotwHeld is what a sotw client holds of one type, as the response that
+// computed it left it. The stream handler (sotwserver.go) owns it, in the
+// stream's goroutine: it keeps the one its type's last response installed
+// (sotwSub.held) and hands it to each watch. A request that lists names,
+// and not "*", makes the handler keep only those names' entries and drop
+// complete (sotwSub.set), so what must survive such a request (what to
+// roll back on a NACK) is kept per name. The cache reads a state under its
+// lock and never changes one it handed over; the handler changes one only
+// between a watch's cancellation and the next watch.
+type sotwHeld struct {
+	// complete: the response left nothing out, at generation gen.
+	complete bool
+	gen      uint64
+	// versions: name → version held; "" for a name of marks the client
+	// holds nothing of.
+	versions map[string]string
+	// marks: what more the cache follows of some names (each also in
+	// versions).
+	marks map[string]sotwMark
+}
+
+// sotwMark is what the cache follows of one name besides its version:
+// either the last response carried it (sent), or the client rejected it
+// alone (rejected), or it is of a rejected response and not sent again yet
+// (suspect).
+type sotwMark struct {
+	// sent: the version in versions is the one the last response carried;
+	// prev is the one held before, restored if the client rejects the
+	// response, and count the number of resources the response carried.
+	sent  bool
+	prev  string
+	count int
+	// rejected: the version the client rejected alone.
+	rejected string
+	// suspect: plan is the sizes of the next responses (never written).
+	suspect bool
+	plan    plan
+}
+
+func (h *sotwHeld) mark(n, version string, m sotwMark) {
+	if h.marks == nil {
+		h.marks = map[string]sotwMark{}
+	}
+	h.versions[n], h.marks[n] = version, m
+}
+
+// set notes that the client holds version of n, with no mark.
+func (h *sotwHeld) set(n, version string) {
+	h.versions[n] = version
+	delete(h.marks, n)
+}
+
+// sotwResponse is a sotw response and the state it installs once the
+// stream handler sends it.
+type sotwResponse struct {
+	req  *discovery.DiscoveryRequest
+	resp *discovery.DiscoveryResponse
+	next *sotwHeld
+}
 
 // sotwState is a sotw client's state as read when its watch is created.
 type sotwState struct {
@@ -42,58 +99,21 @@ type sotwState struct {
 }
 
 // readSotwState reads the state for a new sotw watch: applies the request's
-// answer to the last response (contract 4), and decides
-// the names to look at: those changed since the state's generation. It
-// looks at everything of interest when the request lists names (the
-// interest may have changed; the server drops genKey from the state for
-// such a request unless it lists "*"), and after a rejection.
+// answer to the last response (a sotw NACK is of the latest response,
+// sotwserver.go), and decides the names to look at: those changed since
+// the state's generation. It looks at everything of interest when the
+// request lists names (the interest may have changed; the server drops
+// complete from the state for such a request unless it lists "*"), and
+// after a rejection.
 func (c *Cache) readSotwState(w *watch) {
 	ts, ss := w.ts, &w.ss
-	known := w.sub.ReturnedResources()
-	ss.held = known
-	nack := w.sreq.GetErrorDetail() != nil && w.sreq.GetResponseNonce() != ""
-	var rejected []string // of the response this request rejects
-	accepted := 0         // resources of the response this request accepts
-	sentCount := 0        // resources of the response this request rejects
-	cloned := false
-	for n, v := range known {
-		cur, prev, ok := strings.Cut(v, sep)
-		if isStateKey(n) || !ok {
-			continue
-		}
-		if !cloned {
-			ss.held, cloned = maps.Clone(known), true
-		}
-		switch {
-		case strings.HasPrefix(prev, rejectedMark):
-			if ss.rejected == nil {
-				ss.rejected = map[string]string{}
-			}
-			ss.rejected[n] = prev[len(rejectedMark):]
-		case strings.HasPrefix(prev, limitMark):
-			ss.plan = parsePlan(prev[len(limitMark):])
-			ss.suspects = append(ss.suspects, n)
-		case !nack:
-			accepted++
-		case nack:
-			// "version sep previous sep count": the server drops the
-			// names a request no longer lists, so the count of the
-			// response is kept in each.
-			var k string
-			prev, k, _ = strings.Cut(prev, sep)
-			sentCount, _ = strconv.Atoi(k)
-			rejected = append(rejected, n)
-			if ss.rejected == nil {
-				ss.rejected = map[string]string{}
-			}
-			ss.rejected[n], cur = cur, prev // undone below unless alone
-		}
-		if cur == "" {
-			delete(ss.held, n)
-		} else {
-			ss.held[n] = cur
-		}
+	known := w.sheld
+	ss.held = known.versions
+	if len(known.marks) > 0 {
+		ss.held = maps.Clone(known.versions)
 	}
+	nack := w.sreq.GetErrorDetail() != nil && w.sreq.GetResponseNonce() != ""
+	rejected, accepted, sentCount := ss.readMarks(known, nack)
 	// The plan of halving a rejected response goes on as for delta.
 	switch k := max(len(rejected), sentCount); {
 	case k == 1:
@@ -111,19 +131,55 @@ func (c *Cache) readSotwState(w *watch) {
 	if len(ss.plan) > 0 {
 		ss.limit = ss.plan[0]
 	}
-	// A request that lists names (even only "*", which keeps genKey) may
-	// have changed the interest: checked in full.
-	g, ok := known[genKey]
-	if !ok || w.sreq.GetResponseNonce() == "" || len(w.sreq.GetResourceNames()) > 0 || len(rejected) > 0 || len(ss.suspects) > 0 {
+	// A request that lists names (even only "*", which keeps the state
+	// complete) may have changed the interest: checked in full.
+	if !known.complete || w.sreq.GetResponseNonce() == "" || len(w.sreq.GetResourceNames()) > 0 || len(rejected) > 0 || len(ss.suspects) > 0 {
 		ss.full = true
 		return
 	}
-	gen, err := strconv.ParseUint(g, 10, 64)
-	if err != nil || gen > ts.gen || gen < ts.floor {
+	if known.gen > ts.gen || known.gen < ts.floor {
 		ss.full = true
 		return
 	}
-	ss.names = ts.sinceLog(gen)
+	ss.names = ts.sinceLog(known.gen)
+}
+
+// readMarks applies the request's answer to the marked names of the state:
+// it returns the names of the response it rejects (rejected), the number
+// of resources of the response it accepts (accepted) or rejects
+// (sentCount).
+func (ss *sotwState) readMarks(known *sotwHeld, nack bool) (rejected []string, accepted, sentCount int) {
+	for n, m := range known.marks {
+		cur := known.versions[n]
+		switch {
+		case m.rejected != "":
+			if ss.rejected == nil {
+				ss.rejected = map[string]string{}
+			}
+			ss.rejected[n] = m.rejected
+		case m.suspect:
+			ss.plan = slices.Clone(m.plan)
+			ss.suspects = append(ss.suspects, n)
+		case !nack:
+			accepted++
+		default:
+			// The request rejects the response that carried n: the
+			// count of the response is kept in each of its names, as
+			// the server drops the names a request no longer lists.
+			sentCount = m.count
+			rejected = append(rejected, n)
+			if ss.rejected == nil {
+				ss.rejected = map[string]string{}
+			}
+			ss.rejected[n], cur = cur, m.prev // undone unless alone
+		}
+		if cur == "" {
+			delete(ss.held, n)
+		} else {
+			ss.held[n] = cur
+		}
+	}
+	return rejected, accepted, sentCount
 }
 
 // respondSotw computes and sends the response for a sotw watch, looking
@@ -155,10 +211,10 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 	}
 	resp := p.response(send, next)
 	c.handed(w, resp, ts.newestGen(p.changed, p.removed))
-	w.sch <- &cache.PassthroughResponse{Request: w.sreq, ReturnedResources: next, DiscoveryResponse: resp}
+	w.sch <- &sotwResponse{req: w.sreq, resp: resp, next: next}
 	switch ts.url {
 	case ClusterType:
-		c.sentCDS(w, "", resp)
+		c.sentCDS(w, nil, resp)
 	case EndpointType:
 		c.sentEDS(w, send, nil, resp)
 	}
@@ -201,9 +257,6 @@ func (p *sotwPass) collect(names []string, full bool) {
 // consider looks at name n: to send (or its interim), held back, kept,
 // removed, or nothing.
 func (p *sotwPass) consider(n string) {
-	if isStateKey(n) {
-		return
-	}
 	w, ss := p.w, p.ss
 	e, exists := w.lookup(n)
 	_, isSub := p.subscribed[n]
@@ -260,51 +313,48 @@ func (p *sotwPass) bound() (cut bool) {
 
 // nextState is the state the response installs: name → version held
 // (with what a NACK rolls back to, the rejected versions and the plan of
-// a halving), and the generation when the response leaves nothing out.
-func (p *sotwPass) nextState(cut bool) map[string]string {
+// a halving), complete when the response leaves nothing out.
+func (p *sotwPass) nextState(cut bool) *sotwHeld {
 	ts, ss := p.ts, p.ss
-	next := make(map[string]string, len(ss.held)+len(p.changed)+1)
-	maps.Copy(next, ss.held)
+	next := &sotwHeld{versions: make(map[string]string, len(ss.held)+len(p.changed))}
+	maps.Copy(next.versions, ss.held)
 	for _, n := range p.removed {
-		delete(next, n)
+		delete(next.versions, n)
 	}
 	for n, v := range ss.rejected {
 		if e, ok := ts.resources[n]; ok && e.version == v {
-			next[n] = ss.held[n] + sep + rejectedMark + v
+			next.mark(n, ss.held[n], sotwMark{rejected: v})
 		}
 	}
 	if len(ss.plan) > 0 {
 		// Suspects not sent yet keep the plan for the next responses.
-		plan := ss.plan.String()
 		for _, n := range ss.suspects {
 			if e, ok := ts.resources[n]; ok && e.version != ss.held[n] {
-				next[n] = ss.held[n] + sep + limitMark + plan
+				next.mark(n, ss.held[n], sotwMark{suspect: true, plan: ss.plan})
 			}
 		}
 	}
 	for _, n := range p.changed {
 		if ts.fullState {
-			next[n] = ts.resources[n].version
-		} else {
-			v := ts.resources[n].version
-			if im, ok := p.interims[n]; ok {
-				v = im.version
-			}
-			next[n] = v + sep + ss.held[n] + sep + strconv.Itoa(len(p.changed))
+			next.set(n, ts.resources[n].version)
+			continue
 		}
+		v := ts.resources[n].version
+		if im, ok := p.interims[n]; ok {
+			v = im.version
+		}
+		next.mark(n, v, sotwMark{sent: true, prev: ss.held[n], count: len(p.changed)})
 	}
-	if !cut && len(p.w.heldBack) == 0 && len(p.interims) == 0 {
-		next[genKey] = strconv.FormatUint(ts.gen, 10)
-	} else {
-		delete(next, genKey) // the next request checks in full
-	}
+	// Else the next request checks in full.
+	next.complete = !cut && len(p.w.heldBack) == 0 && len(p.interims) == 0
+	next.gen = ts.gen
 	return next
 }
 
 // everything returns, sorted, every resource of interest the client may
 // read (a response of a type that carries everything), and notes them
 // and the kept clusters in next.
-func (p *sotwPass) everything(next map[string]string) []string {
+func (p *sotwPass) everything(next *sotwHeld) []string {
 	ts, w := p.ts, p.w
 	var send []string
 	if p.wild {
@@ -322,17 +372,17 @@ func (p *sotwPass) everything(next map[string]string) []string {
 	}
 	sort.Strings(send)
 	for _, n := range send {
-		next[n] = ts.resources[n].version
+		next.set(n, ts.resources[n].version)
 	}
 	for _, g := range p.kept {
-		next[g.name] = g.version
+		next.set(g.name, g.version)
 	}
 	return send
 }
 
 // response builds the response carrying the kept clusters and send (an
 // interim instead of a route configuration that has one).
-func (p *sotwPass) response(send []string, next map[string]string) *discovery.DiscoveryResponse {
+func (p *sotwPass) response(send []string, next *sotwHeld) *discovery.DiscoveryResponse {
 	anys := make([]*anypb.Any, 0, len(send)+len(p.kept))
 	for _, g := range p.kept {
 		anys = append(anys, g.any)
@@ -365,15 +415,12 @@ func (p *sotwPass) response(send []string, next map[string]string) *discovery.Di
 // every resource of the type, would let it test guesses about hidden
 // names and versions, and see hidden changes): computed from next, which
 // the response builds anyway, so no more work than that.
-func (c *Cache) sotwVersion(w *watch, next map[string]string) uint64 {
+func (c *Cache) sotwVersion(w *watch, next *sotwHeld) uint64 {
 	if w.vis() == nil {
 		return w.ts.aggregate
 	}
 	var v uint64
-	for n := range next {
-		if isStateKey(n) {
-			continue
-		}
+	for n := range next.versions {
 		if e, ok := w.lookup(n); ok {
 			v ^= e.verHash
 		}

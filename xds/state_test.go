@@ -7,21 +7,17 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 
 	"github.com/xdsbridge/xdsbridge/xds"
 )
 
-// rsim drives the cache for one delta stream and type as go-control-plane's
-// delta server does (its Subscription, updated and installed the same way),
-// and keeps what the client holds.
+// rsim drives the cache for one delta stream and type as the delta
+// stream handler does (xds.DeltaDriver), and keeps what the client holds.
 type rsim struct {
 	t      *testing.T
 	c      *xds.Cache
 	typ    string
-	sub    stream.Subscription
-	ch     chan cache.DeltaResponse
+	d      *xds.DeltaDriver
 	cancel func()
 	nonce  string
 	n      int
@@ -30,20 +26,15 @@ type rsim struct {
 }
 
 func newSim(t *testing.T, c *xds.Cache, typ string) *rsim {
-	return &rsim{t: t, c: c, typ: typ, ch: make(chan cache.DeltaResponse, 10), held: map[string]string{}}
+	return &rsim{t: t, c: c, typ: typ, d: xds.NewDeltaDriver(c, 10), held: map[string]string{}}
 }
 
 func (s *rsim) req(subs, unsubs []string, initial map[string]string) {
-	if s.cancel == nil && s.nonce == "" {
-		s.sub = stream.NewDeltaSubscription(subs, unsubs, initial, true)
-	} else {
-		if s.cancel != nil {
-			s.cancel()
-		}
-		s.sub.UpdateResourceSubscriptions(subs, unsubs)
+	if s.cancel != nil {
+		s.cancel()
 	}
-	cancel, err := s.c.CreateDeltaWatch(&discovery.DeltaDiscoveryRequest{TypeUrl: s.typ, ResponseNonce: s.nonce,
-		ResourceNamesSubscribe: subs, ResourceNamesUnsubscribe: unsubs, InitialResourceVersions: initial}, &s.sub, s.ch)
+	cancel, err := s.d.Watch(&discovery.DeltaDiscoveryRequest{TypeUrl: s.typ, ResponseNonce: s.nonce,
+		ResourceNamesSubscribe: subs, ResourceNamesUnsubscribe: unsubs, InitialResourceVersions: initial})
 	s.cancel, s.err = cancel, err
 	if err != nil {
 		s.t.Logf("stream reset: %v", err)
@@ -52,24 +43,20 @@ func (s *rsim) req(subs, unsubs []string, initial map[string]string) {
 
 // take applies a pending response, if any.
 func (s *rsim) take() *discovery.DeltaDiscoveryResponse {
-	select {
-	case r := <-s.ch:
-		dr, _ := r.GetDeltaDiscoveryResponse()
-		dr.Nonce = fmt.Sprint(s.n + 1) // as the server does, before it installs the state
-		for _, res := range dr.Resources {
-			s.held[res.Name] = res.Version
-		}
-		for _, n := range dr.RemovedResources {
-			delete(s.held, n)
-		}
-		s.sub.SetReturnedResources(r.GetNextVersionMap())
-		s.n++
-		s.nonce = fmt.Sprint(s.n)
-		s.cancel = nil
-		return dr
-	default:
+	dr := s.d.Take()
+	if dr == nil {
 		return nil
 	}
+	for _, res := range dr.Resources {
+		s.held[res.Name] = res.Version
+	}
+	for _, n := range dr.RemovedResources {
+		delete(s.held, n)
+	}
+	s.n++
+	s.nonce = dr.GetNonce()
+	s.cancel = nil
+	return dr
 }
 
 func (s *rsim) sync() {
@@ -238,7 +225,7 @@ func TestSplitRestKeptAcrossSubscriptionChanges(t *testing.T) {
 	}
 	s.sync()
 	eq(t, "held", current(c, xds.ClusterType), s.held)
-	if n := len(s.sub.ReturnedResources()); n > 2 {
-		t.Fatalf("synced state has %d entries: %v", n, s.sub.ReturnedResources())
+	if n := s.d.StateEntries(); n > 2 {
+		t.Fatalf("synced state has %d entries", n)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -134,7 +133,7 @@ func TestUpdateOrderVirtualHostAfterRoute(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := c.vhdsOpen(ctx, make(chan cache.DeltaResponse, 4))
+	s := c.vhdsOpen(ctx, make(chan *deltaResponse, 4))
 	defer s.close()
 	s.request(&discovery.DeltaDiscoveryRequest{ResourceNamesSubscribe: []string{"eg/api"}}, true)
 	if r := s.next(); r != nil {

@@ -10,7 +10,6 @@ import (
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
@@ -262,9 +261,9 @@ type vhdsStream struct {
 }
 
 // vhdsOpen registers a delta stream; its pump hands table changes to
-// the stream's goroutine through responses (as vhdsWake). Nil when the
+// the stream's goroutine through responses (as vhdsWakeResponse). Nil when the
 // cache serves no VHDS.
-func (c *Cache) vhdsOpen(ctx context.Context, responses chan<- cache.DeltaResponse) *vhdsStream {
+func (c *Cache) vhdsOpen(ctx context.Context, responses chan<- *deltaResponse) *vhdsStream {
 	t := c.vhds.Load()
 	if t == nil {
 		return nil
@@ -280,7 +279,7 @@ func (c *Cache) vhdsOpen(ctx context.Context, responses chan<- cache.DeltaRespon
 			select {
 			case <-s.wake:
 				select {
-				case responses <- vhdsWake{}:
+				case responses <- vhdsWakeResponse:
 				case <-s.done:
 					return
 				case <-ctx.Done():
@@ -512,31 +511,10 @@ func (s *vhdsStream) next() *discovery.DeltaDiscoveryResponse {
 	return resp
 }
 
-// vhdsWake is put in a stream's responses by its pump: the table changed
-// in a way the stream may need (process calls vhdsWoken).
-type vhdsWake struct{}
-
-var vhdsWakeRequest = &discovery.DeltaDiscoveryRequest{TypeUrl: VirtualHostType}
-
-func (vhdsWake) GetDeltaDiscoveryResponse() (*discovery.DeltaDiscoveryResponse, error) {
-	return nil, errors.New("xds: a VHDS wake-up is not a response")
-}
-func (vhdsWake) GetDeltaRequest() *discovery.DeltaDiscoveryRequest { return vhdsWakeRequest }
-func (vhdsWake) GetSystemVersion() (string, error)                 { return "", nil }
-func (vhdsWake) GetResponseVersion() string                        { return "" }
-func (vhdsWake) GetNextVersionMap() map[string]string              { return nil }
-func (vhdsWake) GetReturnedResources() map[string]string           { return nil }
-func (vhdsWake) GetContext() context.Context                       { return context.Background() }
-
-// vhdsResponse is a VHDS response as the stream handler sends it.
-type vhdsResponse struct {
-	vhdsWake
-	resp *discovery.DeltaDiscoveryResponse
-}
-
-func (r vhdsResponse) GetDeltaDiscoveryResponse() (*discovery.DeltaDiscoveryResponse, error) {
-	return r.resp, nil
-}
+// vhdsWakeResponse is put in a stream's responses by its pump: the table
+// changed in a way the stream may need (process calls vhdsWoken). It is
+// never sent.
+var vhdsWakeResponse = &deltaResponse{req: &discovery.DeltaDiscoveryRequest{TypeUrl: VirtualHostType}}
 
 // vhdsRequest answers a VirtualHost request on a stream that serves VHDS.
 func (ds *deltaStream) vhdsRequest(req *discovery.DeltaDiscoveryRequest) error {
@@ -568,7 +546,7 @@ func (ds *deltaStream) vhdsSend() error {
 	if resp == nil {
 		return nil
 	}
-	nonce, err := ds.send(vhdsResponse{resp: resp})
+	nonce, err := ds.send(&deltaResponse{req: vhdsWakeResponse.req, resp: resp})
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,6 @@ import (
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 
 	"github.com/xdsbridge/xdsbridge/translate"
 )
@@ -17,7 +16,7 @@ import (
 // vhdsTestStream is a stream of a cache serving VHDS for the table "eg"
 // of services api and web (web with the policy domains "*.web.example"
 // and "web-*"), that was sent its route configuration.
-func vhdsTestStream(t *testing.T) (*Cache, *vhdsStream, chan cache.DeltaResponse) {
+func vhdsTestStream(t *testing.T) (*Cache, *vhdsStream, chan *deltaResponse) {
 	t.Helper()
 	c := NewCache()
 	e := translate.Egress{RouteConfigName: "eg", VHDS: true}.WithDefaults()
@@ -26,7 +25,7 @@ func vhdsTestStream(t *testing.T) (*Cache, *vhdsStream, chan cache.DeltaResponse
 	}
 	vhdsTestPublish(t, c, nil)
 	ctx, cancel := context.WithCancel(context.Background())
-	ch := make(chan cache.DeltaResponse, 4)
+	ch := make(chan *deltaResponse, 4)
 	s := c.vhdsOpen(ctx, ch)
 	t.Cleanup(func() { s.close(); cancel() })
 	s.sending(&discovery.DeltaDiscoveryResponse{TypeUrl: RouteType, Resources: []*discovery.Resource{{Name: translate.VHDSStubName("eg")}}})
@@ -103,8 +102,7 @@ func TestVHDSUnresolvedWaitForDomains(t *testing.T) {
 	woken := func() bool {
 		select {
 		case r := <-ch:
-			_, ok := r.(vhdsWake)
-			return ok
+			return r == vhdsWakeResponse
 		case <-time.After(200 * time.Millisecond):
 			return false
 		}

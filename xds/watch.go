@@ -7,27 +7,39 @@ import (
 	"slices"
 	"time"
 
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 )
+
+// subscription is what a watch reads of its stream's subscription to its
+// type (deltaSub, sotwSub).
+type subscription interface {
+	SubscribedResources() map[string]struct{}
+	IsWildcard() bool
+}
 
 // watch is one request's wait for a response: the server creates one per
 // request of a stream and type, and the cache answers it at most once.
+// Guarded by Cache.mu, but installed, which the stream's handler sets in
+// the stream's goroutine (deltaResponse.install) and only that goroutine
+// reads (Cache.cancel).
 type watch struct {
 	id    uint64
 	ts    *typeState
 	delta bool
-	sreq  *cache.Request
-	dreq  *cache.DeltaRequest
-	sub   cache.Subscription
-	sch   chan cache.Response
-	dch   chan cache.DeltaResponse
+	sreq  *discovery.DiscoveryRequest
+	dreq  *discovery.DeltaDiscoveryRequest
+	sub   subscription
+	sch   chan<- *sotwResponse
+	dch   chan<- *deltaResponse
 	ds    deltaState // read from the delta client's state at creation
 	ss    sotwState  // likewise for sotw
+	// sheld: a sotw client's state as its stream handed it (sotw.go).
+	sheld *sotwHeld
 	done  bool
 
-	// Delta: the client's state as read at creation; the state this
-	// watch's response installs, and whether the server installed it.
-	known     map[string]string
+	// Delta: the client's state as read at creation, and whether the
+	// server installed the one this watch's response carries.
+	known     *deltaHeld
 	installed bool
 	resp      *deltaResponse // the response sent
 
@@ -73,7 +85,7 @@ func (c *Cache) create(w *watch) (func(), error) {
 	if w.ts.url == ClusterType && w.stream != nil {
 		if !w.delta {
 			// A sotw CDS response still queued was dropped by the server
-			// for this request (contract 4): it will not be sent.
+			// for this request (sotwserver.go): it will not be sent.
 			w.stream.pendingCDS, w.stream.pendingResp = nil, nil
 		}
 		if c.ready {
@@ -100,8 +112,8 @@ func (c *Cache) create(w *watch) (func(), error) {
 }
 
 // cancel ends a tracked watch. The server cancels a watch right before it
-// creates the next one of the stream and type (contract 5), having first
-// processed the responses queued until then. A delta watch answered after
+// creates the next one of the stream and type, having first processed the
+// responses queued until then (deltaserver.go). A delta watch answered after
 // that (by a commit, from another goroutine) has its response queued but
 // not installed: the next watch must start from the state that response
 // installs, not from the one the server hands it, or what that response
@@ -139,11 +151,11 @@ func (c *Cache) respond(w *watch, woken bool, evenIfEmpty bool, changed ...strin
 	}
 	var responded bool
 	if w.delta {
-		seq, full := w.ds.seq, w.ds.full
+		seq, fromRest, full := w.ds.seq, w.ds.allRest, w.ds.full
 		if woken {
-			seq, full = nameSeq{list: changed}, false
+			seq, fromRest, full = changed, false, false
 		}
-		responded = c.respondDelta(w, seq, full, evenIfEmpty)
+		responded = c.respondDelta(w, seq, fromRest, full, evenIfEmpty)
 	} else {
 		names, full := w.ss.names, w.ss.full
 		if woken {
@@ -234,9 +246,7 @@ func firstRequest(w *watch) bool {
 		// first request (initial_resource_versions) is answered too, even
 		// if it holds everything: the answer replaces its explicit versions
 		// (5,000 for an Envoy with 5,000 clusters) with the compact state.
-		_, installed := w.known[genKey]
-		known := w.known
-		return !installed && (w.sub.IsWildcard() || len(known) > 0)
+		return !w.known.compact && (w.sub.IsWildcard() || len(w.known.versions) > 0)
 	}
 	// A sotw client's first request on a stream is answered even when empty.
 	// (Not version_info == "": a NACK of the first response also carries an
@@ -294,7 +304,7 @@ func (w *watch) fullCheck(known map[string]string, fn func(n string)) (covered f
 		}
 	}
 	for n := range known {
-		if !isStateKey(n) && !covered(n) {
+		if !covered(n) {
 			fn(n)
 		}
 	}

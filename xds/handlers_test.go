@@ -2,8 +2,9 @@ package xds
 
 import (
 	"context"
+	"maps"
 	"net"
-	"strings"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -11,52 +12,48 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-// These tests pin what contract.go says the cache relies on in the
-// servers, as served (newXDSServer: go-control-plane's sotw server, our
-// delta server). If one fails after an upgrade, the cache's
-// state handling must change with it.
+// These tests pin what the cache relies on in our stream handlers
+// (sotwserver.go, deltaserver.go), run as served (newXDSServer).
 
-// spy records the state each watch of the real server is created with.
+// spy records the state each watch of the real handlers is created with.
 type spy struct {
 	*Cache
 	mu     sync.Mutex
-	states []map[string]string // a copy of ReturnedResources, per watch
-	// foreignDelta: a delta watch came from a server other than the one
-	// served (deltaserver.go), whose subscriptions are deltaSubs.
-	foreignDelta bool
+	states []snapshot
 }
 
-func (s *spy) record(sub cache.Subscription) {
+// snapshot is a copy of the state a watch was created with.
+type snapshot struct {
+	sotw  sotwHeld
+	delta deltaHeld
+}
+
+func (s *spy) record(st snapshot) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := map[string]string{}
-	for k, v := range sub.ReturnedResources() {
-		m[k] = v
-	}
-	s.states = append(s.states, m)
+	s.states = append(s.states, st)
 }
 
-func (s *spy) CreateWatch(req *cache.Request, sub cache.Subscription, ch chan cache.Response) (func(), error) {
-	s.record(sub)
-	return s.Cache.CreateWatch(req, sub, ch)
+func (s *spy) watchSotw(req *discovery.DiscoveryRequest, sub sotwSub, ch chan<- *sotwResponse) (func(), error) {
+	h := *sub.held
+	h.versions, h.marks = maps.Clone(h.versions), maps.Clone(h.marks)
+	s.record(snapshot{sotw: h})
+	return s.Cache.watchSotw(req, sub, ch)
 }
 
-func (s *spy) CreateDeltaWatch(req *cache.DeltaRequest, sub cache.Subscription, ch chan cache.DeltaResponse) (func(), error) {
-	s.record(sub)
-	s.mu.Lock()
-	_, own := sub.(deltaSub)
-	s.foreignDelta = s.foreignDelta || !own
-	s.mu.Unlock()
-	return s.Cache.CreateDeltaWatch(req, sub, ch)
+func (s *spy) watchDelta(req *discovery.DeltaDiscoveryRequest, sub deltaSub, ch chan<- *deltaResponse) (func(), error) {
+	h := *sub.held
+	h.versions, h.inflight = maps.Clone(h.versions), slices.Clone(h.inflight)
+	s.record(snapshot{delta: h})
+	return s.Cache.watchDelta(req, sub, ch)
 }
 
-func (s *spy) last(t *testing.T, n int) map[string]string {
+func (s *spy) last(t *testing.T, n int) snapshot {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -108,10 +105,11 @@ func startContract(t *testing.T) (*spy, discovery.AggregatedDiscoveryServiceClie
 	return sp, discovery.NewAggregatedDiscoveryServiceClient(conn)
 }
 
-// Contracts 1 and 2: the delta server installs the map of a response it
-// sent, after giving it its nonce, and hands it back unchanged with the
-// next request; a NACK names that nonce.
-func TestContractDeltaStateRoundTrip(t *testing.T) {
+// TestDeltaHandlerInstallsSentState: the delta handler installs the state
+// of a response it sent, recording its nonce, and hands it back with the
+// next request; a NACK names that nonce. Unsubscribing a name of a
+// wildcard subscription marks it "" and keeps the state.
+func TestDeltaHandlerInstallsSentState(t *testing.T) {
 	sp, client := startContract(t)
 	st, err := client.DeltaAggregatedResources(context.Background())
 	if err != nil {
@@ -128,21 +126,21 @@ func TestContractDeltaStateRoundTrip(t *testing.T) {
 	if err := st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResponseNonce: r.Nonce, ErrorDetail: &status.Status{Message: "no"}}); err != nil {
 		t.Fatal(err)
 	}
-	got := sp.last(t, 2)
-	if _, ok := got[genKey]; !ok {
-		t.Fatalf("state not handed back: %q", got)
+	got := sp.last(t, 2).delta
+	if !got.compact {
+		t.Fatalf("state not handed back: %+v", got)
 	}
-	sent, ok := got[sentPrefix+r.Nonce]
-	if !ok || !strings.HasSuffix(sent, "a"+sep+"b") {
-		t.Fatalf("the state does not record the response of nonce %s: %q", r.Nonce, got)
+	i := slices.IndexFunc(got.inflight, func(s *deltaSent) bool { return s.nonce == r.Nonce })
+	if i < 0 || !slices.Equal(got.inflight[i].changed, []string{"a", "b"}) {
+		t.Fatalf("the state does not record the response of nonce %s: %+v", r.Nonce, got)
 	}
 
 	if r, err = st.Recv(); err != nil || r.TypeUrl != EndpointType { // the first half, again
 		t.Fatal(r, err)
 	}
 
-	// Contract 3: unsubscribing a name of a wildcard subscription sets it to
-	// "" and keeps the state's keys.
+	// Unsubscribing a name of a wildcard subscription sets it to "" and
+	// keeps the state.
 	if err := st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType}); err != nil {
 		t.Fatal(err)
 	}
@@ -158,19 +156,19 @@ func TestContractDeltaStateRoundTrip(t *testing.T) {
 	if err := st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType, ResourceNamesUnsubscribe: []string{"a"}}); err != nil {
 		t.Fatal(err)
 	}
-	got = sp.last(t, n+2)
-	if v, ok := got["a"]; !ok || v != "" {
-		t.Fatalf(`unsubscribing a from a wildcard: state[a] = %q, %v; want "" (%q)`, v, ok, got)
+	got = sp.last(t, n+2).delta
+	if v, ok := got.versions["a"]; !ok || v != "" {
+		t.Fatalf(`unsubscribing a from a wildcard: versions[a] = %q, %v; want "" (%+v)`, v, ok, got)
 	}
-	if _, ok := got[genKey]; !ok {
-		t.Fatalf("state keys dropped on unsubscription: %q", got)
+	if !got.compact {
+		t.Fatalf("state dropped on unsubscription: %+v", got)
 	}
 }
 
-// Contracts 3 and 4: the sotw server drops state keys on a request that
-// names resources but keeps the names' values as the cache wrote them, and
-// ignores a request with a stale nonce.
-func TestContractSotwStateRoundTrip(t *testing.T) {
+// TestSotwHandlerStateAndStaleNonce: on a request that names resources the
+// sotw handler makes the state incomplete but keeps the names' entries as
+// the cache wrote them, and it ignores a request with a stale nonce.
+func TestSotwHandlerStateAndStaleNonce(t *testing.T) {
 	sp, client := startContract(t)
 	st, err := client.StreamAggregatedResources(context.Background())
 	if err != nil {
@@ -192,15 +190,15 @@ func TestContractSotwStateRoundTrip(t *testing.T) {
 	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: EndpointType, ResourceNames: []string{"a", "b"}, ResponseNonce: r.Nonce, VersionInfo: r.VersionInfo}); err != nil {
 		t.Fatal(err)
 	}
-	got := sp.last(t, 2)
-	if _, ok := got[genKey]; ok {
-		t.Fatalf("a named sotw request kept the state key: %q", got)
+	got := sp.last(t, 2).sotw
+	if got.complete {
+		t.Fatalf("a named sotw request kept the state complete: %+v", got)
 	}
-	if v := got["a"]; !strings.Contains(v, sep) {
-		t.Fatalf("the value the cache wrote for a was not kept: %q", v)
+	if m, ok := got.marks["a"]; !ok || !m.sent {
+		t.Fatalf("the mark the cache wrote for a was not kept: %+v", got)
 	}
-	if _, ok := got["b"]; !ok {
-		t.Fatalf("the request with a stale nonce was taken: %q", got)
+	if _, ok := got.versions["b"]; !ok {
+		t.Fatalf("the request with a stale nonce was taken: %+v", got)
 	}
 	time.Sleep(100 * time.Millisecond)
 	if n := sp.count(); n != 2 {
@@ -258,29 +256,5 @@ func TestStreamStateGoesWithTheStream(t *testing.T) {
 			t.Fatalf("after every stream ended: %d streams, %d noted requests kept", streams, requests)
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// TestContractRunsTheServedDeltaServer: the contract tests run the
-// delta server the Server serves (deltaserver.go), not go-control-plane's
-// it replaced, so a change to it that breaks a contract fails them.
-func TestContractRunsTheServedDeltaServer(t *testing.T) {
-	sp, client := startContract(t)
-	st, err := client.DeltaAggregatedResources(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.CloseSend()
-	if err := st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesSubscribe: []string{"a"}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	sp.last(t, 1)
-	sp.mu.Lock()
-	defer sp.mu.Unlock()
-	if sp.foreignDelta {
-		t.Fatal("the contract tests' delta watches come from another delta server than the one served")
 	}
 }

@@ -1,0 +1,311 @@
+package xds
+
+// The state-of-the-world (sotw) xDS stream handler, for ADS and the
+// per-type services alike: adapted from go-control-plane v0.14.0's
+// pkg/server/sotw/v3 (server.go, ads.go, xds.go) and the sotw part of
+// pkg/server/stream/v3/subscription.go (Copyright Envoyproxy Authors,
+// Apache License 2.0), with ordered ADS and legacy wildcards for every
+// type, as the project served them. The stream's life is go-control-plane's,
+// call for call: OnStreamOpen, then per request OnStreamRequest and, unless
+// the request is skipped, the type's watch replaced by a new one (the
+// previous one cancelled first, then the responses queued for the stream
+// sent, except those of the request's type, which are dropped),
+// OnStreamResponse before each response is sent, and OnStreamClosed after
+// the watches are cancelled.
+//
+// The rules the cache relies on (sotw.go), which this file keeps:
+//   - The state the cache hands with a response (sotwHeld) becomes the
+//     type's once the response is sent, and is handed back with the next
+//     watch. For a request that lists names and not "*", every name's
+//     entry not among them is deleted and the state is no longer complete
+//     (sotwSub.set); the state that must survive (what to roll back on a
+//     NACK) is kept per name.
+//   - A request whose nonce is not the latest response's is skipped while
+//     that response is unanswered (once a request is taken, the next is
+//     taken whatever its nonce): a NACK the cache sees is of the latest
+//     response, or a late duplicate, which then costs a resend, never a
+//     lost update.
+//   - A watch is cancelled before the next watch of its stream and type is
+//     created, and a watch is answered at most once; a queued response of
+//     the type a new request is for is dropped (the next watch's state is
+//     the right one). The channel holds one response per type, so the
+//     cache sends under its lock without blocking.
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// sotwSub is a sotw stream's subscription to one type, and what its
+// client holds. The server keeps one per type and hands the cache a copy
+// with each watch; held is shared by the copies.
+type sotwSub struct {
+	// wildcard: the subscription holds the wildcard; allowLegacyWildcard:
+	// no name was ever requested, so an empty request is a wildcard.
+	wildcard, allowLegacyWildcard bool
+	names                         map[string]struct{}
+	// held: the client's state as its type's last response installed it,
+	// less the names a request since no longer lists (unless it lists "*").
+	held *sotwHeld
+}
+
+func newSotwSub(names []string) sotwSub {
+	s := sotwSub{wildcard: len(names) == 0, allowLegacyWildcard: true,
+		names: map[string]struct{}{}, held: &sotwHeld{versions: map[string]string{}}}
+	s.set(names)
+	return s
+}
+
+// set applies the names of a request (go-control-plane's
+// SetResourceSubscription): they replace the subscription, and the state
+// keeps only their entries, and is no longer complete, unless the request
+// lists the wildcard.
+func (s *sotwSub) set(names []string) {
+	if s.allowLegacyWildcard {
+		// Only a request that lists names ends the legacy wildcard.
+		if len(names) == 0 {
+			return
+		}
+		s.allowLegacyWildcard = false
+	}
+	subscribed := make(map[string]struct{}, len(names))
+	wildcard := false
+	for _, n := range names {
+		if n == explicitWildcard {
+			wildcard = true
+			continue
+		}
+		subscribed[n] = struct{}{}
+	}
+	if !wildcard {
+		h := s.held
+		h.complete = false
+		for n := range h.versions {
+			if _, ok := subscribed[n]; !ok {
+				delete(h.versions, n)
+				delete(h.marks, n)
+			}
+		}
+	}
+	s.wildcard, s.names = wildcard, subscribed
+}
+
+func (s sotwSub) SubscribedResources() map[string]struct{} { return s.names }
+func (s sotwSub) IsWildcard() bool                         { return s.wildcard }
+
+// sotwServer serves sotw streams (sotw.Server).
+type sotwServer struct {
+	cache       sotwWatcher
+	callbacks   sotw.Callbacks
+	streamCount int64
+	ctx         context.Context
+}
+
+var _ sotw.Server = (*sotwServer)(nil)
+
+// sotwWatcher is the cache as the sotw stream handler reaches it.
+type sotwWatcher interface {
+	watchSotw(req *discovery.DiscoveryRequest, sub sotwSub, ch chan<- *sotwResponse) (func(), error)
+}
+
+func newSotwServer(ctx context.Context, c sotwWatcher, cb sotw.Callbacks) *sotwServer {
+	return &sotwServer{cache: c, callbacks: cb, ctx: ctx}
+}
+
+// sotwWatch is a type's watch on a sotw stream: the nonce of its
+// response once sent, and its subscription.
+type sotwWatch struct {
+	cancel func()
+	nonce  string
+	sub    sotwSub
+}
+
+// sotwStream is one sotw stream's state in the server. It is owned by the
+// stream's goroutine (StreamHandler); only the cache writes to responses,
+// from any goroutine.
+type sotwStream struct {
+	s              *sotwServer
+	str            stream.Stream
+	id             int64
+	defaultTypeURL string
+	nonce          int64
+	watches        map[string]*sotwWatch
+	// responses is shared by the stream's types; it holds one response
+	// per type (a type's watch is answered at most once, and its queued
+	// response is dropped before the next watch), so the cache never
+	// blocks on it.
+	responses chan *sotwResponse
+	node      *core.Node
+}
+
+// StreamHandler serves one sotw stream of type typeURL (resource.AnyType
+// for ADS).
+func (s *sotwServer) StreamHandler(str stream.Stream, typeURL string) error {
+	reqCh := make(chan *discovery.DiscoveryRequest)
+	go func() {
+		defer close(reqCh)
+		for {
+			req, err := str.Recv()
+			if err != nil {
+				return
+			}
+			select {
+			case reqCh <- req:
+			case <-str.Context().Done():
+				return
+			case <-s.ctx.Done():
+				return
+			}
+		}
+	}()
+	ss := &sotwStream{
+		s:              s,
+		str:            str,
+		id:             atomic.AddInt64(&s.streamCount, 1),
+		defaultTypeURL: typeURL,
+		watches:        make(map[string]*sotwWatch, int(types.UnknownType)),
+		responses:      make(chan *sotwResponse, int(types.UnknownType)),
+		node:           &core.Node{},
+	}
+	defer ss.shutdown()
+	if s.callbacks != nil {
+		if err := s.callbacks.OnStreamOpen(str.Context(), ss.id, typeURL); err != nil {
+			return err
+		}
+	}
+	return ss.run(reqCh)
+}
+
+func (ss *sotwStream) run(reqCh <-chan *discovery.DiscoveryRequest) error {
+	for {
+		select {
+		case <-ss.s.ctx.Done():
+			return nil
+		case resp := <-ss.responses:
+			if err := ss.send(resp); err != nil {
+				return status.Errorf(codes.Unavailable, "%s", err.Error())
+			}
+		case req, more := <-reqCh:
+			if !more {
+				return nil
+			}
+			if req == nil {
+				return status.Errorf(codes.Unavailable, "empty request")
+			}
+			if err := ss.request(req); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (ss *sotwStream) shutdown() {
+	for _, w := range ss.watches {
+		if w.cancel != nil {
+			w.cancel()
+		}
+	}
+	if cb := ss.s.callbacks; cb != nil {
+		cb.OnStreamClosed(ss.id, ss.node)
+	}
+}
+
+// request handles one request. A request whose nonce is not that of its
+// type's last response is skipped (the client has not seen that response
+// yet; its answer follows). Otherwise the type's watch is cancelled, the
+// responses queued are sent but those of its type, which the new watch
+// supersedes, and a new watch is created.
+func (ss *sotwStream) request(req *discovery.DiscoveryRequest) error {
+	// The node may come with the first request only.
+	if req.GetNode() != nil {
+		ss.node = req.GetNode()
+	} else {
+		req.Node = ss.node
+	}
+	switch {
+	case ss.defaultTypeURL == resource.AnyType && req.GetTypeUrl() == "":
+		return status.Errorf(codes.InvalidArgument, "type URL is required for ADS")
+	case req.GetTypeUrl() == "":
+		req.TypeUrl = ss.defaultTypeURL
+	}
+	if cb := ss.s.callbacks; cb != nil {
+		if err := cb.OnStreamRequest(ss.id, req); err != nil {
+			return err
+		}
+	}
+	typeURL := req.GetTypeUrl()
+	w, ok := ss.watches[typeURL]
+	if ok {
+		if w.nonce != "" && req.GetResponseNonce() != w.nonce {
+			return nil
+		}
+		if w.cancel != nil {
+			w.cancel()
+		}
+		if err := ss.sendAllExcept(typeURL); err != nil {
+			return err
+		}
+		// Until the new watch's response is sent, any request is taken.
+		w.nonce = ""
+		w.sub.set(req.GetResourceNames())
+	} else {
+		w = &sotwWatch{sub: newSotwSub(req.GetResourceNames())}
+		ss.watches[typeURL] = w
+	}
+	cancel, err := ss.s.cache.watchSotw(req, w.sub, ss.responses)
+	if err != nil {
+		return err
+	}
+	w.cancel = cancel
+	return nil
+}
+
+// sendAllExcept sends the responses queued, dropping those of typeURL.
+func (ss *sotwStream) sendAllExcept(typeURL string) error {
+	for {
+		select {
+		case resp := <-ss.responses:
+			if resp.req.GetTypeUrl() == typeURL {
+				continue
+			}
+			if err := ss.send(resp); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
+}
+
+// send gives resp the stream's next nonce, installs the state it carries
+// as its type's, and sends it.
+func (ss *sotwStream) send(resp *sotwResponse) error {
+	if resp == nil {
+		return errors.New("missing response")
+	}
+	out := resp.resp
+	ss.nonce++
+	out.Nonce = strconv.FormatInt(ss.nonce, 10)
+	typeURL := resp.req.GetTypeUrl()
+	w, ok := ss.watches[typeURL]
+	if !ok {
+		return errors.New("no current watch for " + typeURL)
+	}
+	w.sub.held = resp.next
+	w.nonce = out.GetNonce()
+	if cb := ss.s.callbacks; cb != nil {
+		cb.OnStreamResponse(ss.str.Context(), ss.id, resp.req, out)
+	}
+	return ss.str.Send(out)
+}

@@ -114,7 +114,18 @@ type svcState struct {
 	checks    map[string]string // service check status by node "\x00" check ID
 	checkless bool              // an instance has no service check
 	gen       uint64            // Source.genSeq at the last change
+	// entries is the health result the state was mapped from, with the
+	// change feed's check changes applied (patchEntries); version counts
+	// its changes. feedIndex is the highest index of a change applied
+	// from the feed since the last read (0: none).
+	entries   []*api.ServiceEntry
+	version   uint64
+	feedIndex uint64
 }
+
+// seen is the index up to which the state knows its checks: its last
+// read's, or a change applied from the change feed since.
+func (st *svcState) seen() uint64 { return max(st.info.index, st.feedIndex) }
 
 // watchInfo is one watch's progress, shown by DebugInfo.
 type watchInfo struct {

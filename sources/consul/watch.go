@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -336,7 +337,7 @@ func (r *runner) runDC(ctx context.Context, dc *dcState) {
 			}
 			prev = l
 		case h := <-hints:
-			r.applyHint(dc, h, svcs)
+			r.applyHint(ctx, dc, h, svcs)
 		case <-r.modeChanged():
 			wakeAll(svcs)
 		}
@@ -471,8 +472,7 @@ func (r *runner) watchService(ctx context.Context, dc *dcState, name string, st 
 			needRead = true
 			continue
 		}
-		needRead = false
-		r.store(ctx, dc, name, st, entries)
+		needRead = !r.store(ctx, dc, name, st, entries, w.index)
 	}
 }
 
@@ -494,8 +494,25 @@ func (r *runner) waitForHint(ctx context.Context, st *svcState, wake <-chan stru
 	return true
 }
 
-// store maps a health result and keeps it when it differs from the last.
-func (r *runner) store(ctx context.Context, dc *dcState, name string, st *svcState, entries []*api.ServiceEntry) {
+// store maps a health result read at index and keeps it when it differs
+// from the last. It reports false, keeping nothing, when the result is
+// older than a change the change feed already applied to the service
+// (a stale read): the service must be read again.
+func (r *runner) store(ctx context.Context, dc *dcState, name string, st *svcState, entries []*api.ServiceEntry, index uint64) bool {
+	return r.commit(ctx, dc, name, st, entries, func(st *svcState) bool {
+		if index < st.feedIndex {
+			return false
+		}
+		st.feedIndex = 0
+		return true
+	})
+}
+
+// commit maps entries, the health result of service name, and keeps them
+// as its state if accept (called under Source.mu) agrees; it signals the
+// coordinator when the mapped state changed. It reports whether the
+// entries were kept.
+func (r *runner) commit(ctx context.Context, dc *dcState, name string, st *svcState, entries []*api.ServiceEntry, accept func(*svcState) bool) bool {
 	s := r.s
 	s.mu.Lock()
 	info := dcInfo{name: dc.actual, priority: dc.priority}
@@ -509,14 +526,15 @@ func (r *runner) store(ctx context.Context, dc *dcState, name string, st *svcSta
 	}
 	nodes, checks, checkless := checksOf(entries)
 	s.mu.Lock()
-	if dc.services[name] != st { // removed from the list meanwhile
+	if dc.services[name] != st || !accept(st) { // removed from the list meanwhile, or superseded
 		s.mu.Unlock()
-		return
+		return false
 	}
 	dc.actual = info.name
 	changed := !st.ready || st.published != publish || !reflect.DeepEqual(st.instances, instances) || !reflect.DeepEqual(st.dropped, dropped)
 	st.ready, st.published, st.instances, st.nodes, st.dropped = true, publish, instances, nodes, dropped
-	st.checks, st.checkless = checks, checkless
+	st.checks, st.checkless, st.entries = checks, checkless, entries
+	st.version++
 	if changed {
 		s.genSeq++
 		st.gen = s.genSeq
@@ -525,6 +543,7 @@ func (r *runner) store(ctx context.Context, dc *dcState, name string, st *svcSta
 	if changed {
 		s.signal()
 	}
+	return true
 }
 
 // checksOf returns the nodes of a health result, the status of its service
@@ -563,21 +582,37 @@ type hint struct {
 	// orElseAll: wake every service when the hint wakes none (the change
 	// is one the checks do not show).
 	orElseAll bool
+	// byService and byNode are the change feed's check changes themselves,
+	// by service name (service checks) and by node (node checks): what a
+	// service's last result needs to be brought up to date without a read.
+	byService map[string][]checkChange
+	byNode    map[string][]checkChange
+}
+
+// checkChange is one check the change feed saw change: it appeared in
+// the feed or was modified (check is its new state), or it left the feed
+// (left: it turned passing, or was deleted), at index idx.
+type checkChange struct {
+	check *api.HealthCheck
+	left  bool
+	idx   uint64
 }
 
 func newHint() hint {
-	return hint{services: map[string]uint64{}, nodes: map[string]uint64{}}
+	return hint{services: map[string]uint64{}, nodes: map[string]uint64{},
+		byService: map[string][]checkChange{}, byNode: map[string][]checkChange{}}
 }
 
-// add notes a check modified at index idx.
-func (h hint) add(c *api.HealthCheck, idx uint64) {
-	m, key := h.services, c.ServiceName
+// add notes a check modified (or, left, gone from the feed) at index idx.
+func (h hint) add(c *api.HealthCheck, idx uint64, left bool) {
+	m, key, by := h.services, c.ServiceName, h.byService
 	if c.ServiceID == "" {
-		m, key = h.nodes, c.Node
+		m, key, by = h.nodes, c.Node, h.byNode
 	}
 	if idx > m[key] {
 		m[key] = idx
 	}
+	by[key] = append(by[key], checkChange{check: c, left: left, idx: idx})
 }
 
 // feedFilter narrows the change feed to the checks that are not passing
@@ -607,7 +642,7 @@ func diffFeed(prev map[string]feedCheck, checks api.HealthChecks, index uint64) 
 		key := c.Node + "\x00" + c.CheckID
 		next[key] = feedCheck{check: c, modify: c.ModifyIndex}
 		if old, ok := prev[key]; !ok || old.modify != c.ModifyIndex {
-			h.add(c, c.ModifyIndex)
+			h.add(c, c.ModifyIndex, false)
 		}
 	}
 	if index == 0 { // reset: every service that had a failing check is read
@@ -615,7 +650,7 @@ func diffFeed(prev map[string]feedCheck, checks api.HealthChecks, index uint64) 
 	}
 	for key, old := range prev {
 		if _, ok := next[key]; !ok {
-			h.add(old.check, index)
+			h.add(old.check, index, true)
 		}
 	}
 	return h, next
@@ -713,22 +748,37 @@ func sweepHint(checks api.HealthChecks) hint {
 	return h
 }
 
-// applyHint wakes the service watches whose last read is older than a
-// check modification the change feed saw.
-func (r *runner) applyHint(dc *dcState, h hint, svcs map[string]*serviceWatch) {
+// applyHint brings up to date the services whose last read is older than
+// a check modification the change feed saw. A service whose changed checks
+// all belong to instances it already has is patched from the feed itself
+// (patchEntries) and mapped again, without a read; the others, and every
+// service a check sweep names, are woken to read.
+func (r *runner) applyHint(ctx context.Context, dc *dcState, h hint, svcs map[string]*serviceWatch) {
 	s := r.s
 	s.mu.Lock()
 	var wake []string
+	var patches []patch
 	for name, st := range dc.services {
-		if !st.ready {
+		if !st.ready || !hintWakes(h, name, st) {
 			continue
 		}
-		if hintWakes(h, name, st) {
-			wake = append(wake, name)
+		if h.checks == nil {
+			if p, ok := patchEntries(name, st, h); ok {
+				patches = append(patches, p)
+				continue
+			}
 		}
+		wake = append(wake, name)
 	}
 	s.mu.Unlock()
-	if len(wake) == 0 && h.orElseAll {
+	for _, p := range patches {
+		if r.storePatch(ctx, dc, p) {
+			s.metrics.feedPatches.Inc()
+		} else {
+			wake = append(wake, p.name)
+		}
+	}
+	if len(wake) == 0 && len(patches) == 0 && h.orElseAll {
 		wakeAll(svcs)
 		return
 	}
@@ -739,13 +789,118 @@ func (r *runner) applyHint(dc *dcState, h hint, svcs map[string]*serviceWatch) {
 	}
 }
 
+// patch is a service's last health result with the change feed's check
+// changes applied.
+type patch struct {
+	name    string
+	st      *svcState
+	version uint64 // st.version it was built from
+	entries []*api.ServiceEntry
+	index   uint64 // the highest index of the changes applied
+}
+
+// patchEntries applies to service name's last health result the check
+// changes of h newer than that result. It reports false when a change
+// cannot be applied so, and the service must be read: a service check of
+// an instance the result does not have, a node check on a node it does
+// not have, or a check that left the feed after an index reset. Applied:
+// a check that appeared or was modified replaces the instance's check of
+// that ID (or is added to it); a check that left the feed turned passing
+// (its output is not known: it is left empty) or, a maintenance check, was
+// deleted. A deleted check that is not a maintenance check is kept as
+// passing, which maps to the same health; the next read of the service
+// drops it. The result's entries are copied, never modified. Callers hold
+// Source.mu.
+func patchEntries(name string, st *svcState, h hint) (patch, bool) {
+	seen := st.seen()
+	var changes []checkChange
+	for _, c := range h.byService[name] {
+		if c.idx > seen {
+			changes = append(changes, c)
+		}
+	}
+	for node := range st.nodes {
+		for _, c := range h.byNode[node] {
+			if c.idx > seen {
+				changes = append(changes, c)
+			}
+		}
+	}
+	if len(changes) == 0 || st.entries == nil {
+		return patch{}, false
+	}
+	p := patch{name: name, st: st, version: st.version, entries: slices.Clone(st.entries)}
+	copied := make([]bool, len(p.entries))
+	for _, c := range changes {
+		if c.idx == ^uint64(0) { // left the feed at an index reset
+			return patch{}, false
+		}
+		p.index = max(p.index, c.idx)
+		found := false
+		for i, e := range p.entries {
+			if e == nil || e.Node == nil || e.Service == nil || e.Node.Node != c.check.Node ||
+				(c.check.ServiceID != "" && e.Service.ID != c.check.ServiceID) {
+				continue
+			}
+			found = true
+			if !copied[i] {
+				ce := *e
+				ce.Checks = slices.Clone(e.Checks)
+				p.entries[i], copied[i] = &ce, true
+			}
+			p.entries[i].Checks = applyCheck(p.entries[i].Checks, c)
+		}
+		if !found {
+			return patch{}, false
+		}
+	}
+	return p, true
+}
+
+// applyCheck applies one check change to an instance's checks (a slice
+// the caller owns).
+func applyCheck(checks api.HealthChecks, c checkChange) api.HealthChecks {
+	i := slices.IndexFunc(checks, func(x *api.HealthCheck) bool { return x != nil && x.CheckID == c.check.CheckID })
+	switch {
+	case !c.left && i >= 0:
+		checks[i] = c.check
+	case !c.left:
+		checks = append(checks, c.check)
+	case i < 0: // gone already
+	case isMaintenance(c.check.CheckID):
+		checks = slices.Delete(checks, i, i+1)
+	default:
+		passing := *checks[i]
+		passing.Status, passing.Output = api.HealthPassing, ""
+		checks[i] = &passing
+	}
+	return checks
+}
+
+func isMaintenance(checkID string) bool {
+	return checkID == nodeMaintCheckID || strings.HasPrefix(checkID, serviceMaintPrefix)
+}
+
+// storePatch maps a patched result and keeps it, unless the service was
+// read (or patched) again or removed meanwhile: then it reports false.
+func (r *runner) storePatch(ctx context.Context, dc *dcState, p patch) bool {
+	return r.commit(ctx, dc, p.name, p.st, p.entries, func(st *svcState) bool {
+		if st.version != p.version {
+			return false
+		}
+		st.feedIndex = max(st.feedIndex, p.index)
+		return true
+	})
+}
+
 // hintWakes reports whether h calls for a new read of service name.
 func hintWakes(h hint, name string, st *svcState) bool {
-	if idx, ok := h.services[name]; ok && idx > st.info.index {
+	seen := st.seen()
+	if idx, ok := h.services[name]; ok && idx > seen {
 		return true
 	}
 	for node := range st.nodes {
-		if idx, ok := h.nodes[node]; ok && idx > st.info.index {
+		if idx, ok := h.nodes[node]; ok && idx > seen {
 			return true
 		}
 	}

@@ -240,3 +240,141 @@ func TestHintedModeClosesBurstConnections(t *testing.T) {
 	waitFor(t, fmt.Sprintf("at most %d open connections (dialed %d)", want, conns.dials.Load()), func() bool { return open() <= want })
 	t.Logf("dialed %d, open %d", conns.dials.Load(), open())
 }
+
+// The change feed's check changes are applied to a service's last result
+// when every one concerns an instance it has: a check modified or added,
+// a check that left the feed turned passing (a maintenance check: was
+// deleted), a node check on each of the node's instances. A service check
+// of an unknown instance, a node the service is not on, or a check that
+// left at an index reset cannot be applied: the service is read. The last
+// result is never modified.
+func TestChangeFeedPatchesKnownInstances(t *testing.T) {
+	entry := func(node, id string, checks ...*api.HealthCheck) *api.ServiceEntry {
+		return &api.ServiceEntry{Node: &api.Node{Node: node}, Service: &api.AgentService{ID: id, Service: "a"}, Checks: checks}
+	}
+	chk := func(node, id, svcID, status string) *api.HealthCheck {
+		c := &api.HealthCheck{Node: node, CheckID: id, Status: status, Output: "out " + status}
+		if svcID != "" {
+			c.ServiceID, c.ServiceName = svcID, "a"
+		}
+		return c
+	}
+	base := func() *svcState {
+		st := &svcState{ready: true, nodes: map[string]bool{"n1": true, "n2": true}, entries: []*api.ServiceEntry{
+			entry("n1", "a-1", chk("n1", "serfHealth", "", api.HealthPassing), chk("n1", "a-1-chk", "a-1", api.HealthPassing)),
+			entry("n2", "a-2", chk("n2", "serfHealth", "", api.HealthPassing), chk("n2", "a-2-chk", "a-2", api.HealthCritical)),
+		}}
+		st.info.index = 10
+		return st
+	}
+	status := func(es []*api.ServiceEntry, i int, id string) string {
+		for _, c := range es[i].Checks {
+			if c.CheckID == id {
+				return c.Status
+			}
+		}
+		return "absent"
+	}
+	hintOf := func(changes ...checkChange) hint {
+		h := newHint()
+		for _, c := range changes {
+			h.add(c.check, c.idx, c.left)
+		}
+		return h
+	}
+
+	st := base()
+	p, ok := patchEntries("a", st, hintOf(
+		checkChange{check: chk("n1", "a-1-chk", "a-1", api.HealthCritical), idx: 11},
+		checkChange{check: chk("n2", "a-2-chk", "a-2", api.HealthCritical), idx: 12, left: true},
+		checkChange{check: chk("n1", "_service_maintenance:a-1", "a-1", api.HealthCritical), idx: 13},
+		checkChange{check: chk("n2", "serfHealth", "", api.HealthCritical), idx: 14},
+		checkChange{check: chk("n3", "serfHealth", "", api.HealthCritical), idx: 15},
+	))
+	if !ok || p.index != 14 {
+		t.Fatalf("patch: ok %v, index %d", ok, p.index)
+	}
+	for _, c := range []struct {
+		entry      int
+		id, status string
+	}{
+		{0, "a-1-chk", api.HealthCritical},
+		{0, "_service_maintenance:a-1", api.HealthCritical},
+		{0, "serfHealth", api.HealthPassing},
+		{1, "a-2-chk", api.HealthPassing},
+		{1, "serfHealth", api.HealthCritical},
+	} {
+		if got := status(p.entries, c.entry, c.id); got != c.status {
+			t.Errorf("%s of entry %d: %s, want %s", c.id, c.entry, got, c.status)
+		}
+	}
+	if got := status(st.entries, 0, "a-1-chk"); got != api.HealthPassing || len(st.entries[0].Checks) != 2 || status(st.entries, 1, "a-2-chk") != api.HealthCritical {
+		t.Errorf("the last result was modified: %+v", st.entries)
+	}
+
+	st.entries = p.entries
+	st.feedIndex = p.index
+	p, ok = patchEntries("a", st, hintOf(checkChange{check: chk("n1", "_service_maintenance:a-1", "a-1", api.HealthCritical), idx: 20, left: true}))
+	if !ok || status(p.entries, 0, "_service_maintenance:a-1") != "absent" {
+		t.Errorf("maintenance check leaving the feed: ok %v, checks %+v", ok, p.entries[0].Checks)
+	}
+	if _, ok := patchEntries("a", st, hintOf(checkChange{check: chk("n1", "a-1-chk", "a-1", api.HealthWarning), idx: 14})); ok {
+		t.Error("a change at an index already applied patched again")
+	}
+
+	for what, c := range map[string]checkChange{
+		"unknown instance":       {check: chk("n1", "a-9-chk", "a-9", api.HealthCritical), idx: 30},
+		"unknown node":           {check: chk("n9", "a-1-chk", "a-1", api.HealthCritical), idx: 30},
+		"left at an index reset": {check: chk("n1", "a-1-chk", "a-1", api.HealthCritical), idx: ^uint64(0), left: true},
+	} {
+		if _, ok := patchEntries("a", base(), hintOf(c)); ok {
+			t.Errorf("%s: patched, want a read", what)
+		}
+	}
+}
+
+// In hinted mode a check flip of a known instance (critical, passing,
+// warning), and service maintenance turned on and off, reach the sink from
+// the change feed alone: no read of the service.
+func TestHintedModeFlipsWithoutServiceRead(t *testing.T) {
+	a := startAgent(t, "dc1")
+	const n = 8
+	for i := 0; i < n; i++ {
+		a.Register(ttlService(fmt.Sprintf("s%d-1", i), fmt.Sprintf("s%d", i), "127.0.3.1", 1000+i, nil, nil, api.HealthPassing))
+	}
+	pc := &pathCounter{n: map[string]int{}}
+	s, sink := startSourceWith(t, baseConfig(a.Addr(), `, "max_concurrent_queries": 4, "services": {"exclude": ["consul"]}`), func(s *Source) {
+		s.wrapRoundTripper = func(next http.RoundTripper) http.RoundTripper { pc.next = next; return pc }
+	})
+	want := func(health sources.HealthStatus) []sources.Endpoint {
+		weight := uint32(3)
+		if health == sources.HealthDraining {
+			weight = 0
+		}
+		return endpoints(t, instanceWant{a: a, id: "s3-1", name: "s3", addr: "127.0.3.1", port: 1003, health: health, weight: weight})
+	}
+	waitService(t, sink, "s3", want(sources.HealthHealthy))
+	if d := s.DebugInfo().(Debug); d.Datacenters[0].Feed == nil {
+		t.Fatalf("not in hinted mode: %+v", d.Datacenters[0])
+	}
+	time.Sleep(500 * time.Millisecond) // the start-up reads settle
+	pc.take()
+	a.TTL("s3-1-ttl", api.HealthCritical)
+	waitService(t, sink, "s3", want(sources.HealthUnhealthy))
+	a.TTL("s3-1-ttl", api.HealthPassing)
+	waitService(t, sink, "s3", want(sources.HealthHealthy))
+	if err := a.Client.Agent().EnableServiceMaintenance("s3-1", "test"); err != nil {
+		t.Fatal(err)
+	}
+	waitService(t, sink, "s3", want(sources.HealthDraining))
+	if err := a.Client.Agent().DisableServiceMaintenance("s3-1"); err != nil {
+		t.Fatal(err)
+	}
+	waitService(t, sink, "s3", want(sources.HealthHealthy))
+	time.Sleep(300 * time.Millisecond)
+	for path, c := range pc.take() {
+		if strings.HasPrefix(path, "/v1/health/service/") {
+			t.Errorf("read %s ×%d; the change feed carries every change", path, c)
+		}
+	}
+}

@@ -378,3 +378,66 @@ func TestHintedModeFlipsWithoutServiceRead(t *testing.T) {
 		}
 	}
 }
+
+// In hinted mode, an instance changed in place (its meta) with its checks
+// untouched moves the service list's index, and a read of every check
+// does not show it: the services of the nodes are read (fewer nodes than
+// services) and only the changed service is read again, not every one.
+func TestHintedModeInPlaceChangeReadsOnlyItsService(t *testing.T) {
+	a := startAgent(t, "dc1")
+	const n = 8
+	register := func(i int, meta map[string]string) {
+		node := fmt.Sprintf("cat-node-%d", i%2)
+		svc := fmt.Sprintf("s%d", i)
+		if _, err := a.Client.Catalog().Register(&api.CatalogRegistration{
+			Node: node, Address: "127.0.3.9", SkipNodeUpdate: true,
+			Service: &api.AgentService{ID: svc + "-1", Service: svc, Port: 2000 + i, Meta: meta},
+			Check:   &api.AgentCheck{Node: node, CheckID: svc + "-chk", Name: "c", Status: api.HealthPassing, ServiceID: svc + "-1"},
+		}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < n; i++ {
+		register(i, nil)
+	}
+	pc := &pathCounter{n: map[string]int{}}
+	s, sink := startSourceWith(t, baseConfig(a.Addr(), `, "max_concurrent_queries": 4, "services": {"exclude": ["consul"]}`), func(s *Source) {
+		s.wrapRoundTripper = func(next http.RoundTripper) http.RoundTripper { pc.next = next; return pc }
+	})
+	metaOf := func(name string) any {
+		u, ok := sink.Last()
+		if !ok {
+			return nil
+		}
+		sv, ok := findService(u, name)
+		if !ok || len(sv.Endpoints) != 1 {
+			return nil
+		}
+		return sv.Endpoints[0].Metadata["consul"]["meta.version"]
+	}
+	waitFor(t, "every service", func() bool {
+		u, ok := sink.Last()
+		return ok && len(u.Services) == n
+	})
+	if d := s.DebugInfo().(Debug); d.Datacenters[0].Feed == nil {
+		t.Fatalf("not in hinted mode: %+v", d.Datacenters[0])
+	}
+	time.Sleep(500 * time.Millisecond) // the start-up reads settle
+	pc.take()
+	register(2, map[string]string{"version": "2"})
+	waitFor(t, "s2's new meta", func() bool { return metaOf("s2") == "2" })
+	time.Sleep(300 * time.Millisecond)
+	var others []string
+	reqs := pc.take()
+	for path, c := range reqs {
+		if strings.HasPrefix(path, "/v1/health/service/") && path != "/v1/health/service/s2" {
+			others = append(others, fmt.Sprintf("%s×%d", path, c))
+		}
+	}
+	if len(others) > 0 {
+		t.Errorf("a change in place of s2 read other services: %v", others)
+	}
+	if reqs["/v1/catalog/node-services/cat-node-0"] != 1 || reqs["/v1/catalog/node-services/cat-node-1"] != 1 {
+		t.Errorf("node services not read once each: %v", reqs)
+	}
+}

@@ -48,7 +48,7 @@ func newMetrics(source string, s *Source) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "xdsbridge_consul_requests_total",
-			Help:        "Requests sent to the Consul agent, by endpoint (catalog_services, health_service, health_state, config_entries, status_leader: the recovery probe) and result (ok, error; stale_retry counts stale reads redone in consistent mode; backwards_retry reads whose index went backwards, redone in consistent mode; no_leader counts probes answered without a leader).",
+			Help:        "Requests sent to the Consul agent, by endpoint (catalog_services, health_service, health_state, catalog_node_services, config_entries, status_leader: the recovery probe) and result (ok, error; stale_retry counts stale reads redone in consistent mode; backwards_retry reads whose index went backwards, redone in consistent mode; no_leader counts probes answered without a leader).",
 			ConstLabels: cl,
 		}, []string{"endpoint", "result"}),
 		blocking: prometheus.NewHistogramVec(prometheus.HistogramOpts{

@@ -20,6 +20,7 @@ const (
 	epServices     = "catalog_services"
 	epHealth       = "health_service"
 	epHealthState  = "health_state"
+	epNodeServices = "catalog_node_services"
 	epStatusLeader = "status_leader"
 	epConfig       = "config_entries"
 )
@@ -307,11 +308,12 @@ func (r *runner) runDC(ctx context.Context, dc *dcState) {
 	lists := make(chan listResult)
 	hints := make(chan hint)
 	sweep := make(chan struct{}, 1)
+	nodeSweep := make(chan []string, 1)
 	var wg sync.WaitGroup
 	wg.Add(3)
 	go func() { defer wg.Done(); r.watchList(ctx, dc, lists) }()
 	go func() { defer wg.Done(); r.changeFeed(ctx, dc, hints) }()
-	go func() { defer wg.Done(); r.checkSweep(ctx, dc, sweep, hints) }()
+	go func() { defer wg.Done(); r.checkSweep(ctx, dc, sweep, nodeSweep, hints) }()
 	svcs := map[string]*serviceWatch{}
 	defer func() {
 		for _, sw := range svcs {
@@ -337,7 +339,12 @@ func (r *runner) runDC(ctx context.Context, dc *dcState) {
 			}
 			prev = l
 		case h := <-hints:
-			r.applyHint(ctx, dc, h, svcs)
+			if nodes := r.applyHint(ctx, dc, h, svcs); nodes != nil {
+				select {
+				case nodeSweep <- nodes:
+				default: // one is pending
+				}
+			}
 		case <-r.modeChanged():
 			wakeAll(svcs)
 		}
@@ -579,14 +586,17 @@ type hint struct {
 	// whose checks are not those of its last read (one added, gone, or of
 	// another status), or with an instance without checks, is woken too.
 	checks map[string]map[string]string
-	// orElseAll: wake every service when the hint wakes none (the change
-	// is one the checks do not show).
-	orElseAll bool
+	// orElse is what to do when the hint wakes no service (the change is
+	// one it does not show): orElseNodes, read the services of every node
+	// (nodeHint); orElseAll, wake every service.
+	orElse int
 	// byService and byNode are the change feed's check changes themselves,
 	// by service name (service checks) and by node (node checks): what a
 	// service's last result needs to be brought up to date without a read.
 	byService map[string][]checkChange
 	byNode    map[string][]checkChange
+	// wake, when set, names the services to read (nodeHint).
+	wake map[string]bool
 }
 
 // checkChange is one check the change feed saw change: it appeared in
@@ -597,6 +607,13 @@ type checkChange struct {
 	left  bool
 	idx   uint64
 }
+
+// What a hint that wakes no service asks for (hint.orElse).
+const (
+	orElseNothing = iota
+	orElseNodes
+	orElseAll
+)
 
 func newHint() hint {
 	return hint{services: map[string]uint64{}, nodes: map[string]uint64{},
@@ -698,42 +715,124 @@ func (r *runner) changeFeed(ctx context.Context, dc *dcState, out chan<- hint) {
 // of the datacenter once, not blocking, and sends to out the hint of what
 // the service list's index moved for: services whose service checks are
 // not those of their last read (one added, gone, or of another status) and
-// services with an instance without checks; every service when none of
-// these is found. One read of the checks replaces a read of every service;
-// a check whose output alone changed wakes nothing.
-func (r *runner) checkSweep(ctx context.Context, dc *dcState, want <-chan struct{}, out chan<- hint) {
+// services with an instance without checks. One read of the checks
+// replaces a read of every service; a check whose output alone changed
+// wakes nothing. When it wakes nothing, runDC asks on wantNodes for the
+// services of the named nodes (nodeHint).
+func (r *runner) checkSweep(ctx context.Context, dc *dcState, want <-chan struct{}, wantNodes <-chan []string, out chan<- hint) {
 	w := r.newWatch(dc, epHealthState, dc.label+": health state (all checks)", &dc.sweep)
 	w.bucket = newTokenBucket(r.s.set.feedRate, int(max(r.s.set.feedRate, 1)))
 	fetch := func(q *api.QueryOptions) (api.HealthChecks, *api.QueryMeta, error) {
 		return r.client.Health().State(api.HealthAny, q)
 	}
 	for {
+		var h hint
 		select {
 		case <-ctx.Done():
 			return
 		case <-want:
-		}
-		var checks api.HealthChecks
-		for {
-			var err error
-			if checks, err = read(ctx, w, false, fetch); err == nil {
-				break
+			var checks api.HealthChecks
+			for {
+				var err error
+				if checks, err = read(ctx, w, false, fetch); err == nil {
+					break
+				}
+				if ctx.Err() != nil {
+					return
+				}
 			}
-			if ctx.Err() != nil {
-				return
+			h = sweepHint(checks)
+		case nodes := <-wantNodes:
+			lists := make(map[string]*api.CatalogNodeServiceList, len(nodes))
+			for _, node := range nodes {
+				// A watch of its own: each node's index is its own, and a
+				// lower one than another node's is not an index going back.
+				nw := r.newWatch(dc, epNodeServices, dc.label+": services of node "+node, &dc.sweep)
+				nw.bucket = w.bucket
+				fetch := func(q *api.QueryOptions) (*api.CatalogNodeServiceList, *api.QueryMeta, error) {
+					return r.client.Catalog().NodeServiceList(node, q)
+				}
+				for {
+					l, err := read(ctx, nw, false, fetch)
+					if err == nil {
+						lists[node] = l
+						break
+					}
+					if ctx.Err() != nil {
+						return
+					}
+				}
 			}
+			h = r.nodeHint(dc, lists)
 		}
 		select {
-		case out <- sweepHint(checks):
+		case out <- h:
 		case <-ctx.Done():
 			return
 		}
 	}
 }
 
+// nodeHint is the hint of a read of the services of nodes (lists, by node
+// name; nil: the node is gone): the services with an instance on one of
+// the nodes that their last read does not have (new), that the node no
+// longer has (removed), or that was modified after that read (in place:
+// address, port, tags, meta), and the services on a node modified after
+// their last read. Every service when none of these is found.
+func (r *runner) nodeHint(dc *dcState, lists map[string]*api.CatalogNodeServiceList) hint {
+	h := hint{wake: map[string]bool{}, orElse: orElseAll}
+	s := r.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// The instances on the nodes read, by service.
+	onNodes := map[string]map[string]uint64{} // service → node "\x00" ID → ModifyIndex
+	for node, l := range lists {
+		if l == nil {
+			continue
+		}
+		for _, sv := range l.Services {
+			if sv == nil || dc.services[sv.Service] == nil {
+				continue
+			}
+			m := onNodes[sv.Service]
+			if m == nil {
+				m = map[string]uint64{}
+				onNodes[sv.Service] = m
+			}
+			idx := sv.ModifyIndex
+			if l.Node != nil {
+				idx = max(idx, l.Node.ModifyIndex)
+			}
+			m[node+"\x00"+sv.ID] = idx
+		}
+	}
+	for name, st := range dc.services {
+		if !st.ready {
+			continue
+		}
+		seen, have, on := st.seen(), 0, onNodes[name]
+		for _, e := range st.entries {
+			if e == nil || e.Node == nil || e.Service == nil {
+				continue
+			}
+			if _, read := lists[e.Node.Node]; !read {
+				continue
+			}
+			have++
+			if idx, ok := on[e.Node.Node+"\x00"+e.Service.ID]; !ok || idx > seen {
+				h.wake[name] = true // removed, or modified since
+			}
+		}
+		if len(on) != have {
+			h.wake[name] = true // a new instance
+		}
+	}
+	return h
+}
+
 // sweepHint is the hint of a read of every check (checkSweep).
 func sweepHint(checks api.HealthChecks) hint {
-	h := hint{checks: map[string]map[string]string{}, orElseAll: true}
+	h := hint{checks: map[string]map[string]string{}, orElse: orElseNodes}
 	for _, c := range checks {
 		if c == nil || c.ServiceID == "" {
 			continue // node checks: the change feed has their status
@@ -753,22 +852,25 @@ func sweepHint(checks api.HealthChecks) hint {
 // all belong to instances it already has is patched from the feed itself
 // (patchEntries) and mapped again, without a read; the others, and every
 // service a check sweep names, are woken to read.
-func (r *runner) applyHint(ctx context.Context, dc *dcState, h hint, svcs map[string]*serviceWatch) {
+func (r *runner) applyHint(ctx context.Context, dc *dcState, h hint, svcs map[string]*serviceWatch) (nodes []string) {
 	s := r.s
 	s.mu.Lock()
 	var wake []string
 	var patches []patch
 	for name, st := range dc.services {
-		if !st.ready || !hintWakes(h, name, st) {
+		if !st.ready || !(h.wake[name] || hintWakes(h, name, st)) {
 			continue
 		}
-		if h.checks == nil {
+		if h.checks == nil && h.wake == nil {
 			if p, ok := patchEntries(name, st, h); ok {
 				patches = append(patches, p)
 				continue
 			}
 		}
 		wake = append(wake, name)
+	}
+	if len(wake) == 0 && len(patches) == 0 && h.orElse == orElseNodes {
+		nodes = nodesToRead(dc)
 	}
 	s.mu.Unlock()
 	for _, p := range patches {
@@ -778,15 +880,36 @@ func (r *runner) applyHint(ctx context.Context, dc *dcState, h hint, svcs map[st
 			wake = append(wake, p.name)
 		}
 	}
-	if len(wake) == 0 && len(patches) == 0 && h.orElseAll {
+	if len(wake) == 0 && len(patches) == 0 && nodes == nil && h.orElse != orElseNothing {
 		wakeAll(svcs)
-		return
+		return nil
 	}
 	for _, name := range wake {
 		if sw := svcs[name]; sw != nil {
 			sw.poke()
 		}
 	}
+	return nodes
+}
+
+// nodesToRead is the nodes of the datacenter's selected services, sorted,
+// when they are fewer than the services (a read of each node's services
+// then costs fewer requests than a read of each service); nil otherwise.
+// Callers hold Source.mu.
+func nodesToRead(dc *dcState) []string {
+	set := map[string]bool{}
+	for _, st := range dc.services {
+		for n := range st.nodes {
+			set[n] = true
+			if len(set) >= len(dc.services) {
+				return nil
+			}
+		}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(set))
 }
 
 // patch is a service's last health result with the change feed's check

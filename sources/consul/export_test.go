@@ -15,7 +15,9 @@ type FlipObserver interface {
 }
 
 // Observe implements FlipObserver.
-func (k *flipSink) Observe(cluster string, h sources.HealthStatus, at time.Time) { k.observe(cluster, h, at) }
+func (k *flipSink) Observe(cluster string, h sources.HealthStatus, at time.Time) {
+	k.observe(cluster, h, at)
+}
 
 // startXDSBridge runs, for XDSBRIDGE_CONSUL_BENCH_XDS=1, a bridge built
 // as the app builds it on the Consul agent at agentAddr, with an xDS

@@ -36,8 +36,8 @@ type scaleConfig struct {
 	// xds: each replica is a bridge built as the app builds it and the
 	// flips are seen by a delta xDS client (startXDSBridge), not at the
 	// source's Publish.
-	xds bool
-	churn    []churnPhase
+	xds   bool
+	churn []churnPhase
 }
 
 // churnPhase changes instances at a steady rate: "redeploy" replaces an

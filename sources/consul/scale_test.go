@@ -38,6 +38,9 @@ type scaleConfig struct {
 	// source's Publish.
 	xds   bool
 	churn []churnPhase
+	// check, when set, is called after each phase ("flips", or the churn
+	// kind) with its number of changes and the requests sent, by path.
+	check func(t *testing.T, phase string, changes int, reqs map[string]int)
 }
 
 // churnPhase changes instances at a steady rate: "redeploy" replaces an
@@ -51,12 +54,28 @@ type churnPhase struct {
 }
 
 // TestCatalogFlipsAtSteadyRate runs a small catalog-scale run against a
-// real Consul server: 200 services × 3 instances (hinted mode with the
-// default 64 query slots), 10 flips/s for 5 s over 25 services, so each
-// check turns critical, then passing again. Every flip must reach a
-// Publish; the figures are logged (-v).
+// real Consul server: 200 services × 3 instances on 3 nodes (hinted mode
+// with the default 64 query slots), 10 flips/s for 3 s over 25 services,
+// so each check turns critical, then passing again; then instances changed
+// in place (meta) and redeployed (a new ID with its check), 2 a second.
+// Every flip must reach a Publish, and what each change costs Consul is
+// bounded, never a read of every service: a flip is carried by the change
+// feed alone (at most one service read in ten flips), a change in place or
+// a redeploy costs at most two service reads.
 func TestCatalogFlipsAtSteadyRate(t *testing.T) {
-	runScale(t, scaleConfig{services: 200, rates: []int{10}, phase: 5 * time.Second, flipOver: 25})
+	runScale(t, scaleConfig{services: 200, rates: []int{10}, phase: 3 * time.Second, flipOver: 25,
+		churn: []churnPhase{{kind: "meta", rate: 2}, {kind: "redeploy", rate: 2}},
+		check: func(t *testing.T, phase string, changes int, reqs map[string]int) {
+			reads := reqs["/v1/health/service/:name"]
+			switch {
+			case changes == 0:
+				t.Errorf("%s: no changes made", phase)
+			case phase == "flips" && reads > changes/10:
+				t.Errorf("%d flips read services %d times: the change feed should carry them (%v)", changes, reads, reqs)
+			case phase != "flips" && reads > 2*changes:
+				t.Errorf("%d changes (%s) read services %d times (%v)", changes, phase, reads, reqs)
+			}
+		}})
 }
 
 // TestCatalogScaleBenchmark is the catalog-scale benchmark, gated by
@@ -189,7 +208,8 @@ func runScale(t *testing.T, cfg scaleConfig) {
 	if cfg.idle > 0 {
 		m := startMeasure(a, rt)
 		time.Sleep(cfg.idle)
-		t.Logf("idle %s: %s", cfg.idle, m.stop())
+		usage, _ := m.stop()
+		t.Logf("idle %s: %s", cfg.idle, usage)
 	}
 	// The flips go through a client of their own with at most 8 writes in
 	// flight (and so 8 connections): a tick that finds them all busy is
@@ -242,7 +262,7 @@ func runScale(t *testing.T, cfg scaleConfig) {
 		for sink.pendingCount() > 0 && time.Now().Before(wait) {
 			time.Sleep(10 * time.Millisecond)
 		}
-		usage := m.stop()
+		usage, reqs := m.stop()
 		ft, missed := sink.take()
 		failed := sink.takeFailed()
 		if missed > 0 || failed > 0 || len(ft.fromReturn) == 0 {
@@ -253,9 +273,15 @@ func runScale(t *testing.T, cfg scaleConfig) {
 		t.Logf("%d flips/s for %s (%d flips, %d ticks skipped with 8 writes in flight): flip → %s from the catalog write's return p50 %s, p99 %s, max %s (%d seen before the write returned); from its call p50 %s, p99 %s; the write's own call p50 %s, p99 %s; %s; load average %s",
 			rate, cfg.phase, flips, skipped, seenAt, pct(lat, 0.50), pct(lat, 0.99), lat[len(lat)-1].Round(time.Microsecond), ft.early,
 			pct(ft.fromCall, 0.5), pct(ft.fromCall, 0.99), pct(ft.writes, 0.5), pct(ft.writes, 0.99), usage, loadAverage())
+		if cfg.check != nil {
+			cfg.check(t, "flips", flips, reqs)
+		}
 	}
 	for _, ph := range cfg.churn {
-		churnAt(t, a, writer, rt, ph, cfg.services, cfg.phase)
+		n, reqs := churnAt(t, a, writer, rt, ph, cfg.services, cfg.phase)
+		if cfg.check != nil {
+			cfg.check(t, ph.kind, n, reqs)
+		}
 	}
 }
 
@@ -271,7 +297,7 @@ func (x countInto) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // churnAt runs one churn phase.
-func churnAt(t *testing.T, a *consultest.Agent, writer *api.Client, rt requestCounter, ph churnPhase, services int, d time.Duration) {
+func churnAt(t *testing.T, a *consultest.Agent, writer *api.Client, rt requestCounter, ph churnPhase, services int, d time.Duration) (changes int, reqs map[string]int) {
 	m := startMeasure(a, rt)
 	var failed atomic.Int64
 	var firstErr atomic.Value
@@ -296,7 +322,9 @@ func churnAt(t *testing.T, a *consultest.Agent, writer *api.Client, rt requestCo
 	if failed.Load() > 0 {
 		t.Errorf("%s: %d of %d changes failed, the first: %v", ph.kind, failed.Load(), n, firstErr.Load())
 	}
-	t.Logf("%s at %d/s for %s: %d changes; %s", ph.kind, ph.rate, d, n, m.stop())
+	usage, reqs := m.stop()
+	t.Logf("%s at %d/s for %s: %d changes; %s", ph.kind, ph.rate, d, n, usage)
+	return n, reqs
 }
 
 // churnOne changes service i's instance on node 1 (once per service).
@@ -598,7 +626,7 @@ func startMeasure(a *consultest.Agent, rt requestCounter) *measure {
 	return &measure{a: a, rt: rt, at: time.Now(), self: selfCPU(), consulCPU: procCPU(a.Pid())}
 }
 
-func (m *measure) stop() string {
+func (m *measure) stop() (string, map[string]int) {
 	secs := time.Since(m.at).Seconds()
 	reqs := m.rt.take()
 	total := 0
@@ -606,7 +634,7 @@ func (m *measure) stop() string {
 		total += v
 	}
 	return fmt.Sprintf("bridge %.3f cores, RSS %d MB; Consul %.3f cores; %.1f requests/s %v",
-		(selfCPU()-m.self).Seconds()/secs, selfRSS()>>20, (procCPU(m.a.Pid())-m.consulCPU).Seconds()/secs, float64(total)/secs, reqs)
+		(selfCPU()-m.self).Seconds()/secs, selfRSS()>>20, (procCPU(m.a.Pid())-m.consulCPU).Seconds()/secs, float64(total)/secs, reqs), reqs
 }
 
 // requestCounter counts the requests sent to Consul by endpoint since

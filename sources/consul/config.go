@@ -217,7 +217,7 @@ func parseConfig(raw json.RawMessage, baseDir string) (*settings, error) {
 		return nil, err
 	}
 	s.configEntries = c.ConfigEntries
-	if s.configEntries && s.maxQueries < 2*(1+len(s.failoverDCs))+len(entryKinds)+1 {
+	if s.configEntries && s.maxQueries < heldPerDC*(1+len(s.failoverDCs))+len(entryKinds)+1 {
 		return nil, fmt.Errorf("max_concurrent_queries: %d leaves no query for service watches besides the lists, change feeds and %d config-entry watches", s.maxQueries, len(entryKinds))
 	}
 	return s, nil

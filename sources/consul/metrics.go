@@ -142,7 +142,8 @@ func (s *Source) staleness(dc *dcState, now time.Time) time.Duration {
 		}
 	}
 	consider(&dc.list)
-	consider(&dc.feed)
+	consider(&dc.feed[0])
+	consider(&dc.feed[1])
 	if s.ce != nil && dc == s.dcs[0] {
 		for _, w := range s.ce.watches {
 			consider(w)

@@ -95,8 +95,8 @@ type dcState struct {
 	actual   string // datacenter name as reported in results
 
 	list     watchInfo
-	feed     watchInfo // the change feed, in hinted mode
-	sweep    watchInfo // the reads of every check, in hinted mode
+	feed     [2]watchInfo // the change feed's queries (feedStates), in hinted mode
+	sweep    watchInfo    // the reads of every check, in hinted mode
 	listSeen bool
 	selected int
 	services map[string]*svcState
@@ -430,7 +430,7 @@ func (s *Source) failingLocked() bool {
 		}
 	}
 	for _, dc := range s.dcs {
-		if dc.list.failing || dc.feed.failing || dc.sweep.failing {
+		if dc.list.failing || dc.feed[0].failing || dc.feed[1].failing || dc.sweep.failing {
 			return true
 		}
 		for _, st := range dc.services {

@@ -82,7 +82,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{`{"wait_time": "11m"}`, "wait_time"},
 		{`{"wait_time": "bogus"}`, "wait_time"},
 		{`{"max_concurrent_queries": 500}`, "max_concurrent_queries"},
-		{`{"max_concurrent_queries": 6, "config_entries": true}`, "max_concurrent_queries: 6 leaves no query"},
+		{`{"max_concurrent_queries": 7, "config_entries": true}`, "max_concurrent_queries: 7 leaves no query"},
 		{`{"config_entries": "yes"}`, "config_entries"},
 		{`{"rate_limit": -1}`, "rate_limit"},
 		{`{"retry_min": "10s", "retry_max": "1s"}`, "retry_max"},

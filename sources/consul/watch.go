@@ -15,6 +15,10 @@ import (
 	"github.com/hashicorp/consul/api"
 )
 
+// heldPerDC is how many blocking queries each datacenter holds in hinted
+// mode: the service list and the change feed's feedStates.
+const heldPerDC = 1 + len(feedStates)
+
 // Metric endpoint labels.
 const (
 	epServices     = "catalog_services"
@@ -55,10 +59,10 @@ func newRunner(s *Source, client *api.Client) *runner {
 }
 
 // serviceSlots is how many service watches may hold blocking queries: the
-// slots less one list watch and one change feed per datacenter, and the
-// config-entry watches.
+// slots less, per datacenter, the list watch and the change feed's
+// queries (heldPerDC), and the config-entry watches.
 func (r *runner) serviceSlots() int64 {
-	n := r.s.set.maxQueries - 2*len(r.s.dcs)
+	n := r.s.set.maxQueries - heldPerDC*len(r.s.dcs)
 	if r.s.ce != nil {
 		n -= len(entryKinds)
 	}
@@ -632,12 +636,14 @@ func (h hint) add(c *api.HealthCheck, idx uint64, left bool) {
 	by[key] = append(by[key], checkChange{check: c, left: left, idx: idx})
 }
 
-// feedFilter narrows the change feed to the checks that are not passing
-// (Consul's filter, evaluated by the server before it encodes the
-// response), so that a read costs what is failing, not every check of the
-// datacenter. A check that turns passing, or is deleted, leaves the result:
-// the feed compares each result with the previous one.
-const feedFilter = `Status != "passing"`
+// feedStates are the check statuses the change feed watches, each with a
+// blocking query on /v1/health/state/<status>: every status but passing.
+// Consul reads a status's checks from its index on the status, so a read
+// costs the checks of that status, not every check of the datacenter, and
+// a check that changes while passing wakes neither query. A check that
+// turns passing, or is deleted, leaves the results: the feed compares
+// each union of the two with the previous one.
+var feedStates = [2]string{api.HealthCritical, api.HealthWarning}
 
 // feedCheck is what the change feed keeps of a check that is not passing.
 type feedCheck struct {
@@ -673,42 +679,161 @@ func diffFeed(prev map[string]feedCheck, checks api.HealthChecks, index uint64) 
 	return h, next
 }
 
-// changeFeed runs, in hinted mode only, a blocking query on
-// /v1/health/state/any narrowed to the checks that are not passing
-// (feedFilter) and sends what changed to out.
+// changeFeed runs, in hinted mode only, the change feed (feedStates)
+// and sends what changed to out.
 func (r *runner) changeFeed(ctx context.Context, dc *dcState, out chan<- hint) {
-	w := r.newWatch(dc, epHealthState, dc.label+": health state", &dc.feed)
-	w.bucket = newTokenBucket(r.s.set.feedRate, int(max(r.s.set.feedRate, 1)))
-	fetch := func(q *api.QueryOptions) (api.HealthChecks, *api.QueryMeta, error) {
-		q.Filter = feedFilter
-		return r.client.Health().State(api.HealthAny, q)
-	}
-	var prev map[string]feedCheck
 	for ctx.Err() == nil {
-		if !r.hinted.Load() {
-			w.index, prev = 0, nil
-			r.s.mu.Lock()
-			dc.feed = watchInfo{state: "off"}
-			r.s.mu.Unlock()
-			select {
-			case <-ctx.Done():
-				return
-			case <-r.modeChanged():
-			}
+		if r.hinted.Load() {
+			r.runFeed(ctx, dc, out)
 			continue
 		}
-		checks, err := read(ctx, w, true, fetch)
-		if err != nil {
+		r.s.mu.Lock()
+		dc.feed = [2]watchInfo{{state: "off"}, {state: "off"}}
+		r.s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.modeChanged():
+		}
+	}
+}
+
+// feedResult is one read of one status of the change feed.
+type feedResult struct {
+	state  int // in feedStates
+	checks api.HealthChecks
+	index  uint64
+}
+
+// runFeed runs the change feed's blocking queries until ctx is done or
+// the mode is no longer hinted. Each result is merged with the other
+// status's last one (a check in both, moving between them: the higher
+// ModifyIndex) and the union compared with the previous union (diffFeed).
+// When a check left a status's result, the other status is first read
+// again (not blocking): the check may have moved there, and its own
+// blocking query may not have returned yet; without that read the check
+// would be taken as passing for a moment.
+func (r *runner) runFeed(ctx context.Context, dc *dcState, out chan<- hint) {
+	fctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	rate, burst := r.s.set.feedRate, int(max(r.s.set.feedRate, 1))
+	fetch := func(i int) fetchFunc[api.HealthChecks] {
+		return func(q *api.QueryOptions) (api.HealthChecks, *api.QueryMeta, error) {
+			return r.client.Health().State(feedStates[i], q)
+		}
+	}
+	results := make(chan feedResult)
+	var again [2]*watch // the reads of the other status, owned by this goroutine
+	for i := range feedStates {
+		what := fmt.Sprintf("%s: health state %s", dc.label, feedStates[i])
+		again[i] = r.newWatch(dc, epHealthState, what, &dc.feed[i])
+		again[i].bucket = newTokenBucket(rate, burst)
+		w := r.newWatch(dc, epHealthState, what, &dc.feed[i])
+		w.bucket = newTokenBucket(rate, burst)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for fctx.Err() == nil {
+				checks, err := read(fctx, w, true, fetch(i))
+				if err != nil {
+					continue
+				}
+				select {
+				case results <- feedResult{state: i, checks: checks, index: w.index}:
+				case <-fctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	var (
+		latest [2]*feedResult
+		got    int // the status of the last result
+		prev   map[string]feedCheck
+	)
+	mode := r.modeChanged()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-mode:
+			if !r.hinted.Load() {
+				return
+			}
+			mode = r.modeChanged()
 			continue
+		case res := <-results:
+			latest[res.state] = &res
+			got = res.state
+		}
+		other := 1 - got
+		if latest[other] == nil {
+			continue // the first union waits for both statuses
+		}
+		if prev != nil && leftState(prev, feedStates[got], latest[got].checks) {
+			if checks, err := read(ctx, again[other], false, fetch(other)); err == nil && again[other].index >= latest[other].index {
+				latest[other] = &feedResult{state: other, checks: checks, index: again[other].index}
+			} else if ctx.Err() != nil {
+				return
+			}
+		}
+		index := max(latest[0].index, latest[1].index)
+		if latest[0].index == 0 || latest[1].index == 0 {
+			index = 0 // an index reset
 		}
 		var h hint
-		h, prev = diffFeed(prev, checks, w.index)
+		h, prev = diffFeed(prev, unionChecks(latest[0].checks, latest[1].checks), index)
 		select {
 		case out <- h:
 		case <-ctx.Done():
 			return
 		}
 	}
+}
+
+// leftState reports whether a check of status state in prev is not in
+// checks, a new result of that status.
+func leftState(prev map[string]feedCheck, state string, checks api.HealthChecks) bool {
+	in := make(map[string]bool, len(checks))
+	for _, c := range checks {
+		if c != nil {
+			in[c.Node+"\x00"+c.CheckID] = true
+		}
+	}
+	for key, fc := range prev {
+		if fc.check.Status == state && !in[key] {
+			return true
+		}
+	}
+	return false
+}
+
+// unionChecks merges the results of two statuses: a check in both (it
+// moved between them while they were read) is taken at its higher
+// ModifyIndex.
+func unionChecks(a, b api.HealthChecks) api.HealthChecks {
+	out := make(api.HealthChecks, 0, len(a)+len(b))
+	at := make(map[string]int, len(a))
+	for _, c := range a {
+		if c != nil {
+			at[c.Node+"\x00"+c.CheckID] = len(out)
+			out = append(out, c)
+		}
+	}
+	for _, c := range b {
+		if c == nil {
+			continue
+		}
+		if i, ok := at[c.Node+"\x00"+c.CheckID]; ok {
+			if c.ModifyIndex > out[i].ModifyIndex {
+				out[i] = c
+			}
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // checkSweep reads, on each request on want (in hinted mode), every check

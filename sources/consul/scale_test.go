@@ -38,6 +38,9 @@ type scaleConfig struct {
 	// source's Publish.
 	xds   bool
 	churn []churnPhase
+	// restart, when set, kills Consul after the flips, starts it again
+	// and measures this long once it is back.
+	restart time.Duration
 	// check, when set, is called after each phase ("flips", or the churn
 	// kind) with its number of changes and the requests sent, by path.
 	check func(t *testing.T, phase string, changes int, reqs map[string]int)
@@ -91,7 +94,8 @@ func TestCatalogFlipsAtSteadyRate(t *testing.T) {
 // dev agent (-dev: no data directory, no disk writes) instead of a server
 // with a data directory; _XDS=1 runs each replica as a bridge built as the
 // app builds it and times each flip to a delta xDS client's EDS response
-// (xdsbench_test.go) instead of to the source's Publish.
+// (xdsbench_test.go) instead of to the source's Publish; _RESTART=N kills
+// Consul after the flips and reports the N seconds after it is back.
 func TestCatalogScaleBenchmark(t *testing.T) {
 	if os.Getenv("XDSBRIDGE_CONSUL_BENCH") != "1" {
 		t.Skip("set XDSBRIDGE_CONSUL_BENCH=1 to run the benchmark")
@@ -114,6 +118,7 @@ func TestCatalogScaleBenchmark(t *testing.T) {
 	}
 	cfg.replicas = envInt(t, "XDSBRIDGE_CONSUL_BENCH_REPLICAS", 1)
 	cfg.xds = os.Getenv("XDSBRIDGE_CONSUL_BENCH_XDS") == "1"
+	cfg.restart = time.Duration(envInt(t, "XDSBRIDGE_CONSUL_BENCH_RESTART", 0)) * time.Second
 	if c := os.Getenv("XDSBRIDGE_CONSUL_BENCH_CHURN"); c != "" {
 		for _, f := range strings.Split(c, ",") {
 			kind, r, _ := strings.Cut(strings.TrimSpace(f), ":")
@@ -276,6 +281,17 @@ func runScale(t *testing.T, cfg scaleConfig) {
 		if cfg.check != nil {
 			cfg.check(t, "flips", flips, reqs)
 		}
+	}
+	if cfg.restart > 0 {
+		// Consul killed, down 2 s, started again: what the bridges read
+		// once it is back (the outage's own recovery probes excluded).
+		a.Stop()
+		time.Sleep(2 * time.Second)
+		a.Restart()
+		m := startMeasure(a, rt)
+		time.Sleep(cfg.restart)
+		usage, _ := m.stop()
+		t.Logf("the %s after Consul was restarted (killed, down 2s): %s; load average %s", cfg.restart, usage, loadAverage())
 	}
 	for _, ph := range cfg.churn {
 		n, reqs := churnAt(t, a, writer, rt, ph, cfg.services, cfg.phase)

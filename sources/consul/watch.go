@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
 	"reflect"
 	"slices"
@@ -982,7 +983,7 @@ func (r *runner) applyHint(ctx context.Context, dc *dcState, h hint, svcs map[st
 	s.mu.Lock()
 	var wake []string
 	var patches []patch
-	for name, st := range dc.services {
+	for name, st := range hintCandidates(dc, h) {
 		if !st.ready || !(h.wake[name] || hintWakes(h, name, st)) {
 			continue
 		}
@@ -1015,6 +1016,29 @@ func (r *runner) applyHint(ctx context.Context, dc *dcState, h hint, svcs map[st
 		}
 	}
 	return nodes
+}
+
+// hintCandidates is the services h may wake: those it names, or every
+// service for a hint of node checks or of a check sweep. Callers hold
+// Source.mu.
+func hintCandidates(dc *dcState, h hint) iter.Seq2[string, *svcState] {
+	if h.checks != nil || len(h.nodes) > 0 {
+		return maps.All(dc.services)
+	}
+	names := h.services
+	if h.wake != nil {
+		names = map[string]uint64{}
+		for name := range h.wake {
+			names[name] = 0
+		}
+	}
+	return func(yield func(string, *svcState) bool) {
+		for name := range names {
+			if st := dc.services[name]; st != nil && !yield(name, st) {
+				return
+			}
+		}
+	}
 }
 
 // nodesToRead is the nodes of the datacenter's selected services, sorted,

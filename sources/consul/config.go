@@ -56,6 +56,11 @@ type Config struct {
 	// datacenters outnumber it, service watches switch from holding blocking
 	// queries to being woken by a datacenter-wide change feed (README).
 	MaxConcurrentQueries int `json:"max_concurrent_queries"`
+	// MaxConcurrentReads bounds, within MaxConcurrentQueries, the
+	// requests in flight that do not block (the start-up reads, the reads
+	// of changed services), and so the connections a burst of them opens
+	// (default 16).
+	MaxConcurrentReads int `json:"max_concurrent_reads"`
 	// RateLimit is each watch's sustained queries per second (default 2)
 	// and RateBurst its burst (default 5).
 	RateLimit float64 `json:"rate_limit"`
@@ -159,6 +164,7 @@ type settings struct {
 	waitTime      time.Duration
 	staleAfter    time.Duration
 	maxQueries    int
+	maxReads      int
 	rateLimit     float64
 	rateBurst     int
 	feedRate      float64
@@ -412,6 +418,14 @@ func (c *Config) pacing(s *settings) error {
 	if s.maxQueries < 4 || s.maxQueries > 150 {
 		return fmt.Errorf("max_concurrent_queries: %d is not within 4..150 (the agent allows 200 connections per client)", s.maxQueries)
 	}
+	s.maxReads = c.MaxConcurrentReads
+	if s.maxReads == 0 {
+		s.maxReads = 16
+	}
+	if err := decode.CheckCount("max_concurrent_reads", s.maxReads, 1, 150); err != nil {
+		return err
+	}
+	s.maxReads = min(s.maxReads, s.maxQueries)
 	s.rateLimit = c.RateLimit
 	if s.rateLimit == 0 {
 		s.rateLimit = 2

@@ -222,9 +222,10 @@ func findService(u sources.Update, name string) (sources.Service, bool) {
 	return sources.Service{}, false
 }
 
-// After the start-up reads of a hinted-mode source, connections beyond the
-// held queries and idleConns idle ones are closed, not kept against the
-// agent's per-client limit.
+// A hinted-mode source's start-up reads open at most max_concurrent_reads
+// connections besides its held queries, and once they are done the
+// connections beyond the held queries and idleConns idle ones are closed,
+// not kept against the agent's per-client limit.
 func TestHintedModeClosesBurstConnections(t *testing.T) {
 	a := startAgent(t, "dc1")
 	registerMany(t, a, 120)
@@ -234,10 +235,16 @@ func TestHintedModeClosesBurstConnections(t *testing.T) {
 	})
 	sink.WaitFor(t, time.Minute, "first publish", func(us []sources.Update, _ []error) bool { return len(us) > 0 })
 	open := func() int64 { return conns.dials.Load() - conns.closes.Load() }
-	// 2 held queries (service list, change feed), idleConns idle, the
+	// The held queries (service list, change feed), idleConns idle, the
 	// liveness probe's.
-	const want = 2 + idleConns + 1
+	const want = int64(heldPerDC + idleConns + 1)
 	waitFor(t, fmt.Sprintf("at most %d open connections (dialed %d)", want, conns.dials.Load()), func() bool { return open() <= want })
+	// The start-up reads (120 services) run at most max_concurrent_reads
+	// (16) at once: the burst dials no more than that besides the held
+	// queries and the probe.
+	if d := conns.dials.Load(); d > int64(heldPerDC+16+1) {
+		t.Errorf("the start-up reads dialed %d connections, want at most %d", d, heldPerDC+16+1)
+	}
 	t.Logf("dialed %d, open %d", conns.dials.Load(), open())
 }
 

@@ -36,6 +36,7 @@ type runner struct {
 	s      *Source
 	client *api.Client
 	slots  chan struct{} // one token per request in flight
+	reads  chan struct{} // one token per request in flight that does not block
 
 	// hinted is true when the selected services outnumber the slots left
 	// for service watches: they then wait for change hints instead of
@@ -52,6 +53,7 @@ func newRunner(s *Source, client *api.Client) *runner {
 		s:        s,
 		client:   client,
 		slots:    make(chan struct{}, s.set.maxQueries),
+		reads:    make(chan struct{}, s.set.maxReads),
 		modeChan: make(chan struct{}),
 		selected: make([]atomic.Int64, len(s.dcs)),
 	}
@@ -117,10 +119,19 @@ func (r *runner) queryOptions(dc *dcState, index uint64, consistent bool) *api.Q
 // fetchFunc performs one read with the given options.
 type fetchFunc[T any] func(q *api.QueryOptions) (T, *api.QueryMeta, error)
 
-// do runs one read in a query slot, with a deadline past the wait time, and
-// records its metrics.
+// do runs one read in a query slot (and, a read that does not block, in
+// one of the max_concurrent_reads), with a deadline past the wait time,
+// and records its metrics.
 func do[T any](ctx context.Context, r *runner, endpoint string, q *api.QueryOptions, fetch fetchFunc[T]) (T, *api.QueryMeta, error) {
 	var zero T
+	if q.WaitIndex == 0 {
+		select {
+		case r.reads <- struct{}{}:
+		case <-ctx.Done():
+			return zero, nil, ctx.Err()
+		}
+		defer func() { <-r.reads }()
+	}
 	select {
 	case r.slots <- struct{}{}:
 	case <-ctx.Done():

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -230,8 +231,14 @@ func TestHintedModeClosesBurstConnections(t *testing.T) {
 	a := startAgent(t, "dc1")
 	registerMany(t, a, 120)
 	conns := &connCounter{}
+	var peak atomic.Int64 // the most connections open at once
 	_, sink := startSourceWith(t, baseConfig(a.Addr(), `, "services": {"exclude": ["consul"]}`), func(s *Source) {
-		s.wrapConn = func(c net.Conn) net.Conn { conns.dials.Add(1); return &countedConn{Conn: c, c: conns} }
+		s.wrapConn = func(c net.Conn) net.Conn {
+			open := conns.dials.Add(1) - conns.closes.Load()
+			for p := peak.Load(); open > p && !peak.CompareAndSwap(p, open); p = peak.Load() {
+			}
+			return &countedConn{Conn: c, c: conns}
+		}
 	})
 	sink.WaitFor(t, time.Minute, "first publish", func(us []sources.Update, _ []error) bool { return len(us) > 0 })
 	open := func() int64 { return conns.dials.Load() - conns.closes.Load() }
@@ -240,12 +247,12 @@ func TestHintedModeClosesBurstConnections(t *testing.T) {
 	const want = int64(heldPerDC + idleConns + 1)
 	waitFor(t, fmt.Sprintf("at most %d open connections (dialed %d)", want, conns.dials.Load()), func() bool { return open() <= want })
 	// The start-up reads (120 services) run at most max_concurrent_reads
-	// (16) at once: the burst dials no more than that besides the held
-	// queries and the probe.
-	if d := conns.dials.Load(); d > int64(heldPerDC+16+1) {
-		t.Errorf("the start-up reads dialed %d connections, want at most %d", d, heldPerDC+16+1)
+	// (16) at once: the burst opens no more connections than that besides
+	// the held queries and the probe.
+	if p := peak.Load(); p > int64(heldPerDC+16+1) {
+		t.Errorf("%d connections open at once during the start-up reads, want at most %d", p, heldPerDC+16+1)
 	}
-	t.Logf("dialed %d, open %d", conns.dials.Load(), open())
+	t.Logf("dialed %d, at most %d open at once, open %d", conns.dials.Load(), peak.Load(), open())
 }
 
 // The change feed's check changes are applied to a service's last result
@@ -446,5 +453,45 @@ func TestHintedModeInPlaceChangeReadsOnlyItsService(t *testing.T) {
 	}
 	if reqs["/v1/catalog/node-services/cat-node-0"] != 1 || reqs["/v1/catalog/node-services/cat-node-1"] != 1 {
 		t.Errorf("node services not read once each: %v", reqs)
+	}
+}
+
+// A read of a service keeps the changes applied from the change feed
+// before it that it does not have (a server behind the feed's), and drops
+// those it has, by each check's ModifyIndex: a read never takes back what
+// the feed showed, and is never refused for it.
+func TestReadKeepsNewerFeedChanges(t *testing.T) {
+	entry := func(status string, modify uint64) []*api.ServiceEntry {
+		return []*api.ServiceEntry{{Node: &api.Node{Node: "n1"}, Service: &api.AgentService{ID: "a-1", Service: "a"},
+			Checks: api.HealthChecks{{Node: "n1", CheckID: "a-chk", ServiceID: "a-1", ServiceName: "a", Status: status, ModifyIndex: modify}}}}
+	}
+	critical := &api.HealthCheck{Node: "n1", CheckID: "a-chk", ServiceID: "a-1", ServiceName: "a", Status: api.HealthCritical, ModifyIndex: 20}
+	statusOf := func(es []*api.ServiceEntry) string {
+		if len(es[0].Checks) == 0 {
+			return "absent"
+		}
+		return es[0].Checks[0].Status
+	}
+	for _, tc := range []struct {
+		what    string
+		read    []*api.ServiceEntry
+		applied checkChange
+		want    string
+		kept    bool
+	}{
+		{"read before the check turned critical", entry(api.HealthPassing, 10), checkChange{check: critical, idx: 20}, api.HealthCritical, true},
+		{"read with the critical check", entry(api.HealthCritical, 20), checkChange{check: critical, idx: 20}, api.HealthCritical, false},
+		{"read after it turned passing again", entry(api.HealthPassing, 30), checkChange{check: critical, idx: 20}, api.HealthPassing, false},
+		{"read before it turned passing", entry(api.HealthCritical, 20), checkChange{check: critical, idx: 25, left: true}, api.HealthPassing, true},
+		{"read after it turned passing", entry(api.HealthPassing, 25), checkChange{check: critical, idx: 25, left: true}, api.HealthPassing, false},
+		{"read after it was deleted", []*api.ServiceEntry{{Node: &api.Node{Node: "n1"}, Service: &api.AgentService{ID: "a-1", Service: "a"}}}, checkChange{check: critical, idx: 25, left: true}, "absent", false},
+	} {
+		got, keep := reapply(tc.read, []checkChange{tc.applied})
+		if statusOf(got) != tc.want || (len(keep) > 0) != tc.kept {
+			t.Errorf("%s: status %s, change kept %v; want %s, %v", tc.what, statusOf(got), len(keep) > 0, tc.want, tc.kept)
+		}
+		if tc.kept && statusOf(tc.read) == tc.want {
+			t.Errorf("%s: the read was modified", tc.what)
+		}
 	}
 }

@@ -64,13 +64,17 @@ type churnPhase struct {
 // Every flip must reach a Publish, and what each change costs Consul is
 // bounded, never a read of every service: a flip is carried by the change
 // feed alone (at most one service read in ten flips), a change in place or
-// a redeploy costs at most two service reads.
+// a redeploy costs at most two service reads, and once nothing changes
+// nothing is read.
 func TestCatalogFlipsAtSteadyRate(t *testing.T) {
 	runScale(t, scaleConfig{services: 200, rates: []int{10}, phase: 3 * time.Second, flipOver: 25,
 		churn: []churnPhase{{kind: "meta", rate: 2}, {kind: "redeploy", rate: 2}},
 		check: func(t *testing.T, phase string, changes int, reqs map[string]int) {
 			reads := reqs["/v1/health/service/:name"]
 			switch {
+			case phase == "quiet" && reads > 0:
+				t.Errorf("%d service reads while nothing changed (%v)", reads, reqs)
+			case phase == "quiet":
 			case changes == 0:
 				t.Errorf("%s: no changes made", phase)
 			case phase == "flips" && reads > changes/10:
@@ -298,6 +302,15 @@ func runScale(t *testing.T, cfg scaleConfig) {
 		if cfg.check != nil {
 			cfg.check(t, ph.kind, n, reqs)
 		}
+	}
+	if cfg.check != nil {
+		// Nothing changes: nothing is read (a service read after a change
+		// applied from the feed must not be read again and again).
+		m := startMeasure(a, rt)
+		time.Sleep(2 * time.Second)
+		usage, reqs := m.stop()
+		t.Logf("quiet 2s: %s", usage)
+		cfg.check(t, "quiet", 0, reqs)
 	}
 }
 

@@ -116,10 +116,12 @@ type svcState struct {
 	gen       uint64            // Source.genSeq at the last change
 	// entries is the health result the state was mapped from, with the
 	// change feed's check changes applied (patchEntries); version counts
-	// its changes. feedIndex is the highest index of a change applied
-	// from the feed since the last read (0: none).
+	// its changes. applied are the changes applied from the feed since the
+	// last read that it did not have, and feedIndex the highest index of
+	// them (0: none).
 	entries   []*api.ServiceEntry
 	version   uint64
+	applied   []checkChange
 	feedIndex uint64
 }
 

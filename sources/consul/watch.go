@@ -172,6 +172,9 @@ type watch struct {
 	bucket   *tokenBucket
 	back     backoff
 	index    uint64
+	// consistent: every read is consistent (the check sweep and the node
+	// reads; see checkSweep).
+	consistent bool
 	// failed is set after a failed read: the next read does not block,
 	// since a restarted agent (or another server) may have lower indexes
 	// and would hold a blocking query on the old index for the whole wait.
@@ -202,8 +205,8 @@ func read[T any](ctx context.Context, w *watch, block bool, fetch fetchFunc[T]) 
 		index = w.index
 	}
 	w.setState(index)
-	res, meta, err := do(ctx, w.r, w.endpoint, w.r.queryOptions(w.dc, index, false), fetch)
-	consistent := w.r.s.set.consistency == "consistent"
+	res, meta, err := do(ctx, w.r, w.endpoint, w.r.queryOptions(w.dc, index, w.consistent), fetch)
+	consistent := w.consistent || w.r.s.set.consistency == "consistent"
 	if err == nil && w.r.s.set.consistency == "stale" && meta.LastContact > w.r.s.set.maxStale {
 		w.r.s.metrics.requests.WithLabelValues(w.endpoint, "stale_retry").Inc()
 		res, meta, err = do(ctx, w.r, w.endpoint, w.r.queryOptions(w.dc, 0, true), fetch)
@@ -495,7 +498,8 @@ func (r *runner) watchService(ctx context.Context, dc *dcState, name string, st 
 			needRead = true
 			continue
 		}
-		needRead = !r.store(ctx, dc, name, st, entries, w.index)
+		needRead = false
+		r.store(ctx, dc, name, st, entries)
 	}
 }
 
@@ -517,18 +521,82 @@ func (r *runner) waitForHint(ctx context.Context, st *svcState, wake <-chan stru
 	return true
 }
 
-// store maps a health result read at index and keeps it when it differs
-// from the last. It reports false, keeping nothing, when the result is
-// older than a change the change feed already applied to the service
-// (a stale read): the service must be read again.
-func (r *runner) store(ctx context.Context, dc *dcState, name string, st *svcState, entries []*api.ServiceEntry, index uint64) bool {
-	return r.commit(ctx, dc, name, st, entries, func(st *svcState) bool {
-		if index < st.feedIndex {
-			return false
+// store maps a health result and keeps it when it differs from the last.
+// The check changes applied from the change feed since the last read that
+// the result does not have yet (a read answered by a server behind the
+// feed's) are applied to it again (reapply), so a read never takes back
+// what the feed already showed.
+func (r *runner) store(ctx context.Context, dc *dcState, name string, st *svcState, entries []*api.ServiceEntry) {
+	s := r.s
+	for ctx.Err() == nil {
+		s.mu.Lock()
+		applied, version := st.applied, st.version
+		s.mu.Unlock()
+		es, keep := reapply(entries, applied)
+		gone := false
+		if r.commit(ctx, dc, name, st, es, func(st *svcState) bool {
+			if st.version != version {
+				return false // a change from the feed came in meanwhile
+			}
+			st.applied, st.feedIndex = keep, 0
+			for _, c := range keep {
+				st.feedIndex = max(st.feedIndex, c.idx)
+			}
+			return true
+		}) {
+			return
 		}
-		st.feedIndex = 0
-		return true
-	})
+		s.mu.Lock()
+		gone = dc.services[name] != st
+		s.mu.Unlock()
+		if gone {
+			return
+		}
+	}
+}
+
+// reapply applies to a fresh health result the changes applied from the
+// change feed before it (applied) that it does not have, and returns it
+// with those changes. Each check's ModifyIndex tells: a change is
+// superseded when the result has the check at a ModifyIndex at or above
+// the change's (for a check that left the feed: above the one it left
+// at), or, a check that left the feed, does not have it (deleted), or
+// does not have its instance.
+func reapply(entries []*api.ServiceEntry, applied []checkChange) ([]*api.ServiceEntry, []checkChange) {
+	var keep []checkChange
+	for _, c := range applied {
+		found, have := false, (*api.HealthCheck)(nil)
+		for _, e := range entries {
+			if !onInstance(e, c.check) {
+				continue
+			}
+			found = true
+			if i := slices.IndexFunc(e.Checks, func(x *api.HealthCheck) bool { return x != nil && x.CheckID == c.check.CheckID }); i >= 0 {
+				have = e.Checks[i]
+				break
+			}
+		}
+		switch {
+		case !found:
+		case have == nil && c.left:
+		case have != nil && !c.left && have.ModifyIndex >= c.check.ModifyIndex:
+		case have != nil && c.left && have.ModifyIndex > c.check.ModifyIndex:
+		default:
+			keep = append(keep, c)
+		}
+	}
+	if len(keep) == 0 {
+		return entries, nil
+	}
+	out, _ := applyChanges(entries, keep)
+	return out, keep
+}
+
+// onInstance reports whether check c belongs to the instance of entry e
+// (a node check: to every instance on its node).
+func onInstance(e *api.ServiceEntry, c *api.HealthCheck) bool {
+	return e != nil && e.Node != nil && e.Service != nil && e.Node.Node == c.Node &&
+		(c.ServiceID == "" || e.Service.ID == c.ServiceID)
 }
 
 // commit maps entries, the health result of service name, and keeps them
@@ -857,8 +925,14 @@ func unionChecks(a, b api.HealthChecks) api.HealthChecks {
 // wakes nothing. When it wakes nothing, runDC asks on wantNodes for the
 // services of the named nodes (nodeHint).
 func (r *runner) checkSweep(ctx context.Context, dc *dcState, want <-chan struct{}, wantNodes <-chan []string, out chan<- hint) {
+	// The sweep and the node reads are consistent reads: their results
+	// are compared with every service's state, and a server that has just
+	// restarted answers other reads from an older snapshot (every check
+	// missing at first), which would wake every service. They come only
+	// after an unexplained service-list change.
 	w := r.newWatch(dc, epHealthState, dc.label+": health state (all checks)", &dc.sweep)
 	w.bucket = newTokenBucket(r.s.set.feedRate, int(max(r.s.set.feedRate, 1)))
+	w.consistent = true
 	fetch := func(q *api.QueryOptions) (api.HealthChecks, *api.QueryMeta, error) {
 		return r.client.Health().State(api.HealthAny, q)
 	}
@@ -885,7 +959,7 @@ func (r *runner) checkSweep(ctx context.Context, dc *dcState, want <-chan struct
 				// A watch of its own: each node's index is its own, and a
 				// lower one than another node's is not an index going back.
 				nw := r.newWatch(dc, epNodeServices, dc.label+": services of node "+node, &dc.sweep)
-				nw.bucket = w.bucket
+				nw.bucket, nw.consistent = w.bucket, true
 				fetch := func(q *api.QueryOptions) (*api.CatalogNodeServiceList, *api.QueryMeta, error) {
 					return r.client.Catalog().NodeServiceList(node, q)
 				}
@@ -1079,7 +1153,8 @@ type patch struct {
 	st      *svcState
 	version uint64 // st.version it was built from
 	entries []*api.ServiceEntry
-	index   uint64 // the highest index of the changes applied
+	changes []checkChange // applied
+	index   uint64        // the highest index of the changes applied
 }
 
 // patchEntries applies to service name's last health result the check
@@ -1112,32 +1187,47 @@ func patchEntries(name string, st *svcState, h hint) (patch, bool) {
 	if len(changes) == 0 || st.entries == nil {
 		return patch{}, false
 	}
-	p := patch{name: name, st: st, version: st.version, entries: slices.Clone(st.entries)}
-	copied := make([]bool, len(p.entries))
 	for _, c := range changes {
 		if c.idx == ^uint64(0) { // left the feed at an index reset
 			return patch{}, false
 		}
+	}
+	entries, ok := applyChanges(st.entries, changes)
+	if !ok {
+		return patch{}, false
+	}
+	p := patch{name: name, st: st, version: st.version, entries: entries, changes: changes}
+	for _, c := range changes {
 		p.index = max(p.index, c.idx)
+	}
+	return p, true
+}
+
+// applyChanges returns entries with the check changes applied (applyCheck),
+// the entries changed copied, never modified; false when a change's
+// instance is not in entries.
+func applyChanges(entries []*api.ServiceEntry, changes []checkChange) ([]*api.ServiceEntry, bool) {
+	out := slices.Clone(entries)
+	copied := make([]bool, len(out))
+	for _, c := range changes {
 		found := false
-		for i, e := range p.entries {
-			if e == nil || e.Node == nil || e.Service == nil || e.Node.Node != c.check.Node ||
-				(c.check.ServiceID != "" && e.Service.ID != c.check.ServiceID) {
+		for i, e := range out {
+			if !onInstance(e, c.check) {
 				continue
 			}
 			found = true
 			if !copied[i] {
 				ce := *e
 				ce.Checks = slices.Clone(e.Checks)
-				p.entries[i], copied[i] = &ce, true
+				out[i], copied[i] = &ce, true
 			}
-			p.entries[i].Checks = applyCheck(p.entries[i].Checks, c)
+			out[i].Checks = applyCheck(out[i].Checks, c)
 		}
 		if !found {
-			return patch{}, false
+			return nil, false
 		}
 	}
-	return p, true
+	return out, true
 }
 
 // applyCheck applies one check change to an instance's checks (a slice
@@ -1172,6 +1262,13 @@ func (r *runner) storePatch(ctx context.Context, dc *dcState, p patch) bool {
 			return false
 		}
 		st.feedIndex = max(st.feedIndex, p.index)
+		// The latest change of each check is enough to apply again.
+		st.applied = slices.DeleteFunc(slices.Clone(st.applied), func(old checkChange) bool {
+			return slices.ContainsFunc(p.changes, func(c checkChange) bool {
+				return c.check.Node == old.check.Node && c.check.CheckID == old.check.CheckID
+			})
+		})
+		st.applied = append(st.applied, p.changes...)
 		return true
 	})
 }

@@ -4,10 +4,10 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,8 +45,8 @@ sources:
 		t.Fatal(err)
 	}
 	cfg.XDS.Listen, cfg.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Logging.Level = "warn"
-	a, err := app.New(cfg, app.NewLogger(cfg.Logging, io.Discard))
+	cfg.Logging.Level = "info"
+	a, err := app.New(cfg, app.NewLogger(cfg.Logging, logWriter{t}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,6 +139,14 @@ func deltaClient(ctx context.Context, conn *grpc.ClientConn, addr string, obs co
 			}
 		}
 	}
+}
+
+// logWriter writes the bridge's log lines to the test's log.
+type logWriter struct{ t testing.TB }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }
 
 var requestsLine = regexp.MustCompile(`^xdsbridge_consul_requests_total\{([^}]*)\} (\S+)$`)

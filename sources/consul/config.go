@@ -226,6 +226,9 @@ func parseConfig(raw json.RawMessage, baseDir string) (*settings, error) {
 	if s.configEntries && s.maxQueries < heldPerDC*(1+len(s.failoverDCs))+len(entryKinds)+1 {
 		return nil, fmt.Errorf("max_concurrent_queries: %d leaves no query for service watches besides the lists, change feeds and %d config-entry watches", s.maxQueries, len(entryKinds))
 	}
+	if dcs := 1 + len(s.failoverDCs); s.maxQueries < heldPerDC*dcs+1 {
+		return nil, fmt.Errorf("max_concurrent_queries: %d leaves no query for service reads besides the service lists and change feeds of %d datacenters (%d each); at least %d", s.maxQueries, dcs, heldPerDC, heldPerDC*dcs+1)
+	}
 	return s, nil
 }
 

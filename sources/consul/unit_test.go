@@ -83,6 +83,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{`{"wait_time": "bogus"}`, "wait_time"},
 		{`{"max_concurrent_queries": 500}`, "max_concurrent_queries"},
 		{`{"max_concurrent_queries": 7, "config_entries": true}`, "max_concurrent_queries: 7 leaves no query"},
+		{`{"max_concurrent_queries": 6, "failover_datacenters": ["dc2"]}`, "max_concurrent_queries: 6 leaves no query for service reads besides the service lists and change feeds of 2 datacenters (3 each); at least 7"},
 		{`{"config_entries": "yes"}`, "config_entries"},
 		{`{"rate_limit": -1}`, "rate_limit"},
 		{`{"retry_min": "10s", "retry_max": "1s"}`, "retry_max"},

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/xdsbridge/xdsbridge/sources"
+	"github.com/xdsbridge/xdsbridge/sources/sourcestest"
 )
 
 func feedCheckOf(node, id, svc string, status string, modify uint64) *api.HealthCheck {
@@ -180,13 +181,8 @@ func (c *pathCounter) take() map[string]int {
 func TestHintedModeRegistrationReadsOnlyItsService(t *testing.T) {
 	a := startAgent(t, "dc1")
 	const n = 8
-	for i := 0; i < n; i++ {
-		a.Register(ttlService(fmt.Sprintf("s%d-1", i), fmt.Sprintf("s%d", i), "127.0.3.1", 1000+i, nil, nil, api.HealthPassing))
-	}
-	pc := &pathCounter{n: map[string]int{}}
-	s, sink := startSourceWith(t, baseConfig(a.Addr(), `, "max_concurrent_queries": 4, "services": {"exclude": ["consul"]}`), func(s *Source) {
-		s.wrapRoundTripper = func(next http.RoundTripper) http.RoundTripper { pc.next = next; return pc }
-	})
+	registerTTLServices(a, n)
+	s, sink, pc := startHintedSource(t, a)
 	waitService(t, sink, fmt.Sprintf("s%d", n-1), endpoints(t, instanceWant{a: a, id: fmt.Sprintf("s%d-1", n-1), name: fmt.Sprintf("s%d", n-1), addr: "127.0.3.1", port: 1000 + n - 1, health: sources.HealthHealthy, weight: 3}))
 	if d := s.DebugInfo().(Debug); d.Datacenters[0].Feed == nil {
 		t.Fatalf("not in hinted mode: %+v", d.Datacenters[0])
@@ -212,6 +208,24 @@ func TestHintedModeRegistrationReadsOnlyItsService(t *testing.T) {
 	if len(others) > 0 {
 		t.Errorf("a registration into s2 read other services: %v", others)
 	}
+}
+
+// registerTTLServices registers s0..s<n-1> on the agent, one instance
+// each (s<i>-1 at 127.0.3.1:1000+i) with a passing TTL check.
+func registerTTLServices(a *agent, n int) {
+	for i := 0; i < n; i++ {
+		a.Register(ttlService(fmt.Sprintf("s%d-1", i), fmt.Sprintf("s%d", i), "127.0.3.1", 1000+i, nil, nil, api.HealthPassing))
+	}
+}
+
+// startHintedSource runs a source on a with 4 query slots (hinted mode
+// from 2 services on) and a counter of its requests by path.
+func startHintedSource(t *testing.T, a *agent) (*Source, *sourcestest.Sink, *pathCounter) {
+	pc := &pathCounter{n: map[string]int{}}
+	s, sink := startSourceWith(t, baseConfig(a.Addr(), `, "max_concurrent_queries": 4, "services": {"exclude": ["consul"]}`), func(s *Source) {
+		s.wrapRoundTripper = func(next http.RoundTripper) http.RoundTripper { pc.next = next; return pc }
+	})
+	return s, sink, pc
 }
 
 func findService(u sources.Update, name string) (sources.Service, bool) {
@@ -353,13 +367,8 @@ func TestChangeFeedPatchesKnownInstances(t *testing.T) {
 func TestHintedModeFlipsWithoutServiceRead(t *testing.T) {
 	a := startAgent(t, "dc1")
 	const n = 8
-	for i := 0; i < n; i++ {
-		a.Register(ttlService(fmt.Sprintf("s%d-1", i), fmt.Sprintf("s%d", i), "127.0.3.1", 1000+i, nil, nil, api.HealthPassing))
-	}
-	pc := &pathCounter{n: map[string]int{}}
-	s, sink := startSourceWith(t, baseConfig(a.Addr(), `, "max_concurrent_queries": 4, "services": {"exclude": ["consul"]}`), func(s *Source) {
-		s.wrapRoundTripper = func(next http.RoundTripper) http.RoundTripper { pc.next = next; return pc }
-	})
+	registerTTLServices(a, n)
+	s, sink, pc := startHintedSource(t, a)
 	want := func(health sources.HealthStatus) []sources.Endpoint {
 		weight := uint32(3)
 		if health == sources.HealthDraining {
@@ -414,10 +423,7 @@ func TestHintedModeInPlaceChangeReadsOnlyItsService(t *testing.T) {
 	for i := 0; i < n; i++ {
 		register(i, nil)
 	}
-	pc := &pathCounter{n: map[string]int{}}
-	s, sink := startSourceWith(t, baseConfig(a.Addr(), `, "max_concurrent_queries": 4, "services": {"exclude": ["consul"]}`), func(s *Source) {
-		s.wrapRoundTripper = func(next http.RoundTripper) http.RoundTripper { pc.next = next; return pc }
-	})
+	s, sink, pc := startHintedSource(t, a)
 	metaOf := func(name string) any {
 		u, ok := sink.Last()
 		if !ok {

@@ -1021,7 +1021,9 @@ func (r *runner) nodeHint(dc *dcState, lists map[string]*api.CatalogNodeServiceL
 		if !st.ready {
 			continue
 		}
-		seen, have, on := st.seen(), 0, onNodes[name]
+		// The read's own index: changes applied from the change feed
+		// since carry no registration change.
+		seen, have, on := st.info.index, 0, onNodes[name]
 		for _, e := range st.entries {
 			if e == nil || e.Node == nil || e.Service == nil {
 				continue

@@ -501,3 +501,30 @@ func TestReadKeepsNewerFeedChanges(t *testing.T) {
 		}
 	}
 }
+
+// In hinted mode the first hinted_refresh of each service comes at a
+// random time within the period, not all within its last fifth: services
+// (and replicas) started together do not read again together.
+func TestHintedRefreshSpreadFromStart(t *testing.T) {
+	a := startAgent(t, "dc1")
+	registerMany(t, a, 120)
+	pc := &pathCounter{n: map[string]int{}}
+	_, sink := startSourceWith(t, baseConfig(a.Addr(), `, "hinted_refresh": "10s", "services": {"exclude": ["consul"]}`), func(s *Source) {
+		s.wrapRoundTripper = func(next http.RoundTripper) http.RoundTripper { pc.next = next; return pc }
+	})
+	sink.WaitFor(t, time.Minute, "first publish", func(us []sources.Update, _ []error) bool { return len(us) > 0 })
+	pc.take()
+	time.Sleep(3 * time.Second)
+	reads := 0
+	for path, c := range pc.take() {
+		if strings.HasPrefix(path, "/v1/health/service/") {
+			reads += c
+		}
+	}
+	// Uniform over 10 s: about 36 of 120 in 3 s; none if every first
+	// refresh came within the period's last fifth (8–10 s).
+	if reads < 10 {
+		t.Errorf("%d services refreshed in the first 3s of a 10s hinted_refresh, want about 36", reads)
+	}
+	t.Logf("%d refresh reads in 3s", reads)
+}

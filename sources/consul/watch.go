@@ -489,10 +489,12 @@ func (r *runner) watchService(ctx context.Context, dc *dcState, name string, st 
 	refresh := jitterDown(s.set.hintedRefresh, 1)
 	for ctx.Err() == nil {
 		hinted := r.hinted.Load()
-		if hinted && !needRead && !r.waitForHint(ctx, st, wake, refresh) {
-			return
+		if hinted && !needRead {
+			if !r.waitForHint(ctx, st, wake, refresh) {
+				return
+			}
+			refresh = jitterDown(s.set.hintedRefresh, 0.2)
 		}
-		refresh = jitterDown(s.set.hintedRefresh, 0.2)
 		entries, err := read(ctx, w, !hinted, fetch)
 		if err != nil {
 			needRead = true

@@ -297,8 +297,8 @@ func runScale(t *testing.T, cfg scaleConfig) {
 		usage, _ := m.stop()
 		t.Logf("the %s after Consul was restarted (killed, down 2s): %s; load average %s", cfg.restart, usage, loadAverage())
 	}
-	for _, ph := range cfg.churn {
-		n, reqs := churnAt(t, a, writer, rt, ph, cfg.services, cfg.phase)
+	for k, ph := range cfg.churn {
+		n, reqs := churnAt(t, a, writer, rt, ph, cfg.services, k, cfg.phase)
 		if cfg.check != nil {
 			cfg.check(t, ph.kind, n, reqs)
 		}
@@ -325,8 +325,8 @@ func (x countInto) RoundTrip(r *http.Request) (*http.Response, error) {
 	return x.next.RoundTrip(r)
 }
 
-// churnAt runs one churn phase.
-func churnAt(t *testing.T, a *consultest.Agent, writer *api.Client, rt requestCounter, ph churnPhase, services int, d time.Duration) (changes int, reqs map[string]int) {
+// churnAt runs the k-th churn phase.
+func churnAt(t *testing.T, a *consultest.Agent, writer *api.Client, rt requestCounter, ph churnPhase, services, k int, d time.Duration) (changes int, reqs map[string]int) {
 	m := startMeasure(a, rt)
 	var failed atomic.Int64
 	var firstErr atomic.Value
@@ -336,7 +336,9 @@ func churnAt(t *testing.T, a *consultest.Agent, writer *api.Client, rt requestCo
 	n := 0
 	for end := time.Now().Add(d); time.Now().Before(end); n++ {
 		<-tick.C
-		i := (n * 7919) % services // a spread of services, none twice
+		// A spread of services, none twice; the k-th phase starts
+		// elsewhere, so phases change different services.
+		i := (n*7919 + k*services/2 + k) % services
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

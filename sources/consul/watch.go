@@ -991,9 +991,14 @@ func (r *runner) checkSweep(ctx context.Context, dc *dcState, want <-chan struct
 // the nodes that their last read does not have (new), that the node no
 // longer has (removed), or that was modified after that read (in place:
 // address, port, tags, meta), and the services on a node modified after
-// their last read. Every service when none of these is found.
+// their last read. None found means the list's change was already read
+// (another sweep, a refresh, a hint came first), or is a new instance
+// without checks on a node none of the services is on: that is read at
+// the service's next hinted_refresh, rather than every service now (with
+// list changes faster than sweeps, most sweeps would find nothing and
+// every service would be read again and again).
 func (r *runner) nodeHint(dc *dcState, lists map[string]*api.CatalogNodeServiceList) hint {
-	h := hint{wake: map[string]bool{}, orElse: orElseAll}
+	h := hint{wake: map[string]bool{}, orElse: orElseNothing}
 	s := r.s
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,8 +33,10 @@ func (c *countingRT) RoundTrip(r *http.Request) (*http.Response, error) {
 
 func (c *countingRT) count(r *http.Request) {
 	ep := r.URL.Path
-	if len(ep) > len("/v1/health/service/") && ep[:len("/v1/health/service/")] == "/v1/health/service/" {
-		ep = "/v1/health/service/:name"
+	for _, p := range []string{"/v1/health/service/", "/v1/catalog/node-services/"} {
+		if len(ep) > len(p) && strings.HasPrefix(ep, p) {
+			ep = p + ":name"
+		}
 	}
 	c.mu.Lock()
 	c.byEP[ep]++

@@ -56,6 +56,11 @@ type Config struct {
 	// datacenters outnumber it, service watches switch from holding blocking
 	// queries to being woken by a datacenter-wide change feed (README).
 	MaxConcurrentQueries int `json:"max_concurrent_queries"`
+	// MaxConcurrentReads bounds, within MaxConcurrentQueries, the
+	// requests in flight that do not block (the start-up reads, the reads
+	// of changed services), and so the connections a burst of them opens
+	// (default 16).
+	MaxConcurrentReads int `json:"max_concurrent_reads"`
 	// RateLimit is each watch's sustained queries per second (default 2)
 	// and RateBurst its burst (default 5).
 	RateLimit float64 `json:"rate_limit"`
@@ -159,6 +164,7 @@ type settings struct {
 	waitTime      time.Duration
 	staleAfter    time.Duration
 	maxQueries    int
+	maxReads      int
 	rateLimit     float64
 	rateBurst     int
 	feedRate      float64
@@ -217,8 +223,11 @@ func parseConfig(raw json.RawMessage, baseDir string) (*settings, error) {
 		return nil, err
 	}
 	s.configEntries = c.ConfigEntries
-	if s.configEntries && s.maxQueries < 2*(1+len(s.failoverDCs))+len(entryKinds)+1 {
+	if s.configEntries && s.maxQueries < heldPerDC*(1+len(s.failoverDCs))+len(entryKinds)+1 {
 		return nil, fmt.Errorf("max_concurrent_queries: %d leaves no query for service watches besides the lists, change feeds and %d config-entry watches", s.maxQueries, len(entryKinds))
+	}
+	if dcs := 1 + len(s.failoverDCs); s.maxQueries < heldPerDC*dcs+1 {
+		return nil, fmt.Errorf("max_concurrent_queries: %d leaves no query for service reads besides the service lists and change feeds of %d datacenters (%d each); at least %d", s.maxQueries, dcs, heldPerDC, heldPerDC*dcs+1)
 	}
 	return s, nil
 }
@@ -412,6 +421,14 @@ func (c *Config) pacing(s *settings) error {
 	if s.maxQueries < 4 || s.maxQueries > 150 {
 		return fmt.Errorf("max_concurrent_queries: %d is not within 4..150 (the agent allows 200 connections per client)", s.maxQueries)
 	}
+	s.maxReads = c.MaxConcurrentReads
+	if s.maxReads == 0 {
+		s.maxReads = 16
+	}
+	if err := decode.CheckCount("max_concurrent_reads", s.maxReads, 1, 150); err != nil {
+		return err
+	}
+	s.maxReads = min(s.maxReads, s.maxQueries)
 	s.rateLimit = c.RateLimit
 	if s.rateLimit == 0 {
 		s.rateLimit = 2

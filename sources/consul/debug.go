@@ -39,7 +39,8 @@ type DebugDC struct {
 	Priority uint32         `json:"priority"`
 	Selected int            `json:"selected_services"`
 	List     DebugWatch     `json:"service_list"`
-	Feed     *DebugWatch    `json:"change_feed,omitempty"`
+	Feed     *DebugWatch    `json:"change_feed,omitempty"` // the critical checks' query
+	FeedWarn *DebugWatch    `json:"change_feed_warning,omitempty"`
 	Services []DebugService `json:"services"`
 }
 
@@ -94,9 +95,9 @@ func (s *Source) DebugInfo() any {
 		if dc.actual != "" {
 			ddc.Name = dc.actual
 		}
-		if dc.feed.state != "" && dc.feed.state != "off" {
-			f := note(&dc.feed)
-			ddc.Feed = &f
+		if dc.feed[0].state != "" && dc.feed[0].state != "off" {
+			f, w := note(&dc.feed[0]), note(&dc.feed[1])
+			ddc.Feed, ddc.FeedWarn = &f, &w
 		}
 		for name, st := range dc.services {
 			ddc.Services = append(ddc.Services, DebugService{Name: name, Instances: len(st.instances), Published: st.published, Watch: note(&st.info)})

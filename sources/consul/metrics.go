@@ -14,7 +14,10 @@ type metrics struct {
 	blocking  *prometheus.HistogramVec // endpoint
 	watches   prometheus.Gauge
 	publishes prometheus.Counter
-	staleness prometheus.Collector // one gauge per datacenter
+	// feedPatches counts service states brought up to date from the
+	// change feed without a read.
+	feedPatches prometheus.Counter
+	staleness   prometheus.Collector // one gauge per datacenter
 	// Config entries (registered with config_entries only).
 	policyPublishes prometheus.Counter
 	diagnostics     *prometheus.GaugeVec // kind
@@ -45,7 +48,7 @@ func newMetrics(source string, s *Source) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "xdsbridge_consul_requests_total",
-			Help:        "Requests sent to the Consul agent, by endpoint (catalog_services, health_service, health_state, config_entries, status_leader: the recovery probe) and result (ok, error; stale_retry counts stale reads redone in consistent mode; backwards_retry reads whose index went backwards, redone in consistent mode; no_leader counts probes answered without a leader).",
+			Help:        "Requests sent to the Consul agent, by endpoint (catalog_services, health_service, health_state, catalog_node_services, config_entries, status_leader: the recovery probe) and result (ok, error; stale_retry counts stale reads redone in consistent mode; backwards_retry reads whose index went backwards, redone in consistent mode; no_leader counts probes answered without a leader).",
 			ConstLabels: cl,
 		}, []string{"endpoint", "result"}),
 		blocking: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -62,6 +65,11 @@ func newMetrics(source string, s *Source) *metrics {
 		publishes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name:        "xdsbridge_consul_publishes_total",
 			Help:        "Full updates published to the bridge.",
+			ConstLabels: cl,
+		}),
+		feedPatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name:        "xdsbridge_consul_feed_updates_total",
+			Help:        "Service health results brought up to date from the change feed's checks, without a read of the service (hinted mode).",
 			ConstLabels: cl,
 		}),
 	}
@@ -112,7 +120,7 @@ func (c *stalenessCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
-	cs := []prometheus.Collector{m.requests, m.blocking, m.watches, m.publishes}
+	cs := []prometheus.Collector{m.requests, m.blocking, m.watches, m.publishes, m.feedPatches}
 	if m.withEntries {
 		cs = append(cs, m.policyPublishes, m.diagnostics)
 	}
@@ -134,7 +142,8 @@ func (s *Source) staleness(dc *dcState, now time.Time) time.Duration {
 		}
 	}
 	consider(&dc.list)
-	consider(&dc.feed)
+	consider(&dc.feed[0])
+	consider(&dc.feed[1])
 	if s.ce != nil && dc == s.dcs[0] {
 		for _, w := range s.ce.watches {
 			consider(w)

@@ -498,7 +498,7 @@ func TestIsSet(t *testing.T) {
 func TestConfigEntriesSetting(t *testing.T) {
 	for _, on := range []bool{false, true} {
 		reg := prometheus.NewRegistry()
-		src, err := New("c", json.RawMessage(fmt.Sprintf(`{"max_concurrent_queries": 7, "config_entries": %v}`, on)), sources.Env{Metrics: reg})
+		src, err := New("c", json.RawMessage(fmt.Sprintf(`{"max_concurrent_queries": 8, "config_entries": %v}`, on)), sources.Env{Metrics: reg})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,7 +33,20 @@ type scaleConfig struct {
 	idle     time.Duration
 	flipOver int // flips cycle over the first flipOver services (0: all)
 	replicas int // sources run side by side (latency: the first's)
-	churn    []churnPhase
+	// xds: each replica is a bridge built as the app builds it and the
+	// flips are seen by a delta xDS client (startXDSBridge), not at the
+	// source's Publish.
+	xds   bool
+	churn []churnPhase
+	// source is more of the source's config (JSON members, each after a
+	// comma), without an xDS client.
+	source string
+	// restart, when set, kills Consul after the flips, starts it again
+	// and measures this long once it is back.
+	restart time.Duration
+	// check, when set, is called after each phase ("flips", or the churn
+	// kind) with its number of changes and the requests sent, by path.
+	check func(t *testing.T, phase string, changes int, reqs map[string]int)
 }
 
 // churnPhase changes instances at a steady rate: "redeploy" replaces an
@@ -46,12 +60,34 @@ type churnPhase struct {
 }
 
 // TestCatalogFlipsAtSteadyRate runs a small catalog-scale run against a
-// real Consul server: 200 services × 3 instances (hinted mode with the
-// default 64 query slots), 10 flips/s for 5 s over 25 services, so each
-// check turns critical, then passing again. Every flip must reach a
-// Publish; the figures are logged (-v).
+// real Consul server: 200 services × 3 instances on 3 nodes (hinted mode
+// with the default 64 query slots), 10 flips/s for 3 s over 25 services,
+// so each check turns critical, then passing again; then instances changed
+// in place (meta) and redeployed (a new ID with its check), 2 a second.
+// Every flip must reach a Publish, and what each change costs Consul is
+// bounded, never a read of every service: a flip is carried by the change
+// feed alone (at most one service read in ten flips), a change in place or
+// a redeploy costs at most two service reads, and once nothing changes
+// nothing is read.
 func TestCatalogFlipsAtSteadyRate(t *testing.T) {
-	runScale(t, scaleConfig{services: 200, rates: []int{10}, phase: 5 * time.Second, flipOver: 25})
+	// No hinted_refresh within the run: its reads (services / 5m a
+	// second, spread) are not what the bounds are about.
+	runScale(t, scaleConfig{services: 200, rates: []int{10}, phase: 3 * time.Second, flipOver: 25, source: `, "hinted_refresh": "24h"`,
+		churn: []churnPhase{{kind: "meta", rate: 2}, {kind: "redeploy", rate: 2}},
+		check: func(t *testing.T, phase string, changes int, reqs map[string]int) {
+			reads := reqs["/v1/health/service/:name"]
+			switch {
+			case phase == "quiet" && reads > 0:
+				t.Errorf("%d service reads while nothing changed (%v)", reads, reqs)
+			case phase == "quiet":
+			case changes == 0:
+				t.Errorf("%s: no changes made", phase)
+			case phase == "flips" && reads > changes/10:
+				t.Errorf("%d flips read services %d times: the change feed should carry them (%v)", changes, reads, reqs)
+			case phase != "flips" && reads > 2*changes:
+				t.Errorf("%d changes (%s) read services %d times (%v)", changes, phase, reads, reqs)
+			}
+		}})
 }
 
 // TestCatalogScaleBenchmark is the catalog-scale benchmark, gated by
@@ -65,7 +101,10 @@ func TestCatalogFlipsAtSteadyRate(t *testing.T) {
 // side, default 1) and _CHURN (phases of instance changes after the flips,
 // e.g. "redeploy:1,meta:1"; see churnPhase) adjust it; _DEV=1 runs a
 // dev agent (-dev: no data directory, no disk writes) instead of a server
-// with a data directory.
+// with a data directory; _XDS=1 runs each replica as a bridge built as the
+// app builds it and times each flip to a delta xDS client's EDS response
+// (xdsbench_test.go) instead of to the source's Publish; _RESTART=N kills
+// Consul after the flips and reports the N seconds after it is back.
 func TestCatalogScaleBenchmark(t *testing.T) {
 	if os.Getenv("XDSBRIDGE_CONSUL_BENCH") != "1" {
 		t.Skip("set XDSBRIDGE_CONSUL_BENCH=1 to run the benchmark")
@@ -87,6 +126,8 @@ func TestCatalogScaleBenchmark(t *testing.T) {
 		cfg.rates = append(cfg.rates, r)
 	}
 	cfg.replicas = envInt(t, "XDSBRIDGE_CONSUL_BENCH_REPLICAS", 1)
+	cfg.xds = os.Getenv("XDSBRIDGE_CONSUL_BENCH_XDS") == "1"
+	cfg.restart = time.Duration(envInt(t, "XDSBRIDGE_CONSUL_BENCH_RESTART", 0)) * time.Second
 	if c := os.Getenv("XDSBRIDGE_CONSUL_BENCH_CHURN"); c != "" {
 		for _, f := range strings.Split(c, ",") {
 			kind, r, _ := strings.Cut(strings.TrimSpace(f), ":")
@@ -116,35 +157,57 @@ func runScale(t *testing.T, cfg scaleConfig) {
 	registerCatalog(t, a, cfg.services)
 
 	// One request counter for every replica: Consul's load.
-	rt := &countingRT{byEP: map[string]int{}}
+	var rt requestCounter
 	sink := newFlipSink(cfg.services)
-	ctx, cancel := context.WithCancel(context.Background())
 	replicas := max(cfg.replicas, 1)
-	done := make(chan error, replicas)
 	began := time.Now()
 	var sinks []*flipSink
-	for r := 0; r < replicas; r++ {
-		src, err := New("consul", []byte(fmt.Sprintf(`{"address": %q, "services": {"exclude": ["consul"]}}`, a.Addr())), sources.Env{Logger: testLogger(t)})
-		if err != nil {
-			t.Fatal(err)
+	seenAt := "Publish"
+	if cfg.xds {
+		// Each replica is a bridge built as the app builds it, with a
+		// delta xDS client; the requests are the bridges' own counts.
+		seenAt = "xDS client (EDS)"
+		if startXDSBridge == nil {
+			t.Fatal("no xDS bridge hook (xdsbench_test.go)")
 		}
-		s := src.(*Source)
-		s.wrapRoundTripper = func(next http.RoundTripper) http.RoundTripper { return countInto{next: next, c: rt} }
-		k := sink
-		if r > 0 {
-			k = newFlipSink(cfg.services)
-		}
-		sinks = append(sinks, k)
-		go func() { done <- s.Run(ctx, k) }()
-	}
-	t.Cleanup(func() {
-		cancel()
-		for range replicas {
-			if err := <-done; err != nil {
-				t.Errorf("Run: %v", err)
+		mc := &metricsCounter{}
+		for r := 0; r < replicas; r++ {
+			k := sink
+			if r > 0 {
+				k = newFlipSink(cfg.services)
 			}
+			sinks = append(sinks, k)
+			mc.scrapes = append(mc.scrapes, startXDSBridge(t, a.Addr(), k))
 		}
-	})
+		rt = mc
+	} else {
+		crt := &countingRT{byEP: map[string]int{}}
+		rt = crt
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, replicas)
+		for r := 0; r < replicas; r++ {
+			src, err := New("consul", []byte(fmt.Sprintf(`{"address": %q, "services": {"exclude": ["consul"]}%s}`, a.Addr(), cfg.source)), sources.Env{Logger: testLogger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := src.(*Source)
+			s.wrapRoundTripper = func(next http.RoundTripper) http.RoundTripper { return countInto{next: next, c: crt} }
+			k := sink
+			if r > 0 {
+				k = newFlipSink(cfg.services)
+			}
+			sinks = append(sinks, k)
+			go func() { done <- s.Run(ctx, k) }()
+		}
+		t.Cleanup(func() {
+			cancel()
+			for range replicas {
+				if err := <-done; err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			}
+		})
+	}
 	for _, k := range sinks {
 		select {
 		case <-k.synced:
@@ -152,14 +215,15 @@ func runScale(t *testing.T, cfg scaleConfig) {
 			t.Fatalf("no publish with %d services after 3m", cfg.services)
 		}
 	}
-	t.Logf("%d services × %d instances, %d replicas: initial sync %s, %d requests", cfg.services, scaleNodes, replicas,
-		time.Since(began).Round(time.Millisecond), rt.total())
+	t.Logf("%d services × %d instances, %d replicas: initial sync (to %s) %s, %d requests; load average %s", cfg.services, scaleNodes, replicas,
+		seenAt, time.Since(began).Round(time.Millisecond), total(rt), loadAverage())
 
 	time.Sleep(time.Second) // let the start-up reads settle
 	if cfg.idle > 0 {
 		m := startMeasure(a, rt)
 		time.Sleep(cfg.idle)
-		t.Logf("idle %s: %s", cfg.idle, m.stop())
+		usage, _ := m.stop()
+		t.Logf("idle %s: %s", cfg.idle, usage)
 	}
 	// The flips go through a client of their own with at most 8 writes in
 	// flight (and so 8 connections): a tick that finds them all busy is
@@ -178,7 +242,7 @@ func runScale(t *testing.T, cfg scaleConfig) {
 	}
 	for _, rate := range cfg.rates {
 		m := startMeasure(a, rt)
-		flips, failed, skipped := 0, 0, 0
+		flips, skipped := 0, 0
 		tick := time.NewTicker(time.Second / time.Duration(rate))
 		end := time.Now().Add(cfg.phase)
 		for time.Now().Before(end) {
@@ -196,20 +260,15 @@ func runScale(t *testing.T, cfg scaleConfig) {
 				skipped++
 				continue
 			}
-			if !sink.expect(svc, want) {
+			f := sink.expect(svc, want)
+			if f == nil {
 				<-writes
 				continue // the previous flip of this service is still pending
 			}
 			flips++
 			go func() {
 				defer func() { <-writes }()
-				t0 := time.Now()
-				if err := setCheck(writer, 0, i, status); err != nil {
-					sink.cancel(svc)
-					sink.noteFailed()
-					return
-				}
-				sink.noteWrite(time.Since(t0))
+				sink.returned(svc, f, setCheck(writer, 0, i, status))
 			}()
 		}
 		tick.Stop()
@@ -217,19 +276,46 @@ func runScale(t *testing.T, cfg scaleConfig) {
 		for sink.pendingCount() > 0 && time.Now().Before(wait) {
 			time.Sleep(10 * time.Millisecond)
 		}
-		usage := m.stop()
-		lat, missed := sink.take()
-		failed = sink.takeFailed()
-		if missed > 0 || failed > 0 || len(lat) == 0 {
-			t.Errorf("%d flips/s: %d flips, %d not published within 30s, %d catalog writes failed", rate, flips, missed, failed)
+		usage, reqs := m.stop()
+		ft, missed := sink.take()
+		failed := sink.takeFailed()
+		if missed > 0 || failed > 0 || len(ft.fromReturn) == 0 {
+			t.Errorf("%d flips/s: %d flips, %d not seen within 30s, %d catalog writes failed", rate, flips, missed, failed)
 			continue
 		}
-		wl := sink.takeWrites()
-		t.Logf("%d flips/s for %s (%d flips, %d ticks skipped with 8 writes in flight): flip → Publish p50 %s, p99 %s, max %s (the catalog write's own call p50 %s, p99 %s); %s",
-			rate, cfg.phase, flips, skipped, pct(lat, 0.50), pct(lat, 0.99), lat[len(lat)-1].Round(time.Microsecond), pct(wl, 0.5), pct(wl, 0.99), usage)
+		lat := ft.fromReturn
+		t.Logf("%d flips/s for %s (%d flips, %d ticks skipped with 8 writes in flight): flip → %s from the catalog write's return p50 %s, p99 %s, max %s (%d seen before the write returned); from its call p50 %s, p99 %s; the write's own call p50 %s, p99 %s; %s; load average %s",
+			rate, cfg.phase, flips, skipped, seenAt, pct(lat, 0.50), pct(lat, 0.99), lat[len(lat)-1].Round(time.Microsecond), ft.early,
+			pct(ft.fromCall, 0.5), pct(ft.fromCall, 0.99), pct(ft.writes, 0.5), pct(ft.writes, 0.99), usage, loadAverage())
+		if cfg.check != nil {
+			cfg.check(t, "flips", flips, reqs)
+		}
 	}
-	for _, ph := range cfg.churn {
-		churnAt(t, a, writer, rt, ph, cfg.services, cfg.phase)
+	if cfg.restart > 0 {
+		// Consul killed, down 2 s, started again: what the bridges read
+		// once it is back (the outage's own recovery probes excluded).
+		a.Stop()
+		time.Sleep(2 * time.Second)
+		a.Restart()
+		m := startMeasure(a, rt)
+		time.Sleep(cfg.restart)
+		usage, _ := m.stop()
+		t.Logf("the %s after Consul was restarted (killed, down 2s): %s; load average %s", cfg.restart, usage, loadAverage())
+	}
+	for k, ph := range cfg.churn {
+		n, reqs := churnAt(t, a, writer, rt, ph, cfg.services, k, cfg.phase)
+		if cfg.check != nil {
+			cfg.check(t, ph.kind, n, reqs)
+		}
+	}
+	if cfg.check != nil {
+		// Nothing changes: nothing is read (a service read after a change
+		// applied from the feed must not be read again and again).
+		m := startMeasure(a, rt)
+		time.Sleep(2 * time.Second)
+		usage, reqs := m.stop()
+		t.Logf("quiet 2s: %s", usage)
+		cfg.check(t, "quiet", 0, reqs)
 	}
 }
 
@@ -244,8 +330,8 @@ func (x countInto) RoundTrip(r *http.Request) (*http.Response, error) {
 	return x.next.RoundTrip(r)
 }
 
-// churnAt runs one churn phase.
-func churnAt(t *testing.T, a *consultest.Agent, writer *api.Client, rt *countingRT, ph churnPhase, services int, d time.Duration) {
+// churnAt runs the k-th churn phase.
+func churnAt(t *testing.T, a *consultest.Agent, writer *api.Client, rt requestCounter, ph churnPhase, services, k int, d time.Duration) (changes int, reqs map[string]int) {
 	m := startMeasure(a, rt)
 	var failed atomic.Int64
 	var firstErr atomic.Value
@@ -255,7 +341,9 @@ func churnAt(t *testing.T, a *consultest.Agent, writer *api.Client, rt *counting
 	n := 0
 	for end := time.Now().Add(d); time.Now().Before(end); n++ {
 		<-tick.C
-		i := (n * 7919) % services // a spread of services, none twice
+		// A spread of services, none twice; the k-th phase starts
+		// elsewhere, so phases change different services.
+		i := (n*7919 + k*services/2 + k) % services
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -270,7 +358,9 @@ func churnAt(t *testing.T, a *consultest.Agent, writer *api.Client, rt *counting
 	if failed.Load() > 0 {
 		t.Errorf("%s: %d of %d changes failed, the first: %v", ph.kind, failed.Load(), n, firstErr.Load())
 	}
-	t.Logf("%s at %d/s for %s: %d changes; %s", ph.kind, ph.rate, d, n, m.stop())
+	usage, reqs := m.stop()
+	t.Logf("%s at %d/s for %s: %d changes; %s", ph.kind, ph.rate, d, n, usage)
+	return n, reqs
 }
 
 // churnOne changes service i's instance on node 1 (once per service).
@@ -378,27 +468,31 @@ func pct(lat []time.Duration, p float64) time.Duration {
 	return lat[min(len(lat)-1, int(float64(len(lat))*p))].Round(time.Microsecond)
 }
 
-// flipSink is a sources.Sink that times flips: from expect to the first
-// Publish in which the service's instance on node 0 has the wanted health.
+// flipSink is a sources.Sink that times flips: from the catalog write's
+// call, and from its return, to the first Publish (or, with an xDS client,
+// the first EDS response; observe) in which the service's instance on
+// node 0 has the wanted health.
 type flipSink struct {
 	want   int
 	synced chan struct{}
 
 	mu      sync.Mutex
 	last    []sources.Service
-	pending map[string]pendingFlip
-	lat     []time.Duration
-	writes  []time.Duration
+	xds     map[string]sources.HealthStatus // observed by an xDS client, by cluster
+	pending map[string]*flipRecord
+	done    []*flipRecord
 	failed  int
 }
 
-type pendingFlip struct {
-	at   time.Time
-	want sources.HealthStatus
+// flipRecord is one flip: when its write was called and returned, and
+// when the change was seen.
+type flipRecord struct {
+	want            sources.HealthStatus
+	call, ret, seen time.Time
 }
 
 func newFlipSink(services int) *flipSink {
-	return &flipSink{want: services, synced: make(chan struct{}), pending: map[string]pendingFlip{}}
+	return &flipSink{want: services, synced: make(chan struct{}), pending: map[string]*flipRecord{}}
 }
 
 func (k *flipSink) Publish(_ context.Context, u sources.Update) error {
@@ -409,20 +503,48 @@ func (k *flipSink) Publish(_ context.Context, u sources.Update) error {
 		close(k.synced)
 	}
 	k.last = u.Services
-	for name, f := range k.pending {
-		if k.healthLocked(name) == f.want {
-			k.lat = append(k.lat, now.Sub(f.at))
-			delete(k.pending, name)
-		}
+	for name := range k.pending {
+		k.settleLocked(name, now)
 	}
 	return nil
+}
+
+// observe notes the health an xDS client received for a cluster's host on
+// node 0; synced is called when the client has every service.
+func (k *flipSink) observe(cluster string, h sources.HealthStatus, now time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.xds == nil {
+		k.xds = map[string]sources.HealthStatus{}
+	}
+	k.xds[cluster] = h
+	if len(k.xds) == k.want {
+		select {
+		case <-k.synced:
+		default:
+			close(k.synced)
+		}
+	}
+	k.settleLocked(cluster, now)
+}
+
+func (k *flipSink) settleLocked(name string, now time.Time) {
+	if f := k.pending[name]; f != nil && k.healthLocked(name) == f.want {
+		f.seen = now
+		k.done = append(k.done, f)
+		delete(k.pending, name)
+	}
 }
 
 func (k *flipSink) PublishPolicy(context.Context, sources.PolicyUpdate) error { return nil }
 func (k *flipSink) Fail(context.Context, string, error)                       {}
 
-// healthLocked is the published health of name's instance on node 0.
+// healthLocked is the published (or, with an xDS client, received) health
+// of name's instance on node 0.
 func (k *flipSink) healthLocked(name string) sources.HealthStatus {
+	if k.xds != nil {
+		return k.xds[name]
+	}
 	i := sort.Search(len(k.last), func(i int) bool { return k.last[i].Name >= name })
 	if i == len(k.last) || k.last[i].Name != name {
 		return sources.HealthUnknown
@@ -442,27 +564,33 @@ func (k *flipSink) unhealthy(name string) bool {
 	return k.healthLocked(name) == sources.HealthUnhealthy
 }
 
-// expect starts timing a flip of name; false if one is still pending.
-func (k *flipSink) expect(name string, want sources.HealthStatus) bool {
+// expect starts timing a flip of name (its write is being called); nil if
+// one is still pending.
+func (k *flipSink) expect(name string, want sources.HealthStatus) *flipRecord {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if _, ok := k.pending[name]; ok {
-		return false
+		return nil
 	}
-	k.pending[name] = pendingFlip{at: time.Now(), want: want}
-	return true
+	f := &flipRecord{want: want, call: time.Now()}
+	k.pending[name] = f
+	return f
 }
 
-func (k *flipSink) cancel(name string) {
+// returned notes that f's write returned; failed writes are dropped.
+func (k *flipSink) returned(name string, f *flipRecord, err error) {
+	now := time.Now()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	delete(k.pending, name)
-}
-
-func (k *flipSink) noteFailed() {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.failed++
+	if err != nil {
+		k.failed++
+		if k.pending[name] == f {
+			delete(k.pending, name)
+		}
+		k.done = slices.DeleteFunc(k.done, func(x *flipRecord) bool { return x == f })
+		return
+	}
+	f.ret = now
 }
 
 func (k *flipSink) takeFailed() int {
@@ -473,58 +601,68 @@ func (k *flipSink) takeFailed() int {
 	return n
 }
 
-func (k *flipSink) noteWrite(d time.Duration) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.writes = append(k.writes, d)
-}
-
-// takeWrites returns the sorted durations of the catalog writes and
-// starts over.
-func (k *flipSink) takeWrites() []time.Duration {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	w := k.writes
-	k.writes = nil
-	sort.Slice(w, func(i, j int) bool { return w[i] < w[j] })
-	if len(w) == 0 {
-		w = []time.Duration{0}
-	}
-	return w
-}
-
 func (k *flipSink) pendingCount() int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return len(k.pending)
+	n := len(k.pending)
+	for _, f := range k.done {
+		if f.ret.IsZero() {
+			n++ // seen, its write not returned yet
+		}
+	}
+	return n
 }
 
-// take returns the sorted latencies and how many flips are still pending,
-// and starts over.
-func (k *flipSink) take() (lat []time.Duration, missed int) {
+// flipTimes are the sorted durations of a phase's flips.
+type flipTimes struct {
+	fromReturn, fromCall, writes []time.Duration
+	// early counts flips seen before their write returned (from the
+	// return: 0).
+	early int
+}
+
+// take returns the durations of the flips seen and how many are still
+// pending, and starts over.
+func (k *flipSink) take() (ft flipTimes, missed int) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	lat, missed = k.lat, len(k.pending)
-	k.lat, k.pending = nil, map[string]pendingFlip{}
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	return lat, missed
+	for _, f := range k.done {
+		if f.ret.IsZero() {
+			missed++
+			continue
+		}
+		d := f.seen.Sub(f.ret)
+		if d < 0 {
+			d = 0
+			ft.early++
+		}
+		ft.fromReturn = append(ft.fromReturn, d)
+		ft.fromCall = append(ft.fromCall, f.seen.Sub(f.call))
+		ft.writes = append(ft.writes, f.ret.Sub(f.call))
+	}
+	missed += len(k.pending)
+	k.done, k.pending = nil, map[string]*flipRecord{}
+	for _, l := range [][]time.Duration{ft.fromReturn, ft.fromCall, ft.writes} {
+		slices.Sort(l)
+	}
+	return ft, missed
 }
 
 // measure is the resource use between startMeasure and stop.
 type measure struct {
 	a         *consultest.Agent
-	rt        *countingRT
+	rt        requestCounter
 	at        time.Time
 	self      time.Duration
 	consulCPU time.Duration
 }
 
-func startMeasure(a *consultest.Agent, rt *countingRT) *measure {
+func startMeasure(a *consultest.Agent, rt requestCounter) *measure {
 	rt.take()
 	return &measure{a: a, rt: rt, at: time.Now(), self: selfCPU(), consulCPU: procCPU(a.Pid())}
 }
 
-func (m *measure) stop() string {
+func (m *measure) stop() (string, map[string]int) {
 	secs := time.Since(m.at).Seconds()
 	reqs := m.rt.take()
 	total := 0
@@ -532,15 +670,43 @@ func (m *measure) stop() string {
 		total += v
 	}
 	return fmt.Sprintf("bridge %.3f cores, RSS %d MB; Consul %.3f cores; %.1f requests/s %v",
-		(selfCPU()-m.self).Seconds()/secs, selfRSS()>>20, (procCPU(m.a.Pid())-m.consulCPU).Seconds()/secs, float64(total)/secs, reqs)
+		(selfCPU()-m.self).Seconds()/secs, selfRSS()>>20, (procCPU(m.a.Pid())-m.consulCPU).Seconds()/secs, float64(total)/secs, reqs), reqs
 }
 
-func (c *countingRT) total() int {
+// requestCounter counts the requests sent to Consul by endpoint since
+// its last take.
+type requestCounter interface{ take() map[string]int }
+
+func total(c requestCounter) int {
 	n := 0
 	for _, v := range c.take() {
 		n += v
 	}
 	return n
+}
+
+// metricsCounter counts the requests of bridges from their
+// xdsbridge_consul_requests_total (scrapes: one per bridge, cumulative).
+type metricsCounter struct {
+	scrapes []func() map[string]int
+	last    map[string]int
+}
+
+func (m *metricsCounter) take() map[string]int {
+	now := map[string]int{}
+	for _, s := range m.scrapes {
+		for k, v := range s() {
+			now[k] += v
+		}
+	}
+	out := map[string]int{}
+	for k, v := range now {
+		if d := v - m.last[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	m.last = now
+	return out
 }
 
 // selfCPU is this process's user and system CPU time.
@@ -567,6 +733,20 @@ func procCPU(pid int) time.Duration {
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// loadAverage is the machine's load average over 1, 5 and 15 minutes
+// (the machine may be shared: the figures depend on it).
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // selfRSS is this process's resident set size in bytes.

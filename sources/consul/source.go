@@ -95,8 +95,8 @@ type dcState struct {
 	actual   string // datacenter name as reported in results
 
 	list     watchInfo
-	feed     watchInfo // the change feed, in hinted mode
-	sweep    watchInfo // the reads of every check, in hinted mode
+	feed     [2]watchInfo // the change feed's queries (feedStates), in hinted mode
+	sweep    watchInfo    // the reads of every check, in hinted mode
 	listSeen bool
 	selected int
 	services map[string]*svcState
@@ -114,7 +114,20 @@ type svcState struct {
 	checks    map[string]string // service check status by node "\x00" check ID
 	checkless bool              // an instance has no service check
 	gen       uint64            // Source.genSeq at the last change
+	// entries is the health result the state was mapped from, with the
+	// change feed's check changes applied (patchEntries); version counts
+	// its changes. applied are the changes applied from the feed since the
+	// last read that it did not have, and feedIndex the highest index of
+	// them (0: none).
+	entries   []*api.ServiceEntry
+	version   uint64
+	applied   []checkChange
+	feedIndex uint64
 }
+
+// seen is the index up to which the state knows its checks: its last
+// read's, or a change applied from the change feed since.
+func (st *svcState) seen() uint64 { return max(st.info.index, st.feedIndex) }
 
 // watchInfo is one watch's progress, shown by DebugInfo.
 type watchInfo struct {
@@ -419,7 +432,7 @@ func (s *Source) failingLocked() bool {
 		}
 	}
 	for _, dc := range s.dcs {
-		if dc.list.failing || dc.feed.failing || dc.sweep.failing {
+		if dc.list.failing || dc.feed[0].failing || dc.feed[1].failing || dc.sweep.failing {
 			return true
 		}
 		for _, st := range dc.services {

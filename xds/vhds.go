@@ -464,7 +464,9 @@ func (s *vhdsStream) next() *discovery.DeltaDiscoveryResponse {
 	}
 	var hosts, removed int
 	for n, v := range s.held {
-		if t.hosts[n] == nil {
+		// A host the client may not read is not held either, whatever
+		// its first request claimed (initial_resource_versions).
+		if t.hosts[n] == nil || !s.vis.sees(n[len(t.prefix):]) {
 			resp.RemovedResources = append(resp.RemovedResources, n)
 			delete(s.held, n)
 			removed++

@@ -187,3 +187,22 @@ func FuzzVHDSAliases(f *testing.F) {
 		}
 	})
 }
+
+// TestVHDSInitialVersionsOfHiddenHost: a client that may not read a
+// service is not sent its virtual host because it claims, in its first
+// request's initial_resource_versions, to hold a version of it; the claim
+// is answered as removed.
+func TestVHDSInitialVersionsOfHiddenHost(t *testing.T) {
+	_, s, _ := vhdsTestStream(t)
+	s.setVisibility(&visibility{patterns: []string{"api", "eg"}})
+	s.request(&discovery.DeltaDiscoveryRequest{InitialResourceVersions: map[string]string{"eg/web": "stale"}}, true)
+	r := s.next()
+	for _, res := range r.GetResources() {
+		if res.Resource != nil {
+			t.Errorf("sent %s's virtual host to a client that may not read it", res.Name)
+		}
+	}
+	if !slices.Contains(r.GetRemovedResources(), "eg/web") {
+		t.Errorf("removed %v, want eg/web", r.GetRemovedResources())
+	}
+}

@@ -243,7 +243,7 @@ type vhdsStream struct {
 	wg   sync.WaitGroup
 
 	mu sync.Mutex
-	// routeSent: the stream was sent the stub (the rule of updateOrder:
+	// routeSent: the stream was sent the stub, or resumed holding it (the rule of updateOrder:
 	// no virtual host before its route configuration).
 	routeSent bool
 	// aliases: subscribed aliases (full names, "<table>/<Host>") →
@@ -426,6 +426,11 @@ func (s *vhdsStream) toStub(req *discovery.DeltaDiscoveryRequest) {
 	if v, ok := req.InitialResourceVersions[s.t.name]; ok {
 		delete(req.InitialResourceVersions, s.t.name)
 		req.InitialResourceVersions[s.t.stubName] = v
+		// A resuming client holds the route configuration, and is sent
+		// it again only if it changed: its virtual hosts need not wait.
+		s.mu.Lock()
+		s.routeSent = true
+		s.mu.Unlock()
 	}
 }
 

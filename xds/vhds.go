@@ -41,7 +41,7 @@ import (
 // answers the request 404 at once instead of holding it. A subscription
 // stays: when the table changes, a stream is sent the virtual hosts it
 // holds that changed, the names of those gone (removed_resources), and
-// those its unresolved aliases now resolve to; a stream that holds none of
+// those its aliases now resolve to; a stream that holds none of
 // what changed is sent nothing.
 //
 // The hooks in the delta stream handler (deltaserver.go): processDelta
@@ -243,13 +243,12 @@ type vhdsStream struct {
 	wg   sync.WaitGroup
 
 	mu sync.Mutex
-	// routeSent: the stream was sent the stub (the rule of updateOrder:
+	// routeSent: the stream was sent the stub, or resumed holding it (the rule of updateOrder:
 	// no virtual host before its route configuration).
 	routeSent bool
 	// aliases: subscribed aliases (full names, "<table>/<Host>") →
 	// unanswered (true until the next response answers them).
-	aliases    map[string]bool
-	unresolved int // aliases resolving to nothing, of aliases
+	aliases map[string]bool
 	// held: resource name → version the stream was sent.
 	held map[string]string
 	// answer: the next response goes out even if empty (a subscription
@@ -316,10 +315,12 @@ func (s *vhdsStream) signal() {
 }
 
 // tableChanged wakes the stream if it holds one of the names changed or,
-// when domains changed, has an alias that resolved to nothing.
+// when domains changed, has an alias: one that resolved to nothing may
+// resolve now, and one that resolved may resolve to another host (a more
+// specific domain added, or its host gone).
 func (s *vhdsStream) tableChanged(changed []string, domainsChanged bool) {
 	s.mu.Lock()
-	need := domainsChanged && s.unresolved > 0
+	need := domainsChanged && len(s.aliases) > 0
 	for _, n := range changed {
 		if need {
 			break
@@ -426,6 +427,11 @@ func (s *vhdsStream) toStub(req *discovery.DeltaDiscoveryRequest) {
 	if v, ok := req.InitialResourceVersions[s.t.name]; ok {
 		delete(req.InitialResourceVersions, s.t.name)
 		req.InitialResourceVersions[s.t.stubName] = v
+		// A resuming client holds the route configuration, and is sent
+		// it again only if it changed: its virtual hosts need not wait.
+		s.mu.Lock()
+		s.routeSent = true
+		s.mu.Unlock()
 	}
 }
 
@@ -446,14 +452,12 @@ func (s *vhdsStream) next() *discovery.DeltaDiscoveryResponse {
 	byName := map[string][]string{} // resource → aliases resolving to it
 	asked := map[string]bool{}      // resource → an alias just asked for it
 	var unresolved []string
-	s.unresolved = 0
 	for a, fresh := range s.aliases {
 		n := t.resolve(a[len(t.prefix):])
 		if n != "" && !s.vis.sees(n[len(t.prefix):]) {
 			n = ""
 		}
 		if n == "" {
-			s.unresolved++
 			if fresh {
 				unresolved = append(unresolved, a)
 			}
@@ -464,7 +468,9 @@ func (s *vhdsStream) next() *discovery.DeltaDiscoveryResponse {
 	}
 	var hosts, removed int
 	for n, v := range s.held {
-		if t.hosts[n] == nil {
+		// A host the client may not read is not held either, whatever
+		// its first request claimed (initial_resource_versions).
+		if t.hosts[n] == nil || !s.vis.sees(n[len(t.prefix):]) {
 			resp.RemovedResources = append(resp.RemovedResources, n)
 			delete(s.held, n)
 			removed++

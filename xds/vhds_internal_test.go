@@ -187,3 +187,45 @@ func FuzzVHDSAliases(f *testing.F) {
 		}
 	})
 }
+
+// TestVHDSInitialVersionsOfHiddenHost: a client that may not read a
+// service is not sent its virtual host because it claims, in its first
+// request's initial_resource_versions, to hold a version of it; the claim
+// is answered as removed.
+func TestVHDSInitialVersionsOfHiddenHost(t *testing.T) {
+	_, s, _ := vhdsTestStream(t)
+	s.setVisibility(&visibility{patterns: []string{"api", "eg"}})
+	s.request(&discovery.DeltaDiscoveryRequest{InitialResourceVersions: map[string]string{"eg/web": "stale"}}, true)
+	r := s.next()
+	for _, res := range r.GetResources() {
+		if res.Resource != nil {
+			t.Errorf("sent %s's virtual host to a client that may not read it", res.Name)
+		}
+	}
+	if !slices.Contains(r.GetRemovedResources(), "eg/web") {
+		t.Errorf("removed %v, want eg/web", r.GetRemovedResources())
+	}
+}
+
+// TestVHDSAliasMovesToMoreSpecificHost: a stream whose alias resolves to
+// a virtual host through a wildcard domain is woken, and sent the new
+// host, when a host with that exact domain is added: Envoy routes the
+// Host as the table now says, as a sotw client of the whole table does.
+func TestVHDSAliasMovesToMoreSpecificHost(t *testing.T) {
+	c, s, ch := vhdsTestStream(t)
+	if r := s.ask("eg/a.web.example"); !slices.Equal(answerNames(r), []string{"eg/web"}) {
+		t.Fatalf("a.web.example answered %v, want eg/web", answerNames(r))
+	}
+	vhdsTestPublish(t, c, nil, "a.web.example")
+	select {
+	case <-ch:
+	case <-time.After(time.Second):
+		t.Fatal("not woken when a host with the alias's exact domain was added")
+	}
+	r := s.next()
+	if i := slices.IndexFunc(r.GetResources(), func(res *discovery.Resource) bool {
+		return slices.Contains(res.Aliases, "eg/a.web.example")
+	}); i < 0 || r.Resources[i].Name != "eg/a.web.example" {
+		t.Fatalf("after a.web.example was added: sent %v, want eg/a.web.example for the alias", r)
+	}
+}

@@ -189,3 +189,28 @@ func TestVHDSWildcardRouteClientGetsStub(t *testing.T) {
 		}
 	}
 }
+
+// TestVHDSAnsweredAfterResumeWithCurrentRoute: a delta client that
+// reconnects holding the current route configuration (its
+// initial_resource_versions), and so is not sent it again, has its VHDS
+// requests answered: the route configuration it holds comes first.
+func TestVHDSAnsweredAfterResumeWithCurrentRoute(t *testing.T) {
+	h, _ := vhdsHarness(t, "api", "web")
+	first := h.delta("envoy")
+	first.send(&discovery.DeltaDiscoveryRequest{TypeUrl: xds.RouteType, ResourceNamesSubscribe: []string{vhdsTable}})
+	r := first.recv()
+	eq(t, "route names", []string{vhdsTable}, names(r))
+	version := r.Resources[0].Version
+
+	c := h.delta("envoy")
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: xds.RouteType, ResourceNamesSubscribe: []string{vhdsTable},
+		InitialResourceVersions: map[string]string{vhdsTable: version}})
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: xds.VirtualHostType, ResourceNamesSubscribe: []string{vhdsTable + "/api"}})
+	for {
+		r := c.recv()
+		if r.TypeUrl == xds.VirtualHostType {
+			eq(t, "api after resume", []string{vhdsTable + "/api"}, names(r))
+			return
+		}
+	}
+}

@@ -1,0 +1,180 @@
+package healthcheck
+
+import (
+	"context"
+)
+
+// Remote is a checker whose probes run elsewhere: the bridge's HDS server
+// (package hds), whose connected Envoys probe the targets they are
+// assigned. Implementations are safe for concurrent use.
+type Remote interface {
+	// SetTargets replaces the targets it may check.
+	SetTargets(ts []Target)
+	// Unassigned returns the targets it cannot check now (no connected
+	// checker runs their check).
+	Unassigned() []Target
+	// Assigned is signalled when Unassigned may have changed.
+	Assigned() <-chan struct{}
+	// Seed sets a target's verdict without a transition (a target handed
+	// over keeps the verdict it had).
+	Seed(k TargetKey, v Verdict)
+	// Transitions delivers verdict changes while Run runs.
+	Transitions() <-chan Transition
+	// Detail is its state of a target, for /debug/hosts.
+	Detail(k TargetKey) (any, bool)
+	Run(ctx context.Context) error
+}
+
+// Fallback is what the Manager does with a target its Remote cannot
+// check.
+type Fallback int
+
+const (
+	// FallbackLocal: the local Checker probes it.
+	FallbackLocal Fallback = iota
+	// FallbackSource: it is not probed; its verdict is Unknown, so its
+	// source's health stands (Decide).
+	FallbackSource
+)
+
+// owner is who checks a target.
+type owner int8
+
+const (
+	ownedLocal owner = iota + 1
+	ownedRemote
+	ownedNone // Remote cannot, and FallbackSource
+)
+
+// UseRemote sends the targets to r, and to the local checker only those r
+// cannot check (by fb). Call it before SetHosts and Run.
+//
+// A target moving between the local checker and r keeps its verdict: r
+// is seeded with it, and the local checker's Unknown (before its first
+// verdict of a target it was just given) reads as the verdict the target
+// had. The moves are made by Run, on r's Assigned signals and after each
+// SetHosts.
+func (m *Manager) UseRemote(r Remote, fb Fallback) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.remote, m.fallback = r, fb
+	m.reroute = make(chan struct{}, 1)
+}
+
+// route decides who checks each target, hands the targets over with
+// their verdicts, and returns the targets whose verdict that changed
+// (moved to no one). Only Run calls it.
+func (m *Manager) route() []TargetKey {
+	un := map[TargetKey]bool{}
+	for _, t := range m.remote.Unassigned() {
+		un[t.Key()] = true
+	}
+	m.mu.Lock()
+	all := m.all
+	next := make(map[TargetKey]owner, len(all))
+	carried := make(map[TargetKey]Verdict)
+	var local []Target
+	var seed []TargetKey
+	var dropped []TargetKey
+	for _, t := range all {
+		k := t.Key()
+		o := ownedRemote
+		if un[k] {
+			o = ownedNone
+			if m.fallback == FallbackLocal {
+				o = ownedLocal
+			}
+		}
+		next[k] = o
+		if o == ownedLocal {
+			local = append(local, t)
+		}
+		prev, known := m.owner[k]
+		v := Unknown
+		if known {
+			v = m.verdictLocked(k, prev)
+		}
+		switch {
+		case known && prev != o && o == ownedRemote:
+			seed = append(seed, k)
+			m.seen[k] = v
+		case known && prev != o && o == ownedLocal:
+			carried[k] = v
+		case known && prev == o && o == ownedLocal:
+			if c, ok := m.carried[k]; ok {
+				carried[k] = c
+			}
+		}
+		if known && prev != o && o == ownedNone && v != Unknown {
+			dropped = append(dropped, k)
+		}
+		if o != ownedRemote {
+			delete(m.seen, k)
+		}
+	}
+	for k := range m.seen {
+		if next[k] != ownedRemote {
+			delete(m.seen, k)
+		}
+	}
+	m.owner, m.carried = next, carried
+	for _, k := range seed {
+		m.remote.Seed(k, m.seen[k])
+	}
+	m.mu.Unlock()
+	_ = m.checker.SetTargets(local) // invalid targets are skipped; configs were validated at start
+	return dropped
+}
+
+// verdictLocked is the verdict of target k checked by o. Called with m.mu
+// held.
+func (m *Manager) verdictLocked(k TargetKey, o owner) Verdict {
+	switch o {
+	case ownedRemote:
+		return m.seen[k]
+	case ownedLocal:
+		if v := m.checker.Delivered(k); v != Unknown {
+			return v
+		}
+		return m.carried[k]
+	}
+	return Unknown
+}
+
+// runRemote runs the Remote and follows its transitions and assignments
+// until ctx is done.
+func (m *Manager) runRemote(ctx context.Context, changed func(ctx context.Context, service string)) error {
+	r := m.remote
+	reroute := func() {
+		for _, k := range m.route() {
+			for _, s := range m.servicesOf(k) {
+				changed(ctx, s)
+			}
+		}
+	}
+	reroute()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-m.reroute:
+			reroute()
+		case <-r.Assigned():
+			reroute()
+		case tr := <-r.Transitions():
+			m.mu.Lock()
+			// A transition queued before the target was seeded (handed
+			// over) is stale: its Previous is not the verdict seeded.
+			remote := m.owner[tr.Key] == ownedRemote && m.seen[tr.Key] == tr.Previous
+			if remote {
+				m.seen[tr.Key] = tr.Verdict
+			}
+			m.mu.Unlock()
+			if remote {
+				for _, s := range m.servicesOf(tr.Key) {
+					changed(ctx, s)
+				}
+			}
+		}
+	}
+}

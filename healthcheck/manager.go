@@ -180,10 +180,7 @@ func (m *Manager) Detail(service string, host sources.HostKey) any {
 	o := m.owner[k]
 	m.mu.Unlock()
 	if o == ownedRemote {
-		if d, ok := m.remote.Detail(k); ok {
-			return d
-		}
-		return nil
+		return RemoteDetail{r: m.remote, k: k}
 	}
 	st, ok := m.checker.State(k)
 	if !ok {

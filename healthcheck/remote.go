@@ -2,6 +2,7 @@ package healthcheck
 
 import (
 	"context"
+	"encoding/json"
 )
 
 // Remote is a checker whose probes run elsewhere: the bridge's HDS server
@@ -62,8 +63,9 @@ func (m *Manager) UseRemote(r Remote, fb Fallback) {
 }
 
 // route decides who checks each target, hands the targets over with
-// their verdicts, and returns the targets whose verdict that changed
-// (moved to no one). Only Run calls it.
+// their verdicts, and returns the targets that changed hands (their
+// services are merged again: /debug/hosts names the new checker, and a
+// target moved to no one has lost its verdict). Only Run calls it.
 func (m *Manager) route() []TargetKey {
 	un := map[TargetKey]bool{}
 	for _, t := range m.remote.Unassigned() {
@@ -75,7 +77,7 @@ func (m *Manager) route() []TargetKey {
 	carried := make(map[TargetKey]Verdict)
 	var local []Target
 	var seed []TargetKey
-	var dropped []TargetKey
+	var moved []TargetKey
 	for _, t := range all {
 		k := t.Key()
 		o := ownedRemote
@@ -105,8 +107,8 @@ func (m *Manager) route() []TargetKey {
 				carried[k] = c
 			}
 		}
-		if known && prev != o && o == ownedNone && v != Unknown {
-			dropped = append(dropped, k)
+		if known && prev != o {
+			moved = append(moved, k)
 		}
 		if o != ownedRemote {
 			delete(m.seen, k)
@@ -123,7 +125,7 @@ func (m *Manager) route() []TargetKey {
 	}
 	m.mu.Unlock()
 	_ = m.checker.SetTargets(local) // invalid targets are skipped; configs were validated at start
-	return dropped
+	return moved
 }
 
 // verdictLocked is the verdict of target k checked by o. Called with m.mu
@@ -146,9 +148,13 @@ func (m *Manager) verdictLocked(k TargetKey, o owner) Verdict {
 func (m *Manager) runRemote(ctx context.Context, changed func(ctx context.Context, service string)) error {
 	r := m.remote
 	reroute := func() {
+		svcs := map[string]bool{}
 		for _, k := range m.route() {
 			for _, s := range m.servicesOf(k) {
-				changed(ctx, s)
+				if !svcs[s] {
+					svcs[s] = true
+					changed(ctx, s)
+				}
 			}
 		}
 	}
@@ -178,3 +184,24 @@ func (m *Manager) runRemote(ctx context.Context, changed func(ctx context.Contex
 		}
 	}
 }
+
+// RemoteDetail is Manager.Detail of a target its Remote checks: the
+// Remote's state of the target read when it is shown (encoded or State
+// called), not when the merge last ran, since the checkers' reports come
+// and go without changing the verdict.
+type RemoteDetail struct {
+	r Remote
+	k TargetKey
+}
+
+// State is the Remote's state of the target now (nil if it has none).
+func (d RemoteDetail) State() any {
+	st, ok := d.r.Detail(d.k)
+	if !ok {
+		return nil
+	}
+	return st
+}
+
+// MarshalJSON encodes State.
+func (d RemoteDetail) MarshalJSON() ([]byte, error) { return json.Marshal(d.State()) }

@@ -159,7 +159,7 @@ func TestManagerRemoteHandoverKeepsVerdict(t *testing.T) {
 	if !ok || seeded != Healthy {
 		t.Errorf("remote seeded with %s (%v), want healthy", seeded, ok)
 	}
-	if d := h.m.Detail("web", h.host); d != "remote" {
+	if d, ok := h.m.Detail("web", h.host).(RemoteDetail); !ok || d.State() != "remote" {
 		t.Errorf("detail %v, want the remote's", d)
 	}
 

@@ -98,6 +98,9 @@ type CheckerReport struct {
 type TargetState struct {
 	Verdict  healthcheck.Verdict `json:"verdict"`
 	Checkers []CheckerReport     `json:"checkers"`
+	// Summary says which checker said what, in one line: "checker-1
+	// healthy, checker-4 unhealthy (not counted)", "no checker".
+	Summary string `json:"summary"`
 }
 
 type checker struct {
@@ -323,7 +326,31 @@ func (s *Server) stateOf(t *target, now time.Time) TargetState {
 		}
 		st.Checkers = append(st.Checkers, cr)
 	}
+	st.Summary = summary(st.Checkers)
 	return st
+}
+
+// summary is TargetState.Summary.
+func summary(crs []CheckerReport) string {
+	if len(crs) == 0 {
+		return "no checker"
+	}
+	var b strings.Builder
+	for i, cr := range crs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(cmp.Or(cr.Node, cr.Checker))
+		switch {
+		case cr.At.IsZero():
+			b.WriteString(" no report yet")
+		case !cr.Counted:
+			b.WriteString(" " + cr.Verdict.String() + " (not counted)")
+		default:
+			b.WriteString(" " + cr.Verdict.String())
+		}
+	}
+	return b.String()
 }
 
 // Run checks for silent checkers and delivers transitions until ctx is

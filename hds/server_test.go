@@ -419,7 +419,7 @@ func TestHDSSeedAndAssigned(t *testing.T) {
 			t.Errorf("%v: %s → %s, want %s → healthy", tr.Key, tr.Previous, tr.Verdict, want)
 		}
 	}
-	if st, ok := h.s.State(k1); !ok || len(st.Checkers) != 1 || st.Checkers[0].Node != "envoy" || !st.Checkers[0].Counted {
+	if st, ok := h.s.State(k1); !ok || len(st.Checkers) != 1 || st.Checkers[0].Node != "envoy" || !st.Checkers[0].Counted || st.Summary != "envoy healthy" {
 		t.Errorf("state %+v, want envoy's counted report", st)
 	}
 }

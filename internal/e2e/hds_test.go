@@ -328,6 +328,38 @@ health_checks:
 	}
 	waitFor(t, 20*time.Second, "every backend assigned to 2 checkers in 2 zones, healthy", func() error { return assignedOK(bs, "") })
 
+	// Which checker said what: in /debug/hosts, on the status page, and
+	// HDS's metrics.
+	var dh map[string][]map[string]any
+	br.debugJSON(t, "/debug/hosts?service=web", &dh)
+	for _, h := range dh["web"] {
+		cs, _ := h["check_state"].(map[string]any)
+		sum, _ := cs["summary"].(string)
+		if crs, _ := cs["checkers"].([]any); len(crs) != k || strings.Count(sum, "checker-") != k || strings.Count(sum, " healthy") != k {
+			t.Errorf("/debug/hosts %v: check_state %v", h["host"], cs)
+		}
+	}
+	resp, err := http.Get("http://" + br.app.AdminAddr() + "/?service=web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if n := strings.Count(string(page), "HDS: checker-"); n != len(bs) {
+		t.Errorf("the status page shows %d hosts' HDS checkers, want %d", n, len(bs))
+	}
+	resp, err = http.Get("http://" + br.app.AdminAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, m := range []string{"xdsbridge_hds_checkers 4", fmt.Sprintf("xdsbridge_hds_assigned_pairs %d", k*len(bs)), "xdsbridge_hds_reports_total", "xdsbridge_hds_assignments_total"} {
+		if !strings.Contains(string(metrics), "\n"+m) {
+			t.Errorf("no %q in /metrics", m)
+		}
+	}
+
 	// Counted at the backends: over a few intervals, each backend is
 	// probed by exactly the 2 checkers the bridge names, and not by the
 	// bridge itself.

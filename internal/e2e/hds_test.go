@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,28 +129,6 @@ func (b *hdsBackend) reset() (map[string]int, int) {
 	return p, l
 }
 
-// checkerBootstrap makes an Envoy an HDS checker of the bridge at port,
-// in zone.
-const checkerBootstrap = `node: {id: %s, cluster: checkers, locality: {zone: %s}}
-admin: {address: {socket_address: {address: 127.0.0.1, port_value: 0}}}
-hds_config:
-  api_type: GRPC
-  transport_api_version: V3
-  grpc_services: [{envoy_grpc: {cluster_name: xdsbridge}}]
-static_resources:
-  clusters:
-  - name: xdsbridge
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {http2_protocol_options: {}}
-    load_assignment:
-      cluster_name: xdsbridge
-      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: %s}}}}]}]
-`
-
 func writeBootstrap(t *testing.T, content string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "envoy.yaml")
@@ -250,42 +227,7 @@ health_checks:
 	ev.waitTraffic(t, names(bs)...)
 
 	// Requests through the routing Envoy, all along.
-	var sent, failed atomic.Int64
-	var failures sync.Map
-	stop := make(chan struct{})
-	var loop sync.WaitGroup
-	loop.Go(func() {
-		client := &http.Client{Timeout: 2 * time.Second}
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			sent.Add(1)
-			resp, err := client.Get("http://" + ev.listener + "/")
-			if err == nil {
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					err = fmt.Errorf("status %s", resp.Status)
-				}
-			}
-			if err != nil {
-				failed.Add(1)
-				failures.Store(err.Error(), true)
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	})
-	defer func() {
-		close(stop)
-		loop.Wait()
-		t.Logf("%d requests through the routing Envoy, %d failed", sent.Load(), failed.Load())
-		if failed.Load() > 0 {
-			failures.Range(func(k, _ any) bool { t.Errorf("request failed: %v", k); return true })
-		}
-	}()
+	traffic := startFileTraffic(t, ev)
 
 	// Four checkers in two zones, each probing from its own address.
 	zoneOf := map[string]string{}
@@ -295,7 +237,7 @@ health_checks:
 	}
 	startChecker := func(node, zone string) checkerEnvoy {
 		zoneOf[node] = zone
-		p := testbin.StartEnvoy(t, bin, writeBootstrap(t, fmt.Sprintf(checkerBootstrap, node, zone, xdsPort)))
+		p := testbin.StartEnvoy(t, bin, writeBootstrap(t, testbin.HDSCheckerBootstrap(node, zone, xdsPort)))
 		who.add(p.Cmd.Process.Pid, node)
 		return checkerEnvoy{node, p}
 	}
@@ -442,8 +384,24 @@ health_checks:
 		t.Errorf("killed backend unhealthy after %v, bound %v", d, bound)
 	}
 
-	// A checker is killed: its backends go to the others at once.
+	// A checker is killed: its backends go to the others at once. The one
+	// killed holds the most live backends.
+	held := map[string]int{}
+	for _, b := range live {
+		for _, c := range hdsStates(br)[fmt.Sprintf("127.0.0.1:%d", b.port)].Checkers {
+			held[c.Node]++
+		}
+	}
 	gone := checkers[0]
+	for _, c := range checkers {
+		if held[c.node] > held[gone.node] {
+			gone = c
+		}
+	}
+	if held[gone.node] == 0 {
+		t.Fatalf("no checker holds a live backend: %v", held)
+	}
+	t.Logf("killing %s, which checks %d of the %d live backends", gone.node, held[gone.node], len(live))
 	start = time.Now()
 	gone.p.Cmd.Process.Kill()
 	waitFor(t, 10*time.Second, "the killed checker's backends reassigned", func() error { return assignedOK(live, gone.node) })
@@ -475,4 +433,5 @@ health_checks:
 	})
 	time.Sleep(5 * report)
 	ev.waitTraffic(t, names(live)...)
+	traffic.check(t, "through the routing Envoy")
 }

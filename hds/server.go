@@ -259,10 +259,11 @@ func (s *Server) SetTargets(ts []healthcheck.Target) {
 // is when Unassigned may have changed.
 func (s *Server) Assigned() <-chan struct{} { return s.assigned }
 
-// Seed sets the verdict of target k (one of SetTargets) without a
-// transition, and drops one pending: a target the caller checked itself
-// until now starts from the caller's verdict rather than Unknown, so that
-// handing it to the checkers changes nothing until they report otherwise.
+// Seed sets the verdict of target k (one of SetTargets), and the verdict
+// Delivered returns, without a transition, and drops one pending: a
+// target the caller checked itself until now starts from the caller's
+// verdict rather than Unknown, so that handing it to the checkers changes
+// nothing until they report otherwise.
 func (s *Server) Seed(k healthcheck.TargetKey, v healthcheck.Verdict) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -272,6 +273,19 @@ func (s *Server) Seed(k healthcheck.TargetKey, v healthcheck.Verdict) {
 	}
 	t.verdict, t.seen = v, v
 	delete(s.pend, k)
+}
+
+// Delivered returns the verdict of the last transition delivered for k
+// (or seeded; Unknown before any, or if k is not a target), as
+// healthcheck.Checker.Delivered: what a consumer that follows Transitions
+// has been told.
+func (s *Server) Delivered(k healthcheck.TargetKey) healthcheck.Verdict {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.targets[k]; t != nil {
+		return t.seen
+	}
+	return healthcheck.Unknown
 }
 
 // State returns what HDS knows of target k: the merged verdict and what

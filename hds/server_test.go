@@ -392,8 +392,8 @@ func TestHDSSeedAndAssigned(t *testing.T) {
 	h := startServer(t, Options{}, ts)
 	k0, k1 := ts[0].Key(), ts[1].Key()
 	h.s.Seed(k0, healthcheck.Unhealthy)
-	if st, _ := h.s.State(k0); st.Verdict != healthcheck.Unhealthy {
-		t.Fatalf("seeded verdict %s, want unhealthy", st.Verdict)
+	if st, _ := h.s.State(k0); st.Verdict != healthcheck.Unhealthy || h.s.Delivered(k0) != healthcheck.Unhealthy {
+		t.Fatalf("seeded verdict %s, delivered %s, want unhealthy", st.Verdict, h.s.Delivered(k0))
 	}
 	select {
 	case <-h.s.Assigned():
@@ -418,6 +418,9 @@ func TestHDSSeedAndAssigned(t *testing.T) {
 		if tr.Previous != want || tr.Verdict != healthcheck.Healthy {
 			t.Errorf("%v: %s → %s, want %s → healthy", tr.Key, tr.Previous, tr.Verdict, want)
 		}
+	}
+	if v := h.s.Delivered(k0); v != healthcheck.Healthy {
+		t.Errorf("delivered %s after the transition, want healthy", v)
 	}
 	if st, ok := h.s.State(k1); !ok || len(st.Checkers) != 1 || st.Checkers[0].Node != "envoy" || !st.Checkers[0].Counted || st.Summary != "envoy healthy" {
 		t.Errorf("state %+v, want envoy's counted report", st)

@@ -34,15 +34,14 @@ type Manager struct {
 	users      map[TargetKey]map[string]struct{}        // target → services using it
 
 	// With a Remote (remote.go): every target (all), who checks each
-	// (owner), the verdicts the Remote delivered (seen), and those of
-	// targets handed to the local checker until its first verdict
-	// (carried). reroute asks Run to route again after SetHosts.
+	// (owner), and the verdicts of targets handed to the local checker
+	// until its first verdict (carried). reroute asks Run to route again
+	// after SetHosts.
 	remote   Remote
 	fallback Fallback
 	reroute  chan struct{}
 	all      []Target
 	owner    map[TargetKey]owner
-	seen     map[TargetKey]Verdict
 	carried  map[TargetKey]Verdict
 }
 
@@ -57,7 +56,6 @@ func NewManager(checker *Checker, perSource, perService map[string]Config) *Mana
 		keys:       map[string]map[sources.HostKey]TargetKey{},
 		users:      map[TargetKey]map[string]struct{}{},
 		owner:      map[TargetKey]owner{},
-		seen:       map[TargetKey]Verdict{},
 		carried:    map[TargetKey]Verdict{},
 	}
 }

@@ -16,11 +16,14 @@ type Remote interface {
 	Unassigned() []Target
 	// Assigned is signalled when Unassigned may have changed.
 	Assigned() <-chan struct{}
-	// Seed sets a target's verdict without a transition (a target handed
-	// over keeps the verdict it had).
+	// Seed sets a target's verdict, and the verdict delivered, without a
+	// transition (a target handed over keeps the verdict it had).
 	Seed(k TargetKey, v Verdict)
 	// Transitions delivers verdict changes while Run runs.
 	Transitions() <-chan Transition
+	// Delivered is the verdict of the last transition delivered for a
+	// target (or seeded), as Checker.Delivered.
+	Delivered(k TargetKey) Verdict
 	// Detail is its state of a target, for /debug/hosts.
 	Detail(k TargetKey) (any, bool)
 	Run(ctx context.Context) error
@@ -76,7 +79,7 @@ func (m *Manager) route() []TargetKey {
 	next := make(map[TargetKey]owner, len(all))
 	carried := make(map[TargetKey]Verdict)
 	var local []Target
-	var seed []TargetKey
+	seed := map[TargetKey]Verdict{}
 	var moved []TargetKey
 	for _, t := range all {
 		k := t.Key()
@@ -98,8 +101,7 @@ func (m *Manager) route() []TargetKey {
 		}
 		switch {
 		case known && prev != o && o == ownedRemote:
-			seed = append(seed, k)
-			m.seen[k] = v
+			seed[k] = v
 		case known && prev != o && o == ownedLocal:
 			carried[k] = v
 		case known && prev == o && o == ownedLocal:
@@ -110,18 +112,10 @@ func (m *Manager) route() []TargetKey {
 		if known && prev != o {
 			moved = append(moved, k)
 		}
-		if o != ownedRemote {
-			delete(m.seen, k)
-		}
-	}
-	for k := range m.seen {
-		if next[k] != ownedRemote {
-			delete(m.seen, k)
-		}
 	}
 	m.owner, m.carried = next, carried
-	for _, k := range seed {
-		m.remote.Seed(k, m.seen[k])
+	for k, v := range seed {
+		m.remote.Seed(k, v)
 	}
 	m.mu.Unlock()
 	_ = m.checker.SetTargets(local) // invalid targets are skipped; configs were validated at start
@@ -133,7 +127,7 @@ func (m *Manager) route() []TargetKey {
 func (m *Manager) verdictLocked(k TargetKey, o owner) Verdict {
 	switch o {
 	case ownedRemote:
-		return m.seen[k]
+		return m.remote.Delivered(k)
 	case ownedLocal:
 		if v := m.checker.Delivered(k); v != Unknown {
 			return v
@@ -169,12 +163,7 @@ func (m *Manager) runRemote(ctx context.Context, changed func(ctx context.Contex
 			reroute()
 		case tr := <-r.Transitions():
 			m.mu.Lock()
-			// A transition queued before the target was seeded (handed
-			// over) is stale: its Previous is not the verdict seeded.
-			remote := m.owner[tr.Key] == ownedRemote && m.seen[tr.Key] == tr.Previous
-			if remote {
-				m.seen[tr.Key] = tr.Verdict
-			}
+			remote := m.owner[tr.Key] == ownedRemote
 			m.mu.Unlock()
 			if remote {
 				for _, s := range m.servicesOf(tr.Key) {

@@ -14,16 +14,17 @@ import (
 
 // fakeRemote is a Remote whose assignment the test sets.
 type fakeRemote struct {
-	mu       sync.Mutex
-	targets  []Target
-	checkers bool // false: every target is unassigned
-	seeds    map[TargetKey]Verdict
-	assigned chan struct{}
-	trans    chan Transition
+	mu        sync.Mutex
+	targets   []Target
+	checkers  bool // false: every target is unassigned
+	seeds     map[TargetKey]Verdict
+	delivered map[TargetKey]Verdict
+	assigned  chan struct{}
+	trans     chan Transition
 }
 
 func newFakeRemote() *fakeRemote {
-	return &fakeRemote{seeds: map[TargetKey]Verdict{}, assigned: make(chan struct{}, 1), trans: make(chan Transition)}
+	return &fakeRemote{seeds: map[TargetKey]Verdict{}, delivered: map[TargetKey]Verdict{}, assigned: make(chan struct{}, 1), trans: make(chan Transition)}
 }
 
 func (f *fakeRemote) SetTargets(ts []Target) {
@@ -58,7 +59,22 @@ func (f *fakeRemote) Run(ctx context.Context) error  { <-ctx.Done(); return nil 
 func (f *fakeRemote) Seed(k TargetKey, v Verdict) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.seeds[k] = v
+	f.seeds[k], f.delivered[k] = v, v
+}
+
+func (f *fakeRemote) Delivered(k TargetKey) Verdict {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.delivered[k]
+}
+
+// deliver delivers a transition as the HDS server does: the verdict
+// delivered is the transition's from when it is taken for delivery.
+func (f *fakeRemote) deliver(tr Transition) {
+	f.mu.Lock()
+	f.delivered[tr.Key] = tr.Verdict
+	f.mu.Unlock()
+	f.trans <- tr
 }
 
 func (f *fakeRemote) Detail(k TargetKey) (any, bool) { return "remote", true }
@@ -167,7 +183,7 @@ func TestManagerRemoteHandoverKeepsVerdict(t *testing.T) {
 	for len(h.changed) > 0 {
 		<-h.changed
 	}
-	h.r.trans <- Transition{Key: h.key, Previous: Healthy, Verdict: Unhealthy}
+	h.r.deliver(Transition{Key: h.key, Previous: Healthy, Verdict: Unhealthy})
 	h.waitFor("the remote's transition", func() bool { return h.verdict() == Unhealthy }, Healthy, Unhealthy)
 	select {
 	case s := <-h.changed:
@@ -193,7 +209,7 @@ func TestManagerRemoteFallbackSource(t *testing.T) {
 	h.waitFor("the routing", func() bool { return h.owner() == ownedNone }, Unknown)
 	h.r.setCheckers(true)
 	h.waitFor("the hand-over to the remote", func() bool { return h.owner() == ownedRemote }, Unknown)
-	h.r.trans <- Transition{Key: h.key, Previous: Unknown, Verdict: Healthy}
+	h.r.deliver(Transition{Key: h.key, Previous: Unknown, Verdict: Healthy})
 	h.waitFor("the remote's transition", func() bool { return h.verdict() == Healthy }, Unknown, Healthy)
 	for len(h.changed) > 0 {
 		<-h.changed

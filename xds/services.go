@@ -45,8 +45,6 @@ func (r authorizing) RegisterService(desc *grpc.ServiceDesc, impl any) {
 	r.gs.RegisterService(&d, impl)
 }
 
-func (r authorizing) GetServiceInfo() map[string]grpc.ServiceInfo { return r.gs.GetServiceInfo() }
-
 // authorizeCall decides a call of a service registered by
 // Options.Services as open decides an xDS stream.
 func (s *Server) authorizeCall(ctx context.Context, service string) error {

@@ -97,7 +97,37 @@ type HealthChecks struct {
 	// Workers bounds concurrent probes; 0 (default) sizes the bound from
 	// the checks (healthcheck.Options.Workers).
 	Workers int `json:"workers"`
+	// HDS shares the probing of HTTP and TCP checks among the Envoys that
+	// connect as HDS checkers (hds/README.md).
+	HDS HDS `json:"hds"`
 }
+
+// HDS configures the Health Discovery Service the bridge serves on its
+// xDS listener (health_checks.hds). Zero fields are their defaults.
+type HDS struct {
+	// Enabled serves HDS and routes HTTP and TCP checks to the connected
+	// checkers (default false: the bridge probes everything itself).
+	Enabled bool `json:"enabled"`
+	// K is how many checkers probe each target (default 2, 1..MaxHDSK).
+	K int `json:"k"`
+	// Rule merges the checkers' reports: majority (default), any, all.
+	Rule string `json:"rule"`
+	// ReportInterval is how often checkers report (default 5s).
+	ReportInterval decode.Duration `json:"report_interval"`
+	// Silence: a checker that sends no report this long loses its targets
+	// (default 3 × report_interval; longer than report_interval).
+	Silence decode.Duration `json:"silence"`
+	// Fallback is what happens to a target no connected checker can take
+	// (none connected, or a gRPC check): local (default, the bridge probes
+	// it) or source (it is not probed; its source's health stands).
+	Fallback string `json:"fallback"`
+}
+
+// HDS fallbacks (health_checks.hds.fallback).
+const (
+	HDSFallbackLocal  = "local"
+	HDSFallbackSource = "source"
+)
 
 // Locality is where endpoints run, as Envoy's core.v3.Locality. Every
 // field may be empty.
@@ -378,6 +408,13 @@ const (
 	MaxDebounceMax   = 30 * time.Second // an event waits at most this long
 	MaxRetention     = 7 * 24 * time.Hour
 	MaxWorkers       = 4096 // health_checks.workers; 0 is the default (automatic)
+	// health_checks.hds: k and the report interval's range.
+	DefaultHDSK              = 2
+	MaxHDSK                  = 16
+	DefaultHDSReportInterval = 5 * time.Second
+	MinHDSReportInterval     = 50 * time.Millisecond
+	MaxHDSReportInterval     = 10 * time.Minute
+	MaxHDSSilence            = time.Hour
 )
 
 // Parse reads a config document (YAML or JSON). baseDir is recorded for
@@ -428,6 +465,22 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Logging.Level == "" {
 		c.Logging.Level = "info"
+	}
+	h := &c.HealthChecks.HDS
+	if h.K == 0 {
+		h.K = DefaultHDSK
+	}
+	if h.Rule == "" {
+		h.Rule = "majority"
+	}
+	if h.ReportInterval == 0 {
+		h.ReportInterval = decode.Duration(DefaultHDSReportInterval)
+	}
+	if h.Silence == 0 {
+		h.Silence = 3 * h.ReportInterval
+	}
+	if h.Fallback == "" {
+		h.Fallback = HDSFallbackLocal
 	}
 	c.XDS.TLS.applyDefaults()
 	c.Admin.TLS.applyDefaults()
@@ -506,6 +559,9 @@ func (c *Config) validate(knownTypes []string) error {
 	if err := decode.CheckCount("health_checks.workers", c.HealthChecks.Workers, 0, MaxWorkers); err != nil {
 		return err
 	}
+	if err := c.HealthChecks.HDS.check(); err != nil {
+		return err
+	}
 	if len(c.Sources) == 0 {
 		return errors.New("sources: at least one source is needed")
 	}
@@ -566,6 +622,32 @@ func checkListen(addr string) error {
 	}
 	if strings.ContainsAny(host, "@/ ") {
 		return fmt.Errorf("%q: %q is not an IP address or host name", addr, host)
+	}
+	return nil
+}
+
+func (h *HDS) check() error {
+	if err := decode.CheckCount("health_checks.hds.k", h.K, 1, MaxHDSK); err != nil {
+		return err
+	}
+	switch h.Rule {
+	case "majority", "any", "all":
+	default:
+		return fmt.Errorf("health_checks.hds.rule: %q is not one of majority, any, all", h.Rule)
+	}
+	switch h.Fallback {
+	case HDSFallbackLocal, HDSFallbackSource:
+	default:
+		return fmt.Errorf("health_checks.hds.fallback: %q is not one of local, source", h.Fallback)
+	}
+	if err := decode.CheckRange("health_checks.hds.report_interval", h.ReportInterval.D(), MinHDSReportInterval, MaxHDSReportInterval); err != nil {
+		return err
+	}
+	if err := decode.CheckRange("health_checks.hds.silence", h.Silence.D(), MinHDSReportInterval, MaxHDSSilence); err != nil {
+		return err
+	}
+	if h.Silence <= h.ReportInterval {
+		return fmt.Errorf("health_checks.hds.silence: %s is not longer than health_checks.hds.report_interval (%s): every checker would go silent between its reports", h.Silence.D(), h.ReportInterval.D())
 	}
 	return nil
 }

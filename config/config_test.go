@@ -416,3 +416,38 @@ func TestEgressConfig(t *testing.T) {
 		t.Errorf("error %v, want an unknown field", err)
 	}
 }
+
+// health_checks.hds: defaults, a full block, and each error naming the
+// field, its line and what was expected.
+func TestHealthChecksHDSConfig(t *testing.T) {
+	const src = "sources:\n  - name: s\n    file: {}\n"
+	c, err := Parse([]byte(src), "/etc", known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := HDS{K: 2, Rule: "majority", ReportInterval: decode.Duration(5 * time.Second), Silence: decode.Duration(15 * time.Second), Fallback: "local"}
+	if c.HealthChecks.HDS != want {
+		t.Errorf("defaults: %+v, want %+v", c.HealthChecks.HDS, want)
+	}
+	c, err = Parse([]byte(src+"health_checks:\n  hds: {enabled: true, k: 3, rule: any, report_interval: 1s, fallback: source}\n"), "/etc", known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = HDS{Enabled: true, K: 3, Rule: "any", ReportInterval: decode.Duration(time.Second), Silence: decode.Duration(3 * time.Second), Fallback: "source"}
+	if c.HealthChecks.HDS != want {
+		t.Errorf("full block: %+v, want %+v", c.HealthChecks.HDS, want)
+	}
+	for _, tc := range []struct{ in, want string }{
+		{"health_checks:\n  hds:\n    k: 17\n", "line 6, column 5: health_checks.hds.k: 17 is not in 1..16"},
+		{"health_checks:\n  hds:\n    rule: most\n", `line 6, column 5: health_checks.hds.rule: "most" is not one of majority, any, all`},
+		{"health_checks:\n  hds:\n    fallback: discovery\n", `line 6, column 5: health_checks.hds.fallback: "discovery" is not one of local, source`},
+		{"health_checks:\n  hds:\n    report_interval: 1ms\n", "line 6, column 5: health_checks.hds.report_interval: 1ms is not in 50ms..10m"},
+		{"health_checks:\n  hds:\n    report_interval: 2s\n    silence: 2s\n", "line 7, column 5: health_checks.hds.silence: 2s is not longer than health_checks.hds.report_interval (2s): every checker would go silent between its reports"},
+		{"health_checks:\n  hds:\n    enabeld: true\n", `line 6, column 5: unknown field "enabeld" in health_checks.hds (did you mean "enabled"?)`},
+	} {
+		_, err := Parse([]byte(src+tc.in), "/etc", known)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%q:\n got %v\nwant %s", tc.in, err, tc.want)
+		}
+	}
+}

@@ -66,31 +66,11 @@ func (b *hcBackend) conns() int {
 	return len(b.open)
 }
 
-const hdsBootstrap = `node: {id: %s, cluster: checkers, locality: {zone: %s}}
-admin: {address: {socket_address: {address: 127.0.0.1, port_value: 0}}}
-hds_config:
-  api_type: GRPC
-  transport_api_version: V3
-  grpc_services: [{envoy_grpc: {cluster_name: xdsbridge_hds}}]
-static_resources:
-  clusters:
-  - name: xdsbridge_hds
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {http2_protocol_options: {}}
-    load_assignment:
-      cluster_name: xdsbridge_hds
-      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: %s}}}}]}]
-`
-
 func startCheckerEnvoy(t *testing.T, bin, node, zone, hdsAddr string) *exec.Cmd {
 	t.Helper()
 	_, port, _ := net.SplitHostPort(hdsAddr)
 	cfg := filepath.Join(t.TempDir(), "envoy.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, hdsBootstrap, node, zone, port), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(testbin.HDSCheckerBootstrap(node, zone, port)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return testbin.StartEnvoy(t, bin, cfg).Cmd

@@ -98,6 +98,9 @@ type CheckerReport struct {
 type TargetState struct {
 	Verdict  healthcheck.Verdict `json:"verdict"`
 	Checkers []CheckerReport     `json:"checkers"`
+	// Summary says which checker said what, in one line: "checker-1
+	// healthy, checker-4 unhealthy (not counted)", "no checker".
+	Summary string `json:"summary"`
 }
 
 type checker struct {
@@ -155,6 +158,9 @@ type Server struct {
 	pendOrder []healthcheck.TargetKey
 	pendWake  chan struct{}
 	out       chan healthcheck.Transition
+	// assigned is signalled when a target gains its first checker or
+	// loses its last (Unassigned changed).
+	assigned chan struct{}
 }
 
 // New returns a server with no targets and no checkers.
@@ -192,6 +198,7 @@ func New(opts Options) (*Server, error) {
 		pend:       map[healthcheck.TargetKey]*healthcheck.Transition{},
 		pendWake:   make(chan struct{}, 1),
 		out:        make(chan healthcheck.Transition),
+		assigned:   make(chan struct{}, 1),
 	}, nil
 }
 
@@ -247,6 +254,52 @@ func (s *Server) SetTargets(ts []healthcheck.Target) {
 	s.reassign(time.Now())
 }
 
+// Assigned is signalled (without blocking: one signal may stand for
+// several) when a target gains its first checker or loses its last, that
+// is when Unassigned may have changed.
+func (s *Server) Assigned() <-chan struct{} { return s.assigned }
+
+// Seed sets the verdict of target k (one of SetTargets), and the verdict
+// Delivered returns, without a transition, and drops one pending: a
+// target the caller checked itself until now starts from the caller's
+// verdict rather than Unknown, so that handing it to the checkers changes
+// nothing until they report otherwise.
+func (s *Server) Seed(k healthcheck.TargetKey, v healthcheck.Verdict) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.targets[k]
+	if t == nil {
+		return
+	}
+	t.verdict, t.seen = v, v
+	delete(s.pend, k)
+}
+
+// Delivered returns the verdict of the last transition delivered for k
+// (or seeded; Unknown before any, or if k is not a target), as
+// healthcheck.Checker.Delivered: what a consumer that follows Transitions
+// has been told.
+func (s *Server) Delivered(k healthcheck.TargetKey) healthcheck.Verdict {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.targets[k]; t != nil {
+		return t.seen
+	}
+	return healthcheck.Unknown
+}
+
+// State returns what HDS knows of target k: the merged verdict and what
+// each assigned checker last reported.
+func (s *Server) State(k healthcheck.TargetKey) (TargetState, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.targets[k]
+	if t == nil {
+		return TargetState{}, false
+	}
+	return s.stateOf(t, time.Now()), true
+}
+
 // Unassigned returns the targets no connected checker can take (none is
 // connected, or none runs the check's protocol).
 func (s *Server) Unassigned() []healthcheck.Target {
@@ -269,20 +322,49 @@ func (s *Server) Snapshot() map[healthcheck.TargetKey]TargetState {
 	out := make(map[healthcheck.TargetKey]TargetState, len(s.targets))
 	now := time.Now()
 	for k, t := range s.targets {
-		st := TargetState{Verdict: t.verdict}
-		for _, id := range t.checkers {
-			cr := CheckerReport{Checker: id, Verdict: healthcheck.Unknown}
-			if c := s.checkers[id]; c != nil {
-				cr.Node = c.node
-			}
-			if r := t.reports[id]; r != nil {
-				cr.Verdict, cr.At, cr.Counted = r.verdict, r.at, t.counts(id, r, now)
-			}
-			st.Checkers = append(st.Checkers, cr)
-		}
-		out[k] = st
+		out[k] = s.stateOf(t, now)
 	}
 	return out
+}
+
+// stateOf is t's state at now. Called with s.mu held.
+func (s *Server) stateOf(t *target, now time.Time) TargetState {
+	st := TargetState{Verdict: t.verdict, Checkers: []CheckerReport{}}
+	for _, id := range t.checkers {
+		cr := CheckerReport{Checker: id, Verdict: healthcheck.Unknown}
+		if c := s.checkers[id]; c != nil {
+			cr.Node = c.node
+		}
+		if r := t.reports[id]; r != nil {
+			cr.Verdict, cr.At, cr.Counted = r.verdict, r.at, t.counts(id, r, now)
+		}
+		st.Checkers = append(st.Checkers, cr)
+	}
+	st.Summary = summary(st.Checkers)
+	return st
+}
+
+// summary is TargetState.Summary.
+func summary(crs []CheckerReport) string {
+	if len(crs) == 0 {
+		return "no checker"
+	}
+	var b strings.Builder
+	for i, cr := range crs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(cmp.Or(cr.Node, cr.Checker))
+		switch {
+		case cr.At.IsZero():
+			b.WriteString(" no report yet")
+		case !cr.Counted:
+			b.WriteString(" " + cr.Verdict.String() + " (not counted)")
+		default:
+			b.WriteString(" " + cr.Verdict.String())
+		}
+	}
+	return b.String()
 }
 
 // Run checks for silent checkers and delivers transitions until ctx is
@@ -415,8 +497,10 @@ func (s *Server) reassign(now time.Time) {
 		next[c.id] = make(map[*target]bool, len(c.targets))
 	}
 	pairs := 0
+	flipped := false
 	for _, t := range s.targets {
 		ids := assign(t.hash, live[t.t.Check.Type], s.opts.K)
+		flipped = flipped || (len(ids) == 0) != (len(t.checkers) == 0)
 		for _, id := range ids {
 			next[id][t] = true
 			if _, ok := t.assigned[id]; !ok {
@@ -436,6 +520,12 @@ func (s *Server) reassign(now time.Time) {
 		s.merge(t)
 	}
 	s.m.pairs.Set(float64(pairs))
+	if flipped {
+		select {
+		case s.assigned <- struct{}{}:
+		default:
+		}
+	}
 	for id, c := range s.checkers {
 		if c.sent && maps.Equal(c.targets, next[id]) {
 			continue
@@ -729,3 +819,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	return m, promreg.Register(reg, m.checkers, m.pairs, m.assignments, m.reports, m.disagreements, m.silent)
 }
+
+// Detail is State for healthcheck.Manager (a healthcheck.Remote).
+func (s *Server) Detail(k healthcheck.TargetKey) (any, bool) {
+	st, ok := s.State(k)
+	return st, ok
+}
+
+var _ healthcheck.Remote = (*Server)(nil)

@@ -383,3 +383,46 @@ func TestHDSIdleCheckerStaysAvailable(t *testing.T) {
 	holder.cancel()
 	waitFor(t, "the idle checker to take the target", func() bool { return len(idle.endpoints()) == 1 })
 }
+
+// A seeded target starts from the seed (no transition to it), its first
+// transition names the seed as Previous; Assigned is signalled when
+// targets gain their first checker.
+func TestHDSSeedAndAssigned(t *testing.T) {
+	ts := targets(2, healthcheck.TypeTCP)
+	h := startServer(t, Options{}, ts)
+	k0, k1 := ts[0].Key(), ts[1].Key()
+	h.s.Seed(k0, healthcheck.Unhealthy)
+	if st, _ := h.s.State(k0); st.Verdict != healthcheck.Unhealthy || h.s.Delivered(k0) != healthcheck.Unhealthy {
+		t.Fatalf("seeded verdict %s, delivered %s, want unhealthy", st.Verdict, h.s.Delivered(k0))
+	}
+	select {
+	case <-h.s.Assigned():
+	default:
+	}
+	f := h.connect("envoy", "z")
+	select {
+	case <-h.s.Assigned():
+	case <-time.After(5 * time.Second):
+		t.Fatal("no Assigned signal when the targets got their checker")
+	}
+	waitFor(t, "the checker assigned both", func() bool { return len(f.endpoints()) == 2 })
+	f.report(all(corev3.HealthStatus_HEALTHY))
+	waitFor(t, "both transitions", func() bool { return len(h.transitions()) == 2 })
+	for _, tr := range h.transitions() {
+		want := healthcheck.Unknown
+		if tr.Key == k0 {
+			want = healthcheck.Unhealthy
+		} else if tr.Key != k1 {
+			t.Fatalf("transition of %v", tr.Key)
+		}
+		if tr.Previous != want || tr.Verdict != healthcheck.Healthy {
+			t.Errorf("%v: %s → %s, want %s → healthy", tr.Key, tr.Previous, tr.Verdict, want)
+		}
+	}
+	if v := h.s.Delivered(k0); v != healthcheck.Healthy {
+		t.Errorf("delivered %s after the transition, want healthy", v)
+	}
+	if st, ok := h.s.State(k1); !ok || len(st.Checkers) != 1 || st.Checkers[0].Node != "envoy" || !st.Checkers[0].Counted || st.Summary != "envoy healthy" {
+		t.Errorf("state %+v, want envoy's counted report", st)
+	}
+}

@@ -32,6 +32,17 @@ type Manager struct {
 	perSource  map[string]Config
 	keys       map[string]map[sources.HostKey]TargetKey // service → host → target
 	users      map[TargetKey]map[string]struct{}        // target → services using it
+
+	// With a Remote (remote.go): every target (all), who checks each
+	// (owner), and the verdicts of targets handed to the local checker
+	// until its first verdict (carried). reroute asks Run to route again
+	// after SetHosts.
+	remote   Remote
+	fallback Fallback
+	reroute  chan struct{}
+	all      []Target
+	owner    map[TargetKey]owner
+	carried  map[TargetKey]Verdict
 }
 
 // NewManager returns a manager for checker. perService checks take
@@ -44,6 +55,8 @@ func NewManager(checker *Checker, perSource, perService map[string]Config) *Mana
 		perSource:  perSource,
 		keys:       map[string]map[sources.HostKey]TargetKey{},
 		users:      map[TargetKey]map[string]struct{}{},
+		owner:      map[TargetKey]owner{},
+		carried:    map[TargetKey]Verdict{},
 	}
 }
 
@@ -101,7 +114,20 @@ func (m *Manager) SetHosts(svcs []ServiceHosts) {
 	}
 	m.mu.Lock()
 	m.keys, m.users = keys, users
+	r := m.remote
+	if r != nil {
+		m.all = targets
+	}
 	m.mu.Unlock()
+	if r != nil {
+		// Run hands each target to the remote or the local checker.
+		r.SetTargets(targets)
+		select {
+		case m.reroute <- struct{}{}:
+		default:
+		}
+		return
+	}
 	_ = m.checker.SetTargets(targets) // invalid targets are skipped; configs were validated at start
 }
 
@@ -119,10 +145,19 @@ func (m *Manager) key(service string, host sources.HostKey) (TargetKey, bool) {
 // reports every change of it, so what the merge publishes from it is
 // always corrected by a later rebuild, even when a change is undone before
 // it is reported (and so never is).
+//
+// With a Remote, it is the verdict of whoever checks the host: the one
+// the Remote last delivered, or the local checker's; a host just handed
+// over to the local checker keeps the verdict it had until the local
+// checker has one.
 func (m *Manager) Verdict(service string, host sources.HostKey) Verdict {
 	m.mu.Lock()
 	hk, checked := m.keys[service]
 	k, ok := hk[host]
+	if checked && ok && m.remote != nil {
+		defer m.mu.Unlock()
+		return m.verdictLocked(k, m.owner[k])
+	}
 	m.mu.Unlock()
 	if !checked {
 		return NoCheck
@@ -139,6 +174,12 @@ func (m *Manager) Detail(service string, host sources.HostKey) any {
 	if !ok {
 		return nil
 	}
+	m.mu.Lock()
+	o := m.owner[k]
+	m.mu.Unlock()
+	if o == ownedRemote {
+		return RemoteDetail{r: m.remote, k: k}
+	}
 	st, ok := m.checker.State(k)
 	if !ok {
 		return nil
@@ -151,6 +192,13 @@ func (m *Manager) Detail(service string, host sources.HostKey) any {
 func (m *Manager) Run(ctx context.Context, changed func(ctx context.Context, service string)) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return m.checker.Run(ctx) })
+	m.mu.Lock()
+	r := m.remote
+	m.mu.Unlock()
+	if r != nil {
+		g.Go(func() error { return r.Run(ctx) })
+		g.Go(func() error { return m.runRemote(ctx, changed) })
+	}
 	g.Go(func() error {
 		for {
 			select {

@@ -70,6 +70,11 @@ type Options struct {
 	// of the pool since its handshake opens no more streams, and is closed
 	// (authorize.go, conns.go; certs.Watcher.VerifyClient).
 	VerifyClient func(chain []*x509.Certificate) error
+	// Services, when set, registers further gRPC services (the bridge's
+	// HDS) on the server's gRPC server: the same listener, TLS, keepalive
+	// and stream limits, and each call authorized as an xDS stream is
+	// (services.go).
+	Services func(grpc.ServiceRegistrar)
 }
 
 // Server is the xDS gRPC server. Create it with NewServer, start it with Run.
@@ -91,6 +96,8 @@ type Server struct {
 	closeLog    denyLog
 	// verifyClient is Options.VerifyClient.
 	verifyClient func([]*x509.Certificate) error
+	// services is Options.Services.
+	services func(grpc.ServiceRegistrar)
 
 	// recentACK holds the change → ACK latencies since the last
 	// DrainChangeACK (the status page's chart).
@@ -141,6 +148,7 @@ func NewServer(c *Cache, opts Options) *Server {
 	s.guard = newGuard(s.lim, s.m.guard)
 	s.authz, s.verifyClient, s.denied = opts.Authorization, opts.VerifyClient, newDeniedCounter()
 	s.connsClosed = newConnsClosedCounter()
+	s.services = opts.Services
 	if err := promreg.Register(opts.Metrics, s.denied, s.connsClosed); err != nil {
 		panic(err)
 	}
@@ -253,6 +261,9 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 	endpointservice.RegisterEndpointDiscoveryServiceServer(gs, xs)
 	listenerservice.RegisterListenerDiscoveryServiceServer(gs, xs)
 	routeservice.RegisterRouteDiscoveryServiceServer(gs, xs)
+	if s.services != nil {
+		s.services(authorizing{gs: gs, s: s})
+	}
 
 	errc := make(chan error, 1)
 	go func() { errc <- gs.Serve(conns) }()

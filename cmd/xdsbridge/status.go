@@ -330,6 +330,12 @@ func printHosts(w io.Writer, hosts map[string][]map[string]any) {
 			if check == "none" && h["source_checks"] != nil {
 				check = "source's" // no xdsbridge check: the source's own checks decide
 			}
+			// A host checked through HDS: which checker said what.
+			if cs, ok := h["check_state"].(map[string]any); ok {
+				if sum, ok := cs["summary"].(string); ok {
+					check += " (HDS: " + term(sum) + ")"
+				}
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", term(s), str(h["host"]), str(h["discovered"]), str(h["source"]),
 				str(h["source_health"]), check, str(h["published"]), str(h["health"]), str(h["absent_since"]), str(h["rule"]), str(h["source_checks"]))
 		}

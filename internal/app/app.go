@@ -22,6 +22,7 @@ import (
 	"github.com/xdsbridge/xdsbridge/bridge"
 	"github.com/xdsbridge/xdsbridge/config"
 	"github.com/xdsbridge/xdsbridge/fileout"
+	"github.com/xdsbridge/xdsbridge/hds"
 	"github.com/xdsbridge/xdsbridge/healthcheck"
 	"github.com/xdsbridge/xdsbridge/internal/buildinfo"
 	"github.com/xdsbridge/xdsbridge/internal/certs"
@@ -44,6 +45,9 @@ type App struct {
 	XDS     *xds.Server
 	// Checks is nil when no health check is configured.
 	Checks *healthcheck.Manager
+	// HDS serves Envoy's Health Discovery Service on the xDS listener
+	// (health_checks.hds); nil when not enabled.
+	HDS *hds.Server
 	// XDSTLS and AdminTLS hold the listeners' certificates; nil for a
 	// plaintext listener.
 	XDSTLS, AdminTLS *certs.Watcher
@@ -248,6 +252,13 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 			xopts.VerifyClient = xdsTLS.VerifyClient
 		}
 	}
+	hdsSrv, fallback, err := buildHDS(c.HealthChecks.HDS, log, reg)
+	if err != nil {
+		return nil, err
+	}
+	if hdsSrv != nil {
+		xopts.Services = hdsSrv.Register
+	}
 	var checks *healthcheck.Manager
 	opts := bridge.Options{
 		Sources:           names,
@@ -266,6 +277,9 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 	if len(perSource)+len(perService) > 0 {
 		checker := healthcheck.NewChecker(healthcheck.Options{Workers: c.HealthChecks.Workers, Logger: log, Metrics: reg})
 		checks = healthcheck.NewManager(checker, perSource, perService)
+		if hdsSrv != nil {
+			checks.UseRemote(hdsSrv, fallback)
+		}
 		opts.HealthChecks = checks
 	}
 	cache, xs := xds.NewServing(xds.ServingConfig{Options: xopts})
@@ -293,6 +307,7 @@ func New(c *config.Config, log *slog.Logger) (*App, error) {
 		Files:    files,
 		Token:    token,
 		Checks:   checks,
+		HDS:      hdsSrv,
 		Config:   c,
 		Log:      log,
 		Registry: reg,
@@ -350,6 +365,10 @@ func (a *App) Run(ctx context.Context) error {
 	g.Go(func() error { return a.Loop.Run(ctx) })
 	if a.Checks != nil {
 		g.Go(func() error { return a.Checks.Run(ctx, a.Loop.ChecksChanged) })
+	} else if a.HDS != nil {
+		// No check configured: the checkers that connect are given
+		// nothing, but are served.
+		g.Go(func() error { return a.HDS.Run(ctx) })
 	}
 	g.Go(func() error { return a.runSources(ctx) })
 	for _, w := range []*certs.Watcher{a.XDSTLS, a.AdminTLS} {

@@ -369,6 +369,9 @@ func needsRestart(running, next *config.Config) error {
 	if running.HealthChecks.Workers != next.HealthChecks.Workers {
 		diff = append(diff, "health_checks.workers")
 	}
+	if running.HealthChecks.HDS != next.HealthChecks.HDS {
+		diff = append(diff, "health_checks.hds")
+	}
 	if len(diff) > 0 {
 		return fmt.Errorf("%s: changed, and read at start only: restart the bridge to apply (the running config stays)", strings.Join(diff, ", "))
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/xdsbridge/xdsbridge/bridge"
+	"github.com/xdsbridge/xdsbridge/hds"
+	"github.com/xdsbridge/xdsbridge/healthcheck"
 	"github.com/xdsbridge/xdsbridge/internal/buildinfo"
 	"github.com/xdsbridge/xdsbridge/internal/status"
 	"github.com/xdsbridge/xdsbridge/sources"
@@ -154,6 +156,11 @@ func hostRow(h bridge.HostInfo) status.HostRow {
 	}
 	if r.Check == "none" && r.Why != "" {
 		r.Check = "source's" // no xdsbridge check: the source's own checks decide
+	}
+	if d, ok := h.CheckState.(healthcheck.RemoteDetail); ok {
+		if st, ok := d.State().(hds.TargetState); ok {
+			r.Checkers = st.Summary
+		}
 	}
 	return r
 }

@@ -92,6 +92,9 @@ type HostRow struct {
 	// Why is the source's own explanation of its health (the Consul
 	// checks that decided it); "" if it gave none.
 	Why string
+	// Checkers says which HDS checker said what ("" for a host the bridge
+	// checks itself).
+	Checkers string
 }
 
 // ClientRow is one xDS client (a stream, or a node's streams).

@@ -77,7 +77,7 @@ func TestEscaping(t *testing.T) {
 			if s != h {
 				return nil
 			}
-			return []HostRow{{Host: h, Source: h, SourceHealth: h, Check: h, Published: true, Health: h, Rule: h}}
+			return []HostRow{{Host: h, Source: h, SourceHealth: h, Check: h, Checkers: h, Published: true, Health: h, Rule: h}}
 		},
 		Clients: func() []ClientRow {
 			return []ClientRow{{Node: h, Cluster: h, Mode: h, Types: []TypeRow{{Type: h, State: h, NACKDetail: h}}}}

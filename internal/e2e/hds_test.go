@@ -207,14 +207,14 @@ sources:
     file: {path: services.yaml, settle: 10ms}
 health_checks:
   services:
-    web: {type: http, interval: %s, timeout: 500ms, jitter: 0s, healthy_threshold: 1, unhealthy_threshold: %d, http: {path: /healthz}}
+    web: {type: http, interval: %s, timeout: 2s, jitter: 0s, healthy_threshold: 1, unhealthy_threshold: %d, http: {path: /healthz}}
   hds: {enabled: true, k: %d, rule: majority, report_interval: %s, silence: 1s}
 `, interval, threshold, k, report), nil)
 	_, xdsPort, _ := net.SplitHostPort(br.app.XDSAddr())
 	lisPort := freePort(t)
 	router := testbin.StartEnvoy(t, bin, routingBootstrap(t, xdsPort, lisPort))
 	router.WaitReady(t, 20*time.Second)
-	ev := &envoy{admin: router.Admin, listener: fmt.Sprintf("127.0.0.1:%d", lisPort)}
+	ev := &envoy{EnvoyProcess: router, listener: fmt.Sprintf("127.0.0.1:%d", lisPort)}
 	names := func(bs []*hdsBackend) []string {
 		var out []string
 		for _, b := range bs {
@@ -367,7 +367,7 @@ health_checks:
 	start := time.Now()
 	dead.srv.Close()
 	waitFor(t, 20*time.Second, "the killed backend unhealthy at the routing Envoy", func() error {
-		body, err := ev.get("/clusters")
+		body, err := ev.Get("/clusters")
 		if err != nil {
 			return err
 		}

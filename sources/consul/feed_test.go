@@ -261,10 +261,12 @@ func TestHintedModeClosesBurstConnections(t *testing.T) {
 	const want = int64(heldPerDC + idleConns + 1)
 	waitFor(t, fmt.Sprintf("at most %d open connections (dialed %d)", want, conns.dials.Load()), func() bool { return open() <= want })
 	// The start-up reads (120 services) run at most max_concurrent_reads
-	// (16) at once: the burst opens no more connections than that besides
-	// the held queries and the probe.
-	if p := peak.Load(); p > int64(heldPerDC+16+1) {
-		t.Errorf("%d connections open at once during the start-up reads, want at most %d", p, heldPerDC+16+1)
+	// (16) at once: besides the held queries and the probe, the burst has
+	// no more connections in use than that, and the pool keeps at most
+	// idleConns more open (a dial for a new request can race another
+	// request's connection on its way back to the pool).
+	if p, bound := peak.Load(), int64(heldPerDC+16+1+idleConns); p > bound {
+		t.Errorf("%d connections open at once during the start-up reads, want at most %d", p, bound)
 	}
 	t.Logf("dialed %d, at most %d open at once, open %d", conns.dials.Load(), peak.Load(), open())
 }

@@ -367,22 +367,30 @@ func (ds *deltaStream) request(req *discovery.DeltaDiscoveryRequest) error {
 
 // DeltaStreamHandler serves one delta stream.
 func (s *deltaServer) DeltaStreamHandler(str stream.DeltaStream, typeURL string) error {
-	reqCh := make(chan *discovery.DeltaDiscoveryRequest)
+	reqCh := receive(s.ctx, str.Context(), str.Recv)
+	return s.processDelta(str, reqCh, typeURL)
+}
+
+// receive reads a stream's requests in their own goroutine and hands them
+// over on the returned channel, which is closed when recv fails (the
+// stream ended) or either context is done.
+func receive[T any](server, stream context.Context, recv func() (T, error)) <-chan T {
+	ch := make(chan T)
 	go func() {
-		defer close(reqCh)
+		defer close(ch)
 		for {
-			req, err := str.Recv()
+			req, err := recv()
 			if err != nil {
 				return
 			}
 			select {
-			case reqCh <- req:
-			case <-str.Context().Done():
+			case ch <- req:
+			case <-stream.Done():
 				return
-			case <-s.ctx.Done():
+			case <-server.Done():
 				return
 			}
 		}
 	}()
-	return s.processDelta(str, reqCh, typeURL)
+	return ch
 }

@@ -152,23 +152,7 @@ type sotwStream struct {
 // StreamHandler serves one sotw stream of type typeURL (resource.AnyType
 // for ADS).
 func (s *sotwServer) StreamHandler(str stream.Stream, typeURL string) error {
-	reqCh := make(chan *discovery.DiscoveryRequest)
-	go func() {
-		defer close(reqCh)
-		for {
-			req, err := str.Recv()
-			if err != nil {
-				return
-			}
-			select {
-			case reqCh <- req:
-			case <-str.Context().Done():
-				return
-			case <-s.ctx.Done():
-				return
-			}
-		}
-	}()
+	reqCh := receive(s.ctx, str.Context(), str.Recv)
 	ss := &sotwStream{
 		s:              s,
 		str:            str,

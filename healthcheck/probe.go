@@ -236,7 +236,7 @@ func probeError(ctx context.Context, err error) error {
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Err != nil {
-		return fmt.Errorf("%s: %v", op.Op, op.Err)
+		return fmt.Errorf("%s: %w", op.Op, op.Err)
 	}
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -231,4 +232,73 @@ func TestTCPCheckHostName(t *testing.T) {
 	if n := h.c.loopProbes.Load(); n != 0 {
 		t.Errorf("%d probes of a name on the connect loop", n)
 	}
+}
+
+// limitFDs makes the process's next new descriptor fail with EMFILE (the
+// soft RLIMIT_NOFILE lowered to the lowest free descriptor number) until
+// the returned func restores the limit.
+func limitFDs(t *testing.T) (restore func()) {
+	t.Helper()
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+		t.Skipf("getrlimit: %v", err)
+	}
+	lowest, err := syscall.Dup(0)
+	if err != nil {
+		t.Skipf("dup: %v", err)
+	}
+	syscall.Close(lowest)
+	lim := old
+	lim.Cur = uint64(lowest)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Skipf("setrlimit: %v", err)
+	}
+	done := false
+	restore = func() {
+		if !done {
+			done = true
+			if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+				t.Fatalf("restoring RLIMIT_NOFILE: %v", err)
+			}
+		}
+	}
+	t.Cleanup(restore)
+	return restore
+}
+
+// The bridge out of file descriptors says nothing of the host: the probes
+// fail with the error shown, the verdict stands (no endpoint is taken
+// away), and probing goes on once descriptors are free again.
+func TestTCPCheckOutOfDescriptorsKeepsVerdict(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go acceptAll(ln)
+	tcpProbers(t, func(t *testing.T, start func(...Target) *harness) {
+		tg := Target{Host: hostOf(ln.Addr()), Check: tcpCheck(100, func(c *Config) { c.UnhealthyThreshold = 2 })}
+		h := start(tg)
+		h.waitVerdict(tg.Key(), Healthy)
+		// Between probes (no probe socket open), take the descriptors away.
+		waitFor(t, "a quiet moment between probes", func() bool {
+			st := h.state(tg.Key())
+			return !st.NextProbe.IsZero() && time.Until(st.NextProbe) > 30*time.Millisecond
+		})
+		restore := limitFDs(t)
+		before := h.state(tg.Key()).Probes
+		st := h.waitProbes(tg.Key(), before+4)
+		restore()
+		if st.Verdict != Healthy || st.ConsecutiveFailures != 0 {
+			t.Errorf("out of descriptors, the verdict changed: %+v", st)
+		}
+		if st.LastResult != "error" || !strings.Contains(st.LastError, "too many open files") {
+			t.Errorf("out of descriptors, last result %q, error %q", st.LastResult, st.LastError)
+		}
+		if trs := h.transitions(tg.Key()); len(trs) != 1 || trs[0].Verdict != Healthy {
+			t.Errorf("transitions %+v, want only the first Healthy", trs)
+		}
+		// Descriptors back: the probes succeed again.
+		waitFor(t, "a probe that succeeds", func() bool { return h.state(tg.Key()).LastResult == "ok" })
+	})
 }

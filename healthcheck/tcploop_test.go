@@ -6,6 +6,7 @@ import (
 	"net"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -301,4 +302,61 @@ func TestTCPCheckOutOfDescriptorsKeepsVerdict(t *testing.T) {
 		// Descriptors back: the probes succeed again.
 		waitFor(t, "a probe that succeeds", func() bool { return h.state(tg.Key()).LastResult == "ok" })
 	})
+}
+
+// Connects that ended while the loop was not waiting (busy, or starved of
+// CPU) are successes even when their deadlines have passed meanwhile,
+// however many ended: more than one epoll_wait's worth of events.
+func TestTCPLoopCollectsEveryEndedConnectBeforeTimeouts(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the connect loop is Linux only")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go acceptAll(ln)
+	var mu sync.Mutex
+	results := map[*target]error{}
+	l, err := newTCPLoop(func(tg *target, err error, _, _ time.Time) {
+		mu.Lock()
+		results[tg] = err
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 600
+	dest := tcpDestOf(hostOf(ln.Addr()))
+	for range n {
+		if !l.start(&target{}, dest, 50*time.Millisecond) {
+			t.Fatal("start refused")
+		}
+	}
+	// The connects end on loopback at once; run starts after their
+	// deadlines.
+	time.Sleep(150 * time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { l.run(ctx); close(done) }()
+	waitFor(t, "every probe's end", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(results) == n
+	})
+	cancel()
+	<-done
+	timeouts := 0
+	for _, err := range results {
+		if err != nil {
+			timeouts++
+			if !errors.Is(err, errTimeout) {
+				t.Errorf("probe error %v", err)
+			}
+		}
+	}
+	if timeouts > 0 {
+		t.Errorf("%d of %d connects that ended before run looked were failed as timeouts", timeouts, n)
+	}
 }

@@ -707,9 +707,19 @@ func (c *Checker) record(t *target, err error, at time.Time, latency time.Durati
 // localError reports whether err is the bridge's own shortage (file
 // descriptors, memory, buffers) rather than anything the host did.
 func localError(err error) bool {
-	return err != nil && (errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
-		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM))
+	if err == nil {
+		return false
+	}
+	for _, e := range localErrnos {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
+
+// localErrnos are the errors of the bridge's own shortages.
+var localErrnos = []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM}
 
 // queueTransition queues t's current verdict for the consumer, coalescing
 // with a transition of t still waiting. Called with c.mu held.

@@ -26,6 +26,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -113,7 +114,9 @@ type State struct {
 	Verdict Verdict         `json:"verdict"`
 	// Since is when the verdict last changed (or the target was added).
 	Since time.Time `json:"since"`
-	// LastResult is "ok", "fail" or "" (not probed yet).
+	// LastResult is "ok", "fail", "error" (the bridge could not probe: out
+	// of file descriptors, memory or buffers; it counts neither way and the
+	// verdict stands) or "" (not probed yet).
 	LastResult           string        `json:"last_result,omitempty"`
 	LastTime             time.Time     `json:"last_time,omitzero"`
 	LastError            string        `json:"last_error,omitempty"`
@@ -664,6 +667,11 @@ func (c *Checker) record(t *target, err error, at time.Time, latency time.Durati
 	s.LastTime = at
 	s.LastLatency = latency
 	cfg := &t.cfg
+	if localError(err) {
+		// The bridge's own shortage says nothing of the host.
+		s.LastResult, s.LastError = "error", err.Error()
+		return
+	}
 	if err == nil {
 		s.LastResult, s.LastError = "ok", ""
 		s.ConsecutiveFailures = 0
@@ -695,6 +703,23 @@ func (c *Checker) record(t *target, err error, at time.Time, latency time.Durati
 		t.probed = true
 	}
 }
+
+// localError reports whether err is the bridge's own shortage (file
+// descriptors, memory, buffers) rather than anything the host did.
+func localError(err error) bool {
+	if err == nil {
+		return false
+	}
+	for _, e := range localErrnos {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// localErrnos are the errors of the bridge's own shortages.
+var localErrnos = []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM}
 
 // queueTransition queues t's current verdict for the consumer, coalescing
 // with a transition of t still waiting. Called with c.mu held.

@@ -38,6 +38,15 @@ func readResponse(br *bufio.Reader) (status int, keep bool, err error) {
 	}
 	contentLength := int64(-1)
 	var chunked, closeConn, keepAlive bool
+	// prev is the kind of the last header line, for a folded line
+	// (obs-fold) that goes on with its value.
+	const (
+		prevNone = iota
+		prevOther
+		prevFraming // Content-Length, Transfer-Encoding
+		prevConnection
+	)
+	prev := prevNone
 	for {
 		line, m, err := readLine(br, maxHeaderBytes-n)
 		if err != nil {
@@ -47,6 +56,17 @@ func readResponse(br *bufio.Reader) (status int, keep bool, err error) {
 		if len(line) == 0 {
 			break
 		}
+		if line[0] == ' ' || line[0] == '\t' {
+			// obs-fold: a client reads it as spaces in the previous
+			// value (RFC 9112 5.2). A folded Connection keeps nothing;
+			// folded framing is not trusted.
+			if prev == prevNone || prev == prevFraming || !validHeader([]byte("x"), line) {
+				return 0, false, fmt.Errorf("%w: header line %q", errMalformed, truncate(line))
+			}
+			closeConn = closeConn || prev == prevConnection
+			continue
+		}
+		prev = prevOther
 		name, value, ok := bytes.Cut(line, []byte(":"))
 		if !ok || !validHeader(name, value) {
 			return 0, false, fmt.Errorf("%w: header line %q", errMalformed, truncate(line))
@@ -54,12 +74,14 @@ func readResponse(br *bufio.Reader) (status int, keep bool, err error) {
 		value = bytes.TrimSpace(value)
 		switch {
 		case asciiEqualFold(name, "content-length"):
+			prev = prevFraming
 			v, ok := parseDecimal(value)
 			if !ok || (contentLength >= 0 && v != contentLength) {
 				return 0, false, fmt.Errorf("%w: Content-Length %q", errMalformed, truncate(value))
 			}
 			contentLength = v
 		case asciiEqualFold(name, "transfer-encoding"):
+			prev = prevFraming
 			if minor == 0 {
 				continue // HTTP/1.0 has no transfer codings
 			}
@@ -68,6 +90,7 @@ func readResponse(br *bufio.Reader) (status int, keep bool, err error) {
 			}
 			chunked = true
 		case asciiEqualFold(name, "connection"):
+			prev = prevConnection
 			for tok := range bytes.SplitSeq(value, []byte(",")) {
 				tok = bytes.TrimSpace(tok)
 				closeConn = closeConn || asciiEqualFold(tok, "close")

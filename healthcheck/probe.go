@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -218,7 +219,18 @@ func (p *probers) probeGRPC(ctx context.Context, conn *grpc.ClientConn, g *GRPCC
 		case codes.Unimplemented:
 			return true, errors.New("server does not implement grpc.health.v1")
 		default:
-			return false, fmt.Errorf("%s: %s", s.Code(), s.Message())
+			err := fmt.Errorf("%s: %s", s.Code(), s.Message())
+			if s.Code() == codes.Unavailable {
+				// gRPC keeps only the words of a dial's error: the
+				// bridge's own shortage is known by them.
+				for _, e := range localErrnos {
+					if strings.Contains(s.Message(), e.Error()) {
+						err = errnoError{err, e}
+						break
+					}
+				}
+			}
+			return false, err
 		}
 	}
 	if st := resp.GetStatus(); st != healthpb.HealthCheckResponse_SERVING {
@@ -226,6 +238,15 @@ func (p *probers) probeGRPC(ctx context.Context, conn *grpc.ClientConn, g *GRPCC
 	}
 	return true, nil
 }
+
+// errnoError is an error worded as err that is errno (errors.Is).
+type errnoError struct {
+	err   error
+	errno syscall.Errno
+}
+
+func (e errnoError) Error() string { return e.err.Error() }
+func (e errnoError) Unwrap() error { return e.errno }
 
 // probeError shortens dial and timeout errors for State.LastError.
 func probeError(ctx context.Context, err error) error {
@@ -236,7 +257,7 @@ func probeError(ctx context.Context, err error) error {
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Err != nil {
-		return fmt.Errorf("%s: %v", op.Op, op.Err)
+		return fmt.Errorf("%s: %w", op.Op, op.Err)
 	}
 	return err
 }

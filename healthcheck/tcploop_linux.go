@@ -227,11 +227,19 @@ func (l *tcpLoop) run(ctx context.Context) {
 		if len(l.byDl) > 0 && !l.byDl[0].deadline.After(now) {
 			// Connects may have ended since the last wait (this goroutine
 			// was busy or not running): collect them before failing any
-			// as a timeout.
-			l.mu.Unlock()
-			n, _ := syscall.EpollWait(l.epfd, events, 0)
-			l.mu.Lock()
-			ended = l.collect(events[:max(n, 0)], now, ended)
+			// as a timeout, all of them: as many waits as it takes.
+			for {
+				l.mu.Unlock()
+				n, err := syscall.EpollWait(l.epfd, events, 0)
+				l.mu.Lock()
+				if err == syscall.EINTR {
+					continue
+				}
+				ended = l.collect(events[:max(n, 0)], now, ended)
+				if n < len(events) {
+					break
+				}
+			}
 		}
 		for len(l.byDl) > 0 && !l.byDl[0].deadline.After(now) {
 			ended = append(ended, l.end(l.byDl[0], errTimeout, now))

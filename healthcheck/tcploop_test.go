@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net"
 	"runtime"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -230,5 +232,131 @@ func TestTCPCheckHostName(t *testing.T) {
 	}
 	if n := h.c.loopProbes.Load(); n != 0 {
 		t.Errorf("%d probes of a name on the connect loop", n)
+	}
+}
+
+// limitFDs makes the process's next new descriptor fail with EMFILE (the
+// soft RLIMIT_NOFILE lowered to the lowest free descriptor number) until
+// the returned func restores the limit.
+func limitFDs(t *testing.T) (restore func()) {
+	t.Helper()
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+		t.Skipf("getrlimit: %v", err)
+	}
+	lowest, err := syscall.Dup(0)
+	if err != nil {
+		t.Skipf("dup: %v", err)
+	}
+	syscall.Close(lowest)
+	lim := old
+	lim.Cur = uint64(lowest)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Skipf("setrlimit: %v", err)
+	}
+	done := false
+	restore = func() {
+		if !done {
+			done = true
+			if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+				t.Fatalf("restoring RLIMIT_NOFILE: %v", err)
+			}
+		}
+	}
+	t.Cleanup(restore)
+	return restore
+}
+
+// The bridge out of file descriptors says nothing of the host: the probes
+// fail with the error shown, the verdict stands (no endpoint is taken
+// away), and probing goes on once descriptors are free again.
+func TestTCPCheckOutOfDescriptorsKeepsVerdict(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go acceptAll(ln)
+	tcpProbers(t, func(t *testing.T, start func(...Target) *harness) {
+		tg := Target{Host: hostOf(ln.Addr()), Check: tcpCheck(100, func(c *Config) { c.UnhealthyThreshold = 2 })}
+		h := start(tg)
+		h.waitVerdict(tg.Key(), Healthy)
+		// Between probes (no probe socket open), take the descriptors away.
+		waitFor(t, "a quiet moment between probes", func() bool {
+			st := h.state(tg.Key())
+			return !st.NextProbe.IsZero() && time.Until(st.NextProbe) > 30*time.Millisecond
+		})
+		restore := limitFDs(t)
+		before := h.state(tg.Key()).Probes
+		st := h.waitProbes(tg.Key(), before+4)
+		restore()
+		if st.Verdict != Healthy || st.ConsecutiveFailures != 0 {
+			t.Errorf("out of descriptors, the verdict changed: %+v", st)
+		}
+		if st.LastResult != "error" || !strings.Contains(st.LastError, "too many open files") {
+			t.Errorf("out of descriptors, last result %q, error %q", st.LastResult, st.LastError)
+		}
+		if trs := h.transitions(tg.Key()); len(trs) != 1 || trs[0].Verdict != Healthy {
+			t.Errorf("transitions %+v, want only the first Healthy", trs)
+		}
+		// Descriptors back: the probes succeed again.
+		waitFor(t, "a probe that succeeds", func() bool { return h.state(tg.Key()).LastResult == "ok" })
+	})
+}
+
+// Connects that ended while the loop was not waiting (busy, or starved of
+// CPU) are successes even when their deadlines have passed meanwhile,
+// however many ended: more than one epoll_wait's worth of events.
+func TestTCPLoopCollectsEveryEndedConnectBeforeTimeouts(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the connect loop is Linux only")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go acceptAll(ln)
+	var mu sync.Mutex
+	results := map[*target]error{}
+	l, err := newTCPLoop(func(tg *target, err error, _, _ time.Time) {
+		mu.Lock()
+		results[tg] = err
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 600
+	dest := tcpDestOf(hostOf(ln.Addr()))
+	for range n {
+		if !l.start(&target{}, dest, 50*time.Millisecond) {
+			t.Fatal("start refused")
+		}
+	}
+	// The connects end on loopback at once; run starts after their
+	// deadlines.
+	time.Sleep(150 * time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { l.run(ctx); close(done) }()
+	waitFor(t, "every probe's end", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(results) == n
+	})
+	cancel()
+	<-done
+	timeouts := 0
+	for _, err := range results {
+		if err != nil {
+			timeouts++
+			if !errors.Is(err, errTimeout) {
+				t.Errorf("probe error %v", err)
+			}
+		}
+	}
+	if timeouts > 0 {
+		t.Errorf("%d of %d connects that ended before run looked were failed as timeouts", timeouts, n)
 	}
 }

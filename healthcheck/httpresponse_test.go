@@ -1,0 +1,34 @@
+package healthcheck
+
+import (
+	"bufio"
+	"strings"
+	"testing"
+)
+
+// A header folded over lines (obs-fold, RFC 9112 5.2: a client replaces
+// it with spaces) is read as net/http reads it: the status stands. A
+// folded Connection header keeps no connection (its words are not read).
+func TestHTTPResponseFoldedHeader(t *testing.T) {
+	for _, tc := range []struct {
+		answer string
+		keep   bool
+	}{
+		{"HTTP/1.1 200 OK\r\nX-Long: a\r\n b\r\n\tc\r\nContent-Length: 0\r\n\r\n", true},
+		{"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: keep-alive,\r\n close\r\n\r\n", false},
+	} {
+		status, keep, err := readResponse(bufio.NewReaderSize(strings.NewReader(tc.answer), 4096))
+		if err != nil || status != 200 || keep != tc.keep {
+			t.Errorf("%q: status %d, keep %v, error %v; want 200, keep %v", tc.answer, status, keep, err, tc.keep)
+		}
+	}
+	// Folded framing headers, and a fold before any header, stay errors.
+	for _, answer := range []string{
+		"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n 0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\n X-A: a\r\n\r\n",
+	} {
+		if _, _, err := readResponse(bufio.NewReaderSize(strings.NewReader(answer), 4096)); err == nil {
+			t.Errorf("%q: no error", answer)
+		}
+	}
+}

@@ -35,21 +35,29 @@ func TestDialingChecksOutOfDescriptorsKeepVerdict(t *testing.T) {
 			}
 			h := startChecker(t, Options{}, tg)
 			h.waitVerdict(tg.Key(), Healthy)
-			waitFor(t, "a quiet moment between probes", func() bool {
-				st := h.state(tg.Key())
-				return !st.NextProbe.IsZero() && time.Until(st.NextProbe) > 30*time.Millisecond
-			})
-			restore := limitFDs(t)
-			before := h.state(tg.Key()).Probes
-			st := h.waitProbes(tg.Key(), before+4)
-			restore()
-			if st.Verdict != Healthy || st.ConsecutiveFailures != 0 {
-				t.Errorf("out of descriptors, the verdict changed: %+v", st)
-			}
-			if st.LastResult != "error" || !strings.Contains(st.LastError, "too many open files") {
-				t.Errorf("out of descriptors, last result %q, error %q", st.LastResult, st.LastError)
-			}
+			outOfDescriptors(t, h, tg.Key())
 			waitFor(t, "a probe that succeeds", func() bool { return h.state(tg.Key()).LastResult == "ok" })
 		})
+	}
+}
+
+// outOfDescriptors waits for a quiet moment between probes of key, takes
+// the process's descriptors away for four probes and checks that they
+// failed as the bridge's own error without changing the verdict.
+func outOfDescriptors(t *testing.T, h *harness, key TargetKey) {
+	t.Helper()
+	waitFor(t, "a quiet moment between probes", func() bool {
+		st := h.state(key)
+		return !st.NextProbe.IsZero() && time.Until(st.NextProbe) > 30*time.Millisecond
+	})
+	restore := limitFDs(t)
+	before := h.state(key).Probes
+	st := h.waitProbes(key, before+4)
+	restore()
+	if st.Verdict != Healthy || st.ConsecutiveFailures != 0 {
+		t.Errorf("out of descriptors, the verdict changed: %+v", st)
+	}
+	if st.LastResult != "error" || !strings.Contains(st.LastError, "too many open files") {
+		t.Errorf("out of descriptors, last result %q, error %q", st.LastResult, st.LastError)
 	}
 }

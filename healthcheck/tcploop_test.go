@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"runtime"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -282,20 +281,7 @@ func TestTCPCheckOutOfDescriptorsKeepsVerdict(t *testing.T) {
 		h := start(tg)
 		h.waitVerdict(tg.Key(), Healthy)
 		// Between probes (no probe socket open), take the descriptors away.
-		waitFor(t, "a quiet moment between probes", func() bool {
-			st := h.state(tg.Key())
-			return !st.NextProbe.IsZero() && time.Until(st.NextProbe) > 30*time.Millisecond
-		})
-		restore := limitFDs(t)
-		before := h.state(tg.Key()).Probes
-		st := h.waitProbes(tg.Key(), before+4)
-		restore()
-		if st.Verdict != Healthy || st.ConsecutiveFailures != 0 {
-			t.Errorf("out of descriptors, the verdict changed: %+v", st)
-		}
-		if st.LastResult != "error" || !strings.Contains(st.LastError, "too many open files") {
-			t.Errorf("out of descriptors, last result %q, error %q", st.LastResult, st.LastError)
-		}
+		outOfDescriptors(t, h, tg.Key())
 		if trs := h.transitions(tg.Key()); len(trs) != 1 || trs[0].Verdict != Healthy {
 			t.Errorf("transitions %+v, want only the first Healthy", trs)
 		}

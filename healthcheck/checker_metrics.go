@@ -17,8 +17,8 @@ type metrics struct {
 	transitions *prometheus.CounterVec
 	lag         prometheus.Histogram
 
-	// Pre-resolved children: type → [ok, fail].
-	probeCounts  map[string][2]prometheus.Counter
+	// Pre-resolved children: type → by result (probeResults).
+	probeCounts  map[string][3]prometheus.Counter
 	probeLatency map[string]prometheus.Observer
 }
 
@@ -26,7 +26,7 @@ func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
 	m := &metrics{
 		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "xdsbridge_healthcheck_probes_total",
-			Help: "Active health check probes by check type and result (ok, fail).",
+			Help: "Active health check probes by check type and result: ok, fail, or error (the bridge could not probe for want of its own resources; the verdict stands).",
 		}, []string{"type", "result"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "xdsbridge_healthcheck_probe_duration_seconds",
@@ -46,11 +46,11 @@ func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
 			Help:    "How late probes start compared to their schedule (the bound on probes in flight reached, or the scheduler behind).",
 			Buckets: []float64{.0001, .001, .005, .01, .05, .1, .5, 1, 5},
 		}),
-		probeCounts:  map[string][2]prometheus.Counter{},
+		probeCounts:  map[string][3]prometheus.Counter{},
 		probeLatency: map[string]prometheus.Observer{},
 	}
 	for _, t := range []string{TypeTCP, TypeHTTP, TypeGRPC} {
-		m.probeCounts[t] = [2]prometheus.Counter{m.probes.WithLabelValues(t, "ok"), m.probes.WithLabelValues(t, "fail")}
+		m.probeCounts[t] = m.resultCounters(t)
 		m.probeLatency[t] = m.latency.WithLabelValues(t)
 	}
 	for _, v := range []Verdict{Healthy, Unhealthy} {
@@ -63,7 +63,7 @@ func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
 		m.transitions = register(reg, m.transitions, log)
 		m.lag = register(reg, m.lag, log)
 		for _, t := range []string{TypeTCP, TypeHTTP, TypeGRPC} {
-			m.probeCounts[t] = [2]prometheus.Counter{m.probes.WithLabelValues(t, "ok"), m.probes.WithLabelValues(t, "fail")}
+			m.probeCounts[t] = m.resultCounters(t)
 			m.probeLatency[t] = m.latency.WithLabelValues(t)
 		}
 	}
@@ -80,10 +80,25 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C, log *slog.
 	return c
 }
 
-func (m *metrics) observe(typ string, ok bool, latency time.Duration) {
-	i := 1
-	if ok {
-		i = 0
+// probeResults are the result labels of probes_total, as State.LastResult.
+var probeResults = [3]string{"ok", "fail", "error"}
+
+// resultCounters resolves typ's probe counters, by probeResults.
+func (m *metrics) resultCounters(typ string) (cs [3]prometheus.Counter) {
+	for i, r := range probeResults {
+		cs[i] = m.probes.WithLabelValues(typ, r)
+	}
+	return cs
+}
+
+// observe counts a probe of type typ that ended with err.
+func (m *metrics) observe(typ string, err error, latency time.Duration) {
+	i := 0
+	switch {
+	case localError(err):
+		i = 2
+	case err != nil:
+		i = 1
 	}
 	if c, found := m.probeCounts[typ]; found {
 		c[i].Inc()

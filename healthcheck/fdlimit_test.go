@@ -3,10 +3,13 @@
 package healthcheck
 
 import (
+	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
@@ -41,23 +44,99 @@ func TestDialingChecksOutOfDescriptorsKeepVerdict(t *testing.T) {
 	}
 }
 
-// outOfDescriptors waits for a quiet moment between probes of key, takes
-// the process's descriptors away for four probes and checks that they
-// failed as the bridge's own error without changing the verdict.
+// Out of local ports (connect: EADDRNOTAVAIL, no free port in the
+// ephemeral range), TCP checks on the connect loop and on the portable path,
+// and HTTP checks that dial at every probe, keep their verdicts and count
+// the probes as the bridge's own errors.
+func TestChecksOutOfLocalPortsKeepVerdict(t *testing.T) {
+	tcpProbers(t, func(t *testing.T, start func(...Target) *harness) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go acceptAll(ln)
+		tg := Target{Host: hostOf(ln.Addr()), Check: tcpCheck(100, func(c *Config) { c.UnhealthyThreshold = 2 })}
+		h := start(tg)
+		h.waitVerdict(tg.Key(), Healthy)
+		outOfPorts(t, h, tg.Key())
+		waitFor(t, "a probe that succeeds", func() bool { return h.state(tg.Key()).LastResult == "ok" })
+	})
+	t.Run(TypeHTTP, func(t *testing.T) {
+		b := newHTTPBackend(t)
+		tg := Target{Host: b.host, Check: httpCheck(100, func(c *Config) {
+			f := false
+			c.ReuseConnection = &f
+			c.UnhealthyThreshold = 2
+			c.Interval = ms(100)
+		})}
+		h := startChecker(t, Options{}, tg)
+		h.waitVerdict(tg.Key(), Healthy)
+		outOfPorts(t, h, tg.Key())
+		waitFor(t, "a probe that succeeds", func() bool { return h.state(tg.Key()).LastResult == "ok" })
+	})
+}
+
+// outOfDescriptors takes the process's descriptors away between two
+// probes of key (localShortage).
 func outOfDescriptors(t *testing.T, h *harness, key TargetKey) {
+	t.Helper()
+	localShortage(t, h, key, func() func() { return limitFDs(t) }, "too many open files")
+}
+
+// outOfPorts makes the connects of key's probes fail as with no free
+// ephemeral port (localShortage).
+func outOfPorts(t *testing.T, h *harness, key TargetKey) {
+	t.Helper()
+	localShortage(t, h, key, func() func() {
+		errno := syscall.EADDRNOTAVAIL
+		connectFault.Store(&errno)
+		restore := func() { connectFault.Store(nil) }
+		t.Cleanup(restore)
+		return restore
+	}, "cannot assign requested address")
+}
+
+// localShortage waits for a quiet moment between probes of key, causes a
+// shortage of the bridge's own (take, which returns its undoing) for four
+// probes and checks that they ended as the bridge's own error, with words
+// in the error, counted under result="error" and not as failures, without
+// changing the verdict.
+func localShortage(t *testing.T, h *harness, key TargetKey, take func() (restore func()), words string) {
 	t.Helper()
 	waitFor(t, "a quiet moment between probes", func() bool {
 		st := h.state(key)
 		return !st.NextProbe.IsZero() && time.Until(st.NextProbe) > 30*time.Millisecond
 	})
-	restore := limitFDs(t)
+	typ := h.state(key).Type
+	errors0, fails0 := probeCount(t, h, typ, "error"), probeCount(t, h, typ, "fail")
+	restore := take()
 	before := h.state(key).Probes
 	st := h.waitProbes(key, before+4)
+	var errs, fails float64
+	waitFor(t, "four probes counted", func() bool {
+		errs, fails = probeCount(t, h, typ, "error"), probeCount(t, h, typ, "fail")
+		return errs+fails >= errors0+fails0+4
+	})
 	restore()
 	if st.Verdict != Healthy || st.ConsecutiveFailures != 0 {
-		t.Errorf("out of descriptors, the verdict changed: %+v", st)
+		t.Errorf("out of %s, the verdict changed: %+v", words, st)
 	}
-	if st.LastResult != "error" || !strings.Contains(st.LastError, "too many open files") {
-		t.Errorf("out of descriptors, last result %q, error %q", st.LastResult, st.LastError)
+	if st.LastResult != "error" || !strings.Contains(st.LastError, words) {
+		t.Errorf("out of %s: last result %q, error %q", words, st.LastResult, st.LastError)
 	}
+	if fails != fails0 || errs < errors0+4 {
+		t.Errorf("out of %s: %v probes counted as errors, %v as failures; want 4 or more errors", words, errs-errors0, fails-fails0)
+	}
+}
+
+// probeCount reads xdsbridge_healthcheck_probes_total{type,result} of h's
+// checker.
+func probeCount(t *testing.T, h *harness, typ, result string) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := h.c.m.probes.WithLabelValues(typ, result).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -27,6 +28,12 @@ const UserAgent = "xdsbridge-healthcheck"
 // before it closes the connection.
 const maxBody = 4 << 10
 
+// connectFault, when set, is the error that the connects of TCP and HTTP
+// probes fail with instead of connecting. Tests set it to cause the local
+// failures they cannot cause without changing the host (EADDRNOTAVAIL: no
+// free ephemeral port).
+var connectFault atomic.Pointer[syscall.Errno]
+
 // probers holds what the probes share: the dialers.
 type probers struct {
 	dialer *net.Dialer
@@ -40,6 +47,9 @@ func newProbers(opts Options) *probers {
 	return &probers{
 		dialer: &net.Dialer{KeepAlive: -1}, // kept connections are used at every interval
 		tcpDialer: &net.Dialer{KeepAlive: -1, Control: func(_, _ string, c syscall.RawConn) error {
+			if errno := connectFault.Load(); errno != nil {
+				return os.NewSyscallError("connect", *errno)
+			}
 			var serr error
 			err := c.Control(func(fd uintptr) {
 				serr = syscall.SetsockoptLinger(int(fd), syscall.SOL_SOCKET, syscall.SO_LINGER, &syscall.Linger{Onoff: 1, Linger: 0})

@@ -30,7 +30,7 @@ func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
 		}, []string{"type", "result"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "xdsbridge_healthcheck_probe_duration_seconds",
-			Help:    "Duration of active health check probes by check type.",
+			Help:    "Duration of active health check probes by check type (those that ended as the bridge's own error are not observed).",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"type"}),
 		targets: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -91,17 +91,20 @@ func (m *metrics) resultCounters(typ string) (cs [3]prometheus.Counter) {
 	return cs
 }
 
-// observe counts a probe of type typ that ended with err.
+// observe counts a probe of type typ that ended with err, and its
+// duration unless the bridge could not make it (a probe that failed at
+// socket() took no time on the network).
 func (m *metrics) observe(typ string, err error, latency time.Duration) {
-	i := 0
+	c, found := m.probeCounts[typ]
 	switch {
+	case !found:
 	case localError(err):
-		i = 2
+		c[2].Inc()
 	case err != nil:
-		i = 1
-	}
-	if c, found := m.probeCounts[typ]; found {
-		c[i].Inc()
+		c[1].Inc()
+		m.probeLatency[typ].Observe(latency.Seconds())
+	default:
+		c[0].Inc()
 		m.probeLatency[typ].Observe(latency.Seconds())
 	}
 }

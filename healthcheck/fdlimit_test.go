@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -109,7 +110,7 @@ func localShortage(t *testing.T, h *harness, key TargetKey, take func() (restore
 		return !st.NextProbe.IsZero() && time.Until(st.NextProbe) > 30*time.Millisecond
 	})
 	typ := h.state(key).Type
-	errors0, fails0 := probeCount(t, h, typ, "error"), probeCount(t, h, typ, "fail")
+	errors0, fails0, timed0 := probeCount(t, h, typ, "error"), probeCount(t, h, typ, "fail"), timedProbes(t, h, typ)
 	restore := take()
 	before := h.state(key).Probes
 	st := h.waitProbes(key, before+4)
@@ -118,6 +119,7 @@ func localShortage(t *testing.T, h *harness, key TargetKey, take func() (restore
 		errs, fails = probeCount(t, h, typ, "error"), probeCount(t, h, typ, "fail")
 		return errs+fails >= errors0+fails0+4
 	})
+	timed := timedProbes(t, h, typ)
 	restore()
 	if st.Verdict != Healthy || st.ConsecutiveFailures != 0 {
 		t.Errorf("out of %s, the verdict changed: %+v", words, st)
@@ -128,6 +130,20 @@ func localShortage(t *testing.T, h *harness, key TargetKey, take func() (restore
 	if fails != fails0 || errs < errors0+4 {
 		t.Errorf("out of %s: %v probes counted as errors, %v as failures; want 4 or more errors", words, errs-errors0, fails-fails0)
 	}
+	if timed != timed0 {
+		t.Errorf("out of %s: %d probe durations observed; want none", words, timed-timed0)
+	}
+}
+
+// timedProbes reads the count of
+// xdsbridge_healthcheck_probe_duration_seconds{type} of h's checker.
+func timedProbes(t *testing.T, h *harness, typ string) uint64 {
+	t.Helper()
+	var m dto.Metric
+	if err := h.c.m.latency.WithLabelValues(typ).(prometheus.Metric).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
 }
 
 // probeCount reads xdsbridge_healthcheck_probes_total{type,result} of h's

@@ -2,6 +2,7 @@ package healthcheck
 
 import (
 	"bufio"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -30,5 +31,22 @@ func TestHTTPResponseFoldedHeader(t *testing.T) {
 		if _, _, err := readResponse(bufio.NewReaderSize(strings.NewReader(answer), 4096)); err == nil {
 			t.Errorf("%q: no error", answer)
 		}
+	}
+}
+
+// Headers over 64 KiB are refused where net/http reads them, one of the
+// differences FuzzHTTPResponse allows (refusedOnPurpose). Tested here
+// rather than seeded: the fuzzer's minimization of a 68 KB input holds a
+// worker for up to -fuzzminimizetime, and fuzzing stops meanwhile.
+func TestHTTPResponseHeadersOver64KiB(t *testing.T) {
+	answer := "HTTP/1.1 204 No Content\r\n" + strings.Repeat("X-Long: "+strings.Repeat("x", 4000)+"\r\n", 17) + "\r\n"
+	if _, _, err := readResponse(bufio.NewReaderSize(strings.NewReader(answer), 4096)); !errors.Is(err, errHeaderTooLong) {
+		t.Errorf("error %v, want %v", err, errHeaderTooLong)
+	}
+	if _, _, err := referenceResponse([]byte(answer)); err != nil {
+		t.Errorf("net/http refuses it (%v): no longer a difference", err)
+	}
+	if refusedOnPurpose([]byte(answer)) == "" {
+		t.Error("not listed as a deliberate difference")
 	}
 }

@@ -28,7 +28,6 @@ func FuzzHTTPResponse(f *testing.F) {
 		"HTTP/1.1 000 \nTransfer-Encoding: chunked\n\n3 \n000\r\n00\n\n",
 		"HTTP/1.1 100 \n\":\n\n",
 		"HTTP/1.1 204 No Content\r\nX-Long: " + strings.Repeat("x", 5000) + "\r\n\r\n",
-		"HTTP/1.1 204 No Content\r\n" + strings.Repeat("X-Long: "+strings.Repeat("x", 4000)+"\r\n", 17) + "\r\n",
 		"HTTP/1.1  200 OK\r\nContent-Length: 0000000000000000000000002\r\n\r\nok",
 		"HTTP/1.1 200 OK\r\nContent-Length: 9223372036854775807\r\n\r\n",
 		"HTTP/1.1 +99 OK\r\n\r\n",

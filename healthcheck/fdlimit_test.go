@@ -18,25 +18,9 @@ import (
 // with the bridge out of file descriptors keep their verdicts, as TCP
 // checks do (TestTCPCheckOutOfDescriptorsKeepsVerdict).
 func TestDialingChecksOutOfDescriptorsKeepVerdict(t *testing.T) {
-	noReuse := func(c *Config) {
-		f := false
-		c.ReuseConnection = &f
-		c.UnhealthyThreshold = 2
-		c.Interval = ms(100)
-	}
 	for _, typ := range []string{TypeHTTP, TypeGRPC} {
 		t.Run(typ, func(t *testing.T) {
-			var tg Target
-			switch typ {
-			case TypeHTTP:
-				b := newHTTPBackend(t)
-				tg = Target{Host: b.host, Check: httpCheck(100, noReuse)}
-			case TypeGRPC:
-				_, hs, cl := startGRPC(t, "127.0.0.1:0")
-				hs.SetServingStatus("echo", healthpb.HealthCheckResponse_SERVING)
-				tg = Target{Host: hostOf(cl.Addr()), Check: Config{Type: TypeGRPC, Timeout: ms(1000), GRPC: &GRPCConfig{ServiceName: "echo"}}}
-				noReuse(&tg.Check)
-			}
+			tg := dialingTarget(t, typ)
 			h := startChecker(t, Options{}, tg)
 			h.waitVerdict(tg.Key(), Healthy)
 			outOfDescriptors(t, h, tg.Key())
@@ -47,8 +31,8 @@ func TestDialingChecksOutOfDescriptorsKeepVerdict(t *testing.T) {
 
 // Out of local ports (connect: EADDRNOTAVAIL, no free port in the
 // ephemeral range), TCP checks on the connect loop and on the portable path,
-// and HTTP checks that dial at every probe, keep their verdicts and count
-// the probes as the bridge's own errors.
+// and HTTP and gRPC checks that dial at every probe, keep their verdicts
+// and count the probes as the bridge's own errors.
 func TestChecksOutOfLocalPortsKeepVerdict(t *testing.T) {
 	tcpProbers(t, func(t *testing.T, start func(...Target) *harness) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -63,19 +47,38 @@ func TestChecksOutOfLocalPortsKeepVerdict(t *testing.T) {
 		outOfPorts(t, h, tg.Key())
 		waitFor(t, "a probe that succeeds", func() bool { return h.state(tg.Key()).LastResult == "ok" })
 	})
-	t.Run(TypeHTTP, func(t *testing.T) {
+	for _, typ := range []string{TypeHTTP, TypeGRPC} {
+		t.Run(typ, func(t *testing.T) {
+			tg := dialingTarget(t, typ)
+			h := startChecker(t, Options{}, tg)
+			h.waitVerdict(tg.Key(), Healthy)
+			outOfPorts(t, h, tg.Key())
+			waitFor(t, "a probe that succeeds", func() bool { return h.state(tg.Key()).LastResult == "ok" })
+		})
+	}
+}
+
+// dialingTarget starts a healthy backend of typ (http or grpc) and returns
+// a target checking it that dials at every probe (reuse_connection: false).
+func dialingTarget(t *testing.T, typ string) Target {
+	noReuse := func(c *Config) {
+		f := false
+		c.ReuseConnection = &f
+		c.UnhealthyThreshold = 2
+		c.Interval = ms(100)
+	}
+	var tg Target
+	switch typ {
+	case TypeHTTP:
 		b := newHTTPBackend(t)
-		tg := Target{Host: b.host, Check: httpCheck(100, func(c *Config) {
-			f := false
-			c.ReuseConnection = &f
-			c.UnhealthyThreshold = 2
-			c.Interval = ms(100)
-		})}
-		h := startChecker(t, Options{}, tg)
-		h.waitVerdict(tg.Key(), Healthy)
-		outOfPorts(t, h, tg.Key())
-		waitFor(t, "a probe that succeeds", func() bool { return h.state(tg.Key()).LastResult == "ok" })
-	})
+		tg = Target{Host: b.host, Check: httpCheck(100, noReuse)}
+	case TypeGRPC:
+		_, hs, cl := startGRPC(t, "127.0.0.1:0")
+		hs.SetServingStatus("echo", healthpb.HealthCheckResponse_SERVING)
+		tg = Target{Host: hostOf(cl.Addr()), Check: Config{Type: TypeGRPC, Timeout: ms(1000), GRPC: &GRPCConfig{ServiceName: "echo"}}}
+		noReuse(&tg.Check)
+	}
+	return tg
 }
 
 // outOfDescriptors takes the process's descriptors away between two

@@ -28,11 +28,19 @@ const UserAgent = "xdsbridge-healthcheck"
 // before it closes the connection.
 const maxBody = 4 << 10
 
-// connectFault, when set, is the error that the connects of TCP and HTTP
-// probes fail with instead of connecting. Tests set it to cause the local
-// failures they cannot cause without changing the host (EADDRNOTAVAIL: no
-// free ephemeral port).
+// connectFault, when set, is the error that the connects of probes fail
+// with instead of connecting. Tests set it to cause the local failures
+// they cannot cause without changing the host (EADDRNOTAVAIL: no free
+// ephemeral port).
 var connectFault atomic.Pointer[syscall.Errno]
+
+// faultControl is a net.Dialer's Control failing as connectFault says.
+func faultControl(string, string, syscall.RawConn) error {
+	if errno := connectFault.Load(); errno != nil {
+		return os.NewSyscallError("connect", *errno)
+	}
+	return nil
+}
 
 // probers holds what the probes share: the dialers.
 type probers struct {
@@ -45,10 +53,10 @@ type probers struct {
 
 func newProbers(opts Options) *probers {
 	return &probers{
-		dialer: &net.Dialer{KeepAlive: -1}, // kept connections are used at every interval
-		tcpDialer: &net.Dialer{KeepAlive: -1, Control: func(_, _ string, c syscall.RawConn) error {
-			if errno := connectFault.Load(); errno != nil {
-				return os.NewSyscallError("connect", *errno)
+		dialer: &net.Dialer{KeepAlive: -1, Control: faultControl}, // kept connections are used at every interval
+		tcpDialer: &net.Dialer{KeepAlive: -1, Control: func(network, address string, c syscall.RawConn) error {
+			if err := faultControl(network, address, c); err != nil {
+				return err
 			}
 			var serr error
 			err := c.Control(func(fd uintptr) {

@@ -21,10 +21,7 @@ func TestDialingChecksOutOfDescriptorsKeepVerdict(t *testing.T) {
 	for _, typ := range []string{TypeHTTP, TypeGRPC} {
 		t.Run(typ, func(t *testing.T) {
 			tg := dialingTarget(t, typ)
-			h := startChecker(t, Options{}, tg)
-			h.waitVerdict(tg.Key(), Healthy)
-			outOfDescriptors(t, h, tg.Key())
-			waitFor(t, "a probe that succeeds", func() bool { return h.state(tg.Key()).LastResult == "ok" })
+			outlives(t, startChecker(t, Options{}, tg), tg.Key(), outOfDescriptors)
 		})
 	}
 }
@@ -42,20 +39,24 @@ func TestChecksOutOfLocalPortsKeepVerdict(t *testing.T) {
 		defer ln.Close()
 		go acceptAll(ln)
 		tg := Target{Host: hostOf(ln.Addr()), Check: tcpCheck(100, func(c *Config) { c.UnhealthyThreshold = 2 })}
-		h := start(tg)
-		h.waitVerdict(tg.Key(), Healthy)
-		outOfPorts(t, h, tg.Key())
-		waitFor(t, "a probe that succeeds", func() bool { return h.state(tg.Key()).LastResult == "ok" })
+		outlives(t, start(tg), tg.Key(), outOfPorts)
 	})
 	for _, typ := range []string{TypeHTTP, TypeGRPC} {
 		t.Run(typ, func(t *testing.T) {
 			tg := dialingTarget(t, typ)
-			h := startChecker(t, Options{}, tg)
-			h.waitVerdict(tg.Key(), Healthy)
-			outOfPorts(t, h, tg.Key())
-			waitFor(t, "a probe that succeeds", func() bool { return h.state(tg.Key()).LastResult == "ok" })
+			outlives(t, startChecker(t, Options{}, tg), tg.Key(), outOfPorts)
 		})
 	}
+}
+
+// outlives waits for key's first Healthy verdict, causes a shortage of
+// the bridge's own between its probes (which checks them) and waits for a
+// probe that succeeds once the shortage is over.
+func outlives(t *testing.T, h *harness, key TargetKey, shortage func(*testing.T, *harness, TargetKey)) {
+	t.Helper()
+	h.waitVerdict(key, Healthy)
+	shortage(t, h, key)
+	waitFor(t, "a probe that succeeds", func() bool { return h.state(key).LastResult == "ok" })
 }
 
 // dialingTarget starts a healthy backend of typ (http or grpc) and returns

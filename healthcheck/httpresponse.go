@@ -128,9 +128,11 @@ func readLine(br *bufio.Reader, limit int) ([]byte, int, error) {
 	line, err := br.ReadSlice('\n')
 	if errors.Is(err, bufio.ErrBufferFull) {
 		// A line longer than the buffer: only headers a probe skips are
-		// that long. Check it and skip it whole, within limit.
+		// that long, or a folded line going on with one (it starts with
+		// a space or tab). Check it and skip it whole, within limit.
+		fold := line[0] == ' ' || line[0] == '\t'
 		name, value, ok := bytes.Cut(line, []byte(":"))
-		valid := ok && validHeader(name, value)
+		valid := fold && validHeader([]byte("x"), line) || !fold && ok && validHeader(name, value)
 		n := len(line)
 		for errors.Is(err, bufio.ErrBufferFull) && n <= limit {
 			line, err = br.ReadSlice('\n')
@@ -146,6 +148,8 @@ func readLine(br *bufio.Reader, limit int) ([]byte, int, error) {
 			return nil, 0, errHeaderTooLong
 		case err == nil && !valid:
 			return nil, 0, fmt.Errorf("%w: a long header line", errMalformed)
+		case err == nil && fold:
+			return []byte(" "), n, nil
 		case err == nil:
 			return []byte("x-skipped: "), n, nil
 		}

@@ -3,6 +3,7 @@
 package healthcheck
 
 import (
+	"context"
 	"net"
 	"strings"
 	"syscall"
@@ -11,7 +12,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 )
 
 // HTTP and gRPC checks that dial at every probe (reuse_connection: false)
@@ -47,6 +51,35 @@ func TestChecksOutOfLocalPortsKeepVerdict(t *testing.T) {
 			outlives(t, startChecker(t, Options{}, tg), tg.Key(), outOfPorts)
 		})
 	}
+}
+
+// A gRPC server whose health service answers UNAVAILABLE with the words
+// of a local shortage (its own, or its upstream's) is failing: the words
+// are the bridge's own only in the error of the bridge's dial.
+func TestGRPCServerShortageIsFailure(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	healthpb.RegisterHealthServer(srv, shortOfPorts{})
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+	tg := Target{Host: hostOf(ln.Addr()), Check: Config{Type: TypeGRPC, Interval: ms(20), Timeout: ms(1000), UnhealthyThreshold: 2, GRPC: &GRPCConfig{}}}
+	h := startChecker(t, Options{}, tg)
+	h.waitVerdict(tg.Key(), Unhealthy)
+	if st := h.state(tg.Key()); st.LastResult != "fail" || probeCount(t, h, TypeGRPC, "error") != 0 {
+		t.Errorf("last result %q (%s), %v probes counted as the bridge's errors", st.LastResult, st.LastError, probeCount(t, h, TypeGRPC, "error"))
+	}
+}
+
+// shortOfPorts is a health service out of local ports.
+type shortOfPorts struct {
+	healthpb.UnimplementedHealthServer
+}
+
+func (shortOfPorts) Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	return nil, status.Error(codes.Unavailable, "upstream connect error: dial tcp 10.0.0.1:80: connect: "+syscall.EADDRNOTAVAIL.Error())
 }
 
 // outlives waits for key's first Healthy verdict, causes a shortage of

@@ -238,11 +238,13 @@ func (p *probers) probeGRPC(ctx context.Context, conn *grpc.ClientConn, g *GRPCC
 			return true, errors.New("server does not implement grpc.health.v1")
 		default:
 			err := fmt.Errorf("%s: %s", s.Code(), s.Message())
-			if s.Code() == codes.Unavailable {
-				// gRPC keeps only the words of a dial's error: the
-				// bridge's own shortage is known by them.
+			// gRPC keeps only the words of a dial's error: the bridge's
+			// own shortage is known by them, in its own dial's error only
+			// (a server's status may carry the same words of its own
+			// shortage, which is the host's).
+			if _, dialErr, ok := strings.Cut(s.Message(), grpcDialError); ok && s.Code() == codes.Unavailable {
 				for _, e := range localErrnos {
-					if strings.Contains(s.Message(), e.Error()) {
+					if strings.Contains(dialErr, e.Error()) {
 						err = errnoError{err, e}
 						break
 					}
@@ -256,6 +258,10 @@ func (p *probers) probeGRPC(ctx context.Context, conn *grpc.ClientConn, g *GRPCC
 	}
 	return true, nil
 }
+
+// grpcDialError starts the words of grpc-go's transport when its dial
+// fails (internal/transport/http2_client.go).
+const grpcDialError = "transport: Error while dialing"
 
 // errnoError is an error worded as err that is errno (errors.Is).
 type errnoError struct {

@@ -115,8 +115,8 @@ type State struct {
 	// Since is when the verdict last changed (or the target was added).
 	Since time.Time `json:"since"`
 	// LastResult is "ok", "fail", "error" (the bridge could not probe: out
-	// of file descriptors, memory or buffers; it counts neither way and the
-	// verdict stands) or "" (not probed yet).
+	// of file descriptors, memory, buffers or local ports; it counts
+	// neither way and the verdict stands) or "" (not probed yet).
 	LastResult           string        `json:"last_result,omitempty"`
 	LastTime             time.Time     `json:"last_time,omitzero"`
 	LastError            string        `json:"last_error,omitempty"`
@@ -632,7 +632,7 @@ func (c *Checker) finish(ctx context.Context, t *target, conn io.Closer, err err
 	top := t.idx == 0
 	c.mu.Unlock()
 
-	c.m.observe(cfg.Type, err == nil, latency)
+	c.m.observe(cfg.Type, err, latency)
 	if changed {
 		c.m.transition(after)
 		c.log.Debug("health check verdict changed", "target", t.addr, "type", cfg.Type,
@@ -705,7 +705,8 @@ func (c *Checker) record(t *target, err error, at time.Time, latency time.Durati
 }
 
 // localError reports whether err is the bridge's own shortage (file
-// descriptors, memory, buffers) rather than anything the host did.
+// descriptors, memory, buffers, local ports) rather than anything the host
+// did.
 func localError(err error) bool {
 	if err == nil {
 		return false
@@ -718,8 +719,13 @@ func localError(err error) bool {
 	return false
 }
 
-// localErrnos are the errors of the bridge's own shortages.
-var localErrnos = []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM}
+// localErrnos are the errors of the bridge's own shortages. EADDRNOTAVAIL
+// is connect(2)'s answer when the socket could get no local address: no
+// free port in the ephemeral range (net.ipv4.ip_local_port_range, shared
+// by every outgoing connection of the bridge's host), or no source address
+// for the route (the bridge's host lost its address); either is the
+// bridge's host's state, not the target's.
+var localErrnos = []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.EADDRNOTAVAIL}
 
 // queueTransition queues t's current verdict for the consumer, coalescing
 // with a transition of t still waiting. Called with c.mu held.

@@ -17,8 +17,8 @@ type metrics struct {
 	transitions *prometheus.CounterVec
 	lag         prometheus.Histogram
 
-	// Pre-resolved children: type → [ok, fail].
-	probeCounts  map[string][2]prometheus.Counter
+	// Pre-resolved children: type → by result (probeResults).
+	probeCounts  map[string][3]prometheus.Counter
 	probeLatency map[string]prometheus.Observer
 }
 
@@ -26,11 +26,11 @@ func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
 	m := &metrics{
 		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "xdsbridge_healthcheck_probes_total",
-			Help: "Active health check probes by check type and result (ok, fail).",
+			Help: "Active health check probes by check type and result: ok, fail, or error (the bridge could not probe for want of its own resources; the verdict stands).",
 		}, []string{"type", "result"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "xdsbridge_healthcheck_probe_duration_seconds",
-			Help:    "Duration of active health check probes by check type.",
+			Help:    "Duration of active health check probes by check type (those that ended as the bridge's own error are not observed).",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"type"}),
 		targets: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -46,11 +46,11 @@ func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
 			Help:    "How late probes start compared to their schedule (the bound on probes in flight reached, or the scheduler behind).",
 			Buckets: []float64{.0001, .001, .005, .01, .05, .1, .5, 1, 5},
 		}),
-		probeCounts:  map[string][2]prometheus.Counter{},
+		probeCounts:  map[string][3]prometheus.Counter{},
 		probeLatency: map[string]prometheus.Observer{},
 	}
 	for _, t := range []string{TypeTCP, TypeHTTP, TypeGRPC} {
-		m.probeCounts[t] = [2]prometheus.Counter{m.probes.WithLabelValues(t, "ok"), m.probes.WithLabelValues(t, "fail")}
+		m.probeCounts[t] = m.resultCounters(t)
 		m.probeLatency[t] = m.latency.WithLabelValues(t)
 	}
 	for _, v := range []Verdict{Healthy, Unhealthy} {
@@ -63,7 +63,7 @@ func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
 		m.transitions = register(reg, m.transitions, log)
 		m.lag = register(reg, m.lag, log)
 		for _, t := range []string{TypeTCP, TypeHTTP, TypeGRPC} {
-			m.probeCounts[t] = [2]prometheus.Counter{m.probes.WithLabelValues(t, "ok"), m.probes.WithLabelValues(t, "fail")}
+			m.probeCounts[t] = m.resultCounters(t)
 			m.probeLatency[t] = m.latency.WithLabelValues(t)
 		}
 	}
@@ -80,13 +80,31 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C, log *slog.
 	return c
 }
 
-func (m *metrics) observe(typ string, ok bool, latency time.Duration) {
-	i := 1
-	if ok {
-		i = 0
+// probeResults are the result labels of probes_total, as State.LastResult.
+var probeResults = [3]string{"ok", "fail", "error"}
+
+// resultCounters resolves typ's probe counters, by probeResults.
+func (m *metrics) resultCounters(typ string) (cs [3]prometheus.Counter) {
+	for i, r := range probeResults {
+		cs[i] = m.probes.WithLabelValues(typ, r)
 	}
-	if c, found := m.probeCounts[typ]; found {
-		c[i].Inc()
+	return cs
+}
+
+// observe counts a probe of type typ that ended with err, and its
+// duration unless the bridge could not make it (a probe that failed at
+// socket() took no time on the network).
+func (m *metrics) observe(typ string, err error, latency time.Duration) {
+	c, found := m.probeCounts[typ]
+	switch {
+	case !found:
+	case localError(err):
+		c[2].Inc()
+	case err != nil:
+		c[1].Inc()
+		m.probeLatency[typ].Observe(latency.Seconds())
+	default:
+		c[0].Inc()
 		m.probeLatency[typ].Observe(latency.Seconds())
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 )
 
 // maxHeaderBytes bounds the status line and headers of a probe's response.
@@ -127,9 +128,11 @@ func readLine(br *bufio.Reader, limit int) ([]byte, int, error) {
 	line, err := br.ReadSlice('\n')
 	if errors.Is(err, bufio.ErrBufferFull) {
 		// A line longer than the buffer: only headers a probe skips are
-		// that long. Check it and skip it whole, within limit.
+		// that long, or a folded line going on with one (it starts with
+		// a space or tab). Check it and skip it whole, within limit.
+		fold := line[0] == ' ' || line[0] == '\t'
 		name, value, ok := bytes.Cut(line, []byte(":"))
-		valid := ok && validHeader(name, value)
+		valid := fold && validHeader([]byte("x"), line) || !fold && ok && validHeader(name, value)
 		n := len(line)
 		for errors.Is(err, bufio.ErrBufferFull) && n <= limit {
 			line, err = br.ReadSlice('\n')
@@ -145,6 +148,8 @@ func readLine(br *bufio.Reader, limit int) ([]byte, int, error) {
 			return nil, 0, errHeaderTooLong
 		case err == nil && !valid:
 			return nil, 0, fmt.Errorf("%w: a long header line", errMalformed)
+		case err == nil && fold:
+			return []byte(" "), n, nil
 		case err == nil:
 			return []byte("x-skipped: "), n, nil
 		}
@@ -166,15 +171,20 @@ func readLine(br *bufio.Reader, limit int) ([]byte, int, error) {
 	return line, n, nil
 }
 
-// parseStatusLine parses "HTTP/1.x NNN reason".
+// parseStatusLine parses "HTTP/1.x NNN reason". Like net/http, it takes
+// more than one space before the code.
 func parseStatusLine(line []byte) (minor, status int, ok bool) {
-	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) || line[8] != ' ' || (len(line) > 12 && line[12] != ' ') {
+	if len(line) < 9 || !bytes.HasPrefix(line, []byte("HTTP/1.")) || line[8] != ' ' {
 		return 0, 0, false
 	}
 	if line[7] < '0' || line[7] > '9' {
 		return 0, 0, false
 	}
-	for _, c := range line[9:12] {
+	code := bytes.TrimLeft(line[9:], " ")
+	if len(code) < 3 || (len(code) > 3 && code[3] != ' ') {
+		return 0, 0, false
+	}
+	for _, c := range code[:3] {
 		if c < '0' || c > '9' {
 			return 0, 0, false
 		}
@@ -222,13 +232,16 @@ func discardCRLF(br *bufio.Reader) bool {
 }
 
 // validHeader reports whether name is a token and value holds no control
-// character but tabs (RFC 9110, as net/http reads them).
+// character but tabs (RFC 9110), as net/http reads them: it also accepts
+// spaces in a name (go.dev/issue/34540), and such a header is not one a
+// probe reads (not "Content-Length ", say), as net/http does not
+// recognise it either.
 func validHeader(name, value []byte) bool {
 	if len(name) == 0 {
 		return false
 	}
 	for _, c := range name {
-		if c <= ' ' || c >= 0x7f || bytes.IndexByte([]byte(`"(),/:;<=>?@[\]{}`), c) >= 0 {
+		if c < ' ' || c >= 0x7f || bytes.IndexByte([]byte(`"(),/:;<=>?@[\]{}`), c) >= 0 {
 			return false
 		}
 	}
@@ -240,14 +253,15 @@ func validHeader(name, value []byte) bool {
 	return true
 }
 
-// parseDecimal parses a non-negative decimal of at most 18 digits.
+// parseDecimal parses a non-negative decimal below 2⁶³ (net/http's
+// bound on a Content-Length).
 func parseDecimal(b []byte) (int64, bool) {
-	if len(b) == 0 || len(b) > 18 {
+	if len(b) == 0 {
 		return 0, false
 	}
 	var v int64
 	for _, c := range b {
-		if c < '0' || c > '9' {
+		if c < '0' || c > '9' || v > (math.MaxInt64-int64(c-'0'))/10 {
 			return 0, false
 		}
 		v = v*10 + int64(c-'0')

@@ -2,6 +2,7 @@ package healthcheck
 
 import (
 	"bufio"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -16,19 +17,47 @@ func TestHTTPResponseFoldedHeader(t *testing.T) {
 	}{
 		{"HTTP/1.1 200 OK\r\nX-Long: a\r\n b\r\n\tc\r\nContent-Length: 0\r\n\r\n", true},
 		{"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: keep-alive,\r\n close\r\n\r\n", false},
+		// Folded lines longer than the read buffer.
+		{"HTTP/1.1 200 OK\r\nX-Long: a\r\n " + strings.Repeat("b", 5000) + "\r\nContent-Length: 0\r\n\r\n", true},
+		{"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: keep-alive\r\n " + strings.Repeat("b", 5000) + "\r\n\r\n", false},
 	} {
 		status, keep, err := readResponse(bufio.NewReaderSize(strings.NewReader(tc.answer), 4096))
 		if err != nil || status != 200 || keep != tc.keep {
 			t.Errorf("%q: status %d, keep %v, error %v; want 200, keep %v", tc.answer, status, keep, err, tc.keep)
+		}
+		if _, _, err := referenceResponse([]byte(tc.answer)); err != nil {
+			t.Errorf("%q: net/http refuses it: %v", tc.answer, err)
 		}
 	}
 	// Folded framing headers, and a fold before any header, stay errors.
 	for _, answer := range []string{
 		"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n 0\r\n\r\n",
 		"HTTP/1.1 200 OK\r\n X-A: a\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n " + strings.Repeat("0", 5000) + "\r\n\r\n",
+		"HTTP/1.1 200 OK\r\n " + strings.Repeat("a", 5000) + "\r\n\r\n",
 	} {
 		if _, _, err := readResponse(bufio.NewReaderSize(strings.NewReader(answer), 4096)); err == nil {
 			t.Errorf("%q: no error", answer)
 		}
+		if _, _, err := referenceResponse([]byte(answer)); err == nil {
+			t.Errorf("%q: net/http reads it", answer)
+		}
+	}
+}
+
+// Headers over 64 KiB are refused where net/http reads them, one of the
+// differences FuzzHTTPResponse allows (refusedOnPurpose). Tested here
+// rather than seeded: the fuzzer's minimization of a 68 KB input holds a
+// worker for up to -fuzzminimizetime, and fuzzing stops meanwhile.
+func TestHTTPResponseHeadersOver64KiB(t *testing.T) {
+	answer := "HTTP/1.1 204 No Content\r\n" + strings.Repeat("X-Long: "+strings.Repeat("x", 4000)+"\r\n", 17) + "\r\n"
+	if _, _, err := readResponse(bufio.NewReaderSize(strings.NewReader(answer), 4096)); !errors.Is(err, errHeaderTooLong) {
+		t.Errorf("error %v, want %v", err, errHeaderTooLong)
+	}
+	if _, _, err := referenceResponse([]byte(answer)); err != nil {
+		t.Errorf("net/http refuses it (%v): no longer a difference", err)
+	}
+	if refusedOnPurpose([]byte(answer)) == "" {
+		t.Error("not listed as a deliberate difference")
 	}
 }

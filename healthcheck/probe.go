@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -27,6 +28,20 @@ const UserAgent = "xdsbridge-healthcheck"
 // before it closes the connection.
 const maxBody = 4 << 10
 
+// connectFault, when set, is the error that the connects of probes fail
+// with instead of connecting. Tests set it to cause the local failures
+// they cannot cause without changing the host (EADDRNOTAVAIL: no free
+// ephemeral port).
+var connectFault atomic.Pointer[syscall.Errno]
+
+// faultControl is a net.Dialer's Control failing as connectFault says.
+func faultControl(string, string, syscall.RawConn) error {
+	if errno := connectFault.Load(); errno != nil {
+		return os.NewSyscallError("connect", *errno)
+	}
+	return nil
+}
+
 // probers holds what the probes share: the dialers.
 type probers struct {
 	dialer *net.Dialer
@@ -38,8 +53,11 @@ type probers struct {
 
 func newProbers(opts Options) *probers {
 	return &probers{
-		dialer: &net.Dialer{KeepAlive: -1}, // kept connections are used at every interval
-		tcpDialer: &net.Dialer{KeepAlive: -1, Control: func(_, _ string, c syscall.RawConn) error {
+		dialer: &net.Dialer{KeepAlive: -1, Control: faultControl}, // kept connections are used at every interval
+		tcpDialer: &net.Dialer{KeepAlive: -1, Control: func(network, address string, c syscall.RawConn) error {
+			if err := faultControl(network, address, c); err != nil {
+				return err
+			}
 			var serr error
 			err := c.Control(func(fd uintptr) {
 				serr = syscall.SetsockoptLinger(int(fd), syscall.SOL_SOCKET, syscall.SO_LINGER, &syscall.Linger{Onoff: 1, Linger: 0})
@@ -220,11 +238,13 @@ func (p *probers) probeGRPC(ctx context.Context, conn *grpc.ClientConn, g *GRPCC
 			return true, errors.New("server does not implement grpc.health.v1")
 		default:
 			err := fmt.Errorf("%s: %s", s.Code(), s.Message())
-			if s.Code() == codes.Unavailable {
-				// gRPC keeps only the words of a dial's error: the
-				// bridge's own shortage is known by them.
+			// gRPC keeps only the words of a dial's error: the bridge's
+			// own shortage is known by them, in its own dial's error only
+			// (a server's status may carry the same words of its own
+			// shortage, which is the host's).
+			if _, dialErr, ok := strings.Cut(s.Message(), grpcDialError); ok && s.Code() == codes.Unavailable {
 				for _, e := range localErrnos {
-					if strings.Contains(s.Message(), e.Error()) {
+					if strings.Contains(dialErr, e.Error()) {
 						err = errnoError{err, e}
 						break
 					}
@@ -238,6 +258,10 @@ func (p *probers) probeGRPC(ctx context.Context, conn *grpc.ClientConn, g *GRPCC
 	}
 	return true, nil
 }
+
+// grpcDialError starts the words of grpc-go's transport when its dial
+// fails (internal/transport/http2_client.go).
+const grpcDialError = "transport: Error while dialing"
 
 // errnoError is an error worded as err that is errno (errors.Is).
 type errnoError struct {

@@ -28,6 +28,9 @@ func FuzzHTTPResponse(f *testing.F) {
 		"HTTP/1.1 000 \nTransfer-Encoding: chunked\n\n3 \n000\r\n00\n\n",
 		"HTTP/1.1 100 \n\":\n\n",
 		"HTTP/1.1 204 No Content\r\nX-Long: " + strings.Repeat("x", 5000) + "\r\n\r\n",
+		"HTTP/1.1  200 OK\r\nContent-Length: 0000000000000000000000002\r\n\r\nok",
+		"HTTP/1.1 200 OK\r\nContent-Length: 9223372036854775807\r\n\r\n",
+		"HTTP/1.1 +99 OK\r\n\r\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -47,7 +50,38 @@ func FuzzHTTPResponse(f *testing.F) {
 		if keep && !refKeep {
 			t.Errorf("%q: the probe keeps the connection, net/http would not (error %v)", answer, refErr)
 		}
+		// And the probe reads every response net/http reads, but for
+		// the deliberate differences.
+		if refErr == nil && !answered && refusedOnPurpose(answer) == "" {
+			t.Errorf("%q: net/http reads status %d, the probe refuses the response: %v", answer, status, err)
+		}
 	})
+}
+
+// refusedOnPurpose returns why the probe refuses answer where net/http
+// reads it, or "" when it should not.
+func refusedOnPurpose(answer []byte) string {
+	line, _, _ := bytes.Cut(answer, []byte("\n"))
+	_, code, _ := bytes.Cut(line, []byte(" "))
+	code = bytes.TrimLeft(code, " ")
+	headers := len(answer)
+	for _, end := range []string{"\n\n", "\n\r\n"} {
+		if i := bytes.Index(answer, []byte(end)); i >= 0 {
+			headers = min(headers, i)
+		}
+	}
+	switch {
+	case !bytes.HasPrefix(line, []byte("HTTP/1.")):
+		// net/http reads any HTTP/d.d status line.
+		return "the answer to an HTTP/1.1 request in another major version is not framed as HTTP/1.x"
+	case len(code) >= 3 && code[0] == '+':
+		// net/http reads the code with strconv.Atoi.
+		return "a status code is three digits (RFC 9112 4); a signed one is below 100, in no expected range, so the probe fails either way"
+	case headers >= maxHeaderBytes-2:
+		// net/http's ReadResponse reads headers of any length.
+		return "a probe reads at most 64 KiB of status line and headers"
+	}
+	return ""
 }
 
 // referenceResponse reads answer as the probe did with net/http: status,

@@ -147,7 +147,11 @@ func (l *tcpLoop) start(t *target, dest tcpDest, timeout time.Duration) bool {
 		l.done(t, dialError("setsockopt", err), start, time.Now())
 		return true
 	}
-	err = syscall.Connect(fd, dest)
+	if errno := connectFault.Load(); errno != nil {
+		err = *errno
+	} else {
+		err = syscall.Connect(fd, dest)
+	}
 	if err != syscall.EINPROGRESS {
 		syscall.Close(fd)
 		if err != nil {

@@ -151,6 +151,9 @@ admin:
   listen: "127.0.0.1:0"
   tls: {cert_file: admin.crt, key_file: admin.key}
 logging: {level: error}
+health_checks:
+  services:
+    web: {type: tcp}
 sources:
   - name: static
     file: {path: services.yaml}

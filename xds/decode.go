@@ -102,11 +102,11 @@ func decodeScanned(b []byte, sc deltaScan, m *discovery.DeltaDiscoveryRequest, x
 			case bad != nil:
 			case isName:
 				v, _ := protowire.ConsumeBytes(b[n:])
-				if !utf8.Valid(v) {
+				s, e := wireName(entries, v)
+				if e == nil && !utf8.Valid(v) {
 					bad = errNameUTF8
 					break
 				}
-				s, _ := wireName(entries, v)
 				if num == deltaSubscribe {
 					subs = append(subs, s)
 				} else {
@@ -159,10 +159,16 @@ func mapEntry(b []byte, entries map[string]*entry, versions map[string]string) e
 		}
 		b = b[m:]
 	}
-	if !utf8.Valid(key) || !utf8.Valid(val) {
+	// The store's names and versions are valid UTF-8 (wireIndex.follow):
+	// only the bytes that are not one of them are read again.
+	k, e := wireName(entries, key)
+	if e == nil && !utf8.Valid(key) {
 		return errEntryUTF8
 	}
-	k, e := wireName(entries, key)
-	versions[k] = wireVersion(e, val)
+	v, stores := wireVersion(e, val)
+	if !stores && !utf8.Valid(val) {
+		return errEntryUTF8
+	}
+	versions[k] = v
 	return nil
 }

@@ -73,7 +73,9 @@ func FuzzDecode(f *testing.F) {
 	// own strings.
 	x := newWireIndex()
 	for _, u := range []string{EndpointType, ClusterType} {
-		indexEntries(x, u, &entry{name: "a", version: "1"}, &entry{name: "b", version: "1"}, &entry{name: "x", version: "1"}, &entry{name: "", version: "1"})
+		indexEntries(x, u, &entry{name: "a", version: "1"}, &entry{name: "b", version: "1"}, &entry{name: "x", version: "1"}, &entry{name: "", version: "1"},
+			// Not UTF-8: not the decoder's to hand out.
+			&entry{name: "\xff", version: "1"}, &entry{name: "k", version: "\xc3"}, &entry{name: "a\xff", version: "1"})
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		want := &discovery.DeltaDiscoveryRequest{}

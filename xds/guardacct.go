@@ -160,14 +160,19 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 	// names (the server holds a type's last request until its next).
 	var typeURL []byte
 	nodeBytes, namesBytes, ivBytes := 0, 0, 0
+	subs, unsubs := 0, 0
 	if !fields(b, func(num protowire.Number, v []byte, size int) {
 		switch {
 		case num == nodeField:
 			nodeBytes += len(v)
 		case num == typeField:
 			typeURL = v // the last one counts
-		case num == namesField || delta && num == deltaUnsubscribe:
+		case num == namesField:
 			namesBytes += size
+			subs++
+		case delta && num == deltaUnsubscribe:
+			namesBytes += size
+			unsubs++
 		case delta && num == deltaInitialVersions:
 			ivBytes += size
 		}
@@ -216,7 +221,7 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 
 	var ddn, ddb int
 	if delta {
-		ddn, ddb = a.deltaNames(tn, b)
+		ddn, ddb = a.deltaNames(tn, b, subs, unsubs)
 	} else {
 		ddn, ddb = a.sotwNames(tn, b)
 	}
@@ -230,8 +235,17 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 // deltaNames applies a delta request's subscriptions, then its
 // unsubscriptions, as the delta handler applies them, to the type's set; the
 // set is derived once (none for a request without names, the common ACK).
-// It returns the change in names and bytes.
-func (a *streamAcct) deltaNames(tn *typeNames, b []byte) (dn, db int) {
+// It returns the change in names and bytes. subs and unsubs are the
+// request's subscriptions and unsubscriptions, counted.
+func (a *streamAcct) deltaNames(tn *typeNames, b []byte, subs, unsubs int) (dn, db int) {
+	if subs == 0 && unsubs == 0 {
+		return 0, 0
+	}
+	if unsubs == 0 {
+		if dn, db, ok := a.subscribeOnly(tn, b, subs); ok {
+			return dn, db
+		}
+	}
 	var adds, rems []uint64
 	var added, removed map[uint64]struct{}
 	fields(b, func(num protowire.Number, v []byte, _ int) {
@@ -278,6 +292,36 @@ func (a *streamAcct) deltaNames(tn *typeNames, b []byte) (dn, db int) {
 		tn.set = tn.set.derive(adds, rems)
 	}
 	return dn, db
+}
+
+// subscribeOnly applies a delta request that only subscribes (a stream's
+// first request, a reconnecting Envoy's 5,000 names) with each name hashed
+// once and no set of its own: the set's derivation drops a name repeated
+// in the request, and when it added as many names as the request has that
+// the set lacks, there was none. false (nothing applied) when there were
+// repeats: deltaNames then counts each name once.
+func (a *streamAcct) subscribeOnly(tn *typeNames, b []byte, subs int) (dn, db int, ok bool) {
+	adds := make([]uint64, 0, subs)
+	fields(b, func(num protowire.Number, v []byte, _ int) {
+		if num != deltaSubscribe {
+			return
+		}
+		h := maphash.Bytes(a.g.seed, v)
+		if !tn.set.has(h) {
+			adds = append(adds, h)
+			db += len(v)
+		}
+	})
+	if len(adds) == 0 {
+		return 0, 0, true
+	}
+	set := tn.set.derive(adds, nil)
+	if set.len()-tn.set.len() != len(adds) {
+		return 0, 0, false
+	}
+	tn.set = set
+	tn.bytes += db
+	return len(adds), db, true
 }
 
 // sotwNames replaces the type's set with a sotw request's list;

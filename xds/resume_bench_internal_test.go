@@ -63,6 +63,22 @@ func BenchmarkResume(b *testing.B) {
 			b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
 		})
 	}
+	// The limits' accounting of the request on a fresh stream (a new
+	// stream's first request; the stream's set of name hashes is one the
+	// fleet shares, found, not built, after the first).
+	b.Run("guard", func(b *testing.B) {
+		b.ReportAllocs()
+		g := newGuard(Limits{}.WithDefaults(), newGuardMetrics())
+		cpu := processCPU()
+		for b.Loop() {
+			a := newTestStreamAcct(g)
+			if err := a.checkWire(req, wire); err != nil {
+				b.Fatal(err)
+			}
+			a.release()
+		}
+		b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
+	})
 	for _, cd := range []struct {
 		name string
 		codec

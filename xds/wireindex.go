@@ -1,6 +1,9 @@
 package xds
 
-import "sync"
+import (
+	"sync"
+	"unicode/utf8"
+)
 
 // wireIndex is the store's resources by type and name, as the request
 // decoder reads them (decode.go), under a lock of its own: requests are
@@ -39,7 +42,10 @@ func (x *wireIndex) follow(ts *typeState, names []string) {
 		x.types[ts.url] = m
 	}
 	for _, n := range names {
-		if e, ok := ts.resources[n]; ok {
+		// Only an entry whose name and version are valid UTF-8: the
+		// decoder checks the bytes of a name or version it finds here no
+		// further (proto3 strings must be UTF-8).
+		if e, ok := ts.resources[n]; ok && utf8.ValidString(e.name) && utf8.ValidString(e.version) {
 			m[e.name] = e
 		} else {
 			delete(m, n)
@@ -69,10 +75,10 @@ func wireName(entries map[string]*entry, name []byte) (string, *entry) {
 }
 
 // wireVersion is version (its encoded bytes, a client's version of e) as
-// a string: e's, if it is e's.
-func wireVersion(e *entry, version []byte) string {
+// a string: e's, if it is e's (true).
+func wireVersion(e *entry, version []byte) (string, bool) {
 	if e != nil && e.version == string(version) {
-		return e.version
+		return e.version, true
 	}
-	return string(version)
+	return string(version), false
 }

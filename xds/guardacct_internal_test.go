@@ -1,0 +1,61 @@
+package xds
+
+import (
+	"fmt"
+	"testing"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/proto"
+)
+
+// newTestStreamAcct is a stream's accounting under the default limits,
+// on a connection of its own.
+func newTestStreamAcct(g *guard) *streamAcct {
+	return &streamAcct{g: g, conn: &connAcct{}, types: map[string]*typeNames{}}
+}
+
+// A delta request that only subscribes counts each name once, however
+// often it repeats it: as many names and bytes as the same request
+// without the repeats, on a fresh stream and on one already subscribed to
+// some of them.
+func TestGuardSubscribeRepeatedNames(t *testing.T) {
+	names := make([]string, 50)
+	for i := range names {
+		names[i] = fmt.Sprintf("cluster-%03d", i)
+	}
+	repeated := append(append([]string{}, names...), names[7], names[49], names[7])
+	wire := func(subs []string) []byte {
+		b, err := proto.Marshal(&discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesSubscribe: subs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	g := newGuard(Limits{}.WithDefaults(), newGuardMetrics())
+	for _, before := range [][]string{nil, names[:10], names[40:]} {
+		plain, rep := newTestStreamAcct(g), newTestStreamAcct(g)
+		for _, a := range []*streamAcct{plain, rep} {
+			if len(before) > 0 {
+				if err := a.checkWire(&discovery.DeltaDiscoveryRequest{}, wire(before)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := plain.checkWire(&discovery.DeltaDiscoveryRequest{}, wire(names)); err != nil {
+			t.Fatal(err)
+		}
+		if err := rep.checkWire(&discovery.DeltaDiscoveryRequest{}, wire(repeated)); err != nil {
+			t.Fatal(err)
+		}
+		if n := plain.types[EndpointType].set.len(); n != len(names) {
+			t.Fatalf("subscribed to %d names after %d: a set of %d", len(names), len(before), n)
+		}
+		if rep.names.Load() != plain.names.Load() || rep.types[EndpointType].bytes != plain.types[EndpointType].bytes {
+			t.Fatalf("after %d names, with repeats: %d names of %d bytes; without: %d of %d", len(before),
+				rep.names.Load(), rep.types[EndpointType].bytes, plain.names.Load(), plain.types[EndpointType].bytes)
+		}
+		if rep.types[EndpointType].set != plain.types[EndpointType].set {
+			t.Fatalf("after %d names: the sets with and without repeats differ", len(before))
+		}
+	}
+}

@@ -55,7 +55,7 @@ type Cache struct {
 
 	marshals uint64 // resource encodings, for the serialisations-per-version figure
 	// wire: the resources as the request decoder reads them (wireindex.go).
-	wire   *wireIndex
+	wire   *WireIndex
 	nextID uint64
 
 	maxBytes int // resource bytes per response (see WithMaxResponseBytes); 0: no limit
@@ -137,7 +137,7 @@ func WithMaxResponseBytes(n int) Option {
 
 // NewCache returns an empty cache. It starts nothing.
 func NewCache(opts ...Option) *Cache {
-	c := &Cache{maxBytes: DefaultMaxResponseBytes, routeHold: DefaultRouteHold, mbbSettle: DefaultMakeBeforeBreakSettle, requests: map[any]*streamState{}, streams: map[streamKey]*streamState{}, wire: newWireIndex()}
+	c := &Cache{maxBytes: DefaultMaxResponseBytes, routeHold: DefaultRouteHold, mbbSettle: DefaultMakeBeforeBreakSettle, requests: map[any]*streamState{}, streams: map[streamKey]*streamState{}, wire: NewWireIndex()}
 	WithTypes(DefaultTypes...)(c)
 	for _, o := range opts {
 		o(c)
@@ -147,12 +147,12 @@ func NewCache(opts ...Option) *Cache {
 
 func newTypeState(u string) *typeState {
 	return &typeState{
-		url:       u,
-		order:     orderRank(u),
-		fullState: cache.ResourceRequiresFullStateInSotw(u),
-		resources: map[string]*entry{},
-		deletedAt: map[string]uint64{},
-		grave:     map[string]*entry{},
+		URL:       u,
+		Order:     orderRank(u),
+		FullState: cache.ResourceRequiresFullStateInSotw(u),
+		Resources: map[string]*Entry{},
+		DeletedAt: map[string]uint64{},
+		Grave:     map[string]*Entry{},
 		watches:   map[*watch]struct{}{},
 	}
 }

@@ -19,7 +19,7 @@ import (
 // decode.go, into a map made at its size, not through reflection, with
 // the strings of the names and versions the store serves (wire).
 type codec struct {
-	wire *wireIndex // nil: copies
+	wire *WireIndex // nil: copies
 }
 
 var _ encoding.CodecV2 = codec{}

@@ -71,14 +71,14 @@ func FuzzDecode(f *testing.F) {
 
 	// The store's names and versions, which the decoder hands out as its
 	// own strings.
-	x := newWireIndex()
+	x := NewWireIndex()
 	for _, u := range []string{EndpointType, ClusterType} {
-		indexEntries(x, u, &entry{name: "a", version: "1"}, &entry{name: "b", version: "1"}, &entry{name: "x", version: "1"}, &entry{name: "", version: "1"})
+		indexEntries(x, u, &Entry{Name: "a", Version: "1"}, &Entry{Name: "b", Version: "1"}, &Entry{Name: "x", Version: "1"}, &Entry{Name: "", Version: "1"})
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		want := &discovery.DeltaDiscoveryRequest{}
 		wantErr := proto.Unmarshal(b, want)
-		for _, wire := range []*wireIndex{nil, x} {
+		for _, wire := range []*WireIndex{nil, x} {
 			for _, defType := range [][]byte{nil, []byte(EndpointType)} {
 				got := &discovery.DeltaDiscoveryRequest{}
 				gotErr := decodeDeltaRequest(b, got, wire, defType)
@@ -94,12 +94,12 @@ func FuzzDecode(f *testing.F) {
 }
 
 // indexEntries puts entries of typeURL in x, as a commit of them does.
-func indexEntries(x *wireIndex, typeURL string, entries ...*entry) {
+func indexEntries(x *WireIndex, typeURL string, entries ...*Entry) {
 	ts := newTypeState(typeURL)
 	var names []string
 	for _, e := range entries {
-		ts.resources[e.name] = e
-		names = append(names, e.name)
+		ts.Resources[e.Name] = e
+		names = append(names, e.Name)
 	}
 	x.follow(ts, names)
 }
@@ -108,8 +108,8 @@ func indexEntries(x *wireIndex, typeURL string, entries ...*entry) {
 // decoded as the store's strings, from wherever in the request they
 // come; others are copies.
 func TestDecodeStoreStrings(t *testing.T) {
-	x := newWireIndex()
-	a := &entry{name: "svc-a", version: "v1"}
+	x := NewWireIndex()
+	a := &Entry{Name: "svc-a", Version: "v1"}
 	indexEntries(x, EndpointType, a)
 	req := &discovery.DeltaDiscoveryRequest{
 		TypeUrl:                  EndpointType,
@@ -129,26 +129,26 @@ func TestDecodeStoreStrings(t *testing.T) {
 	if !proto.Equal(got, req) {
 		t.Fatalf("decoded %v, want %v", got, req)
 	}
-	if !same(got.ResourceNamesSubscribe[0], a.name) || !same(got.ResourceNamesUnsubscribe[0], a.name) {
+	if !same(got.ResourceNamesSubscribe[0], a.Name) || !same(got.ResourceNamesUnsubscribe[0], a.Name) {
 		t.Error("a name the store serves is a copy")
 	}
-	if same(got.ResourceNamesSubscribe[1], a.name) {
+	if same(got.ResourceNamesSubscribe[1], a.Name) {
 		t.Error("a name the store does not serve is the store's")
 	}
 	for k, v := range got.InitialResourceVersions {
-		if want := k == "svc-a"; same(k, a.name) != want || same(v, a.version) != want {
-			t.Errorf("entry %q: %q: store's key %v, store's version %v; want %v", k, v, same(k, a.name), same(v, a.version), want)
+		if want := k == "svc-a"; same(k, a.Name) != want || same(v, a.Version) != want {
+			t.Errorf("entry %q: %q: store's key %v, store's version %v; want %v", k, v, same(k, a.Name), same(v, a.Version), want)
 		}
 	}
 	// Of another type, or a stream's default type, none.
 	got = &discovery.DeltaDiscoveryRequest{}
 	b2, _ := proto.Marshal(&discovery.DeltaDiscoveryRequest{ResourceNamesSubscribe: []string{"svc-a"}})
-	if err := decodeDeltaRequest(b2, got, x, []byte(EndpointType)); err != nil || !same(got.ResourceNamesSubscribe[0], a.name) {
-		t.Errorf("stream of the type: %v, store's %v", err, err == nil && same(got.ResourceNamesSubscribe[0], a.name))
+	if err := decodeDeltaRequest(b2, got, x, []byte(EndpointType)); err != nil || !same(got.ResourceNamesSubscribe[0], a.Name) {
+		t.Errorf("stream of the type: %v, store's %v", err, err == nil && same(got.ResourceNamesSubscribe[0], a.Name))
 	}
 	got = &discovery.DeltaDiscoveryRequest{}
-	if err := decodeDeltaRequest(b2, got, x, []byte(ClusterType)); err != nil || same(got.ResourceNamesSubscribe[0], a.name) {
-		t.Errorf("stream of another type: %v, store's %v", err, err == nil && same(got.ResourceNamesSubscribe[0], a.name))
+	if err := decodeDeltaRequest(b2, got, x, []byte(ClusterType)); err != nil || same(got.ResourceNamesSubscribe[0], a.Name) {
+		t.Errorf("stream of another type: %v, store's %v", err, err == nil && same(got.ResourceNamesSubscribe[0], a.Name))
 	}
 }
 
@@ -157,7 +157,7 @@ func TestDecodeStoreStrings(t *testing.T) {
 // sets hold; a name deleted and served again is forgotten, then new.
 func TestStoreKeepsNameString(t *testing.T) {
 	c := NewCache()
-	put := func(port uint32) *entry {
+	put := func(port uint32) *Entry {
 		t.Helper()
 		name := string([]byte("svc-a")) // a new string each time
 		cla := &endpoint.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpoint.LocalityLbEndpoints{{
@@ -167,25 +167,25 @@ func TestStoreKeepsNameString(t *testing.T) {
 		if err := c.Apply(Change{TypeURL: EndpointType, Upserts: []Resource{{Name: name, Msg: cla}}}); err != nil {
 			t.Fatal(err)
 		}
-		return c.types[EndpointType].resources["svc-a"]
+		return c.types[EndpointType].Resources["svc-a"]
 	}
 	first := put(80)
 	second := put(81)
-	if second.version == first.version {
+	if second.Version == first.Version {
 		t.Fatal("the second version is the first")
 	}
-	if unsafe.StringData(second.name) != unsafe.StringData(first.name) {
+	if unsafe.StringData(second.Name) != unsafe.StringData(first.Name) {
 		t.Error("a new version of a resource has a name string of its own")
 	}
-	var got *entry
-	c.wire.read([]byte(EndpointType), func(entries map[string]*entry) { got = entries["svc-a"] })
+	var got *Entry
+	c.wire.Read([]byte(EndpointType), func(entries map[string]*Entry) { got = entries["svc-a"] })
 	if got != second {
 		t.Errorf("the decoder reads %+v, want the version served", got)
 	}
 	if err := c.Apply(Change{TypeURL: EndpointType, Deletes: []string{"svc-a"}}); err != nil {
 		t.Fatal(err)
 	}
-	c.wire.read([]byte(EndpointType), func(entries map[string]*entry) { got = entries["svc-a"] })
+	c.wire.Read([]byte(EndpointType), func(entries map[string]*Entry) { got = entries["svc-a"] })
 	if got != nil {
 		t.Error("the decoder still reads a deleted resource")
 	}

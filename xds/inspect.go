@@ -12,8 +12,8 @@ func (c *Cache) Get(typeURL, name string) proto.Message {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if ts, ok := c.types[typeURL]; ok {
-		if e, ok := ts.resources[name]; ok {
-			return e.msg
+		if e, ok := ts.Resources[name]; ok {
+			return e.Msg
 		}
 	}
 	return nil
@@ -36,9 +36,9 @@ func (c *Cache) List(typeURL string) []ResourceInfo {
 	if !ok {
 		return nil
 	}
-	out := make([]ResourceInfo, 0, len(ts.resources))
-	for _, e := range ts.resources {
-		out = append(out, ResourceInfo{Name: e.name, Version: e.version, Bytes: e.byteSize, Msg: e.msg})
+	out := make([]ResourceInfo, 0, len(ts.Resources))
+	for _, e := range ts.Resources {
+		out = append(out, ResourceInfo{Name: e.Name, Version: e.Version, Bytes: e.ByteSize, Msg: e.Msg})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
@@ -63,7 +63,7 @@ func (c *Cache) Stats() Stats {
 	defer c.mu.Unlock()
 	s := Stats{Marshals: c.marshals, RouteHolds: c.routeHolds, RouteHoldTimeouts: c.routeHoldTimeouts, Interims: c.mbbInterims, Resources: map[string]int{}, Watches: map[string]int{}}
 	for u, ts := range c.types {
-		s.Resources[u] = len(ts.resources)
+		s.Resources[u] = len(ts.Resources)
 		s.Watches[u] = len(ts.watches)
 	}
 	return s

@@ -47,7 +47,7 @@ type nameList interface {
 // is one instant's content; and returns the channel the next commit
 // closes, for a reader that waits for a change to what it read. fn must
 // not call the cache. A type not served has no resources.
-func (c *Cache) read(typeURL string, names nameList, wild bool, fn func(*entry)) <-chan struct{} {
+func (c *Cache) read(typeURL string, names nameList, wild bool, fn func(*Entry)) <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.commitWake == nil {
@@ -57,12 +57,12 @@ func (c *Cache) read(typeURL string, names nameList, wild bool, fn func(*entry))
 	switch {
 	case ts == nil:
 	case wild:
-		for _, e := range ts.resources {
+		for _, e := range ts.Resources {
 			fn(e)
 		}
 	default:
 		for i := range names.Len() {
-			if e, ok := ts.resources[names.At(i)]; ok {
+			if e, ok := ts.Resources[names.At(i)]; ok {
 				fn(e)
 			}
 		}
@@ -84,9 +84,9 @@ func (c *Cache) Snapshot(typeURLs ...string) map[string][]ResourceInfo {
 			out[u] = nil
 			continue
 		}
-		list := make([]ResourceInfo, 0, len(ts.resources))
-		for _, e := range ts.resources {
-			list = append(list, ResourceInfo{Name: e.name, Version: e.version, Bytes: e.byteSize, Msg: e.msg})
+		list := make([]ResourceInfo, 0, len(ts.Resources))
+		for _, e := range ts.Resources {
+			list = append(list, ResourceInfo{Name: e.Name, Version: e.Version, Bytes: e.ByteSize, Msg: e.Msg})
 		}
 		sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
 		out[u] = list

@@ -148,7 +148,7 @@ func (c *Cache) sentCDS(w *watch, rest []string, resp *discovery.DiscoveryRespon
 	if st == nil {
 		return
 	}
-	sc := &sentClusters{gen: w.ts.gen, rest: rest}
+	sc := &sentClusters{gen: w.ts.Gen, rest: rest}
 	sc.interest(w)
 	if !w.delta {
 		st.pendingCDS, st.pendingResp = sc, resp
@@ -165,7 +165,7 @@ func (c *Cache) cdsCurrent(w *watch) {
 	if st == nil || w.done || !c.ready || (!w.delta && st.pendingCDS != nil) {
 		return
 	}
-	sc := &sentClusters{gen: w.ts.gen}
+	sc := &sentClusters{gen: w.ts.Gen}
 	sc.interest(w)
 	st.cds = sc
 	c.wakeEDS(st)
@@ -221,32 +221,32 @@ func (c *Cache) wakeEDS(st *streamState) {
 // clusterHolder returns what an EDS watch w's response must hold back:
 // the assignments whose cluster its stream has not been sent; nil when
 // nothing is held back.
-func (c *Cache) clusterHolder(w *watch) func(*entry) bool {
+func (c *Cache) clusterHolder(w *watch) func(*Entry) bool {
 	st := w.stream
 	clusters := c.types[ClusterType]
 	if st == nil || (st.cds == nil && st.pendingCDS == nil) || clusters == nil {
 		return nil
 	}
-	return func(e *entry) bool {
-		if e.dep == nil || e.dep.TypeURL != ClusterType {
+	return func(e *Entry) bool {
+		if e.Dep == nil || e.Dep.TypeURL != ClusterType {
 			return false
 		}
 		// A sotw CDS response still queued is sent before this one, or
 		// dropped (then the client keeps what it was sent): the cluster
 		// must be in both.
-		cl := clusters.resources[e.dep.Name]
-		return cl != nil && st.vis.sees(cl.name) && ((st.cds != nil && !st.cds.sent(cl)) || (st.pendingCDS != nil && !st.pendingCDS.sent(cl)))
+		cl := clusters.Resources[e.Dep.Name]
+		return cl != nil && st.vis.sees(cl.Name) && ((st.cds != nil && !st.cds.sent(cl)) || (st.pendingCDS != nil && !st.pendingCDS.sent(cl)))
 	}
 }
 
 // sent reports whether the stream was sent cluster e at its version, or
 // does not want it.
-func (sc *sentClusters) sent(e *entry) bool {
-	if _, ok := sc.names[e.name]; !sc.wild && !ok {
+func (sc *sentClusters) sent(e *Entry) bool {
+	if _, ok := sc.names[e.Name]; !sc.wild && !ok {
 		return true
 	}
-	_, inRest := slices.BinarySearch(sc.rest, e.name)
-	return e.gen <= sc.gen && !inRest
+	_, inRest := slices.BinarySearch(sc.rest, e.Name)
+	return e.Gen <= sc.gen && !inRest
 }
 
 // withRest adds names to a rest (sorted names), in a new slice.

@@ -29,10 +29,10 @@ type restItem struct {
 func (r *REST) state(typeURL string, names restNames, wild bool, items bool) (string, []restItem, <-chan struct{}) {
 	var v uint64
 	var out []restItem
-	ch := r.store.read(typeURL, names, wild, func(e *entry) {
-		v ^= e.verHash
+	ch := r.store.read(typeURL, names, wild, func(e *Entry) {
+		v ^= e.VerHash
 		if items {
-			out = append(out, restItem{name: e.name, version: e.version, any: e.any, msg: e.msg})
+			out = append(out, restItem{name: e.Name, version: e.Version, any: e.Any, msg: e.Msg})
 		}
 	})
 	if typeURL == ClusterType {
@@ -129,7 +129,7 @@ func (r *REST) rewriteCluster(it restItem) *anypb.Any {
 // change closes. REST holds no lock of the cache.
 type restStore interface {
 	Ready() bool
-	read(typeURL string, names nameList, wild bool, fn func(*entry)) <-chan struct{}
+	read(typeURL string, names nameList, wild bool, fn func(*Entry)) <-chan struct{}
 }
 
 // nack logs and counts a REST NACK once per node, type and nonce.

@@ -34,9 +34,9 @@ func BenchmarkResume(b *testing.B) {
 	}
 	c.MarkReady()
 	req := &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, InitialResourceVersions: map[string]string{}}
-	for n, e := range c.types[EndpointType].resources {
+	for n, e := range c.types[EndpointType].Resources {
 		req.ResourceNamesSubscribe = append(req.ResourceNamesSubscribe, n)
-		req.InitialResourceVersions[n] = e.version
+		req.InitialResourceVersions[n] = e.Version
 	}
 	wire, err := proto.Marshal(req)
 	if err != nil {

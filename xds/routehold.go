@@ -56,9 +56,9 @@ func WithRouteHold(d time.Duration) Option {
 	return func(c *Cache) { c.routeHold = max(d, 0) }
 }
 
-// routeClusters returns the clusters the routes of a RouteConfiguration
+// RouteClusters returns the clusters the routes of a RouteConfiguration
 // name (a route's cluster, its weighted clusters), sorted.
-func routeClusters(m proto.Message) []string {
+func RouteClusters(m proto.Message) []string {
 	rc, ok := m.(*route.RouteConfiguration)
 	if !ok {
 		return nil
@@ -85,7 +85,7 @@ func routeClusters(m proto.Message) []string {
 // routes naming a cluster whose assignment the stream waits for, and
 // (mbb.go) the real version after an interim until the client could
 // apply the interim.
-func (c *Cache) routeHolder(w *watch) func(*entry) bool {
+func (c *Cache) routeHolder(w *watch) func(*Entry) bool {
 	st := w.stream
 	if st == nil || c.routeHold <= 0 || w.holdExpired {
 		return nil
@@ -97,9 +97,9 @@ func (c *Cache) routeHolder(w *watch) func(*entry) bool {
 		return nil
 	}
 	now := time.Now()
-	return func(e *entry) bool {
+	return func(e *Entry) bool {
 		if edsRule {
-			for _, cn := range e.clusters {
+			for _, cn := range e.Clusters {
 				if c.awaitsEDS(st, clusters, loads, cn) {
 					return true
 				}
@@ -115,11 +115,11 @@ func (c *Cache) awaitsEDS(st *streamState, clusters, loads *typeState, cn string
 	if st.edsSent.has(cn) {
 		return false
 	}
-	if _, ok := clusters.resources[cn]; !ok || !st.vis.sees(cn) {
+	if _, ok := clusters.Resources[cn]; !ok || !st.vis.sees(cn) {
 		return false
 	}
-	la, ok := loads.resources[cn]
-	if !ok || la.dep == nil || la.dep.TypeURL != ClusterType || la.dep.Name != cn {
+	la, ok := loads.Resources[cn]
+	if !ok || la.Dep == nil || la.Dep.TypeURL != ClusterType || la.Dep.Name != cn {
 		return false
 	}
 	return (st.cds != nil && st.cds.wants(cn)) || (st.pendingCDS != nil && st.pendingCDS.wants(cn))
@@ -225,7 +225,7 @@ func (c *Cache) wakeAt(w *watch, t time.Time) {
 // routeHeld starts the bound of a hold: w, an RDS watch left open, holds
 // routes back.
 func (c *Cache) routeHeld(w *watch) {
-	if w.ts.url != RouteType || w.done || len(w.heldBack) == 0 || w.holdTimer != nil || w.stream == nil {
+	if w.ts.URL != RouteType || w.done || len(w.heldBack) == 0 || w.holdTimer != nil || w.stream == nil {
 		return
 	}
 	c.routeHolds++

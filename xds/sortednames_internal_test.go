@@ -16,14 +16,14 @@ import (
 // TestSortedNamesSuffix: a rest is the names whatever they are, and shares
 // the type's names when it is a suffix of them.
 func TestSortedNamesSuffix(t *testing.T) {
-	ts := &typeState{resources: map[string]*entry{}}
+	ts := &typeState{Resources: map[string]*Entry{}}
 	for i := range 50 {
 		n := fmt.Sprintf("c%02d", i)
-		ts.resources[n] = &entry{name: n}
+		ts.Resources[n] = &Entry{Name: n}
 	}
-	sn := ts.allNames()
+	sn := ts.AllNames()
 	all := slices.Sorted(func(yield func(string) bool) {
-		for n := range ts.resources {
+		for n := range ts.Resources {
 			if !yield(n) {
 				return
 			}
@@ -53,7 +53,7 @@ func TestSortedNamesSuffix(t *testing.T) {
 		case 2: // the tail of a subset
 			tail = tail[r.IntN(len(tail)):]
 		}
-		got := sn.suffix(tail)
+		got := sn.Suffix(tail)
 		if !slices.Equal(got, tail) {
 			t.Fatalf("suffix(%q) = %q, want %q", tail, got, tail)
 		}
@@ -61,7 +61,7 @@ func TestSortedNamesSuffix(t *testing.T) {
 			t.Fatalf("suffix(%q) is a copy, want a subslice of the type's names", tail)
 		}
 	}
-	if len(sn.suffix(nil)) != 0 {
+	if len(sn.Suffix(nil)) != 0 {
 		t.Fatal("the suffix of nothing is not empty")
 	}
 }
@@ -83,22 +83,22 @@ func TestSortedNamesFollowTheResources(t *testing.T) {
 		}
 	}
 	put("b", "a")
-	first := ts.allNames()
+	first := ts.AllNames()
 	if !slices.Equal(first.names, []string{"a", "b"}) {
 		t.Fatalf("names %q", first.names)
 	}
 	put("a", "b") // new versions, same names
-	if ts.allNames() != first {
+	if ts.AllNames() != first {
 		t.Fatal("a version change rebuilt the names")
 	}
 	put("c")
-	if got := ts.allNames().names; !slices.Equal(got, []string{"a", "b", "c"}) {
+	if got := ts.AllNames().names; !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Fatalf("after adding c: %q", got)
 	}
 	if err := c.Apply(Change{TypeURL: ClusterType, Deletes: []string{"a"}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := ts.allNames().names; !slices.Equal(got, []string{"b", "c"}) {
+	if got := ts.AllNames().names; !slices.Equal(got, []string{"b", "c"}) {
 		t.Fatalf("after deleting a: %q", got)
 	}
 }
@@ -133,7 +133,7 @@ func TestSplitResponseKeepsOnlyItsNames(t *testing.T) {
 	if s := h.inflight[0]; cap(s.changed) > 2*len(s.changed) {
 		t.Errorf("the record of %d names holds room for %d", len(s.changed), cap(s.changed))
 	}
-	all := c.types[ClusterType].allNames().names
+	all := c.types[ClusterType].AllNames().names
 	if len(h.rest)+len(r.Resources) != 300 || unsafe.SliceData(h.rest) != &all[len(all)-len(h.rest)] {
 		t.Errorf("the rest (%d names) is not the end of the type's names", len(h.rest))
 	}

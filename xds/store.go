@@ -44,26 +44,26 @@ type Change struct {
 	Deletes []string
 }
 
-// entry is a resource as served: marshaled once, shared by every response.
-type entry struct {
-	name     string
+// Entry is a resource as served: marshaled once, shared by every response.
+type Entry struct {
+	Name     string
 	base     string // hash of the deterministic encoding
-	version  string // base folded with the dependency's version
-	dep      *Dep
-	msg      proto.Message
-	any      *anypb.Any
-	delta    *discovery.Resource
-	verHash  uint64 // hash of (name, version), for the type's aggregate version
-	byteSize int
-	// deltaSize, anySize: what the resource adds to an encoded delta
+	Version  string // base folded with the dependency's version
+	Dep      *Dep
+	Msg      proto.Message
+	Any      *anypb.Any
+	Delta    *discovery.Resource
+	VerHash  uint64 // hash of (name, version), for the type's aggregate version
+	ByteSize int
+	// DeltaSize, AnySize: what the resource adds to an encoded delta
 	// response (its Resource: name, version, the Any) and to a sotw one
 	// (the Any), with the field's tag and length: the bound of a response
 	// (WithMaxResponseBytes) counts these.
-	deltaSize, anySize int
-	gen                uint64 // the type generation that committed this version
-	// clusters: of a RouteConfiguration, the clusters its routes name
+	DeltaSize, AnySize int
+	Gen                uint64 // the type generation that committed this version
+	// Clusters: of a RouteConfiguration, the Clusters its routes name
 	// (sorted; see routehold.go).
-	clusters []string
+	Clusters []string
 }
 
 // The change log is how much history of a type the cache keeps, so that an
@@ -76,22 +76,22 @@ const (
 )
 
 type typeState struct {
-	url       string
-	order     int  // rank in updateOrder: CDS, EDS, LDS, RDS, then others
-	fullState bool // sotw responses carry every subscribed resource (CDS, LDS)
-	resources map[string]*entry
-	aggregate uint64 // XOR of entries' verHash: the sotw version_info
-	gen       uint64
-	log       []genChange // recent generations, oldest first
+	URL       string
+	Order     int  // rank in updateOrder: CDS, EDS, LDS, RDS, then others
+	FullState bool // sotw responses carry every subscribed resource (CDS, LDS)
+	Resources map[string]*Entry
+	Aggregate uint64 // XOR of entries' verHash: the sotw version_info
+	Gen       uint64
+	Log       []GenChange // recent generations, oldest first
 	logNames  int         // names in log
-	floor     uint64      // changes at or before this generation are forgotten
-	deletedAt map[string]uint64
+	Floor     uint64      // changes at or before this generation are forgotten
+	DeletedAt map[string]uint64
 	// names: the resource names sorted, while no name comes or goes
 	// (sortednames.go); nil: to be built.
-	names *sortedNames
-	// grave: clusters deleted, as last served, while their deletion is in
+	names *SortedNames
+	// Grave: clusters deleted, as last served, while their deletion is in
 	// the change log (mbb.go: a stream may be sent one a little longer).
-	grave map[string]*entry
+	Grave map[string]*Entry
 
 	// watches are the type's open watches. A change is offered to each:
 	// checking a watch's interest in the changed names costs a few map
@@ -101,10 +101,10 @@ type typeState struct {
 	watches map[*watch]struct{}
 }
 
-type genChange struct {
-	gen   uint64
-	names []string
-	at    time.Time // when committed (change → ACK latency, syncstatus.go)
+type GenChange struct {
+	Gen   uint64
+	Names []string
+	At    time.Time // when committed (change → ACK latency, syncstatus.go)
 }
 
 // Apply performs the changes in order, notifying watches after each step, so
@@ -130,9 +130,9 @@ func (c *Cache) Apply(changes ...Change) error {
 			flushDeps()
 			return fmt.Errorf("xds cache: type %s is not served", ch.TypeURL)
 		}
-		entries := make([]*entry, 0, len(ch.Upserts))
+		entries := make([]*Entry, 0, len(ch.Upserts))
 		for _, r := range ch.Upserts {
-			if old, ok := ts.resources[r.Name]; ok && sameDep(old.dep, r.DependsOn) && proto.Equal(old.msg, r.Msg) {
+			if old, ok := ts.Resources[r.Name]; ok && sameDep(old.Dep, r.DependsOn) && proto.Equal(old.Msg, r.Msg) {
 				continue // unchanged: not encoded again
 			}
 			e, err := c.newEntry(ch.TypeURL, r)
@@ -144,19 +144,19 @@ func (c *Cache) Apply(changes ...Change) error {
 		}
 		changed := make([]string, 0, len(entries)+len(ch.Deletes))
 		for _, e := range entries {
-			if old, ok := ts.resources[e.name]; ok && old.version == e.version {
+			if old, ok := ts.Resources[e.Name]; ok && old.Version == e.Version {
 				continue
 			}
 			c.put(ts, e)
-			changed = append(changed, e.name)
+			changed = append(changed, e.Name)
 		}
 		for _, n := range ch.Deletes {
-			if old, ok := ts.resources[n]; ok {
-				ts.aggregate ^= old.verHash
-				delete(ts.resources, n)
+			if old, ok := ts.Resources[n]; ok {
+				ts.Aggregate ^= old.VerHash
+				delete(ts.Resources, n)
 				ts.names = nil
-				if ts.url == ClusterType {
-					ts.grave[n] = old // see mbb.go
+				if ts.URL == ClusterType {
+					ts.Grave[n] = old // see mbb.go
 				}
 				changed = append(changed, n)
 			}
@@ -179,20 +179,20 @@ func sameDep(a, b *Dep) bool {
 	return *a == *b
 }
 
-func (c *Cache) put(ts *typeState, e *entry) {
-	if old, ok := ts.resources[e.name]; ok {
-		ts.aggregate ^= old.verHash
+func (c *Cache) put(ts *typeState, e *Entry) {
+	if old, ok := ts.Resources[e.Name]; ok {
+		ts.Aggregate ^= old.VerHash
 		// Every version of a resource keeps its first name string, the
 		// one the decoder hands out (wireindex.go) and the subscription
 		// sets keep: equal names at one address compare without being
 		// read.
-		e.name = old.name
+		e.Name = old.Name
 	} else {
 		ts.names = nil
 	}
-	ts.resources[e.name] = e
-	ts.aggregate ^= e.verHash
-	delete(ts.grave, e.name)
+	ts.Resources[e.Name] = e
+	ts.Aggregate ^= e.VerHash
+	delete(ts.Grave, e.Name)
 }
 
 // markDependents notes, per other type, the names whose resources may depend
@@ -203,7 +203,7 @@ func (c *Cache) markDependents(ts *typeState, changed []string, pending map[*typ
 			continue
 		}
 		for _, n := range changed {
-			if e, ok := other.resources[n]; ok && e.dep != nil && e.dep.TypeURL == ts.url && e.dep.Name == n {
+			if e, ok := other.Resources[n]; ok && e.Dep != nil && e.Dep.TypeURL == ts.URL && e.Dep.Name == n {
 				pending[other] = append(pending[other], n)
 			}
 		}
@@ -215,19 +215,19 @@ func (c *Cache) markDependents(ts *typeState, changed []string, pending map[*typ
 func (c *Cache) reversion(ts *typeState, names []string) []string {
 	var touched []string
 	for _, n := range names {
-		e, ok := ts.resources[n]
+		e, ok := ts.Resources[n]
 		if !ok {
 			continue
 		}
-		v := foldVersion(e.base, c.depVersion(e.dep))
-		if v == e.version {
+		v := FoldVersion(e.base, c.depVersion(e.Dep))
+		if v == e.Version {
 			continue
 		}
 		ne := *e
-		ne.version = v
-		ne.delta = &discovery.Resource{Name: e.name, Version: v, Resource: e.any}
+		ne.Version = v
+		ne.Delta = &discovery.Resource{Name: e.Name, Version: v, Resource: e.Any}
 		ne.sizes()
-		ne.verHash = verHash(e.name, v)
+		ne.VerHash = NameVersionHash(e.Name, v)
 		c.put(ts, &ne)
 		touched = append(touched, n)
 	}
@@ -239,14 +239,14 @@ func (c *Cache) depVersion(d *Dep) string {
 		return ""
 	}
 	if ts, ok := c.types[d.TypeURL]; ok {
-		if e, ok := ts.resources[d.Name]; ok {
-			return e.version
+		if e, ok := ts.Resources[d.Name]; ok {
+			return e.Version
 		}
 	}
 	return ""
 }
 
-func (c *Cache) newEntry(typeURL string, r Resource) (*entry, error) {
+func (c *Cache) newEntry(typeURL string, r Resource) (*Entry, error) {
 	if r.Name == "" {
 		return nil, errors.New("xds cache: resource with empty name")
 	}
@@ -257,32 +257,32 @@ func (c *Cache) newEntry(typeURL string, r Resource) (*entry, error) {
 	c.marshals++
 	sum := sha256.Sum256(b)
 	base := hex.EncodeToString(sum[:12])
-	e := &entry{
-		name:     r.Name,
+	e := &Entry{
+		Name:     r.Name,
 		base:     base,
-		dep:      r.DependsOn,
-		msg:      r.Msg,
-		any:      &anypb.Any{TypeUrl: typeURL, Value: b},
-		byteSize: len(b),
+		Dep:      r.DependsOn,
+		Msg:      r.Msg,
+		Any:      &anypb.Any{TypeUrl: typeURL, Value: b},
+		ByteSize: len(b),
 	}
-	e.version = foldVersion(base, c.depVersion(r.DependsOn))
+	e.Version = FoldVersion(base, c.depVersion(r.DependsOn))
 	if typeURL == RouteType {
-		e.clusters = routeClusters(r.Msg)
+		e.Clusters = RouteClusters(r.Msg)
 	}
-	e.delta = &discovery.Resource{Name: r.Name, Version: e.version, Resource: e.any}
+	e.Delta = &discovery.Resource{Name: r.Name, Version: e.Version, Resource: e.Any}
 	e.sizes()
-	e.verHash = verHash(r.Name, e.version)
+	e.VerHash = NameVersionHash(r.Name, e.Version)
 	return e, nil
 }
 
 // sizes sets deltaSize and anySize (a repeated message field of number
 // below 16: one byte of tag, then the length).
-func (e *entry) sizes() {
-	e.deltaSize = 1 + protowire.SizeBytes(proto.Size(e.delta))
-	e.anySize = 1 + protowire.SizeBytes(proto.Size(e.any))
+func (e *Entry) sizes() {
+	e.DeltaSize = 1 + protowire.SizeBytes(proto.Size(e.Delta))
+	e.AnySize = 1 + protowire.SizeBytes(proto.Size(e.Any))
 }
 
-func foldVersion(base, dep string) string {
+func FoldVersion(base, dep string) string {
 	if dep == "" {
 		return base
 	}
@@ -290,7 +290,7 @@ func foldVersion(base, dep string) string {
 	return hex.EncodeToString(sum[:12])
 }
 
-func verHash(name, version string) uint64 {
+func NameVersionHash(name, version string) uint64 {
 	sum := sha256.Sum256([]byte(name + "\x00" + version))
 	return binary.BigEndian.Uint64(sum[:8])
 }
@@ -304,31 +304,31 @@ func (c *Cache) commit(ts *typeState, changed []string) {
 	slices.Sort(changed)
 	changed = slices.Compact(changed)
 	c.wire.follow(ts, changed)
-	ts.gen++
+	ts.Gen++
 	for _, n := range changed {
-		if e, ok := ts.resources[n]; ok {
-			e.gen = ts.gen
+		if e, ok := ts.Resources[n]; ok {
+			e.Gen = ts.Gen
 		} else {
-			ts.deletedAt[n] = ts.gen
+			ts.DeletedAt[n] = ts.Gen
 		}
 	}
-	ts.log = append(ts.log, genChange{gen: ts.gen, names: changed, at: time.Now()})
+	ts.Log = append(ts.Log, GenChange{Gen: ts.Gen, Names: changed, At: time.Now()})
 	ts.logNames += len(changed)
 	c.notifySubs()
-	for len(ts.log) > 1 && (len(ts.log) > maxLogGens || ts.logNames > maxLogNames) {
-		old := ts.log[0]
-		for _, n := range old.names {
-			if ts.deletedAt[n] == old.gen {
-				delete(ts.deletedAt, n)
+	for len(ts.Log) > 1 && (len(ts.Log) > maxLogGens || ts.logNames > maxLogNames) {
+		old := ts.Log[0]
+		for _, n := range old.Names {
+			if ts.DeletedAt[n] == old.Gen {
+				delete(ts.DeletedAt, n)
 			}
 		}
-		ts.floor = old.gen
-		ts.logNames -= len(old.names)
-		ts.log = ts.log[1:]
+		ts.Floor = old.Gen
+		ts.logNames -= len(old.Names)
+		ts.Log = ts.Log[1:]
 	}
-	for n := range ts.grave {
-		if _, ok := ts.deletedAt[n]; !ok {
-			delete(ts.grave, n) // forgotten with the change log
+	for n := range ts.Grave {
+		if _, ok := ts.DeletedAt[n]; !ok {
+			delete(ts.Grave, n) // forgotten with the change log
 		}
 	}
 	if c.commitWake != nil {
@@ -340,21 +340,21 @@ func (c *Cache) commit(ts *typeState, changed []string) {
 	}
 	for _, w := range slices.SortedFunc(maps.Keys(ts.watches), watchOrder) {
 		c.tryRespond(w, changed)
-		if ts.url == ClusterType && !w.done {
+		if ts.URL == ClusterType && !w.done {
 			c.cdsCurrent(w) // nothing of interest changed for it
 		}
 	}
 }
 
-// sinceLog returns the names changed after generation gen, which must not
+// SinceLog returns the names changed after generation gen, which must not
 // be older than the log.
-func (ts *typeState) sinceLog(gen uint64) []string {
+func (ts *typeState) SinceLog(gen uint64) []string {
 	// The log is in generation order; an ACK of a recent response looks
 	// at its tail only, not at up to maxLogGens entries.
-	i := sort.Search(len(ts.log), func(i int) bool { return ts.log[i].gen > gen })
+	i := sort.Search(len(ts.Log), func(i int) bool { return ts.Log[i].Gen > gen })
 	var names []string
-	for _, l := range ts.log[i:] {
-		names = append(names, l.names...)
+	for _, l := range ts.Log[i:] {
+		names = append(names, l.Names...)
 	}
 	return names
 }

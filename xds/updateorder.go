@@ -65,9 +65,9 @@ const (
 
 // holder returns what w's response must hold back (its type's rule in
 // updateOrder); nil when nothing is held back. c.mu is held.
-func (c *Cache) holder(w *watch) func(*entry) bool {
+func (c *Cache) holder(w *watch) func(*Entry) bool {
 	rule := holdNothing
-	if r := w.ts.order; r < len(updateOrder) {
+	if r := w.ts.Order; r < len(updateOrder) {
 		rule = updateOrder[r].hold
 	}
 	switch rule {
@@ -105,7 +105,7 @@ func orderRank(typeURL string) int {
 // typeOrder orders types as updateOrder does, then others by URL (a
 // comparison function for slices.SortFunc).
 func typeOrder(a, b *typeState) int {
-	return cmp.Or(cmp.Compare(a.order, b.order), strings.Compare(a.url, b.url))
+	return cmp.Or(cmp.Compare(a.Order, b.Order), strings.Compare(a.URL, b.URL))
 }
 
 // publishSteps orders one publication's changes: the upserts of each type

@@ -45,7 +45,7 @@ func TestUpdateOrderTypesAfterWhatTheyReferTo(t *testing.T) {
 	for i := 1; i < len(want); i++ {
 		a, b := c.types[want[i-1]], c.types[want[i]]
 		if typeOrder(a, b) >= 0 || typeOrder(b, a) <= 0 {
-			t.Errorf("typeOrder does not put %s before %s", a.url, b.url)
+			t.Errorf("typeOrder does not put %s before %s", a.URL, b.URL)
 		}
 	}
 	upserts, deletes := map[string][]Resource{}, map[string][]string{}
@@ -95,7 +95,7 @@ func TestUpdateOrderHolds(t *testing.T) {
 	held := func(typeURL, name string) bool {
 		ts := c.types[typeURL]
 		hold := c.holder(&watch{ts: ts, delta: true, stream: st})
-		return hold != nil && hold(ts.resources[name])
+		return hold != nil && hold(ts.Resources[name])
 	}
 	for _, step := range []struct {
 		typeURL, name string
@@ -105,7 +105,7 @@ func TestUpdateOrderHolds(t *testing.T) {
 			t.Errorf("before the cluster is sent: %s %s held %v, want %v", step.typeURL, step.name, got, step.want)
 		}
 	}
-	st.cds.gen = c.types[ClusterType].gen
+	st.cds.gen = c.types[ClusterType].Gen
 	if held(EndpointType, "A") {
 		t.Error("the assignment is held after its cluster was sent")
 	}

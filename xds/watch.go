@@ -64,7 +64,7 @@ func (c *Cache) create(w *watch) (func(), error) {
 		// Fail closed: the server notes every request's stream before its
 		// watch (order.go); a watch of no known stream could be one
 		// whose client may not read everything.
-		return nil, fmt.Errorf("xds cache: %s watch of no known stream while some clients are restricted (xds.authorization resources)", w.ts.url)
+		return nil, fmt.Errorf("xds cache: %s watch of no known stream while some clients are restricted (xds.authorization resources)", w.ts.URL)
 	}
 	if w.delta {
 		if err := c.readDeltaState(w); err != nil {
@@ -75,14 +75,14 @@ func (c *Cache) create(w *watch) (func(), error) {
 	}
 	c.noteAnswer(w)
 	c.trackLast(w)
-	if w.ts.url == EndpointType && w.stream != nil {
+	if w.ts.URL == EndpointType && w.stream != nil {
 		c.edsInterest(w)
 	}
-	if w.ts.url == RouteType && !w.delta {
+	if w.ts.URL == RouteType && !w.delta {
 		w.created = time.Now()
 		c.forgetRoutes(w)
 	}
-	if w.ts.url == ClusterType && w.stream != nil {
+	if w.ts.URL == ClusterType && w.stream != nil {
 		if !w.delta {
 			// A sotw CDS response still queued was dropped by the server
 			// for this request (sotwserver.go): it will not be sent.
@@ -97,7 +97,7 @@ func (c *Cache) create(w *watch) (func(), error) {
 	}
 	w.ts.watches[w] = struct{}{}
 	if w.stream != nil {
-		switch w.ts.url {
+		switch w.ts.URL {
 		case EndpointType:
 			w.stream.eds = w
 		case ClusterType:
@@ -131,9 +131,9 @@ func (c *Cache) cancel(w *watch) {
 	}
 	switch {
 	case w.done && !w.installed:
-		st.inflight[w.ts.url] = w.resp
+		st.inflight[w.ts.URL] = w.resp
 	case !w.done && len(w.heldBack) > 0:
-		st.held[w.ts.url] = append(st.held[w.ts.url], w.heldBack...)
+		st.held[w.ts.URL] = append(st.held[w.ts.URL], w.heldBack...)
 	}
 }
 
@@ -265,8 +265,8 @@ func (w *watch) vis() *visibility {
 
 // lookup returns resource n as w's client sees it: a name its
 // visibility does not match does not exist for it.
-func (w *watch) lookup(n string) (*entry, bool) {
-	e, ok := w.ts.resources[n]
+func (w *watch) lookup(n string) (*Entry, bool) {
+	e, ok := w.ts.Resources[n]
 	if ok && w.hidden(n) {
 		return nil, false
 	}
@@ -293,7 +293,7 @@ func (w *watch) fullCheck(known map[string]string, fn func(n string)) (covered f
 		return (wild && exists) || (!wild && isSub)
 	}
 	if wild {
-		for n := range ts.resources {
+		for n := range ts.Resources {
 			if vis == nil || vis.sees(n) {
 				fn(n)
 			}

@@ -2,7 +2,7 @@ package xds
 
 import "sync"
 
-// wireIndex is the store's resources by type and name, as the request
+// WireIndex is the store's resources by type and name, as the request
 // decoder reads them (decode.go), under a lock of its own: requests are
 // decoded by each stream's goroutine, outside the cache's lock. The
 // decoder gives a name it finds here the store's own string, and a version
@@ -14,42 +14,42 @@ import "sync"
 //
 // What the decoder gives is the same either way: an index that lags the
 // store by a commit only costs copies.
-type wireIndex struct {
+type WireIndex struct {
 	mu    sync.RWMutex
-	types map[string]map[string]*entry
+	types map[string]map[string]*Entry
 }
 
-func newWireIndex() *wireIndex {
-	return &wireIndex{types: map[string]map[string]*entry{}}
+func NewWireIndex() *WireIndex {
+	return &WireIndex{types: map[string]map[string]*Entry{}}
 }
 
 // follow makes the index hold, of each of the names, the entry ts serves
 // (none if it serves none). One lock per commit: a decoder holds the read
 // lock for a request (a few milliseconds for 5,000 names), and a publish,
 // which holds the cache's lock meanwhile, waits for it once.
-func (x *wireIndex) follow(ts *typeState, names []string) {
+func (x *WireIndex) follow(ts *typeState, names []string) {
 	if x == nil {
 		return
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	m := x.types[ts.url]
+	m := x.types[ts.URL]
 	if m == nil {
-		m = make(map[string]*entry, len(ts.resources))
-		x.types[ts.url] = m
+		m = make(map[string]*Entry, len(ts.Resources))
+		x.types[ts.URL] = m
 	}
 	for _, n := range names {
-		if e, ok := ts.resources[n]; ok {
-			m[e.name] = e
+		if e, ok := ts.Resources[n]; ok {
+			m[e.Name] = e
 		} else {
 			delete(m, n)
 		}
 	}
 }
 
-// read calls fn with the entries of typeURL (nil: none), read-locked.
+// Read calls fn with the entries of typeURL (nil: none), Read-locked.
 // fn must not keep the map.
-func (x *wireIndex) read(typeURL []byte, fn func(entries map[string]*entry)) {
+func (x *WireIndex) Read(typeURL []byte, fn func(entries map[string]*Entry)) {
 	if x == nil {
 		fn(nil)
 		return
@@ -59,20 +59,20 @@ func (x *wireIndex) read(typeURL []byte, fn func(entries map[string]*entry)) {
 	fn(x.types[string(typeURL)])
 }
 
-// wireName is name (its encoded bytes) as a string: the store's, if it
+// WireName is name (its encoded bytes) as a string: the store's, if it
 // serves the name.
-func wireName(entries map[string]*entry, name []byte) (string, *entry) {
+func WireName(entries map[string]*Entry, name []byte) (string, *Entry) {
 	if e, ok := entries[string(name)]; ok {
-		return e.name, e
+		return e.Name, e
 	}
 	return string(name), nil
 }
 
-// wireVersion is version (its encoded bytes, a client's version of e) as
+// WireVersion is version (its encoded bytes, a client's version of e) as
 // a string: e's, if it is e's.
-func wireVersion(e *entry, version []byte) string {
-	if e != nil && e.version == string(version) {
-		return e.version
+func WireVersion(e *Entry, version []byte) string {
+	if e != nil && e.Version == string(version) {
+		return e.Version
 	}
 	return string(version)
 }

@@ -5,6 +5,7 @@ import (
 	"unicode/utf8"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
@@ -23,7 +24,7 @@ import (
 // request that names none. The result is the same message (FuzzDecode
 // compares them), and the same refusals: a malformed message, or a name,
 // key or value that is not UTF-8 (proto3 strings).
-func decodeDeltaRequest(b []byte, m *discovery.DeltaDiscoveryRequest, x *WireIndex, defType []byte) error {
+func decodeDeltaRequest(b []byte, m *discovery.DeltaDiscoveryRequest, x *store.WireIndex, defType []byte) error {
 	sc, ok := scanDelta(b)
 	if !ok {
 		return proto.Unmarshal(b, m) // its error
@@ -67,7 +68,7 @@ var (
 )
 
 // decodeScanned decodes b, well formed and scanned (sc), into m.
-func decodeScanned(b []byte, sc deltaScan, m *discovery.DeltaDiscoveryRequest, x *WireIndex, defType []byte) error {
+func decodeScanned(b []byte, sc deltaScan, m *discovery.DeltaDiscoveryRequest, x *store.WireIndex, defType []byte) error {
 	if sc.subs+sc.unsubs+sc.entries == 0 {
 		return proto.Unmarshal(b, m)
 	}
@@ -91,7 +92,7 @@ func decodeScanned(b []byte, sc deltaScan, m *discovery.DeltaDiscoveryRequest, x
 		typeURL = defType
 	}
 	var bad error
-	x.Read(typeURL, func(entries map[string]*Entry) {
+	x.Read(typeURL, func(entries map[string]*store.Entry) {
 		for len(b) > 0 {
 			num, typ, n := protowire.ConsumeTag(b) // well formed: scanned
 			size := n + protowire.ConsumeFieldValue(num, typ, b[n:])
@@ -106,7 +107,7 @@ func decodeScanned(b []byte, sc deltaScan, m *discovery.DeltaDiscoveryRequest, x
 					bad = errNameUTF8
 					break
 				}
-				s, _ := WireName(entries, v)
+				s, _ := store.WireName(entries, v)
 				if num == deltaSubscribe {
 					subs = append(subs, s)
 				} else {
@@ -132,7 +133,7 @@ func decodeScanned(b []byte, sc deltaScan, m *discovery.DeltaDiscoveryRequest, x
 // mapEntry decodes one map<string, string> entry into versions: key 1,
 // value 2, either missing reads as ""; other fields are skipped. The key
 // and value are the store's strings where it serves them (entries).
-func mapEntry(b []byte, entries map[string]*Entry, versions map[string]string) error {
+func mapEntry(b []byte, entries map[string]*store.Entry, versions map[string]string) error {
 	var key, val []byte
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -162,7 +163,7 @@ func mapEntry(b []byte, entries map[string]*Entry, versions map[string]string) e
 	if !utf8.Valid(key) || !utf8.Valid(val) {
 		return errEntryUTF8
 	}
-	k, e := WireName(entries, key)
-	versions[k] = WireVersion(e, val)
+	k, e := store.WireName(entries, key)
+	versions[k] = store.WireVersion(e, val)
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -71,14 +72,14 @@ func FuzzDecode(f *testing.F) {
 
 	// The store's names and versions, which the decoder hands out as its
 	// own strings.
-	x := NewWireIndex()
+	x := store.NewWireIndex()
 	for _, u := range []string{EndpointType, ClusterType} {
-		indexEntries(x, u, &Entry{Name: "a", Version: "1"}, &Entry{Name: "b", Version: "1"}, &Entry{Name: "x", Version: "1"}, &Entry{Name: "", Version: "1"})
+		indexEntries(x, u, &store.Entry{Name: "a", Version: "1"}, &store.Entry{Name: "b", Version: "1"}, &store.Entry{Name: "x", Version: "1"}, &store.Entry{Name: "", Version: "1"})
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		want := &discovery.DeltaDiscoveryRequest{}
 		wantErr := proto.Unmarshal(b, want)
-		for _, wire := range []*WireIndex{nil, x} {
+		for _, wire := range []*store.WireIndex{nil, x} {
 			for _, defType := range [][]byte{nil, []byte(EndpointType)} {
 				got := &discovery.DeltaDiscoveryRequest{}
 				gotErr := decodeDeltaRequest(b, got, wire, defType)
@@ -94,22 +95,22 @@ func FuzzDecode(f *testing.F) {
 }
 
 // indexEntries puts entries of typeURL in x, as a commit of them does.
-func indexEntries(x *WireIndex, typeURL string, entries ...*Entry) {
-	ts := newTypeState(typeURL)
+func indexEntries(x *store.WireIndex, typeURL string, entries ...*store.Entry) {
+	ts := &store.Type{URL: typeURL, Resources: map[string]*store.Entry{}}
 	var names []string
 	for _, e := range entries {
 		ts.Resources[e.Name] = e
 		names = append(names, e.Name)
 	}
-	x.follow(ts, names)
+	x.Follow(ts, names)
 }
 
 // TestDecodeStoreStrings: a name and version the store serves are
 // decoded as the store's strings, from wherever in the request they
 // come; others are copies.
 func TestDecodeStoreStrings(t *testing.T) {
-	x := NewWireIndex()
-	a := &Entry{Name: "svc-a", Version: "v1"}
+	x := store.NewWireIndex()
+	a := &store.Entry{Name: "svc-a", Version: "v1"}
 	indexEntries(x, EndpointType, a)
 	req := &discovery.DeltaDiscoveryRequest{
 		TypeUrl:                  EndpointType,
@@ -157,14 +158,14 @@ func TestDecodeStoreStrings(t *testing.T) {
 // sets hold; a name deleted and served again is forgotten, then new.
 func TestStoreKeepsNameString(t *testing.T) {
 	c := NewCache()
-	put := func(port uint32) *Entry {
+	put := func(port uint32) *store.Entry {
 		t.Helper()
 		name := string([]byte("svc-a")) // a new string each time
 		cla := &endpoint.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpoint.LocalityLbEndpoints{{
 			LbEndpoints: []*endpoint.LbEndpoint{{HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
 				Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
 					Address: "10.0.0.1", PortSpecifier: &core.SocketAddress_PortValue{PortValue: port}}}}}}}}}}}
-		if err := c.Apply(Change{TypeURL: EndpointType, Upserts: []Resource{{Name: name, Msg: cla}}}); err != nil {
+		if err := c.Apply(store.Change{TypeURL: EndpointType, Upserts: []store.Resource{{Name: name, Msg: cla}}}); err != nil {
 			t.Fatal(err)
 		}
 		return c.types[EndpointType].Resources["svc-a"]
@@ -177,15 +178,15 @@ func TestStoreKeepsNameString(t *testing.T) {
 	if unsafe.StringData(second.Name) != unsafe.StringData(first.Name) {
 		t.Error("a new version of a resource has a name string of its own")
 	}
-	var got *Entry
-	c.wire.Read([]byte(EndpointType), func(entries map[string]*Entry) { got = entries["svc-a"] })
+	var got *store.Entry
+	c.store.Wire().Read([]byte(EndpointType), func(entries map[string]*store.Entry) { got = entries["svc-a"] })
 	if got != second {
 		t.Errorf("the decoder reads %+v, want the version served", got)
 	}
-	if err := c.Apply(Change{TypeURL: EndpointType, Deletes: []string{"svc-a"}}); err != nil {
+	if err := c.Apply(store.Change{TypeURL: EndpointType, Deletes: []string{"svc-a"}}); err != nil {
 		t.Fatal(err)
 	}
-	c.wire.Read([]byte(EndpointType), func(entries map[string]*Entry) { got = entries["svc-a"] })
+	c.store.Wire().Read([]byte(EndpointType), func(entries map[string]*store.Entry) { got = entries["svc-a"] })
 	if got != nil {
 		t.Error("the decoder still reads a deleted resource")
 	}

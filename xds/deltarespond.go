@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // A delta watch's response: the names it looks at, what it sends and
@@ -79,7 +80,7 @@ type deltaPass struct {
 	seq        []string // sorted
 	fromRest   bool     // seq is the rest as read (deltaState.allRest)
 	full       bool
-	hold       func(*Entry) bool // c.holder(w)
+	hold       func(*store.Entry) bool // c.holder(w)
 
 	// changed: names to send (size: their bytes); removed: to report
 	// removed; later: held back by hold.

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/xdsbridge/xdsbridge/translate"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // Make before break for routes, per sotw stream.
@@ -88,7 +89,7 @@ type sentRoute struct {
 // interimFor returns the interim version to send instead of e (a changed
 // RouteConfiguration) to sotw watch w, whose client holds version held
 // (known: it holds one), or nil when e goes as is.
-func (c *Cache) interimFor(w *watch, e *Entry, held string, known bool) (string, *sentRoute) {
+func (c *Cache) interimFor(w *watch, e *store.Entry, held string, known bool) (string, *sentRoute) {
 	st := w.stream
 	if c.noMBB || st == nil || w.delta || w.ts.URL != RouteType {
 		return "", nil
@@ -126,7 +127,7 @@ func (c *Cache) interimFor(w *watch, e *Entry, held string, known bool) (string,
 	c.marshals++
 	all := slices.Concat(prev.clusters, added)
 	slices.Sort(all)
-	v := FoldVersion(held, "mbb:"+e.Version) + interimMark
+	v := store.FoldVersion(held, "mbb:"+e.Version) + interimMark
 	sr := &sentRoute{msg: im, clusters: slices.Compact(all), any: &anypb.Any{TypeUrl: RouteType, Value: b}, added: added}
 	c.noteRoute(st, e.Name, v, sr, held)
 	c.mbbInterims++
@@ -193,12 +194,12 @@ func (c *Cache) forgetRoutes(w *watch) {
 // naming it (make before break holds the real version back a while, and
 // grpc-go fails RPCs to a cluster removed from under its routes); nil
 // when nothing is kept.
-func (c *Cache) keepCluster(w *watch) func(n string) *Entry {
+func (c *Cache) keepCluster(w *watch) func(n string) *store.Entry {
 	st := w.stream
 	if c.noMBB || st == nil || w.delta || w.ts.URL != ClusterType || len(st.routes) == 0 || len(w.ts.Grave) == 0 {
 		return nil
 	}
-	return func(n string) *Entry {
+	return func(n string) *store.Entry {
 		g := w.ts.Grave[n]
 		if g == nil || w.hidden(n) {
 			return nil
@@ -228,7 +229,7 @@ type interim struct {
 // clusters and assignments it names, asynchronously: the real version
 // right after the last assignment would race the interim). It sets a
 // timer to look again when only the settle time is missing.
-func (c *Cache) awaitsInterim(w *watch, e *Entry, clusters, loads *typeState, now time.Time) bool {
+func (c *Cache) awaitsInterim(w *watch, e *store.Entry, clusters, loads *typeState, now time.Time) bool {
 	st := w.stream
 	kv, ok := w.ss.held[e.Name]
 	if !ok || kv == e.Version {

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // Clusters before their assignments, per stream.
@@ -82,8 +83,8 @@ type sentClusters struct {
 // request with a stale nonce) is replaced by the next of its type, and
 // all go with the stream.
 func (c *Cache) noteRequest(req any, key streamKey, typeURL string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	st := c.streams[key]
 	if st == nil {
 		st = &streamState{key: key, noted: map[string]any{}, inflight: map[string]*deltaResponse{}, held: map[string][]string{}}
@@ -101,16 +102,16 @@ func (c *Cache) noteRequest(req any, key streamKey, typeURL string) {
 // Streams that may read everything are not registered: noteRequest makes
 // their state.
 func (c *Cache) openStream(key streamKey, vis *visibility) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	c.streams[key] = &streamState{key: key, vis: vis, noted: map[string]any{}, inflight: map[string]*deltaResponse{}, held: map[string][]string{}}
 	c.restricted = true
 }
 
 // streamClosed forgets a stream.
 func (c *Cache) streamClosed(key streamKey) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	if st := c.streams[key]; st != nil {
 		for _, req := range st.noted {
 			delete(c.requests, req)
@@ -181,8 +182,8 @@ func (c *Cache) sotwSent(key streamKey, resp *discovery.DiscoveryResponse) {
 	default:
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	st := c.streams[key]
 	if st == nil || st.pendingResp != resp {
 		return
@@ -221,13 +222,13 @@ func (c *Cache) wakeEDS(st *streamState) {
 // clusterHolder returns what an EDS watch w's response must hold back:
 // the assignments whose cluster its stream has not been sent; nil when
 // nothing is held back.
-func (c *Cache) clusterHolder(w *watch) func(*Entry) bool {
+func (c *Cache) clusterHolder(w *watch) func(*store.Entry) bool {
 	st := w.stream
 	clusters := c.types[ClusterType]
 	if st == nil || (st.cds == nil && st.pendingCDS == nil) || clusters == nil {
 		return nil
 	}
-	return func(e *Entry) bool {
+	return func(e *store.Entry) bool {
 		if e.Dep == nil || e.Dep.TypeURL != ClusterType {
 			return false
 		}
@@ -241,7 +242,7 @@ func (c *Cache) clusterHolder(w *watch) func(*Entry) bool {
 
 // sent reports whether the stream was sent cluster e at its version, or
 // does not want it.
-func (sc *sentClusters) sent(e *Entry) bool {
+func (sc *sentClusters) sent(e *store.Entry) bool {
 	if _, ok := sc.names[e.Name]; !sc.wild && !ok {
 		return true
 	}

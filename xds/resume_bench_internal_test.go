@@ -52,7 +52,7 @@ func BenchmarkResume(b *testing.B) {
 	for _, cd := range []struct {
 		name string
 		codec
-	}{{"decode-store-strings", codec{wire: c.wire}}, {"decode-copies", codec{}}} {
+	}{{"decode-store-strings", codec{wire: c.store.Wire()}}, {"decode-copies", codec{}}} {
 		b.Run(cd.name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(wire)))
@@ -66,7 +66,7 @@ func BenchmarkResume(b *testing.B) {
 	for _, cd := range []struct {
 		name string
 		codec
-	}{{"watch-store-strings", codec{wire: c.wire}}, {"watch-copies", codec{}}} {
+	}{{"watch-store-strings", codec{wire: c.store.Wire()}}, {"watch-copies", codec{}}} {
 		b.Run(cd.name, func(b *testing.B) {
 			b.ReportAllocs()
 			ch := make(chan *deltaResponse, 1)

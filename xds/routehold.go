@@ -4,9 +4,8 @@ import (
 	"slices"
 	"time"
 
-	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"google.golang.org/protobuf/proto"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // Routes after their clusters' assignments, per stream.
@@ -56,36 +55,11 @@ func WithRouteHold(d time.Duration) Option {
 	return func(c *Cache) { c.routeHold = max(d, 0) }
 }
 
-// RouteClusters returns the clusters the routes of a RouteConfiguration
-// name (a route's cluster, its weighted clusters), sorted.
-func RouteClusters(m proto.Message) []string {
-	rc, ok := m.(*route.RouteConfiguration)
-	if !ok {
-		return nil
-	}
-	var out []string
-	for _, vh := range rc.GetVirtualHosts() {
-		for _, r := range vh.GetRoutes() {
-			a := r.GetRoute()
-			if n := a.GetCluster(); n != "" {
-				out = append(out, n)
-			}
-			for _, wc := range a.GetWeightedClusters().GetClusters() {
-				if wc.GetName() != "" {
-					out = append(out, wc.GetName())
-				}
-			}
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
-}
-
 // routeHolder returns what an RDS watch's response must hold back: the
 // routes naming a cluster whose assignment the stream waits for, and
 // (mbb.go) the real version after an interim until the client could
 // apply the interim.
-func (c *Cache) routeHolder(w *watch) func(*Entry) bool {
+func (c *Cache) routeHolder(w *watch) func(*store.Entry) bool {
 	st := w.stream
 	if st == nil || c.routeHold <= 0 || w.holdExpired {
 		return nil
@@ -97,7 +71,7 @@ func (c *Cache) routeHolder(w *watch) func(*Entry) bool {
 		return nil
 	}
 	now := time.Now()
-	return func(e *Entry) bool {
+	return func(e *store.Entry) bool {
 		if edsRule {
 			for _, cn := range e.Clusters {
 				if c.awaitsEDS(st, clusters, loads, cn) {
@@ -176,8 +150,8 @@ func (c *Cache) sentEDS(w *watch, sent, removed []string, resp *discovery.Discov
 
 // sotwSentEDS is told by the server of each sotw EDS response it sends.
 func (c *Cache) sotwSentEDS(key streamKey, resp *discovery.DiscoveryResponse) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	st := c.streams[key]
 	if st == nil {
 		return
@@ -212,8 +186,8 @@ func (c *Cache) wakeAt(w *watch, t time.Time) {
 		return
 	}
 	w.wakeTimer = time.AfterFunc(max(time.Until(t), time.Millisecond), func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
+		c.lock()
+		defer c.unlock()
 		w.wakeTimer = nil
 		if _, open := w.ts.watches[w]; !open || w.done {
 			return
@@ -230,8 +204,8 @@ func (c *Cache) routeHeld(w *watch) {
 	}
 	c.routeHolds++
 	w.holdTimer = time.AfterFunc(c.routeHold, func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
+		c.lock()
+		defer c.unlock()
 		if _, open := w.ts.watches[w]; !open || w.done {
 			return
 		}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -230,12 +231,12 @@ type sotwPass struct {
 	ss         *sotwState
 	subscribed map[string]struct{}
 	wild       bool
-	hold       func(*Entry) bool     // c.holder(w)
-	keep       func(n string) *Entry // c.keepCluster(w)
-	interims   map[string]interim    // make before break (mbb.go)
-	kept       []*Entry              // deleted clusters the stream's routes still name (mbb.go)
-	changed    []string              // to send
-	removed    []string              // no longer held
+	hold       func(*store.Entry) bool     // c.holder(w)
+	keep       func(n string) *store.Entry // c.keepCluster(w)
+	interims   map[string]interim          // make before break (mbb.go)
+	kept       []*store.Entry              // deleted clusters the stream's routes still name (mbb.go)
+	changed    []string                    // to send
+	removed    []string                    // no longer held
 }
 
 // collect considers names (everything of interest if full), each once.
@@ -396,7 +397,7 @@ func (p *sotwPass) response(send []string, next *sotwHeld) *discovery.DiscoveryR
 	}
 	version := p.c.sotwVersion(p.w, next)
 	for n, im := range p.interims {
-		version ^= NameVersionHash(n, im.version) // an interim's version_info is its own
+		version ^= store.NameVersionHash(n, im.version) // an interim's version_info is its own
 	}
 	for _, g := range p.kept {
 		version ^= g.VerHash // so is that of a response keeping a deleted cluster

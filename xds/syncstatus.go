@@ -7,6 +7,7 @@ import (
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 )
 
@@ -147,8 +148,8 @@ func (c *Cache) handed(w *watch, resp any, maxGen uint64) {
 // responseSent records the nonce of a response the server sends (its
 // response callback, before the client can answer it).
 func (c *Cache) responseSent(key streamKey, typeURL string, resp any, nonce string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	st := c.streams[key]
 	if st == nil || st.sync[typeURL] == nil {
 		return
@@ -187,7 +188,7 @@ func (ts *typeState) newestGen(names ...[]string) uint64 {
 // heldOf returns, for w (the stream's latest watch, its state as read),
 // the version the client holds of existing resource e of interest ("" for
 // none or unknown) and whether it is the rejected current one.
-func (w *watch) heldOf(e *Entry) (held string, rejected bool) {
+func (w *watch) heldOf(e *store.Entry) (held string, rejected bool) {
 	n := e.Name
 	if _, ok := slices.BinarySearch(w.heldBack, n); ok {
 		return "", false
@@ -229,7 +230,7 @@ func (w *watch) heldOf(e *Entry) (held string, rejected bool) {
 }
 
 // interest calls fn for each existing resource of interest to w's client.
-func (w *watch) interest(fn func(e *Entry)) {
+func (w *watch) interest(fn func(e *store.Entry)) {
 	if w.sub.IsWildcard() {
 		for n, e := range w.ts.Resources {
 			if !w.hidden(n) {
@@ -264,8 +265,8 @@ func (c *Cache) syncStatus(keys []streamKey, detail bool) (map[streamKey][]TypeS
 
 // streamSyncStatus adds stream k's statuses to out (and res, with detail).
 func (c *Cache) streamSyncStatus(k streamKey, detail bool, out map[streamKey][]TypeStatus, res map[streamKey][]ResourceSync) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	st := c.streams[k]
 	if st == nil {
 		return
@@ -311,7 +312,7 @@ func (c *Cache) typeStatus(st *streamState, ts *typeState, detail bool) (TypeSta
 	oldest := uint64(0)
 	w := st.last[ts.URL]
 	if w != nil {
-		w.interest(func(e *Entry) {
+		w.interest(func(e *store.Entry) {
 			held, rej := w.heldOf(e)
 			ok := held == e.Version && !rej
 			if !ok {

@@ -3,11 +3,11 @@ package xds
 import (
 	"cmp"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // subscription is what a watch reads of its stream's subscription to its
@@ -55,8 +55,8 @@ type watch struct {
 }
 
 func (c *Cache) create(w *watch) (func(), error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	c.nextID++
 	w.id = c.nextID
 	w.stream = c.stream(w)
@@ -93,7 +93,7 @@ func (c *Cache) create(w *watch) (func(), error) {
 		}
 	}
 	if c.ready && c.respond(w, false, mustAnswer(w)) {
-		return func() { c.mu.Lock(); c.forgetLast(w); c.mu.Unlock() }, nil
+		return func() { c.lock(); c.forgetLast(w); c.unlock() }, nil
 	}
 	w.ts.watches[w] = struct{}{}
 	if w.stream != nil {
@@ -121,8 +121,8 @@ func (c *Cache) create(w *watch) (func(), error) {
 // what a delta watch held back for its clusters, it hands to the next
 // watch, as it installed no state that says so.
 func (c *Cache) cancel(w *watch) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	c.untrack(w)
 	c.forgetLast(w)
 	st := w.stream
@@ -201,33 +201,12 @@ func (c *Cache) tryRespond(w *watch, changed []string) {
 // tests are repeatable.
 func watchOrder(a, b *watch) int { return cmp.Compare(a.id, b.id) }
 
-// MarkReady lets the cache answer clients. Watches held until now are
-// answered from the current state, type by type in make-before-break
-// order (every held CDS watch before any EDS watch), so that a client held
-// since it connected gets its clusters before their assignments.
-func (c *Cache) MarkReady() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ready {
-		return
-	}
-	c.ready = true
-	c.notifySubs()
-	for _, ts := range slices.SortedFunc(maps.Values(c.types), typeOrder) {
-		for _, w := range slices.SortedFunc(maps.Keys(ts.watches), watchOrder) {
-			if !c.respond(w, false, mustAnswer(w)) {
-				c.routeHeld(w) // a route held back here is bounded too
-			}
-		}
-	}
-}
+// MarkReady lets the cache answer clients: the store tells the cache
+// (commitObserver.Readied), which answers the watches held until now.
+func (c *Cache) MarkReady() { c.store.MarkReady() }
 
 // Ready reports whether MarkReady was called.
-func (c *Cache) Ready() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.ready
-}
+func (c *Cache) Ready() bool { return c.store.Ready() }
 
 // mustAnswer reports whether a new watch is answered even with nothing:
 // the first request of a stream and type, and a delta request that
@@ -265,7 +244,7 @@ func (w *watch) vis() *visibility {
 
 // lookup returns resource n as w's client sees it: a name its
 // visibility does not match does not exist for it.
-func (w *watch) lookup(n string) (*Entry, bool) {
+func (w *watch) lookup(n string) (*store.Entry, bool) {
 	e, ok := w.ts.Resources[n]
 	if ok && w.hidden(n) {
 		return nil, false

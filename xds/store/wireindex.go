@@ -1,4 +1,4 @@
-package xds
+package store
 
 import "sync"
 
@@ -27,7 +27,7 @@ func NewWireIndex() *WireIndex {
 // (none if it serves none). One lock per commit: a decoder holds the read
 // lock for a request (a few milliseconds for 5,000 names), and a publish,
 // which holds the cache's lock meanwhile, waits for it once.
-func (x *WireIndex) follow(ts *typeState, names []string) {
+func (x *WireIndex) Follow(ts *Type, names []string) {
 	if x == nil {
 		return
 	}

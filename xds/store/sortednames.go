@@ -1,4 +1,4 @@
-package xds
+package store
 
 import (
 	"slices"
@@ -17,7 +17,7 @@ type SortedNames struct {
 }
 
 // AllNames returns the type's names, built if a name came or went since.
-func (ts *typeState) AllNames() *SortedNames {
+func (ts *Type) AllNames() *SortedNames {
 	if ts.names != nil {
 		return ts.names
 	}
@@ -39,3 +39,6 @@ func (sn *SortedNames) Suffix(tail []string) []string {
 	}
 	return slices.Clone(tail)
 }
+
+// All returns the type's names, sorted; they must not be modified.
+func (sn *SortedNames) All() []string { return sn.names }

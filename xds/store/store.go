@@ -1,4 +1,4 @@
-package xds
+package store
 
 import (
 	"crypto/sha256"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -75,7 +76,9 @@ const (
 	maxLogNames = 1 << 18
 )
 
-type typeState struct {
+// Type is the store's state of one type URL. Its fields are read under
+// the store's lock and written by the store only.
+type Type struct {
 	URL       string
 	Order     int  // rank in updateOrder: CDS, EDS, LDS, RDS, then others
 	FullState bool // sotw responses carry every subscribed resource (CDS, LDS)
@@ -92,40 +95,35 @@ type typeState struct {
 	// Grave: clusters deleted, as last served, while their deletion is in
 	// the change log (mbb.go: a stream may be sent one a little longer).
 	Grave map[string]*Entry
-
-	// watches are the type's open watches. A change is offered to each:
-	// checking a watch's interest in the changed names costs a few map
-	// lookups per name, while an index by name would have to be rebuilt
-	// under every subscribed name on every ACK (5,000 names for an Envoy
-	// with 5,000 clusters).
-	watches map[*watch]struct{}
 }
 
+// GenChange is one generation of the change log: the names it changed.
 type GenChange struct {
 	Gen   uint64
 	Names []string
 	At    time.Time // when committed (change → ACK latency, syncstatus.go)
 }
 
-// Apply performs the changes in order, notifying watches after each step, so
+// Apply performs the changes in order, committing each step (the observer
+// answers the watches it wakes before the next step), so
 // that on an ordered ADS stream a client receives the steps in that order
 // (make before break: clusters, then endpoints, then removals). Resources
 // that depend on a changed resource (an EDS resource on its cluster) are
 // re-versioned and sent with the next step of their own type, or at the end.
-func (c *Cache) Apply(changes ...Change) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	pendingDeps := map[*typeState][]string{}
+func (s *Store) Apply(changes ...Change) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pendingDeps := map[*Type][]string{}
 	// On an error, the steps before the failing one stay applied and
 	// committed (with the dependents they re-versioned); nothing of the
 	// failing step is stored.
 	flushDeps := func() {
-		for _, ts := range slices.SortedFunc(maps.Keys(pendingDeps), typeOrder) {
-			c.commit(ts, c.reversion(ts, pendingDeps[ts]))
+		for _, ts := range slices.SortedFunc(maps.Keys(pendingDeps), TypeOrder) {
+			s.commit(ts, s.reversion(ts, pendingDeps[ts]))
 		}
 	}
 	for _, ch := range changes {
-		ts, ok := c.types[ch.TypeURL]
+		ts, ok := s.types[ch.TypeURL]
 		if !ok {
 			flushDeps()
 			return fmt.Errorf("xds cache: type %s is not served", ch.TypeURL)
@@ -135,7 +133,7 @@ func (c *Cache) Apply(changes ...Change) error {
 			if old, ok := ts.Resources[r.Name]; ok && sameDep(old.Dep, r.DependsOn) && proto.Equal(old.Msg, r.Msg) {
 				continue // unchanged: not encoded again
 			}
-			e, err := c.newEntry(ch.TypeURL, r)
+			e, err := s.newEntry(ch.TypeURL, r)
 			if err != nil {
 				flushDeps()
 				return err
@@ -147,7 +145,7 @@ func (c *Cache) Apply(changes ...Change) error {
 			if old, ok := ts.Resources[e.Name]; ok && old.Version == e.Version {
 				continue
 			}
-			c.put(ts, e)
+			s.put(ts, e)
 			changed = append(changed, e.Name)
 		}
 		for _, n := range ch.Deletes {
@@ -155,18 +153,18 @@ func (c *Cache) Apply(changes ...Change) error {
 				ts.Aggregate ^= old.VerHash
 				delete(ts.Resources, n)
 				ts.names = nil
-				if ts.URL == ClusterType {
+				if ts.URL == resource.ClusterType {
 					ts.Grave[n] = old // see mbb.go
 				}
 				changed = append(changed, n)
 			}
 		}
 		if deps := pendingDeps[ts]; len(deps) > 0 {
-			changed = append(changed, c.reversion(ts, deps)...)
+			changed = append(changed, s.reversion(ts, deps)...)
 			delete(pendingDeps, ts)
 		}
-		c.markDependents(ts, changed, pendingDeps)
-		c.commit(ts, changed)
+		s.markDependents(ts, changed, pendingDeps)
+		s.commit(ts, changed)
 	}
 	flushDeps()
 	return nil
@@ -179,7 +177,7 @@ func sameDep(a, b *Dep) bool {
 	return *a == *b
 }
 
-func (c *Cache) put(ts *typeState, e *Entry) {
+func (s *Store) put(ts *Type, e *Entry) {
 	if old, ok := ts.Resources[e.Name]; ok {
 		ts.Aggregate ^= old.VerHash
 		// Every version of a resource keeps its first name string, the
@@ -197,8 +195,8 @@ func (c *Cache) put(ts *typeState, e *Entry) {
 
 // markDependents notes, per other type, the names whose resources may depend
 // on the changed resources of ts.
-func (c *Cache) markDependents(ts *typeState, changed []string, pending map[*typeState][]string) {
-	for _, other := range c.types {
+func (s *Store) markDependents(ts *Type, changed []string, pending map[*Type][]string) {
+	for _, other := range s.types {
 		if other == ts {
 			continue
 		}
@@ -212,14 +210,14 @@ func (c *Cache) markDependents(ts *typeState, changed []string, pending map[*typ
 
 // reversion recomputes the versions of the named resources of ts from their
 // dependencies and returns the names whose version changed.
-func (c *Cache) reversion(ts *typeState, names []string) []string {
+func (s *Store) reversion(ts *Type, names []string) []string {
 	var touched []string
 	for _, n := range names {
 		e, ok := ts.Resources[n]
 		if !ok {
 			continue
 		}
-		v := FoldVersion(e.base, c.depVersion(e.Dep))
+		v := FoldVersion(e.base, s.depVersion(e.Dep))
 		if v == e.Version {
 			continue
 		}
@@ -228,17 +226,17 @@ func (c *Cache) reversion(ts *typeState, names []string) []string {
 		ne.Delta = &discovery.Resource{Name: e.Name, Version: v, Resource: e.Any}
 		ne.sizes()
 		ne.VerHash = NameVersionHash(e.Name, v)
-		c.put(ts, &ne)
+		s.put(ts, &ne)
 		touched = append(touched, n)
 	}
 	return touched
 }
 
-func (c *Cache) depVersion(d *Dep) string {
+func (s *Store) depVersion(d *Dep) string {
 	if d == nil {
 		return ""
 	}
-	if ts, ok := c.types[d.TypeURL]; ok {
+	if ts, ok := s.types[d.TypeURL]; ok {
 		if e, ok := ts.Resources[d.Name]; ok {
 			return e.Version
 		}
@@ -246,7 +244,7 @@ func (c *Cache) depVersion(d *Dep) string {
 	return ""
 }
 
-func (c *Cache) newEntry(typeURL string, r Resource) (*Entry, error) {
+func (s *Store) newEntry(typeURL string, r Resource) (*Entry, error) {
 	if r.Name == "" {
 		return nil, errors.New("xds cache: resource with empty name")
 	}
@@ -254,7 +252,7 @@ func (c *Cache) newEntry(typeURL string, r Resource) (*Entry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("xds cache: encoding %s: %w", r.Name, err)
 	}
-	c.marshals++
+	s.marshals++
 	sum := sha256.Sum256(b)
 	base := hex.EncodeToString(sum[:12])
 	e := &Entry{
@@ -265,8 +263,8 @@ func (c *Cache) newEntry(typeURL string, r Resource) (*Entry, error) {
 		Any:      &anypb.Any{TypeUrl: typeURL, Value: b},
 		ByteSize: len(b),
 	}
-	e.Version = FoldVersion(base, c.depVersion(r.DependsOn))
-	if typeURL == RouteType {
+	e.Version = FoldVersion(base, s.depVersion(r.DependsOn))
+	if typeURL == resource.RouteType {
 		e.Clusters = RouteClusters(r.Msg)
 	}
 	e.Delta = &discovery.Resource{Name: r.Name, Version: e.Version, Resource: e.Any}
@@ -282,6 +280,7 @@ func (e *Entry) sizes() {
 	e.AnySize = 1 + protowire.SizeBytes(proto.Size(e.Any))
 }
 
+// FoldVersion folds a dependency's version (dep) into a version (base).
 func FoldVersion(base, dep string) string {
 	if dep == "" {
 		return base
@@ -290,20 +289,22 @@ func FoldVersion(base, dep string) string {
 	return hex.EncodeToString(sum[:12])
 }
 
+// NameVersionHash hashes a resource's name and version, for an aggregate
+// version (XOR of these).
 func NameVersionHash(name, version string) uint64 {
 	sum := sha256.Sum256([]byte(name + "\x00" + version))
 	return binary.BigEndian.Uint64(sum[:8])
 }
 
-// commit records a generation for the changed names and answers the
-// watches they wake.
-func (c *Cache) commit(ts *typeState, changed []string) {
+// commit records a generation for the changed names and tells the
+// observer (after MarkReady), which answers the watches they wake.
+func (s *Store) commit(ts *Type, changed []string) {
 	if len(changed) == 0 {
 		return
 	}
 	slices.Sort(changed)
 	changed = slices.Compact(changed)
-	c.wire.follow(ts, changed)
+	s.wire.Follow(ts, changed)
 	ts.Gen++
 	for _, n := range changed {
 		if e, ok := ts.Resources[n]; ok {
@@ -314,7 +315,7 @@ func (c *Cache) commit(ts *typeState, changed []string) {
 	}
 	ts.Log = append(ts.Log, GenChange{Gen: ts.Gen, Names: changed, At: time.Now()})
 	ts.logNames += len(changed)
-	c.notifySubs()
+	s.notifySubs()
 	for len(ts.Log) > 1 && (len(ts.Log) > maxLogGens || ts.logNames > maxLogNames) {
 		old := ts.Log[0]
 		for _, n := range old.Names {
@@ -331,24 +332,18 @@ func (c *Cache) commit(ts *typeState, changed []string) {
 			delete(ts.Grave, n) // forgotten with the change log
 		}
 	}
-	if c.commitWake != nil {
-		close(c.commitWake) // readers waiting for a change (read)
-		c.commitWake = nil
+	if s.commitWake != nil {
+		close(s.commitWake) // readers waiting for a change (read)
+		s.commitWake = nil
 	}
-	if !c.ready {
-		return
-	}
-	for _, w := range slices.SortedFunc(maps.Keys(ts.watches), watchOrder) {
-		c.tryRespond(w, changed)
-		if ts.URL == ClusterType && !w.done {
-			c.cdsCurrent(w) // nothing of interest changed for it
-		}
+	if s.ready && s.observer != nil {
+		s.observer.Committed(ts, changed)
 	}
 }
 
 // SinceLog returns the names changed after generation gen, which must not
 // be older than the log.
-func (ts *typeState) SinceLog(gen uint64) []string {
+func (ts *Type) SinceLog(gen uint64) []string {
 	// The log is in generation order; an ACK of a recent response looks
 	// at its tail only, not at up to maxLogGens entries.
 	i := sort.Search(len(ts.Log), func(i int) bool { return ts.Log[i].Gen > gen })

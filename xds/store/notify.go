@@ -1,6 +1,4 @@
-package xds
-
-import "sort"
+package store
 
 // Subscribe returns a channel that receives a value after the cache's
 // content changes (any type: a resource added, changed or removed) and
@@ -11,24 +9,24 @@ import "sort"
 //
 // It is for outputs that follow the cache outside the xDS server (the
 // filesystem output, package fileout).
-func (c *Cache) Subscribe() (ch <-chan struct{}, cancel func()) {
+func (s *Store) Subscribe() (ch <-chan struct{}, cancel func()) {
 	sub := make(chan struct{}, 1)
-	c.mu.Lock()
-	if c.subs == nil {
-		c.subs = map[chan struct{}]struct{}{}
+	s.mu.Lock()
+	if s.subs == nil {
+		s.subs = map[chan struct{}]struct{}{}
 	}
-	c.subs[sub] = struct{}{}
-	c.mu.Unlock()
+	s.subs[sub] = struct{}{}
+	s.mu.Unlock()
 	return sub, func() {
-		c.mu.Lock()
-		delete(c.subs, sub)
-		c.mu.Unlock()
+		s.mu.Lock()
+		delete(s.subs, sub)
+		s.mu.Unlock()
 	}
 }
 
-// notifySubs wakes every subscriber. c.mu is held.
-func (c *Cache) notifySubs() {
-	for sub := range c.subs {
+// notifySubs wakes every subscriber. s.mu is held.
+func (s *Store) notifySubs() {
+	for sub := range s.subs {
 		select {
 		case sub <- struct{}{}:
 		default: // one is pending already
@@ -36,8 +34,8 @@ func (c *Cache) notifySubs() {
 	}
 }
 
-// nameList is a list of resource names read by index.
-type nameList interface {
+// NameList is a list of resource names read by index.
+type NameList interface {
 	Len() int
 	At(i int) string
 }
@@ -47,13 +45,13 @@ type nameList interface {
 // is one instant's content; and returns the channel the next commit
 // closes, for a reader that waits for a change to what it read. fn must
 // not call the cache. A type not served has no resources.
-func (c *Cache) read(typeURL string, names nameList, wild bool, fn func(*Entry)) <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.commitWake == nil {
-		c.commitWake = make(chan struct{})
+func (s *Store) Read(typeURL string, names NameList, wild bool, fn func(*Entry)) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.commitWake == nil {
+		s.commitWake = make(chan struct{})
 	}
-	ts := c.types[typeURL]
+	ts := s.types[typeURL]
 	switch {
 	case ts == nil:
 	case wild:
@@ -67,29 +65,19 @@ func (c *Cache) read(typeURL string, names nameList, wild bool, fn func(*Entry))
 			}
 		}
 	}
-	return c.commitWake
+	return s.commitWake
 }
 
 // Snapshot returns the resources of each type URL given (sorted by name,
 // as List) read at one instant: no Apply falls between the types, so a
 // cluster and its assignment are seen together. A type not served has an
 // empty list. The messages must not be modified.
-func (c *Cache) Snapshot(typeURLs ...string) map[string][]ResourceInfo {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+func (s *Store) Snapshot(typeURLs ...string) map[string][]ResourceInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	out := make(map[string][]ResourceInfo, len(typeURLs))
 	for _, u := range typeURLs {
-		ts, ok := c.types[u]
-		if !ok {
-			out[u] = nil
-			continue
-		}
-		list := make([]ResourceInfo, 0, len(ts.Resources))
-		for _, e := range ts.Resources {
-			list = append(list, ResourceInfo{Name: e.Name, Version: e.Version, Bytes: e.ByteSize, Msg: e.Msg})
-		}
-		sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
-		out[u] = list
+		out[u] = s.list(u)
 	}
 	return out
 }

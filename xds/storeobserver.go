@@ -40,7 +40,10 @@ var _ Store = (*store.Store)(nil)
 // lock takes the store's lock, then the cache's: a watch is computed
 // against one instant of the store, and the store's commits reach the
 // cache (commitObserver) with the store's lock held, so the store's lock
-// always comes first.
+// always comes first. What reads only the server's state (a stream's
+// open, request and close, a watch's cancel, Stats) takes Cache.mu alone,
+// and reads of a Type's fields always happen with the store's lock held
+// (but its URL, which never changes).
 func (c *Cache) lock() {
 	c.store.Lock()
 	c.mu.Lock()

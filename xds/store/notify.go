@@ -1,13 +1,13 @@
 package store
 
-// Subscribe returns a channel that receives a value after the cache's
+// Subscribe returns a channel that receives a value after the store's
 // content changes (any type: a resource added, changed or removed) and
 // when MarkReady is called. Notifications are coalesced: the channel holds
-// at most one, and the cache never blocks on it, so a subscriber reads
+// at most one, and the store never blocks on it, so a subscriber reads
 // the current content (Snapshot) after each one rather than counting
 // them. cancel stops the notifications; the channel is not closed.
 //
-// It is for outputs that follow the cache outside the xDS server (the
+// It is for outputs that follow the store outside the xDS server (the
 // filesystem output, package fileout).
 func (s *Store) Subscribe() (ch <-chan struct{}, cancel func()) {
 	sub := make(chan struct{}, 1)
@@ -40,11 +40,11 @@ type NameList interface {
 	At(i int) string
 }
 
-// read calls fn, under the cache's lock, for each resource of typeURL that
+// Read calls fn, under the store's lock, for each resource of typeURL that
 // names lists (each resource of the type if wild), so that what fn sees
 // is one instant's content; and returns the channel the next commit
-// closes, for a reader that waits for a change to what it read. fn must
-// not call the cache. A type not served has no resources.
+// closes, for a reader that waits for a change to what it read (REST's
+// held polls). fn must not call the store. A type not served has no resources.
 func (s *Store) Read(typeURL string, names NameList, wild bool, fn func(*Entry)) <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()

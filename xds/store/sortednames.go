@@ -5,7 +5,7 @@ import (
 )
 
 // A type's resource names, sorted, shared by the rests of the responses
-// split in parts (delta.go). A fleet of Envoys syncing at once kept one
+// split in parts (the server's delta responses). A fleet of Envoys syncing at once kept one
 // copy of all but the first part's names each (the first response's rest
 // is a suffix of every name of the type, and each later rest a suffix of
 // it): 800 Envoys × 2 types × 60 kB held until their syncs ended. A rest

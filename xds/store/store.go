@@ -58,16 +58,17 @@ type Entry struct {
 	ByteSize int
 	// DeltaSize, AnySize: what the resource adds to an encoded delta
 	// response (its Resource: name, version, the Any) and to a sotw one
-	// (the Any), with the field's tag and length: the bound of a response
-	// (WithMaxResponseBytes) counts these.
+	// (the Any), with the field's tag and length: the server's bound of
+	// a response counts these.
 	DeltaSize, AnySize int
 	Gen                uint64 // the type generation that committed this version
-	// Clusters: of a RouteConfiguration, the Clusters its routes name
-	// (sorted; see routehold.go).
+	// Clusters: of a RouteConfiguration, the clusters its routes name
+	// (sorted; routes.go): the server holds routes back until these
+	// clusters' assignments were sent.
 	Clusters []string
 }
 
-// The change log is how much history of a type the cache keeps, so that an
+// The change log is how much history of a type the store keeps, so that an
 // ACK only needs to look at what changed since its response. A delta client
 // whose state is older than the log gets a full check (a wildcard one has
 // its stream reset and reconnects with its versions).
@@ -80,10 +81,10 @@ const (
 // the store's lock and written by the store only.
 type Type struct {
 	URL       string
-	Order     int  // rank in updateOrder: CDS, EDS, LDS, RDS, then others
+	Order     int  // rank (New's rank: the server's update order), then URL
 	FullState bool // sotw responses carry every subscribed resource (CDS, LDS)
 	Resources map[string]*Entry
-	Aggregate uint64 // XOR of entries' verHash: the sotw version_info
+	Aggregate uint64 // XOR of entries' VerHash: the sotw version_info
 	Gen       uint64
 	Log       []GenChange // recent generations, oldest first
 	logNames  int         // names in log
@@ -93,7 +94,8 @@ type Type struct {
 	// (sortednames.go); nil: to be built.
 	names *SortedNames
 	// Grave: clusters deleted, as last served, while their deletion is in
-	// the change log (mbb.go: a stream may be sent one a little longer).
+	// the change log (the server may send a stream one a little longer:
+	// make before break).
 	Grave map[string]*Entry
 }
 
@@ -101,7 +103,7 @@ type Type struct {
 type GenChange struct {
 	Gen   uint64
 	Names []string
-	At    time.Time // when committed (change → ACK latency, syncstatus.go)
+	At    time.Time // when committed (the server's change → ACK latency)
 }
 
 // Apply performs the changes in order, committing each step (the observer
@@ -126,7 +128,7 @@ func (s *Store) Apply(changes ...Change) error {
 		ts, ok := s.types[ch.TypeURL]
 		if !ok {
 			flushDeps()
-			return fmt.Errorf("xds cache: type %s is not served", ch.TypeURL)
+			return fmt.Errorf("xds store: type %s is not served", ch.TypeURL)
 		}
 		entries := make([]*Entry, 0, len(ch.Upserts))
 		for _, r := range ch.Upserts {
@@ -154,7 +156,7 @@ func (s *Store) Apply(changes ...Change) error {
 				delete(ts.Resources, n)
 				ts.names = nil
 				if ts.URL == resource.ClusterType {
-					ts.Grave[n] = old // see mbb.go
+					ts.Grave[n] = old // see Type.Grave
 				}
 				changed = append(changed, n)
 			}
@@ -246,11 +248,11 @@ func (s *Store) depVersion(d *Dep) string {
 
 func (s *Store) newEntry(typeURL string, r Resource) (*Entry, error) {
 	if r.Name == "" {
-		return nil, errors.New("xds cache: resource with empty name")
+		return nil, errors.New("xds store: resource with empty name")
 	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(r.Msg)
 	if err != nil {
-		return nil, fmt.Errorf("xds cache: encoding %s: %w", r.Name, err)
+		return nil, fmt.Errorf("xds store: encoding %s: %w", r.Name, err)
 	}
 	s.marshals++
 	sum := sha256.Sum256(b)

@@ -3,12 +3,12 @@ package store
 import "sync"
 
 // WireIndex is the store's resources by type and name, as the request
-// decoder reads them (decode.go), under a lock of its own: requests are
-// decoded by each stream's goroutine, outside the cache's lock. The
+// decoder reads them (the server's decode.go), under a lock of its own: requests are
+// decoded by each stream's goroutine, outside the store's lock. The
 // decoder gives a name it finds here the store's own string, and a version
 // equal to the one served the entry's, instead of new copies: a
 // reconnecting Envoy names its 5,000 clusters and assignments with their
-// versions, and the cache then compares these strings with its own (equal
+// versions, and the server then compares these strings with its own (equal
 // strings at one address compare without reading them) and keeps the
 // names in its subscription sets.
 //
@@ -23,10 +23,10 @@ func NewWireIndex() *WireIndex {
 	return &WireIndex{types: map[string]map[string]*Entry{}}
 }
 
-// follow makes the index hold, of each of the names, the entry ts serves
+// Follow makes the index hold, of each of the names, the entry ts serves
 // (none if it serves none). One lock per commit: a decoder holds the read
 // lock for a request (a few milliseconds for 5,000 names), and a publish,
-// which holds the cache's lock meanwhile, waits for it once.
+// which holds the store's lock meanwhile, waits for it once.
 func (x *WireIndex) Follow(ts *Type, names []string) {
 	if x == nil {
 		return

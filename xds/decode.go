@@ -15,7 +15,7 @@ import (
 // _unsubscribe, the keys of initial_resource_versions) and the versions
 // are read here, in one pass, into slices and a map made at their size,
 // and a name or version the store serves is the store's string (x, see
-// wireindex.go; nil: copies), not a copy. The protobuf runtime decodes a
+// store/wireindex.go; nil: copies), not a copy. The protobuf runtime decodes a
 // map field through reflection, one entry at a time, into a map that grows
 // as it goes, and copies every string; an Envoy reconnecting with 5,000
 // clusters sends 5,000 names and two maps of 5,000 entries, and in a

@@ -53,7 +53,7 @@ type deltaHeld struct {
 	// rest: sorted names the client may hold older versions of (the rest
 	// of a split response, the content of a rejected response), which the
 	// next responses check and send. A suffix of a type's sorted names is
-	// shared with it (sortednames.go).
+	// shared with it (store/sortednames.go).
 	rest []string
 	// plan: the sizes of the next responses while a rejected response is
 	// halved to find the resource the client refuses.

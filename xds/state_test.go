@@ -196,7 +196,7 @@ func TestSplitRestGoesWithTheStream(t *testing.T) {
 		s := newSim(t, c, xds.ClusterType)
 		// All but the last name: a rest that is a suffix of the type's
 		// names is a substring of the cache's shared sorted names
-		// (sortednames.go), which a rest kept cache-side would not grow;
+		// (store/sortednames.go), which a rest kept cache-side would not grow;
 		// this one is the stream's own.
 		s.req(names[:len(names)-1], nil, nil)
 		if s.take() == nil {

@@ -153,7 +153,7 @@ func NewCache(opts ...Option) *Cache {
 	c.store = c.st
 	c.types = make(map[string]*typeState, len(c.typeURLs))
 	for _, u := range c.typeURLs {
-		c.types[u] = &typeState{Type: c.st.Type(u), watches: map[*watch]struct{}{}}
+		c.types[u] = &typeState{Type: c.store.Type(u), watches: map[*watch]struct{}{}}
 	}
 	c.store.Observe(commitObserver{c})
 	return c

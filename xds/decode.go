@@ -63,8 +63,9 @@ func scanDelta(b []byte) (deltaScan, bool) {
 }
 
 var (
-	errNameUTF8  = errors.New("proto: resource name: string field contains invalid UTF-8")
-	errEntryUTF8 = errors.New("proto: initial_resource_versions: string field contains invalid UTF-8")
+	errNameUTF8    = errors.New("proto: resource name: string field contains invalid UTF-8")
+	errEntryUTF8   = errors.New("proto: initial_resource_versions: string field contains invalid UTF-8")
+	errFieldNumber = errors.New("proto: initial_resource_versions: invalid field number")
 )
 
 // decodeScanned decodes b, well formed and scanned (sc), into m.
@@ -139,6 +140,11 @@ func mapEntry(b []byte, entries map[string]*store.Entry, versions map[string]str
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
 			return protowire.ParseError(n)
+		}
+		if num > protowire.MaxValidNumber {
+			// ConsumeTag takes field numbers up to 2³¹-1; the runtime
+			// refuses those above 2²⁹-1, even in a field it skips.
+			return errFieldNumber
 		}
 		b = b[n:]
 		if (num == 1 || num == 2) && typ == protowire.BytesType {

@@ -33,10 +33,15 @@ func (l *Loop) applyUpdate(u sources.Update) bool {
 	src := u.Source
 	next := make(map[string]sources.Service, len(u.Services))
 	refused := map[string]string{}
+	prev, seen := l.bySource[src]
 	for _, s := range u.Services {
-		if err := sources.ValidateServiceName("name", s.Name); err != nil {
-			refused[s.Name] = err.Error()
-			continue
+		// A name the source published before was valid then: only new
+		// names are checked.
+		if _, known := prev[s.Name]; !known {
+			if err := sources.ValidateServiceName("name", s.Name); err != nil {
+				refused[s.Name] = err.Error()
+				continue
+			}
 		}
 		if _, dup := next[s.Name]; dup {
 			l.log.Warn("source published a service twice; the first is kept", "source", src, "service", s.Name)
@@ -45,7 +50,6 @@ func (l *Loop) applyUpdate(u sources.Update) bool {
 		next[s.Name] = s
 	}
 	l.refuseNames(src, refused)
-	prev, seen := l.bySource[src]
 	// changed: what the source publishes differs from its last publish.
 	changed := !seen || len(prev) != len(next)
 	l.bySource[src] = next
@@ -55,7 +59,7 @@ func (l *Loop) applyUpdate(u sources.Update) bool {
 		if !had {
 			l.claims[name] = l.insertClaim(l.claims[name], src)
 		}
-		same := had && reflect.DeepEqual(old, s)
+		same := had && sameService(old, s)
 		changed = changed || !same
 		if l.owner(name) == src && !same {
 			l.dirty[name] = true
@@ -86,6 +90,18 @@ func (l *Loop) applyUpdate(u sources.Update) bool {
 		return true // the first flush after every source synced marks ready
 	}
 	return dirty
+}
+
+// sameService reports whether a source's service is unchanged. Published
+// slices are never modified (sources.Update), so the same Endpoints slice
+// is the same service without reading it: a source that hands over its
+// unchanged services' slices again (the Consul source) costs a pointer
+// comparison per unchanged service.
+func sameService(a, b sources.Service) bool {
+	if a.Name == b.Name && len(a.Endpoints) == len(b.Endpoints) && len(a.Endpoints) > 0 && &a.Endpoints[0] == &b.Endpoints[0] {
+		return true
+	}
+	return reflect.DeepEqual(a, b)
 }
 
 // refuseNames records the service names of src that are refused (name →

@@ -110,7 +110,7 @@ func TestCatalogFlipsAtSteadyRate(t *testing.T) {
 // (xdsbench_test.go) instead of to the source's Publish; _RESTART=N kills
 // Consul after the flips and reports the N seconds after it is back;
 // _CPUPROFILE=file writes the test process's CPU profile of the flip
-// phases (go tool pprof file).
+// phases (go tool pprof file); _FEED_RATE sets feed_rate_limit.
 func TestCatalogScaleBenchmark(t *testing.T) {
 	if os.Getenv("XDSBRIDGE_CONSUL_BENCH") != "1" {
 		t.Skip("set XDSBRIDGE_CONSUL_BENCH=1 to run the benchmark")
@@ -135,6 +135,9 @@ func TestCatalogScaleBenchmark(t *testing.T) {
 	cfg.xds = os.Getenv("XDSBRIDGE_CONSUL_BENCH_XDS") == "1"
 	cfg.restart = time.Duration(envInt(t, "XDSBRIDGE_CONSUL_BENCH_RESTART", 0)) * time.Second
 	cfg.cpuProfile = os.Getenv("XDSBRIDGE_CONSUL_BENCH_CPUPROFILE")
+	if r := os.Getenv("XDSBRIDGE_CONSUL_BENCH_FEED_RATE"); r != "" {
+		cfg.source = `, "feed_rate_limit": ` + r
+	}
 	if c := os.Getenv("XDSBRIDGE_CONSUL_BENCH_CHURN"); c != "" {
 		for _, f := range strings.Split(c, ",") {
 			kind, r, _ := strings.Cut(strings.TrimSpace(f), ":")

@@ -34,10 +34,15 @@ func (l *Loop) applyUpdate(u sources.Update) bool {
 	next := make(map[string]sources.Service, len(u.Services))
 	refused := map[string]string{}
 	prev, seen := l.bySource[src]
+	// changed: what the source publishes differs from its last publish.
+	changed := false
+	dirty := false
+	kept := 0 // names of prev published again
 	for _, s := range u.Services {
+		old, had := prev[s.Name]
 		// A name the source published before was valid then: only new
 		// names are checked.
-		if _, known := prev[s.Name]; !known {
+		if !had {
 			if err := sources.ValidateServiceName("name", s.Name); err != nil {
 				refused[s.Name] = err.Error()
 				continue
@@ -48,28 +53,34 @@ func (l *Loop) applyUpdate(u sources.Update) bool {
 			continue
 		}
 		next[s.Name] = s
-	}
-	l.refuseNames(src, refused)
-	// changed: what the source publishes differs from its last publish.
-	changed := !seen || len(prev) != len(next)
-	l.bySource[src] = next
-	dirty := false
-	for name, s := range next {
-		old, had := prev[name]
-		if !had {
-			l.claims[name] = l.insertClaim(l.claims[name], src)
+		if had {
+			kept++
+		} else {
+			l.claims[s.Name] = l.insertClaim(l.claims[s.Name], src)
 		}
-		same := had && sameService(old, s)
-		changed = changed || !same
-		if l.owner(name) == src && !same {
-			l.dirty[name] = true
+		if had && sameService(old, s) {
+			continue
+		}
+		changed = true
+		if l.owner(s.Name) == src {
+			l.dirty[s.Name] = true
 			dirty = true
 		}
 	}
+	l.refuseNames(src, refused)
+	changed = changed || !seen || len(prev) != len(next)
+	l.bySource[src] = next
+	// The names no longer published: the walk stops at the last of them
+	// (none: no walk).
+	missing := len(prev) - kept
 	for name := range prev {
+		if missing == 0 {
+			break
+		}
 		if _, still := next[name]; still {
 			continue
 		}
+		missing--
 		wasOwner := l.owner(name) == src
 		l.claims[name] = removeString(l.claims[name], src)
 		if len(l.claims[name]) == 0 {

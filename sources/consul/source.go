@@ -74,6 +74,9 @@ type Source struct {
 	// (touchLocked); touchAll: every state is to be walked again.
 	touched  map[stateKey]bool
 	touchAll bool
+	// snap is the list last returned by snapshotLocked, in clusterNames
+	// order; it is published, so never modified: the next is a copy.
+	snap []sources.Service
 }
 
 // ceState is what the config-entry watches know. Guarded by Source.mu.
@@ -522,7 +525,7 @@ func sameMembers(a, b []clusterMember) bool {
 // changed; the others are the previous snapshot's values, Endpoints slices
 // included, and the names are sorted again only when a cluster comes or
 // goes. So a change costs the clusters it touches plus one copy of the
-// list, and the bridge's comparison of an unchanged service is a pointer
+// list (the update carries every service), and the bridge's comparison of an unchanged service is a pointer
 // comparison. Neither the source nor the bridge modifies a published
 // slice. The first snapshot, and one after a datacenter's name changed
 // (touchAll), walk every state.
@@ -545,6 +548,7 @@ func (s *Source) snapshotLocked() ([]sources.Service, bool) {
 	full := s.clusters == nil || s.touchAll
 	s.touched, s.touchAll = nil, false
 	changed, setChanged := false, false
+	var rebuilt []string // clusters whose service changed
 	next := s.clusters
 	if full {
 		setChanged = len(byName) != len(s.clusters)
@@ -588,8 +592,10 @@ func (s *Source) snapshotLocked() ([]sources.Service, bool) {
 			c.svc = old.svc
 		} else {
 			changed = true
+			rebuilt = append(rebuilt, cn)
 		}
 	}
+	s.clusters = next
 	if setChanged || s.clusterNames == nil {
 		changed = true
 		s.clusterNames = make([]string, 0, len(next))
@@ -597,13 +603,21 @@ func (s *Source) snapshotLocked() ([]sources.Service, bool) {
 			s.clusterNames = append(s.clusterNames, cn)
 		}
 		sort.Strings(s.clusterNames)
+		s.snap = make([]sources.Service, len(s.clusterNames))
+		for i, cn := range s.clusterNames {
+			s.snap[i] = next[cn].svc
+		}
+		return s.snap, changed
 	}
-	s.clusters = next
-	out := make([]sources.Service, len(s.clusterNames))
-	for i, cn := range s.clusterNames {
-		out[i] = next[cn].svc
+	// The same names: the last list (the receiver owns it) copied, with
+	// the rebuilt clusters put in place.
+	s.snap = slices.Clone(s.snap)
+	for _, cn := range rebuilt {
+		if i, ok := slices.BinarySearch(s.clusterNames, cn); ok {
+			s.snap[i] = next[cn].svc
+		}
 	}
-	return out, changed
+	return s.snap, changed
 }
 
 // touchedMembersLocked is the members of each cluster a touched state

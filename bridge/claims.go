@@ -33,39 +33,54 @@ func (l *Loop) applyUpdate(u sources.Update) bool {
 	src := u.Source
 	next := make(map[string]sources.Service, len(u.Services))
 	refused := map[string]string{}
+	prev, seen := l.bySource[src]
+	// changed: what the source publishes differs from its last publish.
+	changed := false
+	dirty := false
+	kept := 0 // names of prev published again
 	for _, s := range u.Services {
-		if err := sources.ValidateServiceName("name", s.Name); err != nil {
-			refused[s.Name] = err.Error()
-			continue
+		old, had := prev[s.Name]
+		// A name the source published before was valid then: only new
+		// names are checked.
+		if !had {
+			if err := sources.ValidateServiceName("name", s.Name); err != nil {
+				refused[s.Name] = err.Error()
+				continue
+			}
 		}
 		if _, dup := next[s.Name]; dup {
 			l.log.Warn("source published a service twice; the first is kept", "source", src, "service", s.Name)
 			continue
 		}
 		next[s.Name] = s
-	}
-	l.refuseNames(src, refused)
-	prev, seen := l.bySource[src]
-	// changed: what the source publishes differs from its last publish.
-	changed := !seen || len(prev) != len(next)
-	l.bySource[src] = next
-	dirty := false
-	for name, s := range next {
-		old, had := prev[name]
-		if !had {
-			l.claims[name] = l.insertClaim(l.claims[name], src)
+		if had {
+			kept++
+		} else {
+			l.claims[s.Name] = l.insertClaim(l.claims[s.Name], src)
 		}
-		same := had && reflect.DeepEqual(old, s)
-		changed = changed || !same
-		if l.owner(name) == src && !same {
-			l.dirty[name] = true
+		if had && sameService(old, s) {
+			continue
+		}
+		changed = true
+		if l.owner(s.Name) == src {
+			l.dirty[s.Name] = true
 			dirty = true
 		}
 	}
+	l.refuseNames(src, refused)
+	changed = changed || !seen || len(prev) != len(next)
+	l.bySource[src] = next
+	// The names no longer published: the walk stops at the last of them
+	// (none: no walk).
+	missing := len(prev) - kept
 	for name := range prev {
+		if missing == 0 {
+			break
+		}
 		if _, still := next[name]; still {
 			continue
 		}
+		missing--
 		wasOwner := l.owner(name) == src
 		l.claims[name] = removeString(l.claims[name], src)
 		if len(l.claims[name]) == 0 {
@@ -86,6 +101,18 @@ func (l *Loop) applyUpdate(u sources.Update) bool {
 		return true // the first flush after every source synced marks ready
 	}
 	return dirty
+}
+
+// sameService reports whether a source's service is unchanged. Published
+// slices are never modified (sources.Update), so the same Endpoints slice
+// is the same service without reading it: a source that hands over its
+// unchanged services' slices again (the Consul source) costs a pointer
+// comparison per unchanged service.
+func sameService(a, b sources.Service) bool {
+	if a.Name == b.Name && len(a.Endpoints) == len(b.Endpoints) && len(a.Endpoints) > 0 && &a.Endpoints[0] == &b.Endpoints[0] {
+		return true
+	}
+	return reflect.DeepEqual(a, b)
 }
 
 // refuseNames records the service names of src that are refused (name →

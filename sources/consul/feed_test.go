@@ -124,6 +124,7 @@ func TestSnapshotReusesUnchangedServices(t *testing.T) {
 	s.genSeq++
 	st.gen = s.genSeq
 	d.services["s1"] = st
+	s.touchLocked(d, "s1")
 	second, changed := s.snapshotLocked()
 	if !changed || len(second) != 3 || second[1].Endpoints[0].Port != 90 {
 		t.Fatalf("after s1 changed: changed %v, %+v", changed, second)
@@ -134,18 +135,21 @@ func TestSnapshotReusesUnchangedServices(t *testing.T) {
 		}
 	}
 	// A state is built again only at a new generation: s0's instances
-	// replaced without one are not read.
+	// replaced without one are not read, touched or not.
 	d.services["s0"].instances = state(99).instances
+	s.touchLocked(d, "s0")
 	if again, _ := s.snapshotLocked(); again[0].Endpoints[0].Port != 80 {
 		t.Errorf("s0 built again without a new generation: %+v", again[0])
 	}
 	// A new generation with the same endpoints is no change.
 	s.genSeq++
 	st.gen = s.genSeq
+	s.touchLocked(d, "s1")
 	if _, changed := s.snapshotLocked(); changed {
 		t.Error("a rebuilt cluster with the same endpoints reports a change")
 	}
 	delete(d.services, "s2")
+	s.touchLocked(d, "s2")
 	third, changed := s.snapshotLocked()
 	if !changed || len(third) != 2 {
 		t.Fatalf("after s2 removed: changed %v, %+v", changed, third)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strconv"
@@ -44,6 +45,9 @@ type scaleConfig struct {
 	// restart, when set, kills Consul after the flips, starts it again
 	// and measures this long once it is back.
 	restart time.Duration
+	// cpuProfile, when set, is the file the test process's CPU profile
+	// of the flip phases is written to.
+	cpuProfile string
 	// check, when set, is called after each phase ("flips", or the churn
 	// kind) with its number of changes and the requests sent, by path.
 	check func(t *testing.T, phase string, changes int, reqs map[string]int)
@@ -104,7 +108,9 @@ func TestCatalogFlipsAtSteadyRate(t *testing.T) {
 // with a data directory; _XDS=1 runs each replica as a bridge built as the
 // app builds it and times each flip to a delta xDS client's EDS response
 // (xdsbench_test.go) instead of to the source's Publish; _RESTART=N kills
-// Consul after the flips and reports the N seconds after it is back.
+// Consul after the flips and reports the N seconds after it is back;
+// _CPUPROFILE=file writes the test process's CPU profile of the flip
+// phases (go tool pprof file); _FEED_RATE sets feed_rate_limit.
 func TestCatalogScaleBenchmark(t *testing.T) {
 	if os.Getenv("XDSBRIDGE_CONSUL_BENCH") != "1" {
 		t.Skip("set XDSBRIDGE_CONSUL_BENCH=1 to run the benchmark")
@@ -128,6 +134,10 @@ func TestCatalogScaleBenchmark(t *testing.T) {
 	cfg.replicas = envInt(t, "XDSBRIDGE_CONSUL_BENCH_REPLICAS", 1)
 	cfg.xds = os.Getenv("XDSBRIDGE_CONSUL_BENCH_XDS") == "1"
 	cfg.restart = time.Duration(envInt(t, "XDSBRIDGE_CONSUL_BENCH_RESTART", 0)) * time.Second
+	cfg.cpuProfile = os.Getenv("XDSBRIDGE_CONSUL_BENCH_CPUPROFILE")
+	if r := os.Getenv("XDSBRIDGE_CONSUL_BENCH_FEED_RATE"); r != "" {
+		cfg.source = `, "feed_rate_limit": ` + r
+	}
 	if c := os.Getenv("XDSBRIDGE_CONSUL_BENCH_CHURN"); c != "" {
 		for _, f := range strings.Split(c, ",") {
 			kind, r, _ := strings.Cut(strings.TrimSpace(f), ":")
@@ -240,6 +250,17 @@ func runScale(t *testing.T, cfg scaleConfig) {
 	if cfg.flipOver > 0 {
 		over = cfg.flipOver
 	}
+	stopProfile := func() {}
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		stopProfile = func() { pprof.StopCPUProfile(); f.Close() }
+	}
 	for _, rate := range cfg.rates {
 		m := startMeasure(a, rt)
 		flips, skipped := 0, 0
@@ -291,6 +312,7 @@ func runScale(t *testing.T, cfg scaleConfig) {
 			cfg.check(t, "flips", flips, reqs)
 		}
 	}
+	stopProfile()
 	if cfg.restart > 0 {
 		// Consul killed, down 2 s, started again: what the bridges read
 		// once it is back (the outage's own recovery probes excluded).

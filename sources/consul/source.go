@@ -66,6 +66,17 @@ type Source struct {
 	clusters     map[string]*clusterCache
 	clusterNames []string
 	genSeq       uint64
+	// dropped is the sorted list of the instances every state drops,
+	// built again only when one state's changed (droppedFresh false).
+	dropped      []sources.Dropped
+	droppedFresh bool
+	// touched are the states changed since the last snapshot
+	// (touchLocked); touchAll: every state is to be walked again.
+	touched  map[stateKey]bool
+	touchAll bool
+	// snap is the list last returned by snapshotLocked, in clusterNames
+	// order; it is published, so never modified: the next is a copy.
+	snap []sources.Service
 }
 
 // ceState is what the config-entry watches know. Guarded by Source.mu.
@@ -100,6 +111,9 @@ type dcState struct {
 	listSeen bool
 	selected int
 	services map[string]*svcState
+	// notReady counts the states of services whose first health read
+	// has not completed (readyLocked).
+	notReady int
 }
 
 // svcState is the last good health result of one service in one
@@ -411,19 +425,20 @@ func (s *Source) takeFlush() (errs error, ready, failing bool, snap []sources.Se
 // first health read completed.
 func (s *Source) readyLocked() bool {
 	for _, dc := range s.dcs {
-		if !dc.listSeen {
+		if !dc.listSeen || dc.notReady > 0 {
 			return false
-		}
-		for _, st := range dc.services {
-			if !st.ready {
-				return false
-			}
 		}
 	}
 	return true
 }
 
+// failingLocked reports whether a watch is failing. A watch starts
+// failing only in recordError, which sets staleSince, and staleSince is
+// cleared only once none is: without it, nothing is walked.
 func (s *Source) failingLocked() bool {
+	if s.staleSince.IsZero() {
+		return false
+	}
 	if s.ce != nil {
 		for _, w := range s.ce.watches {
 			if w.failing {
@@ -453,10 +468,29 @@ type clusterCache struct {
 	why map[sources.HostKey]string
 }
 
-// clusterMember is one service state of a cluster at one generation.
+// clusterMember is one service state of a cluster at one generation: the
+// state of service name in datacenter dc (its index in Source.dcs).
 type clusterMember struct {
-	st  *svcState
-	gen uint64
+	dc   int
+	name string
+	st   *svcState
+	gen  uint64
+}
+
+// stateKey names one service state: a service in a datacenter.
+type stateKey struct {
+	dc   *dcState
+	name string
+}
+
+// touchLocked notes that the state of service name in dc changed (a new
+// generation, added or removed): the next snapshot builds its cluster
+// again.
+func (s *Source) touchLocked(dc *dcState, name string) {
+	if s.touched == nil {
+		s.touched = map[stateKey]bool{}
+	}
+	s.touched[stateKey{dc, name}] = true
 }
 
 // sameMembers reports whether a and b hold the same states at the same
@@ -486,27 +520,49 @@ func sameMembers(a, b []clusterMember) bool {
 // priority's is kept), services sorted by name. It reports whether the set
 // differs from the previous snapshot's.
 //
-// Only the clusters whose service states changed (a new generation, a
-// state added or removed) are built again; the others are the previous
-// snapshot's values, Endpoints slices included, so a change costs the
-// clusters it touches plus a walk over the names, and the bridge's
-// comparison of an unchanged service is a pointer comparison. Neither the
-// source nor the bridge modifies a published slice.
+// Only the clusters of the states touched since the last snapshot
+// (touchLocked) are built again, and only when their members' generations
+// changed; the others are the previous snapshot's values, Endpoints slices
+// included, and the names are sorted again only when a cluster comes or
+// goes. So a change costs the clusters it touches plus one copy of the
+// list (the update carries every service), and the bridge's comparison of an unchanged service is a pointer
+// comparison. Neither the source nor the bridge modifies a published
+// slice. The first snapshot, and one after a datacenter's name changed
+// (touchAll), walk every state.
 func (s *Source) snapshotLocked() ([]sources.Service, bool) {
-	byName := make(map[string][]clusterMember, len(s.clusters))
-	for _, dc := range s.dcs {
-		for name, st := range dc.services {
-			if !st.ready || !st.published {
-				continue
+	var byName map[string][]clusterMember
+	if s.clusters == nil || s.touchAll {
+		byName = make(map[string][]clusterMember, len(s.clusters))
+		for i, dc := range s.dcs {
+			for name, st := range dc.services {
+				if !st.ready || !st.published {
+					continue
+				}
+				cn := clusterName(s.set.mapping.clusterName, name, dc.actual)
+				byName[cn] = append(byName[cn], clusterMember{dc: i, name: name, st: st, gen: st.gen})
 			}
-			cn := clusterName(s.set.mapping.clusterName, name, dc.actual)
-			byName[cn] = append(byName[cn], clusterMember{st: st, gen: st.gen})
 		}
+	} else {
+		byName = s.touchedMembersLocked()
 	}
-	changed, setChanged := false, len(byName) != len(s.clusters)
-	next := make(map[string]*clusterCache, len(byName))
+	full := s.clusters == nil || s.touchAll
+	s.touched, s.touchAll = nil, false
+	changed, setChanged := false, false
+	var rebuilt []string // clusters whose service changed
+	next := s.clusters
+	if full {
+		setChanged = len(byName) != len(s.clusters)
+		next = make(map[string]*clusterCache, len(byName))
+	}
 	for cn, ms := range byName {
 		old := s.clusters[cn]
+		if len(ms) == 0 { // every member gone (only when not full)
+			if old != nil {
+				delete(next, cn)
+				setChanged = true
+			}
+			continue
+		}
 		if old != nil && sameMembers(old.members, ms) {
 			next[cn] = old
 			continue
@@ -536,8 +592,10 @@ func (s *Source) snapshotLocked() ([]sources.Service, bool) {
 			c.svc = old.svc
 		} else {
 			changed = true
+			rebuilt = append(rebuilt, cn)
 		}
 	}
+	s.clusters = next
 	if setChanged || s.clusterNames == nil {
 		changed = true
 		s.clusterNames = make([]string, 0, len(next))
@@ -545,13 +603,57 @@ func (s *Source) snapshotLocked() ([]sources.Service, bool) {
 			s.clusterNames = append(s.clusterNames, cn)
 		}
 		sort.Strings(s.clusterNames)
+		s.snap = make([]sources.Service, len(s.clusterNames))
+		for i, cn := range s.clusterNames {
+			s.snap[i] = next[cn].svc
+		}
+		return s.snap, changed
 	}
-	s.clusters = next
-	out := make([]sources.Service, len(s.clusterNames))
-	for i, cn := range s.clusterNames {
-		out[i] = next[cn].svc
+	// The same names: the last list (the receiver owns it) copied, with
+	// the rebuilt clusters put in place.
+	s.snap = slices.Clone(s.snap)
+	for _, cn := range rebuilt {
+		if i, ok := slices.BinarySearch(s.clusterNames, cn); ok {
+			s.snap[i] = next[cn].svc
+		}
 	}
-	return out, changed
+	return s.snap, changed
+}
+
+// touchedMembersLocked is the members of each cluster a touched state
+// belongs to: the previous snapshot's, less the touched states, plus
+// those of them now ready and published; in datacenter order. A cluster
+// left with no member has an empty list.
+func (s *Source) touchedMembersLocked() map[string][]clusterMember {
+	byName := map[string][]clusterMember{}
+	for k := range s.touched {
+		cn := clusterName(s.set.mapping.clusterName, k.name, k.dc.actual)
+		if _, ok := byName[cn]; ok {
+			continue
+		}
+		var ms []clusterMember
+		if old := s.clusters[cn]; old != nil {
+			for _, m := range old.members {
+				if !s.touched[stateKey{s.dcs[m.dc], m.name}] {
+					ms = append(ms, m)
+				}
+			}
+		}
+		byName[cn] = ms
+	}
+	for k := range s.touched {
+		st := k.dc.services[k.name]
+		if st == nil || !st.ready || !st.published {
+			continue
+		}
+		i := slices.Index(s.dcs, k.dc)
+		cn := clusterName(s.set.mapping.clusterName, k.name, k.dc.actual)
+		byName[cn] = append(byName[cn], clusterMember{dc: i, name: k.name, st: st, gen: st.gen})
+	}
+	for _, ms := range byName {
+		sort.Slice(ms, func(i, j int) bool { return ms[i].dc < ms[j].dc })
+	}
+	return byName
 }
 
 // normalKey is an endpoint's host as Normalize spells it.
@@ -574,8 +676,15 @@ func (s *Source) ExplainHost(service string, host sources.HostKey) string {
 	return ""
 }
 
-// droppedLocked lists the instances every datacenter's services drop.
+// droppedLocked lists the instances every datacenter's services drop. The
+// list is built again only when a state's dropped instances changed, or a
+// state that dropped some was removed; otherwise it is the same slice
+// (which the caller does not modify).
 func (s *Source) droppedLocked() []sources.Dropped {
+	if s.droppedFresh {
+		return s.dropped
+	}
+	s.droppedFresh = true
 	var out []sources.Dropped
 	for _, dc := range s.dcs {
 		for _, st := range dc.services {
@@ -588,7 +697,19 @@ func (s *Source) droppedLocked() []sources.Dropped {
 		}
 		return out[i].Instance < out[j].Instance
 	})
+	s.dropped = out
 	return out
+}
+
+// forgetLocked accounts for the removal of st from dc's services: its
+// readiness and its dropped instances.
+func (s *Source) forgetLocked(dc *dcState, st *svcState) {
+	if !st.ready {
+		dc.notReady--
+	}
+	if len(st.dropped) > 0 {
+		s.droppedFresh = false
+	}
 }
 
 // recordError notes a failed read for DebugInfo and queues it for

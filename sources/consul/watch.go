@@ -430,9 +430,11 @@ func (r *runner) reconcile(ctx context.Context, dc *dcState, l listResult, svcs 
 		}
 	}
 	s.mu.Lock()
-	for name := range dc.services {
+	for name, st := range dc.services {
 		if !want[name] {
+			s.forgetLocked(dc, st)
 			delete(dc.services, name)
+			s.touchLocked(dc, name)
 		}
 	}
 	for name := range want {
@@ -441,6 +443,7 @@ func (r *runner) reconcile(ctx context.Context, dc *dcState, l listResult, svcs 
 		}
 		st := &svcState{info: watchInfo{state: "starting"}}
 		dc.services[name] = st
+		dc.notReady++
 		sctx, cancel := context.WithCancel(ctx)
 		sw := &serviceWatch{cancel: cancel, wake: make(chan struct{}, 1)}
 		svcs[name] = sw
@@ -623,14 +626,25 @@ func (r *runner) commit(ctx context.Context, dc *dcState, name string, st *svcSt
 		s.mu.Unlock()
 		return false
 	}
-	dc.actual = info.name
-	changed := !st.ready || st.published != publish || !reflect.DeepEqual(st.instances, instances) || !reflect.DeepEqual(st.dropped, dropped)
+	if dc.actual != info.name {
+		dc.actual = info.name
+		s.touchAll = true // every cluster name of dc may change
+	}
+	droppedChanged := !reflect.DeepEqual(st.dropped, dropped)
+	changed := !st.ready || st.published != publish || !reflect.DeepEqual(st.instances, instances) || droppedChanged
+	if !st.ready {
+		dc.notReady--
+	}
+	if droppedChanged {
+		s.droppedFresh = false
+	}
 	st.ready, st.published, st.instances, st.nodes, st.dropped = true, publish, instances, nodes, dropped
 	st.checks, st.checkless, st.entries = checks, checkless, entries
 	st.version++
 	if changed {
 		s.genSeq++
 		st.gen = s.genSeq
+		s.touchLocked(dc, name)
 	}
 	s.mu.Unlock()
 	if changed {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -29,18 +30,23 @@ import (
 func init() { consul.SetXDSBridge(startXDSBridge) }
 
 // startXDSBridge runs a bridge built by app.New on loopback ports with one
-// Consul source (the defaults but for the excluded "consul" service), and
+// Consul source (the defaults but for the excluded "consul" service, and
+// feed_rate_limit from XDSBRIDGE_CONSUL_BENCH_FEED_RATE when set), and
 // a delta xDS client that subscribes to every cluster (wildcard CDS) and
 // its EDS, as Envoy does, and reports the health of each cluster's host on
 // the benchmark's node 0 to obs.
 func startXDSBridge(t testing.TB, agentAddr string, obs consul.FlipObserver) func() map[string]int {
+	extra := ""
+	if r := os.Getenv("XDSBRIDGE_CONSUL_BENCH_FEED_RATE"); r != "" {
+		extra = "\n      feed_rate_limit: " + r
+	}
 	cfg, err := config.Parse([]byte(fmt.Sprintf(`
 sources:
   - name: consul
     consul:
       address: %q
-      services: {exclude: [consul]}
-`, agentAddr)), t.TempDir(), app.SourceTypeNames())
+      services: {exclude: [consul]}%s
+`, agentAddr, extra)), t.TempDir(), app.SourceTypeNames())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,6 +63,7 @@ import (
 	promreg "github.com/xdsbridge/xdsbridge/internal/metrics"
 	_ "github.com/xdsbridge/xdsbridge/translate"
 	"github.com/xdsbridge/xdsbridge/xds"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // EndpointsDir is the subdirectory of the per-cluster assignment files.
@@ -257,7 +258,7 @@ func (w *Writer) render() ([]file, map[string]string, error) {
 	memo := make(map[string]encoded, len(w.memo))
 	// add encodes the file of infos, or takes it from the last render if
 	// the resources' versions (content hashes) are the same.
-	add := func(rel, typeURL string, infos []xds.ResourceInfo, edit func(proto.Message) proto.Message) error {
+	add := func(rel, typeURL string, infos []store.ResourceInfo, edit func(proto.Message) proto.Message) error {
 		h := sha256.New()
 		msgs := make([]proto.Message, 0, len(infos))
 		for _, ri := range infos {
@@ -283,7 +284,7 @@ func (w *Writer) render() ([]file, map[string]string, error) {
 	}
 	same := func(m proto.Message) proto.Message { return m }
 	for _, ri := range snap[xds.EndpointType] {
-		if err := add(filepath.Join(EndpointsDir, FileName(ri.Name)+ext), xds.EndpointType, []xds.ResourceInfo{ri}, same); err != nil {
+		if err := add(filepath.Join(EndpointsDir, FileName(ri.Name)+ext), xds.EndpointType, []store.ResourceInfo{ri}, same); err != nil {
 			return nil, nil, err
 		}
 	}

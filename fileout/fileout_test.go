@@ -28,6 +28,7 @@ import (
 	"github.com/xdsbridge/xdsbridge/fileout"
 	"github.com/xdsbridge/xdsbridge/translate"
 	"github.com/xdsbridge/xdsbridge/xds"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // publishClusters makes the cache hold n clusters c000.. and their assignments,
@@ -36,7 +37,7 @@ import (
 // resource says how many the response must carry.
 func publishClusters(t testing.TB, c *xds.Cache, n int) {
 	t.Helper()
-	var clusters, loads []xds.Resource
+	var clusters, loads []store.Resource
 	var names []string
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("c%03d", i)
@@ -49,8 +50,8 @@ func publishClusters(t testing.TB, c *xds.Cache, n int) {
 				Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{Address: "127.0.0.1", PortSpecifier: &core.SocketAddress_PortValue{PortValue: uint32(1000 + j)}}}},
 			}}})
 		}
-		clusters = append(clusters, xds.Resource{Name: name, Msg: cl})
-		loads = append(loads, xds.Resource{Name: name, Msg: cla, DependsOn: &xds.Dep{TypeURL: xds.ClusterType, Name: name}})
+		clusters = append(clusters, store.Resource{Name: name, Msg: cl})
+		loads = append(loads, store.Resource{Name: name, Msg: cla, DependsOn: &store.Dep{TypeURL: xds.ClusterType, Name: name}})
 	}
 	var gone []string
 	for _, ri := range c.List(xds.ClusterType) {
@@ -59,10 +60,10 @@ func publishClusters(t testing.TB, c *xds.Cache, n int) {
 		}
 	}
 	if err := c.Apply(
-		xds.Change{TypeURL: xds.ClusterType, Upserts: clusters},
-		xds.Change{TypeURL: xds.EndpointType, Upserts: loads},
-		xds.Change{TypeURL: xds.EndpointType, Deletes: gone},
-		xds.Change{TypeURL: xds.ClusterType, Deletes: gone},
+		store.Change{TypeURL: xds.ClusterType, Upserts: clusters},
+		store.Change{TypeURL: xds.EndpointType, Upserts: loads},
+		store.Change{TypeURL: xds.EndpointType, Deletes: gone},
+		store.Change{TypeURL: xds.ClusterType, Deletes: gone},
 	); err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +275,7 @@ func TestUnchangedNotRewritten(t *testing.T) {
 			// One endpoint changes: in mode path only its file is written.
 			cla := proto.Clone(c.Get(xds.EndpointType, "c001")).(*endpoint.ClusterLoadAssignment)
 			cla.Endpoints[0].LbEndpoints[0].GetEndpoint().GetAddress().GetSocketAddress().PortSpecifier = &core.SocketAddress_PortValue{PortValue: 2000}
-			if err := c.Apply(xds.Change{TypeURL: xds.EndpointType, Upserts: []xds.Resource{{Name: "c001", Msg: cla, DependsOn: &xds.Dep{TypeURL: xds.ClusterType, Name: "c001"}}}}); err != nil {
+			if err := c.Apply(store.Change{TypeURL: xds.EndpointType, Upserts: []store.Resource{{Name: "c001", Msg: cla, DependsOn: &store.Dep{TypeURL: xds.ClusterType, Name: "c001"}}}}); err != nil {
 				t.Fatal(err)
 			}
 			if res, err = w.WriteOnce(); err != nil {

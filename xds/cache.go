@@ -10,10 +10,11 @@ import (
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
-// Cache holds the resources served to xDS clients and answers
-// go-control-plane's watches for sotw and delta streams alike.
+// Cache answers the watches of sotw and delta streams alike from its
+// store (package store), the resources served to xDS clients.
 //
 // Each resource version is encoded once (deterministically) and its bytes are
 // shared by every response that carries it. A resource's version is a hash of
@@ -34,29 +35,42 @@ import (
 // the handlers are new for each response, and the cache never changes
 // them afterwards.
 //
-// The files: store.go (resources, versions, change log, Apply), watch.go
-// (watches, readiness), delta.go and deltarespond.go, sotw.go,
+// The store (package store) holds the resources; the Cache is the
+// server: it follows the store's commits (commitObserver) and reaches the
+// store through the Store interface (storeobserver.go). The files:
+// watch.go (watches), delta.go and deltarespond.go, sotw.go,
 // updateorder.go (the order of responses on a stream: one table, and the
 // hold rule of each type), order.go (what the cache follows per stream:
 // clusters before their assignments), routehold.go (routes after their
 // clusters' assignments), mbb.go (interim routes: make before break for
-// grpc-go), inspect.go (Get, List, Stats), notify.go (read, Subscribe,
-// Snapshot: readers that follow the cache), sotwserver.go and
+// grpc-go), inspect.go (Stats; the store's reads), sotwserver.go and
 // deltaserver.go (the stream handlers; their doc comments state what the
 // cache relies on), server.go (the gRPC server, whose callbacks tell the
-// cache each request's stream and when a stream ends). The package doc (doc.go) draws the data flow.
+// cache each request's stream and when a stream ends). The package doc
+// (doc.go) draws the data flow.
 //
 // Cache is safe for concurrent use. Resources passed to Apply are owned by
-// the cache afterwards and must not be modified.
+// the store afterwards and must not be modified.
 type Cache struct {
-	mu    sync.Mutex
-	ready bool
-	types map[string]*typeState
+	// store: the resources (package store), reached through the Store
+	// interface; st is the same store, for the app's reads (inspect.go).
+	store Store
+	st    *store.Store
 
-	marshals uint64 // resource encodings, for the serialisations-per-version figure
-	// wire: the resources as the request decoder reads them (wireindex.go).
-	wire   *wireIndex
-	nextID uint64
+	// mu guards the server's state below: the watches of each type
+	// (types), the streams, the counters. Taken after the store's lock
+	// (lock), or in the store's commit hooks (commitObserver), which run
+	// with the store's lock held.
+	mu    sync.Mutex
+	ready bool // the store's MarkReady was called (commitObserver.Readied)
+	// types: per type the store's Type and the server's watches of it.
+	types    map[string]*typeState
+	typeURLs []string // served (WithTypes)
+
+	// marshals: interim routes encoded (mbb.go), added to the store's
+	// encodings for the serialisations-per-version figure.
+	marshals uint64
+	nextID   uint64
 
 	maxBytes int // resource bytes per response (see WithMaxResponseBytes); 0: no limit
 
@@ -82,11 +96,6 @@ type Cache struct {
 	pubMu    sync.Mutex
 	subsets  map[string][]string
 	services map[string]bool // services published by PublishServices
-
-	// commitWake is closed by the next commit (see read); subs: see
-	// Subscribe. Both under mu.
-	commitWake chan struct{}
-	subs       map[chan struct{}]struct{}
 
 	// vhds serves a route configuration over VHDS (ServeVHDS, vhds.go);
 	// nil: none.
@@ -119,10 +128,7 @@ type Option func(*Cache)
 // WithTypes sets the type URLs served (default DefaultTypes).
 func WithTypes(typeURLs ...string) Option {
 	return func(c *Cache) {
-		c.types = make(map[string]*typeState, len(typeURLs))
-		for _, u := range typeURLs {
-			c.types[u] = newTypeState(u)
-		}
+		c.typeURLs = typeURLs
 	}
 }
 
@@ -135,26 +141,34 @@ func WithMaxResponseBytes(n int) Option {
 	return func(c *Cache) { c.maxBytes = max(n, 0) }
 }
 
-// NewCache returns an empty cache. It starts nothing.
+// NewCache returns an empty cache: a store of the types served and the
+// server's state, registered as the store's observer. It starts nothing.
 func NewCache(opts ...Option) *Cache {
-	c := &Cache{maxBytes: DefaultMaxResponseBytes, routeHold: DefaultRouteHold, mbbSettle: DefaultMakeBeforeBreakSettle, requests: map[any]*streamState{}, streams: map[streamKey]*streamState{}, wire: newWireIndex()}
+	c := &Cache{maxBytes: DefaultMaxResponseBytes, routeHold: DefaultRouteHold, mbbSettle: DefaultMakeBeforeBreakSettle, requests: map[any]*streamState{}, streams: map[streamKey]*streamState{}}
 	WithTypes(DefaultTypes...)(c)
 	for _, o := range opts {
 		o(c)
 	}
+	c.st = store.New(orderRank, c.typeURLs...)
+	c.store = c.st
+	c.types = make(map[string]*typeState, len(c.typeURLs))
+	for _, u := range c.typeURLs {
+		c.types[u] = &typeState{Type: c.store.Type(u), watches: map[*watch]struct{}{}}
+	}
+	c.store.Observe(commitObserver{c})
 	return c
 }
 
-func newTypeState(u string) *typeState {
-	return &typeState{
-		url:       u,
-		order:     orderRank(u),
-		fullState: cache.ResourceRequiresFullStateInSotw(u),
-		resources: map[string]*entry{},
-		deletedAt: map[string]uint64{},
-		grave:     map[string]*entry{},
-		watches:   map[*watch]struct{}{},
-	}
+// typeState is a type as the server sees it: the store's Type (read
+// under the store's lock) and the type's open watches (under Cache.mu).
+type typeState struct {
+	*store.Type
+	// watches are the type's open watches. A change is offered to each:
+	// checking a watch's interest in the changed names costs a few map
+	// lookups per name, while an index by name would have to be rebuilt
+	// under every subscribed name on every ACK (5,000 names for an Envoy
+	// with 5,000 clusters).
+	watches map[*watch]struct{}
 }
 
 // watcher is the cache as the stream handlers reach it: a watch per

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
@@ -19,7 +20,7 @@ import (
 // decode.go, into a map made at its size, not through reflection, with
 // the strings of the names and versions the store serves (wire).
 type codec struct {
-	wire *wireIndex // nil: copies
+	wire *store.WireIndex // nil: copies
 }
 
 var _ encoding.CodecV2 = codec{}

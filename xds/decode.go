@@ -5,6 +5,7 @@ import (
 	"unicode/utf8"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
@@ -14,7 +15,7 @@ import (
 // _unsubscribe, the keys of initial_resource_versions) and the versions
 // are read here, in one pass, into slices and a map made at their size,
 // and a name or version the store serves is the store's string (x, see
-// wireindex.go; nil: copies), not a copy. The protobuf runtime decodes a
+// store/wireindex.go; nil: copies), not a copy. The protobuf runtime decodes a
 // map field through reflection, one entry at a time, into a map that grows
 // as it goes, and copies every string; an Envoy reconnecting with 5,000
 // clusters sends 5,000 names and two maps of 5,000 entries, and in a
@@ -23,7 +24,7 @@ import (
 // request that names none. The result is the same message (FuzzDecode
 // compares them), and the same refusals: a malformed message, or a name,
 // key or value that is not UTF-8 (proto3 strings).
-func decodeDeltaRequest(b []byte, m *discovery.DeltaDiscoveryRequest, x *wireIndex, defType []byte) error {
+func decodeDeltaRequest(b []byte, m *discovery.DeltaDiscoveryRequest, x *store.WireIndex, defType []byte) error {
 	sc, ok := scanDelta(b)
 	if !ok {
 		return proto.Unmarshal(b, m) // its error
@@ -62,12 +63,13 @@ func scanDelta(b []byte) (deltaScan, bool) {
 }
 
 var (
-	errNameUTF8  = errors.New("proto: resource name: string field contains invalid UTF-8")
-	errEntryUTF8 = errors.New("proto: initial_resource_versions: string field contains invalid UTF-8")
+	errNameUTF8    = errors.New("proto: resource name: string field contains invalid UTF-8")
+	errEntryUTF8   = errors.New("proto: initial_resource_versions: string field contains invalid UTF-8")
+	errFieldNumber = errors.New("proto: initial_resource_versions: invalid field number")
 )
 
 // decodeScanned decodes b, well formed and scanned (sc), into m.
-func decodeScanned(b []byte, sc deltaScan, m *discovery.DeltaDiscoveryRequest, x *wireIndex, defType []byte) error {
+func decodeScanned(b []byte, sc deltaScan, m *discovery.DeltaDiscoveryRequest, x *store.WireIndex, defType []byte) error {
 	if sc.subs+sc.unsubs+sc.entries == 0 {
 		return proto.Unmarshal(b, m)
 	}
@@ -91,7 +93,7 @@ func decodeScanned(b []byte, sc deltaScan, m *discovery.DeltaDiscoveryRequest, x
 		typeURL = defType
 	}
 	var bad error
-	x.read(typeURL, func(entries map[string]*entry) {
+	x.Read(typeURL, func(entries map[string]*store.Entry) {
 		for len(b) > 0 {
 			num, typ, n := protowire.ConsumeTag(b) // well formed: scanned
 			size := n + protowire.ConsumeFieldValue(num, typ, b[n:])
@@ -102,7 +104,7 @@ func decodeScanned(b []byte, sc deltaScan, m *discovery.DeltaDiscoveryRequest, x
 			case bad != nil:
 			case isName:
 				v, _ := protowire.ConsumeBytes(b[n:])
-				s, e := wireName(entries, v)
+				s, e := store.WireName(entries, v)
 				if e == nil && !utf8.Valid(v) {
 					bad = errNameUTF8
 					break
@@ -132,12 +134,17 @@ func decodeScanned(b []byte, sc deltaScan, m *discovery.DeltaDiscoveryRequest, x
 // mapEntry decodes one map<string, string> entry into versions: key 1,
 // value 2, either missing reads as ""; other fields are skipped. The key
 // and value are the store's strings where it serves them (entries).
-func mapEntry(b []byte, entries map[string]*entry, versions map[string]string) error {
+func mapEntry(b []byte, entries map[string]*store.Entry, versions map[string]string) error {
 	var key, val []byte
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
 			return protowire.ParseError(n)
+		}
+		if num > protowire.MaxValidNumber {
+			// ConsumeTag takes field numbers up to 2³¹-1; the runtime
+			// refuses those above 2²⁹-1, even in a field it skips.
+			return errFieldNumber
 		}
 		b = b[n:]
 		if (num == 1 || num == 2) && typ == protowire.BytesType {
@@ -159,13 +166,13 @@ func mapEntry(b []byte, entries map[string]*entry, versions map[string]string) e
 		}
 		b = b[m:]
 	}
-	// The store's names and versions are valid UTF-8 (wireIndex.follow):
+	// The store's names and versions are valid UTF-8 (store.WireIndex.Follow):
 	// only the bytes that are not one of them are read again.
-	k, e := wireName(entries, key)
+	k, e := store.WireName(entries, key)
 	if e == nil && !utf8.Valid(key) {
 		return errEntryUTF8
 	}
-	v, stores := wireVersion(e, val)
+	v, stores := store.WireVersion(e, val)
 	if !stores && !utf8.Valid(val) {
 		return errEntryUTF8
 	}

@@ -7,6 +7,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -71,16 +72,16 @@ func FuzzDecode(f *testing.F) {
 
 	// The store's names and versions, which the decoder hands out as its
 	// own strings.
-	x := newWireIndex()
+	x := store.NewWireIndex()
 	for _, u := range []string{EndpointType, ClusterType} {
-		indexEntries(x, u, &entry{name: "a", version: "1"}, &entry{name: "b", version: "1"}, &entry{name: "x", version: "1"}, &entry{name: "", version: "1"},
+		indexEntries(x, u, &store.Entry{Name: "a", Version: "1"}, &store.Entry{Name: "b", Version: "1"}, &store.Entry{Name: "x", Version: "1"}, &store.Entry{Name: "", Version: "1"},
 			// Not UTF-8: not the decoder's to hand out.
-			&entry{name: "\xff", version: "1"}, &entry{name: "k", version: "\xc3"}, &entry{name: "a\xff", version: "1"})
+			&store.Entry{Name: "\xff", Version: "1"}, &store.Entry{Name: "k", Version: "\xc3"}, &store.Entry{Name: "a\xff", Version: "1"})
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		want := &discovery.DeltaDiscoveryRequest{}
 		wantErr := proto.Unmarshal(b, want)
-		for _, wire := range []*wireIndex{nil, x} {
+		for _, wire := range []*store.WireIndex{nil, x} {
 			for _, defType := range [][]byte{nil, []byte(EndpointType)} {
 				got := &discovery.DeltaDiscoveryRequest{}
 				gotErr := decodeDeltaRequest(b, got, wire, defType)
@@ -96,22 +97,22 @@ func FuzzDecode(f *testing.F) {
 }
 
 // indexEntries puts entries of typeURL in x, as a commit of them does.
-func indexEntries(x *wireIndex, typeURL string, entries ...*entry) {
-	ts := newTypeState(typeURL)
+func indexEntries(x *store.WireIndex, typeURL string, entries ...*store.Entry) {
+	ts := &store.Type{URL: typeURL, Resources: map[string]*store.Entry{}}
 	var names []string
 	for _, e := range entries {
-		ts.resources[e.name] = e
-		names = append(names, e.name)
+		ts.Resources[e.Name] = e
+		names = append(names, e.Name)
 	}
-	x.follow(ts, names)
+	x.Follow(ts, names)
 }
 
 // TestDecodeStoreStrings: a name and version the store serves are
 // decoded as the store's strings, from wherever in the request they
 // come; others are copies.
 func TestDecodeStoreStrings(t *testing.T) {
-	x := newWireIndex()
-	a := &entry{name: "svc-a", version: "v1"}
+	x := store.NewWireIndex()
+	a := &store.Entry{Name: "svc-a", Version: "v1"}
 	indexEntries(x, EndpointType, a)
 	req := &discovery.DeltaDiscoveryRequest{
 		TypeUrl:                  EndpointType,
@@ -131,26 +132,26 @@ func TestDecodeStoreStrings(t *testing.T) {
 	if !proto.Equal(got, req) {
 		t.Fatalf("decoded %v, want %v", got, req)
 	}
-	if !same(got.ResourceNamesSubscribe[0], a.name) || !same(got.ResourceNamesUnsubscribe[0], a.name) {
+	if !same(got.ResourceNamesSubscribe[0], a.Name) || !same(got.ResourceNamesUnsubscribe[0], a.Name) {
 		t.Error("a name the store serves is a copy")
 	}
-	if same(got.ResourceNamesSubscribe[1], a.name) {
+	if same(got.ResourceNamesSubscribe[1], a.Name) {
 		t.Error("a name the store does not serve is the store's")
 	}
 	for k, v := range got.InitialResourceVersions {
-		if want := k == "svc-a"; same(k, a.name) != want || same(v, a.version) != want {
-			t.Errorf("entry %q: %q: store's key %v, store's version %v; want %v", k, v, same(k, a.name), same(v, a.version), want)
+		if want := k == "svc-a"; same(k, a.Name) != want || same(v, a.Version) != want {
+			t.Errorf("entry %q: %q: store's key %v, store's version %v; want %v", k, v, same(k, a.Name), same(v, a.Version), want)
 		}
 	}
 	// Of another type, or a stream's default type, none.
 	got = &discovery.DeltaDiscoveryRequest{}
 	b2, _ := proto.Marshal(&discovery.DeltaDiscoveryRequest{ResourceNamesSubscribe: []string{"svc-a"}})
-	if err := decodeDeltaRequest(b2, got, x, []byte(EndpointType)); err != nil || !same(got.ResourceNamesSubscribe[0], a.name) {
-		t.Errorf("stream of the type: %v, store's %v", err, err == nil && same(got.ResourceNamesSubscribe[0], a.name))
+	if err := decodeDeltaRequest(b2, got, x, []byte(EndpointType)); err != nil || !same(got.ResourceNamesSubscribe[0], a.Name) {
+		t.Errorf("stream of the type: %v, store's %v", err, err == nil && same(got.ResourceNamesSubscribe[0], a.Name))
 	}
 	got = &discovery.DeltaDiscoveryRequest{}
-	if err := decodeDeltaRequest(b2, got, x, []byte(ClusterType)); err != nil || same(got.ResourceNamesSubscribe[0], a.name) {
-		t.Errorf("stream of another type: %v, store's %v", err, err == nil && same(got.ResourceNamesSubscribe[0], a.name))
+	if err := decodeDeltaRequest(b2, got, x, []byte(ClusterType)); err != nil || same(got.ResourceNamesSubscribe[0], a.Name) {
+		t.Errorf("stream of another type: %v, store's %v", err, err == nil && same(got.ResourceNamesSubscribe[0], a.Name))
 	}
 }
 
@@ -159,35 +160,35 @@ func TestDecodeStoreStrings(t *testing.T) {
 // sets hold; a name deleted and served again is forgotten, then new.
 func TestStoreKeepsNameString(t *testing.T) {
 	c := NewCache()
-	put := func(port uint32) *entry {
+	put := func(port uint32) *store.Entry {
 		t.Helper()
 		name := string([]byte("svc-a")) // a new string each time
 		cla := &endpoint.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpoint.LocalityLbEndpoints{{
 			LbEndpoints: []*endpoint.LbEndpoint{{HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
 				Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
 					Address: "10.0.0.1", PortSpecifier: &core.SocketAddress_PortValue{PortValue: port}}}}}}}}}}}
-		if err := c.Apply(Change{TypeURL: EndpointType, Upserts: []Resource{{Name: name, Msg: cla}}}); err != nil {
+		if err := c.Apply(store.Change{TypeURL: EndpointType, Upserts: []store.Resource{{Name: name, Msg: cla}}}); err != nil {
 			t.Fatal(err)
 		}
-		return c.types[EndpointType].resources["svc-a"]
+		return c.types[EndpointType].Resources["svc-a"]
 	}
 	first := put(80)
 	second := put(81)
-	if second.version == first.version {
+	if second.Version == first.Version {
 		t.Fatal("the second version is the first")
 	}
-	if unsafe.StringData(second.name) != unsafe.StringData(first.name) {
+	if unsafe.StringData(second.Name) != unsafe.StringData(first.Name) {
 		t.Error("a new version of a resource has a name string of its own")
 	}
-	var got *entry
-	c.wire.read([]byte(EndpointType), func(entries map[string]*entry) { got = entries["svc-a"] })
+	var got *store.Entry
+	c.store.Wire().Read([]byte(EndpointType), func(entries map[string]*store.Entry) { got = entries["svc-a"] })
 	if got != second {
 		t.Errorf("the decoder reads %+v, want the version served", got)
 	}
-	if err := c.Apply(Change{TypeURL: EndpointType, Deletes: []string{"svc-a"}}); err != nil {
+	if err := c.Apply(store.Change{TypeURL: EndpointType, Deletes: []string{"svc-a"}}); err != nil {
 		t.Fatal(err)
 	}
-	c.wire.read([]byte(EndpointType), func(entries map[string]*entry) { got = entries["svc-a"] })
+	c.store.Wire().Read([]byte(EndpointType), func(entries map[string]*store.Entry) { got = entries["svc-a"] })
 	if got != nil {
 		t.Error("the decoder still reads a deleted resource")
 	}

@@ -53,7 +53,7 @@ type deltaHeld struct {
 	// rest: sorted names the client may hold older versions of (the rest
 	// of a split response, the content of a rejected response), which the
 	// next responses check and send. A suffix of a type's sorted names is
-	// shared with it (sortednames.go).
+	// shared with it (store/sortednames.go).
 	rest []string
 	// plan: the sizes of the next responses while a rejected response is
 	// halved to find the resource the client refuses.
@@ -159,7 +159,7 @@ func (c *Cache) readDeltaState(w *watch) error {
 	ts, ds := w.ts, &w.ds
 	heldBack := c.takeQueued(w)
 	known := w.known
-	if !known.compact || known.gen > ts.gen {
+	if !known.compact || known.gen > ts.Gen {
 		// Explicit: a new stream or type.
 		ds.full = true
 		return nil
@@ -178,9 +178,9 @@ func (c *Cache) readDeltaState(w *watch) error {
 	ds.rejected = maps.Clone(known.rejected)
 	nacked, isolated := ds.answered(ts, known.inflight, w.dreq.GetResponseNonce(), w.dreq.GetErrorDetail() != nil)
 	subs, unsubs := w.dreq.GetResourceNamesSubscribe(), w.dreq.GetResourceNamesUnsubscribe()
-	if gen < ts.floor {
+	if gen < ts.Floor {
 		if w.sub.IsWildcard() {
-			return fmt.Errorf("xds cache: %s state of generation %d is older than the change log (from %d); reconnect", ts.url, gen, ts.floor)
+			return fmt.Errorf("xds cache: %s state of generation %d is older than the change log (from %d); reconnect", ts.URL, gen, ts.Floor)
 		}
 		ds.stale = true
 	}
@@ -208,7 +208,7 @@ func (c *Cache) takeQueued(w *watch) (heldBack []string) {
 	if st == nil {
 		return nil
 	}
-	if p := st.inflight[ts.url]; p != nil {
+	if p := st.inflight[ts.URL]; p != nil {
 		// The previous watch's response is queued but not installed: it
 		// will be, before this watch's response. A copy: the server adds
 		// the response's record when it installs it, while this watch may
@@ -223,7 +223,7 @@ func (c *Cache) takeQueued(w *watch) (heldBack []string) {
 		// says the server "can simply ignore") is not marked: marking it
 		// resent it at the version held, and reported a name that does
 		// not exist removed.
-		delete(st.inflight, ts.url)
+		delete(st.inflight, ts.URL)
 		marked := w.known.versions
 		next := *p.next
 		next.versions = maps.Clone(next.versions)
@@ -240,8 +240,8 @@ func (c *Cache) takeQueued(w *watch) (heldBack []string) {
 		}
 		w.known, ds.pred = &next, p
 	}
-	heldBack = st.held[ts.url]
-	delete(st.held, ts.url)
+	heldBack = st.held[ts.URL]
+	delete(st.held, ts.URL)
 	return heldBack
 }
 
@@ -274,7 +274,7 @@ func (ds *deltaState) answered(ts *typeState, inflight []*deltaSent, nonce strin
 func (ds *deltaState) lookAt(ts *typeState, rest []string, nacked []string, isolated string, quiet bool, subs, unsubs []string) {
 	var since []string
 	if quiet {
-		if since = ts.sinceLog(ds.gen); len(since) == 0 {
+		if since = ts.SinceLog(ds.gen); len(since) == 0 {
 			// The ACK of one part of a split response: the rest, as kept
 			// (not copied: a new Envoy goes through ~20 of them).
 			ds.allRest, ds.seq = true, rest
@@ -296,7 +296,7 @@ func (ds *deltaState) lookAt(ts *typeState, rest []string, nacked []string, isol
 		return
 	}
 	if !quiet {
-		since = ts.sinceLog(ds.gen)
+		since = ts.SinceLog(ds.gen)
 	}
 	names := append(since, ds.rest...)
 	names = append(names, subs...)
@@ -314,12 +314,12 @@ func (ds *deltaState) rejectResponse(ts *typeState, sent *deltaSent) (names []st
 	names = slices.Concat(sent.changed, sent.removed)
 	switch count := len(sent.changed); {
 	case count == 1:
-		if e, ok := ts.resources[names[0]]; ok && e.gen <= sent.gen {
+		if e, ok := ts.Resources[names[0]]; ok && e.Gen <= sent.gen {
 			if ds.rejected == nil {
 				ds.rejected = map[string]string{}
 			}
-			ds.rejected[e.name] = e.version
-			names, isolated = names[1:], e.name // not to be sent again
+			ds.rejected[e.Name] = e.Version
+			names, isolated = names[1:], e.Name // not to be sent again
 		}
 		ds.plan.took(1)
 	case count > 1:

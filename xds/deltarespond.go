@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // A delta watch's response: the names it looks at, what it sends and
@@ -32,12 +33,12 @@ func (c *Cache) respondDelta(w *watch, seq []string, fromRest, full, evenIfEmpty
 	next, sent := p.record(rest)
 	res := make([]*discovery.Resource, 0, len(changed))
 	for _, n := range changed {
-		res = append(res, ts.resources[n].delta)
+		res = append(res, ts.Resources[n].Delta)
 	}
 	// The type's generation counts every change, hidden ones too: a
 	// restricted client is not told it (system_version_info is for
 	// debugging only).
-	sysVersion := strconv.FormatUint(ts.gen, 10)
+	sysVersion := strconv.FormatUint(ts.Gen, 10)
 	if w.vis() != nil {
 		sysVersion = ""
 	}
@@ -45,7 +46,7 @@ func (c *Cache) respondDelta(w *watch, seq []string, fromRest, full, evenIfEmpty
 	w.resp = &deltaResponse{
 		req: w.dreq,
 		resp: &discovery.DeltaDiscoveryResponse{
-			TypeUrl:           ts.url,
+			TypeUrl:           ts.URL,
 			Resources:         res,
 			RemovedResources:  removed,
 			SystemVersionInfo: sysVersion,
@@ -56,7 +57,7 @@ func (c *Cache) respondDelta(w *watch, seq []string, fromRest, full, evenIfEmpty
 	// Sent under c.mu: this does not block (the stream's channel holds
 	// two responses per type, deltaserver.go).
 	w.dch <- w.resp
-	switch ts.url {
+	switch ts.URL {
 	case ClusterType:
 		c.sentCDS(w, rest, nil)
 	case EndpointType:
@@ -79,7 +80,7 @@ type deltaPass struct {
 	seq        []string // sorted
 	fromRest   bool     // seq is the rest as read (deltaState.allRest)
 	full       bool
-	hold       func(*entry) bool // c.holder(w)
+	hold       func(*store.Entry) bool // c.holder(w)
 
 	// changed: names to send (size: their bytes); removed: to report
 	// removed; later: held back by hold.
@@ -117,8 +118,8 @@ func (p *deltaPass) held(n string) (version string, held, maybe bool) {
 	if _, ok := slices.BinarySearch(ds.rest, n); ok || ds.allRest {
 		return "", false, true
 	}
-	e, exists := ts.resources[n]
-	if v, ok := ds.rejected[n]; ok && exists && e.version == v {
+	e, exists := ts.Resources[n]
+	if v, ok := ds.rejected[n]; ok && exists && e.Version == v {
 		return v, true, false
 	}
 	if v, ok := known[n]; ok {
@@ -130,13 +131,13 @@ func (p *deltaPass) held(n string) (version string, held, maybe bool) {
 	if _, isSub := p.subscribed[n]; ds.wildOn && !isSub {
 		return "", false, false // not of interest at G
 	}
-	if (exists && e.gen > ds.gen) || ts.deletedAt[n] > ds.gen || (ds.stale && !exists) {
+	if (exists && e.Gen > ds.gen) || ts.DeletedAt[n] > ds.gen || (ds.stale && !exists) {
 		return "", false, true
 	}
 	if !exists {
 		return "", false, false
 	}
-	return e.version, true, false
+	return e.Version, true, false
 }
 
 // consider looks at name n: to send, to report removed, or nothing. Each
@@ -150,13 +151,13 @@ func (p *deltaPass) consider(n string) {
 	_, isSub := p.subscribed[n]
 	switch {
 	case exists && (p.wild || isSub):
-		if v, h, _ := p.held(n); !h || v != e.version {
+		if v, h, _ := p.held(n); !h || v != e.Version {
 			if p.hold != nil && p.hold(e) {
 				p.later = append(p.later, n)
 				return
 			}
 			p.changed = append(p.changed, n)
-			p.size += e.deltaSize
+			p.size += e.DeltaSize
 		}
 	case p.wild || isSub:
 		if _, h, maybe := p.held(n); h || maybe {
@@ -175,7 +176,7 @@ func (p *deltaPass) consider(n string) {
 // goes alone); the rest is kept in the state, and follows the ACK.
 func (p *deltaPass) over(count, size int) bool {
 	maxBytes := p.c.maxBytes
-	return count > 1 && ((maxBytes > 0 && size > maxBytes-envelope(p.ts.url)) || (p.ds.limit > 0 && count > p.ds.limit))
+	return count > 1 && ((maxBytes > 0 && size > maxBytes-envelope(p.ts.URL)) || (p.ds.limit > 0 && count > p.ds.limit))
 }
 
 // collect considers the names of the pass and returns the rest: the
@@ -203,7 +204,7 @@ func (p *deltaPass) collect() (rest []string) {
 					return p.w.hidden(n) && !h && !maybe
 				})
 			}
-			return p.ts.allNames().suffix(tail)
+			return p.ts.AllNames().Suffix(tail)
 		}
 	}
 	return nil
@@ -214,12 +215,12 @@ func (p *deltaPass) collect() (rest []string) {
 // (deleted ones among them) and the rest; each once.
 func (p *deltaPass) collectFull() (rest []string) {
 	ts, ds, known := p.ts, p.ds, p.known
-	p.changed = make([]string, 0, len(ts.resources))
+	p.changed = make([]string, 0, len(ts.Resources))
 	covered := p.w.fullCheck(known, p.consider)
 	if ds.complete {
 		var extra []string
 		if !ds.stale {
-			extra = ts.sinceLog(ds.gen)
+			extra = ts.SinceLog(ds.gen)
 		}
 		extra = append(extra, ds.rest...)
 		slices.Sort(extra)
@@ -232,9 +233,9 @@ func (p *deltaPass) collectFull() (rest []string) {
 	sort.Strings(p.changed)
 	total := 0
 	for i, n := range p.changed {
-		total += ts.resources[n].deltaSize
+		total += ts.Resources[n].DeltaSize
 		if p.over(i+1, total) {
-			rest = ts.allNames().suffix(p.changed[i:])
+			rest = ts.AllNames().Suffix(p.changed[i:])
 			p.changed = p.changed[:i]
 			return rest
 		}
@@ -249,7 +250,7 @@ func (p *deltaPass) collectFull() (rest []string) {
 func (p *deltaPass) record(rest []string) (next *deltaHeld, sent *deltaSent) {
 	ts, ds := p.ts, p.ds
 	next = &deltaHeld{
-		compact: true, wild: p.wild, gen: ts.gen,
+		compact: true, wild: p.wild, gen: ts.Gen,
 		rest: rest, plan: ds.plan, rejected: ds.stillRejected(ts),
 		inflight: slices.Clone(ds.carry),
 	}
@@ -258,7 +259,7 @@ func (p *deltaPass) record(rest []string) (next *deltaHeld, sent *deltaSent) {
 	}
 	// Copies: the record lives until the client answers, and p.changed
 	// of a full check has room for every name of the type.
-	return next, &deltaSent{gen: ts.gen, changed: slices.Clone(p.changed), removed: slices.Clone(p.removed)}
+	return next, &deltaSent{gen: ts.Gen, changed: slices.Clone(p.changed), removed: slices.Clone(p.removed)}
 }
 
 // stillRejected returns the rejected resources that are still served at
@@ -267,7 +268,7 @@ func (p *deltaPass) record(rest []string) (next *deltaHeld, sent *deltaSent) {
 func (ds *deltaState) stillRejected(ts *typeState) map[string]string {
 	var still map[string]string
 	for n, v := range ds.rejected {
-		if e, ok := ts.resources[n]; ok && e.version == v {
+		if e, ok := ts.Resources[n]; ok && e.Version == v {
 			if still == nil {
 				still = map[string]string{}
 			}

@@ -6,31 +6,41 @@
 // its callbacks, the sotw.Server and delta.Server handler interfaces, the
 // stream types and the REST server (unused).
 //
+// The package is the server; the resources are in the store (package
+// xds/store), which never imports this package and never calls it by
+// name: the Cache registers itself as the store's observer
+// (commitObserver) and reaches the store through the Store interface
+// (storeobserver.go), which REST and sync status read through too.
+//
 // The data flow, from a publication to a client:
 //
-//	bridge loop ──PublishServices──▶ Cache: the store
-//	                                  Apply: encode each version once,
-//	                                  commit a generation, change log,
-//	                                  per-type resources and sorted names
-//	                                    │                    │
-//	               offers each commit   │                    │ read (one lock,
-//	               to the open watches  │                    │ next-commit channel)
-//	               of its type          ▼                    ▼
-//	  ┌──────────── watches (one per stream, type, request) ┐   REST polls,
-//	  │  read the stream's client state, compute the        │   Subscribe
-//	  │  response (deltaPass, sotwPass) and the state it    │   (outputs)
-//	  │  installs; updateOrder: what a response holds back  │
-//	  │  (order.go, routehold.go, mbb.go); split responses, │
-//	  │  NACK isolation                                     │
-//	  └──────────▲───────────────────────────┬──────────────┘
-//	  watchDelta │ watchSotw                 │ deltaResponse, sotwResponse
-//	  (request,  │ state held)               │ (response + next state),
-//	             │                           ▼ channel per stream
-//	  stream handlers: deltaserver.go, sotwserver.go, one goroutine per
-//	  stream; per type the subscription and the client state (deltaHeld,
-//	  sotwHeld), installed when a response is sent
-//	             ▲                           │
-//	  Server: guard (limits), authorization, keepalive ◀──▶ Envoy, grpc-go
+//	publisher (bridge loop: PublishServices; Cache.Apply)
+//	     │ Apply(changes)
+//	     ▼
+//	┌─ store (package xds/store; its own mutex) ────────────────────────────┐
+//	│  encode each version once, version = hash of the encoding (folded     │
+//	│  with its dependency's); commit: generation, changed names, change    │
+//	│  log, graves, sorted names; the wire index (own RWMutex); readiness   │
+//	└──┬───────────────────────────┬─────────────────┬──────────────┬───────┘
+//	   │ Observer.Committed(t,     │ Read: one        │ Subscribe,   │ Wire()
+//	   │ changed), Readied():      │ instant + the    │ Snapshot     │
+//	   │ store's lock held         │ next commit's    │ (outputs:    │
+//	   ▼                           ▼ channel          ▼ fileout)     ▼
+//	┌─ server (package xds; Cache.mu, taken after the store's lock) ─┐  request
+//	│ commitObserver → watches of the type (one per stream, type,    │  decoder
+//	│ request): read the stream's client state, compute the response │  (decode.go)
+//	│ (deltaPass, sotwPass) and the state it installs; updateOrder:  │
+//	│ what a response holds back (order.go, routehold.go, mbb.go);   │  REST polls
+//	│ split responses, NACK isolation; sync status                   │  (rest.go)
+//	└──────────▲───────────────────────────┬─────────────────────────┘
+//	 watchDelta│watchSotw                  │ deltaResponse, sotwResponse
+//	 (request, │state held)                │ (response + next state),
+//	           │                           ▼ channel per stream
+//	 stream handlers: deltaserver.go, sotwserver.go, one goroutine per
+//	 stream; per type the subscription and the client state (deltaHeld,
+//	 sotwHeld), installed when a response is sent
+//	           ▲                           │
+//	 Server: guard (limits), authorization, keepalive ◀──▶ Envoy, grpc-go
 //
 // What a client holds of a type is a Go value owned by its stream's
 // handler: deltaHeld for a delta stream (a generation, the rest of a split
@@ -46,12 +56,16 @@
 // handlers are stated in their doc comments (deltaserver.go,
 // sotwserver.go) and tested in handlers_test.go.
 //
-// The Cache owns the resources and every watch; one mutex guards both, so
-// a commit answers the watches it wakes before the next commit.
+// Locks: the store's mutex guards the resources; Cache.mu guards the
+// server's state (the watches, the streams' ordering state, counters).
+// The store's lock comes first: a watch is computed against one instant
+// of the store (Cache.lock takes both), and a commit reaches the watches
+// through the observer with the store's lock held, so a commit answers
+// the watches it wakes before the next commit.
 // updateOrder (updateorder.go) is the one order of types: the order of
 // Apply's steps and publications, MarkReady's answers, and the hold rule
 // of each type's responses.
 //
 // Cache and Server are safe for concurrent use; Resources passed to the
-// cache are owned by it afterwards and must not be modified.
+// store are owned by it afterwards and must not be modified.
 package xds

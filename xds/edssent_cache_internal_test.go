@@ -7,6 +7,7 @@ import (
 
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // TestSentAssignmentsThroughTheCache drives a delta EDS stream through
@@ -29,18 +30,18 @@ func TestSentAssignmentsThroughTheCache(t *testing.T) {
 			version := 0
 			commit := func() {
 				version++
-				var ch Change
+				var ch store.Change
 				ch.TypeURL = EndpointType
 				for range 1 + r.IntN(10) {
 					n := universe[r.IntN(len(universe))]
 					if r.IntN(4) == 0 {
 						ch.Deletes = append(ch.Deletes, n)
 					} else {
-						ch.Upserts = append(ch.Upserts, Resource{Name: n, Msg: &endpoint.ClusterLoadAssignment{ClusterName: fmt.Sprintf("%s-%d", n, version)}})
+						ch.Upserts = append(ch.Upserts, store.Resource{Name: n, Msg: &endpoint.ClusterLoadAssignment{ClusterName: fmt.Sprintf("%s-%d", n, version)}})
 					}
 				}
 				seen := map[string]bool{}
-				var ups []Resource
+				var ups []store.Resource
 				for _, u := range ch.Upserts {
 					if !seen[u.Name] {
 						seen[u.Name] = true

@@ -12,6 +12,7 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -81,8 +82,8 @@ func startContract(t *testing.T) (*spy, discovery.AggregatedDiscoveryServiceClie
 	t.Helper()
 	c := NewCache()
 	err := c.Apply(
-		Change{TypeURL: ClusterType, Upserts: []Resource{{Name: "a", Msg: &cluster.Cluster{Name: "a"}}, {Name: "b", Msg: &cluster.Cluster{Name: "b"}}}},
-		Change{TypeURL: EndpointType, Upserts: []Resource{{Name: "a", Msg: &endpoint.ClusterLoadAssignment{ClusterName: "a"}}, {Name: "b", Msg: &endpoint.ClusterLoadAssignment{ClusterName: "b"}}}},
+		store.Change{TypeURL: ClusterType, Upserts: []store.Resource{{Name: "a", Msg: &cluster.Cluster{Name: "a"}}, {Name: "b", Msg: &cluster.Cluster{Name: "b"}}}},
+		store.Change{TypeURL: EndpointType, Upserts: []store.Resource{{Name: "a", Msg: &endpoint.ClusterLoadAssignment{ClusterName: "a"}}, {Name: "b", Msg: &endpoint.ClusterLoadAssignment{ClusterName: "b"}}}},
 	)
 	if err != nil {
 		t.Fatal(err)

@@ -1,48 +1,36 @@
 package xds
 
 import (
-	"sort"
-
+	"github.com/xdsbridge/xdsbridge/xds/store"
 	"google.golang.org/protobuf/proto"
 )
 
+// The store's reads, for the app and tests that hold the Cache only: the
+// Cache is the serving core's one handle (its store and the server's
+// state), so these read the store as store.Store's methods of the same
+// names do.
+
 // Get returns the current resource of a type, or nil. The message must not
 // be modified.
-func (c *Cache) Get(typeURL, name string) proto.Message {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if ts, ok := c.types[typeURL]; ok {
-		if e, ok := ts.resources[name]; ok {
-			return e.msg
-		}
-	}
-	return nil
-}
-
-// ResourceInfo describes one served resource.
-type ResourceInfo struct {
-	Name    string        `json:"name"`
-	Version string        `json:"version"`
-	Bytes   int           `json:"bytes"`
-	Msg     proto.Message `json:"-"`
-}
+func (c *Cache) Get(typeURL, name string) proto.Message { return c.st.Get(typeURL, name) }
 
 // List returns the resources of a type, sorted by name. The messages must
 // not be modified.
-func (c *Cache) List(typeURL string) []ResourceInfo {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ts, ok := c.types[typeURL]
-	if !ok {
-		return nil
-	}
-	out := make([]ResourceInfo, 0, len(ts.resources))
-	for _, e := range ts.resources {
-		out = append(out, ResourceInfo{Name: e.name, Version: e.version, Bytes: e.byteSize, Msg: e.msg})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
+func (c *Cache) List(typeURL string) []store.ResourceInfo { return c.st.List(typeURL) }
+
+// Snapshot returns the resources of each type URL given, read at one
+// instant (store.Store.Snapshot).
+func (c *Cache) Snapshot(typeURLs ...string) map[string][]store.ResourceInfo {
+	return c.st.Snapshot(typeURLs...)
 }
+
+// Subscribe returns a channel that receives a value after the store's
+// content changes and when MarkReady is called (store.Store.Subscribe).
+func (c *Cache) Subscribe() (ch <-chan struct{}, cancel func()) { return c.st.Subscribe() }
+
+// Apply performs the changes in order (store.Store.Apply); each commit
+// answers the watches it wakes before the next.
+func (c *Cache) Apply(changes ...store.Change) error { return c.store.Apply(changes...) }
 
 // Stats are counters of the cache.
 type Stats struct {
@@ -57,13 +45,15 @@ type Stats struct {
 	Interims uint64
 }
 
-// Stats returns the cache's counters.
+// Stats returns the cache's counters: the store's encodings and
+// resources, then the server's (interims are encodings too).
 func (c *Cache) Stats() Stats {
-	c.mu.Lock()
+	s := Stats{Marshals: c.store.Marshals(), Resources: c.store.Counts(), Watches: map[string]int{}}
+	c.mu.Lock() // the server's state only
 	defer c.mu.Unlock()
-	s := Stats{Marshals: c.marshals, RouteHolds: c.routeHolds, RouteHoldTimeouts: c.routeHoldTimeouts, Interims: c.mbbInterims, Resources: map[string]int{}, Watches: map[string]int{}}
+	s.Marshals += c.marshals
+	s.RouteHolds, s.RouteHoldTimeouts, s.Interims = c.routeHolds, c.routeHoldTimeouts, c.mbbInterims
 	for u, ts := range c.types {
-		s.Resources[u] = len(ts.resources)
 		s.Watches[u] = len(ts.watches)
 	}
 	return s

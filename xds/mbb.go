@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/xdsbridge/xdsbridge/translate"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // Make before break for routes, per sotw stream.
@@ -88,13 +89,13 @@ type sentRoute struct {
 // interimFor returns the interim version to send instead of e (a changed
 // RouteConfiguration) to sotw watch w, whose client holds version held
 // (known: it holds one), or nil when e goes as is.
-func (c *Cache) interimFor(w *watch, e *entry, held string, known bool) (string, *sentRoute) {
+func (c *Cache) interimFor(w *watch, e *store.Entry, held string, known bool) (string, *sentRoute) {
 	st := w.stream
-	if c.noMBB || st == nil || w.delta || w.ts.url != RouteType {
+	if c.noMBB || st == nil || w.delta || w.ts.URL != RouteType {
 		return "", nil
 	}
-	c.noteRoute(st, e.name, e.version, &sentRoute{msg: e.msg, clusters: e.clusters, any: e.any}, held)
-	if !known || strings.HasSuffix(w.ss.rejected[e.name], interimMark) {
+	c.noteRoute(st, e.Name, e.Version, &sentRoute{msg: e.Msg, clusters: e.Clusters, any: e.Any}, held)
+	if !known || strings.HasSuffix(w.ss.rejected[e.Name], interimMark) {
 		return "", nil
 	}
 	// Only a stream that also carries the client's clusters (ADS, as
@@ -104,13 +105,13 @@ func (c *Cache) interimFor(w *watch, e *entry, held string, known bool) (string,
 	if st.cds == nil && st.pendingCDS == nil {
 		return "", nil
 	}
-	prev := st.routes[e.name][held]
+	prev := st.routes[e.Name][held]
 	rc, ok := prev.msgRC()
 	if !ok {
 		return "", nil
 	}
 	var added []string
-	for _, n := range e.clusters {
+	for _, n := range e.Clusters {
 		if _, in := slices.BinarySearch(prev.clusters, n); !in {
 			added = append(added, n)
 		}
@@ -126,9 +127,9 @@ func (c *Cache) interimFor(w *watch, e *entry, held string, known bool) (string,
 	c.marshals++
 	all := slices.Concat(prev.clusters, added)
 	slices.Sort(all)
-	v := foldVersion(held, "mbb:"+e.version) + interimMark
+	v := store.FoldVersion(held, "mbb:"+e.Version) + interimMark
 	sr := &sentRoute{msg: im, clusters: slices.Compact(all), any: &anypb.Any{TypeUrl: RouteType, Value: b}, added: added}
-	c.noteRoute(st, e.name, v, sr, held)
+	c.noteRoute(st, e.Name, v, sr, held)
 	c.mbbInterims++
 	return v, sr
 }
@@ -193,13 +194,13 @@ func (c *Cache) forgetRoutes(w *watch) {
 // naming it (make before break holds the real version back a while, and
 // grpc-go fails RPCs to a cluster removed from under its routes); nil
 // when nothing is kept.
-func (c *Cache) keepCluster(w *watch) func(n string) *entry {
+func (c *Cache) keepCluster(w *watch) func(n string) *store.Entry {
 	st := w.stream
-	if c.noMBB || st == nil || w.delta || w.ts.url != ClusterType || len(st.routes) == 0 || len(w.ts.grave) == 0 {
+	if c.noMBB || st == nil || w.delta || w.ts.URL != ClusterType || len(st.routes) == 0 || len(w.ts.Grave) == 0 {
 		return nil
 	}
-	return func(n string) *entry {
-		g := w.ts.grave[n]
+	return func(n string) *store.Entry {
+		g := w.ts.Grave[n]
 		if g == nil || w.hidden(n) {
 			return nil
 		}
@@ -228,19 +229,19 @@ type interim struct {
 // clusters and assignments it names, asynchronously: the real version
 // right after the last assignment would race the interim). It sets a
 // timer to look again when only the settle time is missing.
-func (c *Cache) awaitsInterim(w *watch, e *entry, clusters, loads *typeState, now time.Time) bool {
+func (c *Cache) awaitsInterim(w *watch, e *store.Entry, clusters, loads *typeState, now time.Time) bool {
 	st := w.stream
-	kv, ok := w.ss.held[e.name]
-	if !ok || kv == e.version {
+	kv, ok := w.ss.held[e.Name]
+	if !ok || kv == e.Version {
 		return false
 	}
-	sr := st.routes[e.name][kv]
+	sr := st.routes[e.Name][kv]
 	if sr == nil || len(sr.added) == 0 {
 		return false
 	}
 	ready := w.created
 	for _, cn := range sr.added {
-		if _, ok := clusters.resources[cn]; !ok || !st.vis.sees(cn) {
+		if _, ok := clusters.Resources[cn]; !ok || !st.vis.sees(cn) {
 			continue
 		}
 		if !((st.cds != nil && st.cds.wants(cn)) || (st.pendingCDS != nil && st.pendingCDS.wants(cn))) {
@@ -249,7 +250,7 @@ func (c *Cache) awaitsInterim(w *watch, e *entry, clusters, loads *typeState, no
 		if loads == nil {
 			continue
 		}
-		if _, ok := loads.resources[cn]; !ok {
+		if _, ok := loads.Resources[cn]; !ok {
 			continue
 		}
 		t, sent := st.edsSent.sentAt(cn)

@@ -12,6 +12,7 @@ import (
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 
 	"github.com/xdsbridge/xdsbridge/xds"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // Envoy without ADS: CDS/EDS on one stream, RDS on its own
@@ -20,9 +21,9 @@ import (
 // route hold there).
 func TestMakeBeforeBreakRoutesOnlyStreamGetsNoInterim(t *testing.T) {
 	h := newHarness(t, true, xds.WithMakeBeforeBreak(true, 50*time.Millisecond), xds.WithRouteHold(2*time.Second))
-	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0)}},
-		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0)}},
-		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A")}})
+	h.apply(store.Change{TypeURL: cds, Upserts: []store.Resource{rcl("A", 0)}},
+		store.Change{TypeURL: eds, Upserts: []store.Resource{rla("A", 0)}},
+		store.Change{TypeURL: rdsURL, Upserts: []store.Resource{routeTo("A")}})
 	c := clustersOnlyClient(t, h, "A")
 	var r *discovery.DiscoveryResponse
 	rs := routesOnlyStream(h)
@@ -31,9 +32,9 @@ func TestMakeBeforeBreakRoutesOnlyStreamGetsNoInterim(t *testing.T) {
 	sotwAck(rs, r, "r")
 	h.waitWatches(1, cds, eds, rdsURL)
 
-	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("V", 0)}},
-		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("V", 0)}},
-		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A", "V")}})
+	h.apply(store.Change{TypeURL: cds, Upserts: []store.Resource{rcl("V", 0)}},
+		store.Change{TypeURL: eds, Upserts: []store.Resource{rla("V", 0)}},
+		store.Change{TypeURL: rdsURL, Upserts: []store.Resource{routeTo("A", "V")}})
 	r = c.recv() // CDS with V
 	sotwAck(c, r)
 	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"A", "V"}})
@@ -53,9 +54,9 @@ func TestMakeBeforeBreakRoutesOnlyStreamGetsNoInterim(t *testing.T) {
 // gone); the client unsubscribes r (RDS request with no names).
 func TestMakeBeforeBreakGraveAfterRouteUnsubscribed(t *testing.T) {
 	h := newHarness(t, true)
-	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0), rcl("V", 0)}},
-		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0), rla("V", 0)}},
-		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("V")}})
+	h.apply(store.Change{TypeURL: cds, Upserts: []store.Resource{rcl("A", 0), rcl("V", 0)}},
+		store.Change{TypeURL: eds, Upserts: []store.Resource{rla("A", 0), rla("V", 0)}},
+		store.Change{TypeURL: rdsURL, Upserts: []store.Resource{routeTo("V")}})
 	c := clustersOnlyClient(t, h, "A", "V")
 	var r *discovery.DiscoveryResponse
 	c.send(&discovery.DiscoveryRequest{TypeUrl: rdsURL, ResourceNames: []string{"r"}})
@@ -63,9 +64,9 @@ func TestMakeBeforeBreakGraveAfterRouteUnsubscribed(t *testing.T) {
 	sotwAck(c, r, "r")
 	h.waitWatches(1, cds, eds, rdsURL)
 
-	h.apply(xds.Change{TypeURL: rdsURL, Deletes: []string{"r"}},
-		xds.Change{TypeURL: eds, Deletes: []string{"V"}},
-		xds.Change{TypeURL: cds, Deletes: []string{"V"}})
+	h.apply(store.Change{TypeURL: rdsURL, Deletes: []string{"r"}},
+		store.Change{TypeURL: eds, Deletes: []string{"V"}},
+		store.Change{TypeURL: cds, Deletes: []string{"V"}})
 	// Envoy drops the listener, unsubscribes r and V's assignment.
 	c.send(&discovery.DiscoveryRequest{TypeUrl: rdsURL, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce})
 	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: []string{"A"}})
@@ -94,9 +95,9 @@ func TestMakeBeforeBreakGraveAfterRouteUnsubscribed(t *testing.T) {
 func TestMakeBeforeBreakInterimAfterNackedInterim(t *testing.T) {
 	h := newHarness(t, true, xds.WithMakeBeforeBreak(true, 20*time.Millisecond))
 	c := grpcGoSotwClient(t, h)
-	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("W", 0)}},
-		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("W", 0)}},
-		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A", "W")}})
+	h.apply(store.Change{TypeURL: cds, Upserts: []store.Resource{rcl("W", 0)}},
+		store.Change{TypeURL: eds, Upserts: []store.Resource{rla("W", 0)}},
+		store.Change{TypeURL: rdsURL, Upserts: []store.Resource{routeTo("A", "W")}})
 	im := c.recv()
 	eq(t, "interim to W", []string{"A", "+W"}, routeClusterNames(t, im))
 	c.send(&discovery.DiscoveryRequest{TypeUrl: rdsURL, VersionInfo: "x", ResponseNonce: im.Nonce,
@@ -112,9 +113,9 @@ func TestMakeBeforeBreakInterimAfterNackedInterim(t *testing.T) {
 	sotwAck(c, r, "A", "W")
 	h.waitWatches(1, cds, eds, rdsURL)
 
-	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("X", 0)}},
-		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("X", 0)}},
-		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A", "W", "X")}})
+	h.apply(store.Change{TypeURL: cds, Upserts: []store.Resource{rcl("X", 0)}},
+		store.Change{TypeURL: eds, Upserts: []store.Resource{rla("X", 0)}},
+		store.Change{TypeURL: rdsURL, Upserts: []store.Resource{routeTo("A", "W", "X")}})
 	r = c.recv()
 	eq(t, "a later change adding X: interim again", []string{"A,W", "+X"}, routeClusterNames(t, r))
 }
@@ -125,9 +126,9 @@ func TestMakeBeforeBreakInterimAfterNackedInterim(t *testing.T) {
 // asks for it (e.g. it rejected C). WithRouteHold should bound the hold.
 func TestRouteHoldAtMarkReadyBounded(t *testing.T) {
 	h := newHarness(t, false, xds.WithRouteHold(500*time.Millisecond))
-	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0), rcl("C", 0)}},
-		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0), rla("C", 0)}},
-		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A", "C")}})
+	h.apply(store.Change{TypeURL: cds, Upserts: []store.Resource{rcl("A", 0), rcl("C", 0)}},
+		store.Change{TypeURL: eds, Upserts: []store.Resource{rla("A", 0), rla("C", 0)}},
+		store.Change{TypeURL: rdsURL, Upserts: []store.Resource{routeTo("A", "C")}})
 	c := h.delta("n")
 	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
 	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"A"}})
@@ -155,9 +156,9 @@ func TestRouteHoldAtMarkReadyBounded(t *testing.T) {
 // naming V, no hold: it carries no clusters to order against).
 func TestMakeBeforeBreakRoutesOnlyStreamClusterDeleted(t *testing.T) {
 	h := newHarness(t, true)
-	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0), rcl("V", 0)}},
-		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0), rla("V", 0)}},
-		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("V")}})
+	h.apply(store.Change{TypeURL: cds, Upserts: []store.Resource{rcl("A", 0), rcl("V", 0)}},
+		store.Change{TypeURL: eds, Upserts: []store.Resource{rla("A", 0), rla("V", 0)}},
+		store.Change{TypeURL: rdsURL, Upserts: []store.Resource{routeTo("V")}})
 	c := clustersOnlyClient(t, h, "A", "V")
 	var r *discovery.DiscoveryResponse
 	rs := routesOnlyStream(h)
@@ -166,9 +167,9 @@ func TestMakeBeforeBreakRoutesOnlyStreamClusterDeleted(t *testing.T) {
 	sotwAck(rs, r, "r")
 	h.waitWatches(1, cds, eds, rdsURL)
 
-	h.apply(xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A")}},
-		xds.Change{TypeURL: eds, Deletes: []string{"V"}},
-		xds.Change{TypeURL: cds, Deletes: []string{"V"}})
+	h.apply(store.Change{TypeURL: rdsURL, Upserts: []store.Resource{routeTo("A")}},
+		store.Change{TypeURL: eds, Deletes: []string{"V"}},
+		store.Change{TypeURL: cds, Deletes: []string{"V"}})
 	r = c.recv()
 	goneAt := time.Now()
 	eq(t, "CDS drops V at once", []string{"A"}, sotwNames(t, r))

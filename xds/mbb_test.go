@@ -10,6 +10,7 @@ import (
 
 	"github.com/xdsbridge/xdsbridge/translate"
 	"github.com/xdsbridge/xdsbridge/xds"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // routeClusterNames decodes a sotw RDS response's one RouteConfiguration into, per
@@ -47,9 +48,9 @@ func routeClusterNames(t *testing.T, r *discovery.DiscoveryResponse) []string {
 // grpcGoSotwClient sets up a grpc-go-like sotw client (RDS, then CDS and EDS by
 // name) holding route r → A, cluster A and its assignment.
 func grpcGoSotwClient(t *testing.T, h *harness) *sotwClient {
-	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0)}},
-		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0)}},
-		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A")}})
+	h.apply(store.Change{TypeURL: cds, Upserts: []store.Resource{rcl("A", 0)}},
+		store.Change{TypeURL: eds, Upserts: []store.Resource{rla("A", 0)}},
+		store.Change{TypeURL: rdsURL, Upserts: []store.Resource{routeTo("A")}})
 	c := h.sotw()
 	c.send(&discovery.DiscoveryRequest{TypeUrl: rdsURL, ResourceNames: []string{"r"}})
 	r := c.recv()
@@ -76,9 +77,9 @@ func TestMakeBeforeBreakInterimRoute(t *testing.T) {
 	h := newHarness(t, true, xds.WithMakeBeforeBreak(true, settle))
 	c := grpcGoSotwClient(t, h)
 
-	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("V", 0)}},
-		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("V", 0)}},
-		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A", "V")}})
+	h.apply(store.Change{TypeURL: cds, Upserts: []store.Resource{rcl("V", 0)}},
+		store.Change{TypeURL: eds, Upserts: []store.Resource{rla("V", 0)}},
+		store.Change{TypeURL: rdsURL, Upserts: []store.Resource{routeTo("A", "V")}})
 	im := c.recv()
 	eq(t, "interim: the ACKed routes plus one to V", []string{"A", "+V"}, routeClusterNames(t, im))
 	c.none() // the real version waits for the interim's ACK
@@ -108,9 +109,9 @@ func TestMakeBeforeBreakInterimRoute(t *testing.T) {
 	sotwAck(c, real, "r")
 
 	// The interim NACKed: the real version follows.
-	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("W", 0)}},
-		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("W", 0)}},
-		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A", "W")}})
+	h.apply(store.Change{TypeURL: cds, Upserts: []store.Resource{rcl("W", 0)}},
+		store.Change{TypeURL: eds, Upserts: []store.Resource{rla("W", 0)}},
+		store.Change{TypeURL: rdsURL, Upserts: []store.Resource{routeTo("A", "W")}})
 	im = c.recv()
 	eq(t, "interim to W", []string{"A,V", "+W"}, routeClusterNames(t, im))
 	c.send(&discovery.DiscoveryRequest{TypeUrl: rdsURL, VersionInfo: real.VersionInfo, ResponseNonce: im.Nonce,
@@ -120,7 +121,7 @@ func TestMakeBeforeBreakInterimRoute(t *testing.T) {
 	sotwAck(c, real, "r")
 
 	// Fewer clusters: no interim.
-	h.apply(xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("W")}})
+	h.apply(store.Change{TypeURL: rdsURL, Upserts: []store.Resource{routeTo("W")}})
 	eq(t, "a change adding no cluster", []string{"W"}, routeClusterNames(t, c.recv()))
 	c.none()
 	st := h.cache.Stats()
@@ -134,9 +135,9 @@ func TestMakeBeforeBreakInterimRoute(t *testing.T) {
 func TestMakeBeforeBreakAfterAssignments(t *testing.T) {
 	h := newHarness(t, true)
 	c := envoySotwClient(t, h)
-	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("V", 0)}},
-		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("V", 0)}},
-		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A", "V")}})
+	h.apply(store.Change{TypeURL: cds, Upserts: []store.Resource{rcl("V", 0)}},
+		store.Change{TypeURL: eds, Upserts: []store.Resource{rla("V", 0)}},
+		store.Change{TypeURL: rdsURL, Upserts: []store.Resource{routeTo("A", "V")}})
 	r := c.recv()
 	eq(t, "clusters", cds, r.TypeUrl)
 	sotwAck(c, r)
@@ -158,9 +159,9 @@ func TestMakeBeforeBreakAfterAssignments(t *testing.T) {
 // V stays in its CDS until it answers the routes that no longer name it.
 func TestMakeBeforeBreakKeepsRoutedCluster(t *testing.T) {
 	h := newHarness(t, true)
-	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0), rcl("V", 0)}},
-		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0), rla("V", 0)}},
-		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("V")}})
+	h.apply(store.Change{TypeURL: cds, Upserts: []store.Resource{rcl("A", 0), rcl("V", 0)}},
+		store.Change{TypeURL: eds, Upserts: []store.Resource{rla("A", 0), rla("V", 0)}},
+		store.Change{TypeURL: rdsURL, Upserts: []store.Resource{routeTo("V")}})
 	c := h.sotw()
 	c.send(&discovery.DiscoveryRequest{TypeUrl: rdsURL, ResourceNames: []string{"r"}})
 	r := c.recv()
@@ -176,9 +177,9 @@ func TestMakeBeforeBreakKeepsRoutedCluster(t *testing.T) {
 	h.waitWatches(1, cds, eds, rdsURL)
 
 	// As PublishServices orders it: routes first, then the deletions.
-	h.apply(xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A")}},
-		xds.Change{TypeURL: eds, Deletes: []string{"V"}},
-		xds.Change{TypeURL: cds, Deletes: []string{"V"}})
+	h.apply(store.Change{TypeURL: rdsURL, Upserts: []store.Resource{routeTo("A")}},
+		store.Change{TypeURL: eds, Deletes: []string{"V"}},
+		store.Change{TypeURL: cds, Deletes: []string{"V"}})
 	im := c.recv()
 	eq(t, "interim: V's route plus one to A", []string{"V", "+A"}, routeClusterNames(t, im))
 	c.none() // V stays: the client holds routes naming it

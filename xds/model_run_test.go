@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/xdsbridge/xdsbridge/xds"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 const lds = xds.ListenerType
@@ -100,7 +101,7 @@ func newRun(h *mhistory) (*mrun, error) {
 		opts = append(opts, xds.WithMaxResponseBytes(h.maxBytes))
 	}
 	c := xds.NewCache(opts...)
-	if err := c.Apply(xds.Change{TypeURL: lds, Upserts: []xds.Resource{
+	if err := c.Apply(store.Change{TypeURL: lds, Upserts: []store.Resource{
 		{Name: barrierNames[0], Msg: &listener.Listener{Name: barrierNames[0]}},
 		{Name: barrierNames[1], Msg: &listener.Listener{Name: barrierNames[1]}},
 	}}); err != nil {
@@ -245,25 +246,25 @@ func (r *mrun) reconnect(c *mclient) *violation {
 }
 
 func (r *mrun) publish(ops []op) *violation {
-	var cu, eu []xds.Resource
+	var cu, eu []store.Resource
 	var del []string
 	for _, o := range ops {
 		switch o.kind {
 		case opCluster:
-			cu = append(cu, xds.Resource{Name: o.name, Msg: mkCluster(o.name, o.variant)})
+			cu = append(cu, store.Resource{Name: o.name, Msg: mkCluster(o.name, o.variant)})
 		case opCLA:
-			eu = append(eu, xds.Resource{Name: o.name, Msg: mkCLA(o.name, o.variant, o.poison),
-				DependsOn: &xds.Dep{TypeURL: xds.ClusterType, Name: o.name}})
+			eu = append(eu, store.Resource{Name: o.name, Msg: mkCLA(o.name, o.variant, o.poison),
+				DependsOn: &store.Dep{TypeURL: xds.ClusterType, Name: o.name}})
 		case opDelete:
 			del = append(del, o.name)
 		}
 	}
 	// Make before break, as the bridge publishes.
 	if err := r.cache.Apply(
-		xds.Change{TypeURL: cds, Upserts: cu},
-		xds.Change{TypeURL: eds, Upserts: eu},
-		xds.Change{TypeURL: eds, Deletes: del},
-		xds.Change{TypeURL: cds, Deletes: del},
+		store.Change{TypeURL: cds, Upserts: cu},
+		store.Change{TypeURL: eds, Upserts: eu},
+		store.Change{TypeURL: eds, Deletes: del},
+		store.Change{TypeURL: cds, Deletes: del},
 	); err != nil {
 		return r.fail("apply", nil, nil, "%v", err)
 	}

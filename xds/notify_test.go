@@ -8,6 +8,7 @@ import (
 
 	"github.com/xdsbridge/xdsbridge/translate"
 	"github.com/xdsbridge/xdsbridge/xds"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // fsNotified reports whether ch holds a notification.
@@ -30,9 +31,9 @@ func TestCacheSubscribe(t *testing.T) {
 	if fsNotified(ch) {
 		t.Fatal("notified before any change")
 	}
-	web := []xds.Change{
-		{TypeURL: xds.ClusterType, Upserts: []xds.Resource{{Name: "web", Msg: translate.Cluster("web")}}},
-		{TypeURL: xds.EndpointType, Upserts: []xds.Resource{{Name: "web", Msg: &endpoint.ClusterLoadAssignment{ClusterName: "web"}}}},
+	web := []store.Change{
+		{TypeURL: xds.ClusterType, Upserts: []store.Resource{{Name: "web", Msg: translate.Cluster("web")}}},
+		{TypeURL: xds.EndpointType, Upserts: []store.Resource{{Name: "web", Msg: &endpoint.ClusterLoadAssignment{ClusterName: "web"}}}},
 	}
 	if err := c.Apply(web...); err != nil {
 		t.Fatal(err)
@@ -58,7 +59,7 @@ func TestCacheSubscribe(t *testing.T) {
 		t.Fatalf("snapshot %v", snap)
 	}
 	cancel()
-	if err := c.Apply(xds.Change{TypeURL: xds.ClusterType, Deletes: []string{"web"}}); err != nil {
+	if err := c.Apply(store.Change{TypeURL: xds.ClusterType, Deletes: []string{"web"}}); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // Clusters before their assignments, per stream.
@@ -82,7 +83,7 @@ type sentClusters struct {
 // request with a stale nonce) is replaced by the next of its type, and
 // all go with the stream.
 func (c *Cache) noteRequest(req any, key streamKey, typeURL string) {
-	c.mu.Lock()
+	c.mu.Lock() // the server's state only
 	defer c.mu.Unlock()
 	st := c.streams[key]
 	if st == nil {
@@ -101,7 +102,7 @@ func (c *Cache) noteRequest(req any, key streamKey, typeURL string) {
 // Streams that may read everything are not registered: noteRequest makes
 // their state.
 func (c *Cache) openStream(key streamKey, vis *visibility) {
-	c.mu.Lock()
+	c.mu.Lock() // the server's state only
 	defer c.mu.Unlock()
 	c.streams[key] = &streamState{key: key, vis: vis, noted: map[string]any{}, inflight: map[string]*deltaResponse{}, held: map[string][]string{}}
 	c.restricted = true
@@ -109,7 +110,7 @@ func (c *Cache) openStream(key streamKey, vis *visibility) {
 
 // streamClosed forgets a stream.
 func (c *Cache) streamClosed(key streamKey) {
-	c.mu.Lock()
+	c.mu.Lock() // the server's state only
 	defer c.mu.Unlock()
 	if st := c.streams[key]; st != nil {
 		for _, req := range st.noted {
@@ -148,7 +149,7 @@ func (c *Cache) sentCDS(w *watch, rest []string, resp *discovery.DiscoveryRespon
 	if st == nil {
 		return
 	}
-	sc := &sentClusters{gen: w.ts.gen, rest: rest}
+	sc := &sentClusters{gen: w.ts.Gen, rest: rest}
 	sc.interest(w)
 	if !w.delta {
 		st.pendingCDS, st.pendingResp = sc, resp
@@ -165,7 +166,7 @@ func (c *Cache) cdsCurrent(w *watch) {
 	if st == nil || w.done || !c.ready || (!w.delta && st.pendingCDS != nil) {
 		return
 	}
-	sc := &sentClusters{gen: w.ts.gen}
+	sc := &sentClusters{gen: w.ts.Gen}
 	sc.interest(w)
 	st.cds = sc
 	c.wakeEDS(st)
@@ -181,8 +182,8 @@ func (c *Cache) sotwSent(key streamKey, resp *discovery.DiscoveryResponse) {
 	default:
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	st := c.streams[key]
 	if st == nil || st.pendingResp != resp {
 		return
@@ -221,32 +222,32 @@ func (c *Cache) wakeEDS(st *streamState) {
 // clusterHolder returns what an EDS watch w's response must hold back:
 // the assignments whose cluster its stream has not been sent; nil when
 // nothing is held back.
-func (c *Cache) clusterHolder(w *watch) func(*entry) bool {
+func (c *Cache) clusterHolder(w *watch) func(*store.Entry) bool {
 	st := w.stream
 	clusters := c.types[ClusterType]
 	if st == nil || (st.cds == nil && st.pendingCDS == nil) || clusters == nil {
 		return nil
 	}
-	return func(e *entry) bool {
-		if e.dep == nil || e.dep.TypeURL != ClusterType {
+	return func(e *store.Entry) bool {
+		if e.Dep == nil || e.Dep.TypeURL != ClusterType {
 			return false
 		}
 		// A sotw CDS response still queued is sent before this one, or
 		// dropped (then the client keeps what it was sent): the cluster
 		// must be in both.
-		cl := clusters.resources[e.dep.Name]
-		return cl != nil && st.vis.sees(cl.name) && ((st.cds != nil && !st.cds.sent(cl)) || (st.pendingCDS != nil && !st.pendingCDS.sent(cl)))
+		cl := clusters.Resources[e.Dep.Name]
+		return cl != nil && st.vis.sees(cl.Name) && ((st.cds != nil && !st.cds.sent(cl)) || (st.pendingCDS != nil && !st.pendingCDS.sent(cl)))
 	}
 }
 
 // sent reports whether the stream was sent cluster e at its version, or
 // does not want it.
-func (sc *sentClusters) sent(e *entry) bool {
-	if _, ok := sc.names[e.name]; !sc.wild && !ok {
+func (sc *sentClusters) sent(e *store.Entry) bool {
+	if _, ok := sc.names[e.Name]; !sc.wild && !ok {
 		return true
 	}
-	_, inRest := slices.BinarySearch(sc.rest, e.name)
-	return e.gen <= sc.gen && !inRest
+	_, inRest := slices.BinarySearch(sc.rest, e.Name)
+	return e.Gen <= sc.gen && !inRest
 }
 
 // withRest adds names to a rest (sorted names), in a new slice.

@@ -9,19 +9,20 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	"github.com/xdsbridge/xdsbridge/xds"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
-func rcl(name string, v int) xds.Resource {
-	return xds.Resource{Name: name, Msg: &cluster.Cluster{Name: name, LbPolicy: cluster.Cluster_LbPolicy(v)}}
+func rcl(name string, v int) store.Resource {
+	return store.Resource{Name: name, Msg: &cluster.Cluster{Name: name, LbPolicy: cluster.Cluster_LbPolicy(v)}}
 }
 
-func rla(name string, v int) xds.Resource {
-	return xds.Resource{Name: name, Msg: &endpoint.ClusterLoadAssignment{ClusterName: name,
+func rla(name string, v int) store.Resource {
+	return store.Resource{Name: name, Msg: &endpoint.ClusterLoadAssignment{ClusterName: name,
 		Endpoints: []*endpoint.LocalityLbEndpoints{{Priority: uint32(v)}}},
-		DependsOn: &xds.Dep{TypeURL: xds.ClusterType, Name: name}}
+		DependsOn: &store.Dep{TypeURL: xds.ClusterType, Name: name}}
 }
 
-func (h *harness) apply(chs ...xds.Change) {
+func (h *harness) apply(chs ...store.Change) {
 	h.t.Helper()
 	if err := h.cache.Apply(chs...); err != nil {
 		h.t.Fatal(err)
@@ -34,8 +35,8 @@ func (h *harness) apply(chs ...xds.Change) {
 // Envoy's initial_fetch_timeout).
 func TestHeldBackAssignmentSurvivesTheNextRequest(t *testing.T) {
 	h := newHarness(t, true)
-	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0), rcl("X", 0)}},
-		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0), rla("X", 0)}})
+	h.apply(store.Change{TypeURL: cds, Upserts: []store.Resource{rcl("A", 0), rcl("X", 0)}},
+		store.Change{TypeURL: eds, Upserts: []store.Resource{rla("A", 0), rla("X", 0)}})
 	c := h.delta("n")
 	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
 	r := c.recv()
@@ -47,11 +48,11 @@ func TestHeldBackAssignmentSurvivesTheNextRequest(t *testing.T) {
 	c.ack(r)
 	h.waitWatches(1, cds, eds)
 
-	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("Y", 0)}})
+	h.apply(store.Change{TypeURL: cds, Upserts: []store.Resource{rcl("Y", 0)}})
 	c1 := c.recv() // CDS Y, not acked yet
 	eq(t, "c1", []string{"Y"}, names(c1))
-	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("X", 1)}}) // waits for c1's ACK
-	h.apply(xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 1)}})
+	h.apply(store.Change{TypeURL: cds, Upserts: []store.Resource{rcl("X", 1)}}) // waits for c1's ACK
+	h.apply(store.Change{TypeURL: eds, Upserts: []store.Resource{rla("A", 1)}})
 	e1 := c.recv()
 	eq(t, "e1", []string{"A"}, names(e1))
 	// As Envoy: subscribes X (no nonce), then ACKs e1, then ACKs c1.

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/xdsbridge/xdsbridge/translate"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // PublishServices puts the resources of changed services into the cache and
@@ -23,7 +24,7 @@ func (c *Cache) PublishServices(changed []translate.Resources, removed []string)
 	p := c.publication(changed, removed)
 	routes, vhdsApplied := c.vhdsPublish(p.routes)
 	err := c.Apply(publishSteps(
-		map[string][]Resource{ClusterType: p.clusters, EndpointType: p.loads, ListenerType: p.listeners, RouteType: routes},
+		map[string][]store.Resource{ClusterType: p.clusters, EndpointType: p.loads, ListenerType: p.listeners, RouteType: routes},
 		map[string][]string{RouteType: removed, ListenerType: removed, EndpointType: p.clusterDeletes, ClusterType: p.clusterDeletes},
 	)...)
 	c.published(p, removed, err)
@@ -35,7 +36,7 @@ func (c *Cache) PublishServices(changed []translate.Resources, removed []string)
 
 // publication is what one PublishServices call upserts and removes.
 type publication struct {
-	clusters, loads, listeners, routes []Resource
+	clusters, loads, listeners, routes []store.Resource
 	clusterDeletes                     []string            // clusters and assignments
 	next                               map[string][]string // service → its subsets' names, once applied
 	changedServices                    map[string]bool
@@ -46,35 +47,35 @@ type publication struct {
 // that are gone. c.pubMu is held.
 func (c *Cache) publication(changed []translate.Resources, removed []string) *publication {
 	p := &publication{next: map[string][]string{}, changedServices: map[string]bool{}}
-	var subClusters, subLoads []Resource
+	var subClusters, subLoads []store.Resource
 	var goneSubsets []string
 	for _, r := range changed {
 		if r.Listener != nil {
-			p.listeners = append(p.listeners, Resource{Name: r.Listener.GetName(), Msg: r.Listener})
+			p.listeners = append(p.listeners, store.Resource{Name: r.Listener.GetName(), Msg: r.Listener})
 		}
 		if r.Route != nil {
-			p.routes = append(p.routes, Resource{Name: r.Route.GetName(), Msg: r.Route})
+			p.routes = append(p.routes, store.Resource{Name: r.Route.GetName(), Msg: r.Route})
 		}
 		service := ""
 		if r.Cluster != nil {
 			service = r.Cluster.GetName()
 			p.changedServices[service] = true
-			p.clusters = append(p.clusters, Resource{Name: service, Msg: r.Cluster})
+			p.clusters = append(p.clusters, store.Resource{Name: service, Msg: r.Cluster})
 		}
 		if r.Load != nil {
 			service = r.Load.GetClusterName()
-			p.loads = append(p.loads, Resource{
+			p.loads = append(p.loads, store.Resource{
 				Name:      r.Load.GetClusterName(),
 				Msg:       r.Load,
-				DependsOn: &Dep{TypeURL: ClusterType, Name: r.Load.GetClusterName()},
+				DependsOn: &store.Dep{TypeURL: ClusterType, Name: r.Load.GetClusterName()},
 			})
 		}
 		names := make([]string, 0, len(r.Subsets))
 		for _, s := range r.Subsets {
 			name := s.Cluster.GetName()
 			names = append(names, name)
-			subClusters = append(subClusters, Resource{Name: name, Msg: s.Cluster})
-			subLoads = append(subLoads, Resource{Name: name, Msg: s.Load, DependsOn: &Dep{TypeURL: ClusterType, Name: name}})
+			subClusters = append(subClusters, store.Resource{Name: name, Msg: s.Cluster})
+			subLoads = append(subLoads, store.Resource{Name: name, Msg: s.Load, DependsOn: &store.Dep{TypeURL: ClusterType, Name: name}})
 		}
 		if service == "" {
 			continue
@@ -98,7 +99,7 @@ func (c *Cache) publication(changed []translate.Resources, removed []string) *pu
 		}
 		return c.services[n] && !slices.Contains(removed, n)
 	}
-	notService := func(r Resource) bool { return isService(r.Name) }
+	notService := func(r store.Resource) bool { return isService(r.Name) }
 	p.clusters = append(p.clusters, slices.DeleteFunc(subClusters, notService)...)
 	p.loads = append(p.loads, slices.DeleteFunc(subLoads, notService)...)
 	goneSubsets = slices.DeleteFunc(goneSubsets, isService)

@@ -11,10 +11,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/xdsbridge/xdsbridge/xds"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // assignmentWithEndpoints is an assignment of n endpoints.
-func assignmentWithEndpoints(name string, n int) xds.Resource {
+func assignmentWithEndpoints(name string, n int) store.Resource {
 	la := &endpoint.ClusterLoadAssignment{ClusterName: name}
 	var lle endpoint.LocalityLbEndpoints
 	for i := range n {
@@ -23,7 +24,7 @@ func assignmentWithEndpoints(name string, n int) xds.Resource {
 				Address: fmt.Sprintf("10.%d.%d.%d", i/65536, i/256%256, i%256), PortSpecifier: &core.SocketAddress_PortValue{PortValue: 8080}}}}}}})
 	}
 	la.Endpoints = []*endpoint.LocalityLbEndpoints{&lle}
-	return xds.Resource{Name: name, Msg: la}
+	return store.Resource{Name: name, Msg: la}
 }
 
 // TestDeltaPartsFitTheBound: every part of a delta EDS sync that
@@ -32,7 +33,7 @@ func assignmentWithEndpoints(name string, n int) xds.Resource {
 // carries something; together they carry every assignment once.
 func TestDeltaPartsFitTheBound(t *testing.T) {
 	c := xds.NewCache(xds.WithTypes(xds.EndpointType))
-	var all []xds.Resource
+	var all []store.Resource
 	var names []string
 	for i := range 2000 {
 		n := fmt.Sprintf("service-%05d", i)
@@ -43,7 +44,7 @@ func TestDeltaPartsFitTheBound(t *testing.T) {
 		all = append(all, assignmentWithEndpoints(n, eps))
 		names = append(names, n)
 	}
-	if err := c.Apply(xds.Change{TypeURL: xds.EndpointType, Upserts: all}); err != nil {
+	if err := c.Apply(store.Change{TypeURL: xds.EndpointType, Upserts: all}); err != nil {
 		t.Fatal(err)
 	}
 	c.MarkReady()
@@ -89,7 +90,7 @@ func TestDeltaPartsFitTheBound(t *testing.T) {
 // parts follow each ACK).
 func TestSotwEDSPartsFitTheBound(t *testing.T) {
 	c := xds.NewCache(xds.WithTypes(xds.EndpointType))
-	var all []xds.Resource
+	var all []store.Resource
 	var names []string
 	for i := range 2000 {
 		n := fmt.Sprintf("service-%05d", i)
@@ -100,7 +101,7 @@ func TestSotwEDSPartsFitTheBound(t *testing.T) {
 		all = append(all, assignmentWithEndpoints(n, eps))
 		names = append(names, n)
 	}
-	if err := c.Apply(xds.Change{TypeURL: xds.EndpointType, Upserts: all}); err != nil {
+	if err := c.Apply(store.Change{TypeURL: xds.EndpointType, Upserts: all}); err != nil {
 		t.Fatal(err)
 	}
 	c.MarkReady()

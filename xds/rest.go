@@ -142,7 +142,7 @@ var restPaths = map[string]string{
 // NewREST; it is an http.Handler, and Serve runs it on a listener.
 type REST struct {
 	s     *Server
-	store restStore
+	store Store // Ready, and Read: a request's resources at one instant
 	opts  RESTOptions
 	log   *slog.Logger
 
@@ -178,7 +178,7 @@ type restRewrittenCluster struct {
 // NewREST returns the REST handler serving s's cache; NACKs count in s.
 func NewREST(s *Server, opts RESTOptions) *REST {
 	opts = opts.WithDefaults()
-	r := &REST{s: s, store: s.cache, opts: opts, log: s.log, nacked: map[string]string{}, clusters: map[string]restRewrittenCluster{},
+	r := &REST{s: s, store: s.cache.store, opts: opts, log: s.log, nacked: map[string]string{}, clusters: map[string]restRewrittenCluster{},
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "xdsbridge_xds_rest_held_polls", Help: "REST xDS polls held (up to date, waiting for a change or xds.rest.max_wait).",
 		}),

@@ -8,6 +8,7 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -29,10 +30,10 @@ type restItem struct {
 func (r *REST) state(typeURL string, names restNames, wild bool, items bool) (string, []restItem, <-chan struct{}) {
 	var v uint64
 	var out []restItem
-	ch := r.store.read(typeURL, names, wild, func(e *entry) {
-		v ^= e.verHash
+	ch := r.store.Read(typeURL, names, wild, func(e *store.Entry) {
+		v ^= e.VerHash
 		if items {
-			out = append(out, restItem{name: e.name, version: e.version, any: e.any, msg: e.msg})
+			out = append(out, restItem{name: e.Name, version: e.Version, any: e.Any, msg: e.Msg})
 		}
 	})
 	if typeURL == ClusterType {
@@ -122,14 +123,6 @@ func (r *REST) rewriteCluster(it restItem) *anypb.Any {
 	r.clusters[it.name] = restRewrittenCluster{version: it.version, any: a}
 	r.mu.Unlock()
 	return a
-}
-
-// restStore is what REST reads of the cache: readiness, and the
-// resources of a request read at one instant with the channel their next
-// change closes. REST holds no lock of the cache.
-type restStore interface {
-	Ready() bool
-	read(typeURL string, names nameList, wild bool, fn func(*entry)) <-chan struct{}
 }
 
 // nack logs and counts a REST NACK once per node, type and nonce.

@@ -34,9 +34,9 @@ func BenchmarkResume(b *testing.B) {
 	}
 	c.MarkReady()
 	req := &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, InitialResourceVersions: map[string]string{}}
-	for n, e := range c.types[EndpointType].resources {
+	for n, e := range c.types[EndpointType].Resources {
 		req.ResourceNamesSubscribe = append(req.ResourceNamesSubscribe, n)
-		req.InitialResourceVersions[n] = e.version
+		req.InitialResourceVersions[n] = e.Version
 	}
 	wire, err := proto.Marshal(req)
 	if err != nil {
@@ -52,7 +52,7 @@ func BenchmarkResume(b *testing.B) {
 	for _, cd := range []struct {
 		name string
 		codec
-	}{{"decode-store-strings", codec{wire: c.wire}}, {"decode-copies", codec{}}} {
+	}{{"decode-store-strings", codec{wire: c.store.Wire()}}, {"decode-copies", codec{}}} {
 		b.Run(cd.name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(wire)))
@@ -82,7 +82,7 @@ func BenchmarkResume(b *testing.B) {
 	for _, cd := range []struct {
 		name string
 		codec
-	}{{"watch-store-strings", codec{wire: c.wire}}, {"watch-copies", codec{}}} {
+	}{{"watch-store-strings", codec{wire: c.store.Wire()}}, {"watch-copies", codec{}}} {
 		b.Run(cd.name, func(b *testing.B) {
 			b.ReportAllocs()
 			ch := make(chan *deltaResponse, 1)

@@ -4,9 +4,8 @@ import (
 	"slices"
 	"time"
 
-	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"google.golang.org/protobuf/proto"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // Routes after their clusters' assignments, per stream.
@@ -56,36 +55,11 @@ func WithRouteHold(d time.Duration) Option {
 	return func(c *Cache) { c.routeHold = max(d, 0) }
 }
 
-// routeClusters returns the clusters the routes of a RouteConfiguration
-// name (a route's cluster, its weighted clusters), sorted.
-func routeClusters(m proto.Message) []string {
-	rc, ok := m.(*route.RouteConfiguration)
-	if !ok {
-		return nil
-	}
-	var out []string
-	for _, vh := range rc.GetVirtualHosts() {
-		for _, r := range vh.GetRoutes() {
-			a := r.GetRoute()
-			if n := a.GetCluster(); n != "" {
-				out = append(out, n)
-			}
-			for _, wc := range a.GetWeightedClusters().GetClusters() {
-				if wc.GetName() != "" {
-					out = append(out, wc.GetName())
-				}
-			}
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
-}
-
 // routeHolder returns what an RDS watch's response must hold back: the
 // routes naming a cluster whose assignment the stream waits for, and
 // (mbb.go) the real version after an interim until the client could
 // apply the interim.
-func (c *Cache) routeHolder(w *watch) func(*entry) bool {
+func (c *Cache) routeHolder(w *watch) func(*store.Entry) bool {
 	st := w.stream
 	if st == nil || c.routeHold <= 0 || w.holdExpired {
 		return nil
@@ -97,9 +71,9 @@ func (c *Cache) routeHolder(w *watch) func(*entry) bool {
 		return nil
 	}
 	now := time.Now()
-	return func(e *entry) bool {
+	return func(e *store.Entry) bool {
 		if edsRule {
-			for _, cn := range e.clusters {
+			for _, cn := range e.Clusters {
 				if c.awaitsEDS(st, clusters, loads, cn) {
 					return true
 				}
@@ -115,11 +89,11 @@ func (c *Cache) awaitsEDS(st *streamState, clusters, loads *typeState, cn string
 	if st.edsSent.has(cn) {
 		return false
 	}
-	if _, ok := clusters.resources[cn]; !ok || !st.vis.sees(cn) {
+	if _, ok := clusters.Resources[cn]; !ok || !st.vis.sees(cn) {
 		return false
 	}
-	la, ok := loads.resources[cn]
-	if !ok || la.dep == nil || la.dep.TypeURL != ClusterType || la.dep.Name != cn {
+	la, ok := loads.Resources[cn]
+	if !ok || la.Dep == nil || la.Dep.TypeURL != ClusterType || la.Dep.Name != cn {
 		return false
 	}
 	return (st.cds != nil && st.cds.wants(cn)) || (st.pendingCDS != nil && st.pendingCDS.wants(cn))
@@ -176,8 +150,8 @@ func (c *Cache) sentEDS(w *watch, sent, removed []string, resp *discovery.Discov
 
 // sotwSentEDS is told by the server of each sotw EDS response it sends.
 func (c *Cache) sotwSentEDS(key streamKey, resp *discovery.DiscoveryResponse) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	st := c.streams[key]
 	if st == nil {
 		return
@@ -212,8 +186,8 @@ func (c *Cache) wakeAt(w *watch, t time.Time) {
 		return
 	}
 	w.wakeTimer = time.AfterFunc(max(time.Until(t), time.Millisecond), func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
+		c.lock()
+		defer c.unlock()
 		w.wakeTimer = nil
 		if _, open := w.ts.watches[w]; !open || w.done {
 			return
@@ -225,13 +199,13 @@ func (c *Cache) wakeAt(w *watch, t time.Time) {
 // routeHeld starts the bound of a hold: w, an RDS watch left open, holds
 // routes back.
 func (c *Cache) routeHeld(w *watch) {
-	if w.ts.url != RouteType || w.done || len(w.heldBack) == 0 || w.holdTimer != nil || w.stream == nil {
+	if w.ts.URL != RouteType || w.done || len(w.heldBack) == 0 || w.holdTimer != nil || w.stream == nil {
 		return
 	}
 	c.routeHolds++
 	w.holdTimer = time.AfterFunc(c.routeHold, func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
+		c.lock()
+		defer c.unlock()
 		if _, open := w.ts.watches[w]; !open || w.done {
 			return
 		}

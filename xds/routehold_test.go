@@ -9,13 +9,14 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/xdsbridge/xdsbridge/xds"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 const rdsURL = xds.RouteType
 
 // routeTo is RouteConfiguration "r" whose one route sends to the
 // clusters, in equal shares when more than one.
-func routeTo(clusters ...string) xds.Resource {
+func routeTo(clusters ...string) store.Resource {
 	a := &route.RouteAction{}
 	if len(clusters) == 1 {
 		a.ClusterSpecifier = &route.RouteAction_Cluster{Cluster: clusters[0]}
@@ -26,7 +27,7 @@ func routeTo(clusters ...string) xds.Resource {
 		}
 		a.ClusterSpecifier = &route.RouteAction_WeightedClusters{WeightedClusters: wc}
 	}
-	return xds.Resource{Name: "r", Msg: &route.RouteConfiguration{Name: "r", VirtualHosts: []*route.VirtualHost{{
+	return store.Resource{Name: "r", Msg: &route.RouteConfiguration{Name: "r", VirtualHosts: []*route.VirtualHost{{
 		Name: "vh", Domains: []string{"*"},
 		Routes: []*route.Route{{Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
 			Action: &route.Route_Route{Route: a}}},
@@ -45,9 +46,9 @@ func shortTypeName(u string) string {
 // envoySotwClient sets up an Envoy-like sotw client (wildcard CDS, EDS and RDS
 // by name) holding cluster A, its assignment and route r → A.
 func envoySotwClient(t *testing.T, h *harness) *sotwClient {
-	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0)}},
-		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0)}},
-		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A")}})
+	h.apply(store.Change{TypeURL: cds, Upserts: []store.Resource{rcl("A", 0)}},
+		store.Change{TypeURL: eds, Upserts: []store.Resource{rla("A", 0)}},
+		store.Change{TypeURL: rdsURL, Upserts: []store.Resource{routeTo("A")}})
 	c := h.sotw()
 	c.send(&discovery.DiscoveryRequest{TypeUrl: cds})
 	r := c.recv()
@@ -72,9 +73,9 @@ func envoySotwClient(t *testing.T, h *harness) *sotwClient {
 func TestRouteAfterNewClusterAssignmentSotw(t *testing.T) {
 	h := newHarness(t, true)
 	c := envoySotwClient(t, h)
-	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("V", 0)}},
-		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("V", 0)}},
-		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A", "V")}})
+	h.apply(store.Change{TypeURL: cds, Upserts: []store.Resource{rcl("V", 0)}},
+		store.Change{TypeURL: eds, Upserts: []store.Resource{rla("V", 0)}},
+		store.Change{TypeURL: rdsURL, Upserts: []store.Resource{routeTo("A", "V")}})
 	r := c.recv()
 	eq(t, "first: the clusters", []string{"A", "V"}, sotwNames(t, r))
 	c.none() // not the routes: V's assignment was not sent
@@ -98,9 +99,9 @@ func TestRouteAfterNewClusterAssignmentSotw(t *testing.T) {
 // TestRouteAfterNewClusterAssignmentDelta: the same on a delta stream.
 func TestRouteAfterNewClusterAssignmentDelta(t *testing.T) {
 	h := newHarness(t, true)
-	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0)}},
-		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0)}},
-		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A")}})
+	h.apply(store.Change{TypeURL: cds, Upserts: []store.Resource{rcl("A", 0)}},
+		store.Change{TypeURL: eds, Upserts: []store.Resource{rla("A", 0)}},
+		store.Change{TypeURL: rdsURL, Upserts: []store.Resource{routeTo("A")}})
 	c := h.delta("n")
 	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds})
 	r := c.recv()
@@ -116,9 +117,9 @@ func TestRouteAfterNewClusterAssignmentDelta(t *testing.T) {
 	c.ack(r)
 	h.waitWatches(1, cds, eds, rdsURL)
 
-	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("V", 0)}},
-		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("V", 0)}},
-		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A", "V")}})
+	h.apply(store.Change{TypeURL: cds, Upserts: []store.Resource{rcl("V", 0)}},
+		store.Change{TypeURL: eds, Upserts: []store.Resource{rla("V", 0)}},
+		store.Change{TypeURL: rdsURL, Upserts: []store.Resource{routeTo("A", "V")}})
 	r = c.recv()
 	eq(t, "first: the cluster", []string{"V"}, names(r))
 	eq(t, "its type", cds, r.TypeUrl)
@@ -139,9 +140,9 @@ func TestRouteAfterNewClusterAssignmentDelta(t *testing.T) {
 // only once it has the route.
 func TestRouteNotHeldForClustersLearnedFromRoutes(t *testing.T) {
 	h := newHarness(t, true)
-	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("A", 0)}},
-		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("A", 0)}},
-		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A")}})
+	h.apply(store.Change{TypeURL: cds, Upserts: []store.Resource{rcl("A", 0)}},
+		store.Change{TypeURL: eds, Upserts: []store.Resource{rla("A", 0)}},
+		store.Change{TypeURL: rdsURL, Upserts: []store.Resource{routeTo("A")}})
 	c := h.sotw()
 	c.send(&discovery.DiscoveryRequest{TypeUrl: rdsURL, ResourceNames: []string{"r"}})
 	r := c.recv()
@@ -156,9 +157,9 @@ func TestRouteNotHeldForClustersLearnedFromRoutes(t *testing.T) {
 	h.waitWatches(1, cds, eds, rdsURL)
 
 	start := time.Now()
-	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("V", 0)}},
-		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("V", 0)}},
-		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A", "V")}})
+	h.apply(store.Change{TypeURL: cds, Upserts: []store.Resource{rcl("V", 0)}},
+		store.Change{TypeURL: eds, Upserts: []store.Resource{rla("V", 0)}},
+		store.Change{TypeURL: rdsURL, Upserts: []store.Resource{routeTo("A", "V")}})
 	r = c.recv()
 	eq(t, "the routes, at once", rdsURL, r.TypeUrl)
 	if d := time.Since(start); d > time.Second {
@@ -177,9 +178,9 @@ func TestRouteHoldIsBounded(t *testing.T) {
 	h := newHarness(t, true, xds.WithRouteHold(300*time.Millisecond))
 	c := envoySotwClient(t, h)
 	start := time.Now()
-	h.apply(xds.Change{TypeURL: cds, Upserts: []xds.Resource{rcl("V", 0)}},
-		xds.Change{TypeURL: eds, Upserts: []xds.Resource{rla("V", 0)}},
-		xds.Change{TypeURL: rdsURL, Upserts: []xds.Resource{routeTo("A", "V")}})
+	h.apply(store.Change{TypeURL: cds, Upserts: []store.Resource{rcl("V", 0)}},
+		store.Change{TypeURL: eds, Upserts: []store.Resource{rla("V", 0)}},
+		store.Change{TypeURL: rdsURL, Upserts: []store.Resource{routeTo("A", "V")}})
 	r := c.recv()
 	eq(t, "cds", cds, r.TypeUrl)
 	sotwAck(c, r)

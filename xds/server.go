@@ -167,12 +167,12 @@ func (s *Server) observeChangeACK(reg prometheus.Registerer) {
 	if err := promreg.Register(reg, h); err != nil {
 		panic(err)
 	}
-	s.cache.mu.Lock()
+	s.cache.lock()
 	s.cache.ackObserver = func(typeURL string, d time.Duration) {
 		h.WithLabelValues(servedType(typeURL)).Observe(d.Seconds())
 		s.recentACK.add(d)
 	}
-	s.cache.mu.Unlock()
+	s.cache.unlock()
 }
 
 // maxRecentLatencies bounds the latencies kept between two
@@ -230,7 +230,7 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 		// (an Envoy's EDS subscription to 5,000 names is 70 KiB); tiers in
 		// powers of two instead, and responses encoded to their size.
 		experimental.BufferPool(bufferPool),
-		grpc.ForceServerCodecV2(codec{wire: s.cache.wire}),
+		grpc.ForceServerCodecV2(codec{wire: s.cache.store.Wire()}),
 		grpc.MaxRecvMsgSize(s.lim.MaxRecvMessageBytes),
 		// gRPC's default is 16 MiB of headers per stream, kept with it.
 		grpc.MaxHeaderListSize(uint32(s.lim.MaxHeaderBytes)),

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -137,11 +138,11 @@ func (c *Cache) readSotwState(w *watch) {
 		ss.full = true
 		return
 	}
-	if known.gen > ts.gen || known.gen < ts.floor {
+	if known.gen > ts.Gen || known.gen < ts.Floor {
 		ss.full = true
 		return
 	}
-	ss.names = ts.sinceLog(known.gen)
+	ss.names = ts.SinceLog(known.gen)
 }
 
 // readMarks applies the request's answer to the marked names of the state:
@@ -194,7 +195,7 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 	w.heldBack = nil
 	p.collect(names, full)
 	slices.Sort(w.heldBack)
-	if len(p.changed) == 0 && !evenIfEmpty && (len(p.removed) == 0 || !ts.fullState) {
+	if len(p.changed) == 0 && !evenIfEmpty && (len(p.removed) == 0 || !ts.FullState) {
 		// Nothing to send; and sotw cannot express the removal of an
 		// EDS/RDS resource: the client keeps it until it unsubscribes.
 		return false
@@ -206,13 +207,13 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 	w.done = true
 
 	send := p.changed
-	if ts.fullState {
+	if ts.FullState {
 		send = p.everything(next)
 	}
 	resp := p.response(send, next)
 	c.handed(w, resp, ts.newestGen(p.changed, p.removed))
 	w.sch <- &sotwResponse{req: w.sreq, resp: resp, next: next}
-	switch ts.url {
+	switch ts.URL {
 	case ClusterType:
 		c.sentCDS(w, nil, resp)
 	case EndpointType:
@@ -230,12 +231,12 @@ type sotwPass struct {
 	ss         *sotwState
 	subscribed map[string]struct{}
 	wild       bool
-	hold       func(*entry) bool     // c.holder(w)
-	keep       func(n string) *entry // c.keepCluster(w)
-	interims   map[string]interim    // make before break (mbb.go)
-	kept       []*entry              // deleted clusters the stream's routes still name (mbb.go)
-	changed    []string              // to send
-	removed    []string              // no longer held
+	hold       func(*store.Entry) bool     // c.holder(w)
+	keep       func(n string) *store.Entry // c.keepCluster(w)
+	interims   map[string]interim          // make before break (mbb.go)
+	kept       []*store.Entry              // deleted clusters the stream's routes still name (mbb.go)
+	changed    []string                    // to send
+	removed    []string                    // no longer held
 }
 
 // collect considers names (everything of interest if full), each once.
@@ -264,10 +265,10 @@ func (p *sotwPass) consider(n string) {
 	kv, isKnown := ss.held[n]
 	switch {
 	case exists && interested:
-		if rv, ok := ss.rejected[n]; ok && rv == e.version {
+		if rv, ok := ss.rejected[n]; ok && rv == e.Version {
 			return // rejected alone: not sent again
 		}
-		if !isKnown || kv != e.version {
+		if !isKnown || kv != e.Version {
 			if p.hold != nil && p.hold(e) {
 				w.heldBack = append(w.heldBack, n)
 				return
@@ -296,13 +297,13 @@ func (p *sotwPass) consider(n string) {
 // as a delta response is bounded, and reports whether it did; what it
 // leaves out is found by the next full check.
 func (p *sotwPass) bound() (cut bool) {
-	if p.ts.fullState {
+	if p.ts.FullState {
 		return false
 	}
 	maxBytes, limit := p.c.maxBytes, p.ss.limit
-	total := envelope(p.ts.url)
+	total := envelope(p.ts.URL)
 	for i, n := range p.changed {
-		total += p.ts.resources[n].anySize
+		total += p.ts.Resources[n].AnySize
 		if i > 0 && ((maxBytes > 0 && total > maxBytes) || (limit > 0 && i >= limit)) {
 			p.changed = p.changed[:i]
 			return true
@@ -322,24 +323,24 @@ func (p *sotwPass) nextState(cut bool) *sotwHeld {
 		delete(next.versions, n)
 	}
 	for n, v := range ss.rejected {
-		if e, ok := ts.resources[n]; ok && e.version == v {
+		if e, ok := ts.Resources[n]; ok && e.Version == v {
 			next.mark(n, ss.held[n], sotwMark{rejected: v})
 		}
 	}
 	if len(ss.plan) > 0 {
 		// Suspects not sent yet keep the plan for the next responses.
 		for _, n := range ss.suspects {
-			if e, ok := ts.resources[n]; ok && e.version != ss.held[n] {
+			if e, ok := ts.Resources[n]; ok && e.Version != ss.held[n] {
 				next.mark(n, ss.held[n], sotwMark{suspect: true, plan: ss.plan})
 			}
 		}
 	}
 	for _, n := range p.changed {
-		if ts.fullState {
-			next.set(n, ts.resources[n].version)
+		if ts.FullState {
+			next.set(n, ts.Resources[n].Version)
 			continue
 		}
-		v := ts.resources[n].version
+		v := ts.Resources[n].Version
 		if im, ok := p.interims[n]; ok {
 			v = im.version
 		}
@@ -347,7 +348,7 @@ func (p *sotwPass) nextState(cut bool) *sotwHeld {
 	}
 	// Else the next request checks in full.
 	next.complete = !cut && len(p.w.heldBack) == 0 && len(p.interims) == 0
-	next.gen = ts.gen
+	next.gen = ts.Gen
 	return next
 }
 
@@ -358,7 +359,7 @@ func (p *sotwPass) everything(next *sotwHeld) []string {
 	ts, w := p.ts, p.w
 	var send []string
 	if p.wild {
-		for n := range ts.resources {
+		for n := range ts.Resources {
 			if !w.hidden(n) {
 				send = append(send, n)
 			}
@@ -372,10 +373,10 @@ func (p *sotwPass) everything(next *sotwHeld) []string {
 	}
 	sort.Strings(send)
 	for _, n := range send {
-		next.set(n, ts.resources[n].version)
+		next.set(n, ts.Resources[n].Version)
 	}
 	for _, g := range p.kept {
-		next.set(g.name, g.version)
+		next.set(g.Name, g.Version)
 	}
 	return send
 }
@@ -385,25 +386,25 @@ func (p *sotwPass) everything(next *sotwHeld) []string {
 func (p *sotwPass) response(send []string, next *sotwHeld) *discovery.DiscoveryResponse {
 	anys := make([]*anypb.Any, 0, len(send)+len(p.kept))
 	for _, g := range p.kept {
-		anys = append(anys, g.any)
+		anys = append(anys, g.Any)
 	}
 	for _, n := range send {
 		if im, ok := p.interims[n]; ok {
 			anys = append(anys, im.route.any)
 			continue
 		}
-		anys = append(anys, p.ts.resources[n].any)
+		anys = append(anys, p.ts.Resources[n].Any)
 	}
 	version := p.c.sotwVersion(p.w, next)
 	for n, im := range p.interims {
-		version ^= verHash(n, im.version) // an interim's version_info is its own
+		version ^= store.NameVersionHash(n, im.version) // an interim's version_info is its own
 	}
 	for _, g := range p.kept {
-		version ^= g.verHash // so is that of a response keeping a deleted cluster
+		version ^= g.VerHash // so is that of a response keeping a deleted cluster
 	}
 	return &discovery.DiscoveryResponse{
 		VersionInfo: strconv.FormatUint(version, 16),
-		TypeUrl:     p.ts.url,
+		TypeUrl:     p.ts.URL,
 		Resources:   anys,
 	}
 }
@@ -417,12 +418,12 @@ func (p *sotwPass) response(send []string, next *sotwHeld) *discovery.DiscoveryR
 // the response builds anyway, so no more work than that.
 func (c *Cache) sotwVersion(w *watch, next *sotwHeld) uint64 {
 	if w.vis() == nil {
-		return w.ts.aggregate
+		return w.ts.Aggregate
 	}
 	var v uint64
 	for n := range next.versions {
 		if e, ok := w.lookup(n); ok {
-			v ^= e.verHash
+			v ^= e.VerHash
 		}
 	}
 	return v

@@ -9,6 +9,7 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	"github.com/xdsbridge/xdsbridge/xds"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // rsim drives the cache for one delta stream and type as the delta
@@ -68,8 +69,8 @@ func (s *rsim) sync() {
 	}
 }
 
-func cl(name string, t uint32) xds.Resource {
-	return xds.Resource{Name: name, Msg: &cluster.Cluster{Name: name, ConnectTimeout: nil, PerConnectionBufferLimitBytes: nil, LbPolicy: cluster.Cluster_LbPolicy(t)}}
+func cl(name string, t uint32) store.Resource {
+	return store.Resource{Name: name, Msg: &cluster.Cluster{Name: name, ConnectTimeout: nil, PerConnectionBufferLimitBytes: nil, LbPolicy: cluster.Cluster_LbPolicy(t)}}
 }
 
 func current(c *xds.Cache, typ string) map[string]string {
@@ -85,20 +86,20 @@ func current(c *xds.Cache, typ string) map[string]string {
 func TestFailedApplyStoresNothingOfTheStep(t *testing.T) {
 	c := xds.NewCache(xds.WithTypes(xds.ClusterType))
 	c.MarkReady()
-	c.Apply(xds.Change{TypeURL: xds.ClusterType, Upserts: []xds.Resource{cl("a", 0)}})
+	c.Apply(store.Change{TypeURL: xds.ClusterType, Upserts: []store.Resource{cl("a", 0)}})
 	s := newSim(t, c, xds.ClusterType)
 	s.req(nil, nil, nil) // legacy wildcard
 	s.sync()
-	bad := xds.Resource{Name: "bad", Msg: &cluster.Cluster{Name: "\xff"}}
-	if err := c.Apply(xds.Change{TypeURL: xds.ClusterType, Upserts: []xds.Resource{cl("a", 1), bad}}); err == nil {
+	bad := store.Resource{Name: "bad", Msg: &cluster.Cluster{Name: "\xff"}}
+	if err := c.Apply(store.Change{TypeURL: xds.ClusterType, Upserts: []store.Resource{cl("a", 1), bad}}); err == nil {
 		t.Fatal("expected error")
 	}
 	// the caller retries without the bad one
-	if err := c.Apply(xds.Change{TypeURL: xds.ClusterType, Upserts: []xds.Resource{cl("a", 1)}}); err != nil {
+	if err := c.Apply(store.Change{TypeURL: xds.ClusterType, Upserts: []store.Resource{cl("a", 1)}}); err != nil {
 		t.Fatal(err)
 	}
 	// and another, unrelated change happens
-	c.Apply(xds.Change{TypeURL: xds.ClusterType, Upserts: []xds.Resource{cl("z", 0)}})
+	c.Apply(store.Change{TypeURL: xds.ClusterType, Upserts: []store.Resource{cl("z", 0)}})
 	s.sync()
 	if s.held["a"] != current(c, xds.ClusterType)["a"] {
 		t.Fatalf("client holds a@%s, cache has a@%s", s.held["a"], current(c, xds.ClusterType)["a"])
@@ -113,7 +114,7 @@ func TestWildcardToggleKeepsRemovals(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			c := xds.NewCache(xds.WithTypes(xds.ClusterType))
 			c.MarkReady()
-			c.Apply(xds.Change{TypeURL: xds.ClusterType, Upserts: []xds.Resource{cl("a", 0), cl("b", 0)}})
+			c.Apply(store.Change{TypeURL: xds.ClusterType, Upserts: []store.Resource{cl("a", 0), cl("b", 0)}})
 			s := newSim(t, c, xds.ClusterType)
 			if mode == "subscribe *" {
 				s.req([]string{"a"}, nil, nil)
@@ -121,7 +122,7 @@ func TestWildcardToggleKeepsRemovals(t *testing.T) {
 				s.req([]string{"*", "a"}, nil, nil)
 			}
 			s.take() // response received; client has not ACKed yet
-			c.Apply(xds.Change{TypeURL: xds.ClusterType, Deletes: []string{"a"}})
+			c.Apply(store.Change{TypeURL: xds.ClusterType, Deletes: []string{"a"}})
 			if mode == "subscribe *" {
 				s.req([]string{"*"}, nil, nil)
 			} else {
@@ -141,14 +142,14 @@ func TestWildcardToggleKeepsRemovals(t *testing.T) {
 func TestQuietNamedClientOlderThanLog(t *testing.T) {
 	c := xds.NewCache(xds.WithTypes(xds.ClusterType))
 	c.MarkReady()
-	c.Apply(xds.Change{TypeURL: xds.ClusterType, Upserts: []xds.Resource{cl("a", 0), cl("b", 0), cl("c", 0)}})
+	c.Apply(store.Change{TypeURL: xds.ClusterType, Upserts: []store.Resource{cl("a", 0), cl("b", 0), cl("c", 0)}})
 	s := newSim(t, c, xds.ClusterType)
 	s.req([]string{"a"}, nil, nil)
 	s.sync()
 	for i := range 4100 {
-		c.Apply(xds.Change{TypeURL: xds.ClusterType, Upserts: []xds.Resource{cl("b", uint32(1+i%2))}})
+		c.Apply(store.Change{TypeURL: xds.ClusterType, Upserts: []store.Resource{cl("b", uint32(1+i%2))}})
 	}
-	c.Apply(xds.Change{TypeURL: xds.ClusterType, Upserts: []xds.Resource{cl("a", 1)}})
+	c.Apply(store.Change{TypeURL: xds.ClusterType, Upserts: []store.Resource{cl("a", 1)}})
 	s.req([]string{"c"}, nil, nil)
 	if s.err != nil {
 		t.Fatalf("up-to-date client reset: %v", s.err)
@@ -164,14 +165,14 @@ func TestQuietNamedClientOlderThanLog(t *testing.T) {
 func splitCache(t *testing.T, n int) (*xds.Cache, []string) {
 	t.Helper()
 	c := xds.NewCache(xds.WithTypes(xds.ClusterType), xds.WithMaxResponseBytes(2800))
-	var all []xds.Resource
+	var all []store.Resource
 	var names []string
 	for i := range n {
 		name := fmt.Sprintf("c%05d", i)
 		all = append(all, cl(name, 0))
 		names = append(names, name)
 	}
-	if err := c.Apply(xds.Change{TypeURL: xds.ClusterType, Upserts: all}); err != nil {
+	if err := c.Apply(store.Change{TypeURL: xds.ClusterType, Upserts: all}); err != nil {
 		t.Fatal(err)
 	}
 	c.MarkReady()
@@ -195,7 +196,7 @@ func TestSplitRestGoesWithTheStream(t *testing.T) {
 		s := newSim(t, c, xds.ClusterType)
 		// All but the last name: a rest that is a suffix of the type's
 		// names is a substring of the cache's shared sorted names
-		// (sortednames.go), which a rest kept cache-side would not grow;
+		// (store/sortednames.go), which a rest kept cache-side would not grow;
 		// this one is the stream's own.
 		s.req(names[:len(names)-1], nil, nil)
 		if s.take() == nil {

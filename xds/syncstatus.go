@@ -7,6 +7,7 @@ import (
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 )
 
@@ -83,7 +84,7 @@ func (c *Cache) noteAnswer(w *watch) {
 	if st == nil {
 		return
 	}
-	r := st.rec(w.ts.url)
+	r := st.rec(w.ts.URL)
 	r.subscribed, r.wildcard = len(w.sub.SubscribedResources()), w.sub.IsWildcard()
 	if r.wildcard {
 		r.subscribed = 0
@@ -122,7 +123,7 @@ func (c *Cache) noteAnswer(w *watch) {
 			r.latNext = (r.latNext + 1) % SyncLatencySamples
 			r.latN = min(r.latN+1, SyncLatencySamples)
 			if c.ackObserver != nil {
-				c.ackObserver(w.ts.url, d)
+				c.ackObserver(w.ts.URL, d)
 			}
 		}
 	}
@@ -137,18 +138,18 @@ func (c *Cache) handed(w *watch, resp any, maxGen uint64) {
 	if st == nil {
 		return
 	}
-	r := st.rec(w.ts.url)
+	r := st.rec(w.ts.URL)
 	if !r.outstanding() {
 		r.outstandingSince = time.Now()
 	}
-	r.pend, r.pendGen, r.pendMax, r.lastGen, r.everSent = resp, w.ts.gen, maxGen, w.ts.gen, true
+	r.pend, r.pendGen, r.pendMax, r.lastGen, r.everSent = resp, w.ts.Gen, maxGen, w.ts.Gen, true
 }
 
 // responseSent records the nonce of a response the server sends (its
 // response callback, before the client can answer it).
 func (c *Cache) responseSent(key streamKey, typeURL string, resp any, nonce string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	st := c.streams[key]
 	if st == nil || st.sync[typeURL] == nil {
 		return
@@ -161,9 +162,9 @@ func (c *Cache) responseSent(key streamKey, typeURL string, resp any, nonce stri
 // commitTime returns when generation gen was committed, if it is still in
 // the change log.
 func (ts *typeState) commitTime(gen uint64) (time.Time, bool) {
-	i := sort.Search(len(ts.log), func(i int) bool { return ts.log[i].gen >= gen })
-	if i < len(ts.log) && ts.log[i].gen == gen {
-		return ts.log[i].at, true
+	i := sort.Search(len(ts.Log), func(i int) bool { return ts.Log[i].Gen >= gen })
+	if i < len(ts.Log) && ts.Log[i].Gen == gen {
+		return ts.Log[i].At, true
 	}
 	return time.Time{}, false
 }
@@ -174,10 +175,10 @@ func (ts *typeState) newestGen(names ...[]string) uint64 {
 	var g uint64
 	for _, l := range names {
 		for _, n := range l {
-			if e, ok := ts.resources[n]; ok {
-				g = max(g, e.gen)
+			if e, ok := ts.Resources[n]; ok {
+				g = max(g, e.Gen)
 			} else {
-				g = max(g, ts.deletedAt[n])
+				g = max(g, ts.DeletedAt[n])
 			}
 		}
 	}
@@ -187,14 +188,14 @@ func (ts *typeState) newestGen(names ...[]string) uint64 {
 // heldOf returns, for w (the stream's latest watch, its state as read),
 // the version the client holds of existing resource e of interest ("" for
 // none or unknown) and whether it is the rejected current one.
-func (w *watch) heldOf(e *entry) (held string, rejected bool) {
-	n := e.name
+func (w *watch) heldOf(e *store.Entry) (held string, rejected bool) {
+	n := e.Name
 	if _, ok := slices.BinarySearch(w.heldBack, n); ok {
 		return "", false
 	}
 	if !w.delta {
 		ss := &w.ss
-		if v, ok := ss.rejected[n]; ok && v == e.version {
+		if v, ok := ss.rejected[n]; ok && v == e.Version {
 			return ss.held[n], true
 		}
 		return ss.held[n], false
@@ -207,7 +208,7 @@ func (w *watch) heldOf(e *entry) (held string, rejected bool) {
 	if _, ok := slices.BinarySearch(rest, n); ok {
 		return "", false
 	}
-	if v, ok := ds.rejected[n]; ok && v == e.version {
+	if v, ok := ds.rejected[n]; ok && v == e.Version {
 		return "", true
 	}
 	if _, ok := ds.newSub[n]; ok && ds.complete {
@@ -222,16 +223,16 @@ func (w *watch) heldOf(e *entry) (held string, rejected bool) {
 	if _, isSub := w.sub.SubscribedResources()[n]; ds.wildOn && !isSub {
 		return "", false
 	}
-	if e.gen > ds.gen {
+	if e.Gen > ds.gen {
 		return "", false // an older version
 	}
-	return e.version, false
+	return e.Version, false
 }
 
 // interest calls fn for each existing resource of interest to w's client.
-func (w *watch) interest(fn func(e *entry)) {
+func (w *watch) interest(fn func(e *store.Entry)) {
 	if w.sub.IsWildcard() {
-		for n, e := range w.ts.resources {
+		for n, e := range w.ts.Resources {
 			if !w.hidden(n) {
 				fn(e)
 			}
@@ -264,8 +265,8 @@ func (c *Cache) syncStatus(keys []streamKey, detail bool) (map[streamKey][]TypeS
 
 // streamSyncStatus adds stream k's statuses to out (and res, with detail).
 func (c *Cache) streamSyncStatus(k streamKey, detail bool, out map[streamKey][]TypeStatus, res map[streamKey][]ResourceSync) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	st := c.streams[k]
 	if st == nil {
 		return
@@ -287,9 +288,9 @@ func (c *Cache) streamSyncStatus(k streamKey, detail bool, out map[streamKey][]T
 }
 
 func (c *Cache) typeStatus(st *streamState, ts *typeState, detail bool) (TypeStatus, []ResourceSync) {
-	r := st.sync[ts.url]
-	t := TypeStatus{Type: ShortType(ts.url), TypeURL: ts.url, Subscribed: r.subscribed, Wildcard: r.wildcard,
-		Current: strconv.FormatUint(ts.gen, 10)}
+	r := st.sync[ts.URL]
+	t := TypeStatus{Type: ShortType(ts.URL), TypeURL: ts.URL, Subscribed: r.subscribed, Wildcard: r.wildcard,
+		Current: strconv.FormatUint(ts.Gen, 10)}
 	if r.everSent {
 		t.Sent = strconv.FormatUint(r.lastGen, 10)
 	}
@@ -309,20 +310,20 @@ func (c *Cache) typeStatus(st *streamState, ts *typeState, detail bool) (TypeSta
 	var rsync []ResourceSync
 	var rejected bool
 	oldest := uint64(0)
-	w := st.last[ts.url]
+	w := st.last[ts.URL]
 	if w != nil {
-		w.interest(func(e *entry) {
+		w.interest(func(e *store.Entry) {
 			held, rej := w.heldOf(e)
-			ok := held == e.version && !rej
+			ok := held == e.Version && !rej
 			if !ok {
-				behind = append(behind, e.name)
+				behind = append(behind, e.Name)
 				rejected = rejected || rej
-				if oldest == 0 || e.gen < oldest {
-					oldest = e.gen
+				if oldest == 0 || e.Gen < oldest {
+					oldest = e.Gen
 				}
 			}
 			if detail {
-				rsync = append(rsync, ResourceSync{Type: t.Type, Name: e.name, Current: e.version, Held: held, Synced: ok, Rejected: rej})
+				rsync = append(rsync, ResourceSync{Type: t.Type, Name: e.Name, Current: e.Version, Held: held, Synced: ok, Rejected: rej})
 			}
 		})
 	}
@@ -360,7 +361,7 @@ func (c *Cache) trackLast(w *watch) {
 		if st.last == nil {
 			st.last = map[string]*watch{}
 		}
-		st.last[w.ts.url] = w
+		st.last[w.ts.URL] = w
 	}
 }
 
@@ -368,8 +369,8 @@ func (c *Cache) trackLast(w *watch) {
 // next (sotwserver.go, deltaserver.go), which the status must no longer
 // read.
 func (c *Cache) forgetLast(w *watch) {
-	if st := w.stream; st != nil && st.last[w.ts.url] == w {
-		delete(st.last, w.ts.url)
+	if st := w.stream; st != nil && st.last[w.ts.URL] == w {
+		delete(st.last, w.ts.URL)
 	}
 }
 

@@ -1,9 +1,9 @@
 package xds
 
 import (
-	"cmp"
 	"slices"
-	"strings"
+
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // The order of responses on a stream.
@@ -65,9 +65,9 @@ const (
 
 // holder returns what w's response must hold back (its type's rule in
 // updateOrder); nil when nothing is held back. c.mu is held.
-func (c *Cache) holder(w *watch) func(*entry) bool {
+func (c *Cache) holder(w *watch) func(*store.Entry) bool {
 	rule := holdNothing
-	if r := w.ts.order; r < len(updateOrder) {
+	if r := w.ts.Order; r < len(updateOrder) {
 		rule = updateOrder[r].hold
 	}
 	switch rule {
@@ -104,24 +104,22 @@ func orderRank(typeURL string) int {
 
 // typeOrder orders types as updateOrder does, then others by URL (a
 // comparison function for slices.SortFunc).
-func typeOrder(a, b *typeState) int {
-	return cmp.Or(cmp.Compare(a.order, b.order), strings.Compare(a.url, b.url))
-}
+func typeOrder(a, b *typeState) int { return store.TypeOrder(a.Type, b.Type) }
 
 // publishSteps orders one publication's changes: the upserts of each type
 // in updateOrder, then the removals in reverse (routes and listeners
 // before the assignments and clusters they name). Types not in
 // updateOrder are not published.
-func publishSteps(upserts map[string][]Resource, deletes map[string][]string) []Change {
-	steps := make([]Change, 0, 2*len(updateOrder))
+func publishSteps(upserts map[string][]store.Resource, deletes map[string][]string) []store.Change {
+	steps := make([]store.Change, 0, 2*len(updateOrder))
 	for _, r := range updateOrder {
 		if !r.outsideStore {
-			steps = append(steps, Change{TypeURL: r.typeURL, Upserts: upserts[r.typeURL]})
+			steps = append(steps, store.Change{TypeURL: r.typeURL, Upserts: upserts[r.typeURL]})
 		}
 	}
 	for _, r := range slices.Backward(updateOrder) {
 		if !r.outsideStore {
-			steps = append(steps, Change{TypeURL: r.typeURL, Deletes: deletes[r.typeURL]})
+			steps = append(steps, store.Change{TypeURL: r.typeURL, Deletes: deletes[r.typeURL]})
 		}
 	}
 	return steps

@@ -14,6 +14,7 @@ import (
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
 	"github.com/xdsbridge/xdsbridge/translate"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // TestUpdateOrderTypesAfterWhatTheyReferTo: every order of types is
@@ -45,12 +46,12 @@ func TestUpdateOrderTypesAfterWhatTheyReferTo(t *testing.T) {
 	for i := 1; i < len(want); i++ {
 		a, b := c.types[want[i-1]], c.types[want[i]]
 		if typeOrder(a, b) >= 0 || typeOrder(b, a) <= 0 {
-			t.Errorf("typeOrder does not put %s before %s", a.url, b.url)
+			t.Errorf("typeOrder does not put %s before %s", a.URL, b.URL)
 		}
 	}
-	upserts, deletes := map[string][]Resource{}, map[string][]string{}
+	upserts, deletes := map[string][]store.Resource{}, map[string][]string{}
 	for _, u := range want {
-		upserts[u], deletes[u] = []Resource{{Name: "u"}}, []string{"d"}
+		upserts[u], deletes[u] = []store.Resource{{Name: "u"}}, []string{"d"}
 	}
 	var got []string
 	for _, ch := range publishSteps(upserts, deletes) {
@@ -84,10 +85,10 @@ func TestUpdateOrderHolds(t *testing.T) {
 	routeTo := &route.RouteConfiguration{Name: "r", VirtualHosts: []*route.VirtualHost{{Name: "v", Domains: []string{"*"},
 		Routes: []*route.Route{{Action: &route.Route_Route{Route: &route.RouteAction{ClusterSpecifier: &route.RouteAction_Cluster{Cluster: "A"}}}}}}}}
 	if err := c.Apply(
-		Change{TypeURL: ClusterType, Upserts: []Resource{{Name: "A", Msg: &cluster.Cluster{Name: "A"}}}},
-		Change{TypeURL: EndpointType, Upserts: []Resource{{Name: "A", Msg: &endpoint.ClusterLoadAssignment{ClusterName: "A"}, DependsOn: &Dep{TypeURL: ClusterType, Name: "A"}}}},
-		Change{TypeURL: ListenerType, Upserts: []Resource{{Name: "l", Msg: &listener.Listener{Name: "l"}}}},
-		Change{TypeURL: RouteType, Upserts: []Resource{{Name: "r", Msg: routeTo}}},
+		store.Change{TypeURL: ClusterType, Upserts: []store.Resource{{Name: "A", Msg: &cluster.Cluster{Name: "A"}}}},
+		store.Change{TypeURL: EndpointType, Upserts: []store.Resource{{Name: "A", Msg: &endpoint.ClusterLoadAssignment{ClusterName: "A"}, DependsOn: &store.Dep{TypeURL: ClusterType, Name: "A"}}}},
+		store.Change{TypeURL: ListenerType, Upserts: []store.Resource{{Name: "l", Msg: &listener.Listener{Name: "l"}}}},
+		store.Change{TypeURL: RouteType, Upserts: []store.Resource{{Name: "r", Msg: routeTo}}},
 	); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func TestUpdateOrderHolds(t *testing.T) {
 	held := func(typeURL, name string) bool {
 		ts := c.types[typeURL]
 		hold := c.holder(&watch{ts: ts, delta: true, stream: st})
-		return hold != nil && hold(ts.resources[name])
+		return hold != nil && hold(ts.Resources[name])
 	}
 	for _, step := range []struct {
 		typeURL, name string
@@ -105,7 +106,7 @@ func TestUpdateOrderHolds(t *testing.T) {
 			t.Errorf("before the cluster is sent: %s %s held %v, want %v", step.typeURL, step.name, got, step.want)
 		}
 	}
-	st.cds.gen = c.types[ClusterType].gen
+	st.cds.gen = c.types[ClusterType].Gen
 	if held(EndpointType, "A") {
 		t.Error("the assignment is held after its cluster was sent")
 	}

@@ -17,6 +17,7 @@ import (
 
 	promreg "github.com/xdsbridge/xdsbridge/internal/metrics"
 	"github.com/xdsbridge/xdsbridge/translate"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // Virtual host discovery (VHDS) for one route configuration, the egress
@@ -127,12 +128,12 @@ type vhdsHost struct {
 // which replace the served ones when the returned function is called,
 // once the publication is applied.
 // c.pubMu is held.
-func (c *Cache) vhdsPublish(routes []Resource) ([]Resource, func()) {
+func (c *Cache) vhdsPublish(routes []store.Resource) ([]store.Resource, func()) {
 	t := c.vhds.Load()
 	if t == nil {
 		return routes, func() {}
 	}
-	i := slices.IndexFunc(routes, func(r Resource) bool { return r.Name == t.name })
+	i := slices.IndexFunc(routes, func(r store.Resource) bool { return r.Name == t.name })
 	if i < 0 {
 		return routes, func() {}
 	}
@@ -143,7 +144,7 @@ func (c *Cache) vhdsPublish(routes []Resource) ([]Resource, func()) {
 		// table. The served ones stay.
 		return routes, func() {}
 	}
-	routes = append(slices.Clone(routes), Resource{Name: t.stubName, Msg: stub})
+	routes = append(slices.Clone(routes), store.Resource{Name: t.stubName, Msg: stub})
 	return routes, func() { t.replace(hosts) }
 }
 
@@ -527,7 +528,7 @@ func (ds *deltaStream) vhdsRequest(req *discovery.DeltaDiscoveryRequest) error {
 	w, seen := ds.watches[VirtualHostType]
 	if !seen {
 		if c, ok := ds.s.cache.(*Cache); ok {
-			c.mu.Lock()
+			c.mu.Lock() // the server's state only
 			if st := c.streams[streamKey{true, ds.id}]; st != nil {
 				ds.vhds.setVisibility(st.vis)
 			}

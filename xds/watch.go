@@ -3,11 +3,11 @@ package xds
 import (
 	"cmp"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // subscription is what a watch reads of its stream's subscription to its
@@ -55,8 +55,8 @@ type watch struct {
 }
 
 func (c *Cache) create(w *watch) (func(), error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	c.nextID++
 	w.id = c.nextID
 	w.stream = c.stream(w)
@@ -64,7 +64,7 @@ func (c *Cache) create(w *watch) (func(), error) {
 		// Fail closed: the server notes every request's stream before its
 		// watch (order.go); a watch of no known stream could be one
 		// whose client may not read everything.
-		return nil, fmt.Errorf("xds cache: %s watch of no known stream while some clients are restricted (xds.authorization resources)", w.ts.url)
+		return nil, fmt.Errorf("xds cache: %s watch of no known stream while some clients are restricted (xds.authorization resources)", w.ts.URL)
 	}
 	if w.delta {
 		if err := c.readDeltaState(w); err != nil {
@@ -75,14 +75,14 @@ func (c *Cache) create(w *watch) (func(), error) {
 	}
 	c.noteAnswer(w)
 	c.trackLast(w)
-	if w.ts.url == EndpointType && w.stream != nil {
+	if w.ts.URL == EndpointType && w.stream != nil {
 		c.edsInterest(w)
 	}
-	if w.ts.url == RouteType && !w.delta {
+	if w.ts.URL == RouteType && !w.delta {
 		w.created = time.Now()
 		c.forgetRoutes(w)
 	}
-	if w.ts.url == ClusterType && w.stream != nil {
+	if w.ts.URL == ClusterType && w.stream != nil {
 		if !w.delta {
 			// A sotw CDS response still queued was dropped by the server
 			// for this request (sotwserver.go): it will not be sent.
@@ -97,7 +97,7 @@ func (c *Cache) create(w *watch) (func(), error) {
 	}
 	w.ts.watches[w] = struct{}{}
 	if w.stream != nil {
-		switch w.ts.url {
+		switch w.ts.URL {
 		case EndpointType:
 			w.stream.eds = w
 		case ClusterType:
@@ -121,7 +121,7 @@ func (c *Cache) create(w *watch) (func(), error) {
 // what a delta watch held back for its clusters, it hands to the next
 // watch, as it installed no state that says so.
 func (c *Cache) cancel(w *watch) {
-	c.mu.Lock()
+	c.mu.Lock() // the server's state only
 	defer c.mu.Unlock()
 	c.untrack(w)
 	c.forgetLast(w)
@@ -131,9 +131,9 @@ func (c *Cache) cancel(w *watch) {
 	}
 	switch {
 	case w.done && !w.installed:
-		st.inflight[w.ts.url] = w.resp
+		st.inflight[w.ts.URL] = w.resp
 	case !w.done && len(w.heldBack) > 0:
-		st.held[w.ts.url] = append(st.held[w.ts.url], w.heldBack...)
+		st.held[w.ts.URL] = append(st.held[w.ts.URL], w.heldBack...)
 	}
 }
 
@@ -201,33 +201,12 @@ func (c *Cache) tryRespond(w *watch, changed []string) {
 // tests are repeatable.
 func watchOrder(a, b *watch) int { return cmp.Compare(a.id, b.id) }
 
-// MarkReady lets the cache answer clients. Watches held until now are
-// answered from the current state, type by type in make-before-break
-// order (every held CDS watch before any EDS watch), so that a client held
-// since it connected gets its clusters before their assignments.
-func (c *Cache) MarkReady() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ready {
-		return
-	}
-	c.ready = true
-	c.notifySubs()
-	for _, ts := range slices.SortedFunc(maps.Values(c.types), typeOrder) {
-		for _, w := range slices.SortedFunc(maps.Keys(ts.watches), watchOrder) {
-			if !c.respond(w, false, mustAnswer(w)) {
-				c.routeHeld(w) // a route held back here is bounded too
-			}
-		}
-	}
-}
+// MarkReady lets the cache answer clients: the store tells the cache
+// (commitObserver.Readied), which answers the watches held until now.
+func (c *Cache) MarkReady() { c.store.MarkReady() }
 
 // Ready reports whether MarkReady was called.
-func (c *Cache) Ready() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.ready
-}
+func (c *Cache) Ready() bool { return c.store.Ready() }
 
 // mustAnswer reports whether a new watch is answered even with nothing:
 // the first request of a stream and type, and a delta request that
@@ -265,8 +244,8 @@ func (w *watch) vis() *visibility {
 
 // lookup returns resource n as w's client sees it: a name its
 // visibility does not match does not exist for it.
-func (w *watch) lookup(n string) (*entry, bool) {
-	e, ok := w.ts.resources[n]
+func (w *watch) lookup(n string) (*store.Entry, bool) {
+	e, ok := w.ts.Resources[n]
 	if ok && w.hidden(n) {
 		return nil, false
 	}
@@ -293,7 +272,7 @@ func (w *watch) fullCheck(known map[string]string, fn func(n string)) (covered f
 		return (wild && exists) || (!wild && isSub)
 	}
 	if wild {
-		for n := range ts.resources {
+		for n := range ts.Resources {
 			if vis == nil || vis.sees(n) {
 				fn(n)
 			}

@@ -22,6 +22,7 @@ import (
 	"github.com/xdsbridge/xdsbridge/config/decode"
 	"github.com/xdsbridge/xdsbridge/sources"
 	"github.com/xdsbridge/xdsbridge/xds"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // AdminHandler serves the status page (/), /healthz (also as /livez),
@@ -160,7 +161,7 @@ var resourceTypes = []struct{ short, url string }{
 
 type typeList struct {
 	short string
-	infos []xds.ResourceInfo
+	infos []store.ResourceInfo
 }
 
 // listResources selects the resources to dump: by type (a short name or
@@ -172,7 +173,7 @@ func listResources(c *xds.Cache, typ, name string, limit int) (out []typeList, t
 		if typ != "" && typeAliases[strings.ToLower(typ)] != t.url {
 			continue
 		}
-		var infos []xds.ResourceInfo
+		var infos []store.ResourceInfo
 		for _, ri := range c.List(t.url) {
 			if name != "" && ri.Name != name {
 				continue
@@ -188,7 +189,7 @@ func listResources(c *xds.Cache, typ, name string, limit int) (out []typeList, t
 	return out, truncated
 }
 
-func dumpOf(ri xds.ResourceInfo) ResourceDump {
+func dumpOf(ri store.ResourceInfo) ResourceDump {
 	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(ri.Msg)
 	if err != nil {
 		b, _ = json.Marshal(err.Error())

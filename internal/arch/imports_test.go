@@ -94,3 +94,18 @@ func TestConfigImportedByTheAppOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestStoreImportsNoServer: the store (xds/store) holds the resources and
+// knows nothing of clients: it imports no package of the module, so
+// neither the server (xds: the stream handlers, REST, sync status, the
+// guard, authorization) nor what the server uses. The server follows the
+// store through the store's Observer, never the other way.
+func TestStoreImportsNoServer(t *testing.T) {
+	imps := projectImports(t)
+	if _, ok := imps["xds/store"]; !ok {
+		t.Fatal("the walk did not find xds/store")
+	}
+	for _, imp := range imps["xds/store"] {
+		t.Errorf("xds/store imports %s; the store imports no package of the module (the server reaches the store, not the reverse)", imp)
+	}
+}

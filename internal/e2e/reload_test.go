@@ -15,6 +15,7 @@ import (
 	"github.com/xdsbridge/xdsbridge/config"
 	"github.com/xdsbridge/xdsbridge/internal/app"
 	"github.com/xdsbridge/xdsbridge/xds"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // resourceVersions is every resource the bridge serves, as "type/name" →
@@ -146,12 +147,12 @@ logging: {level: warn}
 			return nil
 		}, []string{"ClusterLoadAssignment/web"}},
 		3: {true, func() error {
-			if cl := br.app.Cache.List(xds.ClusterType); !strings.Contains(fmt.Sprint(cl[slices.IndexFunc(cl, func(r xds.ResourceInfo) bool { return r.Name == "web" })].Msg), "seconds:3") {
+			if cl := br.app.Cache.List(xds.ClusterType); !strings.Contains(fmt.Sprint(cl[slices.IndexFunc(cl, func(r store.ResourceInfo) bool { return r.Name == "web" })].Msg), "seconds:3") {
 				return fmt.Errorf("web cluster without the new connect_timeout")
 			}
 			return nil
 			// A cluster changed is followed by its assignment, the same
-			// (xds.Resource.DependsOn): Envoy warms the cluster with it.
+			// (store.Resource.DependsOn): Envoy warms the cluster with it.
 		}, []string{"Cluster/web", "ClusterLoadAssignment/web"}},
 		4: {false, nil, nil},
 		5: {true, nil, nil},

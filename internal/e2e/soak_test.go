@@ -23,6 +23,7 @@ import (
 
 	"github.com/xdsbridge/xdsbridge/sources/consul/consultest"
 	"github.com/xdsbridge/xdsbridge/xds"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // TestSoak churns every source and the active checks while delta and SotW
@@ -461,11 +462,11 @@ type soakSample struct {
 // published is the bridge's view: per cluster name its cluster and
 // assignment, with versions.
 type published struct {
-	clusters, clas map[string]xds.ResourceInfo
+	clusters, clas map[string]store.ResourceInfo
 }
 
 func (s *soak) published() published {
-	p := published{clusters: map[string]xds.ResourceInfo{}, clas: map[string]xds.ResourceInfo{}}
+	p := published{clusters: map[string]store.ResourceInfo{}, clas: map[string]store.ResourceInfo{}}
 	for _, r := range s.br.app.Cache.List(xds.ClusterType) {
 		p.clusters[r.Name] = r
 	}

@@ -1,4 +1,4 @@
-package xds
+package store
 
 import (
 	"fmt"
@@ -9,21 +9,21 @@ import (
 	"unsafe"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // TestSortedNamesSuffix: a rest is the names whatever they are, and shares
 // the type's names when it is a suffix of them.
 func TestSortedNamesSuffix(t *testing.T) {
-	ts := &typeState{resources: map[string]*entry{}}
+	ts := &Type{Resources: map[string]*Entry{}}
 	for i := range 50 {
 		n := fmt.Sprintf("c%02d", i)
-		ts.resources[n] = &entry{name: n}
+		ts.Resources[n] = &Entry{Name: n}
 	}
-	sn := ts.allNames()
+	sn := ts.AllNames()
 	all := slices.Sorted(func(yield func(string) bool) {
-		for n := range ts.resources {
+		for n := range ts.Resources {
 			if !yield(n) {
 				return
 			}
@@ -53,7 +53,7 @@ func TestSortedNamesSuffix(t *testing.T) {
 		case 2: // the tail of a subset
 			tail = tail[r.IntN(len(tail)):]
 		}
-		got := sn.suffix(tail)
+		got := sn.Suffix(tail)
 		if !slices.Equal(got, tail) {
 			t.Fatalf("suffix(%q) = %q, want %q", tail, got, tail)
 		}
@@ -61,7 +61,7 @@ func TestSortedNamesSuffix(t *testing.T) {
 			t.Fatalf("suffix(%q) is a copy, want a subslice of the type's names", tail)
 		}
 	}
-	if len(sn.suffix(nil)) != 0 {
+	if len(sn.Suffix(nil)) != 0 {
 		t.Fatal("the suffix of nothing is not empty")
 	}
 }
@@ -69,8 +69,8 @@ func TestSortedNamesSuffix(t *testing.T) {
 // TestSortedNamesFollowTheResources: the sorted names are rebuilt when a
 // name comes or goes, not when a version changes.
 func TestSortedNamesFollowTheResources(t *testing.T) {
-	c := NewCache(WithTypes(ClusterType))
-	ts := c.types[ClusterType]
+	s := New(func(string) int { return 0 }, resource.ClusterType)
+	ts := s.types[resource.ClusterType]
 	version := 0
 	put := func(names ...string) {
 		version++
@@ -78,63 +78,27 @@ func TestSortedNamesFollowTheResources(t *testing.T) {
 		for _, n := range names {
 			rs = append(rs, Resource{Name: n, Msg: &cluster.Cluster{Name: n, ConnectTimeout: durationpb.New(time.Duration(version) * time.Millisecond)}})
 		}
-		if err := c.Apply(Change{TypeURL: ClusterType, Upserts: rs}); err != nil {
+		if err := s.Apply(Change{TypeURL: resource.ClusterType, Upserts: rs}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	put("b", "a")
-	first := ts.allNames()
+	first := ts.AllNames()
 	if !slices.Equal(first.names, []string{"a", "b"}) {
 		t.Fatalf("names %q", first.names)
 	}
 	put("a", "b") // new versions, same names
-	if ts.allNames() != first {
+	if ts.AllNames() != first {
 		t.Fatal("a version change rebuilt the names")
 	}
 	put("c")
-	if got := ts.allNames().names; !slices.Equal(got, []string{"a", "b", "c"}) {
+	if got := ts.AllNames().names; !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Fatalf("after adding c: %q", got)
 	}
-	if err := c.Apply(Change{TypeURL: ClusterType, Deletes: []string{"a"}}); err != nil {
+	if err := s.Apply(Change{TypeURL: resource.ClusterType, Deletes: []string{"a"}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := ts.allNames().names; !slices.Equal(got, []string{"b", "c"}) {
+	if got := ts.AllNames().names; !slices.Equal(got, []string{"b", "c"}) {
 		t.Fatalf("after deleting a: %q", got)
-	}
-}
-
-// TestSplitResponseKeepsOnlyItsNames: what a stream keeps of a response
-// split in parts until the client answers (the record of the part, the
-// rest) holds those names only, not the larger slices they were cut from:
-// a fleet of Envoys syncing at once keeps one per stream and type.
-func TestSplitResponseKeepsOnlyItsNames(t *testing.T) {
-	c := NewCache(WithTypes(ClusterType), WithMaxResponseBytes(4<<10))
-	var rs []Resource
-	for i := range 300 {
-		n := fmt.Sprintf("c%03d", i)
-		rs = append(rs, Resource{Name: n, Msg: &cluster.Cluster{Name: n}})
-	}
-	if err := c.Apply(Change{TypeURL: ClusterType, Upserts: rs}); err != nil {
-		t.Fatal(err)
-	}
-	c.MarkReady()
-	d := NewDeltaDriver(c, 1)
-	if _, err := d.Watch(&discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType}); err != nil {
-		t.Fatal(err)
-	}
-	r := d.Take()
-	if r == nil || len(r.Resources) == 0 || len(r.Resources) == 300 {
-		t.Fatalf("want a first part of the 300 clusters, got %v", r)
-	}
-	h := d.sub.held
-	if len(h.inflight) != 1 {
-		t.Fatalf("%d responses in flight, want 1", len(h.inflight))
-	}
-	if s := h.inflight[0]; cap(s.changed) > 2*len(s.changed) {
-		t.Errorf("the record of %d names holds room for %d", len(s.changed), cap(s.changed))
-	}
-	all := c.types[ClusterType].allNames().names
-	if len(h.rest)+len(r.Resources) != 300 || unsafe.SliceData(h.rest) != &all[len(all)-len(h.rest)] {
-		t.Errorf("the rest (%d names) is not the end of the type's names", len(h.rest))
 	}
 }

@@ -1,0 +1,357 @@
+package store
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// The store: resources as served, their versions and the change log.
+
+// Resource is one named resource to publish.
+type Resource struct {
+	Name string
+	Msg  proto.Message
+	// DependsOn, when set, names a resource of another type (an EDS
+	// resource's cluster) whose version is folded into this one's, so that a
+	// change to the cluster re-sends this resource too: a cluster updated by
+	// CDS warms only once Envoy receives its ClusterLoadAssignment again.
+	DependsOn *Dep
+}
+
+// Dep names a resource of another type.
+type Dep struct {
+	TypeURL string
+	Name    string
+}
+
+// Change is one step of an update: resources to add or replace, and names
+// to remove, of one type.
+type Change struct {
+	TypeURL string
+	Upserts []Resource
+	Deletes []string
+}
+
+// Entry is a resource as served: marshaled once, shared by every response.
+type Entry struct {
+	Name     string
+	base     string // hash of the deterministic encoding
+	Version  string // base folded with the dependency's version
+	Dep      *Dep
+	Msg      proto.Message
+	Any      *anypb.Any
+	Delta    *discovery.Resource
+	VerHash  uint64 // hash of (name, version), for the type's aggregate version
+	ByteSize int
+	// DeltaSize, AnySize: what the resource adds to an encoded delta
+	// response (its Resource: name, version, the Any) and to a sotw one
+	// (the Any), with the field's tag and length: the server's bound of
+	// a response counts these.
+	DeltaSize, AnySize int
+	Gen                uint64 // the type generation that committed this version
+	// Clusters: of a RouteConfiguration, the clusters its routes name
+	// (sorted; routes.go): the server holds routes back until these
+	// clusters' assignments were sent.
+	Clusters []string
+}
+
+// The change log is how much history of a type the store keeps, so that an
+// ACK only needs to look at what changed since its response. A delta client
+// whose state is older than the log gets a full check (a wildcard one has
+// its stream reset and reconnects with its versions).
+const (
+	maxLogGens  = 4096
+	maxLogNames = 1 << 18
+)
+
+// Type is the store's state of one type URL. Its fields are read under
+// the store's lock and written by the store only.
+type Type struct {
+	URL       string
+	Order     int  // rank (New's rank: the server's update order), then URL
+	FullState bool // sotw responses carry every subscribed resource (CDS, LDS)
+	Resources map[string]*Entry
+	Aggregate uint64 // XOR of entries' VerHash: the sotw version_info
+	Gen       uint64
+	Log       []GenChange // recent generations, oldest first
+	logNames  int         // names in log
+	Floor     uint64      // changes at or before this generation are forgotten
+	DeletedAt map[string]uint64
+	// names: the resource names sorted, while no name comes or goes
+	// (sortednames.go); nil: to be built.
+	names *SortedNames
+	// Grave: clusters deleted, as last served, while their deletion is in
+	// the change log (the server may send a stream one a little longer:
+	// make before break).
+	Grave map[string]*Entry
+}
+
+// GenChange is one generation of the change log: the names it changed.
+type GenChange struct {
+	Gen   uint64
+	Names []string
+	At    time.Time // when committed (the server's change → ACK latency)
+}
+
+// Apply performs the changes in order, committing each step (the observer
+// answers the watches it wakes before the next step), so
+// that on an ordered ADS stream a client receives the steps in that order
+// (make before break: clusters, then endpoints, then removals). Resources
+// that depend on a changed resource (an EDS resource on its cluster) are
+// re-versioned and sent with the next step of their own type, or at the end.
+func (s *Store) Apply(changes ...Change) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pendingDeps := map[*Type][]string{}
+	// On an error, the steps before the failing one stay applied and
+	// committed (with the dependents they re-versioned); nothing of the
+	// failing step is stored.
+	flushDeps := func() {
+		for _, ts := range slices.SortedFunc(maps.Keys(pendingDeps), TypeOrder) {
+			s.commit(ts, s.reversion(ts, pendingDeps[ts]))
+		}
+	}
+	for _, ch := range changes {
+		ts, ok := s.types[ch.TypeURL]
+		if !ok {
+			flushDeps()
+			return fmt.Errorf("xds store: type %s is not served", ch.TypeURL)
+		}
+		entries := make([]*Entry, 0, len(ch.Upserts))
+		for _, r := range ch.Upserts {
+			if old, ok := ts.Resources[r.Name]; ok && sameDep(old.Dep, r.DependsOn) && proto.Equal(old.Msg, r.Msg) {
+				continue // unchanged: not encoded again
+			}
+			e, err := s.newEntry(ch.TypeURL, r)
+			if err != nil {
+				flushDeps()
+				return err
+			}
+			entries = append(entries, e)
+		}
+		changed := make([]string, 0, len(entries)+len(ch.Deletes))
+		for _, e := range entries {
+			if old, ok := ts.Resources[e.Name]; ok && old.Version == e.Version {
+				continue
+			}
+			s.put(ts, e)
+			changed = append(changed, e.Name)
+		}
+		for _, n := range ch.Deletes {
+			if old, ok := ts.Resources[n]; ok {
+				ts.Aggregate ^= old.VerHash
+				delete(ts.Resources, n)
+				ts.names = nil
+				if ts.URL == resource.ClusterType {
+					ts.Grave[n] = old // see Type.Grave
+				}
+				changed = append(changed, n)
+			}
+		}
+		if deps := pendingDeps[ts]; len(deps) > 0 {
+			changed = append(changed, s.reversion(ts, deps)...)
+			delete(pendingDeps, ts)
+		}
+		s.markDependents(ts, changed, pendingDeps)
+		s.commit(ts, changed)
+	}
+	flushDeps()
+	return nil
+}
+
+func sameDep(a, b *Dep) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+func (s *Store) put(ts *Type, e *Entry) {
+	if old, ok := ts.Resources[e.Name]; ok {
+		ts.Aggregate ^= old.VerHash
+		// Every version of a resource keeps its first name string, the
+		// one the decoder hands out (wireindex.go) and the subscription
+		// sets keep: equal names at one address compare without being
+		// read.
+		e.Name = old.Name
+	} else {
+		ts.names = nil
+	}
+	ts.Resources[e.Name] = e
+	ts.Aggregate ^= e.VerHash
+	delete(ts.Grave, e.Name)
+}
+
+// markDependents notes, per other type, the names whose resources may depend
+// on the changed resources of ts.
+func (s *Store) markDependents(ts *Type, changed []string, pending map[*Type][]string) {
+	for _, other := range s.types {
+		if other == ts {
+			continue
+		}
+		for _, n := range changed {
+			if e, ok := other.Resources[n]; ok && e.Dep != nil && e.Dep.TypeURL == ts.URL && e.Dep.Name == n {
+				pending[other] = append(pending[other], n)
+			}
+		}
+	}
+}
+
+// reversion recomputes the versions of the named resources of ts from their
+// dependencies and returns the names whose version changed.
+func (s *Store) reversion(ts *Type, names []string) []string {
+	var touched []string
+	for _, n := range names {
+		e, ok := ts.Resources[n]
+		if !ok {
+			continue
+		}
+		v := FoldVersion(e.base, s.depVersion(e.Dep))
+		if v == e.Version {
+			continue
+		}
+		ne := *e
+		ne.Version = v
+		ne.Delta = &discovery.Resource{Name: e.Name, Version: v, Resource: e.Any}
+		ne.sizes()
+		ne.VerHash = NameVersionHash(e.Name, v)
+		s.put(ts, &ne)
+		touched = append(touched, n)
+	}
+	return touched
+}
+
+func (s *Store) depVersion(d *Dep) string {
+	if d == nil {
+		return ""
+	}
+	if ts, ok := s.types[d.TypeURL]; ok {
+		if e, ok := ts.Resources[d.Name]; ok {
+			return e.Version
+		}
+	}
+	return ""
+}
+
+func (s *Store) newEntry(typeURL string, r Resource) (*Entry, error) {
+	if r.Name == "" {
+		return nil, errors.New("xds store: resource with empty name")
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(r.Msg)
+	if err != nil {
+		return nil, fmt.Errorf("xds store: encoding %s: %w", r.Name, err)
+	}
+	s.marshals++
+	sum := sha256.Sum256(b)
+	base := hex.EncodeToString(sum[:12])
+	e := &Entry{
+		Name:     r.Name,
+		base:     base,
+		Dep:      r.DependsOn,
+		Msg:      r.Msg,
+		Any:      &anypb.Any{TypeUrl: typeURL, Value: b},
+		ByteSize: len(b),
+	}
+	e.Version = FoldVersion(base, s.depVersion(r.DependsOn))
+	if typeURL == resource.RouteType {
+		e.Clusters = RouteClusters(r.Msg)
+	}
+	e.Delta = &discovery.Resource{Name: r.Name, Version: e.Version, Resource: e.Any}
+	e.sizes()
+	e.VerHash = NameVersionHash(r.Name, e.Version)
+	return e, nil
+}
+
+// sizes sets deltaSize and anySize (a repeated message field of number
+// below 16: one byte of tag, then the length).
+func (e *Entry) sizes() {
+	e.DeltaSize = 1 + protowire.SizeBytes(proto.Size(e.Delta))
+	e.AnySize = 1 + protowire.SizeBytes(proto.Size(e.Any))
+}
+
+// FoldVersion folds a dependency's version (dep) into a version (base).
+func FoldVersion(base, dep string) string {
+	if dep == "" {
+		return base
+	}
+	sum := sha256.Sum256([]byte(base + "/" + dep))
+	return hex.EncodeToString(sum[:12])
+}
+
+// NameVersionHash hashes a resource's name and version, for an aggregate
+// version (XOR of these).
+func NameVersionHash(name, version string) uint64 {
+	sum := sha256.Sum256([]byte(name + "\x00" + version))
+	return binary.BigEndian.Uint64(sum[:8])
+}
+
+// commit records a generation for the changed names and tells the
+// observer (after MarkReady), which answers the watches they wake.
+func (s *Store) commit(ts *Type, changed []string) {
+	if len(changed) == 0 {
+		return
+	}
+	slices.Sort(changed)
+	changed = slices.Compact(changed)
+	s.wire.Follow(ts, changed)
+	ts.Gen++
+	for _, n := range changed {
+		if e, ok := ts.Resources[n]; ok {
+			e.Gen = ts.Gen
+		} else {
+			ts.DeletedAt[n] = ts.Gen
+		}
+	}
+	ts.Log = append(ts.Log, GenChange{Gen: ts.Gen, Names: changed, At: time.Now()})
+	ts.logNames += len(changed)
+	s.notifySubs()
+	for len(ts.Log) > 1 && (len(ts.Log) > maxLogGens || ts.logNames > maxLogNames) {
+		old := ts.Log[0]
+		for _, n := range old.Names {
+			if ts.DeletedAt[n] == old.Gen {
+				delete(ts.DeletedAt, n)
+			}
+		}
+		ts.Floor = old.Gen
+		ts.logNames -= len(old.Names)
+		ts.Log = ts.Log[1:]
+	}
+	for n := range ts.Grave {
+		if _, ok := ts.DeletedAt[n]; !ok {
+			delete(ts.Grave, n) // forgotten with the change log
+		}
+	}
+	if s.commitWake != nil {
+		close(s.commitWake) // readers waiting for a change (read)
+		s.commitWake = nil
+	}
+	if s.ready && s.observer != nil {
+		s.observer.Committed(ts, changed)
+	}
+}
+
+// SinceLog returns the names changed after generation gen, which must not
+// be older than the log.
+func (ts *Type) SinceLog(gen uint64) []string {
+	// The log is in generation order; an ACK of a recent response looks
+	// at its tail only, not at up to maxLogGens entries.
+	i := sort.Search(len(ts.Log), func(i int) bool { return ts.Log[i].Gen > gen })
+	var names []string
+	for _, l := range ts.Log[i:] {
+		names = append(names, l.Names...)
+	}
+	return names
+}

@@ -398,7 +398,7 @@ func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 	}
 }
 
-// takeFlush takes the pending errors and, when the initial reads are all
+// takeFlush takes the pending errors and, once the initial reads are all
 // done, a snapshot of every service, whether it changed, and the instances
 // dropped.
 func (s *Source) takeFlush() (errs error, ready, failing bool, snap []sources.Service, changed bool, dropped []sources.Dropped) {
@@ -412,7 +412,10 @@ func (s *Source) takeFlush() (errs error, ready, failing bool, snap []sources.Se
 		errs = errors.New(msg)
 		s.pendingErrs, s.errsDropped = nil, 0
 	}
-	ready = s.readyLocked()
+	// Once the services were published, a service newly listed whose
+	// first read has not completed (or keeps failing) is left out until
+	// it reads, and holds back no other change (README, Fail static).
+	ready = !s.published.IsZero() || s.readyLocked()
 	failing = s.failingLocked()
 	if ready {
 		snap, changed = s.snapshotLocked()

@@ -528,10 +528,10 @@ func sameMembers(a, b []clusterMember) bool {
 // changed; the others are the previous snapshot's values, Endpoints slices
 // included, and the names are sorted again only when a cluster comes or
 // goes. So a change costs the clusters it touches plus one copy of the
-// list (the update carries every service), and the bridge's comparison of an unchanged service is a pointer
-// comparison. Neither the source nor the bridge modifies a published
-// slice. The first snapshot, and one after a datacenter's name changed
-// (touchAll), walk every state.
+// list (the update carries every service), and the bridge's comparison
+// of an unchanged service is a pointer comparison. Neither the source nor
+// the bridge modifies a published slice. The first snapshot, and one
+// after a datacenter's name changed (touchAll), walk every state.
 func (s *Source) snapshotLocked() ([]sources.Service, bool) {
 	var byName map[string][]clusterMember
 	if s.clusters == nil || s.touchAll {

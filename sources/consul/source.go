@@ -412,10 +412,7 @@ func (s *Source) takeFlush() (errs error, ready, failing bool, snap []sources.Se
 		errs = errors.New(msg)
 		s.pendingErrs, s.errsDropped = nil, 0
 	}
-	// Once the services were published, a service newly listed whose
-	// first read has not completed (or keeps failing) is left out until
-	// it reads, and holds back no other change (README, Fail static).
-	ready = !s.published.IsZero() || s.readyLocked()
+	ready = s.readyLocked()
 	failing = s.failingLocked()
 	if ready {
 		snap, changed = s.snapshotLocked()
@@ -425,10 +422,28 @@ func (s *Source) takeFlush() (errs error, ready, failing bool, snap []sources.Se
 }
 
 // readyLocked: every datacenter's list was read and every selected service's
-// first health read completed.
+// first health read completed. Once the services were published, a service
+// newly listed whose first read failed is left out until it reads, and
+// holds back no other change (README, Fail static); one whose first read is
+// under way still does (a service listed again is published with its new
+// state, not left out meanwhile).
 func (s *Source) readyLocked() bool {
 	for _, dc := range s.dcs {
-		if !dc.listSeen || dc.notReady > 0 {
+		if !dc.listSeen {
+			return false
+		}
+		if dc.notReady > 0 && (s.published.IsZero() || !unreadFailing(dc)) {
+			return false
+		}
+	}
+	return true
+}
+
+// unreadFailing reports whether every state of dc whose first health read
+// has not completed is failing (walked only while one has not).
+func unreadFailing(dc *dcState) bool {
+	for _, st := range dc.services {
+		if !st.ready && !st.info.failing {
 			return false
 		}
 	}

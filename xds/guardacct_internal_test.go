@@ -93,3 +93,24 @@ func TestGuardRepeatedNamesBytesHeld(t *testing.T) {
 		a.release()
 	}
 }
+
+// A sotw request naming one of the stream's two names twice subscribes to
+// that one name: it is not taken for the set it matches in size.
+func TestGuardSotwRepeatIsNotTheSameSet(t *testing.T) {
+	g := newGuard(Limits{}.WithDefaults(), newGuardMetrics())
+	a := newTestStreamAcct(g)
+	defer a.release()
+	for _, names := range [][]string{{"cluster-a", "cluster-b"}, {"cluster-a", "cluster-a"}} {
+		req := &discovery.DiscoveryRequest{TypeUrl: EndpointType, ResourceNames: names}
+		b, err := proto.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.checkWire(req, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := a.types[EndpointType].set.len(); n != 1 || a.names.Load() != 2 { // the type counts as one name too
+		t.Errorf("after [a b] then [a a]: a set of %d, %d names counted; want 1 and 2", n, a.names.Load())
+	}
+}

@@ -55,31 +55,42 @@ func TestChecksOutOfLocalPortsKeepVerdict(t *testing.T) {
 
 // A gRPC server whose health service answers UNAVAILABLE with the words
 // of a local shortage (its own, or its upstream's) is failing: the words
-// are the bridge's own only in the error of the bridge's dial.
+// are the bridge's own only in the error of the bridge's dial. A server
+// that forwards its grpc-go upstream's status (a gRPC proxy) carries the
+// very words grpc-go gives a failed dial of its own.
 func TestGRPCServerShortageIsFailure(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	healthpb.RegisterHealthServer(srv, shortOfPorts{})
-	go srv.Serve(ln)
-	t.Cleanup(srv.Stop)
-	tg := Target{Host: hostOf(ln.Addr()), Check: Config{Type: TypeGRPC, Interval: ms(20), Timeout: ms(1000), UnhealthyThreshold: 2, GRPC: &GRPCConfig{}}}
-	h := startChecker(t, Options{}, tg)
-	h.waitVerdict(tg.Key(), Unhealthy)
-	if st := h.state(tg.Key()); st.LastResult != "fail" || probeCount(t, h, TypeGRPC, "error") != 0 {
-		t.Errorf("last result %q (%s), %v probes counted as the bridge's errors", st.LastResult, st.LastError, probeCount(t, h, TypeGRPC, "error"))
+	for name, msg := range map[string]string{
+		"own words":     "upstream connect error: dial tcp 10.0.0.1:80: connect: " + syscall.EADDRNOTAVAIL.Error(),
+		"grpc-go words": `connection error: desc = "` + grpcDialError + `: dial tcp 10.0.0.1:80: connect: ` + syscall.EMFILE.Error() + `"`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := grpc.NewServer()
+			healthpb.RegisterHealthServer(srv, shortOfPorts{msg: msg})
+			go srv.Serve(ln)
+			t.Cleanup(srv.Stop)
+			tg := Target{Host: hostOf(ln.Addr()), Check: Config{Type: TypeGRPC, Interval: ms(20), Timeout: ms(1000), UnhealthyThreshold: 2, GRPC: &GRPCConfig{}}}
+			h := startChecker(t, Options{}, tg)
+			h.waitVerdict(tg.Key(), Unhealthy)
+			if st := h.state(tg.Key()); st.LastResult != "fail" || probeCount(t, h, TypeGRPC, "error") != 0 {
+				t.Errorf("last result %q (%s), %v probes counted as the bridge's errors", st.LastResult, st.LastError, probeCount(t, h, TypeGRPC, "error"))
+			}
+		})
 	}
 }
 
-// shortOfPorts is a health service out of local ports.
+// shortOfPorts is a health service out of local ports: it answers
+// UNAVAILABLE with msg.
 type shortOfPorts struct {
 	healthpb.UnimplementedHealthServer
+	msg string
 }
 
-func (shortOfPorts) Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
-	return nil, status.Error(codes.Unavailable, "upstream connect error: dial tcp 10.0.0.1:80: connect: "+syscall.EADDRNOTAVAIL.Error())
+func (s shortOfPorts) Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	return nil, status.Error(codes.Unavailable, s.msg)
 }
 
 // outlives waits for key's first Healthy verdict, causes a shortage of

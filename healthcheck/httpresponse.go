@@ -130,16 +130,23 @@ func readLine(br *bufio.Reader, limit int) ([]byte, int, error) {
 		// A line longer than the buffer: only headers a probe skips are
 		// that long, or a folded line going on with one (it starts with
 		// a space or tab). Check it and skip it whole, within limit.
+		// A segment cut at the buffer's end may end with the CR of the
+		// line's CRLF (cr): it is, when the next segment is the LF alone,
+		// and a CR in the value (invalid) otherwise.
 		fold := line[0] == ' ' || line[0] == '\t'
-		name, value, ok := bytes.Cut(line, []byte(":"))
-		valid := fold && validHeader([]byte("x"), line) || !fold && ok && validHeader(name, value)
+		seg, cr := bytes.CutSuffix(line, []byte("\r"))
+		name, value, ok := bytes.Cut(seg, []byte(":"))
+		valid := fold && validHeader([]byte("x"), seg) || !fold && ok && validHeader(name, value)
 		n := len(line)
 		for errors.Is(err, bufio.ErrBufferFull) && n <= limit {
 			line, err = br.ReadSlice('\n')
 			n += len(line)
-			seg := line
+			valid = valid && (!cr || err == nil && len(line) == 1)
+			seg = line
 			if err == nil {
 				seg = bytes.TrimSuffix(bytes.TrimSuffix(seg, []byte("\n")), []byte("\r"))
+			} else {
+				seg, cr = bytes.CutSuffix(seg, []byte("\r"))
 			}
 			valid = valid && validHeader([]byte("x"), seg)
 		}

@@ -61,3 +61,31 @@ func TestHTTPResponseHeadersOver64KiB(t *testing.T) {
 		t.Error("not listed as a deliberate difference")
 	}
 }
+
+// A header line longer than the read buffer is read whole wherever its
+// CR falls, the last byte of the buffer included (then its LF comes in
+// the next read): net/http reads such a response, and so does a probe.
+func TestHTTPResponseLongLineCRAtBufferEnd(t *testing.T) {
+	const size = 4096
+	for i, answer := range []string{
+		"HTTP/1.1 200 OK\r\nX-Long: " + strings.Repeat("a", size-len("X-Long: ")-1) + "\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nX-Long: a\r\n " + strings.Repeat("b", size-2) + "\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nX-Long: " + strings.Repeat("a", 2*size-len("X-Long: ")-1) + "\r\nContent-Length: 0\r\n\r\n",
+	} {
+		status, keep, err := readResponse(bufio.NewReaderSize(strings.NewReader(answer), size))
+		if err != nil || status != 200 || !keep {
+			t.Errorf("answer %d: status %d, keep %v, error %v; want 200, keep", i, status, keep, err)
+		}
+		if _, _, err := referenceResponse([]byte(answer)); err != nil {
+			t.Errorf("answer %d: net/http refuses it: %v", i, err)
+		}
+	}
+	// A CR at the buffer's end that is not the line's stays an error.
+	answer := "HTTP/1.1 200 OK\r\nX-Long: " + strings.Repeat("a", size-len("X-Long: ")-1) + "\rb\r\nContent-Length: 0\r\n\r\n"
+	if _, _, err := readResponse(bufio.NewReaderSize(strings.NewReader(answer), size)); err == nil {
+		t.Error("a bare CR at the buffer's end: no error")
+	}
+	if _, _, err := referenceResponse([]byte(answer)); err == nil {
+		t.Error("net/http reads a bare CR")
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -226,7 +227,11 @@ func (p *probers) grpcConn(addr string, g *GRPCConfig, timeout time.Duration) (*
 // dropped, so the next probe dials afresh instead of waiting out gRPC's
 // reconnect backoff.
 func (p *probers) probeGRPC(ctx context.Context, conn *grpc.ClientConn, g *GRPCConfig) (keep bool, err error) {
-	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: g.ServiceName})
+	// pr is set only once the call had a stream on a connection: its
+	// status is then the server's (or its connection's), never the error
+	// of the bridge's own dial.
+	var pr peer.Peer
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: g.ServiceName}, grpc.Peer(&pr))
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return false, probeError(ctx, err)
@@ -241,8 +246,9 @@ func (p *probers) probeGRPC(ctx context.Context, conn *grpc.ClientConn, g *GRPCC
 			// gRPC keeps only the words of a dial's error: the bridge's
 			// own shortage is known by them, in its own dial's error only
 			// (a server's status may carry the same words of its own
-			// shortage, which is the host's).
-			if _, dialErr, ok := strings.Cut(s.Message(), grpcDialError); ok && s.Code() == codes.Unavailable {
+			// shortage or its upstream's, which are the host's: a call
+			// that reached a server has a peer).
+			if _, dialErr, ok := strings.Cut(s.Message(), grpcDialError); ok && s.Code() == codes.Unavailable && pr.Addr == nil {
 				for _, e := range localErrnos {
 					if strings.Contains(dialErr, e.Error()) {
 						err = errnoError{err, e}

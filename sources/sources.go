@@ -137,8 +137,11 @@ type Service struct {
 // Update is the full set of services a source owns, replacing what it
 // published before. A service the source published before and leaves out is
 // removed. Each service's endpoints are in normal form (Normalize: canonical
-// addresses, each host once, sorted). The receiver owns the slice after
-// Publish: the source must not modify it.
+// addresses, each host once, sorted). Neither the source nor the receiver
+// modifies the slice, or a service's Endpoints, after Publish: a source
+// may hand over an unchanged service's Endpoints slice (and its last list)
+// again, and the receiver takes a service with the same Endpoints slice as
+// it had for unchanged without reading it (the Consul source does both).
 type Update struct {
 	Source   string
 	Services []Service

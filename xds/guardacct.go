@@ -208,9 +208,6 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 		a.types[string(typeURL)] = tn
 		dn = 1
 	}
-	other := len(b) - namesBytes - ivBytes
-	db += other - tn.other
-	tn.other = other
 	tn.requests++
 	var div int
 	if tn.requests == 1 {
@@ -219,12 +216,19 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 		div, tn.ivLast = ivBytes-tn.ivLast, ivBytes
 	}
 
-	var ddn, ddb int
+	// extra: the bytes of the names that change no subscription (a name
+	// repeated, one subscribed already, an unsubscription of a name not
+	// subscribed); the request holds them all the same, so they count as
+	// its other bytes.
+	var ddn, ddb, extra int
 	if delta {
-		ddn, ddb = a.deltaNames(tn, b, subs, unsubs)
+		ddn, ddb, extra = a.deltaNames(tn, b, subs, unsubs)
 	} else {
-		ddn, ddb = a.sotwNames(tn, b)
+		ddn, ddb, extra = a.sotwNames(tn, b)
 	}
+	other := len(b) - namesBytes - ivBytes + extra
+	db += other - tn.other
+	tn.other = other
 	dn, db = dn+ddn, db+ddb
 	if dn == 0 && db == 0 && div == 0 {
 		return nil
@@ -235,31 +239,34 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 // deltaNames applies a delta request's subscriptions, then its
 // unsubscriptions, as the delta handler applies them, to the type's set; the
 // set is derived once (none for a request without names, the common ACK).
-// It returns the change in names and bytes. subs and unsubs are the
-// request's subscriptions and unsubscriptions, counted.
-func (a *streamAcct) deltaNames(tn *typeNames, b []byte, subs, unsubs int) (dn, db int) {
+// It returns the change in names and bytes, and the bytes (as encoded) of
+// the names that changed nothing. subs and unsubs are the request's
+// subscriptions and unsubscriptions, counted.
+func (a *streamAcct) deltaNames(tn *typeNames, b []byte, subs, unsubs int) (dn, db, extra int) {
 	if subs == 0 && unsubs == 0 {
-		return 0, 0
+		return 0, 0, 0
 	}
 	if unsubs == 0 {
-		if dn, db, ok := a.subscribeOnly(tn, b, subs); ok {
-			return dn, db
+		if dn, db, extra, ok := a.subscribeOnly(tn, b, subs); ok {
+			return dn, db, extra
 		}
 	}
 	var adds, rems []uint64
 	var added, removed map[uint64]struct{}
-	fields(b, func(num protowire.Number, v []byte, _ int) {
+	fields(b, func(num protowire.Number, v []byte, size int) {
 		if num != deltaSubscribe {
 			return
 		}
 		h := maphash.Bytes(a.g.seed, v)
 		if tn.set.has(h) {
+			extra += size
 			return
 		}
 		if added == nil {
 			added = map[uint64]struct{}{}
 		}
 		if _, ok := added[h]; ok {
+			extra += size
 			return
 		}
 		added[h] = struct{}{}
@@ -268,15 +275,17 @@ func (a *streamAcct) deltaNames(tn *typeNames, b []byte, subs, unsubs int) (dn, 
 		dn++
 		db += len(v)
 	})
-	fields(b, func(num protowire.Number, v []byte, _ int) {
+	fields(b, func(num protowire.Number, v []byte, size int) {
 		if num != deltaUnsubscribe {
 			return
 		}
 		h := maphash.Bytes(a.g.seed, v)
 		if _, ok := removed[h]; ok {
+			extra += size
 			return
 		}
 		if _, ok := added[h]; !ok && !tn.set.has(h) {
+			extra += size
 			return
 		}
 		if removed == nil {
@@ -291,7 +300,7 @@ func (a *streamAcct) deltaNames(tn *typeNames, b []byte, subs, unsubs int) (dn, 
 	if len(adds)+len(rems) > 0 {
 		tn.set = tn.set.derive(adds, rems)
 	}
-	return dn, db
+	return dn, db, extra
 }
 
 // subscribeOnly applies a delta request that only subscribes (a stream's
@@ -299,10 +308,11 @@ func (a *streamAcct) deltaNames(tn *typeNames, b []byte, subs, unsubs int) (dn, 
 // once and no set of its own: the set's derivation drops a name repeated
 // in the request, and when it added as many names as the request has that
 // the set lacks, there was none. false (nothing applied) when there were
-// repeats: deltaNames then counts each name once.
-func (a *streamAcct) subscribeOnly(tn *typeNames, b []byte, subs int) (dn, db int, ok bool) {
+// repeats: deltaNames then counts each name once. extra: the bytes of the
+// names subscribed already.
+func (a *streamAcct) subscribeOnly(tn *typeNames, b []byte, subs int) (dn, db, extra int, ok bool) {
 	adds := make([]uint64, 0, subs)
-	fields(b, func(num protowire.Number, v []byte, _ int) {
+	fields(b, func(num protowire.Number, v []byte, size int) {
 		if num != deltaSubscribe {
 			return
 		}
@@ -310,47 +320,56 @@ func (a *streamAcct) subscribeOnly(tn *typeNames, b []byte, subs int) (dn, db in
 		if !tn.set.has(h) {
 			adds = append(adds, h)
 			db += len(v)
+		} else {
+			extra += size
 		}
 	})
 	if len(adds) == 0 {
-		return 0, 0, true
+		return 0, 0, extra, true
 	}
 	set := tn.set.derive(adds, nil)
 	if set.len()-tn.set.len() != len(adds) {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	tn.set = set
 	tn.bytes += db
-	return len(adds), db, true
+	return len(adds), db, extra, true
 }
 
 // sotwNames replaces the type's set with a sotw request's list;
 // unchanged (the common ACK), nothing is rebuilt. It returns the change in
-// names and bytes.
-func (a *streamAcct) sotwNames(tn *typeNames, b []byte) (dn, db int) {
+// names and bytes, and the bytes (as encoded) of the names repeated.
+func (a *streamAcct) sotwNames(tn *typeNames, b []byte) (dn, db, extra int) {
 	n, same := 0, true
+	var sum uint64
 	fields(b, func(num protowire.Number, v []byte, _ int) {
 		if num == sotwResourceNames {
 			n++
 			if same {
-				same = tn.set.has(maphash.Bytes(a.g.seed, v))
+				h := maphash.Bytes(a.g.seed, v)
+				same = tn.set.has(h)
+				sum += h
 			}
 		}
 	})
-	if same && n == tn.set.len() {
-		return 0, 0
+	// As many names as the set, each in it, and the same sum of hashes:
+	// the set's names, none repeated (a repeat would leave one of the
+	// set's out, and the sums differ).
+	if same && n == tn.set.len() && sum == tn.set.h {
+		return 0, 0, 0
 	}
 	dn -= tn.set.len()
 	db -= tn.bytes
 	tn.bytes = 0
 	var hs []uint64
 	seen := make(map[uint64]struct{}, min(n, a.g.lim.MaxNamesPerStream+1))
-	fields(b, func(num protowire.Number, v []byte, _ int) {
+	fields(b, func(num protowire.Number, v []byte, size int) {
 		if num != sotwResourceNames {
 			return
 		}
 		h := maphash.Bytes(a.g.seed, v)
 		if _, ok := seen[h]; ok {
+			extra += size
 			return
 		}
 		seen[h] = struct{}{}
@@ -360,7 +379,7 @@ func (a *streamAcct) sotwNames(tn *typeNames, b []byte) (dn, db int) {
 		db += len(v)
 	})
 	tn.set = hashSets.empty.derive(hs, nil)
-	return dn, db
+	return dn, db, extra
 }
 
 // account adds a request's change in names (dn), bytes (db) and initial

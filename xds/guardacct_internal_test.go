@@ -59,3 +59,58 @@ func TestGuardSubscribeRepeatedNames(t *testing.T) {
 		}
 	}
 }
+
+// The server holds a type's last request until its next, so the bytes of
+// the names in it that change no subscription (a name repeated, one
+// subscribed already, an unsubscription of a name not subscribed) count
+// as the request's held bytes: a request of many bytes of such names is
+// refused at max_name_bytes_per_stream as one of as many bytes of new
+// names is.
+func TestGuardRepeatedNamesBytesHeld(t *testing.T) {
+	lim := Limits{MaxNameBytesPerStream: 64 << 10}.WithDefaults()
+	g := newGuard(lim, newGuardMetrics())
+	many := func(name string) []string {
+		out := make([]string, 40000) // ~ 10 bytes each on the wire: 400 kB
+		for i := range out {
+			out[i] = name
+		}
+		return out
+	}
+	for what, req := range map[string]proto.Message{
+		"delta subscribe":   &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesSubscribe: many("cluster-a")},
+		"delta unsubscribe": &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesUnsubscribe: many("cluster-a")},
+		"sotw":              &discovery.DiscoveryRequest{TypeUrl: EndpointType, ResourceNames: many("cluster-a")},
+	} {
+		b, err := proto.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := newTestStreamAcct(g)
+		err = a.checkWire(req, b)
+		if err == nil {
+			t.Errorf("%s: a request of %d bytes of one name repeated: accepted, %d bytes counted", what, len(b), a.bytes.Load())
+		}
+		a.release()
+	}
+}
+
+// A sotw request naming one of the stream's two names twice subscribes to
+// that one name: it is not taken for the set it matches in size.
+func TestGuardSotwRepeatIsNotTheSameSet(t *testing.T) {
+	g := newGuard(Limits{}.WithDefaults(), newGuardMetrics())
+	a := newTestStreamAcct(g)
+	defer a.release()
+	for _, names := range [][]string{{"cluster-a", "cluster-b"}, {"cluster-a", "cluster-a"}} {
+		req := &discovery.DiscoveryRequest{TypeUrl: EndpointType, ResourceNames: names}
+		b, err := proto.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.checkWire(req, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := a.types[EndpointType].set.len(); n != 1 || a.names.Load() != 2 { // the type counts as one name too
+		t.Errorf("after [a b] then [a a]: a set of %d, %d names counted; want 1 and 2", n, a.names.Load())
+	}
+}

@@ -398,7 +398,7 @@ func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 	}
 }
 
-// takeFlush takes the pending errors and, when the initial reads are all
+// takeFlush takes the pending errors and, once the initial reads are all
 // done, a snapshot of every service, whether it changed, and the instances
 // dropped.
 func (s *Source) takeFlush() (errs error, ready, failing bool, snap []sources.Service, changed bool, dropped []sources.Dropped) {
@@ -422,10 +422,28 @@ func (s *Source) takeFlush() (errs error, ready, failing bool, snap []sources.Se
 }
 
 // readyLocked: every datacenter's list was read and every selected service's
-// first health read completed.
+// first health read completed. Once the services were published, a service
+// newly listed whose first read failed is left out until it reads, and
+// holds back no other change (README, Fail static); one whose first read is
+// under way still does (a service listed again is published with its new
+// state, not left out meanwhile).
 func (s *Source) readyLocked() bool {
 	for _, dc := range s.dcs {
-		if !dc.listSeen || dc.notReady > 0 {
+		if !dc.listSeen {
+			return false
+		}
+		if dc.notReady > 0 && (s.published.IsZero() || !unreadFailing(dc)) {
+			return false
+		}
+	}
+	return true
+}
+
+// unreadFailing reports whether every state of dc whose first health read
+// has not completed is failing (walked only while one has not).
+func unreadFailing(dc *dcState) bool {
+	for _, st := range dc.services {
+		if !st.ready && !st.info.failing {
 			return false
 		}
 	}

@@ -528,11 +528,11 @@ func (ds *deltaStream) vhdsRequest(req *discovery.DeltaDiscoveryRequest) error {
 	w, seen := ds.watches[VirtualHostType]
 	if !seen {
 		if c, ok := ds.s.cache.(*Cache); ok {
-			c.lock()
+			c.mu.Lock() // the server's state only
 			if st := c.streams[streamKey{true, ds.id}]; st != nil {
 				ds.vhds.setVisibility(st.vis)
 			}
-			c.unlock()
+			c.mu.Unlock()
 		}
 	}
 	ds.vhds.request(req, !seen)

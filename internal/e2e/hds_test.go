@@ -156,6 +156,21 @@ func routingBootstrap(t *testing.T, xdsPort string, lisPort int) string {
 	return writeBootstrap(t, cfg)
 }
 
+// metrics returns the bridge's /metrics page.
+func (b *bridge) metrics(t *testing.T) string {
+	t.Helper()
+	resp, err := http.Get("http://" + b.app.AdminAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
+}
+
 // hdsStates returns each host's HDS state from /debug/hosts' data (nil
 // entries for hosts checked locally).
 func hdsStates(br *bridge) map[string]*hds.TargetState {
@@ -409,8 +424,42 @@ health_checks:
 	waitFor(t, 10*time.Second, "each backend probed by exactly its 2 checkers", func() error { return probedByAssigned(live) })
 
 	// A checker that reaches no backend: it reports every one unhealthy,
-	// and under majority takes none away.
-	cutNode := startChecker(cut, "zone-a").node
+	// and under majority takes none away. Which backends it is assigned
+	// depends on its connection's id and the backends' ports, so a cut
+	// checker assigned none of the live backends is replaced (its
+	// reconnection draws another id) until one is.
+	cutNode := ""
+	for attempt := 1; cutNode == ""; attempt++ {
+		c := startChecker(cut, "zone-a")
+		waitFor(t, 10*time.Second, "the cut checker connected", func() error {
+			if m := br.metrics(t); !strings.Contains(m, "\nxdsbridge_hds_checkers 4\n") {
+				return fmt.Errorf("xdsbridge_hds_checkers is not 4")
+			}
+			return nil
+		})
+		sts := hdsStates(br)
+		for _, b := range live {
+			for _, ch := range sts[fmt.Sprintf("127.0.0.1:%d", b.port)].Checkers {
+				if ch.Node == c.node {
+					cutNode = c.node
+				}
+			}
+		}
+		if cutNode != "" {
+			break
+		}
+		if attempt == 10 {
+			t.Fatalf("the cut checker was assigned no live backend in %d connections", attempt)
+		}
+		t.Logf("the cut checker was assigned no live backend; reconnecting it")
+		c.p.Cmd.Process.Kill()
+		waitFor(t, 10*time.Second, "the cut checker gone", func() error {
+			if m := br.metrics(t); !strings.Contains(m, "\nxdsbridge_hds_checkers 3\n") {
+				return fmt.Errorf("xdsbridge_hds_checkers is not 3")
+			}
+			return nil
+		})
+	}
 	waitFor(t, 20*time.Second, "the cut checker's unhealthy reports counted", func() error {
 		// Of the live backends it was assigned.
 		sts := hdsStates(br)

@@ -49,8 +49,8 @@ type Stats struct {
 // resources, then the server's (interims are encodings too).
 func (c *Cache) Stats() Stats {
 	s := Stats{Marshals: c.store.Marshals(), Resources: c.store.Counts(), Watches: map[string]int{}}
-	c.mu.Lock() // the server's state only
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	s.Marshals += c.marshals
 	s.RouteHolds, s.RouteHoldTimeouts, s.Interims = c.routeHolds, c.routeHoldTimeouts, c.mbbInterims
 	for u, ts := range c.types {

@@ -83,8 +83,8 @@ type sentClusters struct {
 // request with a stale nonce) is replaced by the next of its type, and
 // all go with the stream.
 func (c *Cache) noteRequest(req any, key streamKey, typeURL string) {
-	c.mu.Lock() // the server's state only
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	st := c.streams[key]
 	if st == nil {
 		st = &streamState{key: key, noted: map[string]any{}, inflight: map[string]*deltaResponse{}, held: map[string][]string{}}
@@ -102,16 +102,16 @@ func (c *Cache) noteRequest(req any, key streamKey, typeURL string) {
 // Streams that may read everything are not registered: noteRequest makes
 // their state.
 func (c *Cache) openStream(key streamKey, vis *visibility) {
-	c.mu.Lock() // the server's state only
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	c.streams[key] = &streamState{key: key, vis: vis, noted: map[string]any{}, inflight: map[string]*deltaResponse{}, held: map[string][]string{}}
 	c.restricted = true
 }
 
 // streamClosed forgets a stream.
 func (c *Cache) streamClosed(key streamKey) {
-	c.mu.Lock() // the server's state only
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	if st := c.streams[key]; st != nil {
 		for _, req := range st.noted {
 			delete(c.requests, req)

@@ -528,11 +528,11 @@ func (ds *deltaStream) vhdsRequest(req *discovery.DeltaDiscoveryRequest) error {
 	w, seen := ds.watches[VirtualHostType]
 	if !seen {
 		if c, ok := ds.s.cache.(*Cache); ok {
-			c.mu.Lock() // the server's state only
+			c.lock()
 			if st := c.streams[streamKey{true, ds.id}]; st != nil {
 				ds.vhds.setVisibility(st.vis)
 			}
-			c.mu.Unlock()
+			c.unlock()
 		}
 	}
 	ds.vhds.request(req, !seen)

@@ -93,7 +93,7 @@ func (c *Cache) create(w *watch) (func(), error) {
 		}
 	}
 	if c.ready && c.respond(w, false, mustAnswer(w)) {
-		return func() { c.mu.Lock(); c.forgetLast(w); c.mu.Unlock() }, nil
+		return func() { c.lock(); c.forgetLast(w); c.unlock() }, nil
 	}
 	w.ts.watches[w] = struct{}{}
 	if w.stream != nil {
@@ -121,8 +121,8 @@ func (c *Cache) create(w *watch) (func(), error) {
 // what a delta watch held back for its clusters, it hands to the next
 // watch, as it installed no state that says so.
 func (c *Cache) cancel(w *watch) {
-	c.mu.Lock() // the server's state only
-	defer c.mu.Unlock()
+	c.lock()
+	defer c.unlock()
 	c.untrack(w)
 	c.forgetLast(w)
 	st := w.stream

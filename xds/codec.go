@@ -102,7 +102,14 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 				gm.a.tookResume()
 			}
 		}
-		return decodeScanned(b, sc, dr, c.wire, defType)
+		// A guarded stream's resume is compared with the store as it is
+		// decoded (resumed.go); the stream's handler takes what was
+		// current from the stream's accounting.
+		r, err := decodeScanned(b, sc, dr, c.wire, defType, guarded)
+		if r != nil && err == nil {
+			gm.a.keepResumed(dr, r)
+		}
+		return err
 	}
 	return proto.Unmarshal(buf.ReadOnlyData(), m)
 }

@@ -38,6 +38,9 @@ type streamAcct struct {
 	// resumeHeld: places the stream holds in the resume gate
 	// (resumegate.go), given back when it ends.
 	resumeHeld int
+	// resumed: what the decoder found current of the initial versions of
+	// requests decoded and not yet handled (resumed.go).
+	resumed map[*discovery.DeltaDiscoveryRequest]*resumedVersions
 
 	// names and bytes are the stream's totals, also in conn's; read by
 	// Server.Clients.
@@ -447,7 +450,35 @@ func (a *streamAcct) release() error {
 	a.conn.mu.Unlock()
 	a.g.bytes.Add(-b - iv)
 	a.types = nil
+	a.resumed = nil
 	return a.err
+}
+
+// keepResumed keeps r, what the decoder found current of req's initial
+// versions, until the stream's handler takes it.
+func (a *streamAcct) keepResumed(req *discovery.DeltaDiscoveryRequest, r *resumedVersions) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.released {
+		return
+	}
+	if a.resumed == nil {
+		a.resumed = map[*discovery.DeltaDiscoveryRequest]*resumedVersions{}
+	}
+	a.resumed[req] = r
+}
+
+// takeResumed returns what the decoder found current of req's initial
+// versions (nil: none, or a is nil), and forgets it.
+func (a *streamAcct) takeResumed(req *discovery.DeltaDiscoveryRequest) *resumedVersions {
+	if a == nil {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := a.resumed[req]
+	delete(a.resumed, req)
+	return r
 }
 
 // The per-client memory estimate (memory_estimate_bytes in /debug/clients)

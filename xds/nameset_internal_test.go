@@ -40,7 +40,7 @@ func TestDeltaSubMatchesGoControlPlane(t *testing.T) {
 		}
 		subs, unsubs := names(5), names(2)
 		ref := stream.NewDeltaSubscription(subs, unsubs, maps.Clone(initial), true)
-		got := newDeltaSub(subs, unsubs, maps.Clone(initial))
+		got := newDeltaSub(subs, unsubs, maps.Clone(initial), nil)
 		for step := range 8 {
 			checks++
 			if !maps.Equal(ref.SubscribedResources(), got.SubscribedResources()) || ref.IsWildcard() != got.IsWildcard() ||

@@ -38,6 +38,7 @@ package xds
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync/atomic"
 
@@ -82,6 +83,11 @@ func newDeltaSub(subscribed, unsubscribed []string, initial map[string]string, r
 		initial = make(map[string]string)
 	}
 	s := deltaSub{wildcard: len(subscribed) == 0, allowLegacyWildcard: true, names: emptyNames, held: &deltaHeld{versions: initial, resumed: resumed}}
+	if set := resumed.subscription(subscribed, unsubscribed); set != nil {
+		// What update makes of a request that subscribes to names only.
+		s.allowLegacyWildcard, s.names, s.grewFrom = false, set, emptyNames
+		return s
+	}
 	s.update(subscribed, unsubscribed)
 	return s
 }
@@ -96,13 +102,11 @@ func (s *deltaSub) update(subscribed, unsubscribed []string) {
 		}
 		s.allowLegacyWildcard = false
 	}
-	var add, remove []string
-	for _, n := range subscribed {
-		if n == explicitWildcard {
-			s.wildcard = true
-			continue
-		}
-		add = append(add, n)
+	var remove []string
+	add := subscribed // not copied unless it holds "*"
+	if slices.Contains(subscribed, explicitWildcard) {
+		s.wildcard = true
+		add = slices.DeleteFunc(slices.Clone(subscribed), func(n string) bool { return n == explicitWildcard })
 	}
 	// Whether a name is subscribed as go-control-plane applies the
 	// request to its map, one name after the other: the subscriptions,

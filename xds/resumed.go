@@ -3,6 +3,7 @@ package xds
 import (
 	"maps"
 	"sync"
+	"weak"
 
 	"github.com/xdsbridge/xdsbridge/xds/store"
 )
@@ -33,9 +34,9 @@ type resumedVersions struct {
 	// subsCur: the request subscribes to names, and they are exactly
 	// cur's (none is "*", none is outside cur).
 	subsCur bool
-
-	// While decoding: the subscribed names' slots, and whether each is an
-	// entry of the wire index so far.
+	// subBits: the slots of the names the request subscribes to, if it
+	// subscribes to some, each an entry of the type at gen, none "*";
+	// else nil. subsIn: so far while decoding.
 	subBits bitset
 	subsIn  bool
 	bound   int32
@@ -115,9 +116,65 @@ func (r *resumedVersions) done() *resumedVersions {
 	if r == nil || len(r.cur) == 0 {
 		return nil
 	}
-	r.subsCur = r.subsIn && r.subBits != nil && r.subBits.equal(r.bits)
-	r.subBits = nil
+	if !r.subsIn {
+		r.subBits = nil
+	}
+	r.subsCur = r.subBits != nil && r.subBits.equal(r.bits)
 	return r
+}
+
+// subscription returns the set of names a type's first request subscribes
+// to (subscribed, unsubscribing from none), if it is known by the
+// resources' slots (subBits): the set of an earlier resume to the same
+// resources at the same generation (resumeSets), else a new one; nil
+// otherwise. r may be nil.
+func (r *resumedVersions) subscription(subscribed, unsubscribed []string) *nameSet {
+	if r == nil || r.subBits == nil || len(subscribed) == 0 || len(unsubscribed) > 0 {
+		return nil
+	}
+	return resumeSets.get(r.typ, r.gen, r.subBits, func() *nameSet { return emptyNames.derive(subscribed, nil) })
+}
+
+// resumeSets: the subscription sets of the last resumes, by the slots of
+// their names at a generation of a type. A fleet reconnecting subscribes
+// to a few sets of names, each 5,000 long; deriving each stream's set from
+// its names (nameset.go) finds the fleet's one, but reads and hashes every
+// name, and makes a map of them, to find it. The slots of the names at a
+// generation identify the set: a generation maps slots to names.
+var resumeSets slotSets
+
+type slotSets struct {
+	mu   sync.Mutex
+	last [8]slotSet // most recent first
+}
+
+type slotSet struct {
+	typ  *store.Type
+	gen  uint64
+	bits bitset
+	set  weak.Pointer[nameSet]
+}
+
+// get returns the set of the names of slots bits of typ at gen: a live one
+// found, else build's, remembered.
+func (ss *slotSets) get(typ *store.Type, gen uint64, bits bitset, build func() *nameSet) *nameSet {
+	ss.mu.Lock()
+	for i := range ss.last {
+		l := &ss.last[i]
+		if l.typ == typ && l.gen == gen && l.bits.equal(bits) {
+			if set := l.set.Value(); set != nil {
+				ss.mu.Unlock()
+				return set
+			}
+		}
+	}
+	ss.mu.Unlock()
+	set := build()
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	copy(ss.last[1:], ss.last[:len(ss.last)-1])
+	ss.last[0] = slotSet{typ: typ, gen: gen, bits: bits, set: weak.Make(set)}
+	return set
 }
 
 // at reports whether the entries are of ts as it is: ts is the type

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -58,98 +59,113 @@ func TestResumeComparedAnswersAsExplicit(t *testing.T) {
 			}
 			change(70)
 			c.MarkReady()
-			ts := c.types[typ]
 
-			// An Envoy's resume (the names it subscribes to, each at the
-			// version served), then changed here and there.
-			req := &discovery.DeltaDiscoveryRequest{TypeUrl: typ, InitialResourceVersions: map[string]string{}}
-			wild := r.IntN(3) == 0
-			for _, n := range universe {
-				e, ok := ts.Resources[n]
-				if !ok && r.IntN(4) != 0 {
-					continue
-				}
-				if !wild {
-					req.ResourceNamesSubscribe = append(req.ResourceNamesSubscribe, n)
-				}
-				if ok && r.IntN(8) != 0 {
-					req.InitialResourceVersions[n] = e.Version
-				}
-			}
-			for n := range req.InitialResourceVersions {
-				switch r.IntN(12) {
-				case 0:
-					req.InitialResourceVersions[n] = "stale"
-				case 1:
-					req.InitialResourceVersions[n] = ""
-				case 2:
-					delete(req.InitialResourceVersions, n)
-				}
-			}
-			if r.IntN(6) == 0 {
-				req.InitialResourceVersions["gone"] = "1"
-			}
-			if len(req.ResourceNamesSubscribe) > 0 && r.IntN(6) == 0 {
-				req.ResourceNamesSubscribe = append(req.ResourceNamesSubscribe, "*")
-			}
-			if r.IntN(6) == 0 {
-				req.ResourceNamesSubscribe = append(req.ResourceNamesSubscribe, "other")
-			}
-			if r.IntN(8) == 0 {
-				req.ResourceNamesUnsubscribe = append(req.ResourceNamesUnsubscribe, universe[r.IntN(len(universe))])
-			}
-			wire, err := proto.Marshal(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			compared := &discovery.DeltaDiscoveryRequest{}
-			sc, _ := scanDelta(wire)
-			resumed, err := decodeScanned(wire, sc, compared, c.store.Wire(), nil, true)
-			if err != nil {
-				t.Fatal(err)
-			}
-			explicit := &discovery.DeltaDiscoveryRequest{}
-			if err := decodeDeltaRequest(wire, explicit, c.store.Wire(), nil); err != nil {
-				t.Fatal(err)
-			}
-			if r.IntN(2) == 0 {
-				change(10) // after the decoding, before the watch
-			}
-
-			answer := func(m *discovery.DeltaDiscoveryRequest, resumed *resumedVersions) *discovery.DeltaDiscoveryResponse {
-				t.Helper()
-				ch := make(chan *deltaResponse, 2)
-				sub := newDeltaSub(m.ResourceNamesSubscribe, m.ResourceNamesUnsubscribe, m.InitialResourceVersions, resumed)
-				cancel, err := c.watchDelta(m, sub, ch)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer cancel()
-				select {
-				case resp := <-ch:
-					return resp.resp
-				default:
-					return nil
-				}
-			}
-			got, want := answer(compared, resumed), answer(explicit, nil)
-			if (got == nil) != (want == nil) {
-				t.Fatalf("answered %v, with the versions as a map %v", got != nil, want != nil)
-			}
-			if got == nil {
-				return
-			}
-			names := func(resp *discovery.DeltaDiscoveryResponse) (out []string) {
-				for _, res := range resp.Resources {
-					out = append(out, res.Name+"@"+res.Version)
-				}
-				return out
-			}
-			if !slices.Equal(names(got), names(want)) || !slices.Equal(got.RemovedResources, want.RemovedResources) {
-				t.Fatalf("sent %v, removed %v; with the versions as a map: sent %v, removed %v",
-					names(got), got.RemovedResources, names(want), want.RemovedResources)
+			// Two resumes, the second of the same generation or not.
+			for round := range 2 {
+				resumeRound(t, r, c, typ, universe, change, round)
 			}
 		})
+	}
+}
+
+// resumeRound is one resume of TestResumeComparedAnswersAsExplicit.
+func resumeRound(t *testing.T, r *rand.Rand, c *Cache, typ string, universe []string, change func(int), round int) {
+	t.Helper()
+	ts := c.types[typ]
+	// An Envoy's resume (the names it subscribes to, each at the version
+	// served), then changed here and there.
+	req := &discovery.DeltaDiscoveryRequest{TypeUrl: typ, InitialResourceVersions: map[string]string{}}
+	wild := r.IntN(3) == 0
+	for _, n := range universe {
+		e, ok := ts.Resources[n]
+		if !ok && r.IntN(4) != 0 || round > 0 && r.IntN(3) == 0 {
+			continue
+		}
+		if !wild {
+			req.ResourceNamesSubscribe = append(req.ResourceNamesSubscribe, n)
+		}
+		if ok && r.IntN(8) != 0 {
+			req.InitialResourceVersions[n] = e.Version
+		}
+	}
+	for n := range req.InitialResourceVersions {
+		switch r.IntN(12) {
+		case 0:
+			req.InitialResourceVersions[n] = "stale"
+		case 1:
+			req.InitialResourceVersions[n] = ""
+		case 2:
+			delete(req.InitialResourceVersions, n)
+		}
+	}
+	if r.IntN(6) == 0 {
+		req.InitialResourceVersions["gone"] = "1"
+	}
+	if len(req.ResourceNamesSubscribe) > 0 && r.IntN(6) == 0 {
+		req.ResourceNamesSubscribe = append(req.ResourceNamesSubscribe, "*")
+	}
+	if r.IntN(6) == 0 {
+		req.ResourceNamesSubscribe = append(req.ResourceNamesSubscribe, "other")
+	}
+	if r.IntN(8) == 0 {
+		req.ResourceNamesUnsubscribe = append(req.ResourceNamesUnsubscribe, universe[r.IntN(len(universe))])
+	}
+	wire, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compared := &discovery.DeltaDiscoveryRequest{}
+	sc, _ := scanDelta(wire)
+	resumed, err := decodeScanned(wire, sc, compared, c.store.Wire(), nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	explicit := &discovery.DeltaDiscoveryRequest{}
+	if err := decodeDeltaRequest(wire, explicit, c.store.Wire(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if r.IntN(2) == 0 {
+		change(10) // after the decoding, before the watch
+	}
+
+	answer := func(m *discovery.DeltaDiscoveryRequest, resumed *resumedVersions) (deltaSub, *discovery.DeltaDiscoveryResponse) {
+		t.Helper()
+		ch := make(chan *deltaResponse, 2)
+		sub := newDeltaSub(m.ResourceNamesSubscribe, m.ResourceNamesUnsubscribe, m.InitialResourceVersions, resumed)
+		cancel, err := c.watchDelta(m, sub, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cancel()
+		select {
+		case resp := <-ch:
+			return sub, resp.resp
+		default:
+			return sub, nil
+		}
+	}
+	gotSub, got := answer(compared, resumed)
+	wantSub, want := answer(explicit, nil)
+	if gotSub.wildcard != wantSub.wildcard || gotSub.allowLegacyWildcard != wantSub.allowLegacyWildcard ||
+		!maps.Equal(gotSub.SubscribedResources(), wantSub.SubscribedResources()) || gotSub.grewFrom != wantSub.grewFrom {
+		t.Fatalf("round %d: subscribed to %v (wildcard %v), with the versions as a map to %v (wildcard %v)", round,
+			slices.Sorted(maps.Keys(gotSub.SubscribedResources())), gotSub.wildcard, slices.Sorted(maps.Keys(wantSub.SubscribedResources())), wantSub.wildcard)
+	}
+	if (got == nil) != (want == nil) {
+		t.Fatalf("round %d: answered %v, with the versions as a map %v", round, got != nil, want != nil)
+	}
+	if got == nil {
+		return
+	}
+	names := func(resp *discovery.DeltaDiscoveryResponse) (out []string) {
+		for _, res := range resp.Resources {
+			out = append(out, res.Name+"@"+res.Version)
+		}
+		return out
+	}
+	if !slices.Equal(names(got), names(want)) || !slices.Equal(got.RemovedResources, want.RemovedResources) {
+		t.Fatalf("round %d: sent %v, removed %v; with the versions as a map: sent %v, removed %v", round,
+			names(got), got.RemovedResources, names(want), want.RemovedResources)
 	}
 }
 
@@ -215,5 +231,53 @@ func TestResumeBeforeReadySubscribesMore(t *testing.T) {
 	}
 	if !slices.Equal(sent, []string{"c"}) || len(resp.resp.RemovedResources) > 0 {
 		t.Errorf("sent %v, removed %v; want [c], none", sent, resp.resp.RemovedResources)
+	}
+}
+
+// TestResumeSetBySlotsOfItsGeneration: a resume's subscription set is
+// found by the slots of its names at the generation decoded; a slot freed
+// by a deletion and taken by a new name is another name at the next
+// generation.
+func TestResumeSetBySlotsOfItsGeneration(t *testing.T) {
+	c := NewCache(WithTypes(EndpointType))
+	apply := func(ch store.Change) {
+		t.Helper()
+		ch.TypeURL = EndpointType
+		if err := c.Apply(ch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	up := func(n string) store.Resource {
+		return store.Resource{Name: n, Msg: &endpoint.ClusterLoadAssignment{ClusterName: n}}
+	}
+	ts := c.types[EndpointType]
+	resume := func(n string) []string {
+		t.Helper()
+		wire, err := proto.Marshal(&discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesSubscribe: []string{n},
+			InitialResourceVersions: map[string]string{n: ts.Resources[n].Version}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &discovery.DeltaDiscoveryRequest{}
+		sc, _ := scanDelta(wire)
+		r, err := decodeScanned(wire, sc, m, c.store.Wire(), nil, true)
+		if err != nil || r == nil {
+			t.Fatalf("decoded %v, found current %v", err, r != nil)
+		}
+		sub := newDeltaSub(m.ResourceNamesSubscribe, m.ResourceNamesUnsubscribe, m.InitialResourceVersions, r)
+		return slices.Sorted(maps.Keys(sub.SubscribedResources()))
+	}
+	apply(store.Change{Upserts: []store.Resource{up("a"), up("b")}})
+	if got := resume("a"); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("subscribed to %v, want [a]", got)
+	}
+	slot := ts.Resources["a"].Slot
+	apply(store.Change{Deletes: []string{"a"}})
+	apply(store.Change{Upserts: []store.Resource{up("c")}})
+	if ts.Resources["c"].Slot != slot {
+		t.Fatalf("c has slot %d, not a's (%d): the case is not made", ts.Resources["c"].Slot, slot)
+	}
+	if got := resume("c"); !slices.Equal(got, []string{"c"}) {
+		t.Fatalf("subscribed to %v, want [c]", got)
 	}
 }

@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"hash/maphash"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -308,9 +309,8 @@ func (a *streamAcct) deltaNames(tn *typeNames, b []byte, subs, unsubs int) (dn, 
 
 // subscribeOnly applies a delta request that only subscribes (a stream's
 // first request, a reconnecting Envoy's 5,000 names) with each name hashed
-// once and no set of its own: the set's derivation drops a name repeated
-// in the request, and when it added as many names as the request has that
-// the set lacks, there was none. false (nothing applied) when there were
+// once and no set of its own: the hashes the set lacks, sorted, show a
+// name repeated in the request. false (nothing applied) when there were
 // repeats: deltaNames then counts each name once. extra: the bytes of the
 // names subscribed already.
 func (a *streamAcct) subscribeOnly(tn *typeNames, b []byte, subs int) (dn, db, extra int, ok bool) {
@@ -330,11 +330,11 @@ func (a *streamAcct) subscribeOnly(tn *typeNames, b []byte, subs int) (dn, db, e
 	if len(adds) == 0 {
 		return 0, 0, extra, true
 	}
-	set := tn.set.derive(adds, nil)
-	if set.len()-tn.set.len() != len(adds) {
+	slices.Sort(adds)
+	if len(slices.Compact(adds)) != len(adds) {
 		return 0, 0, 0, false
 	}
-	tn.set = set
+	tn.set = tn.set.deriveAdded(adds)
 	tn.bytes += db
 	return len(adds), db, extra, true
 }

@@ -284,14 +284,14 @@ func TestStoreKeepsNameString(t *testing.T) {
 		t.Error("a new version of a resource has a name string of its own")
 	}
 	var got *store.Entry
-	c.store.Wire().Read([]byte(EndpointType), func(t *store.WireType) { got = t.Entries["svc-a"] })
+	c.store.Wire().Read([]byte(EndpointType), func(t *store.WireType) { got = t.Entry("svc-a") })
 	if got != second {
 		t.Errorf("the decoder reads %+v, want the version served", got)
 	}
 	if err := c.Apply(store.Change{TypeURL: EndpointType, Deletes: []string{"svc-a"}}); err != nil {
 		t.Fatal(err)
 	}
-	c.store.Wire().Read([]byte(EndpointType), func(t *store.WireType) { got = t.Entries["svc-a"] })
+	c.store.Wire().Read([]byte(EndpointType), func(t *store.WireType) { got = t.Entry("svc-a") })
 	if got != nil {
 		t.Error("the decoder still reads a deleted resource")
 	}

@@ -62,19 +62,21 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	buf := data.MaterializeToBuffer(bufferPool)
 	defer func() { buf.Free() }()
+	var sc deltaScan
 	if guarded {
 		// A request over a limit is not decoded; the guarded stream
 		// returns the limit's error.
 		gm.checked = true
-		if gm.a.checkWire(m, buf.ReadOnlyData()) != nil {
+		if gm.a.checkWireScan(m, buf.ReadOnlyData(), &sc) != nil {
 			return nil
 		}
 	}
 	if dr, ok := m.(*discovery.DeltaDiscoveryRequest); ok {
 		b := buf.ReadOnlyData()
-		sc, ok := scanDelta(b)
-		if !ok {
-			return proto.Unmarshal(b, m) // its error
+		if !sc.valid {
+			if sc, ok = scanDelta(b); !ok {
+				return proto.Unmarshal(b, m) // its error
+			}
 		}
 		var defType []byte
 		if guarded {

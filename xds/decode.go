@@ -40,6 +40,7 @@ func decodeDeltaRequest(b []byte, m *discovery.DeltaDiscoveryRequest, x *store.W
 type deltaScan struct {
 	subs, unsubs, entries, other int
 	typeURL                      []byte
+	valid                        bool // b was scanned, and is well formed
 }
 
 // scanDelta reads b's fields; false if b is not well formed (the decoder
@@ -61,6 +62,7 @@ func scanDelta(b []byte) (deltaScan, bool) {
 			}
 		}
 	})
+	sc.valid = ok
 	return sc, ok
 }
 
@@ -128,20 +130,34 @@ func decodeScanned(b []byte, sc deltaScan, m *discovery.DeltaDiscoveryRequest, x
 				}
 			default:
 				v, _ := protowire.ConsumeBytes(b[n:])
-				k, val, e, current, err := mapEntry(v, t)
+				kb, vb, err := mapEntry(v)
 				if err != nil {
 					bad = err
 					break
 				}
-				if r != nil && !r.add(k, val, e, current, &versions) {
+				w, found := t.Find(kb)
+				if r != nil && found && w.Version == string(vb) {
+					// Current: the entry, read from the index only.
+					if r.addCurrent(w, kb, &versions) {
+						break
+					}
 					r = nil // a key repeated: the map holds them all
 				}
-				if r == nil {
-					if versions == nil {
-						versions = make(map[string]string, sc.entries)
-					}
-					versions[k] = val
+				k, val, err := entryStrings(kb, vb, w.Entry)
+				if err != nil {
+					bad = err
+					break
 				}
+				if r != nil {
+					if r.addOther(k, val, w, found, &versions) {
+						break
+					}
+					r = nil
+				}
+				if versions == nil {
+					versions = make(map[string]string, sc.entries)
+				}
+				versions[k] = val
 			}
 			b = b[size:]
 		}
@@ -157,35 +173,32 @@ func decodeScanned(b []byte, sc deltaScan, m *discovery.DeltaDiscoveryRequest, x
 }
 
 // mapEntry decodes one map<string, string> entry: key 1, value 2, either
-// missing reads as ""; other fields are skipped. The key and value are the
-// store's strings where it serves them (t): e is the key's entry, and
-// current whether val is its version.
-func mapEntry(b []byte, t *store.WireType) (key, val string, e *store.Entry, current bool, err error) {
-	var kb, vb []byte
+// missing reads as ""; other fields are skipped.
+func mapEntry(b []byte) (key, val []byte, err error) {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return "", "", nil, false, protowire.ParseError(n)
+			return nil, nil, protowire.ParseError(n)
 		}
 		if num > protowire.MaxValidNumber {
 			// ConsumeTag takes field numbers up to 2³¹-1; the runtime
 			// refuses those above 2²⁹-1, even in a field it skips.
-			return "", "", nil, false, errFieldNumber
+			return nil, nil, errFieldNumber
 		}
 		b = b[n:]
 		if (num == 1 || num == 2) && typ == protowire.BytesType {
 			v, m := protowire.ConsumeBytes(b)
 			if m < 0 {
-				return "", "", nil, false, protowire.ParseError(m)
+				return nil, nil, protowire.ParseError(m)
 			}
 			// A field repeated: the last one is the entry's, and each
 			// must be UTF-8 (the runtime checks every one).
-			prev := &kb
+			prev := &key
 			if num == 2 {
-				prev = &vb
+				prev = &val
 			}
 			if *prev != nil && !utf8.Valid(*prev) {
-				return "", "", nil, false, errEntryUTF8
+				return nil, nil, errEntryUTF8
 			}
 			*prev = v
 			b = b[m:]
@@ -193,19 +206,30 @@ func mapEntry(b []byte, t *store.WireType) (key, val string, e *store.Entry, cur
 		}
 		m := protowire.ConsumeFieldValue(num, typ, b)
 		if m < 0 {
-			return "", "", nil, false, protowire.ParseError(m)
+			return nil, nil, protowire.ParseError(m)
 		}
 		b = b[m:]
 	}
-	// The store's names and versions are valid UTF-8 (store.WireIndex.Follow):
-	// only the bytes that are not one of them are read again.
-	key, e = t.WireName(kb)
-	if e == nil && !utf8.Valid(kb) {
-		return "", "", nil, false, errEntryUTF8
+	return key, val, nil
+}
+
+// entryStrings returns a map entry's key and value (their encoded bytes)
+// as strings: the store's where they are e's (the key's entry, nil if the
+// store serves none), else copies, checked for UTF-8. The store's names
+// and versions are valid UTF-8 (store.WireIndex.Follow): only the bytes
+// that are not one of them are read again.
+func entryStrings(kb, vb []byte, e *store.Entry) (key, val string, err error) {
+	if e != nil {
+		key = e.Name
+	} else if !utf8.Valid(kb) {
+		return "", "", errEntryUTF8
 	}
-	val, current = store.WireVersion(e, vb)
+	if e == nil {
+		key = string(kb)
+	}
+	val, current := store.WireVersion(e, vb)
 	if !current && !utf8.Valid(vb) {
-		return "", "", nil, false, errEntryUTF8
+		return "", "", errEntryUTF8
 	}
-	return key, val, e, current, nil
+	return key, val, nil
 }

@@ -80,9 +80,20 @@ func FuzzDecode(f *testing.F) {
 			// Not UTF-8: not the decoder's to hand out.
 			&store.Entry{Name: "\xff", Version: "1"}, &store.Entry{Name: "k", Version: "\xc3"}, &store.Entry{Name: "a\xff", Version: "1"})
 	}
+	g := newGuard(Limits{}.WithDefaults(), newGuardMetrics())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		want := &discovery.DeltaDiscoveryRequest{}
 		wantErr := proto.Unmarshal(b, want)
+		// The limits' pass finds what scanDelta finds.
+		if sc, ok := scanDelta(b); ok {
+			var got deltaScan
+			a := newTestStreamAcct(g)
+			if a.checkWireScan(&discovery.DeltaDiscoveryRequest{}, b, &got) == nil &&
+				(got.subs != sc.subs || got.unsubs != sc.unsubs || got.entries != sc.entries || string(got.typeURL) != string(sc.typeURL) || got.other < sc.other || !got.valid) {
+				t.Fatalf("the limits' pass found %+v, scanDelta %+v", got, sc)
+			}
+			a.release()
+		}
 		for _, wire := range []*store.WireIndex{nil, x} {
 			for _, defType := range [][]byte{nil, []byte(EndpointType)} {
 				for _, compare := range []bool{false, true} {

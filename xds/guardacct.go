@@ -100,7 +100,12 @@ func (a *streamAcct) pace(ctx context.Context) error {
 // which is also the stream's error. It reads the wire format itself, so
 // that a request over a limit is never decoded, and allocates nothing but
 // map entries.
-func (a *streamAcct) checkWire(m any, b []byte) error {
+func (a *streamAcct) checkWire(m any, b []byte) error { return a.checkWireScan(m, b, nil) }
+
+// checkWireScan is checkWire, and gives the decoder what its pass over a
+// delta request found (sc, if not nil; sc.valid: scanned), so that the
+// decoder need not read the request once more to find it.
+func (a *streamAcct) checkWireScan(m any, b []byte, sc *deltaScan) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.err != nil {
@@ -117,7 +122,7 @@ func (a *streamAcct) checkWire(m any, b []byte) error {
 	default:
 		return nil
 	}
-	a.err = a.apply(delta, b)
+	a.err = a.apply(delta, b, sc)
 	return a.err
 }
 
@@ -154,7 +159,7 @@ func fields(b []byte, fn func(num protowire.Number, v []byte, size int)) bool {
 	return true
 }
 
-func (a *streamAcct) apply(delta bool, b []byte) error {
+func (a *streamAcct) apply(delta bool, b []byte, sc *deltaScan) error {
 	lim := a.g.lim
 	nodeField, typeField, namesField := sotwNode, sotwTypeURL, sotwResourceNames
 	if delta {
@@ -164,7 +169,7 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 	// names (the server holds a type's last request until its next).
 	var typeURL []byte
 	nodeBytes, namesBytes, ivBytes := 0, 0, 0
-	subs, unsubs := 0, 0
+	subs, unsubs, entries := 0, 0, 0
 	if !fields(b, func(num protowire.Number, v []byte, size int) {
 		switch {
 		case num == nodeField:
@@ -179,9 +184,14 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 			unsubs++
 		case delta && num == deltaInitialVersions:
 			ivBytes += size
+			entries++
 		}
 	}) {
 		return nil
+	}
+	if delta && sc != nil {
+		// What scanDelta finds, from the same pass.
+		*sc = deltaScan{subs: subs, unsubs: unsubs, entries: entries, other: len(b) - namesBytes - ivBytes, typeURL: typeURL, valid: true}
 	}
 	if len(typeURL) == 0 {
 		// The server serves it as the stream's type: its names are that

@@ -54,34 +54,39 @@ func newResumed(t *store.WireType, entries int) *resumedVersions {
 	}
 }
 
-// add takes one entry of the map as decoded: key k, version val, e the
-// store's entry of k if any, and current whether val is e's version. The
-// others go to versions (made if nil). false: a key repeated in a way
-// the entries cannot hold (once current, then not); they were moved to
-// versions, and k is to be put there too.
-func (r *resumedVersions) add(k, val string, e *store.Entry, current bool, versions *map[string]string) bool {
-	if e != nil && e.Slot >= r.bound {
+// addCurrent takes an entry of the map whose version is the one served
+// (w, the key's entry in the index; kb, the key's bytes). false: a key
+// repeated in a way the entries cannot hold; they were moved to versions,
+// and this one is to be put there too.
+func (r *resumedVersions) addCurrent(w store.WireEntry, kb []byte, versions *map[string]string) bool {
+	if w.Slot >= r.bound {
 		r.spill(versions)
 		return false
 	}
-	if e != nil && r.bits.has(e.Slot) {
-		// Repeated: the last wins; the same version changes nothing.
-		if current {
-			return true
-		}
+	if r.bits.has(w.Slot) {
+		return true // repeated, at the same version
+	}
+	if len(*versions) > 0 {
+		delete(*versions, string(kb)) // an earlier entry of the key: the last wins
+	}
+	r.bits.set(w.Slot)
+	r.cur = append(r.cur, w.Entry)
+	return true
+}
+
+// addOther takes an entry of the map whose version is not the one served:
+// key k, version val; w is the key's entry in the index if found. false:
+// as addCurrent's.
+func (r *resumedVersions) addOther(k, val string, w store.WireEntry, found bool, versions *map[string]string) bool {
+	if found && r.bits.has(w.Slot) {
+		// Current earlier in the map: the last wins.
 		r.spill(versions)
 		return false
 	}
-	if !current {
-		if *versions == nil {
-			*versions = map[string]string{}
-		}
-		(*versions)[k] = val
-		return true
+	if *versions == nil {
+		*versions = map[string]string{}
 	}
-	delete(*versions, k) // an earlier entry of k, with another version
-	r.bits.set(e.Slot)
-	r.cur = append(r.cur, e)
+	(*versions)[k] = val
 	return true
 }
 

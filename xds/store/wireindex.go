@@ -31,7 +31,7 @@ type WireType struct {
 	// Type: the store's type (its fields are read under the store's lock
 	// only).
 	Type    *Type
-	entries map[string]wireEntry
+	entries map[string]WireEntry
 	// Gen: the type's generation the entries are of (Type.Gen once the
 	// commit that last changed them is done). Every change to a type's
 	// resources is followed by the index in its commit, so a reader that
@@ -41,17 +41,23 @@ type WireType struct {
 	SlotBound int32
 
 	// The keys are copies of the names, side by side in chunks of their
-	// own (keys): a lookup compares the bytes of the key it finds, and
-	// 5,000 names scattered over the heap cost a cache miss each, where
-	// copies together stay in the cache. A name deleted leaves its bytes
-	// (garbage) until the keys are copied again.
+	// own (keys), with copies of the versions: a lookup compares the bytes
+	// of the key it finds, and a decoder the client's version, and 5,000
+	// names and versions scattered over the heap cost cache misses, where
+	// copies together stay in the cache. A name deleted or a version
+	// replaced leaves its bytes (garbage) until they are copied again.
 	keys          []byte
 	live, garbage int
 }
 
-type wireEntry struct {
-	e   *Entry
-	key string // the map's key: a copy of e.Name in keys
+// WireEntry is an entry as the index holds it: the store's entry, and
+// beside its key a copy of its version and its slot, which a decoder reads
+// without reading the entry.
+type WireEntry struct {
+	Entry   *Entry
+	Version string // a copy of Entry.Version, with the keys
+	Slot    int32
+	key     string // the map's key: a copy of Entry.Name
 }
 
 // keyChunk is the size of a chunk of keys.
@@ -86,12 +92,16 @@ func (x *WireIndex) Follow(ts *Type, names []string) {
 	defer x.mu.Unlock()
 	t := x.types[ts.URL]
 	if t == nil {
-		t = &WireType{Type: ts, entries: make(map[string]wireEntry, len(ts.Resources))}
+		t = &WireType{Type: ts, entries: make(map[string]WireEntry, len(ts.Resources))}
 		x.types[ts.URL] = t
 	}
 	t.Gen = ts.Gen
 	for _, n := range names {
 		old, had := t.entries[n]
+		if had {
+			t.live -= len(old.Version)
+			t.garbage += len(old.Version)
+		}
 		// Only an entry whose name and version are valid UTF-8: the
 		// decoder checks the bytes of a name or version it finds here no
 		// further (proto3 strings must be UTF-8).
@@ -101,7 +111,7 @@ func (x *WireIndex) Follow(ts *Type, names []string) {
 				k = t.key(e.Name)
 				t.live += len(k)
 			}
-			t.entries[k] = wireEntry{e: e, key: k}
+			t.entries[k] = t.entry(e, k)
 			t.SlotBound = max(t.SlotBound, e.Slot+1)
 		} else if had {
 			delete(t.entries, n)
@@ -110,16 +120,32 @@ func (x *WireIndex) Follow(ts *Type, names []string) {
 		}
 	}
 	if t.garbage > t.live+keyChunk {
-		// The keys again, without the deleted names' bytes.
-		entries := make(map[string]wireEntry, len(t.entries))
+		// The keys and versions again, without the garbage.
+		entries := make(map[string]WireEntry, len(t.entries))
 		t.keys, t.live, t.garbage = nil, 0, 0
 		for _, w := range t.entries {
-			k := t.key(w.e.Name)
+			k := t.key(w.Entry.Name)
 			t.live += len(k)
-			entries[k] = wireEntry{e: w.e, key: k}
+			entries[k] = t.entry(w.Entry, k)
 		}
 		t.entries = entries
 	}
+}
+
+// entry is e's WireEntry under key k, its version copied.
+func (t *WireType) entry(e *Entry, k string) WireEntry {
+	t.live += len(e.Version)
+	return WireEntry{Entry: e, Version: t.key(e.Version), Slot: e.Slot, key: k}
+}
+
+// Find returns the entry of name (its encoded bytes), if the index holds
+// one; t may be nil.
+func (t *WireType) Find(name []byte) (WireEntry, bool) {
+	if t == nil {
+		return WireEntry{}, false
+	}
+	w, ok := t.entries[string(name)]
+	return w, ok
 }
 
 // Entry returns the entry of name n (nil: none); t may be nil.
@@ -127,7 +153,7 @@ func (t *WireType) Entry(n string) *Entry {
 	if t == nil {
 		return nil
 	}
-	return t.entries[n].e
+	return t.entries[n].Entry
 }
 
 // Read calls fn with the index of typeURL (nil: none), Read-locked.
@@ -147,7 +173,7 @@ func (x *WireIndex) Read(typeURL []byte, fn func(t *WireType)) {
 func (t *WireType) WireName(name []byte) (string, *Entry) {
 	if t != nil {
 		if w, ok := t.entries[string(name)]; ok {
-			return w.e.Name, w.e
+			return w.Entry.Name, w.Entry
 		}
 	}
 	return string(name), nil

@@ -13,7 +13,8 @@ import (
 // TestWireIndexFollowsThroughKeyCopies: through upserts and deletions of
 // long names, enough for the index to copy its keys again several times,
 // the index holds exactly the entries the type serves, each under its
-// name, and its keys' bytes stay within a bound of the names served.
+// name with its version and slot, and its copies' bytes stay within a
+// bound of the names and versions served.
 func TestWireIndexFollowsThroughKeyCopies(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	s := New(typeRank, resource.ClusterType, resource.EndpointType)
@@ -54,10 +55,13 @@ func TestWireIndexFollowsThroughKeyCopies(t *testing.T) {
 				if name, got := w.WireName([]byte(n)); got != e || name != e.Name {
 					t.Fatalf("step %d: WireName(%s) = %q, %v", step, n, name, got)
 				}
-				live += len(n)
+				if f, ok := w.Find([]byte(n)); !ok || f.Entry != e || f.Version != e.Version || f.Slot != e.Slot {
+					t.Fatalf("step %d: Find(%s) = %+v, %v; want %+v", step, n, f, ok, e)
+				}
+				live += len(n) + len(e.Version)
 			}
 			if w.live != live || w.garbage > live+keyChunk {
-				t.Fatalf("step %d: keys of %d bytes and %d of garbage; the names served have %d", step, w.live, w.garbage, live)
+				t.Fatalf("step %d: copies of %d bytes and %d of garbage; the names and versions served have %d", step, w.live, w.garbage, live)
 			}
 		})
 	}

@@ -17,8 +17,9 @@ import (
 // first state in parts would hold a gigabyte of such buffers. Pooling
 // still matters: those first states are ~2 GB of encoded responses. And a
 // delta request's names and initial_resource_versions are decoded by
-// decode.go, into a map made at its size, not through reflection, with
-// the strings of the names and versions the store serves (wire).
+// decode.go, not through reflection, with the strings of the names and
+// versions the store serves (wire); a guarded stream's resume is compared
+// with the store as it is decoded (resumed.go).
 type codec struct {
 	wire *store.WireIndex // nil: copies
 }

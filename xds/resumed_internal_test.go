@@ -68,6 +68,23 @@ func TestResumeComparedAnswersAsExplicit(t *testing.T) {
 	}
 }
 
+// decodeResume encodes req and decodes it as a guarded stream does, its
+// versions compared with x's (resumed.go).
+func decodeResume(t testing.TB, x *store.WireIndex, req *discovery.DeltaDiscoveryRequest) (*discovery.DeltaDiscoveryRequest, *resumedVersions, []byte) {
+	t.Helper()
+	wire, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &discovery.DeltaDiscoveryRequest{}
+	sc, _ := scanDelta(wire)
+	r, err := decodeScanned(wire, sc, m, x, nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, r, wire
+}
+
 // resumeRound is one resume of TestResumeComparedAnswersAsExplicit.
 func resumeRound(t *testing.T, r *rand.Rand, c *Cache, typ string, universe []string, change func(int), round int) {
 	t.Helper()
@@ -110,16 +127,7 @@ func resumeRound(t *testing.T, r *rand.Rand, c *Cache, typ string, universe []st
 	if r.IntN(8) == 0 {
 		req.ResourceNamesUnsubscribe = append(req.ResourceNamesUnsubscribe, universe[r.IntN(len(universe))])
 	}
-	wire, err := proto.Marshal(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	compared := &discovery.DeltaDiscoveryRequest{}
-	sc, _ := scanDelta(wire)
-	resumed, err := decodeScanned(wire, sc, compared, c.store.Wire(), nil, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	compared, resumed, wire := decodeResume(t, c.store.Wire(), req)
 	explicit := &discovery.DeltaDiscoveryRequest{}
 	if err := decodeDeltaRequest(wire, explicit, c.store.Wire(), nil); err != nil {
 		t.Fatal(err)
@@ -186,16 +194,7 @@ func TestResumeBeforeReadySubscribesMore(t *testing.T) {
 	ts := c.types[EndpointType]
 	decode := func(req *discovery.DeltaDiscoveryRequest) (*discovery.DeltaDiscoveryRequest, *resumedVersions) {
 		t.Helper()
-		wire, err := proto.Marshal(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := &discovery.DeltaDiscoveryRequest{}
-		sc, _ := scanDelta(wire)
-		r, err := decodeScanned(wire, sc, m, c.store.Wire(), nil, true)
-		if err != nil {
-			t.Fatal(err)
-		}
+		m, r, _ := decodeResume(t, c.store.Wire(), req)
 		return m, r
 	}
 	first, r := decode(&discovery.DeltaDiscoveryRequest{
@@ -253,16 +252,10 @@ func TestResumeSetBySlotsOfItsGeneration(t *testing.T) {
 	ts := c.types[EndpointType]
 	resume := func(n string) []string {
 		t.Helper()
-		wire, err := proto.Marshal(&discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesSubscribe: []string{n},
+		m, r, _ := decodeResume(t, c.store.Wire(), &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesSubscribe: []string{n},
 			InitialResourceVersions: map[string]string{n: ts.Resources[n].Version}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := &discovery.DeltaDiscoveryRequest{}
-		sc, _ := scanDelta(wire)
-		r, err := decodeScanned(wire, sc, m, c.store.Wire(), nil, true)
-		if err != nil || r == nil {
-			t.Fatalf("decoded %v, found current %v", err, r != nil)
+		if r == nil {
+			t.Fatal("no version found current")
 		}
 		sub := newDeltaSub(m.ResourceNamesSubscribe, m.ResourceNamesUnsubscribe, m.InitialResourceVersions, r)
 		return slices.Sorted(maps.Keys(sub.SubscribedResources()))

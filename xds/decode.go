@@ -130,34 +130,7 @@ func decodeScanned(b []byte, sc deltaScan, m *discovery.DeltaDiscoveryRequest, x
 				}
 			default:
 				v, _ := protowire.ConsumeBytes(b[n:])
-				kb, vb, err := mapEntry(v)
-				if err != nil {
-					bad = err
-					break
-				}
-				w, found := t.Find(kb)
-				if r != nil && found && w.Version == string(vb) {
-					// Current: the entry, read from the index only.
-					if r.addCurrent(w, kb, &versions) {
-						break
-					}
-					r = nil // a key repeated: the map holds them all
-				}
-				k, val, err := entryStrings(kb, vb, w.Entry)
-				if err != nil {
-					bad = err
-					break
-				}
-				if r != nil {
-					if r.addOther(k, val, w, found, &versions) {
-						break
-					}
-					r = nil
-				}
-				if versions == nil {
-					versions = make(map[string]string, sc.entries)
-				}
-				versions[k] = val
+				r, bad = versionEntry(v, t, r, &versions, sc.entries)
 			}
 			b = b[size:]
 		}
@@ -170,6 +143,40 @@ func decodeScanned(b []byte, sc deltaScan, m *discovery.DeltaDiscoveryRequest, x
 	}
 	m.ResourceNamesSubscribe, m.ResourceNamesUnsubscribe, m.InitialResourceVersions = subs, unsubs, versions
 	return r.done(), nil
+}
+
+// versionEntry decodes one entry of initial_resource_versions (v): a
+// current version into r (if not nil), the others into versions (made at
+// size if nil). It returns r, or nil once a key repeated made the map
+// hold every entry.
+func versionEntry(v []byte, t *store.WireType, r *resumedVersions, versions *map[string]string, size int) (*resumedVersions, error) {
+	kb, vb, err := mapEntry(v)
+	if err != nil {
+		return r, err
+	}
+	w, found := t.Find(kb)
+	if r != nil && found && w.Version == string(vb) {
+		// Current: the entry, read from the index only.
+		if r.addCurrent(w, kb, versions) {
+			return r, nil
+		}
+		r = nil
+	}
+	k, val, err := entryStrings(kb, vb, w.Entry)
+	if err != nil {
+		return r, err
+	}
+	if r != nil {
+		if r.addOther(k, val, w, found, versions) {
+			return r, nil
+		}
+		r = nil
+	}
+	if *versions == nil {
+		*versions = make(map[string]string, size)
+	}
+	(*versions)[k] = val
+	return r, nil
 }
 
 // mapEntry decodes one map<string, string> entry: key 1, value 2, either

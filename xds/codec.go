@@ -17,8 +17,9 @@ import (
 // first state in parts would hold a gigabyte of such buffers. Pooling
 // still matters: those first states are ~2 GB of encoded responses. And a
 // delta request's names and initial_resource_versions are decoded by
-// decode.go, into a map made at its size, not through reflection, with
-// the strings of the names and versions the store serves (wire).
+// decode.go, not through reflection, with the strings of the names and
+// versions the store serves (wire); a guarded stream's resume is compared
+// with the store as it is decoded (resumed.go).
 type codec struct {
 	wire *store.WireIndex // nil: copies
 }
@@ -62,19 +63,21 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	buf := data.MaterializeToBuffer(bufferPool)
 	defer func() { buf.Free() }()
+	var sc deltaScan
 	if guarded {
 		// A request over a limit is not decoded; the guarded stream
 		// returns the limit's error.
 		gm.checked = true
-		if gm.a.checkWire(m, buf.ReadOnlyData()) != nil {
+		if gm.a.checkWireScan(m, buf.ReadOnlyData(), &sc) != nil {
 			return nil
 		}
 	}
 	if dr, ok := m.(*discovery.DeltaDiscoveryRequest); ok {
 		b := buf.ReadOnlyData()
-		sc, ok := scanDelta(b)
-		if !ok {
-			return proto.Unmarshal(b, m) // its error
+		if !sc.valid {
+			if sc, ok = scanDelta(b); !ok {
+				return proto.Unmarshal(b, m) // its error
+			}
 		}
 		var defType []byte
 		if guarded {
@@ -102,7 +105,14 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 				gm.a.tookResume()
 			}
 		}
-		return decodeScanned(b, sc, dr, c.wire, defType)
+		// A guarded stream's resume is compared with the store as it is
+		// decoded (resumed.go); the stream's handler takes what was
+		// current from the stream's accounting.
+		r, err := decodeScanned(b, sc, dr, c.wire, defType, guarded)
+		if r != nil && err == nil {
+			gm.a.keepResumed(dr, r)
+		}
+		return err
 	}
 	return proto.Unmarshal(buf.ReadOnlyData(), m)
 }

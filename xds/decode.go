@@ -23,13 +23,15 @@ import (
 // were a third of the server's CPU. defType is the stream's type, for a
 // request that names none. The result is the same message (FuzzDecode
 // compares them), and the same refusals: a malformed message, or a name,
-// key or value that is not UTF-8 (proto3 strings).
+// key or value that is not UTF-8 (proto3 strings). A guarded stream's
+// requests go further (decodeScanned, compare): see resumed.go.
 func decodeDeltaRequest(b []byte, m *discovery.DeltaDiscoveryRequest, x *store.WireIndex, defType []byte) error {
 	sc, ok := scanDelta(b)
 	if !ok {
 		return proto.Unmarshal(b, m) // its error
 	}
-	return decodeScanned(b, sc, m, x, defType)
+	_, err := decodeScanned(b, sc, m, x, defType, false)
+	return err
 }
 
 // deltaScan is what one pass over an encoded delta request finds: the
@@ -38,6 +40,7 @@ func decodeDeltaRequest(b []byte, m *discovery.DeltaDiscoveryRequest, x *store.W
 type deltaScan struct {
 	subs, unsubs, entries, other int
 	typeURL                      []byte
+	valid                        bool // b was scanned, and is well formed
 }
 
 // scanDelta reads b's fields; false if b is not well formed (the decoder
@@ -59,6 +62,7 @@ func scanDelta(b []byte) (deltaScan, bool) {
 			}
 		}
 	})
+	sc.valid = ok
 	return sc, ok
 }
 
@@ -68,10 +72,14 @@ var (
 	errFieldNumber = errors.New("proto: initial_resource_versions: invalid field number")
 )
 
-// decodeScanned decodes b, well formed and scanned (sc), into m.
-func decodeScanned(b []byte, sc deltaScan, m *discovery.DeltaDiscoveryRequest, x *store.WireIndex, defType []byte) error {
+// decodeScanned decodes b, well formed and scanned (sc), into m. With
+// compare, a resume of clusters or assignments (initial_resource_versions)
+// is compared with the store as it is decoded: the entries whose version
+// is the one served are returned (resumedVersions), not put in m's map,
+// which holds the others only.
+func decodeScanned(b []byte, sc deltaScan, m *discovery.DeltaDiscoveryRequest, x *store.WireIndex, defType []byte, compare bool) (*resumedVersions, error) {
 	if sc.subs+sc.unsubs+sc.entries == 0 {
-		return proto.Unmarshal(b, m)
+		return nil, proto.Unmarshal(b, m)
 	}
 	// The other fields, as they came (a field 3, 4 or 5 that is not
 	// length-delimited among them: the runtime keeps it as unknown), are
@@ -84,16 +92,21 @@ func decodeScanned(b []byte, sc deltaScan, m *discovery.DeltaDiscoveryRequest, x
 	if sc.unsubs > 0 {
 		unsubs = make([]string, 0, sc.unsubs)
 	}
-	var versions map[string]string
-	if sc.entries > 0 {
-		versions = make(map[string]string, sc.entries)
-	}
 	typeURL := sc.typeURL
 	if len(typeURL) == 0 {
 		typeURL = defType
 	}
+	compare = compare && x != nil && sc.entries > 0 && (string(typeURL) == ClusterType || string(typeURL) == EndpointType)
+	var versions map[string]string
+	if sc.entries > 0 && !compare {
+		versions = make(map[string]string, sc.entries)
+	}
+	var r *resumedVersions
 	var bad error
-	x.Read(typeURL, func(entries map[string]*store.Entry) {
+	x.Read(typeURL, func(t *store.WireType) {
+		if compare && t != nil {
+			r = newResumed(t, sc.entries)
+		}
 		for len(b) > 0 {
 			num, typ, n := protowire.ConsumeTag(b) // well formed: scanned
 			size := n + protowire.ConsumeFieldValue(num, typ, b[n:])
@@ -104,78 +117,126 @@ func decodeScanned(b []byte, sc deltaScan, m *discovery.DeltaDiscoveryRequest, x
 			case bad != nil:
 			case isName:
 				v, _ := protowire.ConsumeBytes(b[n:])
-				s, e := store.WireName(entries, v)
+				s, e := t.WireName(v)
 				if e == nil && !utf8.Valid(v) {
 					bad = errNameUTF8
 					break
 				}
 				if num == deltaSubscribe {
 					subs = append(subs, s)
+					r.subscribed(s, e)
 				} else {
 					unsubs = append(unsubs, s)
 				}
 			default:
 				v, _ := protowire.ConsumeBytes(b[n:])
-				bad = mapEntry(v, entries, versions)
+				r, bad = versionEntry(v, t, r, &versions, sc.entries)
 			}
 			b = b[size:]
 		}
 	})
 	if bad != nil {
-		return bad // the stream ends, and gives the place back
+		return nil, bad // the stream ends, and gives the place back
 	}
 	if err := proto.Unmarshal(rest, m); err != nil {
-		return err
+		return nil, err
 	}
 	m.ResourceNamesSubscribe, m.ResourceNamesUnsubscribe, m.InitialResourceVersions = subs, unsubs, versions
-	return nil
+	return r.done(), nil
 }
 
-// mapEntry decodes one map<string, string> entry into versions: key 1,
-// value 2, either missing reads as ""; other fields are skipped. The key
-// and value are the store's strings where it serves them (entries).
-func mapEntry(b []byte, entries map[string]*store.Entry, versions map[string]string) error {
-	var key, val []byte
+// versionEntry decodes one entry of initial_resource_versions (v): a
+// current version into r (if not nil), the others into versions (made at
+// size if nil). It returns r, or nil once a key repeated made the map
+// hold every entry.
+func versionEntry(v []byte, t *store.WireType, r *resumedVersions, versions *map[string]string, size int) (*resumedVersions, error) {
+	kb, vb, err := mapEntry(v)
+	if err != nil {
+		return r, err
+	}
+	w, found := t.Find(kb)
+	if r != nil && found && w.Version == string(vb) {
+		// Current: the entry, read from the index only.
+		if r.addCurrent(w, kb, versions) {
+			return r, nil
+		}
+		r = nil
+	}
+	k, val, err := entryStrings(kb, vb, w.Entry)
+	if err != nil {
+		return r, err
+	}
+	if r != nil {
+		if r.addOther(k, val, w, found, versions) {
+			return r, nil
+		}
+		r = nil
+	}
+	if *versions == nil {
+		*versions = make(map[string]string, size)
+	}
+	(*versions)[k] = val
+	return r, nil
+}
+
+// mapEntry decodes one map<string, string> entry: key 1, value 2, either
+// missing reads as ""; other fields are skipped.
+func mapEntry(b []byte) (key, val []byte, err error) {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return protowire.ParseError(n)
+			return nil, nil, protowire.ParseError(n)
 		}
 		if num > protowire.MaxValidNumber {
 			// ConsumeTag takes field numbers up to 2³¹-1; the runtime
 			// refuses those above 2²⁹-1, even in a field it skips.
-			return errFieldNumber
+			return nil, nil, errFieldNumber
 		}
 		b = b[n:]
 		if (num == 1 || num == 2) && typ == protowire.BytesType {
 			v, m := protowire.ConsumeBytes(b)
 			if m < 0 {
-				return protowire.ParseError(m)
+				return nil, nil, protowire.ParseError(m)
 			}
-			if num == 1 {
-				key = v
-			} else {
-				val = v
+			// A field repeated: the last one is the entry's, and each
+			// must be UTF-8 (the runtime checks every one).
+			prev := &key
+			if num == 2 {
+				prev = &val
 			}
+			if *prev != nil && !utf8.Valid(*prev) {
+				return nil, nil, errEntryUTF8
+			}
+			*prev = v
 			b = b[m:]
 			continue
 		}
 		m := protowire.ConsumeFieldValue(num, typ, b)
 		if m < 0 {
-			return protowire.ParseError(m)
+			return nil, nil, protowire.ParseError(m)
 		}
 		b = b[m:]
 	}
-	// The store's names and versions are valid UTF-8 (store.WireIndex.Follow):
-	// only the bytes that are not one of them are read again.
-	k, e := store.WireName(entries, key)
-	if e == nil && !utf8.Valid(key) {
-		return errEntryUTF8
+	return key, val, nil
+}
+
+// entryStrings returns a map entry's key and value (their encoded bytes)
+// as strings: the store's where they are e's (the key's entry, nil if the
+// store serves none), else copies, checked for UTF-8. The store's names
+// and versions are valid UTF-8 (store.WireIndex.Follow): only the bytes
+// that are not one of them are read again.
+func entryStrings(kb, vb []byte, e *store.Entry) (key, val string, err error) {
+	if e != nil {
+		key = e.Name
+	} else if !utf8.Valid(kb) {
+		return "", "", errEntryUTF8
 	}
-	v, stores := store.WireVersion(e, val)
-	if !stores && !utf8.Valid(val) {
-		return errEntryUTF8
+	if e == nil {
+		key = string(kb)
 	}
-	versions[k] = v
-	return nil
+	val, current := store.WireVersion(e, vb)
+	if !current && !utf8.Valid(vb) {
+		return "", "", errEntryUTF8
+	}
+	return key, val, nil
 }

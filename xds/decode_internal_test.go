@@ -1,6 +1,8 @@
 package xds
 
 import (
+	"maps"
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -78,33 +80,145 @@ func FuzzDecode(f *testing.F) {
 			// Not UTF-8: not the decoder's to hand out.
 			&store.Entry{Name: "\xff", Version: "1"}, &store.Entry{Name: "k", Version: "\xc3"}, &store.Entry{Name: "a\xff", Version: "1"})
 	}
+	g := newGuard(Limits{}.WithDefaults(), newGuardMetrics())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		want := &discovery.DeltaDiscoveryRequest{}
 		wantErr := proto.Unmarshal(b, want)
+		// The limits' pass finds what scanDelta finds.
+		if sc, ok := scanDelta(b); ok {
+			var got deltaScan
+			a := newTestStreamAcct(g)
+			if a.checkWireScan(&discovery.DeltaDiscoveryRequest{}, b, &got) == nil &&
+				(got.subs != sc.subs || got.unsubs != sc.unsubs || got.entries != sc.entries || string(got.typeURL) != string(sc.typeURL) || got.other < sc.other || !got.valid) {
+				t.Fatalf("the limits' pass found %+v, scanDelta %+v", got, sc)
+			}
+			a.release()
+		}
 		for _, wire := range []*store.WireIndex{nil, x} {
 			for _, defType := range [][]byte{nil, []byte(EndpointType)} {
-				got := &discovery.DeltaDiscoveryRequest{}
-				gotErr := decodeDeltaRequest(b, got, wire, defType)
-				if (gotErr != nil) != (wantErr != nil) {
-					t.Fatalf("error %v, proto.Unmarshal's %v", gotErr, wantErr)
-				}
-				if wantErr == nil && !proto.Equal(got, want) {
-					t.Fatalf("decoded\n%v\nproto.Unmarshal decodes\n%v", got, want)
+				for _, compare := range []bool{false, true} {
+					got := &discovery.DeltaDiscoveryRequest{}
+					var r *resumedVersions
+					var gotErr error
+					if compare {
+						if sc, ok := scanDelta(b); ok {
+							r, gotErr = decodeScanned(b, sc, got, wire, defType, true)
+						} else {
+							gotErr = decodeDeltaRequest(b, got, wire, defType)
+						}
+					} else {
+						gotErr = decodeDeltaRequest(b, got, wire, defType)
+					}
+					if (gotErr != nil) != (wantErr != nil) {
+						t.Fatalf("error %v, proto.Unmarshal's %v", gotErr, wantErr)
+					}
+					if wantErr != nil {
+						continue
+					}
+					// The versions found current join the map's.
+					if r != nil {
+						h := &deltaHeld{versions: got.InitialResourceVersions, resumed: r}
+						h.explicit()
+						got.InitialResourceVersions = h.versions
+					}
+					if !proto.Equal(got, want) {
+						t.Fatalf("decoded (compared %v)\n%v\nproto.Unmarshal decodes\n%v", compare, got, want)
+					}
 				}
 			}
 		}
 	})
 }
 
-// indexEntries puts entries of typeURL in x, as a commit of them does.
+// indexEntries puts entries of typeURL in x, as a commit of them does
+// (each its own slot).
 func indexEntries(x *store.WireIndex, typeURL string, entries ...*store.Entry) {
 	ts := &store.Type{URL: typeURL, Resources: map[string]*store.Entry{}}
 	var names []string
-	for _, e := range entries {
+	for i, e := range entries {
+		e.Slot = int32(i)
 		ts.Resources[e.Name] = e
 		names = append(names, e.Name)
 	}
 	x.Follow(ts, names)
+}
+
+// TestDecodeResumeCompared: a resume's versions that are the ones served
+// are kept as the store's entries, the others in the map; a key repeated
+// counts as its last entry, as in the map proto.Unmarshal makes.
+func TestDecodeResumeCompared(t *testing.T) {
+	x := store.NewWireIndex()
+	a := &store.Entry{Name: "a", Version: "1"}
+	b := &store.Entry{Name: "b", Version: "1"}
+	c := &store.Entry{Name: "c", Version: "1"}
+	indexEntries(x, EndpointType, a, b, c)
+	entry := func(k, v string) []byte { return entryBytes(str(1, k), str(2, v)) }
+	decode := func(t *testing.T, parts ...[]byte) (*discovery.DeltaDiscoveryRequest, *resumedVersions) {
+		t.Helper()
+		wire := str(deltaTypeURL, EndpointType)(nil)
+		for _, p := range parts {
+			wire = append(wire, p...)
+		}
+		want := &discovery.DeltaDiscoveryRequest{}
+		if err := proto.Unmarshal(wire, want); err != nil {
+			t.Fatal(err)
+		}
+		sc, _ := scanDelta(wire)
+		m := &discovery.DeltaDiscoveryRequest{}
+		r, err := decodeScanned(wire, sc, m, x, nil, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := proto.Clone(m).(*discovery.DeltaDiscoveryRequest)
+		h := &deltaHeld{versions: got.InitialResourceVersions, resumed: r}
+		h.explicit()
+		got.InitialResourceVersions = h.versions
+		if !proto.Equal(got, want) {
+			t.Fatalf("decoded with the entries\n%v\nwant\n%v", got, want)
+		}
+		return m, r
+	}
+	names := func(r *resumedVersions) (out []string) {
+		if r != nil {
+			for _, e := range r.cur {
+				out = append(out, e.Name)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+
+	// Current, stale, not served.
+	m, r := decode(t, entry("a", "1"), entry("b", "0"), entry("z", "1"), str(deltaSubscribe, "a")(nil), str(deltaSubscribe, "b")(nil))
+	if got := names(r); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("entries %v, want [a]", got)
+	}
+	if want := map[string]string{"b": "0", "z": "1"}; !maps.Equal(m.InitialResourceVersions, want) {
+		t.Errorf("map %v, want %v", m.InitialResourceVersions, want)
+	}
+	if r.subsCur {
+		t.Error("subscribes to the entries: b is not one")
+	}
+	// Subscribed to exactly the entries' names, repeated.
+	_, r = decode(t, str(deltaSubscribe, "b")(nil), entry("a", "1"), entry("b", "1"), str(deltaSubscribe, "a")(nil), str(deltaSubscribe, "b")(nil))
+	if !r.subsCur || !slices.Equal(names(r), []string{"a", "b"}) {
+		t.Errorf("entries %v, subscribed to them %v; want [a b], true", names(r), r.subsCur)
+	}
+	// A stale version, then the current one: the current one.
+	m, r = decode(t, entry("a", "0"), entry("a", "1"))
+	if !slices.Equal(names(r), []string{"a"}) || len(m.InitialResourceVersions) != 0 {
+		t.Errorf("entries %v, map %v; want [a], none", names(r), m.InitialResourceVersions)
+	}
+	// The current one, then a stale one: the stale one, in the map with
+	// every other.
+	m, r = decode(t, entry("b", "1"), entry("a", "1"), entry("a", "0"), entry("c", "1"))
+	if r != nil || !maps.Equal(m.InitialResourceVersions, map[string]string{"a": "0", "b": "1", "c": "1"}) {
+		t.Errorf("entries %v, map %v; want none, all of them", names(r), m.InitialResourceVersions)
+	}
+	// Nothing current: no entries.
+	if _, r = decode(t, entry("a", "0")); r != nil {
+		t.Errorf("entries %v for no current version", names(r))
+	}
 }
 
 // TestDecodeStoreStrings: a name and version the store serves are
@@ -181,14 +295,14 @@ func TestStoreKeepsNameString(t *testing.T) {
 		t.Error("a new version of a resource has a name string of its own")
 	}
 	var got *store.Entry
-	c.store.Wire().Read([]byte(EndpointType), func(entries map[string]*store.Entry) { got = entries["svc-a"] })
+	c.store.Wire().Read([]byte(EndpointType), func(t *store.WireType) { got = t.Entry("svc-a") })
 	if got != second {
 		t.Errorf("the decoder reads %+v, want the version served", got)
 	}
 	if err := c.Apply(store.Change{TypeURL: EndpointType, Deletes: []string{"svc-a"}}); err != nil {
 		t.Fatal(err)
 	}
-	c.store.Wire().Read([]byte(EndpointType), func(entries map[string]*store.Entry) { got = entries["svc-a"] })
+	c.store.Wire().Read([]byte(EndpointType), func(t *store.WireType) { got = t.Entry("svc-a") })
 	if got != nil {
 		t.Error("the decoder still reads a deleted resource")
 	}

@@ -48,8 +48,11 @@ type deltaHeld struct {
 	compact, wild bool
 	gen           uint64
 	// versions: explicit name → version ("": answer it again, sent or
-	// reported removed).
+	// reported removed); resumed: more of them, a resume's versions that
+	// were current when decoded (resumed.go), never a name of versions.
+	// Read through version.
 	versions map[string]string
+	resumed  *resumedVersions
 	// rest: sorted names the client may hold older versions of (the rest
 	// of a split response, the content of a rejected response), which the
 	// next responses check and send. A suffix of a type's sorted names is

@@ -16,7 +16,7 @@ import (
 // only at seq unless full. It reports whether a response was sent.
 func (c *Cache) respondDelta(w *watch, seq []string, fromRest, full, evenIfEmpty bool) bool {
 	p := &deltaPass{
-		c: c, w: w, ts: w.ts, ds: &w.ds, known: w.known.versions,
+		c: c, w: w, ts: w.ts, ds: &w.ds, known: w.known,
 		subscribed: w.sub.SubscribedResources(), wild: w.sub.IsWildcard(),
 		seq: seq, fromRest: fromRest, full: full, hold: c.holder(w),
 	}
@@ -74,7 +74,7 @@ type deltaPass struct {
 	w          *watch
 	ts         *typeState
 	ds         *deltaState
-	known      map[string]string // the state's explicit versions
+	known      *deltaHeld // the state: its explicit versions (version)
 	subscribed map[string]struct{}
 	wild       bool
 	seq        []string // sorted
@@ -91,7 +91,7 @@ type deltaPass struct {
 // held reports the version the client holds of n, if known (held), or
 // whether it may hold another one (maybe).
 func (p *deltaPass) held(n string) (version string, held, maybe bool) {
-	ts, ds, w, known := p.ts, p.ds, p.w, p.known
+	ts, ds, w := p.ts, p.ds, p.w
 	// Subscribed by this request, or still to be sent (of the rest),
 	// it is sent, or reported removed; a resource rejected alone is
 	// not, while it is at the version rejected.
@@ -104,7 +104,7 @@ func (p *deltaPass) held(n string) (version string, held, maybe bool) {
 		// naming it that it does not exist (also from the rest, where
 		// a split response left it: only such names are kept there);
 		// a change to it is nothing.
-		if v, ok := known[n]; ok {
+		if v, ok := p.known.version(ts, n); ok {
 			return v, true, false
 		}
 		// (allRest holds for the names of the rest as read, not for
@@ -122,7 +122,7 @@ func (p *deltaPass) held(n string) (version string, held, maybe bool) {
 	if v, ok := ds.rejected[n]; ok && exists && e.Version == v {
 		return v, true, false
 	}
-	if v, ok := known[n]; ok {
+	if v, ok := p.known.version(ts, n); ok {
 		return v, true, false
 	}
 	if _, isSub := p.subscribed[n]; !ds.complete {
@@ -164,7 +164,7 @@ func (p *deltaPass) consider(n string) {
 			p.removed = append(p.removed, n)
 		}
 	default:
-		if _, ok := p.known[n]; ok {
+		if _, ok := p.known.version(p.ts, n); ok {
 			p.removed = append(p.removed, n)
 		}
 	}
@@ -214,9 +214,14 @@ func (p *deltaPass) collect() (rest []string) {
 // held: explicit names, and of a compact state the names changed since G
 // (deleted ones among them) and the rest; each once.
 func (p *deltaPass) collectFull() (rest []string) {
-	ts, ds, known := p.ts, p.ds, p.known
-	p.changed = make([]string, 0, len(ts.Resources))
-	covered := p.w.fullCheck(known, p.consider)
+	ts, ds := p.ts, p.ds
+	var covered func(n string) bool
+	if r := p.known.resumed; r != nil {
+		covered = p.resumedCheck(r)
+	} else {
+		p.changed = make([]string, 0, len(ts.Resources))
+		covered = p.w.fullCheck(p.known.versions, p.consider)
+	}
 	if ds.complete {
 		var extra []string
 		if !ds.stale {
@@ -225,7 +230,7 @@ func (p *deltaPass) collectFull() (rest []string) {
 		extra = append(extra, ds.rest...)
 		slices.Sort(extra)
 		for _, n := range slices.Compact(extra) {
-			if _, isKnown := known[n]; !isKnown && !covered(n) {
+			if _, isKnown := p.known.version(ts, n); !isKnown && !covered(n) {
 				p.consider(n)
 			}
 		}
@@ -241,6 +246,65 @@ func (p *deltaPass) collectFull() (rest []string) {
 		}
 	}
 	return nil
+}
+
+// resumedCheck is the full check of a state whose explicit versions
+// include a resume's entries (r, resumed.go). If the type is still at the
+// generation they were found current at, and the client may read every
+// resource, an entry is current: of interest, it is not sent, and it is
+// not looked at; the client subscribing to the wildcard with as many
+// entries as the type has resources, or to exactly the entries' names,
+// nothing of them is looked at. Otherwise every name is, as fullCheck
+// looks at them.
+func (p *deltaPass) resumedCheck(r *resumedVersions) (covered func(n string) bool) {
+	w, ts, subscribed := p.w, p.ts, p.subscribed
+	if !r.at(ts) || w.vis() != nil {
+		covered = w.fullCheck(p.known.versions, p.consider)
+		for _, e := range r.cur {
+			if _, explicit := p.known.versions[e.Name]; !explicit && !covered(e.Name) {
+				p.consider(e.Name)
+			}
+		}
+		return covered
+	}
+	covered = w.covered()
+	switch {
+	case p.wild:
+		// The entries are resources of the type (of the generation).
+		if len(r.cur) < len(ts.Resources) {
+			for n, e := range ts.Resources {
+				if !r.bits.has(e.Slot) {
+					p.consider(n)
+				}
+			}
+		}
+	case r.subsCur && len(subscribed) == len(r.cur):
+		// The names subscribed include the request's, which are the
+		// entries': as many, they are these.
+	default:
+		held := 0
+		for n := range subscribed {
+			if e, ok := ts.Resources[n]; ok && r.bits.has(e.Slot) {
+				held++
+				continue
+			}
+			p.consider(n)
+		}
+		if held < len(r.cur) {
+			// Entries not subscribed: held, not of interest.
+			for _, e := range r.cur {
+				if _, isSub := subscribed[e.Name]; !isSub {
+					p.consider(e.Name)
+				}
+			}
+		}
+	}
+	for n := range p.known.versions {
+		if !covered(n) {
+			p.consider(n)
+		}
+	}
+	return covered
 }
 
 // record returns what the client holds once it has the response, in the

@@ -38,6 +38,7 @@ package xds
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync/atomic"
 
@@ -72,13 +73,21 @@ type deltaSub struct {
 	held *deltaHeld
 }
 
-func newDeltaSub(subscribed, unsubscribed []string, initial map[string]string) deltaSub {
+// newDeltaSub is the subscription of a type's first request on a stream:
+// its names, and the client's initial versions (initial, and resumed: those
+// the decoder found current; nil: none).
+func newDeltaSub(subscribed, unsubscribed []string, initial map[string]string, resumed *resumedVersions) deltaSub {
 	// Legacy wildcard mode is active for every type (go-control-plane's
 	// default, which the server used).
 	if initial == nil {
 		initial = make(map[string]string)
 	}
-	s := deltaSub{wildcard: len(subscribed) == 0, allowLegacyWildcard: true, names: emptyNames, held: &deltaHeld{versions: initial}}
+	s := deltaSub{wildcard: len(subscribed) == 0, allowLegacyWildcard: true, names: emptyNames, held: &deltaHeld{versions: initial, resumed: resumed}}
+	if set := resumed.subscription(subscribed, unsubscribed); set != nil {
+		// What update makes of a request that subscribes to names only.
+		s.allowLegacyWildcard, s.names, s.grewFrom = false, set, emptyNames
+		return s
+	}
 	s.update(subscribed, unsubscribed)
 	return s
 }
@@ -93,18 +102,19 @@ func (s *deltaSub) update(subscribed, unsubscribed []string) {
 		}
 		s.allowLegacyWildcard = false
 	}
-	var add, remove []string
-	for _, n := range subscribed {
-		if n == explicitWildcard {
-			s.wildcard = true
-			continue
-		}
-		add = append(add, n)
+	var remove []string
+	add := subscribed // not copied unless it holds "*"
+	if slices.Contains(subscribed, explicitWildcard) {
+		s.wildcard = true
+		add = slices.DeleteFunc(slices.Clone(subscribed), func(n string) bool { return n == explicitWildcard })
 	}
 	// Whether a name is subscribed as go-control-plane applies the
 	// request to its map, one name after the other: the subscriptions,
 	// then each unsubscription.
 	var added, removed map[string]struct{}
+	if len(unsubscribed) > 0 {
+		s.held.explicit() // marked or forgotten name by name below
+	}
 	if len(unsubscribed) > 0 && len(add) > 0 {
 		added = make(map[string]struct{}, len(add))
 		for _, n := range add {
@@ -339,11 +349,12 @@ func (ds *deltaStream) request(req *discovery.DeltaDiscoveryRequest) error {
 		}
 	}
 
+	resumed := streamAcctOf(ds.str.Context()).takeResumed(req)
 	w, ok := ds.watches[typeURL]
 	if !ok {
 		// The type's first request: its initial versions are the
 		// state; an empty one is a (legacy) wildcard.
-		w.sub = newDeltaSub(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), req.GetInitialResourceVersions())
+		w.sub = newDeltaSub(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), req.GetInitialResourceVersions(), resumed)
 	} else {
 		w.Cancel()
 		w.sub.update(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())

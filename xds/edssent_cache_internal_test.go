@@ -108,7 +108,7 @@ func TestSentAssignmentsThroughTheCache(t *testing.T) {
 				req := &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResponseNonce: nonce, ResourceNamesSubscribe: subs, ResourceNamesUnsubscribe: unsubs}
 				c.noteRequest(req, key, EndpointType)
 				if first {
-					sub, first = newDeltaSub(subs, unsubs, nil), false
+					sub, first = newDeltaSub(subs, unsubs, nil, nil), false
 				} else {
 					sub.update(subs, unsubs)
 				}

@@ -21,7 +21,7 @@ func TestSentAssignmentsWildcardModel(t *testing.T) {
 			}
 			var s sentAssignments
 			model := map[string]bool{}
-			ds := newDeltaSub(nil, nil, nil)
+			ds := newDeltaSub(nil, nil, nil, nil)
 			interest := func() {
 				if ds.IsWildcard() {
 					s.unbounded()

@@ -32,7 +32,7 @@ func NewDeltaDriver(c *Cache, buffer int) *DeltaDriver {
 // first, as the handler does.
 func (d *DeltaDriver) Watch(req *discovery.DeltaDiscoveryRequest) (cancel func(), err error) {
 	if !d.started {
-		d.sub, d.started = newDeltaSub(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), req.GetInitialResourceVersions()), true
+		d.sub, d.started = newDeltaSub(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), req.GetInitialResourceVersions(), nil), true
 	} else {
 		d.sub.update(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
 	}

@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"hash/maphash"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,6 +39,9 @@ type streamAcct struct {
 	// resumeHeld: places the stream holds in the resume gate
 	// (resumegate.go), given back when it ends.
 	resumeHeld int
+	// resumed: what the decoder found current of the initial versions of
+	// requests decoded and not yet handled (resumed.go).
+	resumed map[*discovery.DeltaDiscoveryRequest]*resumedVersions
 
 	// names and bytes are the stream's totals, also in conn's; read by
 	// Server.Clients.
@@ -96,7 +100,12 @@ func (a *streamAcct) pace(ctx context.Context) error {
 // which is also the stream's error. It reads the wire format itself, so
 // that a request over a limit is never decoded, and allocates nothing but
 // map entries.
-func (a *streamAcct) checkWire(m any, b []byte) error {
+func (a *streamAcct) checkWire(m any, b []byte) error { return a.checkWireScan(m, b, nil) }
+
+// checkWireScan is checkWire, and gives the decoder what its pass over a
+// delta request found (sc, if not nil; sc.valid: scanned), so that the
+// decoder need not read the request once more to find it.
+func (a *streamAcct) checkWireScan(m any, b []byte, sc *deltaScan) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.err != nil {
@@ -113,7 +122,7 @@ func (a *streamAcct) checkWire(m any, b []byte) error {
 	default:
 		return nil
 	}
-	a.err = a.apply(delta, b)
+	a.err = a.apply(delta, b, sc)
 	return a.err
 }
 
@@ -150,7 +159,7 @@ func fields(b []byte, fn func(num protowire.Number, v []byte, size int)) bool {
 	return true
 }
 
-func (a *streamAcct) apply(delta bool, b []byte) error {
+func (a *streamAcct) apply(delta bool, b []byte, sc *deltaScan) error {
 	lim := a.g.lim
 	nodeField, typeField, namesField := sotwNode, sotwTypeURL, sotwResourceNames
 	if delta {
@@ -160,7 +169,7 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 	// names (the server holds a type's last request until its next).
 	var typeURL []byte
 	nodeBytes, namesBytes, ivBytes := 0, 0, 0
-	subs, unsubs := 0, 0
+	subs, unsubs, entries := 0, 0, 0
 	if !fields(b, func(num protowire.Number, v []byte, size int) {
 		switch {
 		case num == nodeField:
@@ -175,9 +184,14 @@ func (a *streamAcct) apply(delta bool, b []byte) error {
 			unsubs++
 		case delta && num == deltaInitialVersions:
 			ivBytes += size
+			entries++
 		}
 	}) {
 		return nil
+	}
+	if delta && sc != nil {
+		// What scanDelta finds, from the same pass.
+		*sc = deltaScan{subs: subs, unsubs: unsubs, entries: entries, other: len(b) - namesBytes - ivBytes, typeURL: typeURL, valid: true}
 	}
 	if len(typeURL) == 0 {
 		// The server serves it as the stream's type: its names are that
@@ -305,9 +319,8 @@ func (a *streamAcct) deltaNames(tn *typeNames, b []byte, subs, unsubs int) (dn, 
 
 // subscribeOnly applies a delta request that only subscribes (a stream's
 // first request, a reconnecting Envoy's 5,000 names) with each name hashed
-// once and no set of its own: the set's derivation drops a name repeated
-// in the request, and when it added as many names as the request has that
-// the set lacks, there was none. false (nothing applied) when there were
+// once and no set of its own: the hashes the set lacks, sorted, show a
+// name repeated in the request. false (nothing applied) when there were
 // repeats: deltaNames then counts each name once. extra: the bytes of the
 // names subscribed already.
 func (a *streamAcct) subscribeOnly(tn *typeNames, b []byte, subs int) (dn, db, extra int, ok bool) {
@@ -327,11 +340,11 @@ func (a *streamAcct) subscribeOnly(tn *typeNames, b []byte, subs int) (dn, db, e
 	if len(adds) == 0 {
 		return 0, 0, extra, true
 	}
-	set := tn.set.derive(adds, nil)
-	if set.len()-tn.set.len() != len(adds) {
+	slices.Sort(adds)
+	if len(slices.Compact(adds)) != len(adds) {
 		return 0, 0, 0, false
 	}
-	tn.set = set
+	tn.set = tn.set.deriveAdded(adds)
 	tn.bytes += db
 	return len(adds), db, extra, true
 }
@@ -447,7 +460,35 @@ func (a *streamAcct) release() error {
 	a.conn.mu.Unlock()
 	a.g.bytes.Add(-b - iv)
 	a.types = nil
+	a.resumed = nil
 	return a.err
+}
+
+// keepResumed keeps r, what the decoder found current of req's initial
+// versions, until the stream's handler takes it.
+func (a *streamAcct) keepResumed(req *discovery.DeltaDiscoveryRequest, r *resumedVersions) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.released {
+		return
+	}
+	if a.resumed == nil {
+		a.resumed = map[*discovery.DeltaDiscoveryRequest]*resumedVersions{}
+	}
+	a.resumed[req] = r
+}
+
+// takeResumed returns what the decoder found current of req's initial
+// versions (nil: none, or a is nil), and forgets it.
+func (a *streamAcct) takeResumed(req *discovery.DeltaDiscoveryRequest) *resumedVersions {
+	if a == nil {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := a.resumed[req]
+	delete(a.resumed, req)
+	return r
 }
 
 // The per-client memory estimate (memory_estimate_bytes in /debug/clients)

@@ -130,6 +130,30 @@ func (s *sharedSet[K]) derive(add, remove []K) *sharedSet[K] {
 	return c
 }
 
+// deriveAdded returns s ∪ added, where none of added is in s nor
+// repeated (the caller knows it: a sorted, compacted list of hashes none
+// of which the set has). The derivation's key is read off them without a
+// set of them: a set derived from s under it, holding them all and as many
+// more than s, is s ∪ added (see derive).
+func (s *sharedSet[K]) deriveAdded(added []K) *sharedSet[K] {
+	if len(added) == 0 {
+		return s
+	}
+	k := deriveKey{adds: len(added)}
+	for _, n := range added {
+		k.addHash += s.tab.hash(n)
+	}
+	s.mu.Lock()
+	wp, ok := s.memo[k]
+	s.mu.Unlock()
+	if ok {
+		if c := wp.Value(); c != nil && len(c.m) == len(s.m)+len(added) && holdsAll(c, added) {
+			return c
+		}
+	}
+	return s.derive(added, nil)
+}
+
 // setDiff is what a derivation changes in a set: the names added (none
 // already in it; also as a set) and removed (all in it), the names asked
 // to be removed, and the derivation's key.

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -40,7 +41,7 @@ func TestDeltaSubMatchesGoControlPlane(t *testing.T) {
 		}
 		subs, unsubs := names(5), names(2)
 		ref := stream.NewDeltaSubscription(subs, unsubs, maps.Clone(initial), true)
-		got := newDeltaSub(subs, unsubs, maps.Clone(initial))
+		got := newDeltaSub(subs, unsubs, maps.Clone(initial), nil)
 		for step := range 8 {
 			checks++
 			if !maps.Equal(ref.SubscribedResources(), got.SubscribedResources()) || ref.IsWildcard() != got.IsWildcard() ||
@@ -145,5 +146,26 @@ func TestNameSetsSharedWhenConcurrent(t *testing.T) {
 	t.Logf("%d goroutines derived %d distinct sets", n, len(distinct))
 	if len(distinct) != 1 {
 		t.Fatalf("%d distinct sets for the same names", len(distinct))
+	}
+}
+
+// TestDeriveAddedIsDerive: deriving a set by added hashes (none in it,
+// none repeated) gives the set derive gives, shared: found by the
+// derivation remembered, or built; and another list of as many hashes is
+// another set.
+func TestDeriveAddedIsDerive(t *testing.T) {
+	tab := newSetTable(func(h uint64) uint64 { return h })
+	base := tab.empty.derive([]uint64{1, 2}, nil)
+	want := base.derive([]uint64{5, 3, 4}, nil)
+	if got := base.deriveAdded([]uint64{3, 4, 5}); got != want {
+		t.Errorf("deriveAdded gave %v, not derive's set %v", slices.Sorted(maps.Keys(got.m)), slices.Sorted(maps.Keys(want.m)))
+	}
+	// The same sum of hashes, as many: not the set remembered.
+	other := base.deriveAdded([]uint64{0, 5, 7})
+	if got := slices.Sorted(maps.Keys(other.m)); !slices.Equal(got, []uint64{0, 1, 2, 5, 7}) {
+		t.Errorf("deriveAdded of another list gave %v", got)
+	}
+	if fresh := tab.empty.deriveAdded([]uint64{7}); !slices.Equal(slices.Sorted(maps.Keys(fresh.m)), []uint64{7}) {
+		t.Errorf("deriveAdded built %v, want [7]", slices.Sorted(maps.Keys(fresh.m)))
 	}
 }

@@ -15,9 +15,10 @@ import (
 
 // BenchmarkResume is what one Envoy reconnecting in a storm costs the
 // server, per type's first request: an EDS request subscribing to 5,000
-// assignments with their 5,000 versions (all current), decoded (with the
-// store's strings, and as copies), then its watch made and answered
-// (nothing to send).
+// assignments with their 5,000 versions (all current), decoded (compared
+// with the store's as a guarded stream decodes them, with the store's
+// strings, and as copies), then its watch made and answered (nothing to
+// send).
 func BenchmarkResume(b *testing.B) {
 	const services = 5000
 	c := NewCache()
@@ -42,23 +43,35 @@ func BenchmarkResume(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	decode := func(b *testing.B, cd codec) *discovery.DeltaDiscoveryRequest {
+	// As a guarded stream decodes it (compare: the versions compared
+	// with the store's, resumed.go), or the codec of an unguarded one.
+	decode := func(b *testing.B, cd codec, compare bool) (*discovery.DeltaDiscoveryRequest, *resumedVersions) {
 		m := &discovery.DeltaDiscoveryRequest{}
+		if compare {
+			sc, _ := scanDelta(wire)
+			r, err := decodeScanned(wire, sc, m, cd.wire, nil, true)
+			if err != nil || r == nil {
+				b.Fatalf("decoded %v, found current %v", err, r != nil)
+			}
+			return m, r
+		}
 		if err := cd.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, m); err != nil {
 			b.Fatal(err)
 		}
-		return m
+		return m, nil
 	}
-	for _, cd := range []struct {
-		name string
-		codec
-	}{{"decode-store-strings", codec{wire: c.store.Wire()}}, {"decode-copies", codec{}}} {
-		b.Run(cd.name, func(b *testing.B) {
+	decoders := []struct {
+		name    string
+		cd      codec
+		compare bool
+	}{{"compare", codec{wire: c.store.Wire()}, true}, {"store-strings", codec{wire: c.store.Wire()}, false}, {"copies", codec{}, false}}
+	for _, d := range decoders {
+		b.Run("decode-"+d.name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(wire)))
 			cpu := processCPU()
 			for b.Loop() {
-				decode(b, cd.codec)
+				decode(b, d.cd, d.compare)
 			}
 			b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
 		})
@@ -79,26 +92,23 @@ func BenchmarkResume(b *testing.B) {
 		}
 		b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
 	})
-	for _, cd := range []struct {
-		name string
-		codec
-	}{{"watch-store-strings", codec{wire: c.store.Wire()}}, {"watch-copies", codec{}}} {
-		b.Run(cd.name, func(b *testing.B) {
+	for _, d := range decoders {
+		b.Run("watch-"+d.name, func(b *testing.B) {
 			b.ReportAllocs()
 			ch := make(chan *deltaResponse, 1)
 			var cpu int64
 			for b.Loop() {
 				b.StopTimer()
-				m := decode(b, cd.codec)
+				m, r := decode(b, d.cd, d.compare)
 				b.StartTimer()
 				cpu -= processCPU()
-				sub := newDeltaSub(m.ResourceNamesSubscribe, m.ResourceNamesUnsubscribe, m.InitialResourceVersions)
+				sub := newDeltaSub(m.ResourceNamesSubscribe, m.ResourceNamesUnsubscribe, m.InitialResourceVersions, r)
 				cancel, err := c.watchDelta(m, sub, ch)
 				if err != nil {
 					b.Fatal(err)
 				}
-				r := <-ch
-				if res := r.resp; len(res.Resources)+len(res.RemovedResources) > 0 {
+				resp := <-ch
+				if res := resp.resp; len(res.Resources)+len(res.RemovedResources) > 0 {
 					b.Fatalf("resent %d, removed %d", len(res.Resources), len(res.RemovedResources))
 				}
 				cancel()

@@ -214,7 +214,7 @@ func (w *watch) heldOf(e *store.Entry) (held string, rejected bool) {
 	if _, ok := ds.newSub[n]; ok && ds.complete {
 		return "", false
 	}
-	if v, ok := w.known.versions[n]; ok {
+	if v, ok := w.known.version(w.ts, n); ok {
 		return v, false
 	}
 	if !ds.complete || ds.stale {

@@ -225,7 +225,7 @@ func firstRequest(w *watch) bool {
 		// first request (initial_resource_versions) is answered too, even
 		// if it holds everything: the answer replaces its explicit versions
 		// (5,000 for an Envoy with 5,000 clusters) with the compact state.
-		return !w.known.compact && (w.sub.IsWildcard() || len(w.known.versions) > 0)
+		return !w.known.compact && (w.sub.IsWildcard() || len(w.known.versions) > 0 || w.known.resumed != nil)
 	}
 	// A sotw client's first request on a stream is answered even when empty.
 	// (Not version_info == "": a NACK of the first response also carries an
@@ -258,6 +258,17 @@ func (w *watch) hidden(n string) bool {
 	return v != nil && !v.sees(n)
 }
 
+// covered reports whether a full check of w's subscription looks at
+// name n among the resources of interest (fullCheck).
+func (w *watch) covered() func(n string) bool {
+	subscribed, wild := w.sub.SubscribedResources(), w.sub.IsWildcard()
+	return func(n string) bool {
+		_, exists := w.lookup(n)
+		_, isSub := subscribed[n]
+		return (wild && exists) || (!wild && isSub)
+	}
+}
+
 // fullCheck calls fn once for each name a full check of w's subscription
 // looks at: every resource of interest (all of the type its client may
 // read for a wildcard subscription, else the subscribed names), then each
@@ -266,11 +277,7 @@ func (w *watch) hidden(n string) bool {
 func (w *watch) fullCheck(known map[string]string, fn func(n string)) (covered func(n string) bool) {
 	ts, sub, vis := w.ts, w.sub, w.vis()
 	subscribed, wild := sub.SubscribedResources(), sub.IsWildcard()
-	covered = func(n string) bool {
-		_, exists := w.lookup(n)
-		_, isSub := subscribed[n]
-		return (wild && exists) || (!wild && isSub)
-	}
+	covered = w.covered()
 	if wild {
 		for n := range ts.Resources {
 			if vis == nil || vis.sees(n) {

@@ -4,8 +4,10 @@
 // depends on, an assignment's cluster); per type a generation counter, a
 // change log of the names each generation changed, the graves of deleted
 // clusters while their deletion is in the log, the names sorted, and the
-// aggregate version a sotw response carries; the wire index the request
-// decoder reads; and readiness (MarkReady).
+// aggregate version a sotw response carries; each resource's slot, a dense
+// number it keeps across versions (slots.go); the wire index the request
+// decoder reads, with each type's generation, and a copy of each name,
+// version and slot (wireindex.go); and readiness (MarkReady).
 //
 // It knows nothing of clients. A server follows it through one Observer,
 // registered with Observe, which the store tells of each commit (the type

@@ -62,6 +62,11 @@ type Entry struct {
 	// a response counts these.
 	DeltaSize, AnySize int
 	Gen                uint64 // the type generation that committed this version
+	// Slot: the resource's number among its type's, dense (slots.go):
+	// every version of a resource has its slot, and a slot freed by a
+	// deletion goes to a later new name. The request decoder marks the
+	// resources a reconnecting client holds current by slot.
+	Slot int32
 	// Clusters: of a RouteConfiguration, the clusters its routes name
 	// (sorted; routes.go): the server holds routes back until these
 	// clusters' assignments were sent.
@@ -97,6 +102,8 @@ type Type struct {
 	// the change log (the server may send a stream one a little longer:
 	// make before break).
 	Grave map[string]*Entry
+	// slots: the entries' slots (slots.go).
+	slots slots
 }
 
 // GenChange is one generation of the change log: the names it changed.
@@ -154,6 +161,7 @@ func (s *Store) Apply(changes ...Change) error {
 			if old, ok := ts.Resources[n]; ok {
 				ts.Aggregate ^= old.VerHash
 				delete(ts.Resources, n)
+				ts.slots.free(old.Slot)
 				ts.names = nil
 				if ts.URL == resource.ClusterType {
 					ts.Grave[n] = old // see Type.Grave
@@ -187,8 +195,10 @@ func (s *Store) put(ts *Type, e *Entry) {
 		// sets keep: equal names at one address compare without being
 		// read.
 		e.Name = old.Name
+		e.Slot = old.Slot
 	} else {
 		ts.names = nil
+		e.Slot = ts.slots.take()
 	}
 	ts.Resources[e.Name] = e
 	ts.Aggregate ^= e.VerHash
@@ -306,7 +316,6 @@ func (s *Store) commit(ts *Type, changed []string) {
 	}
 	slices.Sort(changed)
 	changed = slices.Compact(changed)
-	s.wire.Follow(ts, changed)
 	ts.Gen++
 	for _, n := range changed {
 		if e, ok := ts.Resources[n]; ok {
@@ -315,6 +324,7 @@ func (s *Store) commit(ts *Type, changed []string) {
 			ts.DeletedAt[n] = ts.Gen
 		}
 	}
+	s.wire.Follow(ts, changed)
 	ts.Log = append(ts.Log, GenChange{Gen: ts.Gen, Names: changed, At: time.Now()})
 	ts.logNames += len(changed)
 	s.notifySubs()

@@ -77,6 +77,11 @@ type Source struct {
 	// snap is the list last returned by snapshotLocked, in clusterNames
 	// order; it is published, so never modified: the next is a copy.
 	snap []sources.Service
+	// sincePub are the clusters the snapshots since the last publish
+	// built again, added or removed; sinceAll: one of them walked every
+	// state (deltaLocked).
+	sincePub map[string]bool
+	sinceAll bool
 }
 
 // ceState is what the config-entry watches know. Guarded by Source.mu.
@@ -337,6 +342,8 @@ func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 		lastFlush time.Time
 		// lastDropped is the dropped instances last reported.
 		lastDropped []sources.Dropped
+		// lastSnap is the services last published.
+		lastSnap []sources.Service
 	)
 	for {
 		select {
@@ -387,11 +394,14 @@ func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 		if published && !recovered && !changed {
 			continue
 		}
-		if err := sink.Publish(ctx, sources.Update{Source: s.name, Services: snap, Incomplete: failing}); err != nil {
+		s.mu.Lock()
+		delta := s.deltaLocked(lastSnap, snap)
+		s.mu.Unlock()
+		if err := sink.Publish(ctx, sources.Update{Source: s.name, Services: snap, Incomplete: failing, Delta: delta}); err != nil {
 			return
 		}
 		s.metrics.publishes.Inc()
-		published, failed = true, failing
+		published, failed, lastSnap = true, failing, snap
 		s.mu.Lock()
 		s.published = time.Now()
 		s.mu.Unlock()
@@ -565,6 +575,16 @@ func (s *Source) snapshotLocked() ([]sources.Service, bool) {
 	}
 	full := s.clusters == nil || s.touchAll
 	s.touched, s.touchAll = nil, false
+	if full {
+		s.sinceAll = true
+	} else {
+		if s.sincePub == nil {
+			s.sincePub = make(map[string]bool, len(byName))
+		}
+		for cn := range byName {
+			s.sincePub[cn] = true
+		}
+	}
 	changed, setChanged := false, false
 	var rebuilt []string // clusters whose service changed
 	next := s.clusters
@@ -636,6 +656,29 @@ func (s *Source) snapshotLocked() ([]sources.Service, bool) {
 		}
 	}
 	return s.snap, changed
+}
+
+// deltaLocked is the delta of snap, about to be published, from base,
+// the list published last (sources.Delta): the clusters the snapshots
+// since built again, added or removed (sincePub), found in snap by
+// binary search (it is sorted by name). It is nil for the first publish
+// and after a snapshot that walked every state. It starts the next
+// delta.
+func (s *Source) deltaLocked(base, snap []sources.Service) *sources.Delta {
+	since, all := s.sincePub, s.sinceAll
+	s.sincePub, s.sinceAll = nil, false
+	if all || len(base) == 0 {
+		return nil
+	}
+	d := &sources.Delta{Base: base}
+	for cn := range since {
+		if i, ok := slices.BinarySearchFunc(snap, cn, func(x sources.Service, name string) int { return strings.Compare(x.Name, name) }); ok {
+			d.Changed = append(d.Changed, snap[i])
+		} else {
+			d.Removed = append(d.Removed, cn)
+		}
+	}
+	return d
 }
 
 // touchedMembersLocked is the members of each cluster a touched state

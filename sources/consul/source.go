@@ -129,7 +129,7 @@ type svcState struct {
 	published bool // false: every instance is an excluded proxy/gateway kind
 	instances []instance
 	nodes     map[string]bool
-	dropped   []sources.Dropped // instances left out, and why
+	dropped   []sources.Dropped // instances left out, and why (under the service's name; droppedLocked)
 	checks    map[string]string // service check status by node "\x00" check ID
 	checkless bool              // an instance has no service check
 	gen       uint64            // Source.genSeq at the last change
@@ -737,10 +737,13 @@ func (s *Source) ExplainHost(service string, host sources.HostKey) string {
 	return ""
 }
 
-// droppedLocked lists the instances every datacenter's services drop. The
-// list is built again only when a state's dropped instances changed, or a
-// state that dropped some was removed; otherwise it is the same slice
-// (which the caller does not modify).
+// droppedLocked lists the instances every datacenter's services drop,
+// each under its cluster's name and with its datacenter's, as they are
+// now (a state keeps its service's name: a datacenter's name may change
+// after its states were read). The list is built again only when a
+// state's dropped instances changed, a state that dropped some was
+// removed, or a datacenter's name changed; otherwise it is the same
+// slice (which the caller does not modify).
 func (s *Source) droppedLocked() []sources.Dropped {
 	if s.droppedFresh {
 		return s.dropped
@@ -748,8 +751,12 @@ func (s *Source) droppedLocked() []sources.Dropped {
 	s.droppedFresh = true
 	var out []sources.Dropped
 	for _, dc := range s.dcs {
-		for _, st := range dc.services {
-			out = append(out, st.dropped...)
+		for name, st := range dc.services {
+			for _, d := range st.dropped {
+				d.Service = clusterName(s.set.mapping.clusterName, name, dc.actual)
+				d.Instance += " (" + dc.actual + ")"
+				out = append(out, d)
+			}
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {

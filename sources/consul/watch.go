@@ -617,9 +617,6 @@ func (r *runner) commit(ctx context.Context, dc *dcState, name string, st *svcSt
 		info.name = entries[0].Node.Datacenter
 	}
 	instances, dropped, publish := s.mapper.mapEntries(ctx, name, info, entries)
-	for i := range dropped {
-		dropped[i].Service = clusterName(s.set.mapping.clusterName, name, info.name)
-	}
 	nodes, checks, checkless := checksOf(entries)
 	s.mu.Lock()
 	if dc.services[name] != st || !accept(st) { // removed from the list meanwhile, or superseded
@@ -629,6 +626,8 @@ func (r *runner) commit(ctx context.Context, dc *dcState, name string, st *svcSt
 	if dc.actual != info.name {
 		dc.actual = info.name
 		s.touchAll = true // every cluster name of dc may change
+		// and every dropped instance's (droppedLocked names them).
+		s.droppedFresh = false
 	}
 	droppedChanged := !reflect.DeepEqual(st.dropped, dropped)
 	changed := !st.ready || st.published != publish || !reflect.DeepEqual(st.instances, instances) || droppedChanged

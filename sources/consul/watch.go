@@ -609,6 +609,16 @@ func onInstance(e *api.ServiceEntry, c *api.HealthCheck) bool {
 // coordinator when the mapped state changed. It reports whether the
 // entries were kept.
 func (r *runner) commit(ctx context.Context, dc *dcState, name string, st *svcState, entries []*api.ServiceEntry, accept func(*svcState) bool) bool {
+	kept, changed := r.keep(ctx, dc, name, st, entries, accept)
+	if changed {
+		r.s.signal()
+	}
+	return kept
+}
+
+// keep is commit without the signal: it reports whether the entries were
+// kept and whether the mapped state changed (the caller signals).
+func (r *runner) keep(ctx context.Context, dc *dcState, name string, st *svcState, entries []*api.ServiceEntry, accept func(*svcState) bool) (kept, changed bool) {
 	s := r.s
 	s.mu.Lock()
 	info := dcInfo{name: dc.actual, priority: dc.priority}
@@ -621,7 +631,7 @@ func (r *runner) commit(ctx context.Context, dc *dcState, name string, st *svcSt
 	s.mu.Lock()
 	if dc.services[name] != st || !accept(st) { // removed from the list meanwhile, or superseded
 		s.mu.Unlock()
-		return false
+		return false, false
 	}
 	if dc.actual != info.name {
 		dc.actual = info.name
@@ -630,7 +640,7 @@ func (r *runner) commit(ctx context.Context, dc *dcState, name string, st *svcSt
 		s.droppedFresh = false
 	}
 	droppedChanged := !reflect.DeepEqual(st.dropped, dropped)
-	changed := !st.ready || st.published != publish || !reflect.DeepEqual(st.instances, instances) || droppedChanged
+	changed = !st.ready || st.published != publish || !reflect.DeepEqual(st.instances, instances) || droppedChanged
 	if !st.ready {
 		dc.notReady--
 	}
@@ -646,10 +656,7 @@ func (r *runner) commit(ctx context.Context, dc *dcState, name string, st *svcSt
 		s.touchLocked(dc, name)
 	}
 	s.mu.Unlock()
-	if changed {
-		s.signal()
-	}
-	return true
+	return true, changed
 }
 
 // checksOf returns the nodes of a health result, the status of its service
@@ -1106,12 +1113,21 @@ func (r *runner) applyHint(ctx context.Context, dc *dcState, h hint, svcs map[st
 		nodes = nodesToRead(dc)
 	}
 	s.mu.Unlock()
+	// The coordinator is signalled once every patch is kept: the changes
+	// one read of the feed brought are published together, not the first
+	// at once and the others a coalescing window later.
+	patched := false
 	for _, p := range patches {
-		if r.storePatch(ctx, dc, p) {
+		kept, changed := r.storePatch(ctx, dc, p)
+		if kept {
 			s.metrics.feedPatches.Inc()
 		} else {
 			wake = append(wake, p.name)
 		}
+		patched = patched || changed
+	}
+	if patched {
+		s.signal()
 	}
 	if len(wake) == 0 && len(patches) == 0 && nodes == nil && h.orElse != orElseNothing {
 		wakeAll(svcs)
@@ -1277,9 +1293,10 @@ func isMaintenance(checkID string) bool {
 }
 
 // storePatch maps a patched result and keeps it, unless the service was
-// read (or patched) again or removed meanwhile: then it reports false.
-func (r *runner) storePatch(ctx context.Context, dc *dcState, p patch) bool {
-	return r.commit(ctx, dc, p.name, p.st, p.entries, func(st *svcState) bool {
+// read (or patched) again or removed meanwhile: then it reports false. It
+// reports whether the mapped state changed, without signalling (keep).
+func (r *runner) storePatch(ctx context.Context, dc *dcState, p patch) (kept, changed bool) {
+	return r.keep(ctx, dc, p.name, p.st, p.entries, func(st *svcState) bool {
 		if st.version != p.version {
 			return false
 		}

@@ -542,10 +542,10 @@ func TestHintedRefreshSpreadFromStart(t *testing.T) {
 func TestFeedReadPublishesItsChangesTogether(t *testing.T) {
 	a := startAgent(t, "dc1")
 	const n, flipped = 80, 60
-	registerCatalog(t, a, n)
+	registerCatalog(t, a, n, scaleNodes)
 	_, sink, _ := startHintedSource(t, a)
 	unhealthy := func(u sources.Update) int {
-		_, addr := scaleNode(0)
+		addr := scaleAddr(0)
 		c := 0
 		for i := range flipped {
 			sv, _ := findService(u, scaleName(i))
@@ -563,12 +563,12 @@ func TestFeedReadPublishesItsChangesTogether(t *testing.T) {
 	})
 	time.Sleep(500 * time.Millisecond) // the start-up reads settle
 	before := len(sink.Updates())
-	node, _ := scaleNode(0)
 	var ops api.TxnOps
 	for i := range flipped {
-		svc := scaleName(i)
+		node, _ := scaleNode(scaleNodes, i, 0)
+		inst := scaleInstance(i, 0)
 		ops = append(ops, &api.TxnOp{Check: &api.CheckTxnOp{Verb: api.CheckSet, Check: api.HealthCheck{
-			Node: node, CheckID: svc + "-0-chk", Name: "bench", Status: api.HealthCritical, ServiceID: svc + "-0", ServiceName: svc}}})
+			Node: node, CheckID: inst.ID + "-chk", Name: "bench", Status: api.HealthCritical, ServiceID: inst.ID, ServiceName: inst.Service}}})
 	}
 	if ok, resp, _, err := a.Client.Txn().Txn(ops, nil); err != nil || !ok {
 		t.Fatalf("transaction: %v %+v", err, resp)

@@ -822,7 +822,7 @@ func (r *runner) runFeed(ctx context.Context, dc *dcState, out chan<- hint) {
 	rate, burst := r.s.set.feedRate, int(max(r.s.set.feedRate, 1))
 	fetch := func(i int) fetchFunc[api.HealthChecks] {
 		return func(q *api.QueryOptions) (api.HealthChecks, *api.QueryMeta, error) {
-			return r.client.Health().State(feedStates[i], q)
+			return r.checksInState(feedStates[i], q)
 		}
 	}
 	results := make(chan feedResult)
@@ -894,6 +894,38 @@ func (r *runner) runFeed(ctx context.Context, dc *dcState, out chan<- hint) {
 	}
 }
 
+// stateCheck is what the change feed and the check sweep decode of each
+// check of /v1/health/state: the fields the source reads (the mapping,
+// the host explanations, the patches and the hints), not the check's
+// definition, type, interval or tags, which it never reads. A response
+// carries every check of a status (or of the datacenter), so decoding
+// less of each is most of a read's cost in the bridge.
+type stateCheck struct {
+	Node, CheckID, Name, Status, Notes, Output, ServiceID, ServiceName string
+	Namespace, Partition                                               string
+	CreateIndex, ModifyIndex                                           uint64
+}
+
+// checksInState reads /v1/health/state/<state> as the API's
+// Health().State does, decoding each check as a stateCheck.
+func (r *runner) checksInState(state string, q *api.QueryOptions) (api.HealthChecks, *api.QueryMeta, error) {
+	var in []*stateCheck
+	meta, err := r.client.Raw().Query("/v1/health/state/"+state, &in, q)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make(api.HealthChecks, len(in))
+	for i, c := range in {
+		if c == nil {
+			continue
+		}
+		out[i] = &api.HealthCheck{Node: c.Node, CheckID: c.CheckID, Name: c.Name, Status: c.Status, Notes: c.Notes, Output: c.Output,
+			ServiceID: c.ServiceID, ServiceName: c.ServiceName, Namespace: c.Namespace, Partition: c.Partition,
+			CreateIndex: c.CreateIndex, ModifyIndex: c.ModifyIndex}
+	}
+	return out, meta, nil
+}
+
 // leftState reports whether a check of status state in prev is not in
 // checks, a new result of that status.
 func leftState(prev map[string]feedCheck, state string, checks api.HealthChecks) bool {
@@ -956,7 +988,7 @@ func (r *runner) checkSweep(ctx context.Context, dc *dcState, want <-chan struct
 	w.bucket = newTokenBucket(r.s.set.feedRate, int(max(r.s.set.feedRate, 1)))
 	w.consistent = true
 	fetch := func(q *api.QueryOptions) (api.HealthChecks, *api.QueryMeta, error) {
-		return r.client.Health().State(api.HealthAny, q)
+		return r.checksInState(api.HealthAny, q)
 	}
 	for {
 		var h hint

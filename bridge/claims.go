@@ -28,15 +28,22 @@ import (
 // applyUpdate records a source's services: what it claims (a service
 // name is owned by its best-ranked claimant, see claimBefore) and what it
 // publishes, and marks dirty the services whose
-// owner's input changed. It reports whether anything became dirty.
+// owner's input changed. It reports whether anything became dirty. An
+// update whose delta follows the source's last update (sources.Delta)
+// costs what it names (applyDelta); any other is compared service by
+// service.
 func (l *Loop) applyUpdate(u sources.Update) bool {
 	src := u.Source
+	prev, seen := l.bySource[src]
+	if seen && u.Delta.Follows(l.lastList[src]) && distinctNames(u.Delta) {
+		return l.applyDelta(u, prev)
+	}
 	next := make(map[string]sources.Service, len(u.Services))
 	refused := map[string]string{}
-	prev, seen := l.bySource[src]
 	// changed: what the source publishes differs from its last publish.
 	changed := false
 	dirty := false
+	claimsChanged := false
 	kept := 0 // names of prev published again
 	for _, s := range u.Services {
 		old, had := prev[s.Name]
@@ -57,6 +64,7 @@ func (l *Loop) applyUpdate(u sources.Update) bool {
 			kept++
 		} else {
 			l.claims[s.Name] = l.insertClaim(l.claims[s.Name], src)
+			claimsChanged = true
 		}
 		if had && sameService(old, s) {
 			continue
@@ -70,6 +78,7 @@ func (l *Loop) applyUpdate(u sources.Update) bool {
 	l.refuseNames(src, refused)
 	changed = changed || !seen || len(prev) != len(next)
 	l.bySource[src] = next
+	l.lastList[src] = u.Services
 	// The names no longer published: the walk stops at the last of them
 	// (none: no walk).
 	missing := len(prev) - kept
@@ -81,26 +90,104 @@ func (l *Loop) applyUpdate(u sources.Update) bool {
 			continue
 		}
 		missing--
-		wasOwner := l.owner(name) == src
-		l.claims[name] = removeString(l.claims[name], src)
-		if len(l.claims[name]) == 0 {
-			delete(l.claims, name)
+		dirty = l.dropClaim(src, name) || dirty
+		claimsChanged = true
+	}
+	return l.noteServices(src, len(next), changed, claimsChanged, !u.Incomplete) || dirty
+}
+
+// applyDelta records an update whose delta follows the source's last
+// update: only the services it names are looked at, and cur, the
+// source's services, is updated in place. What it records is what
+// applyUpdate's comparison of every service would.
+func (l *Loop) applyDelta(u sources.Update, cur map[string]sources.Service) bool {
+	src := u.Source
+	refused := maps.Clone(l.refusedNames[src])
+	if refused == nil {
+		refused = map[string]string{}
+	}
+	changed, dirty, claimsChanged := false, false, false
+	for _, s := range u.Delta.Changed {
+		old, had := cur[s.Name]
+		if !had {
+			if err := sources.ValidateServiceName("name", s.Name); err != nil {
+				refused[s.Name] = err.Error()
+				continue
+			}
+			l.claims[s.Name] = l.insertClaim(l.claims[s.Name], src)
+			claimsChanged = true
 		}
-		if wasOwner {
-			l.dirty[name] = true
+		cur[s.Name] = s
+		if had && sameService(old, s) {
+			continue
+		}
+		changed = true
+		if l.owner(s.Name) == src {
+			l.dirty[s.Name] = true
 			dirty = true
 		}
 	}
-	l.noteSync(src, gotServices, !u.Incomplete, func(st *SourceStatus) {
-		st.Services = len(next)
-		st.noteChange(changed)
-		l.refreshConflictsLocked()
-	})
-
-	if !l.ready && l.allSynced() {
-		return true // the first flush after every source synced marks ready
+	for _, name := range u.Delta.Removed {
+		delete(refused, name)
+		if _, had := cur[name]; !had {
+			continue
+		}
+		delete(cur, name)
+		changed, claimsChanged = true, true
+		dirty = l.dropClaim(src, name) || dirty
 	}
-	return dirty
+	l.refuseNames(src, refused)
+	l.lastList[src] = u.Services
+	return l.noteServices(src, len(cur), changed, claimsChanged, !u.Incomplete) || dirty
+}
+
+// distinctNames reports whether a delta names each service once: in
+// Changed once, and not in both Changed and Removed. Another is not
+// applied as a delta.
+func distinctNames(d *sources.Delta) bool {
+	names := make(map[string]bool, len(d.Changed)+len(d.Removed))
+	for _, s := range d.Changed {
+		if names[s.Name] {
+			return false
+		}
+		names[s.Name] = true
+	}
+	for _, n := range d.Removed {
+		if names[n] {
+			return false
+		}
+		names[n] = true
+	}
+	return true
+}
+
+// dropClaim withdraws src's claim of name, which it no longer publishes,
+// and reports whether that made name dirty (src owned it).
+func (l *Loop) dropClaim(src, name string) bool {
+	wasOwner := l.owner(name) == src
+	l.claims[name] = removeString(l.claims[name], src)
+	if len(l.claims[name]) == 0 {
+		delete(l.claims, name)
+	}
+	if wasOwner {
+		l.dirty[name] = true
+	}
+	return wasOwner
+}
+
+// noteServices records that src published its services (n of them;
+// changed: they differ from its last publish; claimsChanged: it claims
+// other names) and reports whether a flush is due for the first ready
+// state. The conflicts are listed again only when a claim changed.
+func (l *Loop) noteServices(src string, n int, changed, claimsChanged, confirmed bool) bool {
+	l.noteSync(src, gotServices, confirmed, func(st *SourceStatus) {
+		st.Services = n
+		st.noteChange(changed)
+		if claimsChanged {
+			l.refreshConflictsLocked()
+		}
+	})
+	return !l.ready && l.allSynced() // the first flush after every source synced marks ready
 }
 
 // sameService reports whether a source's service is unchanged. Published

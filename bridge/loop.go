@@ -162,6 +162,9 @@ type Loop struct {
 	// refusedNames are, per source, the service names it publishes that
 	// are refused (claims.go), each with why.
 	refusedNames map[string]map[string]string
+	// lastList is each source's last update's Services, which the delta
+	// of its next update follows (sources.Delta).
+	lastList map[string][]sources.Service
 	// removed are the sources a reload removed (until one adds them
 	// again): what their stopping instances still report is ignored.
 	removed map[string]bool
@@ -222,6 +225,7 @@ func New(opts Options, pub Publisher) *Loop {
 		now:          opts.Now,
 		events:       make(chan event, 64),
 		bySource:     map[string]map[string]sources.Service{},
+		lastList:     map[string][]sources.Service{},
 		claims:       map[string][]string{},
 		synced:       map[string]bool{},
 		gotKinds:     map[string]syncKinds{},

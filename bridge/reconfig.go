@@ -57,6 +57,7 @@ func (l *Loop) applyReconfig(rc *Reconfig) bool {
 		if _, ok := l.bySource[src]; ok {
 			l.applyUpdate(sources.Update{Source: src})
 			delete(l.bySource, src)
+			delete(l.lastList, src)
 		}
 		if _, ok := l.policies[src]; ok {
 			l.applyPolicy(sources.PolicyUpdate{Source: src})

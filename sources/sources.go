@@ -151,6 +151,36 @@ type Update struct {
 	// does not confirm the source's state (a stale mark stays), and a
 	// reloaded instance does not replace the one serving with it.
 	Incomplete bool
+	// Delta, when set, tells what differs from the source's previous
+	// update, so that the receiver need not compare every service. It
+	// describes Services; it never replaces them.
+	Delta *Delta
+}
+
+// Delta is what differs between an update and the update of the same
+// source it follows (Base). Every service of the update not in Changed
+// is in Base, the same value (the same Endpoints slice), and every name
+// of Base not in Removed is in the update. Changed and Removed may hold
+// more than what differs (a service that changed and changed back), never
+// less. A receiver whose last update of the source is not Base (it has
+// none, it dropped one, another instance of the source published since)
+// ignores the delta and compares every service; so does one given a
+// Delta with an empty Base.
+type Delta struct {
+	// Base is the Services of the update this one follows.
+	Base []Service
+	// Changed are the services of the update that may differ from Base
+	// or be new, each name once, as they are in Services.
+	Changed []Service
+	// Removed are names that may be in Base and are not in Services.
+	Removed []string
+}
+
+// Follows reports whether the delta is relative to last, the Services of
+// the receiver's last update of the source: the same list, compared by
+// identity (the same array and length), not by value.
+func (d *Delta) Follows(last []Service) bool {
+	return d != nil && len(d.Base) > 0 && len(d.Base) == len(last) && &d.Base[0] == &last[0]
 }
 
 // PolicyUpdate is the whole traffic policy a policy source holds,

@@ -9,7 +9,7 @@ import (
 
 // FlipObserver is what an xDS client of the catalog-scale benchmark
 // reports to: the health it received for a cluster's host on the
-// benchmark's node 0, and when.
+// benchmark's instance 0 (scaleAddr), and when.
 type FlipObserver interface {
 	Observe(cluster string, health sources.HealthStatus, at time.Time)
 }
@@ -32,6 +32,6 @@ func SetXDSBridge(f func(t testing.TB, agentAddr string, obs FlipObserver) func(
 	startXDSBridge = f
 }
 
-// BenchNodeAddr is the address of the benchmark's node 0, whose instances'
-// flips are timed.
-func BenchNodeAddr() string { _, addr := scaleNode(0); return addr }
+// BenchNodeAddr is the address of every service's instance 0 in the
+// benchmark, whose flips are timed.
+func BenchNodeAddr() string { return scaleAddr(0) }

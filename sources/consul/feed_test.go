@@ -534,3 +534,52 @@ func TestHintedRefreshSpreadFromStart(t *testing.T) {
 	}
 	t.Logf("%d refresh reads in 3s", reads)
 }
+
+// In hinted mode, the check changes one read of the change feed brings
+// are published together: 60 services' checks turned critical in one
+// transaction (one index, so one feed result) reach the sink in one
+// publish, not the first alone and the others a coalescing window later.
+func TestFeedReadPublishesItsChangesTogether(t *testing.T) {
+	a := startAgent(t, "dc1")
+	const n, flipped = 80, 60
+	registerCatalog(t, a, n, scaleNodes)
+	_, sink, _ := startHintedSource(t, a)
+	unhealthy := func(u sources.Update) int {
+		addr := scaleAddr(0)
+		c := 0
+		for i := range flipped {
+			sv, _ := findService(u, scaleName(i))
+			for _, e := range sv.Endpoints {
+				if e.Address == addr && e.Health == sources.HealthUnhealthy {
+					c++
+				}
+			}
+		}
+		return c
+	}
+	waitFor(t, "every service", func() bool {
+		u, ok := sink.Last()
+		return ok && len(u.Services) == n
+	})
+	time.Sleep(500 * time.Millisecond) // the start-up reads settle
+	before := len(sink.Updates())
+	var ops api.TxnOps
+	for i := range flipped {
+		node, _ := scaleNode(scaleNodes, i, 0)
+		inst := scaleInstance(i, 0)
+		ops = append(ops, &api.TxnOp{Check: &api.CheckTxnOp{Verb: api.CheckSet, Check: api.HealthCheck{
+			Node: node, CheckID: inst.ID + "-chk", Name: "bench", Status: api.HealthCritical, ServiceID: inst.ID, ServiceName: inst.Service}}})
+	}
+	if ok, resp, _, err := a.Client.Txn().Txn(ops, nil); err != nil || !ok {
+		t.Fatalf("transaction: %v %+v", err, resp)
+	}
+	waitFor(t, "the flipped checks", func() bool {
+		u, ok := sink.Last()
+		return ok && unhealthy(u) == flipped
+	})
+	for _, u := range sink.Updates()[before:] {
+		if c := unhealthy(u); c > 0 && c < flipped {
+			t.Fatalf("a publish shows %d of the %d checks one feed read brought", c, flipped)
+		}
+	}
+}

@@ -107,7 +107,7 @@ func (mp *mapper) mapEntries(ctx context.Context, service string, dc dcInfo, ent
 			kindExcluded++
 			continue
 		}
-		name := fmt.Sprintf("%s on node %s (%s)", e.Service.ID, e.Node.Node, dc.name)
+		name := fmt.Sprintf("%s on node %s", e.Service.ID, e.Node.Node)
 		if !mp.sel.instance(string(e.Service.Kind), e.Service.Tags) {
 			dropped = append(dropped, sources.Dropped{Service: service, Instance: name, Reason: sources.DropExcludedTag, Detail: mp.sel.tagReason(e.Service.Tags)})
 			continue

@@ -118,8 +118,9 @@ func TestSnapshotRebuildsOnlyTouchedClusters(t *testing.T) {
 	}
 }
 
-// BenchmarkSnapshotOneChange is the cost of a publish's snapshot when one
-// state of 20,000 changed (the work of one flip in the source):
+// BenchmarkSnapshotOneChange is the cost of a publish's snapshot and its
+// delta when one state of 20,000 changed (the work of one flip in the
+// source):
 //
 //	go test -run '^$' -bench SnapshotOneChange ./sources/consul/
 func BenchmarkSnapshotOneChange(b *testing.B) {
@@ -136,7 +137,7 @@ func BenchmarkSnapshotOneChange(b *testing.B) {
 		d.services[fmt.Sprintf("svc-%05d", i)] = &svcState{ready: true, published: true, gen: s.genSeq,
 			instances: []instance{{endpoint: sources.Endpoint{Address: "10.0.0.1", Port: uint32(10000 + i)}}}}
 	}
-	s.snapshotLocked()
+	last, _ := s.snapshotLocked()
 	b.ResetTimer()
 	for i := range b.N {
 		name := fmt.Sprintf("svc-%05d", i%n)
@@ -147,7 +148,11 @@ func BenchmarkSnapshotOneChange(b *testing.B) {
 		if !s.readyLocked() || s.failingLocked() {
 			b.Fatal("not ready, or failing")
 		}
-		s.snapshotLocked()
+		snap, _ := s.snapshotLocked()
 		s.droppedLocked()
+		if d := s.deltaLocked(last, snap); i > 0 && len(d.Changed) != 1 {
+			b.Fatalf("delta %+v, want the changed cluster", d)
+		}
+		last = snap
 	}
 }

@@ -22,13 +22,18 @@ import (
 	"github.com/xdsbridge/xdsbridge/sources/consul/consultest"
 )
 
-// scaleNodes is how many catalog nodes the catalog-scale runs spread
-// instances over: each service has one instance on each node.
+// scaleNodes is how many instances each service of the catalog-scale
+// runs has, and by default how many catalog nodes they are spread over
+// (one instance of each service on each node; scaleConfig.nodes).
 const scaleNodes = 3
 
 // scaleConfig is one catalog-scale run.
 type scaleConfig struct {
 	services int
+	// nodes is how many catalog nodes the instances are on (0:
+	// scaleNodes, each node an instance of every service): instance k
+	// of service i is on node (i·scaleNodes + k) mod nodes (scaleNode).
+	nodes    int
 	rates    []int // flips per second, one phase each
 	phase    time.Duration
 	idle     time.Duration
@@ -110,13 +115,17 @@ func TestCatalogFlipsAtSteadyRate(t *testing.T) {
 // (xdsbench_test.go) instead of to the source's Publish; _RESTART=N kills
 // Consul after the flips and reports the N seconds after it is back;
 // _CPUPROFILE=file writes the test process's CPU profile of the flip
-// phases (go tool pprof file); _FEED_RATE sets feed_rate_limit.
+// phases (go tool pprof file); _FEED_RATE sets feed_rate_limit; _NODES
+// spreads the instances over that many catalog nodes instead of 3 (so
+// that each node holds fewer: Consul's cost of a write grows with the
+// checks of its node).
 func TestCatalogScaleBenchmark(t *testing.T) {
 	if os.Getenv("XDSBRIDGE_CONSUL_BENCH") != "1" {
 		t.Skip("set XDSBRIDGE_CONSUL_BENCH=1 to run the benchmark")
 	}
 	cfg := scaleConfig{
 		services: envInt(t, "XDSBRIDGE_CONSUL_BENCH_SERVICES", 5000),
+		nodes:    envInt(t, "XDSBRIDGE_CONSUL_BENCH_NODES", scaleNodes),
 		phase:    time.Duration(envInt(t, "XDSBRIDGE_CONSUL_BENCH_SECONDS", 60)) * time.Second,
 		idle:     time.Duration(envInt(t, "XDSBRIDGE_CONSUL_BENCH_IDLE", 30)) * time.Second,
 	}
@@ -164,7 +173,8 @@ func runScale(t *testing.T, cfg scaleConfig) {
 		start = consultest.StartAgent
 	}
 	a := start(t, "dc1")
-	registerCatalog(t, a, cfg.services)
+	cfg.nodes = max(cfg.nodes, scaleNodes)
+	registerCatalog(t, a, cfg.services, cfg.nodes)
 
 	// One request counter for every replica: Consul's load.
 	var rt requestCounter
@@ -225,7 +235,7 @@ func runScale(t *testing.T, cfg scaleConfig) {
 			t.Fatalf("no publish with %d services after 3m", cfg.services)
 		}
 	}
-	t.Logf("%d services × %d instances, %d replicas: initial sync (to %s) %s, %d requests; load average %s", cfg.services, scaleNodes, replicas,
+	t.Logf("%d services × %d instances on %d nodes, %d replicas: initial sync (to %s) %s, %d requests; load average %s", cfg.services, scaleNodes, cfg.nodes, replicas,
 		seenAt, time.Since(began).Round(time.Millisecond), total(rt), loadAverage())
 
 	time.Sleep(time.Second) // let the start-up reads settle
@@ -289,7 +299,7 @@ func runScale(t *testing.T, cfg scaleConfig) {
 			flips++
 			go func() {
 				defer func() { <-writes }()
-				sink.returned(svc, f, setCheck(writer, 0, i, status))
+				sink.returned(svc, f, setCheck(writer, cfg.nodes, 0, i, status))
 			}()
 		}
 		tick.Stop()
@@ -325,7 +335,7 @@ func runScale(t *testing.T, cfg scaleConfig) {
 		t.Logf("the %s after Consul was restarted (killed, down 2s): %s; load average %s", cfg.restart, usage, loadAverage())
 	}
 	for k, ph := range cfg.churn {
-		n, reqs := churnAt(t, a, writer, rt, ph, cfg.services, k, cfg.phase)
+		n, reqs := churnAt(t, a, writer, rt, ph, cfg.services, cfg.nodes, k, cfg.phase)
 		if cfg.check != nil {
 			cfg.check(t, ph.kind, n, reqs)
 		}
@@ -353,7 +363,7 @@ func (x countInto) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // churnAt runs the k-th churn phase.
-func churnAt(t *testing.T, a *consultest.Agent, writer *api.Client, rt requestCounter, ph churnPhase, services, k int, d time.Duration) (changes int, reqs map[string]int) {
+func churnAt(t *testing.T, a *consultest.Agent, writer *api.Client, rt requestCounter, ph churnPhase, services, nodes, k int, d time.Duration) (changes int, reqs map[string]int) {
 	m := startMeasure(a, rt)
 	var failed atomic.Int64
 	var firstErr atomic.Value
@@ -369,7 +379,7 @@ func churnAt(t *testing.T, a *consultest.Agent, writer *api.Client, rt requestCo
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := churnOne(writer, ph.kind, i); err != nil {
+			if err := churnOne(writer, ph.kind, nodes, i); err != nil {
 				failed.Add(1)
 				firstErr.CompareAndSwap(nil, err.Error())
 			}
@@ -385,12 +395,12 @@ func churnAt(t *testing.T, a *consultest.Agent, writer *api.Client, rt requestCo
 	return n, reqs
 }
 
-// churnOne changes service i's instance on node 1 (once per service).
-func churnOne(c *api.Client, kind string, i int) error {
-	node, _ := scaleNode(1)
+// churnOne changes service i's instance 1 (once per service).
+func churnOne(c *api.Client, kind string, nodes, i int) error {
+	node, _ := scaleNode(nodes, i, 1)
 	svc := scaleName(i)
-	id := fmt.Sprintf("%s-1", svc)
-	inst := api.AgentService{ID: id, Service: svc, Port: 10000 + i, Tags: []string{"bench"}}
+	inst := scaleInstance(i, 1)
+	id := inst.ID
 	var ops api.TxnOps
 	switch kind {
 	case "meta":
@@ -414,15 +424,31 @@ func churnOne(c *api.Client, kind string, i int) error {
 
 func scaleName(i int) string { return fmt.Sprintf("svc-%05d", i) }
 
-func scaleNode(k int) (name, addr string) {
-	return fmt.Sprintf("bench-node-%d", k), fmt.Sprintf("127.0.6.%d", k+1)
+// scaleNode is the catalog node of instance k of service i, of nodes.
+func scaleNode(nodes, i, k int) (name, addr string) { return benchNode((i*scaleNodes + k) % nodes) }
+
+// benchNode is the n-th catalog node.
+func benchNode(n int) (name, addr string) {
+	return fmt.Sprintf("bench-node-%d", n), fmt.Sprintf("127.7.%d.%d", n/250, n%250+1)
 }
 
-// registerCatalog registers n services with one instance and one passing
-// check on each of scaleNodes nodes, through catalog transactions.
-func registerCatalog(t testing.TB, a *consultest.Agent, n int) {
-	for k := 0; k < scaleNodes; k++ {
-		name, addr := scaleNode(k)
+// scaleInstance is instance k of service i (on whichever node): its
+// address is the k-th instance's of every service (scaleAddr), its port
+// the service's.
+func scaleInstance(i, k int) api.AgentService {
+	return api.AgentService{ID: fmt.Sprintf("%s-%d", scaleName(i), k), Service: scaleName(i), Address: scaleAddr(k), Port: 10000 + i, Tags: []string{"bench"}}
+}
+
+// scaleAddr is the address of every service's instance k: a flip is seen
+// on the instance at scaleAddr(0).
+func scaleAddr(k int) string { return fmt.Sprintf("127.0.6.%d", k+1) }
+
+// registerCatalog registers n services with scaleNodes instances each,
+// each with one passing check, on nodes catalog nodes (scaleNode),
+// through catalog transactions.
+func registerCatalog(t testing.TB, a *consultest.Agent, n, nodes int) {
+	for k := 0; k < nodes; k++ {
+		name, addr := benchNode(k)
 		if _, err := a.Client.Catalog().Register(&api.CatalogRegistration{Node: name, Address: addr}, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -439,14 +465,13 @@ func registerCatalog(t testing.TB, a *consultest.Agent, n int) {
 				var ops api.TxnOps
 				for j := r[0]; j < r[1]; j++ {
 					k, i := j%scaleNodes, j/scaleNodes
-					node, _ := scaleNode(k)
-					svc := scaleName(i)
+					node, _ := scaleNode(nodes, i, k)
+					inst := scaleInstance(i, k)
 					ops = append(ops,
-						&api.TxnOp{Service: &api.ServiceTxnOp{Verb: api.ServiceSet, Node: node, Service: api.AgentService{
-							ID: fmt.Sprintf("%s-%d", svc, k), Service: svc, Port: 10000 + i, Tags: []string{"bench"}}}},
+						&api.TxnOp{Service: &api.ServiceTxnOp{Verb: api.ServiceSet, Node: node, Service: inst}},
 						&api.TxnOp{Check: &api.CheckTxnOp{Verb: api.CheckSet, Check: api.HealthCheck{
-							Node: node, CheckID: fmt.Sprintf("%s-%d-chk", svc, k), Name: "bench", Status: api.HealthPassing,
-							ServiceID: fmt.Sprintf("%s-%d", svc, k), ServiceName: svc}}})
+							Node: node, CheckID: inst.ID + "-chk", Name: "bench", Status: api.HealthPassing,
+							ServiceID: inst.ID, ServiceName: inst.Service}}})
 				}
 				ok, resp, _, err := a.Client.Txn().Txn(ops, nil)
 				if err == nil && !ok {
@@ -474,14 +499,15 @@ func registerCatalog(t testing.TB, a *consultest.Agent, n int) {
 	}
 }
 
-// setCheck sets the status of service i's check on node k.
-func setCheck(c *api.Client, k, i int, status string) error {
-	node, addr := scaleNode(k)
-	svc := scaleName(i)
+// setCheck sets the status of the check of service i's instance k (of
+// nodes catalog nodes).
+func setCheck(c *api.Client, nodes, k, i int, status string) error {
+	node, addr := scaleNode(nodes, i, k)
+	inst := scaleInstance(i, k)
 	_, err := c.Catalog().Register(&api.CatalogRegistration{
 		Node: node, Address: addr, SkipNodeUpdate: true,
-		Check: &api.AgentCheck{Node: node, CheckID: fmt.Sprintf("%s-%d-chk", svc, k), Name: "bench", Status: status,
-			ServiceID: fmt.Sprintf("%s-%d", svc, k), ServiceName: svc},
+		Check: &api.AgentCheck{Node: node, CheckID: inst.ID + "-chk", Name: "bench", Status: status,
+			ServiceID: inst.ID, ServiceName: inst.Service},
 	}, nil)
 	return err
 }
@@ -492,8 +518,8 @@ func pct(lat []time.Duration, p float64) time.Duration {
 
 // flipSink is a sources.Sink that times flips: from the catalog write's
 // call, and from its return, to the first Publish (or, with an xDS client,
-// the first EDS response; observe) in which the service's instance on
-// node 0 has the wanted health.
+// the first EDS response; observe) in which the service's instance 0
+// has the wanted health.
 type flipSink struct {
 	want   int
 	synced chan struct{}
@@ -531,8 +557,8 @@ func (k *flipSink) Publish(_ context.Context, u sources.Update) error {
 	return nil
 }
 
-// observe notes the health an xDS client received for a cluster's host on
-// node 0; synced is called when the client has every service.
+// observe notes the health an xDS client received for a cluster's
+// instance 0; synced is called when the client has every service.
 func (k *flipSink) observe(cluster string, h sources.HealthStatus, now time.Time) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -562,7 +588,7 @@ func (k *flipSink) PublishPolicy(context.Context, sources.PolicyUpdate) error { 
 func (k *flipSink) Fail(context.Context, string, error)                       {}
 
 // healthLocked is the published (or, with an xDS client, received) health
-// of name's instance on node 0.
+// of name's instance 0 (at scaleAddr(0)).
 func (k *flipSink) healthLocked(name string) sources.HealthStatus {
 	if k.xds != nil {
 		return k.xds[name]
@@ -571,7 +597,7 @@ func (k *flipSink) healthLocked(name string) sources.HealthStatus {
 	if i == len(k.last) || k.last[i].Name != name {
 		return sources.HealthUnknown
 	}
-	_, addr := scaleNode(0)
+	addr := scaleAddr(0)
 	for _, e := range k.last[i].Endpoints {
 		if e.Address == addr {
 			return e.Health

@@ -77,6 +77,11 @@ type Source struct {
 	// snap is the list last returned by snapshotLocked, in clusterNames
 	// order; it is published, so never modified: the next is a copy.
 	snap []sources.Service
+	// sincePub are the clusters the snapshots since the last publish
+	// built again, added or removed; sinceAll: one of them walked every
+	// state (deltaLocked).
+	sincePub map[string]bool
+	sinceAll bool
 }
 
 // ceState is what the config-entry watches know. Guarded by Source.mu.
@@ -124,7 +129,7 @@ type svcState struct {
 	published bool // false: every instance is an excluded proxy/gateway kind
 	instances []instance
 	nodes     map[string]bool
-	dropped   []sources.Dropped // instances left out, and why
+	dropped   []sources.Dropped // instances left out, and why (under the service's name; droppedLocked)
 	checks    map[string]string // service check status by node "\x00" check ID
 	checkless bool              // an instance has no service check
 	gen       uint64            // Source.genSeq at the last change
@@ -337,6 +342,8 @@ func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 		lastFlush time.Time
 		// lastDropped is the dropped instances last reported.
 		lastDropped []sources.Dropped
+		// lastSnap is the services last published.
+		lastSnap []sources.Service
 	)
 	for {
 		select {
@@ -387,11 +394,14 @@ func (s *Source) coordinate(ctx context.Context, sink sources.Sink) {
 		if published && !recovered && !changed {
 			continue
 		}
-		if err := sink.Publish(ctx, sources.Update{Source: s.name, Services: snap, Incomplete: failing}); err != nil {
+		s.mu.Lock()
+		delta := s.deltaLocked(lastSnap, snap)
+		s.mu.Unlock()
+		if err := sink.Publish(ctx, sources.Update{Source: s.name, Services: snap, Incomplete: failing, Delta: delta}); err != nil {
 			return
 		}
 		s.metrics.publishes.Inc()
-		published, failed = true, failing
+		published, failed, lastSnap = true, failing, snap
 		s.mu.Lock()
 		s.published = time.Now()
 		s.mu.Unlock()
@@ -565,6 +575,16 @@ func (s *Source) snapshotLocked() ([]sources.Service, bool) {
 	}
 	full := s.clusters == nil || s.touchAll
 	s.touched, s.touchAll = nil, false
+	if full {
+		s.sinceAll = true
+	} else {
+		if s.sincePub == nil {
+			s.sincePub = make(map[string]bool, len(byName))
+		}
+		for cn := range byName {
+			s.sincePub[cn] = true
+		}
+	}
 	changed, setChanged := false, false
 	var rebuilt []string // clusters whose service changed
 	next := s.clusters
@@ -638,6 +658,29 @@ func (s *Source) snapshotLocked() ([]sources.Service, bool) {
 	return s.snap, changed
 }
 
+// deltaLocked is the delta of snap, about to be published, from base,
+// the list published last (sources.Delta): the clusters the snapshots
+// since built again, added or removed (sincePub), found in snap by
+// binary search (it is sorted by name). It is nil for the first publish
+// and after a snapshot that walked every state. It starts the next
+// delta.
+func (s *Source) deltaLocked(base, snap []sources.Service) *sources.Delta {
+	since, all := s.sincePub, s.sinceAll
+	s.sincePub, s.sinceAll = nil, false
+	if all || len(base) == 0 {
+		return nil
+	}
+	d := &sources.Delta{Base: base}
+	for cn := range since {
+		if i, ok := slices.BinarySearchFunc(snap, cn, func(x sources.Service, name string) int { return strings.Compare(x.Name, name) }); ok {
+			d.Changed = append(d.Changed, snap[i])
+		} else {
+			d.Removed = append(d.Removed, cn)
+		}
+	}
+	return d
+}
+
 // touchedMembersLocked is the members of each cluster a touched state
 // belongs to: the previous snapshot's, less the touched states, plus
 // those of them now ready and published; in datacenter order. A cluster
@@ -694,10 +737,13 @@ func (s *Source) ExplainHost(service string, host sources.HostKey) string {
 	return ""
 }
 
-// droppedLocked lists the instances every datacenter's services drop. The
-// list is built again only when a state's dropped instances changed, or a
-// state that dropped some was removed; otherwise it is the same slice
-// (which the caller does not modify).
+// droppedLocked lists the instances every datacenter's services drop,
+// each under its cluster's name and with its datacenter's, as they are
+// now (a state keeps its service's name: a datacenter's name may change
+// after its states were read). The list is built again only when a
+// state's dropped instances changed, a state that dropped some was
+// removed, or a datacenter's name changed; otherwise it is the same
+// slice (which the caller does not modify).
 func (s *Source) droppedLocked() []sources.Dropped {
 	if s.droppedFresh {
 		return s.dropped
@@ -705,8 +751,12 @@ func (s *Source) droppedLocked() []sources.Dropped {
 	s.droppedFresh = true
 	var out []sources.Dropped
 	for _, dc := range s.dcs {
-		for _, st := range dc.services {
-			out = append(out, st.dropped...)
+		for name, st := range dc.services {
+			for _, d := range st.dropped {
+				d.Service = clusterName(s.set.mapping.clusterName, name, dc.actual)
+				d.Instance += " (" + dc.actual + ")"
+				out = append(out, d)
+			}
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {

@@ -609,6 +609,16 @@ func onInstance(e *api.ServiceEntry, c *api.HealthCheck) bool {
 // coordinator when the mapped state changed. It reports whether the
 // entries were kept.
 func (r *runner) commit(ctx context.Context, dc *dcState, name string, st *svcState, entries []*api.ServiceEntry, accept func(*svcState) bool) bool {
+	kept, changed := r.keep(ctx, dc, name, st, entries, accept)
+	if changed {
+		r.s.signal()
+	}
+	return kept
+}
+
+// keep is commit without the signal: it reports whether the entries were
+// kept and whether the mapped state changed (the caller signals).
+func (r *runner) keep(ctx context.Context, dc *dcState, name string, st *svcState, entries []*api.ServiceEntry, accept func(*svcState) bool) (kept, changed bool) {
 	s := r.s
 	s.mu.Lock()
 	info := dcInfo{name: dc.actual, priority: dc.priority}
@@ -617,21 +627,20 @@ func (r *runner) commit(ctx context.Context, dc *dcState, name string, st *svcSt
 		info.name = entries[0].Node.Datacenter
 	}
 	instances, dropped, publish := s.mapper.mapEntries(ctx, name, info, entries)
-	for i := range dropped {
-		dropped[i].Service = clusterName(s.set.mapping.clusterName, name, info.name)
-	}
 	nodes, checks, checkless := checksOf(entries)
 	s.mu.Lock()
 	if dc.services[name] != st || !accept(st) { // removed from the list meanwhile, or superseded
 		s.mu.Unlock()
-		return false
+		return false, false
 	}
 	if dc.actual != info.name {
 		dc.actual = info.name
 		s.touchAll = true // every cluster name of dc may change
+		// and every dropped instance's (droppedLocked names them).
+		s.droppedFresh = false
 	}
 	droppedChanged := !reflect.DeepEqual(st.dropped, dropped)
-	changed := !st.ready || st.published != publish || !reflect.DeepEqual(st.instances, instances) || droppedChanged
+	changed = !st.ready || st.published != publish || !reflect.DeepEqual(st.instances, instances) || droppedChanged
 	if !st.ready {
 		dc.notReady--
 	}
@@ -647,10 +656,7 @@ func (r *runner) commit(ctx context.Context, dc *dcState, name string, st *svcSt
 		s.touchLocked(dc, name)
 	}
 	s.mu.Unlock()
-	if changed {
-		s.signal()
-	}
-	return true
+	return true, changed
 }
 
 // checksOf returns the nodes of a health result, the status of its service
@@ -816,7 +822,7 @@ func (r *runner) runFeed(ctx context.Context, dc *dcState, out chan<- hint) {
 	rate, burst := r.s.set.feedRate, int(max(r.s.set.feedRate, 1))
 	fetch := func(i int) fetchFunc[api.HealthChecks] {
 		return func(q *api.QueryOptions) (api.HealthChecks, *api.QueryMeta, error) {
-			return r.client.Health().State(feedStates[i], q)
+			return r.checksInState(feedStates[i], q)
 		}
 	}
 	results := make(chan feedResult)
@@ -888,6 +894,38 @@ func (r *runner) runFeed(ctx context.Context, dc *dcState, out chan<- hint) {
 	}
 }
 
+// stateCheck is what the change feed and the check sweep decode of each
+// check of /v1/health/state: the fields the source reads (the mapping,
+// the host explanations, the patches and the hints), not the check's
+// definition, type, interval or tags, which it never reads. A response
+// carries every check of a status (or of the datacenter), so decoding
+// less of each is most of a read's cost in the bridge.
+type stateCheck struct {
+	Node, CheckID, Name, Status, Notes, Output, ServiceID, ServiceName string
+	Namespace, Partition                                               string
+	CreateIndex, ModifyIndex                                           uint64
+}
+
+// checksInState reads /v1/health/state/<state> as the API's
+// Health().State does, decoding each check as a stateCheck.
+func (r *runner) checksInState(state string, q *api.QueryOptions) (api.HealthChecks, *api.QueryMeta, error) {
+	var in []*stateCheck
+	meta, err := r.client.Raw().Query("/v1/health/state/"+state, &in, q)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make(api.HealthChecks, len(in))
+	for i, c := range in {
+		if c == nil {
+			continue
+		}
+		out[i] = &api.HealthCheck{Node: c.Node, CheckID: c.CheckID, Name: c.Name, Status: c.Status, Notes: c.Notes, Output: c.Output,
+			ServiceID: c.ServiceID, ServiceName: c.ServiceName, Namespace: c.Namespace, Partition: c.Partition,
+			CreateIndex: c.CreateIndex, ModifyIndex: c.ModifyIndex}
+	}
+	return out, meta, nil
+}
+
 // leftState reports whether a check of status state in prev is not in
 // checks, a new result of that status.
 func leftState(prev map[string]feedCheck, state string, checks api.HealthChecks) bool {
@@ -950,7 +988,7 @@ func (r *runner) checkSweep(ctx context.Context, dc *dcState, want <-chan struct
 	w.bucket = newTokenBucket(r.s.set.feedRate, int(max(r.s.set.feedRate, 1)))
 	w.consistent = true
 	fetch := func(q *api.QueryOptions) (api.HealthChecks, *api.QueryMeta, error) {
-		return r.client.Health().State(api.HealthAny, q)
+		return r.checksInState(api.HealthAny, q)
 	}
 	for {
 		var h hint
@@ -1107,12 +1145,21 @@ func (r *runner) applyHint(ctx context.Context, dc *dcState, h hint, svcs map[st
 		nodes = nodesToRead(dc)
 	}
 	s.mu.Unlock()
+	// The coordinator is signalled once every patch is kept: the changes
+	// one read of the feed brought are published together, not the first
+	// at once and the others a coalescing window later.
+	patched := false
 	for _, p := range patches {
-		if r.storePatch(ctx, dc, p) {
+		kept, changed := r.storePatch(ctx, dc, p)
+		if kept {
 			s.metrics.feedPatches.Inc()
 		} else {
 			wake = append(wake, p.name)
 		}
+		patched = patched || changed
+	}
+	if patched {
+		s.signal()
 	}
 	if len(wake) == 0 && len(patches) == 0 && nodes == nil && h.orElse != orElseNothing {
 		wakeAll(svcs)
@@ -1278,9 +1325,10 @@ func isMaintenance(checkID string) bool {
 }
 
 // storePatch maps a patched result and keeps it, unless the service was
-// read (or patched) again or removed meanwhile: then it reports false.
-func (r *runner) storePatch(ctx context.Context, dc *dcState, p patch) bool {
-	return r.commit(ctx, dc, p.name, p.st, p.entries, func(st *svcState) bool {
+// read (or patched) again or removed meanwhile: then it reports false. It
+// reports whether the mapped state changed, without signalling (keep).
+func (r *runner) storePatch(ctx context.Context, dc *dcState, p patch) (kept, changed bool) {
+	return r.keep(ctx, dc, p.name, p.st, p.entries, func(st *svcState) bool {
 		if st.version != p.version {
 			return false
 		}

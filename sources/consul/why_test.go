@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -50,7 +51,9 @@ func TestChecksWhyNamesTheDecidingChecks(t *testing.T) {
 
 // TestMapEntriesListsDropped: instances left out by exclude_tags, an
 // unresolvable hostname or a port out of range are listed with the reason
-// and a detail in the user's terms; kept ones carry their checks.
+// and a detail in the user's terms (under the service's name: the
+// source's list names the cluster and the datacenter,
+// TestDatacenterRenameRenamesDropped); kept ones carry their checks.
 func TestMapEntriesListsDropped(t *testing.T) {
 	set, err := parseConfig(json.RawMessage(`{"services": {"exclude_tags": ["canary"]}}`), "")
 	if err != nil {
@@ -78,11 +81,74 @@ func TestMapEntriesListsDropped(t *testing.T) {
 		got = append(got, fmt.Sprintf("%s | %s | %s | %s", d.Service, d.Instance, d.Reason, d.Detail))
 	}
 	want := []string{
-		`web | web-2 on node n1 (dc1) | ` + sources.DropExcludedTag + ` | tag "canary" is in services.exclude_tags`,
-		`web | web-3 on node n1 (dc1) | ` + sources.DropUnresolvable + ` | resolving hostname "nope.example": no such host nope.example`,
-		`web | web-4 on node n1 (dc1) | ` + sources.DropMalformed + ` | port 0 is not in 1..65535`,
+		`web | web-2 on node n1 | ` + sources.DropExcludedTag + ` | tag "canary" is in services.exclude_tags`,
+		`web | web-3 on node n1 | ` + sources.DropUnresolvable + ` | resolving hostname "nope.example": no such host nope.example`,
+		`web | web-4 on node n1 | ` + sources.DropMalformed + ` | port 0 is not in 1..65535`,
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("dropped:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestDatacenterRenameRenamesDropped: the dropped instances are listed
+// under their cluster's name and datacenter as they are now: after the
+// datacenter's name changed (its agent answers with another), those of a
+// service not read since are listed under the new name too, as its
+// cluster is, not under the old one.
+func TestDatacenterRenameRenamesDropped(t *testing.T) {
+	src, err := New("consul", json.RawMessage(`{"services": {"exclude_tags": ["canary"]}, "mapping": {"cluster_name": "{service}.{datacenter}"}}`), sources.Env{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := src.(*Source)
+	r := newRunner(s, nil)
+	dc := s.dcs[0]
+	entry := func(svc, id, datacenter string, tags ...string) *api.ServiceEntry {
+		return &api.ServiceEntry{
+			Node:    &api.Node{Node: "n1", Address: "10.0.0.2", Datacenter: datacenter},
+			Service: &api.AgentService{ID: id, Service: svc, Port: 80, Address: "10.0.0.1", Tags: tags},
+		}
+	}
+	read := func(svc, datacenter string, entries ...*api.ServiceEntry) {
+		t.Helper()
+		s.mu.Lock()
+		st := dc.services[svc]
+		if st == nil {
+			st = &svcState{}
+			dc.services[svc] = st
+			dc.notReady++
+		}
+		s.mu.Unlock()
+		if !r.commit(context.Background(), dc, svc, st, entries, func(*svcState) bool { return true }) {
+			t.Fatalf("%s not committed", svc)
+		}
+	}
+	listed := func() (clusters, dropped []string) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		snap, _ := s.snapshotLocked()
+		for _, sv := range snap {
+			clusters = append(clusters, sv.Name)
+		}
+		for _, d := range s.droppedLocked() {
+			dropped = append(dropped, d.Service+" | "+d.Instance)
+		}
+		return clusters, dropped
+	}
+	dc.listSeen = true
+	read("web", "dc1", entry("web", "web-1", "dc1"), entry("web", "web-2", "dc1", "canary"))
+	read("api", "dc1", entry("api", "api-1", "dc1"))
+	clusters, dropped := listed()
+	if want := []string{"web.dc1 | web-2 on node n1 (dc1)"}; !slices.Equal(dropped, want) {
+		t.Fatalf("dropped %q, want %q", dropped, want)
+	}
+	// The agent answers as dc9 now; web is not read again.
+	read("api", "dc9", entry("api", "api-1", "dc9"))
+	clusters, dropped = listed()
+	if want := []string{"api.dc9", "web.dc9"}; !slices.Equal(clusters, want) {
+		t.Fatalf("clusters %q, want %q", clusters, want)
+	}
+	if want := []string{"web.dc9 | web-2 on node n1 (dc9)"}; !slices.Equal(dropped, want) {
+		t.Errorf("dropped %q after the datacenter became dc9, want %q", dropped, want)
 	}
 }

@@ -34,7 +34,7 @@ func init() { consul.SetXDSBridge(startXDSBridge) }
 // feed_rate_limit from XDSBRIDGE_CONSUL_BENCH_FEED_RATE when set), and
 // a delta xDS client that subscribes to every cluster (wildcard CDS) and
 // its EDS, as Envoy does, and reports the health of each cluster's host on
-// the benchmark's node 0 to obs.
+// the benchmark's instance 0 (BenchNodeAddr) to obs.
 func startXDSBridge(t testing.TB, agentAddr string, obs consul.FlipObserver) func() map[string]int {
 	extra := ""
 	if r := os.Getenv("XDSBRIDGE_CONSUL_BENCH_FEED_RATE"); r != "" {

@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sort"
 	"time"
 
@@ -385,7 +386,7 @@ func (l *Loop) handleQueued() (holdOff bool) {
 // edge: the policy of a source that publishes services too, whose services
 // of the same flush follow it (see Run).
 func (l *Loop) holdsOff(ev event) bool {
-	return ev.kind == evPolicy && contains(l.opts.ServicesAndPolicy, ev.source)
+	return ev.kind == evPolicy && slices.Contains(l.opts.ServicesAndPolicy, ev.source)
 }
 
 // handle applies one event to the state and reports whether anything became
@@ -444,20 +445,11 @@ const (
 // snapshots' lock.
 func (l *Loop) noteSync(src string, kind syncKinds, confirmed bool, update func(*SourceStatus)) {
 	l.gotKinds[src] |= kind
-	if !l.synced[src] && (l.gotKinds[src] == gotServices|gotPolicy || !contains(l.opts.ServicesAndPolicy, src)) {
+	if !l.synced[src] && (l.gotKinds[src] == gotServices|gotPolicy || !slices.Contains(l.opts.ServicesAndPolicy, src)) {
 		l.synced[src] = true
 	}
 	l.m.sourceSyncs.WithLabelValues(src).Inc()
 	l.snap.sourceSynced(src, l.synced[src], l.now(), confirmed, update)
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 func (l *Loop) allSynced() bool {

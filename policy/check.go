@@ -2,9 +2,10 @@ package policy
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -166,7 +167,7 @@ func (c *checker) service(p []string, s *Service) {
 	if len(s.Subsets) > MaxSubsets {
 		c.add(p, "subsets", "%d subsets; at most %d", len(s.Subsets), MaxSubsets)
 	}
-	for _, name := range sortedKeys(s.Subsets) {
+	for _, name := range slices.Sorted(maps.Keys(s.Subsets)) {
 		if !subsetName.MatchString(name) {
 			c.add(append(sub(p, "subsets"), name), "", "subset name %q: want letters, digits, '_', '.' and '-', at most 63, not starting with '.' or '-'", name)
 		}
@@ -510,7 +511,7 @@ func (c *checker) retry(p []string, r *Retry) {
 		c.add(p, "retry_on", "required: the conditions to retry on (%s, or Envoy's %s)", strings.Join(GRPCRetryOn, ", "), strings.Join(EnvoyRetryOn, ", "))
 	}
 	for i, on := range r.On {
-		if !contains(GRPCRetryOn, on) && !contains(EnvoyRetryOn, on) {
+		if !slices.Contains(GRPCRetryOn, on) && !slices.Contains(EnvoyRetryOn, on) {
 			c.add(p, fmt.Sprintf("retry_on[%d]", i), "unknown condition %q (want %s, or Envoy's %s)", on, strings.Join(GRPCRetryOn, ", "), strings.Join(EnvoyRetryOn, ", "))
 		}
 	}
@@ -530,7 +531,7 @@ func (c *checker) retry(p []string, r *Retry) {
 			c.add(p, fmt.Sprintf("status_codes[%d]", i), "%d is not an HTTP status", code)
 		}
 	}
-	if len(r.StatusCodes) > 0 && !contains(r.On, "retriable-status-codes") {
+	if len(r.StatusCodes) > 0 && !slices.Contains(r.On, "retriable-status-codes") {
 		c.add(p, "status_codes", "only used with retriable-status-codes in retry_on")
 	}
 	c.duration(p, "per_try_timeout", r.PerTryTimeout, time.Millisecond)
@@ -572,22 +573,4 @@ func validHost(s string) bool {
 		}
 	}
 	return true
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

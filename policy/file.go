@@ -3,7 +3,9 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -77,7 +79,7 @@ func IsPattern(key string) bool { return strings.ContainsAny(key, `*?[\`) }
 // policy source may give it that subset).
 func (f *File) Check() []*FieldError {
 	var errs []*FieldError
-	for _, key := range sortedKeys(f.Services) {
+	for _, key := range slices.Sorted(maps.Keys(f.Services)) {
 		p := []string{"services", key}
 		if key == "" {
 			errs = append(errs, &FieldError{Path: p, Msg: "empty service name"})
@@ -144,7 +146,7 @@ func (f *File) For(name string) (s Service, key string, ok bool) {
 		return s, name, true
 	}
 	best, bestLen := "", -1
-	for _, k := range sortedKeys(f.Services) {
+	for _, k := range slices.Sorted(maps.Keys(f.Services)) {
 		if !IsPattern(k) {
 			continue
 		}

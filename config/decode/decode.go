@@ -12,8 +12,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -258,7 +260,7 @@ func locate(t reflect.Type, data []byte, path []string, want string) *Error {
 			return leaf()
 		}
 		fields := fieldsOf(t)
-		for _, k := range sortedKeys(obj) {
+		for _, k := range slices.Sorted(maps.Keys(obj)) {
 			f, ok := fields[k]
 			if !ok {
 				return unknownField(path, k, fields)
@@ -273,7 +275,7 @@ func locate(t reflect.Type, data []byte, path []string, want string) *Error {
 		if t.Key().Kind() != reflect.String || json.Unmarshal(data, &obj) != nil {
 			return leaf()
 		}
-		for _, k := range sortedKeys(obj) {
+		for _, k := range slices.Sorted(maps.Keys(obj)) {
 			if e := locate(t.Elem(), obj[k], append(path[:len(path):len(path)], k), ""); e != nil {
 				return e
 			}
@@ -292,15 +294,6 @@ func locate(t reflect.Type, data []byte, path []string, want string) *Error {
 		return nil
 	}
 	return leaf()
-}
-
-func sortedKeys(m map[string]json.RawMessage) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // jsonFields maps a struct's JSON field names to its fields, embedded
@@ -373,7 +366,7 @@ func checkKeyCase(t reflect.Type, data []byte, path []string) *Error {
 			return nil
 		}
 		fields := fieldsOf(t)
-		for _, k := range sortedKeys(obj) {
+		for _, k := range slices.Sorted(maps.Keys(obj)) {
 			f, ok := fields[k]
 			if !ok {
 				if foldMatch(fields, k) != "" {
@@ -390,7 +383,7 @@ func checkKeyCase(t reflect.Type, data []byte, path []string) *Error {
 		if json.Unmarshal(data, &obj) != nil {
 			return nil
 		}
-		for _, k := range sortedKeys(obj) {
+		for _, k := range slices.Sorted(maps.Keys(obj)) {
 			if e := checkKeyCase(t.Elem(), obj[k], sub(k)); e != nil {
 				return e
 			}

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -71,7 +73,7 @@ func hosts(port uint32, versions ...string) []sources.Endpoint {
 }
 
 // catalogNames is the catalog's services, sorted.
-func catalogNames() []string { return sortedKeys(catalog) }
+func catalogNames() []string { return slices.Sorted(maps.Keys(catalog)) }
 
 // A policyCase is one policy: a policy file (YAML) or a list of Consul
 // config entries (JSON).
@@ -351,7 +353,7 @@ func (g *gate) publish(f *policy.File, synced bool) outcome {
 	}
 	sort.Strings(out.NACKs)
 	diags := g.loop.Diagnostics()
-	for _, s := range sortedKeys(diags) {
+	for _, s := range slices.Sorted(maps.Keys(diags)) {
 		if s == marker {
 			continue
 		}
@@ -369,15 +371,6 @@ func hasPrefixAny(list []string, prefix string) bool {
 		}
 	}
 	return false
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 func streamKey(c xds.ClientStatus) string { return c.Mode + "/" + strconv.FormatInt(c.Stream, 10) }

@@ -3,7 +3,9 @@ package policygate
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -69,7 +71,7 @@ func causes(o outcome) []string {
 	if o.Stuck != "" {
 		set["new: stuck: "+normalize(o.Stuck)] = true
 	}
-	return sortedKeys(set)
+	return slices.Sorted(maps.Keys(set))
 }
 
 // fieldKind is the field of a "service: field: message" diagnostic or of
@@ -159,7 +161,7 @@ func (t *tally) String() string {
 			return
 		}
 		fmt.Fprintf(&b, "%s:\n", title)
-		keys := sortedKeys(m)
+		keys := slices.Sorted(maps.Keys(m))
 		sort.SliceStable(keys, func(i, j int) bool { return m[keys[i]] > m[keys[j]] })
 		for _, k := range keys {
 			if ex != nil {
@@ -231,7 +233,7 @@ func removals(v any) []any {
 	var out []any
 	switch x := v.(type) {
 	case map[string]any:
-		for _, k := range sortedKeys(x) {
+		for _, k := range slices.Sorted(maps.Keys(x)) {
 			if k != "services" && k != "Kind" && k != "Name" {
 				c := copyMap(x)
 				delete(c, k)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -493,7 +494,7 @@ func (m Mapping) settings() (mappingSettings, error) {
 		out.failoverTagged = out.localTagged
 	}
 	for _, f := range []struct{ field, v string }{{"mapping.tagged_address", out.localTagged}, {"mapping.failover_tagged_address", out.failoverTagged}} {
-		if f.v != "" && !contains(taggedAddressKeys, f.v) {
+		if f.v != "" && !slices.Contains(taggedAddressKeys, f.v) {
 			return out, fmt.Errorf("%s: %q is not one of %s", f.field, f.v, strings.Join(taggedAddressKeys, ", "))
 		}
 	}
@@ -580,7 +581,7 @@ func newSelector(c Selection) (selector, error) {
 		return s, err
 	}
 	for i, k := range c.Kinds {
-		if !contains(knownKinds, k) {
+		if !slices.Contains(knownKinds, k) {
 			return s, fmt.Errorf("services.kinds[%d]: %q is not one of %s", i, k, strings.Join(knownKinds, ", "))
 		}
 	}
@@ -602,7 +603,7 @@ func (s selector) service(name string, tags []string) bool {
 
 // instance reports whether one instance is published.
 func (s selector) instance(kind string, tags []string) bool {
-	if kind != "" && !contains(s.kinds, kind) {
+	if kind != "" && !slices.Contains(s.kinds, kind) {
 		return false
 	}
 	if len(s.includeTags) > 0 && !intersects(s.includeTags, tags) {
@@ -615,25 +616,16 @@ func (s selector) instance(kind string, tags []string) bool {
 // (instance returned false for a typical or listed kind).
 func (s selector) tagReason(tags []string) string {
 	for _, t := range s.excludeTags {
-		if contains(tags, t) {
+		if slices.Contains(tags, t) {
 			return fmt.Sprintf("tag %q is in services.exclude_tags", t)
 		}
 	}
 	return fmt.Sprintf("none of its tags %q is in services.include_tags %q", tags, s.includeTags)
 }
 
-func contains(list []string, v string) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
 func intersects(a, b []string) bool {
 	for _, x := range a {
-		if contains(b, x) {
+		if slices.Contains(b, x) {
 			return true
 		}
 	}

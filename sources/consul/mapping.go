@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -103,7 +104,7 @@ func (mp *mapper) mapEntries(ctx context.Context, service string, dc dcInfo, ent
 		if e == nil || e.Service == nil || e.Node == nil {
 			continue
 		}
-		if e.Service.Kind != api.ServiceKindTypical && !contains(mp.sel.kinds, string(e.Service.Kind)) {
+		if e.Service.Kind != api.ServiceKindTypical && !slices.Contains(mp.sel.kinds, string(e.Service.Kind)) {
 			kindExcluded++
 			continue
 		}

@@ -2,8 +2,10 @@ package consul
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 
@@ -128,7 +130,7 @@ func (n naming) target(service, subset, dc string) (policy.Target, error) {
 	if dc == "" || dc == n.local {
 		return policy.Target{Service: n.cluster(service), Subset: subset}, nil
 	}
-	if !contains(n.watched, dc) {
+	if !slices.Contains(n.watched, dc) {
 		return policy.Target{}, fmt.Errorf("datacenter %q is not watched by this source (list it in failover_datacenters)", dc)
 	}
 	if n.perDC() {
@@ -465,7 +467,7 @@ func (c *converter) resolver(e *api.ServiceResolverConfigEntry) (*policy.Service
 		}
 		return &policy.Service{Redirect: &t}, nil
 	}
-	for _, key := range sortedKeys(e.Failover) {
+	for _, key := range slices.Sorted(maps.Keys(e.Failover)) {
 		f := e.Failover[key]
 		field := fmt.Sprintf("Failover[%q]", key)
 		if key != "*" {
@@ -486,15 +488,6 @@ func (c *converter) resolver(e *api.ServiceResolverConfigEntry) (*policy.Service
 		s.LoadBalancer = c.loadBalancer(e, lb)
 	}
 	return s, nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // failover converts one failover entry into its ordered targets, as
@@ -775,7 +768,7 @@ func (c *converter) retry(e *api.ServiceRouterConfigEntry, field string, d *api.
 		return nil
 	}
 	on := append([]string(nil), d.RetryOn...)
-	if d.RetryOnConnectFailure && !contains(on, "connect-failure") {
+	if d.RetryOnConnectFailure && !slices.Contains(on, "connect-failure") {
 		on = append(on, "connect-failure")
 	}
 	r := &policy.Retry{}

@@ -76,7 +76,7 @@ func testConsulAgentHung(t *testing.T, staleAfter, stopped time.Duration) {
 	if st := br.debugSource(t, "consul", &dbg); !st.Stale || !dbg.Stale || !dbg.Liveness.Stale {
 		t.Errorf("/debug/sources consul: status %+v, debug %+v; want stale", st, dbg)
 	}
-	if page := statusPage(t, br); !strings.Contains(page, `<tr class="source" data-name="consul">`) ||
+	if page := br.adminPage(t, "/"); !strings.Contains(page, `<tr class="source" data-name="consul">`) ||
 		!strings.Contains(page[strings.Index(page, `data-name="consul"`):], `<span class="badge stale">STALE</span>`) {
 		t.Errorf("the status page does not show the consul source STALE:\n%s", page)
 	}
@@ -114,17 +114,17 @@ func testConsulAgentHung(t *testing.T, staleAfter, stopped time.Duration) {
 	ev.assertNoRejections(t)
 }
 
-// statusPage is the bridge's status page (GET /).
-func statusPage(t *testing.T, br *bridge) string {
+// adminPage is the body of GET path on the bridge's admin listener.
+func (b *bridge) adminPage(t *testing.T, path string) string {
 	t.Helper()
-	resp, err := http.Get("http://" + br.app.AdminAddr() + "/")
+	resp, err := http.Get("http://" + b.app.AdminAddr() + path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	body, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(b)
+	return string(body)
 }

@@ -156,21 +156,6 @@ func routingBootstrap(t *testing.T, xdsPort string, lisPort int) string {
 	return writeBootstrap(t, cfg)
 }
 
-// metrics returns the bridge's /metrics page.
-func (b *bridge) metrics(t *testing.T) string {
-	t.Helper()
-	resp, err := http.Get("http://" + b.app.AdminAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(body)
-}
-
 // hdsStates returns each host's HDS state from /debug/hosts' data (nil
 // entries for hosts checked locally).
 func hdsStates(br *bridge) map[string]*hds.TargetState {
@@ -296,23 +281,12 @@ health_checks:
 			t.Errorf("/debug/hosts %v: check_state %v", h["host"], cs)
 		}
 	}
-	resp, err := http.Get("http://" + br.app.AdminAddr() + "/?service=web")
-	if err != nil {
-		t.Fatal(err)
-	}
-	page, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if n := strings.Count(string(page), "HDS: checker-"); n != len(bs) {
+	if n := strings.Count(br.adminPage(t, "/?service=web"), "HDS: checker-"); n != len(bs) {
 		t.Errorf("the status page shows %d hosts' HDS checkers, want %d", n, len(bs))
 	}
-	resp, err = http.Get("http://" + br.app.AdminAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metrics, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	metrics := br.adminPage(t, "/metrics")
 	for _, m := range []string{"xdsbridge_hds_checkers 4", fmt.Sprintf("xdsbridge_hds_assigned_pairs %d", k*len(bs)), "xdsbridge_hds_reports_total", "xdsbridge_hds_assignments_total"} {
-		if !strings.Contains(string(metrics), "\n"+m) {
+		if !strings.Contains(metrics, "\n"+m) {
 			t.Errorf("no %q in /metrics", m)
 		}
 	}
@@ -432,7 +406,7 @@ health_checks:
 	for attempt := 1; cutNode == ""; attempt++ {
 		c := startChecker(cut, "zone-a")
 		waitFor(t, 10*time.Second, "the cut checker connected", func() error {
-			if m := br.metrics(t); !strings.Contains(m, "\nxdsbridge_hds_checkers 4\n") {
+			if m := br.adminPage(t, "/metrics"); !strings.Contains(m, "\nxdsbridge_hds_checkers 4\n") {
 				return fmt.Errorf("xdsbridge_hds_checkers is not 4")
 			}
 			return nil
@@ -454,7 +428,7 @@ health_checks:
 		t.Logf("the cut checker was assigned no live backend; reconnecting it")
 		c.p.Cmd.Process.Kill()
 		waitFor(t, 10*time.Second, "the cut checker gone", func() error {
-			if m := br.metrics(t); !strings.Contains(m, "\nxdsbridge_hds_checkers 3\n") {
+			if m := br.adminPage(t, "/metrics"); !strings.Contains(m, "\nxdsbridge_hds_checkers 3\n") {
 				return fmt.Errorf("xdsbridge_hds_checkers is not 3")
 			}
 			return nil

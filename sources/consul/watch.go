@@ -633,14 +633,17 @@ func (r *runner) keep(ctx context.Context, dc *dcState, name string, st *svcStat
 		s.mu.Unlock()
 		return false, false
 	}
-	if dc.actual != info.name {
+	// A datacenter renamed changes every cluster name of dc and every
+	// dropped instance's (droppedLocked names them): a publish is due,
+	// even if this service's state is the same.
+	renamed := dc.actual != info.name
+	if renamed {
 		dc.actual = info.name
-		s.touchAll = true // every cluster name of dc may change
-		// and every dropped instance's (droppedLocked names them).
+		s.touchAll = true
 		s.droppedFresh = false
 	}
 	droppedChanged := !reflect.DeepEqual(st.dropped, dropped)
-	changed = !st.ready || st.published != publish || !reflect.DeepEqual(st.instances, instances) || droppedChanged
+	changed = renamed || !st.ready || st.published != publish || !reflect.DeepEqual(st.instances, instances) || droppedChanged
 	if !st.ready {
 		dc.notReady--
 	}

@@ -152,3 +152,67 @@ func TestDatacenterRenameRenamesDropped(t *testing.T) {
 		t.Errorf("dropped %q after the datacenter became dc9, want %q", dropped, want)
 	}
 }
+
+// TestDatacenterRenameSignalsAPublish: a read that finds the datacenter's
+// name changed signals the coordinator, even when the service read maps
+// to the same state (every instance left out by tag, or every one a
+// proxy kind): the name changes every cluster name of the datacenter and
+// every dropped instance's, which only a publish carries.
+func TestDatacenterRenameSignalsAPublish(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		entry func(datacenter string) *api.ServiceEntry
+	}{
+		{"every instance dropped by tag", func(datacenter string) *api.ServiceEntry {
+			return &api.ServiceEntry{
+				Node:    &api.Node{Node: "n1", Address: "10.0.0.2", Datacenter: datacenter},
+				Service: &api.AgentService{ID: "web-1", Service: "web", Port: 80, Address: "10.0.0.1", Tags: []string{"canary"}},
+			}
+		}},
+		{"a proxy service", func(datacenter string) *api.ServiceEntry {
+			return &api.ServiceEntry{
+				Node:    &api.Node{Node: "n1", Address: "10.0.0.2", Datacenter: datacenter},
+				Service: &api.AgentService{ID: "web-1", Service: "web", Port: 80, Address: "10.0.0.1", Kind: api.ServiceKindConnectProxy},
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			src, err := New("consul", json.RawMessage(`{"services": {"exclude_tags": ["canary"]}, "mapping": {"cluster_name": "{service}.{datacenter}"}}`), sources.Env{Logger: testLogger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := src.(*Source)
+			r := newRunner(s, nil)
+			dc := s.dcs[0]
+			s.mu.Lock()
+			st := &svcState{}
+			dc.services["web"] = st
+			dc.notReady++
+			s.mu.Unlock()
+			read := func(datacenter string) {
+				t.Helper()
+				if !r.commit(context.Background(), dc, "web", st, []*api.ServiceEntry{c.entry(datacenter)}, func(*svcState) bool { return true }) {
+					t.Fatal("web not committed")
+				}
+			}
+			signalled := func() bool {
+				select {
+				case <-s.changed:
+					return true
+				default:
+					return false
+				}
+			}
+			read("dc1")
+			signalled() // the first read
+			read("dc1")
+			if signalled() {
+				t.Fatal("a read that changed nothing signalled")
+			}
+			read("dc9")
+			if !signalled() {
+				t.Fatal("the read that found the datacenter named dc9 did not signal: its clusters keep the name dc1 until another change")
+			}
+		})
+	}
+}

@@ -90,19 +90,26 @@ func TestMapEntriesListsDropped(t *testing.T) {
 	}
 }
 
+// renameSource is a source whose clusters are named after their
+// datacenter and which drops instances tagged canary, with its runner and
+// its local datacenter, for the datacenter rename tests.
+func renameSource(t *testing.T) (*Source, *runner, *dcState) {
+	t.Helper()
+	src, err := New("consul", json.RawMessage(`{"services": {"exclude_tags": ["canary"]}, "mapping": {"cluster_name": "{service}.{datacenter}"}}`), sources.Env{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := src.(*Source)
+	return s, newRunner(s, nil), s.dcs[0]
+}
+
 // TestDatacenterRenameRenamesDropped: the dropped instances are listed
 // under their cluster's name and datacenter as they are now: after the
 // datacenter's name changed (its agent answers with another), those of a
 // service not read since are listed under the new name too, as its
 // cluster is, not under the old one.
 func TestDatacenterRenameRenamesDropped(t *testing.T) {
-	src, err := New("consul", json.RawMessage(`{"services": {"exclude_tags": ["canary"]}, "mapping": {"cluster_name": "{service}.{datacenter}"}}`), sources.Env{Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := src.(*Source)
-	r := newRunner(s, nil)
-	dc := s.dcs[0]
+	s, r, dc := renameSource(t)
 	entry := func(svc, id, datacenter string, tags ...string) *api.ServiceEntry {
 		return &api.ServiceEntry{
 			Node:    &api.Node{Node: "n1", Address: "10.0.0.2", Datacenter: datacenter},
@@ -177,13 +184,7 @@ func TestDatacenterRenameSignalsAPublish(t *testing.T) {
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			src, err := New("consul", json.RawMessage(`{"services": {"exclude_tags": ["canary"]}, "mapping": {"cluster_name": "{service}.{datacenter}"}}`), sources.Env{Logger: testLogger(t)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s := src.(*Source)
-			r := newRunner(s, nil)
-			dc := s.dcs[0]
+			s, r, dc := renameSource(t)
 			s.mu.Lock()
 			st := &svcState{}
 			dc.services["web"] = st

@@ -70,10 +70,7 @@ func (l *Loop) applyUpdate(u sources.Update) bool {
 			continue
 		}
 		changed = true
-		if l.owner(s.Name) == src {
-			l.dirty[s.Name] = true
-			dirty = true
-		}
+		dirty = l.markOwned(src, s.Name) || dirty
 	}
 	l.refuseNames(src, refused)
 	changed = changed || !seen || len(prev) != len(next)
@@ -122,10 +119,7 @@ func (l *Loop) applyDelta(u sources.Update, cur map[string]sources.Service) bool
 			continue
 		}
 		changed = true
-		if l.owner(s.Name) == src {
-			l.dirty[s.Name] = true
-			dirty = true
-		}
+		dirty = l.markOwned(src, s.Name) || dirty
 	}
 	for _, name := range u.Delta.Removed {
 		delete(refused, name)
@@ -139,6 +133,16 @@ func (l *Loop) applyDelta(u sources.Update, cur map[string]sources.Service) bool
 	l.refuseNames(src, refused)
 	l.lastList[src] = u.Services
 	return l.noteServices(src, len(cur), changed, claimsChanged, !u.Incomplete) || dirty
+}
+
+// markOwned marks name dirty if src owns it (its input changed), and
+// reports whether it did.
+func (l *Loop) markOwned(src, name string) bool {
+	if l.owner(name) != src {
+		return false
+	}
+	l.dirty[name] = true
+	return true
 }
 
 // distinctNames reports whether a delta names each service once: in

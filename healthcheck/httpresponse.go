@@ -205,10 +205,13 @@ func parseStatusLine(line []byte) (minor, status int, ok bool) {
 func discardChunked(br *bufio.Reader) bool {
 	total := 0
 	for {
-		line, _, err := readLine(br, 1024)
-		if err != nil {
+		// A chunk-size line ends with CRLF: net/http refuses a bare LF
+		// there (request smuggling), so the probe does not trust it.
+		line, err := br.ReadSlice('\n')
+		if err != nil || len(line) > 1024 || !bytes.HasSuffix(line, []byte("\r\n")) {
 			return false
 		}
+		line = line[:len(line)-2]
 		size, _, _ := bytes.Cut(bytes.TrimRight(line, " \t"), []byte(";"))
 		n, ok := parseHex(size)
 		if !ok {

@@ -187,6 +187,7 @@ func newDeltaServer(ctx context.Context, c deltaWatcher, cb delta.Callbacks) *de
 // deltaWatch is a type's watch on a stream.
 type deltaWatch struct {
 	cancel func()
+	w      *watch // the cache's watch, when the stream is served by a *Cache
 	nonce  string
 	sub    deltaSub
 }
@@ -210,6 +211,7 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, reqCh <-chan *discove
 		node:      &core.Node{},
 	}
 	if c, ok := s.cache.(*Cache); ok {
+		ds.cache = c
 		ds.vhds = c.vhdsOpen(str.Context(), ds.responses)
 	}
 
@@ -266,6 +268,7 @@ type deltaStream struct {
 	responses      chan *deltaResponse
 	node           *core.Node
 	vhds           *vhdsStream // nil: the cache serves no VHDS (vhds.go)
+	cache          *Cache      // s.cache, when it is a *Cache (ACKs re-arm its watches)
 }
 
 // send gives resp the stream's next nonce and sends it.
@@ -351,16 +354,23 @@ func (ds *deltaStream) request(req *discovery.DeltaDiscoveryRequest) error {
 
 	resumed := streamAcctOf(ds.str.Context()).takeResumed(req)
 	w, ok := ds.watches[typeURL]
-	if !ok {
+	var err error
+	switch {
+	case !ok:
 		// The type's first request: its initial versions are the
 		// state; an empty one is a (legacy) wildcard.
 		w.sub = newDeltaSub(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), req.GetInitialResourceVersions(), resumed)
-	} else {
+		w.w, w.cancel, err = ds.watch(req, w.sub)
+	case w.w != nil && resumed == nil && isACK(req):
+		// The watch of the previous request is cancelled and re-armed
+		// for this one, in one hold of the cache's lock (Cache.rearmDelta).
+		w.sub.update(nil, nil)
+		w.w, w.cancel, err = ds.cache.rearmDelta(w.w, req, w.sub)
+	default:
 		w.Cancel()
 		w.sub.update(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
+		w.w, w.cancel, err = ds.watch(req, w.sub)
 	}
-	var err error
-	w.cancel, err = s.cache.watchDelta(req, w.sub, ds.responses)
 	// The cache took it: a place in the resume gate goes back
 	// (resumegate.go).
 	streamAcctOf(ds.str.Context()).leaveResume()
@@ -374,6 +384,24 @@ func (ds *deltaStream) request(req *discovery.DeltaDiscoveryRequest) error {
 	req.ResourceNamesSubscribe, req.ResourceNamesUnsubscribe, req.InitialResourceVersions = nil, nil, nil
 	ds.watches[typeURL] = w
 	return nil
+}
+
+// watch creates the watch of req for sub.
+func (ds *deltaStream) watch(req *discovery.DeltaDiscoveryRequest, sub deltaSub) (*watch, func(), error) {
+	if ds.cache != nil {
+		return ds.cache.newDeltaWatch(req, sub, ds.responses)
+	}
+	cancel, err := ds.s.cache.watchDelta(req, sub, ds.responses)
+	return nil, cancel, err
+}
+
+// isACK reports whether req only answers a response: it names one, and
+// carries no error, no subscription or unsubscription and no versions.
+// Its subscription is the stream's as it was.
+func isACK(req *discovery.DeltaDiscoveryRequest) bool {
+	return req.GetResponseNonce() != "" && req.GetErrorDetail() == nil &&
+		len(req.GetResourceNamesSubscribe()) == 0 && len(req.GetResourceNamesUnsubscribe()) == 0 &&
+		len(req.GetInitialResourceVersions()) == 0
 }
 
 // DeltaStreamHandler serves one delta stream.

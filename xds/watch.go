@@ -57,6 +57,12 @@ type watch struct {
 func (c *Cache) create(w *watch) (func(), error) {
 	c.lock()
 	defer c.unlock()
+	return c.createLocked(w)
+}
+
+// createLocked creates w, a new watch (or one re-armed: rearmDelta), and
+// answers it if anything is to be sent. Under c.mu.
+func (c *Cache) createLocked(w *watch) (func(), error) {
 	c.nextID++
 	w.id = c.nextID
 	w.stream = c.stream(w)
@@ -123,6 +129,11 @@ func (c *Cache) create(w *watch) (func(), error) {
 func (c *Cache) cancel(w *watch) {
 	c.lock()
 	defer c.unlock()
+	c.cancelLocked(w)
+}
+
+// cancelLocked is cancel under c.mu.
+func (c *Cache) cancelLocked(w *watch) {
 	c.untrack(w)
 	c.forgetLast(w)
 	st := w.stream

@@ -33,6 +33,11 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 	if !ok {
 		return nil, fmt.Errorf("xds codec: cannot encode %T", v)
 	}
+	if r, ok := m.(*discovery.DeltaDiscoveryResponse); ok {
+		if size, ok := deltaResponseSize(r); ok {
+			return encodeDeltaResponse(size, r), nil
+		}
+	}
 	size := proto.Size(m)
 	opts := proto.MarshalOptions{UseCachedSize: true} // size was just computed
 	if mem.IsBelowBufferPoolingThreshold(size) {
@@ -50,6 +55,17 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 	}
 	*buf = b
 	return mem.BufferSlice{mem.NewBuffer(buf, bufferPool)}, nil
+}
+
+// encodeDeltaResponse encodes r, of size bytes (encode.go), into a buffer
+// of the pool if it is large enough to be pooled.
+func encodeDeltaResponse(size int, r *discovery.DeltaDiscoveryResponse) mem.BufferSlice {
+	if mem.IsBelowBufferPoolingThreshold(size) {
+		return mem.BufferSlice{mem.SliceBuffer(appendDeltaResponse(make([]byte, 0, size), r))}
+	}
+	buf := bufferPool.Get(size)
+	*buf = appendDeltaResponse((*buf)[:0], r)
+	return mem.BufferSlice{mem.NewBuffer(buf, bufferPool)}
 }
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {

@@ -133,6 +133,9 @@ type clientInfo struct {
 	// logged once.
 	nackNonces map[string]string
 	nackLog    logLimiter
+	// pushCounters: the stream's push counter of each type it was sent
+	// (responded).
+	pushCounters []typeCounter
 }
 
 // NewServer returns a server for the cache. It starts nothing.
@@ -167,9 +170,17 @@ func (s *Server) observeChangeACK(reg prometheus.Registerer) {
 	if err := promreg.Register(reg, h); err != nil {
 		panic(err)
 	}
+	// The histogram of each type, resolved at its first sample: the
+	// observer is called under the cache's lock, which guards the map.
+	byType := map[string]prometheus.Observer{}
 	s.cache.lock()
 	s.cache.ackObserver = func(typeURL string, d time.Duration) {
-		h.WithLabelValues(servedType(typeURL)).Observe(d.Seconds())
+		o := byType[typeURL]
+		if o == nil {
+			o = h.WithLabelValues(servedType(typeURL))
+			byType[typeURL] = o
+		}
+		o.Observe(d.Seconds())
 		s.recentACK.add(d)
 	}
 	s.cache.unlock()
@@ -329,11 +340,33 @@ func (s *Server) closed(delta bool, id int64) {
 
 func (s *Server) responded(delta bool, id int64, typeURL string) {
 	s.mu.Lock()
-	if ci, ok := s.clients[streamKey{delta, id}]; ok {
-		ci.Responses++
+	defer s.mu.Unlock()
+	ci, ok := s.clients[streamKey{delta, id}]
+	if !ok {
+		s.m.pushes.WithLabelValues(servedType(typeURL), modeName(delta)).Inc()
+		return
 	}
-	s.mu.Unlock()
-	s.m.pushes.WithLabelValues(servedType(typeURL), modeName(delta)).Inc()
+	ci.Responses++
+	ci.pushes(s.m.pushes, typeURL, delta).Inc()
+}
+
+// pushes returns the stream's push counter of typeURL, resolved at its
+// first response of the type. Under Server.mu.
+func (ci *clientInfo) pushes(vec *prometheus.CounterVec, typeURL string, delta bool) prometheus.Counter {
+	for _, p := range ci.pushCounters {
+		if p.typeURL == typeURL {
+			return p.c
+		}
+	}
+	c := vec.WithLabelValues(servedType(typeURL), modeName(delta))
+	ci.pushCounters = append(ci.pushCounters, typeCounter{typeURL, c})
+	return c
+}
+
+// typeCounter is a counter child of one type URL.
+type typeCounter struct {
+	typeURL string
+	c       prometheus.Counter
 }
 
 // newXDSServer is the xDS server the cache is served by: our stream

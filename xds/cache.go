@@ -203,7 +203,9 @@ func (c *Cache) watchDelta(req *discovery.DeltaDiscoveryRequest, sub deltaSub, c
 	if !ok {
 		return nil, fmt.Errorf("type %s is not served", req.GetTypeUrl())
 	}
-	return c.create(&watch{ts: ts, delta: true, dreq: req, sub: sub, known: sub.held, dch: ch})
+	w := &watch{}
+	w.armDelta(ts, req, sub, ch)
+	return c.create(w)
 }
 
 // newDeltaWatch is watchDelta, and returns the watch too: the delta
@@ -213,7 +215,8 @@ func (c *Cache) newDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub deltaSub
 	if !ok {
 		return nil, nil, fmt.Errorf("type %s is not served", req.GetTypeUrl())
 	}
-	w := &watch{ts: ts, delta: true, dreq: req, sub: sub, known: sub.held, dch: ch}
+	w := &watch{}
+	w.armDelta(ts, req, sub, ch)
 	cancel, err := c.create(w)
 	return w, cancel, err
 }
@@ -236,7 +239,7 @@ func (c *Cache) rearmDelta(w *watch, req *discovery.DeltaDiscoveryRequest, sub d
 	if (w.done && !w.installed) || w.ts.URL == RouteType {
 		next = &watch{}
 	}
-	*next = watch{ts: w.ts, delta: true, dreq: req, sub: sub, known: sub.held, dch: w.dch}
+	next.armDelta(w.ts, req, sub, w.dch)
 	cancel, err := c.createLocked(next)
 	return next, cancel, err
 }

@@ -29,6 +29,7 @@ type watch struct {
 	sreq  *discovery.DiscoveryRequest
 	dreq  *discovery.DeltaDiscoveryRequest
 	sub   subscription
+	dsub  deltaSub // a delta watch's subscription, which sub points to (armDelta)
 	sch   chan<- *sotwResponse
 	dch   chan<- *deltaResponse
 	ds    deltaState // read from the delta client's state at creation
@@ -52,6 +53,14 @@ type watch struct {
 	holdExpired bool
 	wakeTimer   *time.Timer // wakes a hold to look again (mbb.go)
 	created     time.Time   // of an RDS watch
+}
+
+// armDelta makes w the delta watch of req, for sub, on ch: every field
+// of w is set anew. The subscription is held in w (dsub), not in a value
+// of its own.
+func (w *watch) armDelta(ts *typeState, req *discovery.DeltaDiscoveryRequest, sub deltaSub, ch chan<- *deltaResponse) {
+	*w = watch{ts: ts, delta: true, dreq: req, dsub: sub, known: sub.held, dch: ch}
+	w.sub = &w.dsub
 }
 
 func (c *Cache) create(w *watch) (func(), error) {

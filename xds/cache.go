@@ -208,16 +208,21 @@ func (c *Cache) watchDelta(req *discovery.DeltaDiscoveryRequest, sub deltaSub, c
 	return c.create(w)
 }
 
-// newDeltaWatch is watchDelta, and returns the watch too: the delta
-// stream handler re-arms it for the ACK of its response (rearmDelta).
-func (c *Cache) newDeltaWatch(req *discovery.DeltaDiscoveryRequest, sub deltaSub, ch chan<- *deltaResponse) (*watch, func(), error) {
+// newDeltaWatch is watchDelta for the delta stream handler: the request
+// is of stream key, which the watch knows without the request being noted
+// (noteRequest), and the watch is returned too, to be re-armed for the ACK
+// of its response (rearmDelta).
+func (c *Cache) newDeltaWatch(key streamKey, req *discovery.DeltaDiscoveryRequest, sub deltaSub, ch chan<- *deltaResponse) (*watch, func(), error) {
 	ts, ok := c.types[req.GetTypeUrl()]
 	if !ok {
 		return nil, nil, fmt.Errorf("type %s is not served", req.GetTypeUrl())
 	}
 	w := &watch{}
 	w.armDelta(ts, req, sub, ch)
-	cancel, err := c.create(w)
+	c.lock()
+	defer c.unlock()
+	w.stream = c.streamOf(key)
+	cancel, err := c.createLocked(w)
 	return w, cancel, err
 }
 
@@ -235,11 +240,12 @@ func (c *Cache) rearmDelta(w *watch, req *discovery.DeltaDiscoveryRequest, sub d
 	c.lock()
 	defer c.unlock()
 	c.cancelLocked(w)
-	next := w
+	next, st := w, w.stream
 	if (w.done && !w.installed) || w.ts.URL == RouteType {
 		next = &watch{}
 	}
 	next.armDelta(w.ts, req, sub, w.dch)
+	next.stream = st
 	cancel, err := c.createLocked(next)
 	return next, cancel, err
 }

@@ -220,6 +220,9 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, reqCh <-chan *discove
 			w.Cancel()
 		}
 		ds.vhds.close()
+		if ds.cache != nil {
+			ds.cache.streamClosed(streamKey{true, ds.id})
+		}
 		close(ds.responses)
 		if s.callbacks != nil {
 			s.callbacks.OnDeltaStreamClosed(ds.id, ds.node)
@@ -389,7 +392,7 @@ func (ds *deltaStream) request(req *discovery.DeltaDiscoveryRequest) error {
 // watch creates the watch of req for sub.
 func (ds *deltaStream) watch(req *discovery.DeltaDiscoveryRequest, sub deltaSub) (*watch, func(), error) {
 	if ds.cache != nil {
-		return ds.cache.newDeltaWatch(req, sub, ds.responses)
+		return ds.cache.newDeltaWatch(streamKey{true, ds.id}, req, sub, ds.responses)
 	}
 	cancel, err := ds.s.cache.watchDelta(req, sub, ds.responses)
 	return nil, cancel, err

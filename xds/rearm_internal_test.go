@@ -43,7 +43,6 @@ func TestRearmDeltaWatchWithQueuedResponse(t *testing.T) {
 	ack := func(w *watch, n string) *watch {
 		t.Helper()
 		req := &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResponseNonce: n}
-		c.noteRequest(req, key, EndpointType)
 		w, _, err := c.rearmDelta(w, req, sub)
 		if err != nil {
 			t.Fatal(err)
@@ -51,8 +50,7 @@ func TestRearmDeltaWatchWithQueuedResponse(t *testing.T) {
 		return w
 	}
 	first := &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesSubscribe: []string{"a"}}
-	c.noteRequest(first, key, EndpointType)
-	w, _, err := c.newDeltaWatch(first, sub, ch)
+	w, _, err := c.newDeltaWatch(key, first, sub, ch)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -400,7 +400,8 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			s.responded(false, id, req.GetTypeUrl())
 		},
 		StreamDeltaRequestFunc: func(id int64, req *discovery.DeltaDiscoveryRequest) error {
-			s.cache.noteRequest(req, streamKey{true, id}, req.GetTypeUrl())
+			// The delta stream handler tells the cache the stream of its
+			// watches itself (Cache.newDeltaWatch).
 			s.request(true, id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail(), req.GetErrorDetail() != nil)
 			return nil
 		},

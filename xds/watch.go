@@ -70,14 +70,18 @@ func (c *Cache) create(w *watch) (func(), error) {
 }
 
 // createLocked creates w, a new watch (or one re-armed: rearmDelta), and
-// answers it if anything is to be sent. Under c.mu.
+// answers it if anything is to be sent. Its stream is the one of its
+// request as noted (noteRequest), unless already known (w.stream: the
+// delta stream handler's watches). Under c.mu.
 func (c *Cache) createLocked(w *watch) (func(), error) {
 	c.nextID++
 	w.id = c.nextID
-	w.stream = c.stream(w)
+	if w.stream == nil {
+		w.stream = c.stream(w)
+	}
 	if w.stream == nil && c.restricted {
-		// Fail closed: the server notes every request's stream before its
-		// watch (order.go); a watch of no known stream could be one
+		// Fail closed: the server tells every request's stream with or
+		// before its watch (order.go); a watch of no known stream could be one
 		// whose client may not read everything.
 		return nil, fmt.Errorf("xds cache: %s watch of no known stream while some clients are restricted (xds.authorization resources)", w.ts.URL)
 	}

@@ -9,9 +9,10 @@ package xds
 // to the same assignments holds one set, and the names' strings once. The
 // stream's life is go-control-plane's, call for call: OnDeltaStreamOpen,
 // then per request OnStreamDeltaRequest (after the responses already
-// queued are sent) and a new watch (the previous one cancelled first),
-// OnStreamDeltaResponse before each response is sent, and
-// OnDeltaStreamClosed after the watches are cancelled. What differs too is
+// queued are sent) and a new watch (the previous one cancelled first; an
+// ACK re-arms the previous one instead, Cache.rearmDelta, which is the
+// same to the cache), OnStreamDeltaResponse before each response is sent,
+// and OnDeltaStreamClosed after the watches are cancelled. What differs too is
 // the client's state: the cache hands each response with the typed state
 // it installs (deltaHeld, delta.go), which becomes the stream's once the
 // response is sent, and an unsubscription marks its versions in place as

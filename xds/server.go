@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -103,8 +104,11 @@ type Server struct {
 	// DrainChangeACK (the status page's chart).
 	recentACK recentLatencies
 
-	mu         sync.Mutex
-	clients    map[streamKey]*clientInfo
+	mu      sync.Mutex
+	clients map[streamKey]*clientInfo
+	// pushes: the push counter of each mode (sotw, delta) and served
+	// type (servedTypes, then "other"), resolved at its first response.
+	pushes     [2][6]prometheus.Counter
 	nackTotal  uint64
 	nackLogAll logLimiter // every stream's NACK lines
 }
@@ -133,9 +137,6 @@ type clientInfo struct {
 	// logged once.
 	nackNonces map[string]string
 	nackLog    logLimiter
-	// pushCounters: the stream's push counter of each type it was sent
-	// (responded).
-	pushCounters []typeCounter
 }
 
 // NewServer returns a server for the cache. It starts nothing.
@@ -305,6 +306,9 @@ func typeLabel(typeURL string) string {
 	return servedType(typeURL)
 }
 
+// servedTypes are the types servedType names; any other is "other".
+var servedTypes = []string{ClusterType, EndpointType, ListenerType, RouteType, VirtualHostType}
+
 // servedType is typeURL if it is a type served, else "other": a type URL
 // a client sent becomes a metric label or a map key only through it, so
 // that no client can add label series (or megabyte labels).
@@ -341,32 +345,30 @@ func (s *Server) closed(delta bool, id int64) {
 func (s *Server) responded(delta bool, id int64, typeURL string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ci, ok := s.clients[streamKey{delta, id}]
-	if !ok {
-		s.m.pushes.WithLabelValues(servedType(typeURL), modeName(delta)).Inc()
-		return
+	if ci, ok := s.clients[streamKey{delta, id}]; ok {
+		ci.Responses++
 	}
-	ci.Responses++
-	ci.pushes(s.m.pushes, typeURL, delta).Inc()
+	s.pushCounter(delta, typeURL).Inc()
 }
 
-// pushes returns the stream's push counter of typeURL, resolved at its
-// first response of the type. Under Server.mu.
-func (ci *clientInfo) pushes(vec *prometheus.CounterVec, typeURL string, delta bool) prometheus.Counter {
-	for _, p := range ci.pushCounters {
-		if p.typeURL == typeURL {
-			return p.c
-		}
+// pushCounter returns the push counter of a mode and type, resolved at
+// its first response (by label values: a lookup that hashes them). Under
+// s.mu.
+func (s *Server) pushCounter(delta bool, typeURL string) prometheus.Counter {
+	i := slices.Index(servedTypes, typeURL)
+	if i < 0 {
+		i = len(servedTypes) // "other"
 	}
-	c := vec.WithLabelValues(servedType(typeURL), modeName(delta))
-	ci.pushCounters = append(ci.pushCounters, typeCounter{typeURL, c})
+	m := 0
+	if delta {
+		m = 1
+	}
+	c := s.pushes[m][i]
+	if c == nil {
+		c = s.m.pushes.WithLabelValues(servedType(typeURL), modeName(delta))
+		s.pushes[m][i] = c
+	}
 	return c
-}
-
-// typeCounter is a counter child of one type URL.
-type typeCounter struct {
-	typeURL string
-	c       prometheus.Counter
 }
 
 // newXDSServer is the xDS server the cache is served by: our stream

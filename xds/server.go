@@ -176,10 +176,11 @@ func (s *Server) observeChangeACK(reg prometheus.Registerer) {
 	byType := map[string]prometheus.Observer{}
 	s.cache.lock()
 	s.cache.ackObserver = func(typeURL string, d time.Duration) {
-		o := byType[typeURL]
+		label := servedType(typeURL)
+		o := byType[label]
 		if o == nil {
-			o = h.WithLabelValues(servedType(typeURL))
-			byType[typeURL] = o
+			o = h.WithLabelValues(label)
+			byType[label] = o
 		}
 		o.Observe(d.Seconds())
 		s.recentACK.add(d)

@@ -199,7 +199,7 @@ func (w *deltaWatch) Cancel() {
 	}
 }
 
-func (s *deltaServer) processDelta(str stream.DeltaStream, reqCh <-chan *discovery.DeltaDiscoveryRequest, defaultTypeURL string) error {
+func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{}, reqCh <-chan *discovery.DeltaDiscoveryRequest, defaultTypeURL string) error {
 	ds := &deltaStream{
 		s:              s,
 		str:            str,
@@ -238,7 +238,7 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, reqCh <-chan *discove
 
 	for {
 		select {
-		case <-s.ctx.Done():
+		case <-done:
 			return nil
 		case resp := <-ds.responses:
 			if err := ds.process(resp); err != nil {
@@ -410,14 +410,25 @@ func isACK(req *discovery.DeltaDiscoveryRequest) bool {
 
 // DeltaStreamHandler serves one delta stream.
 func (s *deltaServer) DeltaStreamHandler(str stream.DeltaStream, typeURL string) error {
-	reqCh := receive(s.ctx, str.Context(), str.Recv)
-	return s.processDelta(str, reqCh, typeURL)
+	ctx, cancel := streamContext(s.ctx, str.Context())
+	defer cancel()
+	reqCh := receive(ctx.Done(), str.Recv)
+	return s.processDelta(str, ctx.Done(), reqCh, typeURL)
+}
+
+// streamContext is a stream's context, done also when the server's is:
+// the one channel the stream's goroutines wait on besides their own. (The
+// server's is every stream's, and each wait on a channel takes its lock.)
+func streamContext(server, stream context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(stream)
+	stop := context.AfterFunc(server, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 // receive reads a stream's requests in their own goroutine and hands them
 // over on the returned channel, which is closed when recv fails (the
-// stream ended) or either context is done.
-func receive[T any](server, stream context.Context, recv func() (T, error)) <-chan T {
+// stream ended) or done is closed (streamContext).
+func receive[T any](done <-chan struct{}, recv func() (T, error)) <-chan T {
 	ch := make(chan T)
 	go func() {
 		defer close(ch)
@@ -428,9 +439,7 @@ func receive[T any](server, stream context.Context, recv func() (T, error)) <-ch
 			}
 			select {
 			case ch <- req:
-			case <-stream.Done():
-				return
-			case <-server.Done():
+			case <-done:
 				return
 			}
 		}

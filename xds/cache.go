@@ -203,7 +203,51 @@ func (c *Cache) watchDelta(req *discovery.DeltaDiscoveryRequest, sub deltaSub, c
 	if !ok {
 		return nil, fmt.Errorf("type %s is not served", req.GetTypeUrl())
 	}
-	return c.create(&watch{ts: ts, delta: true, dreq: req, sub: sub, known: sub.held, dch: ch})
+	w := &watch{}
+	w.armDelta(ts, req, sub, ch)
+	return c.create(w)
+}
+
+// newDeltaWatch is watchDelta for the delta stream handler: the request
+// is of stream key, which the watch knows without the request being noted
+// (noteRequest), and the watch is returned too, to be re-armed for the ACK
+// of its response (rearmDelta).
+func (c *Cache) newDeltaWatch(key streamKey, req *discovery.DeltaDiscoveryRequest, sub deltaSub, ch chan<- *deltaResponse) (*watch, func(), error) {
+	ts, ok := c.types[req.GetTypeUrl()]
+	if !ok {
+		return nil, nil, fmt.Errorf("type %s is not served", req.GetTypeUrl())
+	}
+	w := &watch{}
+	w.armDelta(ts, req, sub, ch)
+	c.lock()
+	defer c.unlock()
+	w.stream = c.streamOf(key)
+	cancel, err := c.createLocked(w)
+	return w, cancel, err
+}
+
+// rearmDelta makes w, the watch of a delta stream's previous request of
+// its type, the watch of req, an ACK (isACK: the subscription, sub, is
+// the previous request's): w is cancelled, and created again for req, in
+// one hold of the lock and without a new watch. What the watch reads and
+// answers is what a new watch would (cancelLocked, then createLocked): the
+// state of its type's last response (sub.held), the responses req
+// answers, the change log since. Only if something else still refers to
+// w is a new watch made instead: its response queued and not installed
+// (cancelLocked hands it to the next watch), or an RDS hold's timers
+// (routehold.go, mbb.go).
+func (c *Cache) rearmDelta(w *watch, req *discovery.DeltaDiscoveryRequest, sub deltaSub) (*watch, func(), error) {
+	c.lock()
+	defer c.unlock()
+	c.cancelLocked(w)
+	next, st := w, w.stream
+	if (w.done && !w.installed) || w.ts.URL == RouteType {
+		next = &watch{}
+	}
+	next.armDelta(w.ts, req, sub, w.dch)
+	next.stream = st
+	cancel, err := c.createLocked(next)
+	return next, cancel, err
 }
 
 // Fetch is go-control-plane's REST polling API, not used: REST-JSON

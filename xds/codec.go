@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// codec is gRPC's proto codec with two differences. A message is encoded
+// codec is gRPC's proto codec with three differences. A message is encoded
 // into a buffer from the server's own pool, whose tiers are powers of two:
 // gRPC's default pool hands any message over 32 KiB a 1 MiB buffer and
 // keeps it across a garbage collection; a thousand Envoys receiving their
@@ -19,7 +19,9 @@ import (
 // delta request's names and initial_resource_versions are decoded by
 // decode.go, not through reflection, with the strings of the names and
 // versions the store serves (wire); a guarded stream's resume is compared
-// with the store as it is decoded (resumed.go).
+// with the store as it is decoded (resumed.go), and an ACK without the
+// runtime (decodeack.go). And a delta response is encoded by encode.go,
+// which appends its resources' encodings instead of walking them.
 type codec struct {
 	wire *store.WireIndex // nil: copies
 }
@@ -32,6 +34,11 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("xds codec: cannot encode %T", v)
+	}
+	if r, ok := m.(*discovery.DeltaDiscoveryResponse); ok {
+		if size, ok := deltaResponseSize(r); ok {
+			return encodeDeltaResponse(size, r), nil
+		}
 	}
 	size := proto.Size(m)
 	opts := proto.MarshalOptions{UseCachedSize: true} // size was just computed
@@ -50,6 +57,17 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 	}
 	*buf = b
 	return mem.BufferSlice{mem.NewBuffer(buf, bufferPool)}, nil
+}
+
+// encodeDeltaResponse encodes r, of size bytes (encode.go), into a buffer
+// of the pool if it is large enough to be pooled.
+func encodeDeltaResponse(size int, r *discovery.DeltaDiscoveryResponse) mem.BufferSlice {
+	if mem.IsBelowBufferPoolingThreshold(size) {
+		return mem.BufferSlice{mem.SliceBuffer(appendDeltaResponse(make([]byte, 0, size), r))}
+	}
+	buf := bufferPool.Get(size)
+	*buf = appendDeltaResponse((*buf)[:0], r)
+	return mem.BufferSlice{mem.NewBuffer(buf, bufferPool)}
 }
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {

@@ -79,6 +79,9 @@ var (
 // which holds the others only.
 func decodeScanned(b []byte, sc deltaScan, m *discovery.DeltaDiscoveryRequest, x *store.WireIndex, defType []byte, compare bool) (*resumedVersions, error) {
 	if sc.subs+sc.unsubs+sc.entries == 0 {
+		if decodeACK(b, m) {
+			return nil, nil
+		}
 		return nil, proto.Unmarshal(b, m)
 	}
 	// The other fields, as they came (a field 3, 4 or 5 that is not

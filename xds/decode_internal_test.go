@@ -72,6 +72,16 @@ func FuzzDecode(f *testing.F) {
 	f.Add(protowire.AppendVarint(protowire.AppendTag(str(deltaSubscribe, "a")(nil), deltaSubscribe, protowire.VarintType), 3))
 	f.Add(str(deltaTypeURL, EndpointType)(append(str(deltaSubscribe, "b")(nil), entryBytes(str(1, "x"), str(2, "1"))...)))
 
+	// ACKs (decodeACK): a type URL repeated, the first not UTF-8; a nonce
+	// not UTF-8; an empty nonce; a nonce of the wrong wire type; an error
+	// detail; a type URL the server does not serve.
+	f.Add(str(deltaNonce, "3")(str(deltaTypeURL, EndpointType)(str(deltaTypeURL, "\xff")(nil))))
+	f.Add(str(deltaNonce, "\xc3")(str(deltaTypeURL, ClusterType)(nil)))
+	f.Add(str(deltaNonce, "")(str(deltaTypeURL, RouteType)(nil)))
+	f.Add(protowire.AppendVarint(protowire.AppendTag(str(deltaTypeURL, ListenerType)(nil), deltaNonce, protowire.VarintType), 6))
+	f.Add(str(7, "\x10\x03")(str(deltaNonce, "4")(str(deltaTypeURL, EndpointType)(nil))))
+	f.Add(str(deltaNonce, "5")(str(deltaTypeURL, "type.example/other")(nil)))
+
 	// The store's names and versions, which the decoder hands out as its
 	// own strings.
 	x := store.NewWireIndex()

@@ -9,9 +9,10 @@ package xds
 // to the same assignments holds one set, and the names' strings once. The
 // stream's life is go-control-plane's, call for call: OnDeltaStreamOpen,
 // then per request OnStreamDeltaRequest (after the responses already
-// queued are sent) and a new watch (the previous one cancelled first),
-// OnStreamDeltaResponse before each response is sent, and
-// OnDeltaStreamClosed after the watches are cancelled. What differs too is
+// queued are sent) and a new watch (the previous one cancelled first; an
+// ACK re-arms the previous one instead, Cache.rearmDelta, which is the
+// same to the cache), OnStreamDeltaResponse before each response is sent,
+// and OnDeltaStreamClosed after the watches are cancelled. What differs too is
 // the client's state: the cache hands each response with the typed state
 // it installs (deltaHeld, delta.go), which becomes the stream's once the
 // response is sent, and an unsubscription marks its versions in place as
@@ -187,6 +188,7 @@ func newDeltaServer(ctx context.Context, c deltaWatcher, cb delta.Callbacks) *de
 // deltaWatch is a type's watch on a stream.
 type deltaWatch struct {
 	cancel func()
+	w      *watch // the cache's watch, when the stream is served by a *Cache
 	nonce  string
 	sub    deltaSub
 }
@@ -197,7 +199,7 @@ func (w *deltaWatch) Cancel() {
 	}
 }
 
-func (s *deltaServer) processDelta(str stream.DeltaStream, reqCh <-chan *discovery.DeltaDiscoveryRequest, defaultTypeURL string) error {
+func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{}, reqCh <-chan *discovery.DeltaDiscoveryRequest, defaultTypeURL string) error {
 	ds := &deltaStream{
 		s:              s,
 		str:            str,
@@ -210,6 +212,7 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, reqCh <-chan *discove
 		node:      &core.Node{},
 	}
 	if c, ok := s.cache.(*Cache); ok {
+		ds.cache = c
 		ds.vhds = c.vhdsOpen(str.Context(), ds.responses)
 	}
 
@@ -218,6 +221,9 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, reqCh <-chan *discove
 			w.Cancel()
 		}
 		ds.vhds.close()
+		if ds.cache != nil {
+			ds.cache.streamClosed(streamKey{true, ds.id})
+		}
 		close(ds.responses)
 		if s.callbacks != nil {
 			s.callbacks.OnDeltaStreamClosed(ds.id, ds.node)
@@ -232,7 +238,7 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, reqCh <-chan *discove
 
 	for {
 		select {
-		case <-s.ctx.Done():
+		case <-done:
 			return nil
 		case resp := <-ds.responses:
 			if err := ds.process(resp); err != nil {
@@ -266,6 +272,7 @@ type deltaStream struct {
 	responses      chan *deltaResponse
 	node           *core.Node
 	vhds           *vhdsStream // nil: the cache serves no VHDS (vhds.go)
+	cache          *Cache      // s.cache, when it is a *Cache (ACKs re-arm its watches)
 }
 
 // send gives resp the stream's next nonce and sends it.
@@ -351,16 +358,23 @@ func (ds *deltaStream) request(req *discovery.DeltaDiscoveryRequest) error {
 
 	resumed := streamAcctOf(ds.str.Context()).takeResumed(req)
 	w, ok := ds.watches[typeURL]
-	if !ok {
+	var err error
+	switch {
+	case !ok:
 		// The type's first request: its initial versions are the
 		// state; an empty one is a (legacy) wildcard.
 		w.sub = newDeltaSub(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), req.GetInitialResourceVersions(), resumed)
-	} else {
+		w.w, w.cancel, err = ds.watch(req, w.sub)
+	case w.w != nil && resumed == nil && isACK(req):
+		// The watch of the previous request is cancelled and re-armed
+		// for this one, in one hold of the cache's lock (Cache.rearmDelta).
+		w.sub.update(nil, nil)
+		w.w, w.cancel, err = ds.cache.rearmDelta(w.w, req, w.sub)
+	default:
 		w.Cancel()
 		w.sub.update(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
+		w.w, w.cancel, err = ds.watch(req, w.sub)
 	}
-	var err error
-	w.cancel, err = s.cache.watchDelta(req, w.sub, ds.responses)
 	// The cache took it: a place in the resume gate goes back
 	// (resumegate.go).
 	streamAcctOf(ds.str.Context()).leaveResume()
@@ -376,16 +390,45 @@ func (ds *deltaStream) request(req *discovery.DeltaDiscoveryRequest) error {
 	return nil
 }
 
+// watch creates the watch of req for sub.
+func (ds *deltaStream) watch(req *discovery.DeltaDiscoveryRequest, sub deltaSub) (*watch, func(), error) {
+	if ds.cache != nil {
+		return ds.cache.newDeltaWatch(streamKey{true, ds.id}, req, sub, ds.responses)
+	}
+	cancel, err := ds.s.cache.watchDelta(req, sub, ds.responses)
+	return nil, cancel, err
+}
+
+// isACK reports whether req only answers a response: it names one, and
+// carries no error, no subscription or unsubscription and no versions.
+// Its subscription is the stream's as it was.
+func isACK(req *discovery.DeltaDiscoveryRequest) bool {
+	return req.GetResponseNonce() != "" && req.GetErrorDetail() == nil &&
+		len(req.GetResourceNamesSubscribe()) == 0 && len(req.GetResourceNamesUnsubscribe()) == 0 &&
+		len(req.GetInitialResourceVersions()) == 0
+}
+
 // DeltaStreamHandler serves one delta stream.
 func (s *deltaServer) DeltaStreamHandler(str stream.DeltaStream, typeURL string) error {
-	reqCh := receive(s.ctx, str.Context(), str.Recv)
-	return s.processDelta(str, reqCh, typeURL)
+	ctx, cancel := streamContext(s.ctx, str.Context())
+	defer cancel()
+	reqCh := receive(ctx.Done(), str.Recv)
+	return s.processDelta(str, ctx.Done(), reqCh, typeURL)
+}
+
+// streamContext is a stream's context, done also when the server's is:
+// the one channel the stream's goroutines wait on besides their own. (The
+// server's is every stream's, and each wait on a channel takes its lock.)
+func streamContext(server, stream context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(stream)
+	stop := context.AfterFunc(server, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 // receive reads a stream's requests in their own goroutine and hands them
 // over on the returned channel, which is closed when recv fails (the
-// stream ended) or either context is done.
-func receive[T any](server, stream context.Context, recv func() (T, error)) <-chan T {
+// stream ended) or done is closed (streamContext).
+func receive[T any](done <-chan struct{}, recv func() (T, error)) <-chan T {
 	ch := make(chan T)
 	go func() {
 		defer close(ch)
@@ -396,9 +439,7 @@ func receive[T any](server, stream context.Context, recv func() (T, error)) <-ch
 			}
 			select {
 			case ch <- req:
-			case <-stream.Done():
-				return
-			case <-server.Done():
+			case <-done:
 				return
 			}
 		}

@@ -48,9 +48,10 @@
 // plan of a NACK's halving, the resources rejected alone; delta.go),
 // sotwHeld for a sotw stream (name → version, and per name what a NACK
 // rolls back to, a rejection, a halving; sotw.go). The handler hands it to
-// each watch (Cache.watchDelta, Cache.watchSotw); the cache computes the
-// response and the state the response installs, and the handler installs
-// that state when it sends the response. So the state goes with the
+// each watch (Cache.newDeltaWatch, or Cache.rearmDelta for an ACK;
+// Cache.watchSotw); the cache computes the response and the state the
+// response installs, and the handler installs that state when it sends
+// the response. So the state goes with the
 // stream, and the cache keeps nothing per client but what it follows for
 // ordering and status (order.go). The rules the cache relies on in the
 // handlers are stated in their doc comments (deltaserver.go,

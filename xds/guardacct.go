@@ -507,7 +507,7 @@ func (a *streamAcct) takeResumed(req *discovery.DeltaDiscoveryRequest) *resumedV
 // before the guard tracked live streams for max_streams, on the same machine).
 //
 // The names are held twice: the request's strings (the delta server's
-// subscription set and the cache's noted request share them) and the
+// subscription set and the cache's watch of the request share them) and the
 // cache's record of the response that answered them. The rest per name is
 // the subscription set's map entry, the request's string header and the
 // guard's hash set entry. (Made-up names are the stream's own: the shared

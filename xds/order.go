@@ -19,10 +19,12 @@ import (
 // an assignment whose cluster it has not sent yet; it goes with the first
 // EDS response after that cluster's CDS response.
 //
-// The stream of a watch is known from the request: Server's callbacks note
-// each request's stream before the stream handler creates its watch, and
-// tell the cache when a stream ends. A cache served otherwise (tests
-// driving it directly) does no holding back.
+// The stream of a watch is known from the request: the delta stream
+// handler names its stream with each watch (Cache.newDeltaWatch; a
+// re-armed watch keeps it), Server's callbacks note each sotw request's
+// stream before the stream handler creates its watch, and both tell the
+// cache when a stream ends. A cache served otherwise (tests driving it
+// directly) does no holding back.
 
 // streamState is what the cache follows of one stream across its types,
 // for ordering (clusters, assignments, held routes and interims) and sync
@@ -85,16 +87,23 @@ type sentClusters struct {
 func (c *Cache) noteRequest(req any, key streamKey, typeURL string) {
 	c.lock()
 	defer c.unlock()
-	st := c.streams[key]
-	if st == nil {
-		st = &streamState{key: key, noted: map[string]any{}, inflight: map[string]*deltaResponse{}, held: map[string][]string{}}
-		c.streams[key] = st
-	}
+	st := c.streamOf(key)
 	if old, ok := st.noted[typeURL]; ok {
 		delete(c.requests, old)
 	}
 	st.noted[typeURL] = req
 	c.requests[req] = st
+}
+
+// streamOf returns the state of stream key, made if it has none yet.
+// Under c.mu.
+func (c *Cache) streamOf(key streamKey) *streamState {
+	st := c.streams[key]
+	if st == nil {
+		st = &streamState{key: key, noted: map[string]any{}, inflight: map[string]*deltaResponse{}, held: map[string][]string{}}
+		c.streams[key] = st
+	}
+	return st
 }
 
 // openStream registers a stream whose client may read only what vis

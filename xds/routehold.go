@@ -120,8 +120,8 @@ func (c *Cache) edsInterest(w *watch) {
 		return
 	}
 	var subSet, grewFrom *nameSet
-	if ds, ok := w.sub.(deltaSub); ok {
-		subSet, grewFrom = ds.names, ds.grewFrom
+	if w.delta {
+		subSet, grewFrom = w.dsub.names, w.dsub.grewFrom
 	}
 	st.edsSent.keep(w.sub.SubscribedResources(), subSet, grewFrom)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -103,8 +104,11 @@ type Server struct {
 	// DrainChangeACK (the status page's chart).
 	recentACK recentLatencies
 
-	mu         sync.Mutex
-	clients    map[streamKey]*clientInfo
+	mu      sync.Mutex
+	clients map[streamKey]*clientInfo
+	// pushes: the push counter of each mode (sotw, delta) and served
+	// type (servedTypes, then "other"), resolved at its first response.
+	pushes     [2][6]prometheus.Counter
 	nackTotal  uint64
 	nackLogAll logLimiter // every stream's NACK lines
 }
@@ -167,9 +171,18 @@ func (s *Server) observeChangeACK(reg prometheus.Registerer) {
 	if err := promreg.Register(reg, h); err != nil {
 		panic(err)
 	}
+	// The histogram of each type, resolved at its first sample: the
+	// observer is called under the cache's lock, which guards the map.
+	byType := map[string]prometheus.Observer{}
 	s.cache.lock()
 	s.cache.ackObserver = func(typeURL string, d time.Duration) {
-		h.WithLabelValues(servedType(typeURL)).Observe(d.Seconds())
+		label := servedType(typeURL)
+		o := byType[label]
+		if o == nil {
+			o = h.WithLabelValues(label)
+			byType[label] = o
+		}
+		o.Observe(d.Seconds())
 		s.recentACK.add(d)
 	}
 	s.cache.unlock()
@@ -294,6 +307,9 @@ func typeLabel(typeURL string) string {
 	return servedType(typeURL)
 }
 
+// servedTypes are the types servedType names; any other is "other".
+var servedTypes = []string{ClusterType, EndpointType, ListenerType, RouteType, VirtualHostType}
+
 // servedType is typeURL if it is a type served, else "other": a type URL
 // a client sent becomes a metric label or a map key only through it, so
 // that no client can add label series (or megabyte labels).
@@ -329,11 +345,31 @@ func (s *Server) closed(delta bool, id int64) {
 
 func (s *Server) responded(delta bool, id int64, typeURL string) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if ci, ok := s.clients[streamKey{delta, id}]; ok {
 		ci.Responses++
 	}
-	s.mu.Unlock()
-	s.m.pushes.WithLabelValues(servedType(typeURL), modeName(delta)).Inc()
+	s.pushCounter(delta, typeURL).Inc()
+}
+
+// pushCounter returns the push counter of a mode and type, resolved at
+// its first response (by label values: a lookup that hashes them). Under
+// s.mu.
+func (s *Server) pushCounter(delta bool, typeURL string) prometheus.Counter {
+	i := slices.Index(servedTypes, typeURL)
+	if i < 0 {
+		i = len(servedTypes) // "other"
+	}
+	m := 0
+	if delta {
+		m = 1
+	}
+	c := s.pushes[m][i]
+	if c == nil {
+		c = s.m.pushes.WithLabelValues(servedType(typeURL), modeName(delta))
+		s.pushes[m][i] = c
+	}
+	return c
 }
 
 // newXDSServer is the xDS server the cache is served by: our stream
@@ -367,7 +403,8 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			s.responded(false, id, req.GetTypeUrl())
 		},
 		StreamDeltaRequestFunc: func(id int64, req *discovery.DeltaDiscoveryRequest) error {
-			s.cache.noteRequest(req, streamKey{true, id}, req.GetTypeUrl())
+			// The delta stream handler tells the cache the stream of its
+			// watches itself (Cache.newDeltaWatch).
 			s.request(true, id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail(), req.GetErrorDetail() != nil)
 			return nil
 		},

@@ -152,7 +152,9 @@ type sotwStream struct {
 // StreamHandler serves one sotw stream of type typeURL (resource.AnyType
 // for ADS).
 func (s *sotwServer) StreamHandler(str stream.Stream, typeURL string) error {
-	reqCh := receive(s.ctx, str.Context(), str.Recv)
+	ctx, cancel := streamContext(s.ctx, str.Context())
+	defer cancel()
+	reqCh := receive(ctx.Done(), str.Recv)
 	ss := &sotwStream{
 		s:              s,
 		str:            str,
@@ -168,13 +170,13 @@ func (s *sotwServer) StreamHandler(str stream.Stream, typeURL string) error {
 			return err
 		}
 	}
-	return ss.run(reqCh)
+	return ss.run(ctx.Done(), reqCh)
 }
 
-func (ss *sotwStream) run(reqCh <-chan *discovery.DiscoveryRequest) error {
+func (ss *sotwStream) run(done <-chan struct{}, reqCh <-chan *discovery.DiscoveryRequest) error {
 	for {
 		select {
-		case <-ss.s.ctx.Done():
+		case <-done:
 			return nil
 		case resp := <-ss.responses:
 			if err := ss.send(resp); err != nil {

@@ -29,6 +29,7 @@ type watch struct {
 	sreq  *discovery.DiscoveryRequest
 	dreq  *discovery.DeltaDiscoveryRequest
 	sub   subscription
+	dsub  deltaSub // a delta watch's subscription, which sub points to (armDelta)
 	sch   chan<- *sotwResponse
 	dch   chan<- *deltaResponse
 	ds    deltaState // read from the delta client's state at creation
@@ -54,15 +55,33 @@ type watch struct {
 	created     time.Time   // of an RDS watch
 }
 
+// armDelta makes w the delta watch of req, for sub, on ch: every field
+// of w is set anew. The subscription is held in w (dsub), not in a value
+// of its own.
+func (w *watch) armDelta(ts *typeState, req *discovery.DeltaDiscoveryRequest, sub deltaSub, ch chan<- *deltaResponse) {
+	*w = watch{ts: ts, delta: true, dreq: req, dsub: sub, known: sub.held, dch: ch}
+	w.sub = &w.dsub
+}
+
 func (c *Cache) create(w *watch) (func(), error) {
 	c.lock()
 	defer c.unlock()
+	return c.createLocked(w)
+}
+
+// createLocked creates w, a new watch (or one re-armed: rearmDelta), and
+// answers it if anything is to be sent. Its stream is the one of its
+// request as noted (noteRequest), unless already known (w.stream: the
+// delta stream handler's watches). Under c.mu.
+func (c *Cache) createLocked(w *watch) (func(), error) {
 	c.nextID++
 	w.id = c.nextID
-	w.stream = c.stream(w)
+	if w.stream == nil {
+		w.stream = c.stream(w)
+	}
 	if w.stream == nil && c.restricted {
-		// Fail closed: the server notes every request's stream before its
-		// watch (order.go); a watch of no known stream could be one
+		// Fail closed: the server tells every request's stream with or
+		// before its watch (order.go); a watch of no known stream could be one
 		// whose client may not read everything.
 		return nil, fmt.Errorf("xds cache: %s watch of no known stream while some clients are restricted (xds.authorization resources)", w.ts.URL)
 	}
@@ -123,6 +142,11 @@ func (c *Cache) create(w *watch) (func(), error) {
 func (c *Cache) cancel(w *watch) {
 	c.lock()
 	defer c.unlock()
+	c.cancelLocked(w)
+}
+
+// cancelLocked is cancel under c.mu.
+func (c *Cache) cancelLocked(w *watch) {
 	c.untrack(w)
 	c.forgetLast(w)
 	st := w.stream

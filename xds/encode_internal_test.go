@@ -1,0 +1,99 @@
+package xds
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/xdsbridge/xdsbridge/xds/store"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// TestDeltaResponseEncoding: the codec's encoding of a delta response
+// (encode.go) is proto.Marshal's, byte for byte, for the responses the
+// server builds (resources from the store, removed names, a response
+// above the pool's threshold) and for those it hands to the runtime (a
+// field the encoder does not write, a string that is not UTF-8).
+func TestDeltaResponseEncoding(t *testing.T) {
+	c := NewCache(WithTypes(EndpointType))
+	var ups []store.Resource
+	for i := range 300 {
+		ups = append(ups, store.Resource{Name: fmt.Sprintf("svc-%03d", i), Msg: &endpoint.ClusterLoadAssignment{ClusterName: fmt.Sprintf("svc-%03d", i)}})
+	}
+	if err := c.Apply(store.Change{TypeURL: EndpointType, Upserts: ups}); err != nil {
+		t.Fatal(err)
+	}
+	var res []*discovery.Resource
+	for _, n := range names(c, EndpointType) {
+		res = append(res, c.types[EndpointType].Resources[n].Delta)
+	}
+	resp := func(r []*discovery.Resource, removed ...string) *discovery.DeltaDiscoveryResponse {
+		return &discovery.DeltaDiscoveryResponse{TypeUrl: EndpointType, SystemVersionInfo: "7", Nonce: "12", Resources: r, RemovedResources: removed}
+	}
+	cases := map[string]*discovery.DeltaDiscoveryResponse{
+		"empty":                        {},
+		"one resource":                 resp(res[:1]),
+		"removed names, one empty":     resp(nil, "a", "", "b"),
+		"above the pooling threshold":  resp(res, "gone"),
+		"a resource without its Any":   resp([]*discovery.Resource{{Name: "x", Version: "1"}}),
+		"an empty Any":                 resp([]*discovery.Resource{{Name: "x", Resource: &anypb.Any{}}}),
+		"a control plane (runtime)":    {Nonce: "1", ControlPlane: &core.ControlPlane{Identifier: "id"}},
+		"a resource's ttl (runtime)":   resp([]*discovery.Resource{{Name: "x", Ttl: durationpb.New(5)}}),
+		"a resource's alias (runtime)": resp([]*discovery.Resource{{Name: "x", Aliases: []string{"y"}}}),
+		"removed resource names":       {RemovedResourceNames: []*discovery.ResourceName{{Name: "x"}}},
+		"a long name":                  resp([]*discovery.Resource{{Name: strings.Repeat("n", 300), Version: "v"}}),
+	}
+	for name, m := range cases {
+		t.Run(name, func(t *testing.T) {
+			want, err := proto.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := codec{}.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b := got.Materialize(); !bytes.Equal(b, want) {
+				t.Fatalf("encoded %x, proto.Marshal %x", b, want)
+			}
+		})
+	}
+	t.Run("not UTF-8", func(t *testing.T) {
+		for _, m := range []*discovery.DeltaDiscoveryResponse{resp(nil, "\xff"), resp([]*discovery.Resource{{Name: "\xff"}}), {Nonce: "\xfe"}} {
+			if _, err := (codec{}).Marshal(m); err == nil {
+				t.Errorf("%v: encoded", m)
+			}
+		}
+	})
+}
+
+// TestDeltaResponseEncoderKnowsEveryField: every field of the messages the
+// encoder writes is one it writes or one it hands to the runtime, so that
+// a field a newer go-control-plane adds is not dropped.
+func TestDeltaResponseEncoderKnowsEveryField(t *testing.T) {
+	for _, tc := range []struct {
+		m      proto.Message
+		fields []string
+	}{
+		{&discovery.DeltaDiscoveryResponse{}, []string{"control_plane", "nonce", "removed_resource_names", "removed_resources", "resource_errors", "resources", "system_version_info", "type_url"}},
+		{&discovery.Resource{}, []string{"aliases", "cache_control", "metadata", "name", "resource", "resource_name", "ttl", "version"}},
+		{&anypb.Any{}, []string{"type_url", "value"}},
+	} {
+		var got []string
+		fs := tc.m.ProtoReflect().Descriptor().Fields()
+		for i := range fs.Len() {
+			got = append(got, string(fs.Get(i).Name()))
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, tc.fields) {
+			t.Errorf("%s: fields %v, the encoder knows %v", tc.m.ProtoReflect().Descriptor().FullName(), got, tc.fields)
+		}
+	}
+}

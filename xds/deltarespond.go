@@ -22,11 +22,11 @@ func (c *Cache) respondDelta(w *watch, seq []string, fromRest, full, evenIfEmpty
 	}
 	switch {
 	case full && p.wild:
-		p.find = finder(w.ts, len(w.ts.Resources)) // in order: fullCheck
+		p.find = c.finder(w.ts, len(w.ts.Resources)) // in order: fullCheck
 	case full:
-		p.find = finder(w.ts, 0)
+		p.find = c.finder(w.ts, 0)
 	default:
-		p.find = finder(w.ts, len(seq))
+		p.find = c.finder(w.ts, len(seq))
 	}
 	rest := p.collect()
 	slices.Sort(p.later)
@@ -40,7 +40,7 @@ func (c *Cache) respondDelta(w *watch, seq []string, fromRest, full, evenIfEmpty
 	changed, removed, ts := p.changed, p.removed, w.ts
 	next, sent := p.record(rest)
 	res := make([]*discovery.Resource, 0, len(changed))
-	find := finder(ts, len(changed))
+	find := c.finder(ts, len(changed))
 	newest := ts.newestGen(removed)
 	for _, n := range changed {
 		e, _ := find(n)
@@ -103,16 +103,16 @@ type deltaPass struct {
 }
 
 // minCursor is the number of sorted names from which their resources are
-// found with a store.Cursor: fewer, they are few among the type's and far
-// apart, and a map lookup costs less than a search (and than sorting the
-// type's names again, after a name came or went).
+// found with a store.Cursor (Cache.minCursor): fewer, they are few among
+// the type's and far apart, and a map lookup costs less than a search (and
+// than sorting the type's names again, after a name came or went).
 const minCursor = 32
 
 // finder returns how to find the resources of count names, sorted: with a
-// store.Cursor from minCursor names, else in the type's map. (Names out of
-// order are found too, at the cost of a map lookup.)
-func finder(ts *typeState, count int) func(n string) (*store.Entry, bool) {
-	if count < minCursor {
+// store.Cursor from c.minCursor names, else in the type's map. (Names out
+// of order are found too, at the cost of a map lookup.)
+func (c *Cache) finder(ts *typeState, count int) func(n string) (*store.Entry, bool) {
+	if count < c.minCursor {
 		return func(n string) (*store.Entry, bool) {
 			e, ok := ts.Resources[n]
 			return e, ok
@@ -285,7 +285,7 @@ func (p *deltaPass) collectFull() (rest []string) {
 	}
 	sort.Strings(p.changed)
 	total := 0
-	find := finder(ts, len(p.changed))
+	find := p.c.finder(ts, len(p.changed))
 	for i, n := range p.changed {
 		e, _ := find(n)
 		total += e.DeltaSize

@@ -246,8 +246,8 @@ func (c *Cache) clusterHolder(w *watch) func(*store.Entry) bool {
 		if e.Dep == nil || e.Dep.TypeURL != ClusterType {
 			return false
 		}
-		if calls++; calls == 1 || calls == minCursor {
-			find = finder(clusters, calls)
+		if calls++; calls == 1 || calls == c.minCursor {
+			find = c.finder(clusters, calls)
 		}
 		// A sotw CDS response still queued is sent before this one, or
 		// dropped (then the client keeps what it was sent): the cluster

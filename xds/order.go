@@ -265,8 +265,16 @@ func (sc *sentClusters) sent(e *store.Entry) bool {
 			return true
 		}
 	}
+	if e.Gen > sc.gen {
+		return false
+	}
+	// (A new client's rest is the end of the type's names, and the
+	// clusters it was sent come before it.)
+	if len(sc.rest) == 0 || e.Name < sc.rest[0] {
+		return true
+	}
 	_, inRest := slices.BinarySearch(sc.rest, e.Name)
-	return e.Gen <= sc.gen && !inRest
+	return !inRest
 }
 
 // withRest adds names to a rest (sorted names), in a new slice.

@@ -319,9 +319,9 @@ func (a *streamAcct) deltaNames(tn *typeNames, b []byte, subs, unsubs int) (dn, 
 // subscribeOnly applies a delta request that only subscribes (a stream's
 // first request, a reconnecting Envoy's 5,000 names) with each name hashed
 // once and no set of its own: a hash the set lacks found twice among them
-// (repeated) shows a name repeated in the request. false (nothing applied) when there were
-// repeats: deltaNames then counts each name once. extra: the bytes of the
-// names subscribed already.
+// (repeated) shows a name repeated in the request. false (nothing applied)
+// when there were repeats: deltaNames then counts each name once. extra:
+// the bytes of the names subscribed already.
 func (a *streamAcct) subscribeOnly(tn *typeNames, b []byte, subs int) (dn, db, extra int, ok bool) {
 	adds := make([]uint64, 0, subs)
 	fields(b, func(num protowire.Number, v []byte, size int) {

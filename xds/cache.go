@@ -73,6 +73,9 @@ type Cache struct {
 	nextID   uint64
 
 	maxBytes int // resource bytes per response (see WithMaxResponseBytes); 0: no limit
+	// minCursor: from how many sorted names a delta pass finds their
+	// resources with a store.Cursor (finder); minCursor unless a test sets it.
+	minCursor int
 
 	// routeHold bounds an RDS hold (routehold.go); routeHolds and
 	// routeHoldTimeouts count the RDS watches that held routes back, and
@@ -144,7 +147,7 @@ func WithMaxResponseBytes(n int) Option {
 // NewCache returns an empty cache: a store of the types served and the
 // server's state, registered as the store's observer. It starts nothing.
 func NewCache(opts ...Option) *Cache {
-	c := &Cache{maxBytes: DefaultMaxResponseBytes, routeHold: DefaultRouteHold, mbbSettle: DefaultMakeBeforeBreakSettle, requests: map[any]*streamState{}, streams: map[streamKey]*streamState{}}
+	c := &Cache{maxBytes: DefaultMaxResponseBytes, minCursor: minCursor, routeHold: DefaultRouteHold, mbbSettle: DefaultMakeBeforeBreakSettle, requests: map[any]*streamState{}, streams: map[streamKey]*streamState{}}
 	WithTypes(DefaultTypes...)(c)
 	for _, o := range opts {
 		o(c)

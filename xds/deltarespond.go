@@ -20,6 +20,14 @@ func (c *Cache) respondDelta(w *watch, seq []string, fromRest, full, evenIfEmpty
 		subscribed: w.sub.SubscribedResources(), wild: w.sub.IsWildcard(),
 		seq: seq, fromRest: fromRest, full: full, hold: c.holder(w),
 	}
+	switch {
+	case full && p.wild:
+		p.find = c.finder(w.ts, len(w.ts.Resources)) // in order: fullCheck
+	case full:
+		p.find = c.finder(w.ts, 0)
+	default:
+		p.find = c.finder(w.ts, len(seq))
+	}
 	rest := p.collect()
 	slices.Sort(p.later)
 	w.heldBack = p.later
@@ -32,8 +40,12 @@ func (c *Cache) respondDelta(w *watch, seq []string, fromRest, full, evenIfEmpty
 	changed, removed, ts := p.changed, p.removed, w.ts
 	next, sent := p.record(rest)
 	res := make([]*discovery.Resource, 0, len(changed))
+	find := c.finder(ts, len(changed))
+	newest := ts.newestGen(removed)
 	for _, n := range changed {
-		res = append(res, ts.Resources[n].Delta)
+		e, _ := find(n)
+		res = append(res, e.Delta)
+		newest = max(newest, e.Gen)
 	}
 	// The type's generation counts every change, hidden ones too: a
 	// restricted client is not told it (system_version_info is for
@@ -53,7 +65,7 @@ func (c *Cache) respondDelta(w *watch, seq []string, fromRest, full, evenIfEmpty
 		},
 		w: w, next: next, sent: sent, pred: w.ds.pred,
 	}
-	c.handed(w, w.resp.resp, ts.newestGen(changed, removed))
+	c.handed(w, w.resp.resp, newest)
 	// Sent under c.mu: this does not block (the stream's channel holds
 	// two responses per type, deltaserver.go).
 	w.dch <- w.resp
@@ -81,6 +93,8 @@ type deltaPass struct {
 	fromRest   bool     // seq is the rest as read (deltaState.allRest)
 	full       bool
 	hold       func(*store.Entry) bool // c.holder(w)
+	// find: finds the resources of the names looked at (finder).
+	find func(n string) (*store.Entry, bool)
 
 	// changed: names to send (size: their bytes); removed: to report
 	// removed; later: held back by hold.
@@ -88,9 +102,39 @@ type deltaPass struct {
 	size                    int
 }
 
+// minCursor is the number of sorted names from which their resources are
+// found with a store.Cursor (Cache.minCursor): fewer, they are few among
+// the type's and far apart, and a map lookup costs less than a search (and
+// than sorting the type's names again, after a name came or went).
+const minCursor = 32
+
+// finder returns how to find the resources of count names, sorted: with a
+// store.Cursor from c.minCursor names, else in the type's map. (Names out
+// of order are found too, at the cost of a map lookup.)
+func (c *Cache) finder(ts *typeState, count int) func(n string) (*store.Entry, bool) {
+	if count < c.minCursor {
+		return func(n string) (*store.Entry, bool) {
+			e, ok := ts.Resources[n]
+			return e, ok
+		}
+	}
+	cur := ts.Cursor()
+	return cur.Find
+}
+
+// lookup returns resource n as the client sees it (watch.lookup).
+func (p *deltaPass) lookup(n string) (*store.Entry, bool) {
+	e, ok := p.find(n)
+	if ok && p.w.hidden(n) {
+		return nil, false
+	}
+	return e, ok
+}
+
 // held reports the version the client holds of n, if known (held), or
-// whether it may hold another one (maybe).
-func (p *deltaPass) held(n string) (version string, held, maybe bool) {
+// whether it may hold another one (maybe); e and exists are n's resource
+// as the client sees it (lookup).
+func (p *deltaPass) held(n string, e *store.Entry, exists bool) (version string, held, maybe bool) {
 	ts, ds, w := p.ts, p.ds, p.w
 	// Subscribed by this request, or still to be sent (of the rest),
 	// it is sent, or reported removed; a resource rejected alone is
@@ -118,7 +162,7 @@ func (p *deltaPass) held(n string) (version string, held, maybe bool) {
 	if _, ok := slices.BinarySearch(ds.rest, n); ok || ds.allRest {
 		return "", false, true
 	}
-	e, exists := ts.Resources[n]
+	// (Not hidden: e and exists are the type's.)
 	if v, ok := ds.rejected[n]; ok && exists && e.Version == v {
 		return v, true, false
 	}
@@ -147,11 +191,14 @@ func (p *deltaPass) consider(n string) {
 	if n == "" || n == "*" {
 		return
 	}
-	e, exists := p.w.lookup(n)
-	_, isSub := p.subscribed[n]
+	e, exists := p.lookup(n)
+	isSub := false
+	if !p.wild {
+		_, isSub = p.subscribed[n]
+	}
 	switch {
 	case exists && (p.wild || isSub):
-		if v, h, _ := p.held(n); !h || v != e.Version {
+		if v, h, _ := p.held(n, e, exists); !h || v != e.Version {
 			if p.hold != nil && p.hold(e) {
 				p.later = append(p.later, n)
 				return
@@ -160,7 +207,7 @@ func (p *deltaPass) consider(n string) {
 			p.size += e.DeltaSize
 		}
 	case p.wild || isSub:
-		if _, h, maybe := p.held(n); h || maybe {
+		if _, h, maybe := p.held(n, e, exists); h || maybe {
 			p.removed = append(p.removed, n)
 		}
 	default:
@@ -200,7 +247,8 @@ func (p *deltaPass) collect() (rest []string) {
 				// Of the hidden names, only those the client is to be
 				// told of: a change to another is nothing.
 				tail = slices.DeleteFunc(slices.Clone(tail), func(n string) bool {
-					_, h, maybe := p.held(n)
+					e, exists := p.w.lookup(n)
+					_, h, maybe := p.held(n, e, exists)
 					return p.w.hidden(n) && !h && !maybe
 				})
 			}
@@ -237,8 +285,10 @@ func (p *deltaPass) collectFull() (rest []string) {
 	}
 	sort.Strings(p.changed)
 	total := 0
+	find := p.c.finder(ts, len(p.changed))
 	for i, n := range p.changed {
-		total += ts.Resources[n].DeltaSize
+		e, _ := find(n)
+		total += e.DeltaSize
 		if p.over(i+1, total) {
 			rest = ts.AllNames().Suffix(p.changed[i:])
 			p.changed = p.changed[:i]

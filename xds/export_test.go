@@ -110,3 +110,7 @@ func (d *SotwDriver) Take() *discovery.DiscoveryResponse {
 		return nil
 	}
 }
+
+// WithMinCursor makes delta passes find the resources of n sorted names or
+// more with a store.Cursor (0: every pass), for tests of the cursor.
+func WithMinCursor(n int) Option { return func(c *Cache) { c.minCursor = n } }

@@ -3,7 +3,6 @@ package xds
 import (
 	"context"
 	"hash/maphash"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -319,10 +318,10 @@ func (a *streamAcct) deltaNames(tn *typeNames, b []byte, subs, unsubs int) (dn, 
 
 // subscribeOnly applies a delta request that only subscribes (a stream's
 // first request, a reconnecting Envoy's 5,000 names) with each name hashed
-// once and no set of its own: the hashes the set lacks, sorted, show a
-// name repeated in the request. false (nothing applied) when there were
-// repeats: deltaNames then counts each name once. extra: the bytes of the
-// names subscribed already.
+// once and no set of its own: a hash the set lacks found twice among them
+// (repeated) shows a name repeated in the request. false (nothing applied)
+// when there were repeats: deltaNames then counts each name once. extra:
+// the bytes of the names subscribed already.
 func (a *streamAcct) subscribeOnly(tn *typeNames, b []byte, subs int) (dn, db, extra int, ok bool) {
 	adds := make([]uint64, 0, subs)
 	fields(b, func(num protowire.Number, v []byte, size int) {
@@ -340,8 +339,7 @@ func (a *streamAcct) subscribeOnly(tn *typeNames, b []byte, subs int) (dn, db, e
 	if len(adds) == 0 {
 		return 0, 0, extra, true
 	}
-	slices.Sort(adds)
-	if len(slices.Compact(adds)) != len(adds) {
+	if repeated(adds) {
 		return 0, 0, 0, false
 	}
 	tn.set = tn.set.deriveAdded(adds)

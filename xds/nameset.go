@@ -131,8 +131,8 @@ func (s *sharedSet[K]) derive(add, remove []K) *sharedSet[K] {
 }
 
 // deriveAdded returns s ∪ added, where none of added is in s nor
-// repeated (the caller knows it: a sorted, compacted list of hashes none
-// of which the set has). The derivation's key is read off them without a
+// repeated (the caller knows it: a list of hashes none of which the set
+// has, none twice). The derivation's key is read off them without a
 // set of them: a set derived from s under it, holding them all and as many
 // more than s, is s ∪ added (see derive).
 func (s *sharedSet[K]) deriveAdded(added []K) *sharedSet[K] {

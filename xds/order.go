@@ -237,14 +237,22 @@ func (c *Cache) clusterHolder(w *watch) func(*store.Entry) bool {
 	if st == nil || (st.cds == nil && st.pendingCDS == nil) || clusters == nil {
 		return nil
 	}
+	// The entries come in the order of their names, and an assignment is
+	// named after its cluster, mostly: past the first few, their clusters
+	// are found with a cursor (finder).
+	calls := 0
+	var find func(n string) (*store.Entry, bool)
 	return func(e *store.Entry) bool {
 		if e.Dep == nil || e.Dep.TypeURL != ClusterType {
 			return false
 		}
+		if calls++; calls == 1 || calls == c.minCursor {
+			find = c.finder(clusters, calls)
+		}
 		// A sotw CDS response still queued is sent before this one, or
 		// dropped (then the client keeps what it was sent): the cluster
 		// must be in both.
-		cl := clusters.Resources[e.Dep.Name]
+		cl, _ := find(e.Dep.Name)
 		return cl != nil && st.vis.sees(cl.Name) && ((st.cds != nil && !st.cds.sent(cl)) || (st.pendingCDS != nil && !st.pendingCDS.sent(cl)))
 	}
 }
@@ -252,11 +260,21 @@ func (c *Cache) clusterHolder(w *watch) func(*store.Entry) bool {
 // sent reports whether the stream was sent cluster e at its version, or
 // does not want it.
 func (sc *sentClusters) sent(e *store.Entry) bool {
-	if _, ok := sc.names[e.Name]; !sc.wild && !ok {
+	if !sc.wild {
+		if _, ok := sc.names[e.Name]; !ok {
+			return true
+		}
+	}
+	if e.Gen > sc.gen {
+		return false
+	}
+	// (A new client's rest is the end of the type's names, and the
+	// clusters it was sent come before it.)
+	if len(sc.rest) == 0 || e.Name < sc.rest[0] {
 		return true
 	}
 	_, inRest := slices.BinarySearch(sc.rest, e.Name)
-	return e.Gen <= sc.gen && !inRest
+	return !inRest
 }
 
 // withRest adds names to a rest (sorted names), in a new slice.

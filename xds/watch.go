@@ -303,7 +303,9 @@ func (w *watch) fullCheck(known map[string]string, fn func(n string)) (covered f
 	subscribed, wild := sub.SubscribedResources(), sub.IsWildcard()
 	covered = w.covered()
 	if wild {
-		for n := range ts.Resources {
+		// In order: a pass finds the resources of names in order with
+		// a cursor (finder).
+		for _, n := range ts.AllNames().All() {
 			if vis == nil || vis.sees(n) {
 				fn(n)
 			}

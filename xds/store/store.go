@@ -102,8 +102,10 @@ type Type struct {
 	// the change log (the server may send a stream one a little longer:
 	// make before break).
 	Grave map[string]*Entry
-	// slots: the entries' slots (slots.go).
-	slots slots
+	// slots: the entries' slots (slots.go); bySlot: the entries by slot
+	// (nil: a free slot), which a Cursor reads.
+	slots  slots
+	bySlot []*Entry
 }
 
 // GenChange is one generation of the change log: the names it changed.
@@ -162,6 +164,7 @@ func (s *Store) Apply(changes ...Change) error {
 				ts.Aggregate ^= old.VerHash
 				delete(ts.Resources, n)
 				ts.slots.free(old.Slot)
+				ts.bySlot[old.Slot] = nil
 				ts.names = nil
 				if ts.URL == resource.ClusterType {
 					ts.Grave[n] = old // see Type.Grave
@@ -200,6 +203,10 @@ func (s *Store) put(ts *Type, e *Entry) {
 		ts.names = nil
 		e.Slot = ts.slots.take()
 	}
+	if int(e.Slot) >= len(ts.bySlot) {
+		ts.bySlot = append(ts.bySlot, make([]*Entry, int(e.Slot)+1-len(ts.bySlot))...)
+	}
+	ts.bySlot[e.Slot] = e
 	ts.Resources[e.Name] = e
 	ts.Aggregate ^= e.VerHash
 	delete(ts.Grave, e.Name)

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -57,8 +58,22 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	jsonOut := fs.String("json", "", "write the JSON report to this file")
 	plotOut := fs.String("plot", "", "write a PNG of the latency distributions to this file")
 	profDir := fs.String("cpuprofile-dir", "", "write CPU profiles of each serving process to this directory, one per phase: SCENARIO-TARGET-{init,change,storm}.cpu.pprof")
+	harnessProf := fs.String("harness-cpuprofile", "", "write a CPU profile of this process (the simulated clients) over the whole run to this file")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *harnessProf != "" {
+		f, err := os.Create(*harnessProf)
+		if err != nil {
+			fmt.Fprintln(stderr, "xdsload:", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, "xdsload:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
 	}
 	sc, ok := load.Scenarios[*name]
 	if !ok {

@@ -5,6 +5,7 @@ package load
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +30,7 @@ const (
 type fleet struct {
 	services int
 	names    []string
+	order    []int // of the services in a request's map entries (mapOrder)
 
 	mu      sync.RWMutex
 	decoded map[string]decodedCLA
@@ -40,7 +42,7 @@ type decodedCLA struct {
 }
 
 func newFleet(services int) *fleet {
-	f := &fleet{services: services, names: make([]string, services), decoded: map[string]decodedCLA{}}
+	f := &fleet{services: services, names: make([]string, services), order: mapOrder(services), decoded: map[string]decodedCLA{}}
 	for i := range services {
 		f.names[i] = svcName(i)
 	}
@@ -194,36 +196,27 @@ func (c *client) namesOf(idx []int) []string {
 }
 
 func (c *client) runDelta(ctx context.Context, resume bool) error {
-	st, err := discovery.NewAggregatedDiscoveryServiceClient(c.conn).DeltaAggregatedResources(ctx)
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(c.conn).DeltaAggregatedResources(ctx, grpc.ForceCodecV2(newRawCodec()))
 	if err != nil {
 		return err
 	}
 	node := &core.Node{Id: c.node, Cluster: "xdsload"}
-	first := &discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: cdsType}
-	var edsResume *discovery.DeltaDiscoveryRequest
-	if resume {
-		c.mu.Lock()
-		first.InitialResourceVersions = map[string]string{}
-		edsResume = &discovery.DeltaDiscoveryRequest{TypeUrl: edsType, InitialResourceVersions: map[string]string{}}
-		for i := range c.cdsHave {
-			if c.cdsHave[i] {
-				first.InitialResourceVersions[c.fl.names[i]] = c.cdsVer[i]
-			}
-			if c.edsSub[i] {
-				edsResume.ResourceNamesSubscribe = append(edsResume.ResourceNamesSubscribe, c.fl.names[i])
-				if c.edsHave[i] {
-					edsResume.InitialResourceVersions[c.fl.names[i]] = c.edsVer[i]
-				}
-			}
-		}
-		c.mu.Unlock()
-	}
-	if err := st.Send(first); err != nil {
-		return err
-	}
-	if edsResume != nil && len(edsResume.ResourceNamesSubscribe) > 0 {
-		if err := st.Send(edsResume); err != nil {
+	if !resume {
+		if err := st.Send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: cdsType}); err != nil {
 			return err
+		}
+	} else {
+		first, edsResume, err := c.resumeRequests(node)
+		if err != nil {
+			return err
+		}
+		if err := st.SendMsg(first); err != nil {
+			return err
+		}
+		if edsResume != nil {
+			if err := st.SendMsg(edsResume); err != nil {
+				return err
+			}
 		}
 	}
 	c.up.Store(true)
@@ -308,6 +301,45 @@ func (c *client) runDelta(ctx context.Context, resume bool) error {
 			c.record(got, recv, time.Now().UnixNano())
 		}
 	}
+}
+
+// resumeRequests are a delta client's first requests on a new stream: CDS
+// with the versions it holds, and EDS (nil if it follows no assignment)
+// with its subscription and the versions it holds.
+func (c *client) resumeRequests(node *core.Node) (cds, eds rawRequest, err error) {
+	first, err := newResumeRequest(node, cdsType)
+	if err != nil {
+		return nil, nil, err
+	}
+	edsResume, _ := newResumeRequest(nil, edsType)
+	subscribed := false
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := len(c.fl.names); n > 0 {
+		// Room for every entry, as long as the first: the requests do not
+		// grow (and copy) as they are written.
+		entry := len(c.fl.names[0]) + len(c.cdsVer[0]) + len(c.edsVer[0]) + 16
+		first.b = slices.Grow(first.b, n*entry)
+		edsResume.b = slices.Grow(edsResume.b, n*entry*2)
+	}
+	for i := range c.edsSub {
+		if c.edsSub[i] {
+			edsResume.subscribe(c.fl.names[i])
+			subscribed = true
+		}
+	}
+	for _, i := range c.fl.order {
+		if c.cdsHave[i] {
+			first.version(c.fl.names[i], c.cdsVer[i])
+		}
+		if c.edsSub[i] && c.edsHave[i] {
+			edsResume.version(c.fl.names[i], c.edsVer[i])
+		}
+	}
+	if !subscribed {
+		return first.b, nil, nil
+	}
+	return first.b, edsResume.b, nil
 }
 
 // record notes the markers received, once the response is ACKed.

@@ -72,6 +72,9 @@ func TestSmallScenarioSmoke(t *testing.T) {
 					t.Errorf("%s: storm %+v", tr.Target, tr.Storm)
 				}
 				// Every (change, following client) pair is reached once.
+				if tr.Responses <= 0 || tr.CPUPerResponse <= 0 {
+					t.Errorf("%s: %d responses in the change phase, %.2f µs each", tr.Target, tr.Responses, tr.CPUPerResponse)
+				}
 				if tr.Reached != tr.Ack.N+tr.Ack.Missing || tr.CPUPerReach <= 0 {
 					t.Errorf("%s: %d pairs reached (%d observed, %d missing), %.2f µs each", tr.Target, tr.Reached, tr.Ack.N, tr.Ack.Missing, tr.CPUPerReach)
 				}

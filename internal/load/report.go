@@ -140,11 +140,16 @@ type TargetReport struct {
 	// CPUPerReach: the change phase's CPU over them, in µs.
 	Reached     int     `json:"changes_reached"`
 	CPUPerReach float64 `json:"cpu_us_per_change_per_client_reached"`
-	PeakRSS     int64   `json:"peak_rss_bytes"`
-	Goroutines  int     `json:"goroutines"`
-	Encodings   uint64  `json:"encodings"`
-	Versions    uint64  `json:"resource_versions"`
-	EncPerVer   float64 `json:"encodings_per_resource_version"`
+	// Responses: those the clients received in the change phase;
+	// CPUPerResponse: the change phase's CPU over them, in µs (a response
+	// carries one change or several, as they coalesce).
+	Responses      int64   `json:"responses"`
+	CPUPerResponse float64 `json:"cpu_us_per_response"`
+	PeakRSS        int64   `json:"peak_rss_bytes"`
+	Goroutines     int     `json:"goroutines"`
+	Encodings      uint64  `json:"encodings"`
+	Versions       uint64  `json:"resource_versions"`
+	EncPerVer      float64 `json:"encodings_per_resource_version"`
 	// Fleet: per change, the time until every following client ACKed it.
 	Fleet Latency `json:"fleet_ack_latency"`
 	// All clients, all modes.
@@ -262,6 +267,7 @@ func latencies(rep *TargetReport, clients []*client, changes []changeRec, b0, b1
 		rep.BytesPerChangePerClient = round3(float64(totalBytes) / float64(len(changes)) / float64(len(clients)))
 		rep.RespPerChangePerClient = round3(float64(totalResp) / float64(len(changes)) / float64(len(clients)))
 	}
+	rep.Responses = totalResp
 }
 
 func (r *Report) target(name string) *TargetReport {
@@ -364,11 +370,11 @@ func PrintTable(w io.Writer, rep *Report) {
 				t.Target, m.Mode, m.Clients, m.Ack.P50, m.Ack.P90, m.Ack.P99, m.Ack.Max, m.Ack.Missing, m.BytesPerChangePerClient, m.ResponsesPerChangePerClient)
 		}
 	}
-	fmt.Fprintf(w, "\n%-9s %8s %10s %9s %8s %8s %9s %10s %10s %10s %9s %10s %10s %9s %9s\n",
-		"target", "init s", "init cpu s", "µs/cl·res", "changes", "batches", "cpu s", "cpu/chg", "µs/reach", "peak RSS", "gorout.", "enc/ver", "fleet p50", "fleet p99", "conv.")
+	fmt.Fprintf(w, "\n%-9s %8s %10s %9s %8s %8s %9s %10s %10s %9s %10s %9s %10s %10s %9s %9s\n",
+		"target", "init s", "init cpu s", "µs/cl·res", "changes", "batches", "cpu s", "cpu/chg", "µs/reach", "µs/resp", "peak RSS", "gorout.", "enc/ver", "fleet p50", "fleet p99", "conv.")
 	for _, t := range rep.Targets {
-		fmt.Fprintf(w, "%-9s %8.2f %10.2f %9.2f %8d %8d %9.2f %8.2fms %10.2f %8.0fMB %9d %10.2f %8.1fms %7.1fms %9v\n",
-			t.Target, t.InitS, t.InitCPUSeconds, t.InitCPUPerClientR, t.Changes, t.Batches, t.CPUSeconds, t.CPUPerChange, t.CPUPerReach,
+		fmt.Fprintf(w, "%-9s %8.2f %10.2f %9.2f %8d %8d %9.2f %8.2fms %10.2f %9.2f %8.0fMB %9d %10.2f %8.1fms %7.1fms %9v\n",
+			t.Target, t.InitS, t.InitCPUSeconds, t.InitCPUPerClientR, t.Changes, t.Batches, t.CPUSeconds, t.CPUPerChange, t.CPUPerReach, t.CPUPerResponse,
 			float64(t.PeakRSS)/(1<<20), t.Goroutines, t.EncPerVer, t.Fleet.P50, t.Fleet.P99, t.Converged)
 	}
 	for _, t := range rep.Targets {

@@ -355,6 +355,9 @@ func runTarget(sc Scenario, name string) (*TargetReport, error) {
 	if rep.Reached > 0 {
 		rep.CPUPerReach = round3(rep.CPUSeconds * 1e6 / float64(rep.Reached))
 	}
+	if rep.Responses > 0 {
+		rep.CPUPerResponse = round3(rep.CPUSeconds * 1e6 / float64(rep.Responses))
+	}
 
 	if sc.Storm {
 		if err := profile(tg, "storm"); err != nil {

@@ -22,13 +22,7 @@ import (
 func TestRearmDeltaWatchWithQueuedResponse(t *testing.T) {
 	c := NewCache(WithTypes(EndpointType))
 	c.MarkReady()
-	set := func(v int) {
-		t.Helper()
-		err := c.Apply(store.Change{TypeURL: EndpointType, Upserts: []store.Resource{{Name: "a", Msg: &endpoint.ClusterLoadAssignment{ClusterName: "a-" + strconv.Itoa(v)}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	set := func(v int) { setAssignmentA(t, c, v) }
 	set(1)
 	key, ch := streamKey{true, 1}, make(chan *deltaResponse, 4)
 	sub := newDeltaSub([]string{"a"}, nil, nil, nil)
@@ -101,13 +95,7 @@ func (c *commitCallbacks) OnStreamDeltaRequest(int64, *discovery.DeltaDiscoveryR
 func TestDeltaStreamACKAfterCommitBeforeRearm(t *testing.T) {
 	c := NewCache(WithTypes(EndpointType, ClusterType))
 	c.MarkReady()
-	set := func(v int) {
-		t.Helper()
-		err := c.Apply(store.Change{TypeURL: EndpointType, Upserts: []store.Resource{{Name: "a", Msg: &endpoint.ClusterLoadAssignment{ClusterName: "a-" + strconv.Itoa(v)}}}})
-		if err != nil {
-			t.Error(err)
-		}
-	}
+	set := func(v int) { setAssignmentA(t, c, v) }
 	set(1)
 	cb := &commitCallbacks{commit: map[int]func(){3: func() { set(2) }, 4: func() { set(3) }}}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -172,5 +160,15 @@ func TestDeltaStreamACKAfterCommitBeforeRearm(t *testing.T) {
 	}
 	if want := []string{"a-1", "a-2", "a-3"}; !slices.Equal(eds, want) {
 		t.Fatalf("EDS responses carried %v, want %v", eds, want)
+	}
+}
+
+// setAssignmentA commits assignment "a" of cluster name "a-v" (t.Error,
+// not t.Fatal: a stream's callback calls it too).
+func setAssignmentA(t *testing.T, c *Cache, v int) {
+	t.Helper()
+	err := c.Apply(store.Change{TypeURL: EndpointType, Upserts: []store.Resource{{Name: "a", Msg: &endpoint.ClusterLoadAssignment{ClusterName: "a-" + strconv.Itoa(v)}}}})
+	if err != nil {
+		t.Error(err)
 	}
 }

@@ -45,7 +45,8 @@ type streamState struct {
 	// A sotw CDS response handed to the server, until it is sent.
 	pendingCDS  *sentClusters
 	pendingResp *discovery.DiscoveryResponse
-	// noted: per type, the request noted and not yet taken by a watch.
+	// noted: per type, the sotw request noted and not yet taken by a
+	// watch (a delta stream's watches name their stream themselves).
 	noted map[string]any
 	// inflight: per type, a delta response queued but not installed when
 	// the server replaced its watch; held: per type, what a delta watch
@@ -108,8 +109,9 @@ func (c *Cache) streamOf(key streamKey) *streamState {
 
 // openStream registers a stream whose client may read only what vis
 // sees, before its first request (the server's stream-open callback).
-// Streams that may read everything are not registered: noteRequest makes
-// their state.
+// Streams that may read everything are not registered: their state is
+// made with their first watch (Cache.newDeltaWatch) or noted request
+// (noteRequest).
 func (c *Cache) openStream(key streamKey, vis *visibility) {
 	c.lock()
 	defer c.unlock()

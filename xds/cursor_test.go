@@ -14,20 +14,25 @@ import (
 // held is what a delta client holds of one type: name → version.
 type held map[string]string
 
+// apply applies response r to state and ACKs it.
+func (c *deltaClient) apply(state map[string]held, r *discovery.DeltaDiscoveryResponse) {
+	h := state[r.TypeUrl]
+	for _, res := range r.Resources {
+		h[res.Name] = res.Version
+	}
+	for _, n := range r.RemovedResources {
+		delete(h, n)
+	}
+	c.ack(r)
+}
+
 // drain applies and ACKs every response until none comes for a while.
 func (c *deltaClient) drain(state map[string]held) {
 	c.t.Helper()
 	for {
 		select {
 		case r := <-c.resp:
-			h := state[r.TypeUrl]
-			for _, res := range r.Resources {
-				h[res.Name] = res.Version
-			}
-			for _, n := range r.RemovedResources {
-				delete(h, n)
-			}
-			c.ack(r)
+			c.apply(state, r)
 		case <-time.After(300 * time.Millisecond):
 			return
 		}
@@ -42,14 +47,7 @@ func (c *deltaClient) applyUntilRemoved(state map[string]held, name string) {
 	for {
 		select {
 		case r := <-c.resp:
-			h := state[r.TypeUrl]
-			for _, res := range r.Resources {
-				h[res.Name] = res.Version
-			}
-			for _, n := range r.RemovedResources {
-				delete(h, n)
-			}
-			c.ack(r)
+			c.apply(state, r)
 			if slices.Contains(r.RemovedResources, name) {
 				return
 			}

@@ -322,7 +322,9 @@ func (s *Server) open(ctx context.Context, delta bool, id int64, typeURL string)
 		}
 		s.mu.Unlock()
 	}
-	if vis != nil {
+	if s.authz != nil {
+		// Every stream, also one whose client may read everything (vis
+		// nil): a stream the cache does not know then gets nothing.
 		s.cache.openStream(streamKey{delta, id}, vis)
 	}
 	return nil

@@ -89,10 +89,11 @@ type Cache struct {
 
 	requests map[any]*streamState // see order.go
 	streams  map[streamKey]*streamState
-	// restricted: a stream was opened with a visibility (openStream);
-	// from then on a watch whose stream is not known is refused rather
-	// than served unfiltered.
-	restricted bool
+	// registered: the server registers every stream as it opens
+	// (openStream), because it authorizes its clients; from then on a
+	// stream not registered has no state, and a watch whose stream is not
+	// known is refused rather than served unfiltered.
+	registered bool
 
 	// pubMu serialises PublishServices; subsets (behind it) is each
 	// service's subset clusters as last published.

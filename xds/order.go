@@ -84,11 +84,15 @@ type sentClusters struct {
 // noteRequest records the stream of a request; the watch the stream
 // handler creates for it next takes it. A request the server ignores (a sotw
 // request with a stale nonce) is replaced by the next of its type, and
-// all go with the stream.
+// all go with the stream. A request of a stream not registered while
+// streams are (streamOf) is not noted: its watch is refused.
 func (c *Cache) noteRequest(req any, key streamKey, typeURL string) {
 	c.lock()
 	defer c.unlock()
 	st := c.streamOf(key)
+	if st == nil {
+		return
+	}
 	if old, ok := st.noted[typeURL]; ok {
 		delete(c.requests, old)
 	}
@@ -96,27 +100,31 @@ func (c *Cache) noteRequest(req any, key streamKey, typeURL string) {
 	c.requests[req] = st
 }
 
-// streamOf returns the state of stream key, made if it has none yet.
+// streamOf returns the state of stream key, made if it has none yet,
+// unless the server registers its streams (c.registered): then only a
+// registered stream has one, and streamOf returns nil for any other.
 // Under c.mu.
 func (c *Cache) streamOf(key streamKey) *streamState {
 	st := c.streams[key]
 	if st == nil {
+		if c.registered {
+			return nil
+		}
 		st = &streamState{key: key, noted: map[string]any{}, inflight: map[string]*deltaResponse{}, held: map[string][]string{}}
 		c.streams[key] = st
 	}
 	return st
 }
 
-// openStream registers a stream whose client may read only what vis
-// sees, before its first request (the server's stream-open callback).
-// Streams that may read everything are not registered: their state is
-// made with their first watch (Cache.newDeltaWatch) or noted request
-// (noteRequest).
+// openStream registers a stream before its first request (the server's
+// stream-open callback, when it authorizes its clients): vis is what its
+// client may read, nil for everything. Once streams are registered, a
+// stream that was not has no state and gets nothing (streamOf).
 func (c *Cache) openStream(key streamKey, vis *visibility) {
 	c.lock()
 	defer c.unlock()
 	c.streams[key] = &streamState{key: key, vis: vis, noted: map[string]any{}, inflight: map[string]*deltaResponse{}, held: map[string][]string{}}
-	c.restricted = true
+	c.registered = true
 }
 
 // streamClosed forgets a stream.

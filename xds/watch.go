@@ -79,11 +79,12 @@ func (c *Cache) createLocked(w *watch) (func(), error) {
 	if w.stream == nil {
 		w.stream = c.stream(w)
 	}
-	if w.stream == nil && c.restricted {
-		// Fail closed: the server tells every request's stream with or
-		// before its watch (order.go); a watch of no known stream could be one
-		// whose client may not read everything.
-		return nil, fmt.Errorf("xds cache: %s watch of no known stream while some clients are restricted (xds.authorization resources)", w.ts.URL)
+	if w.stream == nil && c.registered {
+		// Fail closed: the server registers every stream as it opens and
+		// tells every request's stream with or before its watch
+		// (order.go); a watch of no known stream could be one whose
+		// client may not read everything.
+		return nil, fmt.Errorf("xds cache: %s watch of a stream not registered while clients are authorized (xds.authorization)", w.ts.URL)
 	}
 	if w.delta {
 		if err := c.readDeltaState(w); err != nil {

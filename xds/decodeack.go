@@ -50,17 +50,10 @@ func decodeACK(b []byte, m *discovery.DeltaDiscoveryRequest) bool {
 // servedTypeURL returns t as a string: the constant of a type the server
 // serves, else a copy.
 func servedTypeURL(t []byte) string {
-	switch string(t) {
-	case ClusterType:
-		return ClusterType
-	case EndpointType:
-		return EndpointType
-	case ListenerType:
-		return ListenerType
-	case RouteType:
-		return RouteType
-	case VirtualHostType:
-		return VirtualHostType
+	for _, s := range servedTypes {
+		if string(t) == s {
+			return s
+		}
 	}
 	return string(t)
 }

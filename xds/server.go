@@ -108,7 +108,7 @@ type Server struct {
 	clients map[streamKey]*clientInfo
 	// pushes: the push counter of each mode (sotw, delta) and served
 	// type (servedTypes, then "other"), resolved at its first response.
-	pushes     [2][6]prometheus.Counter
+	pushes     [2][len(servedTypes) + 1]prometheus.Counter
 	nackTotal  uint64
 	nackLogAll logLimiter // every stream's NACK lines
 }
@@ -307,15 +307,15 @@ func typeLabel(typeURL string) string {
 	return servedType(typeURL)
 }
 
-// servedTypes are the types servedType names; any other is "other".
-var servedTypes = []string{ClusterType, EndpointType, ListenerType, RouteType, VirtualHostType}
+// servedTypes are the types the server serves; a metric names any other
+// "other" (servedType).
+var servedTypes = [...]string{ClusterType, EndpointType, ListenerType, RouteType, VirtualHostType}
 
 // servedType is typeURL if it is a type served, else "other": a type URL
 // a client sent becomes a metric label or a map key only through it, so
 // that no client can add label series (or megabyte labels).
 func servedType(typeURL string) string {
-	switch typeURL {
-	case ClusterType, EndpointType, ListenerType, RouteType, VirtualHostType:
+	if slices.Contains(servedTypes[:], typeURL) {
 		return typeURL
 	}
 	return "other"
@@ -356,7 +356,7 @@ func (s *Server) responded(delta bool, id int64, typeURL string) {
 // its first response (by label values: a lookup that hashes them). Under
 // s.mu.
 func (s *Server) pushCounter(delta bool, typeURL string) prometheus.Counter {
-	i := slices.Index(servedTypes, typeURL)
+	i := slices.Index(servedTypes[:], typeURL)
 	if i < 0 {
 		i = len(servedTypes) // "other"
 	}

@@ -110,7 +110,7 @@ func (c *Cache) streamOf(key streamKey) *streamState {
 		if c.registered {
 			return nil
 		}
-		st = &streamState{key: key, noted: map[string]any{}, inflight: map[string]*deltaResponse{}, held: map[string][]string{}}
+		st = newStreamState(key, nil)
 		c.streams[key] = st
 	}
 	return st
@@ -123,8 +123,14 @@ func (c *Cache) streamOf(key streamKey) *streamState {
 func (c *Cache) openStream(key streamKey, vis *visibility) {
 	c.lock()
 	defer c.unlock()
-	c.streams[key] = &streamState{key: key, vis: vis, noted: map[string]any{}, inflight: map[string]*deltaResponse{}, held: map[string][]string{}}
+	c.streams[key] = newStreamState(key, vis)
 	c.registered = true
+}
+
+// newStreamState is the state of a stream whose client may read what vis
+// sees (nil: everything), before its first watch.
+func newStreamState(key streamKey, vis *visibility) *streamState {
+	return &streamState{key: key, vis: vis, noted: map[string]any{}, inflight: map[string]*deltaResponse{}, held: map[string][]string{}}
 }
 
 // streamClosed forgets a stream.

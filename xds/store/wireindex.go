@@ -1,6 +1,7 @@
 package store
 
 import (
+	"hash/maphash"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -24,14 +25,20 @@ import (
 type WireIndex struct {
 	mu    sync.RWMutex
 	types map[string]*WireType
+	seed  maphash.Seed
+	// hashBits: the bits of a name's hash the index uses; all but in a
+	// test of names whose hashes collide.
+	hashBits uint64
 }
 
-// WireType is one type's entries as the index holds them.
+// WireType is one type's entries as the index holds them: a table of open
+// addressing (linear probing) by a hash of the name, each place holding
+// what a lookup reads: the hash, the key, the version, the slot and the
+// entry, in one cache line.
 type WireType struct {
 	// Type: the store's type (its fields are read under the store's lock
 	// only).
-	Type    *Type
-	entries map[string]WireEntry
+	Type *Type
 	// Gen: the type's generation the entries are of (Type.Gen once the
 	// commit that last changed them is done). Every change to a type's
 	// resources is followed by the index in its commit, so a reader that
@@ -39,6 +46,11 @@ type WireType struct {
 	Gen uint64
 	// SlotBound: every entry's Slot is below it.
 	SlotBound int32
+
+	tab      []wireSlot // a power of two long, at most half full
+	n        int        // entries
+	seed     maphash.Seed
+	hashBits uint64
 
 	// The keys are copies of the names, side by side in chunks of their
 	// own (keys), with copies of the versions: a lookup compares the bytes
@@ -50,14 +62,31 @@ type WireType struct {
 	live, garbage int
 }
 
+// wireSlot is a place of a type's table; e nil: empty. 64 bytes: a table
+// (a power of two in size, which Go's allocator aligns to a cache line at
+// least) has each place in a cache line of its own.
+type wireSlot struct {
+	h    uint64 // the hash of key
+	key  string // a copy of e.Name
+	ver  string // a copy of e.Version
+	e    *Entry
+	slot int32
+	_    [12]byte
+}
+
+// A wireSlot is 64 bytes, no more, no less.
+var (
+	_ [64 - unsafe.Sizeof(wireSlot{})]byte
+	_ [unsafe.Sizeof(wireSlot{}) - 64]byte
+)
+
 // WireEntry is an entry as the index holds it: the store's entry, and
-// beside its key a copy of its version and its slot, which a decoder reads
-// without reading the entry.
+// a copy of its version and its slot, which a decoder reads without
+// reading the entry.
 type WireEntry struct {
 	Entry   *Entry
 	Version string // a copy of Entry.Version, with the keys
 	Slot    int32
-	key     string // the map's key: a copy of Entry.Name
 }
 
 // keyChunk is the size of a chunk of keys.
@@ -77,7 +106,7 @@ func (t *WireType) key(n string) string {
 }
 
 func NewWireIndex() *WireIndex {
-	return &WireIndex{types: map[string]*WireType{}}
+	return &WireIndex{types: map[string]*WireType{}, seed: maphash.MakeSeed(), hashBits: ^uint64(0)}
 }
 
 // Follow makes the index hold, of each of the names, the entry ts serves
@@ -92,50 +121,109 @@ func (x *WireIndex) Follow(ts *Type, names []string) {
 	defer x.mu.Unlock()
 	t := x.types[ts.URL]
 	if t == nil {
-		t = &WireType{Type: ts, entries: make(map[string]WireEntry, len(ts.Resources))}
+		t = &WireType{Type: ts, seed: x.seed, hashBits: x.hashBits}
+		t.resize(len(ts.Resources))
 		x.types[ts.URL] = t
 	}
 	t.Gen = ts.Gen
 	for _, n := range names {
-		old, had := t.entries[n]
+		h, i, had := t.lookup(bytesOf(n))
 		if had {
-			t.live -= len(old.Version)
-			t.garbage += len(old.Version)
+			t.live -= len(t.tab[i].ver)
+			t.garbage += len(t.tab[i].ver)
 		}
 		// Only an entry whose name and version are valid UTF-8: the
 		// decoder checks the bytes of a name or version it finds here no
 		// further (proto3 strings must be UTF-8).
 		if e, ok := ts.Resources[n]; ok && utf8.ValidString(e.Name) && utf8.ValidString(e.Version) {
-			k := old.key
+			s := &t.tab[i]
 			if !had {
-				k = t.key(e.Name)
-				t.live += len(k)
+				*s = wireSlot{h: h, key: t.key(e.Name)}
+				t.live += len(s.key)
+				t.n++
 			}
-			t.entries[k] = t.entry(e, k)
+			s.e, s.ver, s.slot = e, t.key(e.Version), e.Slot
+			t.live += len(s.ver)
 			t.SlotBound = max(t.SlotBound, e.Slot+1)
+			if 2*t.n > len(t.tab) {
+				t.resize(t.n)
+			}
 		} else if had {
-			delete(t.entries, n)
 			t.live -= len(n)
 			t.garbage += len(n)
+			t.remove(i)
 		}
 	}
 	if t.garbage > t.live+keyChunk {
 		// The keys and versions again, without the garbage.
-		entries := make(map[string]WireEntry, len(t.entries))
 		t.keys, t.live, t.garbage = nil, 0, 0
-		for _, w := range t.entries {
-			k := t.key(w.Entry.Name)
-			t.live += len(k)
-			entries[k] = t.entry(w.Entry, k)
+		for i := range t.tab {
+			if s := &t.tab[i]; s.e != nil {
+				s.key, s.ver = t.key(s.e.Name), t.key(s.e.Version)
+				t.live += len(s.key) + len(s.ver)
+			}
 		}
-		t.entries = entries
 	}
 }
 
-// entry is e's WireEntry under key k, its version copied.
-func (t *WireType) entry(e *Entry, k string) WireEntry {
-	t.live += len(e.Version)
-	return WireEntry{Entry: e, Version: t.key(e.Version), Slot: e.Slot, key: k}
+// bytesOf is s's bytes, not to be modified.
+func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+// hash is the hash of a name in t.
+func (t *WireType) hash(name []byte) uint64 { return maphash.Bytes(t.seed, name) & t.hashBits }
+
+// lookup returns name's hash and place in t: its entry's (true), else the
+// empty place where it would go.
+func (t *WireType) lookup(name []byte) (h uint64, i int, found bool) {
+	h = t.hash(name)
+	mask := len(t.tab) - 1
+	for i = int(h) & mask; ; i = (i + 1) & mask {
+		s := &t.tab[i]
+		if s.e == nil {
+			return h, i, false
+		}
+		if s.h == h && s.key == string(name) {
+			return h, i, true
+		}
+	}
+}
+
+// resize makes t's table twice the size of n entries or more (a power of
+// two, at least 16), with t's entries.
+func (t *WireType) resize(n int) {
+	size := 16
+	for size < 2*n+2 {
+		size *= 2
+	}
+	old := t.tab
+	t.tab = make([]wireSlot, size)
+	for _, s := range old {
+		if s.e != nil {
+			i := int(s.h) & (size - 1)
+			for t.tab[i].e != nil {
+				i = (i + 1) & (size - 1)
+			}
+			t.tab[i] = s
+		}
+	}
+}
+
+// remove empties place i, and moves back the entries after it that
+// would otherwise not be found (each must sit between its hash's place
+// and the first empty one after it).
+func (t *WireType) remove(i int) {
+	mask := len(t.tab) - 1
+	t.tab[i] = wireSlot{}
+	t.n--
+	for j := (i + 1) & mask; t.tab[j].e != nil; j = (j + 1) & mask {
+		home := int(t.tab[j].h) & mask
+		// j's entry stays if its home is in (i, j], cyclically.
+		if i < j && i < home && home <= j || j < i && (i < home || home <= j) {
+			continue
+		}
+		t.tab[i], t.tab[j] = t.tab[j], wireSlot{}
+		i = j
+	}
 }
 
 // Find returns the entry of name (its encoded bytes), if the index holds
@@ -144,8 +232,12 @@ func (t *WireType) Find(name []byte) (WireEntry, bool) {
 	if t == nil {
 		return WireEntry{}, false
 	}
-	w, ok := t.entries[string(name)]
-	return w, ok
+	_, i, ok := t.lookup(name)
+	if !ok {
+		return WireEntry{}, false
+	}
+	s := &t.tab[i]
+	return WireEntry{Entry: s.e, Version: s.ver, Slot: s.slot}, true
 }
 
 // Entry returns the entry of name n (nil: none); t may be nil.
@@ -153,7 +245,10 @@ func (t *WireType) Entry(n string) *Entry {
 	if t == nil {
 		return nil
 	}
-	return t.entries[n].Entry
+	if _, i, ok := t.lookup(bytesOf(n)); ok {
+		return t.tab[i].e
+	}
+	return nil
 }
 
 // Read calls fn with the index of typeURL (nil: none), Read-locked.
@@ -172,8 +267,9 @@ func (x *WireIndex) Read(typeURL []byte, fn func(t *WireType)) {
 // serves the name (t nil: none).
 func (t *WireType) WireName(name []byte) (string, *Entry) {
 	if t != nil {
-		if w, ok := t.entries[string(name)]; ok {
-			return w.Entry.Name, w.Entry
+		if _, i, ok := t.lookup(name); ok {
+			e := t.tab[i].e
+			return e.Name, e
 		}
 	}
 	return string(name), nil

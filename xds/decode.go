@@ -144,13 +144,13 @@ func (d nameFields) decode(b []byte, t *store.WireType, entries int) (nameFields
 			d.rest = append(d.rest, b[:size]...)
 		case isName:
 			v, _ := protowire.ConsumeBytes(b[n:])
-			s, e := t.WireName(v)
-			if e == nil && !utf8.Valid(v) {
+			s, w := t.WireName(v)
+			if w.Entry == nil && !utf8.Valid(v) {
 				return d, errNameUTF8
 			}
 			if num == deltaSubscribe {
 				d.subs = append(d.subs, s)
-				d.r.subscribed(s, e)
+				d.r.subscribed(s, w)
 			} else {
 				d.unsubs = append(d.unsubs, s)
 			}

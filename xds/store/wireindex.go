@@ -64,14 +64,16 @@ type WireType struct {
 
 // wireSlot is a place of a type's table; e nil: empty. 64 bytes: a table
 // (a power of two in size, which Go's allocator aligns to a cache line at
-// least) has each place in a cache line of its own.
+// least) has each place in a cache line of its own, and a decoder reads
+// an entry's name, version and slot there, not in the entry (whose name
+// and slot are two cache lines apart).
 type wireSlot struct {
-	h    uint64 // the hash of key
+	h    uint32 // the hash of key, its low 32 bits
+	slot int32
 	key  string // a copy of e.Name
 	ver  string // a copy of e.Version
+	name string // e.Name
 	e    *Entry
-	slot int32
-	_    [12]byte
 }
 
 // A wireSlot is 64 bytes, no more, no less.
@@ -142,7 +144,7 @@ func (x *WireIndex) Follow(ts *Type, names []string) {
 				t.live += len(s.key)
 				t.n++
 			}
-			s.e, s.ver, s.slot = e, t.key(e.Version), e.Slot
+			s.e, s.name, s.ver, s.slot = e, e.Name, t.key(e.Version), e.Slot
 			t.live += len(s.ver)
 			t.SlotBound = max(t.SlotBound, e.Slot+1)
 			if 2*t.n > len(t.tab) {
@@ -170,11 +172,13 @@ func (x *WireIndex) Follow(ts *Type, names []string) {
 func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // hash is the hash of a name in t.
-func (t *WireType) hash(name []byte) uint64 { return maphash.Bytes(t.seed, name) & t.hashBits }
+func (t *WireType) hash(name []byte) uint32 {
+	return uint32(maphash.Bytes(t.seed, name) & t.hashBits)
+}
 
 // lookup returns name's hash and place in t: its entry's (true), else the
 // empty place where it would go.
-func (t *WireType) lookup(name []byte) (h uint64, i int, found bool) {
+func (t *WireType) lookup(name []byte) (h uint32, i int, found bool) {
 	h = t.hash(name)
 	mask := len(t.tab) - 1
 	for i = int(h) & mask; ; i = (i + 1) & mask {
@@ -263,16 +267,16 @@ func (x *WireIndex) Read(typeURL []byte, fn func(t *WireType)) {
 	fn(x.types[string(typeURL)])
 }
 
-// WireName is name (its encoded bytes) as a string: the store's, if it
-// serves the name (t nil: none).
-func (t *WireType) WireName(name []byte) (string, *Entry) {
+// WireName is name (its encoded bytes) as a string, the store's if it
+// serves the name, with its entry (none: a zero WireEntry; t nil: none).
+func (t *WireType) WireName(name []byte) (string, WireEntry) {
 	if t != nil {
 		if _, i, ok := t.lookup(name); ok {
-			e := t.tab[i].e
-			return e.Name, e
+			s := &t.tab[i]
+			return s.name, WireEntry{Entry: s.e, Version: s.ver, Slot: s.slot}
 		}
 	}
-	return string(name), nil
+	return string(name), WireEntry{}
 }
 
 // WireVersion is version (its encoded bytes, a client's version of e) as

@@ -104,6 +104,9 @@ func followThroughKeyCopies(t *testing.T, s *Store, pool []string) {
 					if f, ok := w.Find([]byte(n)); ok || w.Entry(n) != nil {
 						t.Fatalf("step %d: Find(%s) = %+v, a name not served", step, n, f)
 					}
+					if name, got := w.WireName([]byte(n)); got != (WireEntry{}) || name != n {
+						t.Fatalf("step %d: WireName(%s) = %q, %+v, a name not served", step, n, name, got)
+					}
 				}
 			}
 			live := 0
@@ -111,8 +114,8 @@ func followThroughKeyCopies(t *testing.T, s *Store, pool []string) {
 				if got := w.Entry(n); got != e {
 					t.Fatalf("step %d: the index holds %v for %s, the type serves %v", step, got, n, e)
 				}
-				if name, got := w.WireName([]byte(n)); got != e || name != e.Name {
-					t.Fatalf("step %d: WireName(%s) = %q, %v", step, n, name, got)
+				if name, got := w.WireName([]byte(n)); got.Entry != e || got.Version != e.Version || got.Slot != e.Slot || name != e.Name {
+					t.Fatalf("step %d: WireName(%s) = %q, %+v", step, n, name, got)
 				}
 				if f, ok := w.Find([]byte(n)); !ok || f.Entry != e || f.Version != e.Version || f.Slot != e.Slot {
 					t.Fatalf("step %d: Find(%s) = %+v, %v; want %+v", step, n, f, ok, e)

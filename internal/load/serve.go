@@ -271,6 +271,7 @@ func (s *server) Close() error {
 // its CPU and memory are measured apart from the simulated clients. It
 // prints "ADDR host:port", then reads commands on stdin, one a line:
 // "C seq svc" (apply a change), "S" (print the stats as one JSON line),
+// "U" (the same, without the heap profile "S" writes when profiled),
 // "P path" (end the CPU profile and start one into path; "P": none),
 // "Q" (exit).
 func ServeMain(args []string, in io.Reader, out io.Writer) int {
@@ -279,7 +280,7 @@ func ServeMain(args []string, in io.Reader, out io.Writer) int {
 	services := fs.Int("services", 100, "services")
 	endpoints := fs.Int("endpoints", 10, "endpoints per service")
 	clients := fs.Int("clients", 100, "clients (baseline: nodes to set snapshots for)")
-	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the serving process to this file (until a P command names another), and a heap profile (after a GC) next to it at each stats command: FILE.heapN")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the serving process to this file (until a P command names another), and a heap profile (after a GC) next to it at each S command: FILE.heapN")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -313,9 +314,9 @@ func ServeMain(args []string, in io.Reader, out io.Writer) int {
 					_ = s.Change(seq, svc)
 				}
 			}
-		case "S":
+		case "S", "U":
 			st, _ := s.Stats()
-			if *cpuprofile != "" {
+			if *cpuprofile != "" && f[0] == "S" {
 				heaps++
 				writeHeapProfile(fmt.Sprintf("%s.heap%d", *cpuprofile, heaps))
 			}

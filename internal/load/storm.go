@@ -179,9 +179,9 @@ const cpuSampleEvery = 250 * time.Millisecond
 // With -inprocess both are the one process's.
 func sampleCPU(tg target, start time.Time, out *[]CPUSample) (stop func()) {
 	h0 := harnessCPU()
-	st0, _ := tg.Stats()
+	st0, _ := tg.Usage()
 	sample := func() {
-		st, err := tg.Stats()
+		st, err := tg.Usage()
 		if err != nil {
 			return
 		}

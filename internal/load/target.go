@@ -20,6 +20,10 @@ type target interface {
 	Addr() string
 	Change(seq, svc int) error
 	Stats() (ServerStats, error)
+	// Usage is Stats without the heap profile a child writes at each
+	// Stats (after a collection) when it is profiled: for samples taken
+	// while the server works.
+	Usage() (ServerStats, error)
 	// Profile ends the serving process's CPU profile and starts one into
 	// path ("": none), so that each phase of a run has its own.
 	Profile(path string) error
@@ -37,6 +41,8 @@ func (p inProcess) Stats() (ServerStats, error) {
 	st.InProcess = true
 	return st, err
 }
+
+func (p inProcess) Usage() (ServerStats, error) { return p.Stats() }
 
 // ChildEnv makes a re-executed binary (the harness itself, or the test
 // binary) run "serve".
@@ -117,11 +123,16 @@ func (c *child) Profile(path string) error {
 	return err
 }
 
-func (c *child) Stats() (ServerStats, error) {
+func (c *child) Stats() (ServerStats, error) { return c.query("S\n") }
+
+func (c *child) Usage() (ServerStats, error) { return c.query("U\n") }
+
+// query sends the child a stats command, and reads its answer.
+func (c *child) query(cmd string) (ServerStats, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var st ServerStats
-	if _, err := io.WriteString(c.in, "S\n"); err != nil {
+	if _, err := io.WriteString(c.in, cmd); err != nil {
 		return st, err
 	}
 	line, err := c.out.ReadString('\n')

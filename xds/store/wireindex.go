@@ -32,9 +32,12 @@ type WireIndex struct {
 }
 
 // WireType is one type's entries as the index holds them: a table of open
-// addressing (linear probing) by a hash of the name, each place holding
-// what a lookup reads: the hash, the key, the version, the slot and the
-// entry, in one cache line.
+// addressing (linear probing) by a hash of the name, each place 8 bytes
+// (the hash, the entry's index), and the entries side by side, each
+// holding what a lookup reads (the key, the version, the slot, the name
+// and the entry) in one cache line. The table of 5,000 entries (128 kB)
+// stays in the cache; a lookup reads one entry, and the bytes of its key
+// and version.
 type WireType struct {
 	// Type: the store's type (its fields are read under the store's lock
 	// only).
@@ -47,8 +50,8 @@ type WireType struct {
 	// SlotBound: every entry's Slot is below it.
 	SlotBound int32
 
-	tab      []wireSlot // a power of two long, at most half full
-	n        int        // entries
+	places   []wirePlace // a power of two long, at most half full
+	ents     []wireSlot
 	seed     maphash.Seed
 	hashBits uint64
 
@@ -62,11 +65,16 @@ type WireType struct {
 	live, garbage int
 }
 
-// wireSlot is a place of a type's table; e nil: empty. 64 bytes: a table
-// (a power of two in size, which Go's allocator aligns to a cache line at
-// least) has each place in a cache line of its own, and a decoder reads
-// an entry's name, version and slot there, not in the entry (whose name
-// and slot are two cache lines apart).
+// wirePlace is a place of a type's table: an entry's hash, and its index
+// in ents plus one (0: empty).
+type wirePlace struct {
+	h uint32
+	e int32
+}
+
+// wireSlot is an entry of a type. 64 bytes, so that most are in one cache
+// line; a decoder reads an entry's name, version and slot here, not in
+// the entry (whose name and slot are two cache lines apart).
 type wireSlot struct {
 	h    uint32 // the hash of key, its low 32 bits
 	slot int32
@@ -129,41 +137,40 @@ func (x *WireIndex) Follow(ts *Type, names []string) {
 	}
 	t.Gen = ts.Gen
 	for _, n := range names {
-		h, i, had := t.lookup(bytesOf(n))
+		h, p, had := t.lookup(bytesOf(n))
 		if had {
-			t.live -= len(t.tab[i].ver)
-			t.garbage += len(t.tab[i].ver)
+			t.live -= len(t.at(p).ver)
+			t.garbage += len(t.at(p).ver)
 		}
 		// Only an entry whose name and version are valid UTF-8: the
 		// decoder checks the bytes of a name or version it finds here no
 		// further (proto3 strings must be UTF-8).
 		if e, ok := ts.Resources[n]; ok && utf8.ValidString(e.Name) && utf8.ValidString(e.Version) {
-			s := &t.tab[i]
 			if !had {
-				*s = wireSlot{h: h, key: t.key(e.Name)}
-				t.live += len(s.key)
-				t.n++
+				t.ents = append(t.ents, wireSlot{h: h, key: t.key(e.Name)})
+				t.places[p] = wirePlace{h: h, e: int32(len(t.ents))}
+				t.live += len(e.Name)
 			}
+			s := t.at(p)
 			s.e, s.name, s.ver, s.slot = e, e.Name, t.key(e.Version), e.Slot
 			t.live += len(s.ver)
 			t.SlotBound = max(t.SlotBound, e.Slot+1)
-			if 2*t.n > len(t.tab) {
-				t.resize(t.n)
+			if 2*len(t.ents) > len(t.places) {
+				t.resize(len(t.ents))
 			}
 		} else if had {
 			t.live -= len(n)
 			t.garbage += len(n)
-			t.remove(i)
+			t.remove(p)
 		}
 	}
 	if t.garbage > t.live+keyChunk {
 		// The keys and versions again, without the garbage.
 		t.keys, t.live, t.garbage = nil, 0, 0
-		for i := range t.tab {
-			if s := &t.tab[i]; s.e != nil {
-				s.key, s.ver = t.key(s.e.Name), t.key(s.e.Version)
-				t.live += len(s.key) + len(s.ver)
-			}
+		for i := range t.ents {
+			s := &t.ents[i]
+			s.key, s.ver = t.key(s.e.Name), t.key(s.e.Version)
+			t.live += len(s.key) + len(s.ver)
 		}
 	}
 }
@@ -178,19 +185,22 @@ func (t *WireType) hash(name []byte) uint32 {
 
 // lookup returns name's hash and place in t: its entry's (true), else the
 // empty place where it would go.
-func (t *WireType) lookup(name []byte) (h uint32, i int, found bool) {
+func (t *WireType) lookup(name []byte) (h uint32, p int, found bool) {
 	h = t.hash(name)
-	mask := len(t.tab) - 1
-	for i = int(h) & mask; ; i = (i + 1) & mask {
-		s := &t.tab[i]
-		if s.e == nil {
-			return h, i, false
+	mask := len(t.places) - 1
+	for p = int(h) & mask; ; p = (p + 1) & mask {
+		pl := t.places[p]
+		if pl.e == 0 {
+			return h, p, false
 		}
-		if s.h == h && s.key == string(name) {
-			return h, i, true
+		if pl.h == h && t.ents[pl.e-1].key == string(name) {
+			return h, p, true
 		}
 	}
 }
+
+// at is the entry of place p.
+func (t *WireType) at(p int) *wireSlot { return &t.ents[t.places[p].e-1] }
 
 // resize makes t's table twice the size of n entries or more (a power of
 // two, at least 16), with t's entries.
@@ -199,35 +209,46 @@ func (t *WireType) resize(n int) {
 	for size < 2*n+2 {
 		size *= 2
 	}
-	old := t.tab
-	t.tab = make([]wireSlot, size)
-	for _, s := range old {
-		if s.e != nil {
-			i := int(s.h) & (size - 1)
-			for t.tab[i].e != nil {
-				i = (i + 1) & (size - 1)
-			}
-			t.tab[i] = s
+	t.places = make([]wirePlace, size)
+	for i, s := range t.ents {
+		p := int(s.h) & (size - 1)
+		for t.places[p].e != 0 {
+			p = (p + 1) & (size - 1)
 		}
+		t.places[p] = wirePlace{h: s.h, e: int32(i + 1)}
 	}
 }
 
-// remove empties place i, and moves back the entries after it that
-// would otherwise not be found (each must sit between its hash's place
-// and the first empty one after it).
-func (t *WireType) remove(i int) {
-	mask := len(t.tab) - 1
-	t.tab[i] = wireSlot{}
-	t.n--
-	for j := (i + 1) & mask; t.tab[j].e != nil; j = (j + 1) & mask {
-		home := int(t.tab[j].h) & mask
-		// j's entry stays if its home is in (i, j], cyclically.
-		if i < j && i < home && home <= j || j < i && (i < home || home <= j) {
+// remove takes out the entry of place p: it empties the place, and moves
+// back the places after it that would otherwise not be found (each must
+// sit between its hash's place and the first empty one after it); the
+// last entry takes the entry's index.
+func (t *WireType) remove(p int) {
+	mask := len(t.places) - 1
+	i := t.places[p].e - 1
+	t.places[p] = wirePlace{}
+	for j := (p + 1) & mask; t.places[j].e != 0; j = (j + 1) & mask {
+		home := int(t.places[j].h) & mask
+		// j's entry stays if its home is in (p, j], cyclically.
+		if p < j && p < home && home <= j || j < p && (p < home || home <= j) {
 			continue
 		}
-		t.tab[i], t.tab[j] = t.tab[j], wireSlot{}
-		i = j
+		t.places[p], t.places[j] = t.places[j], wirePlace{}
+		p = j
 	}
+	last := int32(len(t.ents))
+	if i+1 != last {
+		moved := t.ents[last-1]
+		t.ents[i] = moved
+		for q := int(moved.h) & mask; ; q = (q + 1) & mask {
+			if t.places[q].e == last {
+				t.places[q].e = i + 1
+				break
+			}
+		}
+	}
+	t.ents[last-1] = wireSlot{}
+	t.ents = t.ents[:last-1]
 }
 
 // Find returns the entry of name (its encoded bytes), if the index holds
@@ -236,11 +257,11 @@ func (t *WireType) Find(name []byte) (WireEntry, bool) {
 	if t == nil {
 		return WireEntry{}, false
 	}
-	_, i, ok := t.lookup(name)
+	_, p, ok := t.lookup(name)
 	if !ok {
 		return WireEntry{}, false
 	}
-	s := &t.tab[i]
+	s := t.at(p)
 	return WireEntry{Entry: s.e, Version: s.ver, Slot: s.slot}, true
 }
 
@@ -249,8 +270,8 @@ func (t *WireType) Entry(n string) *Entry {
 	if t == nil {
 		return nil
 	}
-	if _, i, ok := t.lookup(bytesOf(n)); ok {
-		return t.tab[i].e
+	if _, p, ok := t.lookup(bytesOf(n)); ok {
+		return t.at(p).e
 	}
 	return nil
 }
@@ -271,8 +292,8 @@ func (x *WireIndex) Read(typeURL []byte, fn func(t *WireType)) {
 // serves the name, with its entry (none: a zero WireEntry; t nil: none).
 func (t *WireType) WireName(name []byte) (string, WireEntry) {
 	if t != nil {
-		if _, i, ok := t.lookup(name); ok {
-			s := &t.tab[i]
+		if _, p, ok := t.lookup(name); ok {
+			s := t.at(p)
 			return s.name, WireEntry{Entry: s.e, Version: s.ver, Slot: s.slot}
 		}
 	}

@@ -33,7 +33,7 @@ func TestWireIndexCollidingHashes(t *testing.T) {
 
 // TestWireIndexProbesWrapAround: 6 names whose hashes are the last 3
 // places of a table of 16: the probes from the last places go on at the
-// first, and so does a deletion's moving back of the entries after it.
+// first, and so does a deletion's moving back of the places after it.
 func TestWireIndexProbesWrapAround(t *testing.T) {
 	s := New(typeRank, resource.ClusterType, resource.EndpointType)
 	s.wire.hashBits = 15
@@ -91,13 +91,16 @@ func followThroughKeyCopies(t *testing.T, s *Store, pool []string) {
 				rebuilt++
 			}
 			held := 0
-			for _, p := range w.tab {
-				if p.e != nil {
+			for _, p := range w.places {
+				if p.e != 0 {
 					held++
+					if e := w.ents[p.e-1]; e.h != p.h || e.e == nil {
+						t.Fatalf("step %d: a place of hash %x holds an entry of hash %x, %v", step, p.h, e.h, e.e)
+					}
 				}
 			}
-			if held != len(ts.Resources) || w.n != held || 2*w.n > len(w.tab) {
-				t.Fatalf("step %d: the index holds %d entries (%d counted) in %d places, the type serves %d", step, held, w.n, len(w.tab), len(ts.Resources))
+			if held != len(ts.Resources) || len(w.ents) != held || 2*held > len(w.places) {
+				t.Fatalf("step %d: the index holds %d entries in %d places (%d used), the type serves %d", step, len(w.ents), len(w.places), held, len(ts.Resources))
 			}
 			for _, n := range pool {
 				if _, served := ts.Resources[n]; !served {

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"hash/maphash"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -25,23 +24,14 @@ import (
 type WireIndex struct {
 	mu    sync.RWMutex
 	types map[string]*WireType
-	seed  maphash.Seed
-	// hashBits: the bits of a name's hash the index uses; all but in a
-	// test of names whose hashes collide.
-	hashBits uint64
 }
 
-// WireType is one type's entries as the index holds them: a table of open
-// addressing (linear probing) by a hash of the name, each place 8 bytes
-// (the hash, the entry's index), and the entries side by side, each
-// holding what a lookup reads (the key, the version, the slot, the name
-// and the entry) in one cache line. The table of 5,000 entries (128 kB)
-// stays in the cache; a lookup reads one entry, and the bytes of its key
-// and version.
+// WireType is one type's entries as the index holds them.
 type WireType struct {
 	// Type: the store's type (its fields are read under the store's lock
 	// only).
-	Type *Type
+	Type    *Type
+	entries map[string]WireEntry
 	// Gen: the type's generation the entries are of (Type.Gen once the
 	// commit that last changed them is done). Every change to a type's
 	// resources is followed by the index in its commit, so a reader that
@@ -49,11 +39,6 @@ type WireType struct {
 	Gen uint64
 	// SlotBound: every entry's Slot is below it.
 	SlotBound int32
-
-	places   []wirePlace // a power of two long, at most half full
-	ents     []wireSlot
-	seed     maphash.Seed
-	hashBits uint64
 
 	// The keys are copies of the names, side by side in chunks of their
 	// own (keys), with copies of the versions: a lookup compares the bytes
@@ -65,38 +50,16 @@ type WireType struct {
 	live, garbage int
 }
 
-// wirePlace is a place of a type's table: an entry's hash, and its index
-// in ents plus one (0: empty).
-type wirePlace struct {
-	h uint32
-	e int32
-}
-
-// wireSlot is an entry of a type. 64 bytes, so that most are in one cache
-// line; a decoder reads an entry's name, version and slot here, not in
-// the entry (whose name and slot are two cache lines apart).
-type wireSlot struct {
-	h    uint32 // the hash of key, its low 32 bits
-	slot int32
-	key  string // a copy of e.Name
-	ver  string // a copy of e.Version
-	name string // e.Name
-	e    *Entry
-}
-
-// A wireSlot is 64 bytes, no more, no less.
-var (
-	_ [64 - unsafe.Sizeof(wireSlot{})]byte
-	_ [unsafe.Sizeof(wireSlot{}) - 64]byte
-)
-
 // WireEntry is an entry as the index holds it: the store's entry, and
-// a copy of its version and its slot, which a decoder reads without
-// reading the entry.
+// beside its key a copy of its version, its name and its slot, which a
+// decoder reads without reading the entry (whose name and slot are two
+// cache lines apart).
 type WireEntry struct {
 	Entry   *Entry
 	Version string // a copy of Entry.Version, with the keys
+	Name    string // Entry.Name
 	Slot    int32
+	key     string // the map's key: a copy of Entry.Name
 }
 
 // keyChunk is the size of a chunk of keys.
@@ -116,7 +79,7 @@ func (t *WireType) key(n string) string {
 }
 
 func NewWireIndex() *WireIndex {
-	return &WireIndex{types: map[string]*WireType{}, seed: maphash.MakeSeed(), hashBits: ^uint64(0)}
+	return &WireIndex{types: map[string]*WireType{}}
 }
 
 // Follow makes the index hold, of each of the names, the entry ts serves
@@ -131,124 +94,50 @@ func (x *WireIndex) Follow(ts *Type, names []string) {
 	defer x.mu.Unlock()
 	t := x.types[ts.URL]
 	if t == nil {
-		t = &WireType{Type: ts, seed: x.seed, hashBits: x.hashBits}
-		t.resize(len(ts.Resources))
+		t = &WireType{Type: ts, entries: make(map[string]WireEntry, len(ts.Resources))}
 		x.types[ts.URL] = t
 	}
 	t.Gen = ts.Gen
 	for _, n := range names {
-		h, p, had := t.lookup(bytesOf(n))
+		old, had := t.entries[n]
 		if had {
-			t.live -= len(t.at(p).ver)
-			t.garbage += len(t.at(p).ver)
+			t.live -= len(old.Version)
+			t.garbage += len(old.Version)
 		}
 		// Only an entry whose name and version are valid UTF-8: the
 		// decoder checks the bytes of a name or version it finds here no
 		// further (proto3 strings must be UTF-8).
 		if e, ok := ts.Resources[n]; ok && utf8.ValidString(e.Name) && utf8.ValidString(e.Version) {
+			k := old.key
 			if !had {
-				t.ents = append(t.ents, wireSlot{h: h, key: t.key(e.Name)})
-				t.places[p] = wirePlace{h: h, e: int32(len(t.ents))}
-				t.live += len(e.Name)
+				k = t.key(e.Name)
+				t.live += len(k)
 			}
-			s := t.at(p)
-			s.e, s.name, s.ver, s.slot = e, e.Name, t.key(e.Version), e.Slot
-			t.live += len(s.ver)
+			t.entries[k] = t.entry(e, k)
 			t.SlotBound = max(t.SlotBound, e.Slot+1)
-			if 2*len(t.ents) > len(t.places) {
-				t.resize(len(t.ents))
-			}
 		} else if had {
+			delete(t.entries, n)
 			t.live -= len(n)
 			t.garbage += len(n)
-			t.remove(p)
 		}
 	}
 	if t.garbage > t.live+keyChunk {
 		// The keys and versions again, without the garbage.
+		entries := make(map[string]WireEntry, len(t.entries))
 		t.keys, t.live, t.garbage = nil, 0, 0
-		for i := range t.ents {
-			s := &t.ents[i]
-			s.key, s.ver = t.key(s.e.Name), t.key(s.e.Version)
-			t.live += len(s.key) + len(s.ver)
+		for _, w := range t.entries {
+			k := t.key(w.Entry.Name)
+			t.live += len(k)
+			entries[k] = t.entry(w.Entry, k)
 		}
+		t.entries = entries
 	}
 }
 
-// bytesOf is s's bytes, not to be modified.
-func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
-
-// hash is the hash of a name in t.
-func (t *WireType) hash(name []byte) uint32 {
-	return uint32(maphash.Bytes(t.seed, name) & t.hashBits)
-}
-
-// lookup returns name's hash and place in t: its entry's (true), else the
-// empty place where it would go.
-func (t *WireType) lookup(name []byte) (h uint32, p int, found bool) {
-	h = t.hash(name)
-	mask := len(t.places) - 1
-	for p = int(h) & mask; ; p = (p + 1) & mask {
-		pl := t.places[p]
-		if pl.e == 0 {
-			return h, p, false
-		}
-		if pl.h == h && t.ents[pl.e-1].key == string(name) {
-			return h, p, true
-		}
-	}
-}
-
-// at is the entry of place p.
-func (t *WireType) at(p int) *wireSlot { return &t.ents[t.places[p].e-1] }
-
-// resize makes t's table twice the size of n entries or more (a power of
-// two, at least 16), with t's entries.
-func (t *WireType) resize(n int) {
-	size := 16
-	for size < 2*n+2 {
-		size *= 2
-	}
-	t.places = make([]wirePlace, size)
-	for i, s := range t.ents {
-		p := int(s.h) & (size - 1)
-		for t.places[p].e != 0 {
-			p = (p + 1) & (size - 1)
-		}
-		t.places[p] = wirePlace{h: s.h, e: int32(i + 1)}
-	}
-}
-
-// remove takes out the entry of place p: it empties the place, and moves
-// back the places after it that would otherwise not be found (each must
-// sit between its hash's place and the first empty one after it); the
-// last entry takes the entry's index.
-func (t *WireType) remove(p int) {
-	mask := len(t.places) - 1
-	i := t.places[p].e - 1
-	t.places[p] = wirePlace{}
-	for j := (p + 1) & mask; t.places[j].e != 0; j = (j + 1) & mask {
-		home := int(t.places[j].h) & mask
-		// j's entry stays if its home is in (p, j], cyclically.
-		if p < j && p < home && home <= j || j < p && (p < home || home <= j) {
-			continue
-		}
-		t.places[p], t.places[j] = t.places[j], wirePlace{}
-		p = j
-	}
-	last := int32(len(t.ents))
-	if i+1 != last {
-		moved := t.ents[last-1]
-		t.ents[i] = moved
-		for q := int(moved.h) & mask; ; q = (q + 1) & mask {
-			if t.places[q].e == last {
-				t.places[q].e = i + 1
-				break
-			}
-		}
-	}
-	t.ents[last-1] = wireSlot{}
-	t.ents = t.ents[:last-1]
+// entry is e's WireEntry under key k, its version copied.
+func (t *WireType) entry(e *Entry, k string) WireEntry {
+	t.live += len(e.Version)
+	return WireEntry{Entry: e, Version: t.key(e.Version), Name: e.Name, Slot: e.Slot, key: k}
 }
 
 // Find returns the entry of name (its encoded bytes), if the index holds
@@ -257,12 +146,8 @@ func (t *WireType) Find(name []byte) (WireEntry, bool) {
 	if t == nil {
 		return WireEntry{}, false
 	}
-	_, p, ok := t.lookup(name)
-	if !ok {
-		return WireEntry{}, false
-	}
-	s := t.at(p)
-	return WireEntry{Entry: s.e, Version: s.ver, Slot: s.slot}, true
+	w, ok := t.entries[string(name)]
+	return w, ok
 }
 
 // Entry returns the entry of name n (nil: none); t may be nil.
@@ -270,10 +155,7 @@ func (t *WireType) Entry(n string) *Entry {
 	if t == nil {
 		return nil
 	}
-	if _, p, ok := t.lookup(bytesOf(n)); ok {
-		return t.at(p).e
-	}
-	return nil
+	return t.entries[n].Entry
 }
 
 // Read calls fn with the index of typeURL (nil: none), Read-locked.
@@ -292,9 +174,8 @@ func (x *WireIndex) Read(typeURL []byte, fn func(t *WireType)) {
 // serves the name, with its entry (none: a zero WireEntry; t nil: none).
 func (t *WireType) WireName(name []byte) (string, WireEntry) {
 	if t != nil {
-		if _, p, ok := t.lookup(name); ok {
-			s := t.at(p)
-			return s.name, WireEntry{Entry: s.e, Version: s.ver, Slot: s.slot}
+		if w, ok := t.entries[string(name)]; ok {
+			return w.Name, w
 		}
 	}
 	return string(name), WireEntry{}

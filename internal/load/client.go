@@ -34,6 +34,17 @@ type fleet struct {
 
 	mu      sync.RWMutex
 	decoded map[string]decodedCLA
+
+	// The versions the clients hold, by service (versionTable).
+	cdsVersions, edsVersions versionTable
+	// The last assignment decoded, by service: every client receives the
+	// same encodings.
+	lastCLA []atomic.Pointer[claDecoding]
+}
+
+type claDecoding struct {
+	b string
+	d decodedCLA
 }
 
 type decodedCLA struct {
@@ -42,11 +53,25 @@ type decodedCLA struct {
 }
 
 func newFleet(services int) *fleet {
-	f := &fleet{services: services, names: make([]string, services), orders: mapOrders(services), decoded: map[string]decodedCLA{}}
+	f := &fleet{services: services, names: make([]string, services), orders: mapOrders(services), decoded: map[string]decodedCLA{},
+		cdsVersions: make(versionTable, services), edsVersions: make(versionTable, services), lastCLA: make([]atomic.Pointer[claDecoding], services)}
 	for i := range services {
 		f.names[i] = svcName(i)
 	}
 	return f
+}
+
+// decodeAt decodes b, the assignment of service svc as its name says.
+func (f *fleet) decodeAt(svc int, b []byte) decodedCLA {
+	if svc < 0 || svc >= len(f.lastCLA) {
+		return f.decode(b)
+	}
+	if p := f.lastCLA[svc].Load(); p != nil && p.b == string(b) {
+		return p.d
+	}
+	d := f.decode(b)
+	f.lastCLA[svc].Store(&claDecoding{b: string(b), d: d})
+	return d
 }
 
 func (f *fleet) decode(b []byte) decodedCLA {
@@ -249,20 +274,29 @@ func (c *client) runDelta(ctx context.Context, resume bool) error {
 		}
 	}
 	c.up.Store(true)
-	for {
-		r, err := st.Recv()
-		if err != nil {
+	var raw rawResponse
+	var r deltaResponse
+	for n := 0; ; n++ {
+		if err := st.RecvMsg(&raw); err != nil {
 			return err
 		}
 		recv := time.Now().UnixNano()
-		c.bytes.Add(int64(proto.Size(r)))
+		if err := r.read(raw.b, c.fl); err != nil {
+			return err
+		}
+		if n%checkEvery == 0 {
+			if err := r.check(); err != nil {
+				return err
+			}
+		}
+		c.bytes.Add(int64(len(raw.b)))
 		c.responses.Add(1)
-		switch r.GetTypeUrl() {
+		switch string(r.typeURL) {
 		case cdsType:
 			var sub, unsub []int
 			c.mu.Lock()
-			for _, res := range r.GetResources() {
-				i := svcIndex(res.GetName())
+			for _, res := range r.resources {
+				i := res.svc
 				if i < 0 || i >= len(c.cdsHave) {
 					continue
 				}
@@ -270,14 +304,14 @@ func (c *client) runDelta(ctx context.Context, resume bool) error {
 					c.cdsHave[i] = true
 					c.nClusters++
 				}
-				c.cdsVer[i] = res.GetVersion()
+				c.cdsVer[i] = res.version
 				if !c.edsSub[i] {
 					c.edsSub[i] = true
 					sub = append(sub, i)
 				}
 			}
-			for _, n := range r.GetRemovedResources() {
-				i := svcIndex(n)
+			for _, n := range r.removed {
+				i := svcIndexOf(n)
 				if i < 0 || i >= len(c.cdsHave) || !c.cdsHave[i] {
 					continue
 				}
@@ -290,7 +324,9 @@ func (c *client) runDelta(ctx context.Context, resume bool) error {
 			}
 			c.checkReady()
 			c.mu.Unlock()
-			if err := st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: cdsType, ResponseNonce: r.GetNonce()}); err != nil {
+			// (gRPC writes a request's bytes after SendMsg returns: one
+			// buffer each.)
+			if err := st.SendMsg(rawRequest{appendACK(nil, cdsType, r.nonce)}); err != nil {
 				return err
 			}
 			rs.answered(cdsType)
@@ -302,12 +338,12 @@ func (c *client) runDelta(ctx context.Context, resume bool) error {
 				}
 			}
 		case edsType:
-			got := make([]decodedCLA, 0, len(r.GetResources()))
-			for _, res := range r.GetResources() {
-				got = append(got, c.fl.decode(res.GetResource().GetValue()))
+			got := make([]decodedCLA, 0, len(r.resources))
+			for _, res := range r.resources {
+				got = append(got, c.fl.decodeAt(res.svc, res.value))
 			}
 			c.mu.Lock()
-			for k, res := range r.GetResources() {
+			for k, res := range r.resources {
 				i := int(got[k].svc)
 				if i < 0 || i >= len(c.edsHave) {
 					continue
@@ -316,21 +352,23 @@ func (c *client) runDelta(ctx context.Context, resume bool) error {
 					c.edsHave[i] = true
 					c.nEDS++
 				}
-				c.edsVer[i] = res.GetVersion()
+				c.edsVer[i] = res.version
 			}
-			for _, n := range r.GetRemovedResources() {
-				if i := svcIndex(n); i >= 0 && i < len(c.edsHave) && c.edsHave[i] {
+			for _, n := range r.removed {
+				if i := svcIndexOf(n); i >= 0 && i < len(c.edsHave) && c.edsHave[i] {
 					c.edsHave[i] = false
 					c.nEDS--
 				}
 			}
 			c.mu.Unlock()
-			if err := st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: edsType, ResponseNonce: r.GetNonce()}); err != nil {
+			if err := st.SendMsg(rawRequest{appendACK(nil, edsType, r.nonce)}); err != nil {
 				return err
 			}
 			rs.answered(edsType)
 			c.record(got, recv, time.Now().UnixNano())
 		}
+		r.release()
+		raw.b = nil
 	}
 }
 

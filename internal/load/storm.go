@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -178,7 +177,7 @@ const cpuSampleEvery = 250 * time.Millisecond
 // until the function it returns is called (which takes a last sample).
 // With -inprocess both are the one process's.
 func sampleCPU(tg target, start time.Time, out *[]CPUSample) (stop func()) {
-	h0 := harnessCPU()
+	h0 := cpuSeconds()
 	st0, _ := tg.Usage()
 	sample := func() {
 		st, err := tg.Usage()
@@ -186,7 +185,7 @@ func sampleCPU(tg target, start time.Time, out *[]CPUSample) (stop func()) {
 			return
 		}
 		*out = append(*out, CPUSample{T: round3(time.Since(start).Seconds()),
-			Harness: round3(harnessCPU() - h0), Server: round3(st.CPUSeconds - st0.CPUSeconds)})
+			Harness: round3(cpuSeconds() - h0), Server: round3(st.CPUSeconds - st0.CPUSeconds)})
 	}
 	done, finished := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -210,15 +209,6 @@ func sampleCPU(tg target, start time.Time, out *[]CPUSample) (stop func()) {
 			<-finished
 		})
 	}
-}
-
-// harnessCPU is this process's CPU seconds.
-func harnessCPU() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return tvSeconds(ru.Utime) + tvSeconds(ru.Stime)
 }
 
 // cpuAt is the CPU of both processes at the first sample at or after t

@@ -20,9 +20,10 @@ type target interface {
 	Addr() string
 	Change(seq, svc int) error
 	Stats() (ServerStats, error)
-	// Usage is Stats without the heap profile a child writes at each
-	// Stats (after a collection) when it is profiled: for samples taken
-	// while the server works.
+	// Usage is the CPU seconds of Stats only, without the heap profile
+	// (after a collection) a profiled child writes at each Stats, nor the
+	// memory statistics (a stop of the world): for samples taken while the
+	// server works.
 	Usage() (ServerStats, error)
 	// Profile ends the serving process's CPU profile and starts one into
 	// path ("": none), so that each phase of a run has its own.
@@ -42,7 +43,9 @@ func (p inProcess) Stats() (ServerStats, error) {
 	return st, err
 }
 
-func (p inProcess) Usage() (ServerStats, error) { return p.Stats() }
+func (p inProcess) Usage() (ServerStats, error) {
+	return ServerStats{CPUSeconds: cpuSeconds(), InProcess: true}, nil
+}
 
 // ChildEnv makes a re-executed binary (the harness itself, or the test
 // binary) run "serve".

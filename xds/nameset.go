@@ -5,6 +5,7 @@ import (
 	"maps"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"weak"
@@ -31,6 +32,8 @@ type sharedSet[K comparable] struct {
 	m   map[K]struct{}
 	h   uint64 // sum of the table's hash over m
 	tab *setTable[K]
+	// sorted: the names of m in order, if the table keeps it (namesorted.go).
+	sorted []K
 
 	mu   sync.Mutex
 	memo map[deriveKey]weak.Pointer[sharedSet[K]]
@@ -62,7 +65,8 @@ type (
 // setTable indexes the live sets of a key type.
 type setTable[K comparable] struct {
 	hash  func(K) uint64
-	empty *sharedSet[K] // the root of every derivation
+	cmp   func(a, b K) int // nil: the sets keep no order (ordered)
+	empty *sharedSet[K]    // the root of every derivation
 
 	mu sync.Mutex
 	m  map[setKey][]weak.Pointer[sharedSet[K]]
@@ -92,7 +96,7 @@ type setKey struct {
 
 var (
 	nameSeed = maphash.MakeSeed()
-	nameSets = newSetTable(func(n string) uint64 { return maphash.String(nameSeed, n) })
+	nameSets = ordered(newSetTable(func(n string) uint64 { return maphash.String(nameSeed, n) }), strings.Compare)
 	// hashSets: the keys are maphash values already.
 	hashSets = newSetTable(func(h uint64) uint64 { return h })
 	// emptyNames is the empty set of names.
@@ -333,7 +337,7 @@ func (s *sharedSet[K]) build(key setKey, d setDiff[K]) *sharedSet[K] {
 	}
 	tab := s.tab
 	tab.built.Add(int64(len(m)))
-	c := &sharedSet[K]{m: m, h: key.h, tab: tab}
+	c := &sharedSet[K]{m: m, h: key.h, tab: tab, sorted: s.sortedAfter(d, key.n)}
 	tab.mu.Lock()
 	tab.m[key] = append(tab.m[key], weak.Make(c))
 	tab.mu.Unlock()

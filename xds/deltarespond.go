@@ -113,6 +113,9 @@ type deltaPass struct {
 // than sorting the type's names again, after a name came or went).
 const minCursor = 32
 
+// maxPreallocated bounds the room a pass makes for the names it sends.
+const maxPreallocated = 256
+
 // finder returns how to find the resources of count names, sorted: with a
 // store.Cursor from c.minCursor names, else in the type's map. (Names out
 // of order are found too, at the cost of a map lookup.)
@@ -256,7 +259,10 @@ func (p *deltaPass) collect() (rest []string) {
 	}
 	// Sorted: stop at the bound, the names not looked at are the rest.
 	// (Each of them that exists and is of interest would be sent: it
-	// changed since G, is of the rest or newly subscribed.)
+	// changed since G, is of the rest or newly subscribed.) Room for a
+	// part of a first sync's names (a response of the default size bound
+	// holds a few hundred assignments), not for all of a long rest.
+	p.changed = make([]string, 0, min(len(p.seq), maxPreallocated))
 	for i, n := range p.seq {
 		p.consider(n)
 		if p.over(len(p.changed), p.size) {

@@ -2,6 +2,8 @@ package xds
 
 import (
 	"slices"
+
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // The names of a set in order.
@@ -91,16 +93,8 @@ func (c *nameCursor) has(n string) bool {
 		_, found := slices.BinarySearch(names[:c.at], n)
 		return found
 	}
-	// Gallop: names[:lo] are before n; then names[hi] is not, or hi is
-	// the end.
-	lo, hi, step := c.at, c.at, 1
-	for hi < len(names) && names[hi] < n {
-		lo = hi + 1
-		hi = lo + step - 1
-		step <<= 1
-	}
-	i, found := slices.BinarySearch(names[lo:min(hi+1, len(names))], n)
-	c.at = lo + i
+	i, found := store.SearchFrom(names, c.at, n)
+	c.at = i
 	if found {
 		c.at++
 	}

@@ -130,9 +130,12 @@ func TestDeltaPassSortedSubscriptionAnswersAsMap(t *testing.T) {
 		}
 		first := pick(1 + r.IntN(30))
 		all(func(d *deltaDriver) { d.request(first, nil) })
+		var resub []string // unsubscribed by the last request, subscribed again by the next
 		for step := range 60 {
 			var subs, unsubs []string
 			switch op := r.IntN(10); {
+			case resub != nil:
+				subs, resub = resub, nil
 			case op < 3:
 				commit()
 				continue
@@ -145,9 +148,11 @@ func TestDeltaPassSortedSubscriptionAnswersAsMap(t *testing.T) {
 					subs = append(subs, "*")
 				}
 			case op < 8:
-				// Unsubscribed, then subscribed again.
-				subs = pick(1 + r.IntN(4))
-				unsubs = slices.Clone(subs)
+				// Unsubscribed, then subscribed again by the next request
+				// (and, within this one, subscribed and unsubscribed).
+				unsubs = pick(1 + r.IntN(4))
+				resub = slices.Clone(unsubs)
+				subs = unsubs[:1]
 			default:
 				subs, unsubs = pick(1+r.IntN(12)), pick(r.IntN(5))
 			}

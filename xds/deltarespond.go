@@ -18,16 +18,19 @@ func (c *Cache) respondDelta(w *watch, seq []string, fromRest, full, evenIfEmpty
 	p := &deltaPass{
 		c: c, w: w, ts: w.ts, ds: &w.ds, known: w.known,
 		subscribed: w.sub.SubscribedResources(), wild: w.sub.IsWildcard(),
-		seq: seq, fromRest: fromRest, full: full, hold: c.holder(w),
+		seq: seq, fromRest: fromRest, full: full,
 	}
+	p.isSub = p.subscriptionHas()
+	// The number of names the pass looks at in order.
+	inOrder := len(seq)
 	switch {
 	case full && p.wild:
-		p.find = c.finder(w.ts, len(w.ts.Resources)) // in order: fullCheck
+		inOrder = len(w.ts.Resources) // fullCheck
 	case full:
-		p.find = c.finder(w.ts, 0)
-	default:
-		p.find = c.finder(w.ts, len(seq))
+		inOrder = 0
 	}
+	p.find = c.finder(w.ts, inOrder)
+	p.hold = c.holder(w, inOrder)
 	rest := p.collect()
 	slices.Sort(p.later)
 	w.heldBack = p.later
@@ -89,10 +92,12 @@ type deltaPass struct {
 	known      *deltaHeld // the state: its explicit versions (version)
 	subscribed map[string]struct{}
 	wild       bool
-	seq        []string // sorted
-	fromRest   bool     // seq is the rest as read (deltaState.allRest)
-	full       bool
-	hold       func(*store.Entry) bool // c.holder(w)
+	// isSub: whether a name considered is in subscribed (subscriptionHas).
+	isSub    func(n string) bool
+	seq      []string // sorted
+	fromRest bool     // seq is the rest as read (deltaState.allRest)
+	full     bool
+	hold     func(*store.Entry) bool // c.holder(w, the names in order)
 	// find: finds the resources of the names looked at (finder).
 	find func(n string) (*store.Entry, bool)
 
@@ -108,6 +113,9 @@ type deltaPass struct {
 // than sorting the type's names again, after a name came or went).
 const minCursor = 32
 
+// maxPreallocated bounds the room a pass makes for the names it sends.
+const maxPreallocated = 256
+
 // finder returns how to find the resources of count names, sorted: with a
 // store.Cursor from c.minCursor names, else in the type's map. (Names out
 // of order are found too, at the cost of a map lookup.)
@@ -120,6 +128,22 @@ func (c *Cache) finder(ts *typeState, count int) func(n string) (*store.Entry, b
 	}
 	cur := ts.Cursor()
 	return cur.Find
+}
+
+// subscriptionHas returns how the pass tells a name subscribed by name:
+// a pass of sorted names, from c.minCursor of them, walks the
+// subscription's sorted names (nameCursor); other passes look names up in
+// its map.
+func (p *deltaPass) subscriptionHas() func(n string) bool {
+	w := p.w
+	if !p.wild && !p.full && len(p.seq) >= p.c.minCursor && w.sub == subscription(&w.dsub) {
+		return newNameCursor(w.dsub.names).has
+	}
+	subscribed := p.subscribed
+	return func(n string) bool {
+		_, ok := subscribed[n]
+		return ok
+	}
 }
 
 // lookup returns resource n as the client sees it (watch.lookup).
@@ -169,7 +193,8 @@ func (p *deltaPass) held(n string, e *store.Entry, exists bool) (version string,
 	if v, ok := p.known.version(ts, n); ok {
 		return v, true, false
 	}
-	if _, isSub := p.subscribed[n]; !ds.complete {
+	if !ds.complete {
+		_, isSub := p.subscribed[n]
 		return "", false, isSub && !exists // a first request is told what does not exist
 	}
 	if _, isSub := p.subscribed[n]; ds.wildOn && !isSub {
@@ -194,7 +219,7 @@ func (p *deltaPass) consider(n string) {
 	e, exists := p.lookup(n)
 	isSub := false
 	if !p.wild {
-		_, isSub = p.subscribed[n]
+		isSub = p.isSub(n)
 	}
 	switch {
 	case exists && (p.wild || isSub):
@@ -234,7 +259,10 @@ func (p *deltaPass) collect() (rest []string) {
 	}
 	// Sorted: stop at the bound, the names not looked at are the rest.
 	// (Each of them that exists and is of interest would be sent: it
-	// changed since G, is of the rest or newly subscribed.)
+	// changed since G, is of the rest or newly subscribed.) Room for a
+	// part of a first sync's names (a response of the default size bound
+	// holds a few hundred assignments), not for all of a long rest.
+	p.changed = make([]string, 0, min(len(p.seq), maxPreallocated))
 	for i, n := range p.seq {
 		p.consider(n)
 		if p.over(len(p.changed), p.size) {

@@ -73,8 +73,14 @@ func (s *sentAssignments) add(delta bool, names []string, now time.Time) {
 		if s.set == nil {
 			s.set = emptyNames
 		}
+		has := s.set.has
+		if len(names) >= minCursor {
+			// A response's names are sorted: a walk of the set's sorted
+			// names costs less than a lookup each in its map (namesorted.go).
+			has = newNameCursor(s.set).has
+		}
 		for _, n := range names {
-			if s.set.has(n) {
+			if has(n) {
 				continue
 			}
 			if s.extra == nil {

@@ -141,3 +141,39 @@ func TestSentAssignmentsSyncLinear(t *testing.T) {
 		t.Errorf("8 Envoys in step built sets of %d names, want at most %d (shared)", again, 2*n)
 	}
 }
+
+// TestSentAssignmentsAddSortedNames: names sent in responses (sorted,
+// and some not) that the record already holds are not counted twice,
+// whether they are in its shared set or its overlay.
+func TestSentAssignmentsAddSortedNames(t *testing.T) {
+	names := func(from, to int) []string {
+		var out []string
+		for i := from; i < to; i++ {
+			out = append(out, fmt.Sprintf("c%04d", i))
+		}
+		return out
+	}
+	var s sentAssignments
+	want := map[string]bool{}
+	rev := names(90, 200)
+	slices.Reverse(rev)
+	for _, part := range [][]string{
+		names(0, 100),   // folded into the shared set
+		names(50, 140),  // half of it held
+		names(130, 135), // a few, all held
+		rev,             // not sorted
+	} {
+		s.add(true, part, time.Time{})
+		for _, n := range part {
+			want[n] = true
+		}
+		if s.len() != len(want) {
+			t.Errorf("after %d names from %s: %d names recorded, want %d", len(part), part[0], s.len(), len(want))
+		}
+		for _, n := range names(0, 210) {
+			if s.has(n) != want[n] {
+				t.Errorf("has(%s) = %v, want %v", n, s.has(n), want[n])
+			}
+		}
+	}
+}

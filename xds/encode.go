@@ -52,14 +52,22 @@ func resourceSize(res *discovery.Resource) (int, bool) {
 	if !validUTF8(res.Version, res.Name) {
 		return 0, false
 	}
-	n := stringSize(res.Version) + stringSize(res.Name)
 	if a := res.Resource; a != nil {
 		if len(a.ProtoReflect().GetUnknown()) > 0 || !utf8.ValidString(a.TypeUrl) {
 			return 0, false
 		}
+	}
+	return fieldsSize(res), true
+}
+
+// fieldsSize is the encoded size of the fields of res, which resourceSize
+// accepted.
+func fieldsSize(res *discovery.Resource) int {
+	n := stringSize(res.Version) + stringSize(res.Name)
+	if a := res.Resource; a != nil {
 		n += 1 + protowire.SizeBytes(anySize(a.TypeUrl, a.Value))
 	}
-	return n, true
+	return n
 }
 
 // anySize is the encoded size of an Any's fields.
@@ -89,11 +97,12 @@ func stringSize(s string) int {
 	return 1 + protowire.SizeBytes(len(s))
 }
 
-// appendDeltaResponse appends r, whose size deltaResponseSize found, to b.
+// appendDeltaResponse appends r, whose size deltaResponseSize found, to b
+// (its checks are not made again).
 func appendDeltaResponse(b []byte, r *discovery.DeltaDiscoveryResponse) []byte {
 	b = appendString(b, 1, r.SystemVersionInfo)
 	for _, res := range r.Resources {
-		m, _ := resourceSize(res)
+		m := fieldsSize(res)
 		b = protowire.AppendTag(b, 2, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(m))
 		b = appendString(b, 1, res.Version)

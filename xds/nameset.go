@@ -4,6 +4,8 @@ import (
 	"hash/maphash"
 	"maps"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"weak"
@@ -30,9 +32,27 @@ type sharedSet[K comparable] struct {
 	m   map[K]struct{}
 	h   uint64 // sum of the table's hash over m
 	tab *setTable[K]
+	// sorted: the names of m in order, if the table keeps it (namesorted.go).
+	sorted []K
 
 	mu   sync.Mutex
 	memo map[deriveKey]weak.Pointer[sharedSet[K]]
+	// calls: derivations from s by their arguments (callKey); a call
+	// with the same arguments, in the same order, has the same result.
+	calls map[callKey]*call[K]
+}
+
+// callKey identifies the arguments of a derivation: a hash of the names
+// added and removed, in order, and their counts.
+type callKey struct {
+	h          uint64
+	adds, rems int
+}
+
+// call is a derivation remembered by its arguments (copies) and result.
+type call[K comparable] struct {
+	add, remove []K
+	result      weak.Pointer[sharedSet[K]]
 }
 
 // nameSet is a set of resource names; hashSet one of name hashes (the
@@ -45,7 +65,8 @@ type (
 // setTable indexes the live sets of a key type.
 type setTable[K comparable] struct {
 	hash  func(K) uint64
-	empty *sharedSet[K] // the root of every derivation
+	cmp   func(a, b K) int // nil: the sets keep no order (ordered)
+	empty *sharedSet[K]    // the root of every derivation
 
 	mu sync.Mutex
 	m  map[setKey][]weak.Pointer[sharedSet[K]]
@@ -75,7 +96,7 @@ type setKey struct {
 
 var (
 	nameSeed = maphash.MakeSeed()
-	nameSets = newSetTable(func(n string) uint64 { return maphash.String(nameSeed, n) })
+	nameSets = ordered(newSetTable(func(n string) uint64 { return maphash.String(nameSeed, n) }), strings.Compare)
 	// hashSets: the keys are maphash values already.
 	hashSets = newSetTable(func(h uint64) uint64 { return h })
 	// emptyNames is the empty set of names.
@@ -96,10 +117,22 @@ func (s *sharedSet[K]) len() int { return len(s.m) }
 // additions, as a delta request's unsubscriptions after its
 // subscriptions): s itself if that changes nothing, else a shared equal
 // set if one is alive, else a new one.
+//
+// A fleet of clients takes the same steps (an Envoy subscribes to its
+// assignments a CDS part at a time, each part the same names in the same
+// order): the derivation is first looked up by its arguments, which are
+// compared name by name in order, without a lookup in any set (at 20,000
+// names a set's map no longer fits the processor's caches, and a lookup
+// in it costs a cache miss or two).
 func (s *sharedSet[K]) derive(add, remove []K) *sharedSet[K] {
+	ck := s.callKey(add, remove)
+	if c := s.called(ck, add, remove); c != nil {
+		return c
+	}
 	d := s.diff(add, remove)
 	k := d.key
 	if k.adds+k.rems == 0 {
+		s.recall(ck, add, remove, s)
 		return s
 	}
 	size := len(s.m) + k.adds - k.rems
@@ -127,7 +160,60 @@ func (s *sharedSet[K]) derive(add, remove []K) *sharedSet[K] {
 		c = s.build(key, d)
 	}
 	s.remember(k, c)
+	s.recallLocked(ck, add, remove, c)
 	return c
+}
+
+// callKey returns the key of a derivation's arguments: their hashes,
+// each folded with its position.
+func (s *sharedSet[K]) callKey(add, remove []K) callKey {
+	hash := s.tab.hash
+	var h uint64
+	for _, n := range add {
+		h = (h^hash(n))*prime64 + 1
+	}
+	for _, n := range remove {
+		h = (h^hash(n))*prime64 + 2
+	}
+	return callKey{h: h, adds: len(add), rems: len(remove)}
+}
+
+// prime64 is FNV-1's 64-bit prime.
+const prime64 = 1099511628211
+
+// called returns the set a derivation from s with exactly these arguments
+// gave, if it is alive; nil if none is known.
+func (s *sharedSet[K]) called(k callKey, add, remove []K) *sharedSet[K] {
+	s.mu.Lock()
+	cl := s.calls[k]
+	s.mu.Unlock()
+	if cl == nil || !slices.Equal(cl.add, add) || !slices.Equal(cl.remove, remove) {
+		return nil
+	}
+	return cl.result.Value()
+}
+
+// recall records that the derivation from s with these arguments gave c.
+func (s *sharedSet[K]) recall(k callKey, add, remove []K, c *sharedSet[K]) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.recallLocked(k, add, remove, c)
+}
+
+// recallLocked is recall with s.mu held. The arguments are copied (a
+// request's names are its own). A call is only ever set, never changed,
+// so called reads one outside the lock.
+func (s *sharedSet[K]) recallLocked(k callKey, add, remove []K, c *sharedSet[K]) {
+	if s.calls == nil {
+		s.calls = map[callKey]*call[K]{}
+	}
+	if len(s.calls) >= maxMemo {
+		maps.DeleteFunc(s.calls, func(_ callKey, cl *call[K]) bool { return cl.result.Value() == nil })
+		if len(s.calls) >= maxMemo {
+			clear(s.calls)
+		}
+	}
+	s.calls[k] = &call[K]{add: slices.Clone(add), remove: slices.Clone(remove), result: weak.Make(c)}
 }
 
 // deriveAdded returns s ∪ added, where none of added is in s nor
@@ -139,6 +225,10 @@ func (s *sharedSet[K]) deriveAdded(added []K) *sharedSet[K] {
 	if len(added) == 0 {
 		return s
 	}
+	ck := s.callKey(added, nil)
+	if c := s.called(ck, added, nil); c != nil {
+		return c
+	}
 	k := deriveKey{adds: len(added)}
 	for _, n := range added {
 		k.addHash += s.tab.hash(n)
@@ -148,6 +238,7 @@ func (s *sharedSet[K]) deriveAdded(added []K) *sharedSet[K] {
 	s.mu.Unlock()
 	if ok {
 		if c := wp.Value(); c != nil && len(c.m) == len(s.m)+len(added) && holdsAll(c, added) {
+			s.recall(ck, added, nil, c)
 			return c
 		}
 	}
@@ -246,7 +337,7 @@ func (s *sharedSet[K]) build(key setKey, d setDiff[K]) *sharedSet[K] {
 	}
 	tab := s.tab
 	tab.built.Add(int64(len(m)))
-	c := &sharedSet[K]{m: m, h: key.h, tab: tab}
+	c := &sharedSet[K]{m: m, h: key.h, tab: tab, sorted: s.sortedAfter(d, key.n)}
 	tab.mu.Lock()
 	tab.m[key] = append(tab.m[key], weak.Make(c))
 	tab.mu.Unlock()

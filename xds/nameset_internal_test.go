@@ -169,3 +169,52 @@ func TestDeriveAddedIsDerive(t *testing.T) {
 		t.Errorf("deriveAdded built %v, want [7]", slices.Sorted(maps.Keys(fresh.m)))
 	}
 }
+
+// TestDeriveByArgumentsComparesThem: a derivation found by its arguments
+// (sharedSet.called) is the one of exactly those arguments, in order.
+// The table's hash is constant, so that every call of as many names has
+// the same key: only the comparison of the names tells them apart.
+func TestDeriveByArgumentsComparesThem(t *testing.T) {
+	tab := newSetTable(func(string) uint64 { return 0 })
+	names := func(s *nameSet) []string { return slices.Sorted(maps.Keys(s.m)) }
+	base := tab.empty.derive([]string{"a", "b"}, nil)
+	x := base.derive([]string{"c"}, []string{"a"})
+	if got := names(x); !slices.Equal(got, []string{"b", "c"}) {
+		t.Fatalf("derive gave %v, want [b c]", got)
+	}
+	// Same key, other names: another set.
+	y := base.derive([]string{"d"}, []string{"b"})
+	if got := names(y); !slices.Equal(got, []string{"a", "d"}) {
+		t.Errorf("derive of other names gave %v, want [a d]", got)
+	}
+	// The same arguments again: the same sets, nothing built.
+	built := tab.built.Load()
+	if base.derive([]string{"c"}, []string{"a"}) != x || base.derive([]string{"d"}, []string{"b"}) != y {
+		t.Errorf("the same derivation again gave another set")
+	}
+	if n := tab.built.Load(); n != built {
+		t.Errorf("the same derivations again built %d more entries", n-built)
+	}
+	// A derivation that changes nothing is the set itself; then one of as
+	// many names that does change it.
+	if base.derive([]string{"a"}, nil) != base || base.derive([]string{"a"}, nil) != base {
+		t.Errorf("adding a name the set holds gave another set")
+	}
+	if got := names(base.derive([]string{"e"}, nil)); !slices.Equal(got, []string{"a", "b", "e"}) {
+		t.Errorf("adding e gave %v, want [a b e]", got)
+	}
+	// Unsubscribed, then subscribed again: the set it was.
+	gone := base.derive(nil, []string{"a"})
+	if got := names(gone); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("removing a gave %v, want [b]", got)
+	}
+	if back := gone.derive([]string{"a"}, nil); back != base {
+		t.Errorf("a subscribed again gave %v, not the set it was", names(back))
+	}
+	// Added hashes (deriveAdded), same key, other hashes.
+	htab := newSetTable(func(uint64) uint64 { return 0 })
+	hb := htab.empty.deriveAdded([]uint64{1})
+	if h2 := htab.empty.deriveAdded([]uint64{2}); h2 == hb || !h2.has(2) || h2.has(1) {
+		t.Errorf("deriveAdded of another hash gave %v", slices.Sorted(maps.Keys(h2.m)))
+	}
+}

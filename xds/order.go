@@ -247,15 +247,16 @@ func (c *Cache) wakeEDS(st *streamState) {
 // clusterHolder returns what an EDS watch w's response must hold back:
 // the assignments whose cluster its stream has not been sent; nil when
 // nothing is held back.
-func (c *Cache) clusterHolder(w *watch) func(*store.Entry) bool {
+func (c *Cache) clusterHolder(w *watch, inOrder int) func(*store.Entry) bool {
 	st := w.stream
 	clusters := c.types[ClusterType]
 	if st == nil || (st.cds == nil && st.pendingCDS == nil) || clusters == nil {
 		return nil
 	}
 	// The entries come in the order of their names, and an assignment is
-	// named after its cluster, mostly: past the first few, their clusters
-	// are found with a cursor (finder).
+	// named after its cluster, mostly: their clusters are found with a
+	// cursor (finder) from the first in a pass of inOrder sorted names
+	// (as many as make a cursor worth it), else past the first few.
 	calls := 0
 	var find func(n string) (*store.Entry, bool)
 	return func(e *store.Entry) bool {
@@ -263,7 +264,7 @@ func (c *Cache) clusterHolder(w *watch) func(*store.Entry) bool {
 			return false
 		}
 		if calls++; calls == 1 || calls == c.minCursor {
-			find = c.finder(clusters, calls)
+			find = c.finder(clusters, max(calls, inOrder))
 		}
 		// A sotw CDS response still queued is sent before this one, or
 		// dropped (then the client keeps what it was sent): the cluster

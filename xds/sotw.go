@@ -190,7 +190,7 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 	p := &sotwPass{
 		c: c, w: w, ts: ts, ss: &w.ss,
 		subscribed: w.sub.SubscribedResources(), wild: w.sub.IsWildcard(),
-		hold: c.holder(w), keep: c.keepCluster(w),
+		hold: c.holder(w, 0), keep: c.keepCluster(w),
 	}
 	w.heldBack = nil
 	p.collect(names, full)
@@ -231,7 +231,7 @@ type sotwPass struct {
 	ss         *sotwState
 	subscribed map[string]struct{}
 	wild       bool
-	hold       func(*store.Entry) bool     // c.holder(w)
+	hold       func(*store.Entry) bool     // c.holder(w, 0)
 	keep       func(n string) *store.Entry // c.keepCluster(w)
 	interims   map[string]interim          // make before break (mbb.go)
 	kept       []*store.Entry              // deleted clusters the stream's routes still name (mbb.go)

@@ -65,14 +65,14 @@ const (
 
 // holder returns what w's response must hold back (its type's rule in
 // updateOrder); nil when nothing is held back. c.mu is held.
-func (c *Cache) holder(w *watch) func(*store.Entry) bool {
+func (c *Cache) holder(w *watch, inOrder int) func(*store.Entry) bool {
 	rule := holdNothing
 	if r := w.ts.Order; r < len(updateOrder) {
 		rule = updateOrder[r].hold
 	}
 	switch rule {
 	case holdUntilCluster:
-		return c.clusterHolder(w)
+		return c.clusterHolder(w, inOrder)
 	case holdUntilAssignments:
 		return c.routeHolder(w)
 	}

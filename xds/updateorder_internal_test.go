@@ -95,7 +95,7 @@ func TestUpdateOrderHolds(t *testing.T) {
 	st := &streamState{key: streamKey{delta: true}, cds: &sentClusters{wild: true}, edsSeen: true}
 	held := func(typeURL, name string) bool {
 		ts := c.types[typeURL]
-		hold := c.holder(&watch{ts: ts, delta: true, stream: st})
+		hold := c.holder(&watch{ts: ts, delta: true, stream: st}, 0)
 		return hold != nil && hold(ts.Resources[name])
 	}
 	for _, step := range []struct {

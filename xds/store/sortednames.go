@@ -79,21 +79,28 @@ func (c *Cursor) Find(n string) (*Entry, bool) {
 		e, ok := c.ts.Resources[n]
 		return e, ok
 	}
-	// Gallop: names[:lo] are before n; then names[hi] is not, or hi is
-	// the end.
-	lo, hi, step := c.at, c.at, 1
+	i, found := SearchFrom(names, c.at, n)
+	c.at = i
+	if !found {
+		return nil, false
+	}
+	c.at++
+	return c.entry(i, n)
+}
+
+// SearchFrom returns where n is, or would be, in names (sorted), which
+// has only names before n up to from: a search that gallops from there,
+// so that a name k names further costs about 2·log2(k) comparisons.
+func SearchFrom(names []string, from int, n string) (i int, found bool) {
+	// names[:lo] are before n; then names[hi] is not, or hi is the end.
+	lo, hi, step := from, from, 1
 	for hi < len(names) && names[hi] < n {
 		lo = hi + 1
 		hi = lo + step - 1
 		step <<= 1
 	}
-	i, found := slices.BinarySearch(names[lo:min(hi+1, len(names))], n)
-	c.at = lo + i
-	if !found {
-		return nil, false
-	}
-	c.at++
-	return c.entry(lo+i, n)
+	i, found = slices.BinarySearch(names[lo:min(hi+1, len(names))], n)
+	return lo + i, found
 }
 
 // entry returns the resource of names[i], n.

@@ -87,65 +87,80 @@ func decodeScanned(b []byte, sc deltaScan, m *discovery.DeltaDiscoveryRequest, x
 	// The other fields, as they came (a field 3, 4 or 5 that is not
 	// length-delimited among them: the runtime keeps it as unknown), are
 	// decoded by the runtime; the names and entries here.
-	rest := make([]byte, 0, sc.other)
-	var subs, unsubs []string
+	d := nameFields{rest: make([]byte, 0, sc.other)}
 	if sc.subs > 0 {
-		subs = make([]string, 0, sc.subs)
+		d.subs = make([]string, 0, sc.subs)
 	}
 	if sc.unsubs > 0 {
-		unsubs = make([]string, 0, sc.unsubs)
+		d.unsubs = make([]string, 0, sc.unsubs)
 	}
 	typeURL := sc.typeURL
 	if len(typeURL) == 0 {
 		typeURL = defType
 	}
 	compare = compare && x != nil && sc.entries > 0 && (string(typeURL) == ClusterType || string(typeURL) == EndpointType)
-	var versions map[string]string
 	if sc.entries > 0 && !compare {
-		versions = make(map[string]string, sc.entries)
+		d.versions = make(map[string]string, sc.entries)
 	}
-	var r *resumedVersions
 	var bad error
 	x.Read(typeURL, func(t *store.WireType) {
 		if compare && t != nil {
-			r = newResumed(t, sc.entries)
+			d.r = newResumed(t, sc.entries)
 		}
-		for len(b) > 0 {
-			num, typ, n := protowire.ConsumeTag(b) // well formed: scanned
-			size := n + protowire.ConsumeFieldValue(num, typ, b[n:])
-			isName := num == deltaSubscribe || num == deltaUnsubscribe
-			switch {
-			case typ != protowire.BytesType || !isName && num != deltaInitialVersions:
-				rest = append(rest, b[:size]...)
-			case bad != nil:
-			case isName:
-				v, _ := protowire.ConsumeBytes(b[n:])
-				s, e := t.WireName(v)
-				if e == nil && !utf8.Valid(v) {
-					bad = errNameUTF8
-					break
-				}
-				if num == deltaSubscribe {
-					subs = append(subs, s)
-					r.subscribed(s, e)
-				} else {
-					unsubs = append(unsubs, s)
-				}
-			default:
-				v, _ := protowire.ConsumeBytes(b[n:])
-				r, bad = versionEntry(v, t, r, &versions, sc.entries)
-			}
-			b = b[size:]
-		}
+		d, bad = d.decode(b, t, sc.entries)
 	})
 	if bad != nil {
 		return nil, bad // the stream ends, and gives the place back
 	}
-	if err := proto.Unmarshal(rest, m); err != nil {
+	if err := proto.Unmarshal(d.rest, m); err != nil {
 		return nil, err
 	}
-	m.ResourceNamesSubscribe, m.ResourceNamesUnsubscribe, m.InitialResourceVersions = subs, unsubs, versions
-	return r.done(), nil
+	m.ResourceNamesSubscribe, m.ResourceNamesUnsubscribe, m.InitialResourceVersions = d.subs, d.unsubs, d.versions
+	return d.r.done(), nil
+}
+
+// nameFields are what decodeScanned reads of a request: the other fields'
+// bytes (rest), the names, the versions, and what was current (r).
+type nameFields struct {
+	rest         []byte
+	subs, unsubs []string
+	versions     map[string]string
+	r            *resumedVersions
+}
+
+// decode reads b's fields into d (t: the index of the request's type).
+// d is a copy on decode's stack, returned: its fields are stored to
+// without a write barrier, which a store to a variable of
+// decodeScanned's, shared with the function literal, takes while the
+// collector runs.
+func (d nameFields) decode(b []byte, t *store.WireType, entries int) (nameFields, error) {
+	var bad error
+	for len(b) > 0 && bad == nil {
+		num, typ, n := protowire.ConsumeTag(b) // well formed: scanned
+		size := n + protowire.ConsumeFieldValue(num, typ, b[n:])
+		isName := num == deltaSubscribe || num == deltaUnsubscribe
+		switch {
+		case typ != protowire.BytesType || !isName && num != deltaInitialVersions:
+			d.rest = append(d.rest, b[:size]...)
+		case isName:
+			v, _ := protowire.ConsumeBytes(b[n:])
+			s, w := t.WireName(v)
+			if w.Entry == nil && !utf8.Valid(v) {
+				return d, errNameUTF8
+			}
+			if num == deltaSubscribe {
+				d.subs = append(d.subs, s)
+				d.r.subscribed(s, w)
+			} else {
+				d.unsubs = append(d.unsubs, s)
+			}
+		default:
+			v, _ := protowire.ConsumeBytes(b[n:])
+			d.r, bad = versionEntry(v, t, d.r, &d.versions, entries)
+		}
+		b = b[size:]
+	}
+	return d, bad
 }
 
 // versionEntry decodes one entry of initial_resource_versions (v): a
@@ -202,15 +217,21 @@ func mapEntry(b []byte) (key, val []byte, err error) {
 				return nil, nil, protowire.ParseError(m)
 			}
 			// A field repeated: the last one is the entry's, and each
-			// must be UTF-8 (the runtime checks every one).
-			prev := &key
+			// must be UTF-8 (the runtime checks every one). (Assigned
+			// here, not through a pointer to key or val: a store through
+			// a pointer takes a write barrier while the collector runs.)
+			prev := key
 			if num == 2 {
-				prev = &val
+				prev = val
 			}
-			if *prev != nil && !utf8.Valid(*prev) {
+			if prev != nil && !utf8.Valid(prev) {
 				return nil, nil, errEntryUTF8
 			}
-			*prev = v
+			if num == 1 {
+				key = v
+			} else {
+				val = v
+			}
 			b = b[m:]
 			continue
 		}

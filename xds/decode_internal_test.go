@@ -65,6 +65,11 @@ func FuzzDecode(f *testing.F) {
 	f.Add(entryBytes(str(1, "\xff"), str(2, "1")))
 	f.Add(entryBytes(str(1, "k"), str(2, "\xc3")))
 	f.Add(append(entryBytes(str(1, "k")), 0x2a, 0x05, 0x0a))
+	// A key or value repeated within an entry: the last one is the
+	// entry's, and every one must be UTF-8.
+	f.Add(append(entryBytes(str(1, "x"), str(1, "a"), str(2, "1")), entryBytes(str(1, "b"), str(2, "2"), str(2, "1"))...))
+	f.Add(entryBytes(str(1, "\xff"), str(1, "a"), str(2, "1")))
+	f.Add(entryBytes(str(1, "a"), str(2, "\xc3"), str(2, "1")))
 	// Names: invalid UTF-8, a name of the wrong wire type, names before
 	// the type URL.
 	f.Add(str(deltaSubscribe, "a\xff")(nil))

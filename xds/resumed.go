@@ -100,20 +100,20 @@ func (r *resumedVersions) spill(versions *map[string]string) {
 	}
 }
 
-// subscribed notes a name the request subscribes to (e: its entry in the
-// wire index, if any). r may be nil.
-func (r *resumedVersions) subscribed(n string, e *store.Entry) {
+// subscribed notes a name the request subscribes to (w: its entry in the
+// wire index; w.Entry nil: none). r may be nil.
+func (r *resumedVersions) subscribed(n string, w store.WireEntry) {
 	if r == nil || !r.subsIn {
 		return
 	}
-	if e == nil || n == explicitWildcard || e.Slot >= r.bound {
+	if w.Entry == nil || n == explicitWildcard || w.Slot >= r.bound {
 		r.subsIn = false
 		return
 	}
 	if r.subBits == nil {
 		r.subBits = newBitset(r.bound)
 	}
-	r.subBits.set(e.Slot)
+	r.subBits.set(w.Slot)
 }
 
 // done ends the decoding: nil if no entry was current.

@@ -5,7 +5,6 @@ package load
 
 import (
 	"context"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,7 +29,8 @@ const (
 type fleet struct {
 	services int
 	names    []string
-	order    []int // of the services in a request's map entries (mapOrder)
+	orders   [resumeOrders][]int // of the services in a request's map entries (mapOrders)
+	resumes  resumeBodies
 
 	mu      sync.RWMutex
 	decoded map[string]decodedCLA
@@ -53,7 +53,7 @@ type decodedCLA struct {
 }
 
 func newFleet(services int) *fleet {
-	f := &fleet{services: services, names: make([]string, services), order: mapOrder(services), decoded: map[string]decodedCLA{},
+	f := &fleet{services: services, names: make([]string, services), orders: mapOrders(services), decoded: map[string]decodedCLA{},
 		cdsVersions: make(versionTable, services), edsVersions: make(versionTable, services), lastCLA: make([]atomic.Pointer[claDecoding], services)}
 	for i := range services {
 		f.names[i] = svcName(i)
@@ -137,6 +137,9 @@ type client struct {
 	responses atomic.Int64
 	ready     atomic.Bool // has the whole initial state
 	up        atomic.Bool // current stream sent its first requests
+	// resynced: when (unix ns) a resumed stream had ACKed an answer of
+	// each type its first requests asked for; 0 until then.
+	resynced atomic.Int64
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -176,6 +179,7 @@ func (c *client) start(resume bool) {
 	c.cancel = cancel
 	c.done = make(chan struct{})
 	c.up.Store(false)
+	c.resynced.Store(0)
 	go func() {
 		defer close(c.done)
 		var err error
@@ -190,6 +194,29 @@ func (c *client) start(resume bool) {
 			c.mu.Unlock()
 		}
 	}()
+}
+
+// resync follows a resumed stream's first answers: the types asked for
+// and not yet answered.
+type resync struct {
+	c        *client
+	cds, eds bool
+}
+
+// answered notes an answer of typeURL, ACKed; the client is resynced
+// once every type asked for was answered.
+func (r *resync) answered(typeURL string) {
+	switch {
+	case typeURL == cdsType && r.cds:
+		r.cds = false
+	case typeURL == edsType && r.eds:
+		r.eds = false
+	default:
+		return
+	}
+	if !r.cds && !r.eds {
+		r.c.resynced.Store(time.Now().UnixNano())
+	}
 }
 
 // stop closes the stream and waits for its goroutine.
@@ -226,6 +253,7 @@ func (c *client) runDelta(ctx context.Context, resume bool) error {
 		return err
 	}
 	node := &core.Node{Id: c.node, Cluster: "xdsload"}
+	rs := resync{c: c}
 	if !resume {
 		if err := st.Send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: cdsType}); err != nil {
 			return err
@@ -238,6 +266,7 @@ func (c *client) runDelta(ctx context.Context, resume bool) error {
 		if err := st.SendMsg(first); err != nil {
 			return err
 		}
+		rs.cds, rs.eds = true, edsResume != nil
 		if edsResume != nil {
 			if err := st.SendMsg(edsResume); err != nil {
 				return err
@@ -297,9 +326,10 @@ func (c *client) runDelta(ctx context.Context, resume bool) error {
 			c.mu.Unlock()
 			// (gRPC writes a request's bytes after SendMsg returns: one
 			// buffer each.)
-			if err := st.SendMsg(rawRequest(appendACK(nil, cdsType, r.nonce))); err != nil {
+			if err := st.SendMsg(rawRequest{appendACK(nil, cdsType, r.nonce)}); err != nil {
 				return err
 			}
+			rs.answered(cdsType)
 			if len(sub) > 0 || len(unsub) > 0 {
 				if err := st.Send(&discovery.DeltaDiscoveryRequest{
 					TypeUrl: edsType, ResourceNamesSubscribe: c.namesOf(sub), ResourceNamesUnsubscribe: c.namesOf(unsub),
@@ -331,9 +361,10 @@ func (c *client) runDelta(ctx context.Context, resume bool) error {
 				}
 			}
 			c.mu.Unlock()
-			if err := st.SendMsg(rawRequest(appendACK(nil, edsType, r.nonce))); err != nil {
+			if err := st.SendMsg(rawRequest{appendACK(nil, edsType, r.nonce)}); err != nil {
 				return err
 			}
+			rs.answered(edsType)
 			c.record(got, recv, time.Now().UnixNano())
 		}
 		r.release()
@@ -343,41 +374,28 @@ func (c *client) runDelta(ctx context.Context, resume bool) error {
 
 // resumeRequests are a delta client's first requests on a new stream: CDS
 // with the versions it holds, and EDS (nil if it follows no assignment)
-// with its subscription and the versions it holds.
+// with its subscription and the versions it holds. Their bodies are the
+// fleet's, shared by the clients holding the same (resumeBodies), with
+// the entries in the order of the client's id.
 func (c *client) resumeRequests(node *core.Node) (cds, eds rawRequest, err error) {
-	first, err := newResumeRequest(node, cdsType)
+	nf, err := nodeField(node)
 	if err != nil {
 		return nil, nil, err
 	}
-	edsResume, _ := newResumeRequest(nil, edsType)
-	subscribed := false
+	k := c.id % resumeOrders
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if n := len(c.fl.names); n > 0 {
-		// Room for every entry, as long as the first: the requests do not
-		// grow (and copy) as they are written.
-		entry := len(c.fl.names[0]) + len(c.cdsVer[0]) + len(c.edsVer[0]) + 16
-		first.b = slices.Grow(first.b, n*entry)
-		edsResume.b = slices.Grow(edsResume.b, n*entry*2)
-	}
-	for i := range c.edsSub {
-		if c.edsSub[i] {
-			edsResume.subscribe(c.fl.names[i])
-			subscribed = true
-		}
-	}
-	for _, i := range c.fl.order {
-		if c.cdsHave[i] {
-			first.version(c.fl.names[i], c.cdsVer[i])
-		}
-		if c.edsSub[i] && c.edsHave[i] {
-			edsResume.version(c.fl.names[i], c.edsVer[i])
-		}
+	cds = rawRequest{nf, c.fl.resumes.body(c.fl, cdsType, heldState{have: c.cdsHave, vers: c.cdsVer}, k)}
+	held := make([]bool, len(c.edsSub))
+	subscribed := false
+	for i, s := range c.edsSub {
+		held[i] = s && c.edsHave[i]
+		subscribed = subscribed || s
 	}
 	if !subscribed {
-		return first.b, nil, nil
+		return cds, nil, nil
 	}
-	return first.b, edsResume.b, nil
+	return cds, rawRequest{c.fl.resumes.body(c.fl, edsType, heldState{subs: c.edsSub, have: held, vers: c.edsVer}, k)}, nil
 }
 
 // record notes the markers received, once the response is ACKed.
@@ -419,6 +437,7 @@ func (c *client) runSotw(ctx context.Context, resume bool) error {
 		return err
 	}
 	edsAsked := false
+	rs := resync{c: c, cds: resume, eds: resume}
 	if resume {
 		if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: edsType, ResourceNames: edsNames, VersionInfo: edsVer}); err != nil {
 			return err
@@ -447,6 +466,7 @@ func (c *client) runSotw(ctx context.Context, resume bool) error {
 			if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: cdsType, VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce(), ResourceNames: cdsNames}); err != nil {
 				return err
 			}
+			rs.answered(cdsType)
 			if !edsAsked {
 				edsAsked = true
 				if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: edsType, ResourceNames: edsNames}); err != nil {
@@ -484,6 +504,7 @@ func (c *client) runSotw(ctx context.Context, resume bool) error {
 			if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: edsType, VersionInfo: v, ResponseNonce: r.GetNonce(), ResourceNames: edsNames}); err != nil {
 				return err
 			}
+			rs.answered(edsType)
 			ack := time.Now().UnixNano()
 			if snapshot >= 0 {
 				c.mu.Lock()

@@ -98,6 +98,12 @@ func TestSmallScenarioSmoke(t *testing.T) {
 					if f := tr.Storm.ResentFraction["delta"]; f > 0.05 {
 						t.Errorf("bridge: delta clients were resent %.2f of their initial bytes", f)
 					}
+					// Every client is answered on its reconnected
+					// streams, before the change is made.
+					if s := tr.Storm; s.Resynced != sc.Clients || s.ResyncS <= 0 || s.ResyncS > s.ChangeAtS || s.ConvergedS != s.ResyncS ||
+						s.ChangeS <= 0 || s.ChangeAckedS < s.ChangeAtS || len(s.Samples) == 0 || s.ServerCPUToResync <= 0 {
+						t.Errorf("bridge: storm %+v", s)
+					}
 				}
 			}
 			dir := t.TempDir()

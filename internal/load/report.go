@@ -103,11 +103,22 @@ type ModeReport struct {
 type StormReport struct {
 	Clients int     `json:"clients"`
 	Window  float64 `json:"window_s"`
-	// ConvergedS: from the drop until every client, reconnected with its
-	// known versions, holds (and ACKed) a change made once all had reissued
-	// their requests.
+	// ResyncS: from the drop until the last client resynced: each of its
+	// reconnected streams had (and ACKed) an answer of every type its
+	// first requests asked for; Resynced: the clients that were, before
+	// the change. ConvergedS: ResyncS if every client resynced, else
+	// ChangeAckedS.
+	ResyncS    float64 `json:"resync_s"`
+	Resynced   int     `json:"resynced"`
 	ConvergedS float64 `json:"converged_s"`
-	Converged  bool    `json:"converged"`
+	// ChangeAtS: when the change was made, after every client reissued
+	// its requests and no bytes flowed for 600 ms (to count the bytes
+	// resent apart from the change); ChangeS: from the change until the
+	// last client ACKed it; ChangeAckedS: from the drop until then.
+	ChangeAtS    float64 `json:"change_at_s"`
+	ChangeS      float64 `json:"change_s"`
+	ChangeAckedS float64 `json:"change_acked_s"`
+	Converged    bool    `json:"converged"`
 	// ResentFraction: payload bytes received on reconnect (before that
 	// change) over the initial full-state bytes, per mode.
 	ResentFraction map[string]float64 `json:"resent_fraction"`
@@ -116,6 +127,12 @@ type StormReport struct {
 	// (its run's, the storm included); PeakRSSBefore: at its start.
 	PeakRSS       int64 `json:"peak_rss_bytes"`
 	PeakRSSBefore int64 `json:"peak_rss_before_bytes"`
+	// The harness's (the simulated clients') and the serving process's
+	// CPU seconds from the drop to the first sample after ResyncS, and
+	// both through the storm (every 250 ms, and at its end).
+	HarnessCPUToResync float64     `json:"harness_cpu_s_to_resync"`
+	ServerCPUToResync  float64     `json:"server_cpu_s_to_resync"`
+	Samples            []CPUSample `json:"cpu_samples"`
 }
 
 // TargetReport is one target's run of the scenario.
@@ -324,6 +341,7 @@ func ratiosOver(br, bl *TargetReport) map[string]float64 {
 	}
 	if a, b := br.Storm, bl.Storm; a != nil && b != nil {
 		put("storm_converged_s", a.ConvergedS, b.ConvergedS)
+		put("storm_change_acked_s", a.ChangeAckedS, b.ChangeAckedS)
 		put("storm_cpu_seconds", a.CPUSeconds, b.CPUSeconds)
 		put("storm_peak_rss", float64(a.PeakRSS), float64(b.PeakRSS))
 	}
@@ -379,8 +397,9 @@ func PrintTable(w io.Writer, rep *Report) {
 	}
 	for _, t := range rep.Targets {
 		if s := t.Storm; s != nil {
-			fmt.Fprintf(w, "%-9s storm: %d clients reconnect within %.1fs: converged %v in %.2fs, resent %v of the initial bytes, %.2f cpu s, peak RSS %.0fMB (%.0fMB before)\n",
-				t.Target, s.Clients, s.Window, s.Converged, s.ConvergedS, s.ResentFraction, s.CPUSeconds, float64(s.PeakRSS)/(1<<20), float64(s.PeakRSSBefore)/(1<<20))
+			fmt.Fprintf(w, "%-9s storm: %d clients reconnect within %.1fs: %d resynced in %.2fs (cpu s: harness %.2f, server %.2f), converged %v in %.2fs; change made at %.2fs, acked by all in %.2fs (%.2fs from the drop); resent %v of the initial bytes, %.2f cpu s, peak RSS %.0fMB (%.0fMB before)\n",
+				t.Target, s.Clients, s.Window, s.Resynced, s.ResyncS, s.HarnessCPUToResync, s.ServerCPUToResync, s.Converged, s.ConvergedS,
+				s.ChangeAtS, s.ChangeS, s.ChangeAckedS, s.ResentFraction, s.CPUSeconds, float64(s.PeakRSS)/(1<<20), float64(s.PeakRSSBefore)/(1<<20))
 		}
 		for _, e := range t.Errors {
 			fmt.Fprintf(w, "%-9s error: %s\n", t.Target, e)

@@ -223,7 +223,7 @@ func (s *server) Stats() (ServerStats, error) {
 	}
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
-		st.CPUSeconds = tvSeconds(ru.Utime) + tvSeconds(ru.Stime)
+		st.CPUSeconds = cpuSecondsOf(&ru)
 		st.MaxRSSBytes = ru.Maxrss * 1024
 	}
 	// The peak is VmHWM where there is one: Linux carries a process's
@@ -240,6 +240,17 @@ func (s *server) Stats() (ServerStats, error) {
 	st.HeapBytes = ms.HeapAlloc
 	return st, nil
 }
+
+// cpuSeconds is this process's CPU seconds (0 if unknown).
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return cpuSecondsOf(&ru)
+}
+
+func cpuSecondsOf(ru *syscall.Rusage) float64 { return tvSeconds(ru.Utime) + tvSeconds(ru.Stime) }
 
 func tvSeconds(tv syscall.Timeval) float64 {
 	return float64(tv.Sec) + float64(tv.Usec)/1e6
@@ -271,6 +282,8 @@ func (s *server) Close() error {
 // its CPU and memory are measured apart from the simulated clients. It
 // prints "ADDR host:port", then reads commands on stdin, one a line:
 // "C seq svc" (apply a change), "S" (print the stats as one JSON line),
+// "U" (the CPU seconds only: no heap profile, which "S" writes when
+// profiled, and no stop of the world to read the memory statistics),
 // "P path" (end the CPU profile and start one into path; "P": none),
 // "Q" (exit).
 func ServeMain(args []string, in io.Reader, out io.Writer) int {
@@ -279,7 +292,7 @@ func ServeMain(args []string, in io.Reader, out io.Writer) int {
 	services := fs.Int("services", 100, "services")
 	endpoints := fs.Int("endpoints", 10, "endpoints per service")
 	clients := fs.Int("clients", 100, "clients (baseline: nodes to set snapshots for)")
-	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the serving process to this file (until a P command names another), and a heap profile (after a GC) next to it at each stats command: FILE.heapN")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the serving process to this file (until a P command names another), and a heap profile (after a GC) next to it at each S command: FILE.heapN")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -313,9 +326,14 @@ func ServeMain(args []string, in io.Reader, out io.Writer) int {
 					_ = s.Change(seq, svc)
 				}
 			}
-		case "S":
-			st, _ := s.Stats()
-			if *cpuprofile != "" {
+		case "S", "U":
+			var st ServerStats
+			if f[0] == "U" {
+				st.CPUSeconds = cpuSeconds()
+			} else {
+				st, _ = s.Stats()
+			}
+			if *cpuprofile != "" && f[0] == "S" {
 				heaps++
 				writeHeapProfile(fmt.Sprintf("%s.heap%d", *cpuprofile, heaps))
 			}

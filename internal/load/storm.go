@@ -1,17 +1,21 @@
 // The reconnect storm: every client drops and reconnects with its known
-// versions, then one change must reach all of them.
+// versions; once each has had the answers to its reconnected streams (it
+// is resynced) and no bytes have flowed for 600 ms, one change must reach
+// all of them.
 
 package load
 
 import (
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 )
 
 // storm drops every stream and reopens it, each at a random time within the
 // window, with the client's known versions; then makes one change and waits
-// until every client holds it.
+// until every client holds it. It samples the harness's and the serving
+// process's CPU through it.
 func storm(sc Scenario, tg target, clients []*client, rng *rand.Rand, seq int, initBytes []int64) (*StormReport, error) {
 	rep := &StormReport{Clients: len(clients), Window: sc.StormWindow.Seconds(), ResentFraction: map[string]float64{}}
 	st0, err := tg.Stats()
@@ -24,6 +28,8 @@ func storm(sc Scenario, tg target, clients []*client, rng *rand.Rand, seq int, i
 		offsets[i] = time.Duration(rng.Int64N(int64(sc.StormWindow)))
 	}
 	start := time.Now()
+	stopSampling := sampleCPU(tg, start, &rep.Samples)
+	defer stopSampling()
 	for _, c := range clients {
 		c.stop()
 	}
@@ -65,6 +71,16 @@ func storm(sc Scenario, tg target, clients []*client, rng *rand.Rand, seq int, i
 		prev = sum
 	}
 	b1, _ := counters(clients)
+	var resynced int64
+	for _, c := range clients {
+		if t := c.resynced.Load(); t > 0 {
+			rep.Resynced++
+			resynced = max(resynced, t)
+		}
+	}
+	if resynced > 0 {
+		rep.ResyncS = round3(float64(resynced-start.UnixNano()) / 1e9)
+	}
 	resent := map[string][2]int64{}
 	for i, c := range clients {
 		m := "sotw"
@@ -94,6 +110,8 @@ func storm(sc Scenario, tg target, clients []*client, rng *rand.Rand, seq int, i
 			break
 		}
 	}
+	changed := time.Now()
+	rep.ChangeAtS = round3(changed.Sub(start).Seconds())
 	if err := tg.Change(seq, svc); err != nil {
 		return nil, err
 	}
@@ -120,9 +138,19 @@ func storm(sc Scenario, tg target, clients []*client, rng *rand.Rand, seq int, i
 			}
 		}
 	}
+	stopSampling()
 	if last > 0 {
-		rep.ConvergedS = round3(float64(last-start.UnixNano()) / 1e9)
+		rep.ChangeAckedS = round3(float64(last-start.UnixNano()) / 1e9)
+		rep.ChangeS = round3(float64(last-changed.UnixNano()) / 1e9)
 	}
+	// Converged: every client resynced; a target that leaves some
+	// reconnected stream unanswered until the change converged when the
+	// change reached every client.
+	rep.ConvergedS = rep.ResyncS
+	if rep.Resynced < len(clients) {
+		rep.ConvergedS = rep.ChangeAckedS
+	}
+	rep.HarnessCPUToResync, rep.ServerCPUToResync = cpuAt(rep.Samples, rep.ResyncS)
 	st1, err := tg.Stats()
 	if err != nil {
 		return nil, err
@@ -132,4 +160,64 @@ func storm(sc Scenario, tg target, clients []*client, rng *rand.Rand, seq int, i
 	// kernel updates the high-water mark lazily.)
 	rep.PeakRSS, rep.PeakRSSBefore = max(st1.MaxRSSBytes, st0.MaxRSSBytes), st0.MaxRSSBytes
 	return rep, nil
+}
+
+// CPUSample is the harness's and the serving process's CPU seconds used
+// since the storm's start, T seconds into it.
+type CPUSample struct {
+	T       float64 `json:"t_s"`
+	Harness float64 `json:"harness_cpu_s"`
+	Server  float64 `json:"server_cpu_s"`
+}
+
+// cpuSampleEvery is the period of the storm's CPU samples.
+const cpuSampleEvery = 250 * time.Millisecond
+
+// sampleCPU samples both processes' CPU into *out every cpuSampleEvery
+// until the function it returns is called (which takes a last sample).
+// With -inprocess both are the one process's.
+func sampleCPU(tg target, start time.Time, out *[]CPUSample) (stop func()) {
+	h0 := cpuSeconds()
+	st0, _ := tg.Usage()
+	sample := func() {
+		st, err := tg.Usage()
+		if err != nil {
+			return
+		}
+		*out = append(*out, CPUSample{T: round3(time.Since(start).Seconds()),
+			Harness: round3(cpuSeconds() - h0), Server: round3(st.CPUSeconds - st0.CPUSeconds)})
+	}
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(cpuSampleEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				sample()
+			case <-done:
+				sample()
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(done)
+			<-finished
+		})
+	}
+}
+
+// cpuAt is the CPU of both processes at the first sample at or after t
+// seconds (zeros if none).
+func cpuAt(samples []CPUSample, t float64) (harness, server float64) {
+	for _, s := range samples {
+		if s.T >= t {
+			return s.Harness, s.Server
+		}
+	}
+	return 0, 0
 }

@@ -20,6 +20,11 @@ type target interface {
 	Addr() string
 	Change(seq, svc int) error
 	Stats() (ServerStats, error)
+	// Usage is the CPU seconds of Stats only, without the heap profile
+	// (after a collection) a profiled child writes at each Stats, nor the
+	// memory statistics (a stop of the world): for samples taken while the
+	// server works.
+	Usage() (ServerStats, error)
 	// Profile ends the serving process's CPU profile and starts one into
 	// path ("": none), so that each phase of a run has its own.
 	Profile(path string) error
@@ -36,6 +41,10 @@ func (p inProcess) Stats() (ServerStats, error) {
 	st, err := p.server.Stats()
 	st.InProcess = true
 	return st, err
+}
+
+func (p inProcess) Usage() (ServerStats, error) {
+	return ServerStats{CPUSeconds: cpuSeconds(), InProcess: true}, nil
 }
 
 // ChildEnv makes a re-executed binary (the harness itself, or the test
@@ -117,11 +126,16 @@ func (c *child) Profile(path string) error {
 	return err
 }
 
-func (c *child) Stats() (ServerStats, error) {
+func (c *child) Stats() (ServerStats, error) { return c.query("S\n") }
+
+func (c *child) Usage() (ServerStats, error) { return c.query("U\n") }
+
+// query sends the child a stats command, and reads its answer.
+func (c *child) query(cmd string) (ServerStats, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var st ServerStats
-	if _, err := io.WriteString(c.in, "S\n"); err != nil {
+	if _, err := io.WriteString(c.in, cmd); err != nil {
 		return st, err
 	}
 	line, err := c.out.ReadString('\n')

@@ -51,11 +51,13 @@ type WireType struct {
 }
 
 // WireEntry is an entry as the index holds it: the store's entry, and
-// beside its key a copy of its version and its slot, which a decoder reads
-// without reading the entry.
+// beside its key a copy of its version, its name and its slot, which a
+// decoder reads without reading the entry (whose name and slot are two
+// cache lines apart).
 type WireEntry struct {
 	Entry   *Entry
 	Version string // a copy of Entry.Version, with the keys
+	Name    string // Entry.Name
 	Slot    int32
 	key     string // the map's key: a copy of Entry.Name
 }
@@ -135,7 +137,7 @@ func (x *WireIndex) Follow(ts *Type, names []string) {
 // entry is e's WireEntry under key k, its version copied.
 func (t *WireType) entry(e *Entry, k string) WireEntry {
 	t.live += len(e.Version)
-	return WireEntry{Entry: e, Version: t.key(e.Version), Slot: e.Slot, key: k}
+	return WireEntry{Entry: e, Version: t.key(e.Version), Name: e.Name, Slot: e.Slot, key: k}
 }
 
 // Find returns the entry of name (its encoded bytes), if the index holds
@@ -168,15 +170,15 @@ func (x *WireIndex) Read(typeURL []byte, fn func(t *WireType)) {
 	fn(x.types[string(typeURL)])
 }
 
-// WireName is name (its encoded bytes) as a string: the store's, if it
-// serves the name (t nil: none).
-func (t *WireType) WireName(name []byte) (string, *Entry) {
+// WireName is name (its encoded bytes) as a string, the store's if it
+// serves the name, with its entry (none: a zero WireEntry; t nil: none).
+func (t *WireType) WireName(name []byte) (string, WireEntry) {
 	if t != nil {
 		if w, ok := t.entries[string(name)]; ok {
-			return w.Entry.Name, w.Entry
+			return w.Name, w
 		}
 	}
-	return string(name), nil
+	return string(name), WireEntry{}
 }
 
 // WireVersion is version (its encoded bytes, a client's version of e) as

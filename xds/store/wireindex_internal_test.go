@@ -52,8 +52,8 @@ func TestWireIndexFollowsThroughKeyCopies(t *testing.T) {
 				if got := w.Entry(n); got != e {
 					t.Fatalf("step %d: the index holds %v for %s, the type serves %v", step, got, n, e)
 				}
-				if name, got := w.WireName([]byte(n)); got != e || name != e.Name {
-					t.Fatalf("step %d: WireName(%s) = %q, %v", step, n, name, got)
+				if name, got := w.WireName([]byte(n)); got.Entry != e || got.Version != e.Version || got.Slot != e.Slot || name != e.Name {
+					t.Fatalf("step %d: WireName(%s) = %q, %+v", step, n, name, got)
 				}
 				if f, ok := w.Find([]byte(n)); !ok || f.Entry != e || f.Version != e.Version || f.Slot != e.Slot {
 					t.Fatalf("step %d: Find(%s) = %+v, %v; want %+v", step, n, f, ok, e)

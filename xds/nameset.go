@@ -40,6 +40,12 @@ type sharedSet[K comparable] struct {
 	// calls: derivations from s by their arguments (callKey); a call
 	// with the same arguments, in the same order, has the same result.
 	calls map[callKey]*call[K]
+	// parents: the sets whose calls name s, which forget them when s is
+	// collected (recalledBy).
+	parents struct {
+		mu sync.Mutex
+		m  map[weak.Pointer[sharedSet[K]]]struct{}
+	}
 }
 
 // callKey identifies the arguments of a derivation: a hash of the names
@@ -201,8 +207,10 @@ func (s *sharedSet[K]) recall(k callKey, add, remove []K, c *sharedSet[K]) {
 }
 
 // recallLocked is recall with s.mu held. The arguments are copied (a
-// request's names are its own). A call is only ever set, never changed,
-// so called reads one outside the lock.
+// request's names are its own), and dropped when c is collected: a set
+// that lives on (the table's empty set, every stream's root) keeps no
+// arguments of sets gone. A call is only ever set, never changed, so
+// called reads one outside the lock.
 func (s *sharedSet[K]) recallLocked(k callKey, add, remove []K, c *sharedSet[K]) {
 	if s.calls == nil {
 		s.calls = map[callKey]*call[K]{}
@@ -214,6 +222,37 @@ func (s *sharedSet[K]) recallLocked(k callKey, add, remove []K, c *sharedSet[K])
 		}
 	}
 	s.calls[k] = &call[K]{add: slices.Clone(add), remove: slices.Clone(remove), result: weak.Make(c)}
+	if c != s {
+		c.recalledBy(s)
+	}
+}
+
+// recalledBy makes s's calls forget c when c is collected, once per s.
+// parents.mu is taken last, and holds no other lock (sets derive from
+// each other both ways).
+func (c *sharedSet[K]) recalledBy(s *sharedSet[K]) {
+	ws := weak.Make(s) // held weakly: a derived set keeps no parent alive
+	c.parents.mu.Lock()
+	defer c.parents.mu.Unlock()
+	if _, ok := c.parents.m[ws]; ok {
+		return
+	}
+	if c.parents.m == nil {
+		c.parents.m = map[weak.Pointer[sharedSet[K]]]struct{}{}
+	}
+	c.parents.m[ws] = struct{}{}
+	runtime.AddCleanup(c, forgetCalls[K], ws)
+}
+
+// forgetCalls drops the calls of a set whose results were collected.
+func forgetCalls[K comparable](wp weak.Pointer[sharedSet[K]]) {
+	s := wp.Value()
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	maps.DeleteFunc(s.calls, func(_ callKey, cl *call[K]) bool { return cl.result.Value() == nil })
 }
 
 // deriveAdded returns s ∪ added, where none of added is in s nor

@@ -1,0 +1,119 @@
+package xds
+
+import (
+	"fmt"
+	"hash/maphash"
+	"maps"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestDeriveMatchesMapModel: streams deriving their subscriptions at once
+// from shared sets, with the same arguments taken from a small pool (so
+// that derivations are found by their arguments) and arguments reused and
+// overwritten by the caller after each call, always hold the set a plain
+// map gives, and its names in order; a name cursor over it answers as the
+// map.
+func TestDeriveMatchesMapModel(t *testing.T) {
+	const streams, steps = 4, 60
+	pool := make([][]string, 24)
+	rng := rand.New(rand.NewPCG(11, 12))
+	for i := range pool {
+		for range rng.IntN(6) {
+			pool[i] = append(pool[i], fmt.Sprintf("m%02d", rng.IntN(30)))
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, streams)
+	for g := range streams {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 13))
+			s, model := emptyNames, map[string]struct{}{}
+			var held []*nameSet
+			add, remove := make([]string, 0, 8), make([]string, 0, 8)
+			for step := range steps {
+				add = append(add[:0], pool[rng.IntN(len(pool))]...)
+				remove = append(remove[:0], pool[rng.IntN(len(pool))]...)
+				if rng.IntN(3) == 0 {
+					remove = remove[:0]
+				}
+				s = s.derive(add, remove)
+				for _, n := range add {
+					model[n] = struct{}{}
+				}
+				for _, n := range remove {
+					delete(model, n)
+				}
+				// The caller's slices are its own: overwritten.
+				for i := range add {
+					add[i] = "x"
+				}
+				for i := range remove {
+					remove[i] = "y"
+				}
+				want := slices.Sorted(maps.Keys(model))
+				if got := slices.Sorted(maps.Keys(s.m)); !slices.Equal(got, want) {
+					errs <- fmt.Errorf("stream %d step %d: set %v, want %v", g, step, got, want)
+					return
+				}
+				if !slices.Equal(s.sorted, want) {
+					errs <- fmt.Errorf("stream %d step %d: sorted %v, want %v", g, step, s.sorted, want)
+					return
+				}
+				cur := newNameCursor(s)
+				for i := range 32 {
+					n := fmt.Sprintf("m%02d", i)
+					if _, ok := model[n]; cur.has(n) != ok {
+						errs <- fmt.Errorf("stream %d step %d: cursor on %s says %v", g, step, n, !ok)
+						return
+					}
+				}
+				if step%7 == 0 {
+					held = append(held, s)
+				}
+			}
+			_ = held
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestDeriveCallsForgottenWithTheirSets: the arguments a set remembers of a
+// derivation from it (sharedSet.calls) go when the set derived is
+// collected: a set that lives on (the empty set, every stream's root) does
+// not keep a departed fleet's subscriptions.
+func TestDeriveCallsForgottenWithTheirSets(t *testing.T) {
+	tab := ordered(newSetTable(func(n string) uint64 { return maphash.String(nameSeed, n) }), strings.Compare)
+	root := tab.empty
+	for i := range 4 {
+		add := make([]string, 500)
+		for j := range add {
+			add[j] = fmt.Sprintf("set%d-name%04d", i, j)
+		}
+		if s := root.derive(add, nil); s.len() != len(add) {
+			t.Fatalf("derive of %d names gave %d", len(add), s.len())
+		}
+	}
+	kept := func() int {
+		root.mu.Lock()
+		defer root.mu.Unlock()
+		return len(root.calls)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for kept() > 0 && time.Now().Before(deadline) {
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
+	if n := kept(); n > 0 {
+		t.Fatalf("the root still remembers %d derivations whose sets were collected", n)
+	}
+}

@@ -18,8 +18,22 @@ import (
 // that derivations are found by their arguments) and arguments reused and
 // overwritten by the caller after each call, always hold the set a plain
 // map gives, and its names in order; a name cursor over it answers as the
-// map.
+// map. Also with a table whose hash tells few names apart, where
+// derivations of other arguments share keys and only the comparison of
+// the names tells them apart.
 func TestDeriveMatchesMapModel(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		tab  *setTable[string]
+	}{
+		{"names", nameSets},
+		{"colliding", ordered(newSetTable(func(n string) uint64 { return uint64(len(n) % 2) }), strings.Compare)},
+	} {
+		t.Run(tc.name, func(t *testing.T) { deriveMatchesMapModel(t, tc.tab) })
+	}
+}
+
+func deriveMatchesMapModel(t *testing.T, tab *setTable[string]) {
 	const streams, steps = 4, 60
 	pool := make([][]string, 24)
 	rng := rand.New(rand.NewPCG(11, 12))
@@ -33,7 +47,7 @@ func TestDeriveMatchesMapModel(t *testing.T) {
 	for g := range streams {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(g), 13))
-			s, model := emptyNames, map[string]struct{}{}
+			s, model := tab.empty, map[string]struct{}{}
 			var held []*nameSet
 			add, remove := make([]string, 0, 8), make([]string, 0, 8)
 			for step := range steps {
@@ -49,12 +63,12 @@ func TestDeriveMatchesMapModel(t *testing.T) {
 				for _, n := range remove {
 					delete(model, n)
 				}
-				// The caller's slices are its own: overwritten.
-				for i := range add {
-					add[i] = "x"
-				}
-				for i := range remove {
-					remove[i] = "y"
+				// The caller's slices are its own: overwritten, with the
+				// names of other arguments of as many names.
+				for _, args := range [][]string{add, remove} {
+					if other := pool[rng.IntN(len(pool))]; len(other) == len(args) {
+						copy(args, other)
+					}
 				}
 				want := slices.Sorted(maps.Keys(model))
 				if got := slices.Sorted(maps.Keys(s.m)); !slices.Equal(got, want) {
@@ -65,8 +79,14 @@ func TestDeriveMatchesMapModel(t *testing.T) {
 					errs <- fmt.Errorf("stream %d step %d: sorted %v, want %v", g, step, s.sorted, want)
 					return
 				}
-				cur := newNameCursor(s)
+				// Names asked in order, then again out of order.
+				asked := make([]int, 0, 64)
 				for i := range 32 {
+					asked = append(asked, i)
+				}
+				asked = append(asked, rng.Perm(32)...)
+				cur := newNameCursor(s)
+				for _, i := range asked {
 					n := fmt.Sprintf("m%02d", i)
 					if _, ok := model[n]; cur.has(n) != ok {
 						errs <- fmt.Errorf("stream %d step %d: cursor on %s says %v", g, step, n, !ok)

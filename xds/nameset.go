@@ -227,21 +227,21 @@ func (s *sharedSet[K]) recallLocked(k callKey, add, remove []K, c *sharedSet[K])
 	}
 }
 
-// recalledBy makes s's calls forget c when c is collected, once per s.
-// parents.mu is taken last, and holds no other lock (sets derive from
-// each other both ways).
-func (c *sharedSet[K]) recalledBy(s *sharedSet[K]) {
-	ws := weak.Make(s) // held weakly: a derived set keeps no parent alive
-	c.parents.mu.Lock()
-	defer c.parents.mu.Unlock()
-	if _, ok := c.parents.m[ws]; ok {
+// recalledBy makes parent's calls forget s when s is collected, once per
+// parent. parents.mu is taken last, and holds no other lock (sets derive
+// from each other both ways).
+func (s *sharedSet[K]) recalledBy(parent *sharedSet[K]) {
+	wp := weak.Make(parent) // held weakly: a derived set keeps no parent alive
+	s.parents.mu.Lock()
+	defer s.parents.mu.Unlock()
+	if _, ok := s.parents.m[wp]; ok {
 		return
 	}
-	if c.parents.m == nil {
-		c.parents.m = map[weak.Pointer[sharedSet[K]]]struct{}{}
+	if s.parents.m == nil {
+		s.parents.m = map[weak.Pointer[sharedSet[K]]]struct{}{}
 	}
-	c.parents.m[ws] = struct{}{}
-	runtime.AddCleanup(c, forgetCalls[K], ws)
+	s.parents.m[wp] = struct{}{}
+	runtime.AddCleanup(s, forgetCalls[K], wp)
 }
 
 // forgetCalls drops the calls of a set whose results were collected.

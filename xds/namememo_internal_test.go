@@ -137,3 +137,28 @@ func TestDeriveCallsForgottenWithTheirSets(t *testing.T) {
 		t.Fatalf("the root still remembers %d derivations whose sets were collected", n)
 	}
 }
+
+// TestDeriveParentsOfALiveSetBounded: a set that lives on, reached again
+// and again from new sets that are then collected (a fleet reconnecting
+// wave after wave), keeps no record of each parent it ever had.
+func TestDeriveParentsOfALiveSetBounded(t *testing.T) {
+	tab := ordered(newSetTable(func(n string) uint64 { return maphash.String(nameSeed, n) }), strings.Compare)
+	base := []string{"a", "b", "c"}
+	child := tab.empty.derive(base, nil)
+	parents := func() int {
+		child.parents.mu.Lock()
+		defer child.parents.mu.Unlock()
+		return len(child.parents.m)
+	}
+	for i := range 40 {
+		extra := fmt.Sprintf("x%d", i)
+		p := tab.empty.derive(append(slices.Clone(base), extra), nil)
+		if p.derive(nil, []string{extra}) != child {
+			t.Fatalf("wave %d: the set reached again is another", i)
+		}
+		runtime.GC()
+	}
+	if n := parents(); n > 4 {
+		t.Errorf("the set records %d parents, most of them collected", n)
+	}
+}

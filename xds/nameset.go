@@ -44,7 +44,7 @@ type sharedSet[K comparable] struct {
 	// collected (recalledBy).
 	parents struct {
 		mu sync.Mutex
-		m  map[weak.Pointer[sharedSet[K]]]struct{}
+		m  map[weak.Pointer[sharedSet[K]]]runtime.Cleanup
 	}
 }
 
@@ -228,8 +228,9 @@ func (s *sharedSet[K]) recallLocked(k callKey, add, remove []K, c *sharedSet[K])
 }
 
 // recalledBy makes parent's calls forget s when s is collected, once per
-// parent. parents.mu is taken last, and holds no other lock (sets derive
-// from each other both ways).
+// parent; the cleanups of parents collected are stopped (a set that lives
+// on is reached from new parents). parents.mu is taken last, and holds no
+// other lock (sets derive from each other both ways).
 func (s *sharedSet[K]) recalledBy(parent *sharedSet[K]) {
 	wp := weak.Make(parent) // held weakly: a derived set keeps no parent alive
 	s.parents.mu.Lock()
@@ -238,10 +239,16 @@ func (s *sharedSet[K]) recalledBy(parent *sharedSet[K]) {
 		return
 	}
 	if s.parents.m == nil {
-		s.parents.m = map[weak.Pointer[sharedSet[K]]]struct{}{}
+		s.parents.m = map[weak.Pointer[sharedSet[K]]]runtime.Cleanup{}
 	}
-	s.parents.m[wp] = struct{}{}
-	runtime.AddCleanup(s, forgetCalls[K], wp)
+	maps.DeleteFunc(s.parents.m, func(p weak.Pointer[sharedSet[K]], c runtime.Cleanup) bool {
+		if p.Value() != nil {
+			return false
+		}
+		c.Stop()
+		return true
+	})
+	s.parents.m[wp] = runtime.AddCleanup(s, forgetCalls[K], wp)
 }
 
 // forgetCalls drops the calls of a set whose results were collected.

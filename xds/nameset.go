@@ -40,6 +40,12 @@ type sharedSet[K comparable] struct {
 	// calls: derivations from s by their arguments (callKey); a call
 	// with the same arguments, in the same order, has the same result.
 	calls map[callKey]*call[K]
+	// parents: the sets whose calls name s, which forget them when s is
+	// collected (recalledBy).
+	parents struct {
+		mu sync.Mutex
+		m  map[weak.Pointer[sharedSet[K]]]runtime.Cleanup
+	}
 }
 
 // callKey identifies the arguments of a derivation: a hash of the names
@@ -201,8 +207,10 @@ func (s *sharedSet[K]) recall(k callKey, add, remove []K, c *sharedSet[K]) {
 }
 
 // recallLocked is recall with s.mu held. The arguments are copied (a
-// request's names are its own). A call is only ever set, never changed,
-// so called reads one outside the lock.
+// request's names are its own), and dropped when c is collected: a set
+// that lives on (the table's empty set, every stream's root) keeps no
+// arguments of sets gone. A call is only ever set, never changed, so
+// called reads one outside the lock.
 func (s *sharedSet[K]) recallLocked(k callKey, add, remove []K, c *sharedSet[K]) {
 	if s.calls == nil {
 		s.calls = map[callKey]*call[K]{}
@@ -214,6 +222,44 @@ func (s *sharedSet[K]) recallLocked(k callKey, add, remove []K, c *sharedSet[K])
 		}
 	}
 	s.calls[k] = &call[K]{add: slices.Clone(add), remove: slices.Clone(remove), result: weak.Make(c)}
+	if c != s {
+		c.recalledBy(s)
+	}
+}
+
+// recalledBy makes parent's calls forget s when s is collected, once per
+// parent; the cleanups of parents collected are stopped (a set that lives
+// on is reached from new parents). parents.mu is taken last, and holds no
+// other lock (sets derive from each other both ways).
+func (s *sharedSet[K]) recalledBy(parent *sharedSet[K]) {
+	wp := weak.Make(parent) // held weakly: a derived set keeps no parent alive
+	s.parents.mu.Lock()
+	defer s.parents.mu.Unlock()
+	if _, ok := s.parents.m[wp]; ok {
+		return
+	}
+	if s.parents.m == nil {
+		s.parents.m = map[weak.Pointer[sharedSet[K]]]runtime.Cleanup{}
+	}
+	maps.DeleteFunc(s.parents.m, func(p weak.Pointer[sharedSet[K]], c runtime.Cleanup) bool {
+		if p.Value() != nil {
+			return false
+		}
+		c.Stop()
+		return true
+	})
+	s.parents.m[wp] = runtime.AddCleanup(s, forgetCalls[K], wp)
+}
+
+// forgetCalls drops the calls of a set whose results were collected.
+func forgetCalls[K comparable](wp weak.Pointer[sharedSet[K]]) {
+	s := wp.Value()
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	maps.DeleteFunc(s.calls, func(_ callKey, cl *call[K]) bool { return cl.result.Value() == nil })
 }
 
 // deriveAdded returns s ∪ added, where none of added is in s nor

@@ -1,6 +1,9 @@
 package xds
 
-import "iter"
+import (
+	"iter"
+	"unsafe"
+)
 
 // byType maps a type URL to a V: a stream's state per type. A stream has
 // a few types, so a scan of their URLs (most calls pass the cache's own
@@ -23,6 +26,13 @@ func (m *byType[V]) find(url string) int {
 			return i
 		}
 		return -1
+	}
+	// The cache's own string first, by its address; then by the bytes.
+	p := unsafe.StringData(url)
+	for i, u := range m.urls {
+		if unsafe.StringData(u) == p && len(u) == len(url) {
+			return i
+		}
 	}
 	for i, u := range m.urls {
 		if u == url {

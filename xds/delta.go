@@ -211,7 +211,7 @@ func (c *Cache) takeQueued(w *watch) (heldBack []string) {
 	if st == nil {
 		return nil
 	}
-	if p := st.inflight[ts.URL]; p != nil {
+	if p := st.inflight.at(ts.URL); p != nil {
 		// The previous watch's response is queued but not installed: it
 		// will be, before this watch's response. A copy: the server adds
 		// the response's record when it installs it, while this watch may
@@ -226,7 +226,7 @@ func (c *Cache) takeQueued(w *watch) (heldBack []string) {
 		// says the server "can simply ignore") is not marked: marking it
 		// resent it at the version held, and reported a name that does
 		// not exist removed.
-		delete(st.inflight, ts.URL)
+		st.inflight.delete(ts.URL)
 		marked := w.known.versions
 		next := *p.next
 		next.versions = maps.Clone(next.versions)
@@ -243,8 +243,8 @@ func (c *Cache) takeQueued(w *watch) (heldBack []string) {
 		}
 		w.known, ds.pred = &next, p
 	}
-	heldBack = st.held[ts.URL]
-	delete(st.held, ts.URL)
+	heldBack = st.held.at(ts.URL)
+	st.held.delete(ts.URL)
 	return heldBack
 }
 

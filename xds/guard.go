@@ -148,7 +148,7 @@ func (g *guard) intercept(srv any, ss grpc.ServerStream, info *grpc.StreamServer
 			"the server has %d xDS streams open", n)
 	}
 
-	a := &streamAcct{g: g, conn: ca, ctx: ss.Context(), types: map[string]*typeNames{}, tokens: float64(g.lim.RequestBurst), last: time.Now()}
+	a := &streamAcct{g: g, conn: ca, ctx: ss.Context(), tokens: float64(g.lim.RequestBurst), last: time.Now()}
 	if info != nil {
 		a.defType = streamTypeURL(info.FullMethod)
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/codes"
@@ -32,7 +33,7 @@ type streamAcct struct {
 	defType []byte
 
 	mu       sync.Mutex
-	types    map[string]*typeNames
+	types    byType[*typeNames]
 	released bool
 	err      error // the limit the stream went over
 	// resumeHeld: places the stream holds in the resume gate
@@ -214,11 +215,11 @@ func (a *streamAcct) apply(delta bool, b []byte, sc *deltaScan) error {
 	if nodeBytes > lim.MaxNodeBytes {
 		return a.g.limitError(codes.InvalidArgument, "max_node_bytes", lim.MaxNodeBytes, "the request's node is %d bytes encoded", nodeBytes)
 	}
-	tn := a.types[string(typeURL)] // no allocation
+	tn := a.types.at(unsafe.String(unsafe.SliceData(typeURL), len(typeURL))) // no copy: not kept
 	dn, db := 0, 0
 	if tn == nil {
 		tn = &typeNames{set: hashSets.empty}
-		a.types[string(typeURL)] = tn
+		a.types.set(string(typeURL), tn)
 		dn = 1
 	}
 	tn.requests++
@@ -457,7 +458,7 @@ func (a *streamAcct) release() error {
 	a.conn.ivBytes -= int(iv)
 	a.conn.mu.Unlock()
 	a.g.bytes.Add(-b - iv)
-	a.types = nil
+	a.types = byType[*typeNames]{}
 	a.resumed = nil
 	return a.err
 }

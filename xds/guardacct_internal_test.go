@@ -11,7 +11,7 @@ import (
 // newTestStreamAcct is a stream's accounting under the default limits,
 // on a connection of its own.
 func newTestStreamAcct(g *guard) *streamAcct {
-	return &streamAcct{g: g, conn: &connAcct{}, types: map[string]*typeNames{}}
+	return &streamAcct{g: g, conn: &connAcct{}}
 }
 
 // A delta request that only subscribes counts each name once, however
@@ -47,14 +47,14 @@ func TestGuardSubscribeRepeatedNames(t *testing.T) {
 		if err := rep.checkWire(&discovery.DeltaDiscoveryRequest{}, wire(repeated)); err != nil {
 			t.Fatal(err)
 		}
-		if n := plain.types[EndpointType].set.len(); n != len(names) {
+		if n := plain.types.at(EndpointType).set.len(); n != len(names) {
 			t.Fatalf("subscribed to %d names after %d: a set of %d", len(names), len(before), n)
 		}
-		if rep.names.Load() != plain.names.Load() || rep.types[EndpointType].bytes != plain.types[EndpointType].bytes {
+		if rep.names.Load() != plain.names.Load() || rep.types.at(EndpointType).bytes != plain.types.at(EndpointType).bytes {
 			t.Fatalf("after %d names, with repeats: %d names of %d bytes; without: %d of %d", len(before),
-				rep.names.Load(), rep.types[EndpointType].bytes, plain.names.Load(), plain.types[EndpointType].bytes)
+				rep.names.Load(), rep.types.at(EndpointType).bytes, plain.names.Load(), plain.types.at(EndpointType).bytes)
 		}
-		if rep.types[EndpointType].set != plain.types[EndpointType].set {
+		if rep.types.at(EndpointType).set != plain.types.at(EndpointType).set {
 			t.Fatalf("after %d names: the sets with and without repeats differ", len(before))
 		}
 	}
@@ -110,7 +110,7 @@ func TestGuardSotwRepeatIsNotTheSameSet(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := a.types[EndpointType].set.len(); n != 1 || a.names.Load() != 2 { // the type counts as one name too
+	if n := a.types.at(EndpointType).set.len(); n != 1 || a.names.Load() != 2 { // the type counts as one name too
 		t.Errorf("after [a b] then [a a]: a set of %d, %d names counted; want 1 and 2", n, a.names.Load())
 	}
 }

@@ -47,12 +47,12 @@ type streamState struct {
 	pendingResp *discovery.DiscoveryResponse
 	// noted: per type, the sotw request noted and not yet taken by a
 	// watch (a delta stream's watches name their stream themselves).
-	noted map[string]any
+	noted byType[any]
 	// inflight: per type, a delta response queued but not installed when
 	// the server replaced its watch; held: per type, what a delta watch
 	// the server replaced had held back (see Cache.cancel).
-	inflight map[string]*deltaResponse
-	held     map[string][]string
+	inflight byType[*deltaResponse]
+	held     byType[[]string]
 	// Routes after their clusters' assignments (routehold.go): the
 	// assignments sent on the stream (by name), those of sotw responses
 	// handed to the server and not sent yet, whether the stream ever
@@ -67,8 +67,8 @@ type streamState struct {
 	cdsw   *watch // the open sotw CDS watch (mbb.go)
 	// Sync status (syncstatus.go): per type, what was sent and answered,
 	// and the latest watch (until cancelled), whose state the status reads.
-	sync map[string]*syncRec
-	last map[string]*watch
+	sync byType[*syncRec]
+	last byType[*watch]
 }
 
 // sentClusters says which cluster versions a stream was sent: every
@@ -93,10 +93,10 @@ func (c *Cache) noteRequest(req any, key streamKey, typeURL string) {
 	if st == nil {
 		return
 	}
-	if old, ok := st.noted[typeURL]; ok {
+	if old, ok := st.noted.get(typeURL); ok {
 		delete(c.requests, old)
 	}
-	st.noted[typeURL] = req
+	st.noted.set(typeURL, req)
 	c.requests[req] = st
 }
 
@@ -130,7 +130,7 @@ func (c *Cache) openStream(key streamKey, vis *visibility) {
 // newStreamState is the state of a stream whose client may read what vis
 // sees (nil: everything), before its first watch.
 func newStreamState(key streamKey, vis *visibility) *streamState {
-	return &streamState{key: key, vis: vis, noted: map[string]any{}, inflight: map[string]*deltaResponse{}, held: map[string][]string{}}
+	return &streamState{key: key, vis: vis}
 }
 
 // streamClosed forgets a stream.
@@ -138,7 +138,7 @@ func (c *Cache) streamClosed(key streamKey) {
 	c.lock()
 	defer c.unlock()
 	if st := c.streams[key]; st != nil {
-		for _, req := range st.noted {
+		for _, req := range st.noted.all() {
 			delete(c.requests, req)
 		}
 		delete(c.streams, key)
@@ -156,9 +156,10 @@ func (c *Cache) stream(w *watch) *streamState {
 		return nil
 	}
 	delete(c.requests, req)
-	for t, r := range st.noted {
+	for t, r := range st.noted.all() {
 		if r == req {
-			delete(st.noted, t)
+			st.noted.delete(t) // (then leaves the loop: a request is noted once)
+			break
 		}
 	}
 	return st

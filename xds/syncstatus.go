@@ -65,13 +65,10 @@ type syncRec struct {
 func (r *syncRec) outstanding() bool { return r.pend != nil || (r.nonce != "" && !r.answered) }
 
 func (st *streamState) rec(url string) *syncRec {
-	if st.sync == nil {
-		st.sync = map[string]*syncRec{}
-	}
-	r := st.sync[url]
+	r := st.sync.at(url)
 	if r == nil {
 		r = &syncRec{}
-		st.sync[url] = r
+		st.sync.set(url, r)
 	}
 	return r
 }
@@ -151,10 +148,10 @@ func (c *Cache) responseSent(key streamKey, typeURL string, resp any, nonce stri
 	c.lock()
 	defer c.unlock()
 	st := c.streams[key]
-	if st == nil || st.sync[typeURL] == nil {
+	if st == nil || st.sync.at(typeURL) == nil {
 		return
 	}
-	if r := st.sync[typeURL]; r.pend == resp {
+	if r := st.sync.at(typeURL); r.pend == resp {
 		r.nonce, r.sentGen, r.sentMax, r.answered, r.pend = nonce, r.pendGen, r.pendMax, false, nil
 	}
 }
@@ -271,8 +268,8 @@ func (c *Cache) streamSyncStatus(k streamKey, detail bool, out map[streamKey][]T
 	if st == nil {
 		return
 	}
-	types := make([]*typeState, 0, len(st.sync))
-	for u := range st.sync {
+	types := make([]*typeState, 0, st.sync.len())
+	for u := range st.sync.all() {
 		if ts := c.types[u]; ts != nil {
 			types = append(types, ts)
 		}
@@ -288,7 +285,7 @@ func (c *Cache) streamSyncStatus(k streamKey, detail bool, out map[streamKey][]T
 }
 
 func (c *Cache) typeStatus(st *streamState, ts *typeState, detail bool) (TypeStatus, []ResourceSync) {
-	r := st.sync[ts.URL]
+	r := st.sync.at(ts.URL)
 	t := TypeStatus{Type: ShortType(ts.URL), TypeURL: ts.URL, Subscribed: r.subscribed, Wildcard: r.wildcard,
 		Current: strconv.FormatUint(ts.Gen, 10)}
 	if r.everSent {
@@ -310,7 +307,7 @@ func (c *Cache) typeStatus(st *streamState, ts *typeState, detail bool) (TypeSta
 	var rsync []ResourceSync
 	var rejected bool
 	oldest := uint64(0)
-	w := st.last[ts.URL]
+	w := st.last.at(ts.URL)
 	if w != nil {
 		w.interest(func(e *store.Entry) {
 			held, rej := w.heldOf(e)
@@ -358,10 +355,7 @@ func (c *Cache) typeStatus(st *streamState, ts *typeState, detail bool) (TypeSta
 // trackLast makes w its stream's latest watch of its type. Under c.mu.
 func (c *Cache) trackLast(w *watch) {
 	if st := w.stream; st != nil {
-		if st.last == nil {
-			st.last = map[string]*watch{}
-		}
-		st.last[w.ts.URL] = w
+		st.last.set(w.ts.URL, w)
 	}
 }
 
@@ -369,8 +363,8 @@ func (c *Cache) trackLast(w *watch) {
 // next (sotwserver.go, deltaserver.go), which the status must no longer
 // read.
 func (c *Cache) forgetLast(w *watch) {
-	if st := w.stream; st != nil && st.last[w.ts.URL] == w {
-		delete(st.last, w.ts.URL)
+	if st := w.stream; st != nil && st.last.at(w.ts.URL) == w {
+		st.last.delete(w.ts.URL)
 	}
 }
 

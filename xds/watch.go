@@ -156,9 +156,9 @@ func (c *Cache) cancelLocked(w *watch) {
 	}
 	switch {
 	case w.done && !w.installed:
-		st.inflight[w.ts.URL] = w.resp
+		st.inflight.set(w.ts.URL, w.resp)
 	case !w.done && len(w.heldBack) > 0:
-		st.held[w.ts.URL] = append(st.held[w.ts.URL], w.heldBack...)
+		st.held.set(w.ts.URL, append(st.held.at(w.ts.URL), w.heldBack...))
 	}
 }
 

@@ -21,8 +21,8 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// DeltaDiscoveryResponse's fields the clients read, a Resource's, an Any's,
-// and a DeltaDiscoveryRequest's an ACK carries.
+// DeltaDiscoveryResponse's fields the clients read, a Resource's and an
+// Any's (a request's are with the resume requests', resume.go).
 const (
 	respResources protowire.Number = 2
 	respTypeURL   protowire.Number = 4
@@ -32,7 +32,6 @@ const (
 	resResource   protowire.Number = 2
 	resName       protowire.Number = 3
 	anyValue      protowire.Number = 2
-	reqNonce      protowire.Number = 6
 )
 
 // checkEvery: one response in this many is also read by the protobuf
@@ -214,7 +213,7 @@ func appendACK(b []byte, typeURL string, nonce string) []byte {
 	}
 	b = protowire.AppendTag(b, fieldTypeURL, protowire.BytesType)
 	b = protowire.AppendString(b, typeURL)
-	b = protowire.AppendTag(b, reqNonce, protowire.BytesType)
+	b = protowire.AppendTag(b, fieldNonce, protowire.BytesType)
 	return protowire.AppendString(b, nonce)
 }
 

@@ -21,12 +21,14 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// DeltaDiscoveryRequest's fields a resume carries, and a map entry's.
+// DeltaDiscoveryRequest's fields a resume or an ACK carries, and a map
+// entry's.
 const (
 	fieldNode      protowire.Number = 1
 	fieldTypeURL   protowire.Number = 2
 	fieldSubscribe protowire.Number = 3
 	fieldVersions  protowire.Number = 5
+	fieldNonce     protowire.Number = 6
 	fieldMapKey    protowire.Number = 1
 	fieldMapValue  protowire.Number = 2
 )

@@ -169,6 +169,7 @@ func anyValueOf(b []byte) []byte {
 // initial state's bytes), keeping small slices for the next response.
 func (r *deltaResponse) release() {
 	clear(r.resources)
+	clear(r.removed)
 	res, removed := r.resources[:0], r.removed[:0]
 	if cap(res) > 64 {
 		res = nil

@@ -108,3 +108,32 @@ func TestServiceIndexOfName(t *testing.T) {
 		}
 	}
 }
+
+// TestDeltaResponseReleaseDropsRemovedNames: once released, a reading
+// keeps no slice into the response's bytes, the removed names included,
+// so that an idle client does not hold its last response.
+func TestDeltaResponseReleaseDropsRemovedNames(t *testing.T) {
+	b, err := proto.Marshal(&discovery.DeltaDiscoveryResponse{
+		TypeUrl: cdsType, Nonce: "1",
+		Resources:        []*discovery.Resource{{Name: "svc-1", Version: "v1", Resource: &anypb.Any{Value: []byte("x")}}},
+		RemovedResources: []string{"svc-2", "svc-3"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r deltaResponse
+	if err := r.read(b, newFleet(4)); err != nil {
+		t.Fatal(err)
+	}
+	r.release()
+	for i, n := range r.removed[:cap(r.removed)] {
+		if n != nil {
+			t.Errorf("released: removed name %d still points into the response (%q)", i, n)
+		}
+	}
+	for i, res := range r.resources[:cap(r.resources)] {
+		if res.name != nil || res.value != nil {
+			t.Errorf("released: resource %d still points into the response (%q)", i, res.name)
+		}
+	}
+}

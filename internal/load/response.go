@@ -137,38 +137,48 @@ func readResource(b []byte) (deltaResource, error) {
 		case resVersion:
 			version = v
 		case resResource:
-			res.value = anyValueOf(v)
+			// An Any in parts is one Any (the runtime merges them): a
+			// part without a value keeps the value before it.
+			value, ok := anyValueOf(v)
+			if !ok {
+				return res, errMalformed
+			}
+			if value != nil {
+				res.value = value
+			}
 		}
 	}
 	res.version = unsafe.String(unsafe.SliceData(version), len(version))
 	return res, nil
 }
 
-// anyValueOf is an Any's value field (the last one, as the runtime reads it).
-func anyValueOf(b []byte) []byte {
+// anyValueOf is an Any's value field (the last one, as the runtime reads
+// it; nil if it has none), and false if the Any is malformed.
+func anyValueOf(b []byte) ([]byte, bool) {
 	var value []byte
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return value
+			return nil, false
 		}
 		b = b[n:]
 		n = protowire.ConsumeFieldValue(num, typ, b)
 		if n < 0 {
-			return value
+			return nil, false
 		}
 		if num == anyValue && typ == protowire.BytesType {
 			value, _ = protowire.ConsumeBytes(b[:n])
 		}
 		b = b[n:]
 	}
-	return value
+	return value, true
 }
 
 // release drops what r refers to (an idle client would otherwise keep its
 // initial state's bytes), keeping small slices for the next response.
 func (r *deltaResponse) release() {
 	clear(r.resources)
+	clear(r.removed)
 	res, removed := r.resources[:0], r.removed[:0]
 	if cap(res) > 64 {
 		res = nil

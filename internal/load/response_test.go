@@ -8,6 +8,7 @@ import (
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -106,5 +107,72 @@ func TestServiceIndexOfName(t *testing.T) {
 		if got := svcIndexOf([]byte(n)); got != want {
 			t.Errorf("svcIndexOf(%q) = %d, want %d", n, got, want)
 		}
+	}
+}
+
+// TestDeltaResponseReleaseDropsRemovedNames: once released, a reading
+// keeps no slice into the response's bytes, the removed names included,
+// so that an idle client does not hold its last response.
+func TestDeltaResponseReleaseDropsRemovedNames(t *testing.T) {
+	b, err := proto.Marshal(&discovery.DeltaDiscoveryResponse{
+		TypeUrl: cdsType, Nonce: "1",
+		Resources:        []*discovery.Resource{{Name: "svc-1", Version: "v1", Resource: &anypb.Any{Value: []byte("x")}}},
+		RemovedResources: []string{"svc-2", "svc-3"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r deltaResponse
+	if err := r.read(b, newFleet(4)); err != nil {
+		t.Fatal(err)
+	}
+	r.release()
+	for i, n := range r.removed[:cap(r.removed)] {
+		if n != nil {
+			t.Errorf("released: removed name %d still points into the response (%q)", i, n)
+		}
+	}
+	for i, res := range r.resources[:cap(r.resources)] {
+		if res.name != nil || res.value != nil {
+			t.Errorf("released: resource %d still points into the response (%q)", i, res.name)
+		}
+	}
+}
+
+// TestDeltaResponseResourceAnyAsRuntime: a resource whose Any comes in two
+// parts is one Any, as the runtime merges it (a value set by the first part
+// and not by the second stays); a malformed Any is an error, as it is to
+// the runtime.
+func TestDeltaResponseResourceAnyAsRuntime(t *testing.T) {
+	part := func(a *anypb.Any) []byte {
+		b, err := proto.Marshal(&discovery.Resource{Resource: a})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	res := append(part(&anypb.Any{TypeUrl: cdsType, Value: []byte("cla")}), part(&anypb.Any{TypeUrl: edsType})...)
+	res = append(res, part(&anypb.Any{Value: []byte("cla2")})...)
+	res = append(res, part(&anypb.Any{TypeUrl: cdsType})...)
+	res = append(res, 0x1a, 0x05, 's', 'v', 'c', '-', '1') // name
+	b := protowire.AppendBytes([]byte{0x12}, res)
+	fl := newFleet(4)
+	var r deltaResponse
+	if err := r.read(b, fl); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.check(); err != nil {
+		t.Error(err)
+	}
+	if got := string(r.resources[0].value); got != "cla2" {
+		t.Errorf("the Any in parts reads value %q, want %q", got, "cla2")
+	}
+
+	bad := []byte{0x12, 0x04, 0x12, 0x02, 0x12, 0x05} // the Any's value truncated
+	if err := proto.Unmarshal(bad, new(discovery.DeltaDiscoveryResponse)); err == nil {
+		t.Fatal("the runtime reads the malformed Any")
+	}
+	if err := new(deltaResponse).read(bad, fl); err == nil {
+		t.Errorf("a malformed Any is read without an error")
 	}
 }

@@ -29,13 +29,9 @@ var (
 // status code, Content-Length, Transfer-Encoding and Connection; other
 // headers are skipped.
 func readResponse(br *bufio.Reader) (status int, keep bool, err error) {
-	line, n, err := readLine(br, maxHeaderBytes)
+	minor, status, n, err := readStatusLine(br, maxHeaderBytes)
 	if err != nil {
 		return 0, false, err
-	}
-	minor, status, ok := parseStatusLine(line)
-	if !ok {
-		return 0, false, fmt.Errorf("%w: status line %q", errMalformed, truncate(line))
 	}
 	contentLength := int64(-1)
 	var chunked, closeConn, keepAlive bool
@@ -121,6 +117,39 @@ func readResponse(br *bufio.Reader) (status int, keep bool, err error) {
 	return status, keep, nil
 }
 
+// readStatusLine reads the status line, of at most limit bytes, and the
+// bytes read. A line longer than br's buffer (a long reason phrase, which
+// net/http reads as well) is parsed from its first part, and the rest is
+// skipped.
+func readStatusLine(br *bufio.Reader, limit int) (minor, status, n int, err error) {
+	line, err := br.ReadSlice('\n')
+	if !errors.Is(err, bufio.ErrBufferFull) {
+		line, n, err = readLineEnd(line, err, limit)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	minor, status, ok := parseStatusLine(line)
+	if !ok {
+		return 0, 0, 0, fmt.Errorf("%w: status line %q", errMalformed, truncate(line))
+	}
+	if n > 0 {
+		return minor, status, n, nil
+	}
+	for n = len(line); errors.Is(err, bufio.ErrBufferFull) && n <= limit; n += len(line) {
+		line, err = br.ReadSlice('\n')
+	}
+	switch {
+	case n > limit:
+		return 0, 0, 0, errHeaderTooLong
+	case err == io.EOF:
+		return 0, 0, 0, io.ErrUnexpectedEOF
+	case err != nil:
+		return 0, 0, 0, err
+	}
+	return minor, status, n, nil
+}
+
 // readLine reads a line ending in LF of at most limit bytes and returns it
 // without its CRLF or LF, and the bytes read. The line is valid until the
 // next read from br.
@@ -161,6 +190,12 @@ func readLine(br *bufio.Reader, limit int) ([]byte, int, error) {
 			return []byte("x-skipped: "), n, nil
 		}
 	}
+	return readLineEnd(line, err, limit)
+}
+
+// readLineEnd is readLine's end for a line that fit br's buffer: line
+// and err are what ReadSlice returned.
+func readLineEnd(line []byte, err error, limit int) ([]byte, int, error) {
 	if len(line) > limit {
 		return nil, 0, errHeaderTooLong
 	}

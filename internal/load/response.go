@@ -58,35 +58,16 @@ type deltaResource struct {
 
 var errMalformed = errors.New("malformed delta response")
 
-// read parses b (which r keeps until release) into r; kind is the fleet's
-// table of versions of the response's type.
+// read parses b (which r keeps until release) into r; fl holds the
+// versions the clients share.
 func (r *deltaResponse) read(b []byte, fl *fleet) error {
 	*r = deltaResponse{raw: b, resources: r.resources[:0], removed: r.removed[:0]}
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return errMalformed
-		}
-		b = b[n:]
-		if typ != protowire.BytesType {
-			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return errMalformed
-			}
-			b = b[n:]
-			continue
-		}
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return errMalformed
-		}
-		b = b[n:]
+	ok := eachBytesField(b, func(num protowire.Number, v []byte) bool {
 		switch num {
 		case respResources:
-			res, err := readResource(v)
-			if err != nil {
-				return err
-			}
+			res, ok := readResource(v)
 			r.resources = append(r.resources, res)
+			return ok
 		case respTypeURL:
 			r.typeURL = v
 		case respNonce:
@@ -94,6 +75,10 @@ func (r *deltaResponse) read(b []byte, fl *fleet) error {
 		case respRemoved:
 			r.removed = append(r.removed, v)
 		}
+		return true
+	})
+	if !ok {
+		return errMalformed
 	}
 	// The versions, once the type is known.
 	kind := fl.cdsVersions
@@ -108,29 +93,12 @@ func (r *deltaResponse) read(b []byte, fl *fleet) error {
 	return nil
 }
 
-// readResource reads a Resource; its version is a copy, which read swaps
-// for the fleet's.
-func readResource(b []byte) (deltaResource, error) {
+// readResource reads a Resource, and false if it is malformed; its
+// version is a copy, which read swaps for the fleet's.
+func readResource(b []byte) (deltaResource, bool) {
 	var res deltaResource
 	var version []byte
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return res, errMalformed
-		}
-		b = b[n:]
-		if typ != protowire.BytesType {
-			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return res, errMalformed
-			}
-			b = b[n:]
-			continue
-		}
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return res, errMalformed
-		}
-		b = b[n:]
+	ok := eachBytesField(b, func(num protowire.Number, v []byte) bool {
 		switch num {
 		case resName:
 			res.name = v
@@ -140,38 +108,53 @@ func readResource(b []byte) (deltaResource, error) {
 			// An Any in parts is one Any (the runtime merges them): a
 			// part without a value keeps the value before it.
 			value, ok := anyValueOf(v)
-			if !ok {
-				return res, errMalformed
-			}
 			if value != nil {
 				res.value = value
 			}
+			return ok
 		}
-	}
+		return true
+	})
 	res.version = unsafe.String(unsafe.SliceData(version), len(version))
-	return res, nil
+	return res, ok
 }
 
 // anyValueOf is an Any's value field (the last one, as the runtime reads
 // it; nil if it has none), and false if the Any is malformed.
 func anyValueOf(b []byte) ([]byte, bool) {
 	var value []byte
+	ok := eachBytesField(b, func(num protowire.Number, v []byte) bool {
+		if num == anyValue {
+			value = v
+		}
+		return true
+	})
+	return value, ok
+}
+
+// eachBytesField calls fn with each length-delimited field of message b,
+// in order, skipping the others; false if b is malformed or fn said so.
+func eachBytesField(b []byte, fn func(num protowire.Number, v []byte) bool) bool {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return nil, false
+			return false
 		}
 		b = b[n:]
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return nil, false
+		if typ != protowire.BytesType {
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return false
+			}
+			b = b[n:]
+			continue
 		}
-		if num == anyValue && typ == protowire.BytesType {
-			value, _ = protowire.ConsumeBytes(b[:n])
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 || !fn(num, v) {
+			return false
 		}
 		b = b[n:]
 	}
-	return value, true
+	return true
 }
 
 // release drops what r refers to (an idle client would otherwise keep its

@@ -173,15 +173,11 @@ func (d nameFields) decode(b []byte, t *store.WireType, entries int) (nameFields
 // the field of each, and its name or key (keys) and value (vals).
 type pendingNames struct {
 	n    int
-	nums [2 * wireBatch]protowire.Number
-	keys [2 * wireBatch][]byte
-	vals [2 * wireBatch][]byte
-	idx  [2 * wireBatch]int32
+	nums [2 * store.WireBatch]protowire.Number
+	keys [2 * store.WireBatch][]byte
+	vals [2 * store.WireBatch][]byte
+	idx  [2 * store.WireBatch]int32
 }
-
-// wireBatch is the number of names decode looks up at once: the index
-// looks them up wireBatch at a time.
-const wireBatch = 16
 
 func (p *pendingNames) add(num protowire.Number, key, val []byte) {
 	p.nums[p.n], p.keys[p.n], p.vals[p.n] = num, key, val

@@ -65,7 +65,7 @@ type WireEntry struct {
 	Version string // a copy of Entry.Version, with the keys
 	Name    string // Entry.Name
 	Slot    int32
-	key     string // the map's key: a copy of Entry.Name
+	key     string // the table's key: a copy of Entry.Name
 }
 
 // keyChunk is the size of a chunk of keys.

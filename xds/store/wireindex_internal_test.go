@@ -65,7 +65,7 @@ func longNames(n int) []string {
 // followThroughKeyCopies applies random changes to names of pool to s's
 // assignments, and checks the index after each: every name served found
 // with its entry, by Find, WireName, Entry and FindBatch (in batches
-// that cross wireBatch, with names repeated and names not served), and
+// that cross WireBatch, with names repeated and names not served), and
 // no other.
 func followThroughKeyCopies(t *testing.T, s *Store, pool []string) {
 	r := rand.New(rand.NewPCG(3, 4))
@@ -97,7 +97,7 @@ func followThroughKeyCopies(t *testing.T, s *Store, pool []string) {
 			if len(w.ents) != len(ts.Resources) {
 				t.Fatalf("step %d: the index holds %d entries, the type serves %d", step, len(w.ents), len(ts.Resources))
 			}
-			batch := make([][]byte, 1+r.IntN(3*wireBatch))
+			batch := make([][]byte, 1+r.IntN(3*WireBatch))
 			for i := range batch {
 				batch[i] = []byte(pool[r.IntN(len(pool))])
 			}

@@ -14,7 +14,7 @@ import (
 // A reconnecting Envoy names 5,000 resources in the order of its own map,
 // so that each lookup's place, entry and key are cache misses; looked up
 // one at a time, the misses are waited for one after another. FindBatch
-// looks up to wireBatch names at once, a step at a time for all of them
+// looks up to WireBatch names at once, a step at a time for all of them
 // (hash, place, entry, key), so that the loads of a step, independent of
 // each other, are in flight together.
 type wireTable struct {
@@ -24,8 +24,9 @@ type wireTable struct {
 	ents     []WireEntry
 }
 
-// wireBatch is how many names FindBatch looks up at once.
-const wireBatch = 16
+// WireBatch is how many names FindBatch looks up at once (a caller
+// gives it a multiple, or all it has).
+const WireBatch = 16
 
 // hash is the hash of name in the table.
 func (t *wireTable) hash(name string) uint64 {
@@ -121,18 +122,18 @@ func (t *WireType) FindBatch(names [][]byte, idx []int32) {
 		return
 	}
 	for len(names) > 0 {
-		n := min(len(names), wireBatch)
+		n := min(len(names), WireBatch)
 		t.findBatch(names[:n], idx[:n])
 		names, idx = names[n:], idx[n:]
 	}
 }
 
-// findBatch is FindBatch of at most wireBatch names.
+// findBatch is FindBatch of at most WireBatch names.
 func (t *WireType) findBatch(names [][]byte, idx []int32) {
-	var hs, ps [wireBatch]uint64
-	var keys [wireBatch]string
-	var cand, near [wireBatch]bool
-	names = names[:min(len(names), wireBatch)]
+	var hs, ps [WireBatch]uint64
+	var keys [WireBatch]string
+	var cand, near [WireBatch]bool
+	names = names[:min(len(names), WireBatch)]
 	idx = idx[:len(names)]
 	places, ents := t.places, t.ents
 	mask := uint64(len(places) - 1)

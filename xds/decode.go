@@ -140,16 +140,22 @@ func (d nameFields) decode(b []byte, t *store.WireType, entries int) (nameFields
 	var bad error
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b) // well formed: scanned
-		size := n + protowire.ConsumeFieldValue(num, typ, b[n:])
+		var v []byte
+		size := n
+		if typ == protowire.BytesType {
+			var m int
+			v, m = protowire.ConsumeBytes(b[n:])
+			size += m
+		} else {
+			size += protowire.ConsumeFieldValue(num, typ, b[n:])
+		}
 		isName := num == deltaSubscribe || num == deltaUnsubscribe
 		switch {
 		case typ != protowire.BytesType || !isName && num != deltaInitialVersions:
 			d.rest = append(d.rest, b[:size]...)
 		case isName:
-			v, _ := protowire.ConsumeBytes(b[n:])
 			p.add(num, v, nil)
 		default:
-			v, _ := protowire.ConsumeBytes(b[n:])
 			var kb, vb []byte
 			if kb, vb, bad = mapEntry(v); bad == nil {
 				p.add(num, kb, vb)
@@ -262,6 +268,14 @@ func versionEntry(kb, vb []byte, w store.WireEntry, same bool, r *resumedVersion
 // mapEntry decodes one map<string, string> entry: key 1, value 2, either
 // missing reads as ""; other fields are skipped.
 func mapEntry(b []byte) (key, val []byte, err error) {
+	// The entry as encoders write it: the key, then the value, each
+	// shorter than 128 bytes (a length of one byte), and nothing else.
+	if len(b) >= 4 && b[0] == 0x0a && b[1] < 0x80 {
+		k := 2 + int(b[1])
+		if k+2 <= len(b) && b[k] == 0x12 && b[k+1] < 0x80 && k+2+int(b[k+1]) == len(b) {
+			return b[2:k], b[k+2:], nil
+		}
+	}
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {

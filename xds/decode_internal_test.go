@@ -3,6 +3,7 @@ package xds
 import (
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -70,6 +71,13 @@ func FuzzDecode(f *testing.F) {
 	f.Add(append(entryBytes(str(1, "x"), str(1, "a"), str(2, "1")), entryBytes(str(1, "b"), str(2, "2"), str(2, "1"))...))
 	f.Add(entryBytes(str(1, "\xff"), str(1, "a"), str(2, "1")))
 	f.Add(entryBytes(str(1, "a"), str(2, "\xc3"), str(2, "1")))
+	// Entries at the bounds of the decoder's common form (key then value,
+	// lengths of one byte, nothing else): a key of 127 and of 128 bytes,
+	// a value then a key, a field after the value.
+	f.Add(entryBytes(str(1, strings.Repeat("k", 127)), str(2, "1")))
+	f.Add(entryBytes(str(1, strings.Repeat("k", 128)), str(2, "1")))
+	f.Add(entryBytes(str(2, "1"), str(1, "a")))
+	f.Add(entryBytes(str(1, "a"), str(2, "1"), str(3, "")))
 	// Names: invalid UTF-8, a name of the wrong wire type, names before
 	// the type URL.
 	f.Add(str(deltaSubscribe, "a\xff")(nil))

@@ -132,48 +132,116 @@ type nameFields struct {
 // d is a copy on decode's stack, returned: its fields are stored to
 // without a write barrier, which a store to a variable of
 // decodeScanned's, shared with the function literal, takes while the
-// collector runs.
+// collector runs. The names and the entries' keys are looked up in the
+// index in batches (store.WireType.FindBatch), each then taken in the
+// request's order.
 func (d nameFields) decode(b []byte, t *store.WireType, entries int) (nameFields, error) {
+	var p pendingNames
 	var bad error
-	for len(b) > 0 && bad == nil {
+	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b) // well formed: scanned
-		size := n + protowire.ConsumeFieldValue(num, typ, b[n:])
+		var v []byte
+		size := n
+		if typ == protowire.BytesType {
+			var m int
+			v, m = protowire.ConsumeBytes(b[n:])
+			size += m
+		} else {
+			size += protowire.ConsumeFieldValue(num, typ, b[n:])
+		}
 		isName := num == deltaSubscribe || num == deltaUnsubscribe
 		switch {
 		case typ != protowire.BytesType || !isName && num != deltaInitialVersions:
 			d.rest = append(d.rest, b[:size]...)
 		case isName:
-			v, _ := protowire.ConsumeBytes(b[n:])
-			s, w := t.WireName(v)
-			if w.Entry == nil && !utf8.Valid(v) {
-				return d, errNameUTF8
-			}
-			if num == deltaSubscribe {
-				d.subs = append(d.subs, s)
-				d.r.subscribed(s, w)
-			} else {
-				d.unsubs = append(d.unsubs, s)
-			}
+			p.add(num, v, nil)
 		default:
-			v, _ := protowire.ConsumeBytes(b[n:])
-			d.r, bad = versionEntry(v, t, d.r, &d.versions, entries)
+			var kb, vb []byte
+			if kb, vb, bad = mapEntry(v); bad == nil {
+				p.add(num, kb, vb)
+			}
 		}
 		b = b[size:]
+		if p.n == len(p.keys) || bad != nil || len(b) == 0 {
+			var err error
+			if d, err = d.take(&p, t, entries); err != nil {
+				return d, err
+			}
+		}
+		if bad != nil {
+			return d, bad
+		}
 	}
-	return d, bad
+	return d, nil
 }
 
-// versionEntry decodes one entry of initial_resource_versions (v): a
-// current version into r (if not nil), the others into versions (made at
-// size if nil). It returns r, or nil once a key repeated made the map
-// hold every entry.
-func versionEntry(v []byte, t *store.WireType, r *resumedVersions, versions *map[string]string, size int) (*resumedVersions, error) {
-	kb, vb, err := mapEntry(v)
-	if err != nil {
-		return r, err
+// pendingNames are the names and map entries read and not yet taken:
+// the field of each, and its name or key (keys) and value (vals).
+type pendingNames struct {
+	n    int
+	nums [2 * store.WireBatch]protowire.Number
+	keys [2 * store.WireBatch][]byte
+	vals [2 * store.WireBatch][]byte
+	idx  [2 * store.WireBatch]int32
+}
+
+func (p *pendingNames) add(num protowire.Number, key, val []byte) {
+	p.nums[p.n], p.keys[p.n], p.vals[p.n] = num, key, val
+	p.n++
+}
+
+// take looks p's names up in t, and takes them into d in order; p is
+// then empty.
+func (d nameFields) take(p *pendingNames, t *store.WireType, entries int) (nameFields, error) {
+	n := p.n
+	p.n = 0
+	t.FindBatch(p.keys[:n], p.idx[:n])
+	// The entries' versions compared first, together: the served ones'
+	// bytes are cache misses, whose loads then overlap.
+	var same [len(p.keys)]bool
+	for i := range n {
+		if j := p.idx[i]; j >= 0 && p.nums[i] == deltaInitialVersions {
+			same[i] = t.At(j).Version == string(p.vals[i])
+		}
 	}
-	w, found := t.Find(kb)
-	if r != nil && found && w.Version == string(vb) {
+	for i := range n {
+		var w store.WireEntry
+		if p.idx[i] >= 0 {
+			w = t.At(p.idx[i])
+		}
+		v := p.keys[i]
+		if p.nums[i] == deltaInitialVersions {
+			var err error
+			if d.r, err = versionEntry(v, p.vals[i], w, same[i], d.r, &d.versions, entries); err != nil {
+				return d, err
+			}
+			continue
+		}
+		s := w.Name
+		if w.Entry == nil {
+			if !utf8.Valid(v) {
+				return d, errNameUTF8
+			}
+			s = string(v)
+		}
+		if p.nums[i] == deltaSubscribe {
+			d.subs = append(d.subs, s)
+			d.r.subscribed(s, w)
+		} else {
+			d.unsubs = append(d.unsubs, s)
+		}
+	}
+	return d, nil
+}
+
+// versionEntry decodes one entry of initial_resource_versions (key kb,
+// value vb; w: the key's entry in the index, if found; same: vb is its
+// version): a current version into r (if not nil), the others into
+// versions (made at size if nil). It returns r, or nil once a key
+// repeated made the map hold every entry.
+func versionEntry(kb, vb []byte, w store.WireEntry, same bool, r *resumedVersions, versions *map[string]string, size int) (*resumedVersions, error) {
+	found := w.Entry != nil
+	if r != nil && found && same {
 		// Current: the entry, read from the index only.
 		if r.addCurrent(w, kb, versions) {
 			return r, nil
@@ -200,6 +268,14 @@ func versionEntry(v []byte, t *store.WireType, r *resumedVersions, versions *map
 // mapEntry decodes one map<string, string> entry: key 1, value 2, either
 // missing reads as ""; other fields are skipped.
 func mapEntry(b []byte) (key, val []byte, err error) {
+	// The entry as encoders write it: the key, then the value, each
+	// shorter than 128 bytes (a length of one byte), and nothing else.
+	if len(b) >= 4 && b[0] == 0x0a && b[1] < 0x80 {
+		k := 2 + int(b[1])
+		if k+2 <= len(b) && b[k] == 0x12 && b[k+1] < 0x80 && k+2+int(b[k+1]) == len(b) {
+			return b[2:k], b[k+2:], nil
+		}
+	}
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {

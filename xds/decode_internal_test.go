@@ -3,6 +3,7 @@ package xds
 import (
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -70,12 +71,37 @@ func FuzzDecode(f *testing.F) {
 	f.Add(append(entryBytes(str(1, "x"), str(1, "a"), str(2, "1")), entryBytes(str(1, "b"), str(2, "2"), str(2, "1"))...))
 	f.Add(entryBytes(str(1, "\xff"), str(1, "a"), str(2, "1")))
 	f.Add(entryBytes(str(1, "a"), str(2, "\xc3"), str(2, "1")))
+	// Entries at the bounds of the decoder's common form (key then value,
+	// lengths of one byte, nothing else): a key of 127 and of 128 bytes,
+	// a value then a key, a field after the value.
+	f.Add(entryBytes(str(1, strings.Repeat("k", 127)), str(2, "1")))
+	f.Add(entryBytes(str(1, strings.Repeat("k", 128)), str(2, "1")))
+	f.Add(entryBytes(str(2, "1"), str(1, "a")))
+	f.Add(entryBytes(str(1, "a"), str(2, "1"), str(3, "")))
 	// Names: invalid UTF-8, a name of the wrong wire type, names before
 	// the type URL.
 	f.Add(str(deltaSubscribe, "a\xff")(nil))
 	f.Add(str(deltaUnsubscribe, "\xc3")(nil))
 	f.Add(protowire.AppendVarint(protowire.AppendTag(str(deltaSubscribe, "a")(nil), deltaSubscribe, protowire.VarintType), 3))
 	f.Add(str(deltaTypeURL, EndpointType)(append(str(deltaSubscribe, "b")(nil), entryBytes(str(1, "x"), str(2, "1"))...)))
+
+	// More names and entries than the decoder looks up at once: served,
+	// unknown, stale, repeated across the batches' bounds, and one not
+	// UTF-8 or malformed after several batches.
+	long := str(deltaTypeURL, EndpointType)(nil)
+	names := []string{"a", "b", "x", "", "k", "zz", "a", "y"}
+	for i := range 80 {
+		n := names[i%len(names)]
+		long = str(deltaSubscribe, n)(long)
+		long = append(long, entryBytes(str(1, n), str(2, []string{"1", "2", "1"}[i%5%3]))...)
+		if i%7 == 0 {
+			long = str(deltaUnsubscribe, names[(i+3)%len(names)])(long)
+		}
+	}
+	f.Add(long)
+	f.Add(str(deltaSubscribe, "b\xff")(slices.Clone(long)))
+	f.Add(append(entryBytes(str(1, "a"), str(2, "\xc3")), long...))
+	f.Add(append(slices.Clone(long), 0x2a, 0x05, 0x0a))
 
 	// ACKs (decodeACK): a type URL repeated, the first not UTF-8; a nonce
 	// not UTF-8; an empty nonce; a nonce of the wrong wire type; an error

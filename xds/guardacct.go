@@ -160,35 +160,70 @@ func fields(b []byte, fn func(num protowire.Number, v []byte, size int)) bool {
 }
 
 func (a *streamAcct) apply(delta bool, b []byte, sc *deltaScan) error {
-	lim := a.g.lim
+	var sp *[]subName
+	if delta {
+		sp = subNamesPool.Get().(*[]subName)
+		defer subNamesPool.Put(sp)
+	}
+	return a.applyRequest(delta, b, sc, sp)
+}
+
+// requestFields is what the first pass over a request finds: the type,
+// the node's size, the names' and initial versions' bytes and counts.
+type requestFields struct {
+	typeURL               []byte
+	nodeBytes, namesBytes int
+	ivBytes               int
+	subs, unsubs, entries int
+}
+
+// firstPass reads b's fields; with subs (a delta request), it hashes
+// its subscriptions into *subs too. false: b is not well formed.
+func firstPass(delta bool, b []byte, seed maphash.Seed, subs *[]subName) (requestFields, bool) {
 	nodeField, typeField, namesField := sotwNode, sotwTypeURL, sotwResourceNames
 	if delta {
 		nodeField, typeField, namesField = deltaNode, deltaTypeURL, deltaSubscribe
 	}
-	// First pass: the type, the node's size, and the bytes that are not
-	// names (the server holds a type's last request until its next).
-	var typeURL []byte
-	nodeBytes, namesBytes, ivBytes := 0, 0, 0
-	subs, unsubs, entries := 0, 0, 0
-	if !fields(b, func(num protowire.Number, v []byte, size int) {
+	var r requestFields
+	ok := fields(b, func(num protowire.Number, v []byte, size int) {
 		switch {
 		case num == nodeField:
-			nodeBytes += len(v)
+			r.nodeBytes += len(v)
 		case num == typeField:
-			typeURL = v // the last one counts
+			r.typeURL = v // the last one counts
 		case num == namesField:
-			namesBytes += size
-			subs++
+			r.namesBytes += size
+			r.subs++
+			if subs != nil {
+				*subs = append(*subs, subName{maphash.Bytes(seed, v), len(v), size})
+			}
 		case delta && num == deltaUnsubscribe:
-			namesBytes += size
-			unsubs++
+			r.namesBytes += size
+			r.unsubs++
 		case delta && num == deltaInitialVersions:
-			ivBytes += size
-			entries++
+			r.ivBytes += size
+			r.entries++
 		}
-	}) {
+	})
+	return r, ok
+}
+
+// applyRequest is apply, with a list for the subscriptions of a delta
+// request (sp).
+func (a *streamAcct) applyRequest(delta bool, b []byte, sc *deltaScan, sp *[]subName) error {
+	lim := a.g.lim
+	// First pass: the type, the node's size, and the bytes that are not
+	// names (the server holds a type's last request until its next); a
+	// delta request's subscriptions, hashed, for deltaNames.
+	if sp != nil {
+		*sp = (*sp)[:0]
+	}
+	r, ok := firstPass(delta, b, a.g.seed, sp)
+	if !ok {
 		return nil
 	}
+	typeURL, nodeBytes, namesBytes, ivBytes := r.typeURL, r.nodeBytes, r.namesBytes, r.ivBytes
+	subs, unsubs, entries := r.subs, r.unsubs, r.entries
 	if delta && sc != nil {
 		// What scanDelta finds, from the same pass.
 		*sc = deltaScan{subs: subs, unsubs: unsubs, entries: entries, other: len(b) - namesBytes - ivBytes, typeURL: typeURL, valid: true}
@@ -236,7 +271,7 @@ func (a *streamAcct) apply(delta bool, b []byte, sc *deltaScan) error {
 	// its other bytes.
 	var ddn, ddb, extra int
 	if delta {
-		ddn, ddb, extra = a.deltaNames(tn, b, subs, unsubs)
+		ddn, ddb, extra = a.deltaNames(tn, b, *sp, unsubs)
 	} else {
 		ddn, ddb, extra = a.sotwNames(tn, b)
 	}
@@ -254,41 +289,37 @@ func (a *streamAcct) apply(delta bool, b []byte, sc *deltaScan) error {
 // unsubscriptions, as the delta handler applies them, to the type's set; the
 // set is derived once (none for a request without names, the common ACK).
 // It returns the change in names and bytes, and the bytes (as encoded) of
-// the names that changed nothing. subs and unsubs are the request's
-// subscriptions and unsubscriptions, counted.
-func (a *streamAcct) deltaNames(tn *typeNames, b []byte, subs, unsubs int) (dn, db, extra int) {
-	if subs == 0 && unsubs == 0 {
+// the names that changed nothing. subs are the request's subscriptions
+// (hashed), unsubs its unsubscriptions, counted.
+func (a *streamAcct) deltaNames(tn *typeNames, b []byte, subs []subName, unsubs int) (dn, db, extra int) {
+	if len(subs) == 0 && unsubs == 0 {
 		return 0, 0, 0
 	}
 	if unsubs == 0 {
-		if dn, db, extra, ok := a.subscribeOnly(tn, b, subs); ok {
+		if dn, db, extra, ok := a.subscribeOnly(tn, subs); ok {
 			return dn, db, extra
 		}
 	}
 	var adds, rems []uint64
 	var added, removed map[uint64]struct{}
-	fields(b, func(num protowire.Number, v []byte, size int) {
-		if num != deltaSubscribe {
-			return
-		}
-		h := maphash.Bytes(a.g.seed, v)
-		if tn.set.has(h) {
-			extra += size
-			return
+	for _, s := range subs {
+		if tn.set.has(s.h) {
+			extra += s.size
+			continue
 		}
 		if added == nil {
 			added = map[uint64]struct{}{}
 		}
-		if _, ok := added[h]; ok {
-			extra += size
-			return
+		if _, ok := added[s.h]; ok {
+			extra += s.size
+			continue
 		}
-		added[h] = struct{}{}
-		adds = append(adds, h)
-		tn.bytes += len(v)
+		added[s.h] = struct{}{}
+		adds = append(adds, s.h)
+		tn.bytes += s.n
 		dn++
-		db += len(v)
-	})
+		db += s.n
+	}
 	fields(b, func(num protowire.Number, v []byte, size int) {
 		if num != deltaUnsubscribe {
 			return
@@ -315,37 +346,6 @@ func (a *streamAcct) deltaNames(tn *typeNames, b []byte, subs, unsubs int) (dn, 
 		tn.set = tn.set.derive(adds, rems)
 	}
 	return dn, db, extra
-}
-
-// subscribeOnly applies a delta request that only subscribes (a stream's
-// first request, a reconnecting Envoy's 5,000 names) with each name hashed
-// once and no set of its own: a hash the set lacks found twice among them
-// (repeated) shows a name repeated in the request. false (nothing applied)
-// when there were repeats: deltaNames then counts each name once. extra:
-// the bytes of the names subscribed already.
-func (a *streamAcct) subscribeOnly(tn *typeNames, b []byte, subs int) (dn, db, extra int, ok bool) {
-	adds := make([]uint64, 0, subs)
-	fields(b, func(num protowire.Number, v []byte, size int) {
-		if num != deltaSubscribe {
-			return
-		}
-		h := maphash.Bytes(a.g.seed, v)
-		if !tn.set.has(h) {
-			adds = append(adds, h)
-			db += len(v)
-		} else {
-			extra += size
-		}
-	})
-	if len(adds) == 0 {
-		return 0, 0, extra, true
-	}
-	if repeated(adds) {
-		return 0, 0, 0, false
-	}
-	tn.set = tn.set.deriveAdded(adds)
-	tn.bytes += db
-	return len(adds), db, extra, true
 }
 
 // sotwNames replaces the type's set with a sotw request's list;

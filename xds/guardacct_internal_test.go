@@ -2,6 +2,9 @@ package xds
 
 import (
 	"fmt"
+	"google.golang.org/protobuf/encoding/protowire"
+	"slices"
+	"strings"
 	"testing"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -112,5 +115,62 @@ func TestGuardSotwRepeatIsNotTheSameSet(t *testing.T) {
 	}
 	if n := a.types.at(EndpointType).set.len(); n != 1 || a.names.Load() != 2 { // the type counts as one name too
 		t.Errorf("after [a b] then [a a]: a set of %d, %d names counted; want 1 and 2", n, a.names.Load())
+	}
+}
+
+// A delta request's names subscribed already, or unsubscribed without
+// being subscribed, count as its held bytes as encoded (tag and length
+// included), the new names by their length, with the type URL before
+// or after the names, in a request that only subscribes and in one that
+// unsubscribes too.
+func TestGuardSubscribedAgainHeldAsEncoded(t *testing.T) {
+	field := func(b []byte, num protowire.Number, s string) []byte {
+		return protowire.AppendString(protowire.AppendTag(b, num, protowire.BytesType), s)
+	}
+	old := []string{"cluster-a", "cluster-b", strings.Repeat("c", 200)}
+	added := []string{"cluster-d", strings.Repeat("e", 300)}
+	g := newGuard(Limits{}.WithDefaults(), newGuardMetrics())
+	for _, typeLast := range []bool{false, true} {
+		for _, unsub := range []bool{false, true} {
+			a := newTestStreamAcct(g)
+			var first []byte
+			for _, n := range old {
+				first = field(first, deltaSubscribe, n)
+			}
+			first = field(first, deltaTypeURL, EndpointType)
+			if err := a.checkWire(&discovery.DeltaDiscoveryRequest{}, first); err != nil {
+				t.Fatal(err)
+			}
+			var b []byte
+			if !typeLast {
+				b = field(b, deltaTypeURL, EndpointType)
+			}
+			for _, n := range append(slices.Clone(old), added...) {
+				b = field(b, deltaSubscribe, n)
+			}
+			if unsub {
+				b = field(b, deltaUnsubscribe, "cluster-z")
+			}
+			if typeLast {
+				b = field(b, deltaTypeURL, EndpointType)
+			}
+			if err := a.checkWire(&discovery.DeltaDiscoveryRequest{}, b); err != nil {
+				t.Fatal(err)
+			}
+			// Held: the type and every name subscribed, and the request's bytes but
+			// its new names' fields.
+			want := len(b)
+			for _, n := range old {
+				want += len(n)
+			}
+			for _, n := range added {
+				want -= len(field(nil, deltaSubscribe, n)) - len(n)
+			}
+			if got := a.bytes.Load(); got != int64(want) || a.names.Load() != int64(1+len(old)+len(added)) {
+				t.Fatalf("type URL last %v, unsubscribing %v: %d names of %d bytes held; want %d of %d",
+					typeLast, unsub, a.names.Load(), got, 1+len(old)+len(added), want)
+			}
+			a.release()
+		}
 	}
 }

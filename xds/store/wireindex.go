@@ -1,6 +1,7 @@
 package store
 
 import (
+	"hash/maphash"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -24,14 +25,19 @@ import (
 type WireIndex struct {
 	mu    sync.RWMutex
 	types map[string]*WireType
+	seed  maphash.Seed
+	// hashMask: the bits of a name's hash the index uses; all but in a
+	// test of names whose hashes collide.
+	hashMask uint64
 }
 
-// WireType is one type's entries as the index holds them.
+// WireType is one type's entries as the index holds them: side by side
+// (ents), found by a table of open addressing (wiretable.go).
 type WireType struct {
 	// Type: the store's type (its fields are read under the store's lock
 	// only).
-	Type    *Type
-	entries map[string]WireEntry
+	Type *Type
+	wireTable
 	// Gen: the type's generation the entries are of (Type.Gen once the
 	// commit that last changed them is done). Every change to a type's
 	// resources is followed by the index in its commit, so a reader that
@@ -59,7 +65,7 @@ type WireEntry struct {
 	Version string // a copy of Entry.Version, with the keys
 	Name    string // Entry.Name
 	Slot    int32
-	key     string // the map's key: a copy of Entry.Name
+	key     string // the table's key: a copy of Entry.Name
 }
 
 // keyChunk is the size of a chunk of keys.
@@ -79,7 +85,7 @@ func (t *WireType) key(n string) string {
 }
 
 func NewWireIndex() *WireIndex {
-	return &WireIndex{types: map[string]*WireType{}}
+	return &WireIndex{types: map[string]*WireType{}, seed: maphash.MakeSeed(), hashMask: ^uint64(0)}
 }
 
 // Follow makes the index hold, of each of the names, the entry ts serves
@@ -94,13 +100,18 @@ func (x *WireIndex) Follow(ts *Type, names []string) {
 	defer x.mu.Unlock()
 	t := x.types[ts.URL]
 	if t == nil {
-		t = &WireType{Type: ts, entries: make(map[string]WireEntry, len(ts.Resources))}
+		t = &WireType{Type: ts, wireTable: wireTable{seed: x.seed, hashMask: x.hashMask}}
+		t.resize(len(ts.Resources))
 		x.types[ts.URL] = t
 	}
 	t.Gen = ts.Gen
 	for _, n := range names {
-		old, had := t.entries[n]
+		h := t.hash(n)
+		i, p := t.probe(n, h)
+		had := i >= 0
+		var old WireEntry
 		if had {
+			old = t.ents[i]
 			t.live -= len(old.Version)
 			t.garbage += len(old.Version)
 		}
@@ -108,29 +119,31 @@ func (x *WireIndex) Follow(ts *Type, names []string) {
 		// decoder checks the bytes of a name or version it finds here no
 		// further (proto3 strings must be UTF-8).
 		if e, ok := ts.Resources[n]; ok && utf8.ValidString(e.Name) && utf8.ValidString(e.Version) {
-			k := old.key
-			if !had {
-				k = t.key(e.Name)
+			if had {
+				t.ents[i] = t.entry(e, old.key)
+			} else {
+				k := t.key(e.Name)
 				t.live += len(k)
+				t.insert(t.entry(e, k), h)
 			}
-			t.entries[k] = t.entry(e, k)
 			t.SlotBound = max(t.SlotBound, e.Slot+1)
 		} else if had {
-			delete(t.entries, n)
+			t.remove(i, p)
 			t.live -= len(n)
 			t.garbage += len(n)
 		}
 	}
 	if t.garbage > t.live+keyChunk {
 		// The keys and versions again, without the garbage.
-		entries := make(map[string]WireEntry, len(t.entries))
+		ents := t.ents
 		t.keys, t.live, t.garbage = nil, 0, 0
-		for _, w := range t.entries {
+		t.ents, t.places = make([]WireEntry, 0, cap(ents)), nil
+		t.resize(len(ents))
+		for _, w := range ents {
 			k := t.key(w.Entry.Name)
 			t.live += len(k)
-			entries[k] = t.entry(w.Entry, k)
+			t.insert(t.entry(w.Entry, k), t.hash(k))
 		}
-		t.entries = entries
 	}
 }
 
@@ -146,8 +159,11 @@ func (t *WireType) Find(name []byte) (WireEntry, bool) {
 	if t == nil {
 		return WireEntry{}, false
 	}
-	w, ok := t.entries[string(name)]
-	return w, ok
+	n := unsafe.String(unsafe.SliceData(name), len(name)) // not kept
+	if i, _ := t.probe(n, t.hash(n)); i >= 0 {
+		return t.ents[i], true
+	}
+	return WireEntry{}, false
 }
 
 // Entry returns the entry of name n (nil: none); t may be nil.
@@ -155,7 +171,10 @@ func (t *WireType) Entry(n string) *Entry {
 	if t == nil {
 		return nil
 	}
-	return t.entries[n].Entry
+	if i, _ := t.probe(n, t.hash(n)); i >= 0 {
+		return t.ents[i].Entry
+	}
+	return nil
 }
 
 // Read calls fn with the index of typeURL (nil: none), Read-locked.
@@ -173,10 +192,8 @@ func (x *WireIndex) Read(typeURL []byte, fn func(t *WireType)) {
 // WireName is name (its encoded bytes) as a string, the store's if it
 // serves the name, with its entry (none: a zero WireEntry; t nil: none).
 func (t *WireType) WireName(name []byte) (string, WireEntry) {
-	if t != nil {
-		if w, ok := t.entries[string(name)]; ok {
-			return w.Name, w
-		}
+	if w, ok := t.Find(name); ok {
+		return w.Name, w
 	}
 	return string(name), WireEntry{}
 }

@@ -280,7 +280,7 @@ func (p *deltaPass) collect() (rest []string) {
 					return p.w.hidden(n) && !h && !maybe
 				})
 			}
-			return p.ts.AllNames().Suffix(tail)
+			return p.ts.AllNames().Run(tail)
 		}
 	}
 	return nil
@@ -318,7 +318,7 @@ func (p *deltaPass) collectFull() (rest []string) {
 		e, _ := find(n)
 		total += e.DeltaSize
 		if p.over(i+1, total) {
-			rest = ts.AllNames().Suffix(p.changed[i:])
+			rest = ts.AllNames().Run(p.changed[i:])
 			p.changed = p.changed[:i]
 			return rest
 		}
@@ -399,9 +399,19 @@ func (p *deltaPass) record(rest []string) (next *deltaHeld, sent *deltaSent) {
 	if len(p.changed)+len(p.removed) == 0 {
 		return next, nil
 	}
-	// Copies: the record lives until the client answers, and p.changed
-	// of a full check has room for every name of the type.
-	return next, &deltaSent{gen: ts.Gen, changed: slices.Clone(p.changed), removed: slices.Clone(p.removed)}
+	// Copies, or runs of the type's sorted names: the record lives until
+	// the client answers, and p.changed of a full check has room for every
+	// name of the type. A part of a first sync is a run (one copy of its
+	// names held by the fleet); below minCursor names, a copy costs less
+	// than finding the run (and than sorting the type's names again, after
+	// a name came or went).
+	var changed []string
+	if len(p.changed) >= minCursor {
+		changed = ts.AllNames().Run(p.changed)
+	} else {
+		changed = slices.Clone(p.changed)
+	}
+	return next, &deltaSent{gen: ts.Gen, changed: changed, removed: slices.Clone(p.removed)}
 }
 
 // stillRejected returns the rejected resources that are still served at

@@ -31,6 +31,7 @@ func (c *Cache) respondDelta(w *watch, seq []string, fromRest, full, evenIfEmpty
 	}
 	p.find = c.finder(w.ts, inOrder)
 	p.hold = c.holder(w, inOrder)
+	defer p.giveNames()
 	rest := p.collect()
 	slices.Sort(p.later)
 	w.heldBack = p.later
@@ -105,6 +106,7 @@ type deltaPass struct {
 	// removed; later: held back by hold.
 	changed, removed, later []string
 	size                    int
+	collected               int // names changed held before the bound cut it
 }
 
 // minCursor is the number of sorted names from which their resources are
@@ -242,6 +244,32 @@ func (p *deltaPass) consider(n string) {
 	}
 }
 
+// names returns room for n names to send, the cache's own if no other
+// pass holds it (one made for a pass nested in this one's handing of its
+// response, as an RDS watch woken by the assignments sent). The names a
+// pass sends do not outlive it: its record and rest are runs of the
+// type's names or copies, its response holds the resources, and the
+// record of assignments sent copies them; so the room is reused, not
+// made per pass (a first sync makes one pass per part, of room for a
+// part's names, or for every name of the type).
+func (p *deltaPass) names(n int) []string {
+	if b := p.c.passNames; cap(b) >= n {
+		p.c.passNames = nil
+		return b[:0]
+	}
+	p.c.passNames = nil
+	return make([]string, 0, n)
+}
+
+// giveNames gives the room of the names sent back to the cache, cleared
+// (it holds no name past the pass).
+func (p *deltaPass) giveNames() {
+	if p.changed != nil && p.c.passNames == nil {
+		clear(p.changed[:max(len(p.changed), p.collected)])
+		p.c.passNames = p.changed[:0]
+	}
+}
+
 // over reports whether a response of count resources of size bytes is
 // above the size bound, or above the limit while a rejected response is
 // halved: it then carries a first part (a resource larger than the bound
@@ -262,10 +290,11 @@ func (p *deltaPass) collect() (rest []string) {
 	// changed since G, is of the rest or newly subscribed.) Room for a
 	// part of a first sync's names (a response of the default size bound
 	// holds a few hundred assignments), not for all of a long rest.
-	p.changed = make([]string, 0, min(len(p.seq), maxPreallocated))
+	p.changed = p.names(min(len(p.seq), maxPreallocated))
 	for i, n := range p.seq {
 		p.consider(n)
 		if p.over(len(p.changed), p.size) {
+			p.collected = len(p.changed)
 			p.changed = p.changed[:len(p.changed)-1]
 			tail := p.seq[i:]
 			if p.fromRest {
@@ -295,7 +324,7 @@ func (p *deltaPass) collectFull() (rest []string) {
 	if r := p.known.resumed; r != nil {
 		covered = p.resumedCheck(r)
 	} else {
-		p.changed = make([]string, 0, len(ts.Resources))
+		p.changed = p.names(len(ts.Resources))
 		covered = p.w.fullCheck(p.known.versions, p.consider)
 	}
 	if ds.complete {
@@ -319,6 +348,7 @@ func (p *deltaPass) collectFull() (rest []string) {
 		total += e.DeltaSize
 		if p.over(i+1, total) {
 			rest = ts.AllNames().Run(p.changed[i:])
+			p.collected = len(p.changed)
 			p.changed = p.changed[:i]
 			return rest
 		}

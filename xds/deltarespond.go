@@ -244,14 +244,14 @@ func (p *deltaPass) consider(n string) {
 	}
 }
 
-// names returns room for n names to send, the cache's own if no other
-// pass holds it (one made for a pass nested in this one's handing of its
-// response, as an RDS watch woken by the assignments sent). The names a
-// pass sends do not outlive it: its record and rest are runs of the
-// type's names or copies, its response holds the resources, and the
-// record of assignments sent copies them; so the room is reused, not
-// made per pass (a first sync makes one pass per part, of room for a
-// part's names, or for every name of the type).
+// names returns room for n names to send: the cache's own, unless
+// another pass holds it (a pass nested in the handing of another's
+// response, as an RDS watch woken by the assignments sent, makes its
+// own). The names a pass sends do not outlive it: its record and rest are
+// runs of the type's names or copies, its response holds the resources,
+// and the record of assignments sent copies them; so the room is reused,
+// not made per pass (a first sync makes one pass per part, each with room
+// for a part's names, or for every name of the type).
 func (p *deltaPass) names(n int) []string {
 	if b := p.c.passNames; cap(b) >= n {
 		p.c.passNames = nil

@@ -6,14 +6,14 @@ import (
 
 // A type's resource names, sorted, shared by the rests of the responses
 // split in parts (the server's delta responses) and by the records of the
-// names a part carried. A fleet of Envoys syncing at once kept one copy of
-// all but the first part's names each (the first response's rest is a
-// suffix of every name of the type, and each later rest a suffix of it),
-// and another of each part's names until the part was answered: 2,000
-// Envoys × 2 types × tens of kB held through their syncs. A run of the
-// names (a part of a first sync, or its rest) is a subslice of this one;
-// it is rebuilt only when a name is added or deleted, not when a version
-// changes, and never written.
+// names each part carried. Were they copies, a fleet of Envoys syncing at
+// once would hold one of all but the first part's names each (the first
+// response's rest is a suffix of every name of the type, and each later
+// rest a suffix of it) and one of each part's names until the part is
+// answered: 2,000 Envoys × 2 types × tens of kB through their syncs. A
+// run of the names (a part of a first sync, or its rest) is a subslice of
+// this one; it is rebuilt only when a name is added or deleted, not when
+// a version changes, and never written.
 type SortedNames struct {
 	names []string
 	slots []int32 // of names[i]: its resource's slot

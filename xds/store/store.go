@@ -374,7 +374,7 @@ func (ts *Type) SinceLog(gen uint64) []string {
 		return nil
 	}
 	// One allocation: an ACK's tail is a few entries of a name or two,
-	// which appended one by one grew the slice at each.
+	// and appending them one by one would grow the slice at each.
 	names := make([]string, 0, n)
 	for _, l := range ts.Log[i:] {
 		names = append(names, l.Names...)

@@ -165,7 +165,7 @@ func (p *deltaPass) held(n string, e *store.Entry, exists bool) (version string,
 	// Subscribed by this request, or still to be sent (of the rest),
 	// it is sent, or reported removed; a resource rejected alone is
 	// not, while it is at the version rejected.
-	if _, ok := ds.newSub[n]; ok && ds.complete {
+	if ds.complete && ds.subscribes(n) {
 		return "", false, true
 	}
 	if w.hidden(n) {

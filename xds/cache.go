@@ -76,6 +76,9 @@ type Cache struct {
 	// minCursor: from how many sorted names a delta pass finds their
 	// resources with a store.Cursor (finder); minCursor unless a test sets it.
 	minCursor int
+	// passNames: the room a delta pass collects the names it sends in,
+	// taken by a pass and given back when it is done (deltaPass.names).
+	passNames []string
 
 	// routeHold bounds an RDS hold (routehold.go); routeHolds and
 	// routeHoldTimeouts count the RDS watches that held routes back, and

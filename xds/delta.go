@@ -132,9 +132,10 @@ type deltaState struct {
 	complete, wildOn, stale bool
 	wildChanged, changed    bool
 	gen                     uint64
-	// newSub: names the request subscribes to. The client may hold them or
+	// newSub: names the request subscribes to, sorted (a copy: one slice,
+	// not a map, for a request of thousands). The client may hold them or
 	// not; the protocol asks to send them (or report them removed) either way.
-	newSub   map[string]struct{}
+	newSub   []string
 	rest     []string // sorted: names the client may hold older versions of
 	allRest  bool     // every name looked at is of the rest (the ACK of a part)
 	plan     plan     // sizes of the next responses, while a rejected one is halved
@@ -188,10 +189,9 @@ func (c *Cache) readDeltaState(w *watch) error {
 		ds.stale = true
 	}
 	if len(subs) > 0 {
-		ds.newSub = make(map[string]struct{}, len(subs))
-		for _, n := range subs {
-			ds.newSub[n] = struct{}{}
-		}
+		ds.newSub = slices.Clone(subs)
+		slices.Sort(ds.newSub)
+		ds.newSub = slices.Compact(ds.newSub)
 	}
 	nacked = append(nacked, heldBack...)
 	// A request whose answer changes the state (what a rejection brings
@@ -199,8 +199,14 @@ func (c *Cache) readDeltaState(w *watch) error {
 	// so that the state is installed.
 	ds.changed = len(nacked) > len(heldBack) || isolated != ""
 	quiet := len(nacked) == 0 && isolated == "" && !ds.wildOn && !ds.stale && len(subs) == 0 && len(unsubs) == 0
-	ds.lookAt(ts, known.rest, nacked, isolated, quiet, subs, unsubs)
+	ds.lookAt(ts, known.rest, nacked, isolated, quiet, ds.newSub, unsubs)
 	return nil
+}
+
+// subscribes reports whether the request subscribes to n.
+func (ds *deltaState) subscribes(n string) bool {
+	_, ok := slices.BinarySearch(ds.newSub, n)
+	return ok
 }
 
 // takeQueued makes w, a delta watch, start from the state of its
@@ -273,7 +279,8 @@ func (ds *deltaState) answered(ts *typeState, inflight []*deltaSent, nonce strin
 // changed since the client's generation, of the rest, of a rejected
 // response, or subscribed or unsubscribed by this request; everything of
 // interest (full) for a client that subscribed to the wildcard or whose
-// generation is older than the change log.
+// generation is older than the change log. subs are sorted, each once
+// (newSub), and not written.
 func (ds *deltaState) lookAt(ts *typeState, rest []string, nacked []string, isolated string, quiet bool, subs, unsubs []string) {
 	var since []string
 	if quiet {
@@ -300,6 +307,12 @@ func (ds *deltaState) lookAt(ts *typeState, rest []string, nacked []string, isol
 	}
 	if !quiet {
 		since = ts.SinceLog(ds.gen)
+	}
+	if len(since)+len(ds.rest)+len(unsubs) == 0 {
+		// Only names subscribed (the request of an Envoy's first sync
+		// after a CDS part): they are the sorted names the state holds.
+		ds.seq = subs
+		return
 	}
 	names := append(since, ds.rest...)
 	names = append(names, subs...)

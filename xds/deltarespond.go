@@ -31,6 +31,7 @@ func (c *Cache) respondDelta(w *watch, seq []string, fromRest, full, evenIfEmpty
 	}
 	p.find = c.finder(w.ts, inOrder)
 	p.hold = c.holder(w, inOrder)
+	defer p.giveNames()
 	rest := p.collect()
 	slices.Sort(p.later)
 	w.heldBack = p.later
@@ -105,6 +106,7 @@ type deltaPass struct {
 	// removed; later: held back by hold.
 	changed, removed, later []string
 	size                    int
+	collected               int // names changed held before the bound cut it
 }
 
 // minCursor is the number of sorted names from which their resources are
@@ -163,7 +165,7 @@ func (p *deltaPass) held(n string, e *store.Entry, exists bool) (version string,
 	// Subscribed by this request, or still to be sent (of the rest),
 	// it is sent, or reported removed; a resource rejected alone is
 	// not, while it is at the version rejected.
-	if _, ok := ds.newSub[n]; ok && ds.complete {
+	if ds.complete && ds.subscribes(n) {
 		return "", false, true
 	}
 	if w.hidden(n) {
@@ -242,6 +244,32 @@ func (p *deltaPass) consider(n string) {
 	}
 }
 
+// names returns room for n names to send: the cache's own, unless
+// another pass holds it (a pass nested in the handing of another's
+// response, as an RDS watch woken by the assignments sent, makes its
+// own). The names a pass sends do not outlive it: its record and rest are
+// runs of the type's names or copies, its response holds the resources,
+// and the record of assignments sent copies them; so the room is reused,
+// not made per pass (a first sync makes one pass per part, each with room
+// for a part's names, or for every name of the type).
+func (p *deltaPass) names(n int) []string {
+	if b := p.c.passNames; cap(b) >= n {
+		p.c.passNames = nil
+		return b[:0]
+	}
+	p.c.passNames = nil
+	return make([]string, 0, n)
+}
+
+// giveNames gives the room of the names sent back to the cache, cleared
+// (it holds no name past the pass).
+func (p *deltaPass) giveNames() {
+	if p.changed != nil && p.c.passNames == nil {
+		clear(p.changed[:max(len(p.changed), p.collected)])
+		p.c.passNames = p.changed[:0]
+	}
+}
+
 // over reports whether a response of count resources of size bytes is
 // above the size bound, or above the limit while a rejected response is
 // halved: it then carries a first part (a resource larger than the bound
@@ -262,10 +290,11 @@ func (p *deltaPass) collect() (rest []string) {
 	// changed since G, is of the rest or newly subscribed.) Room for a
 	// part of a first sync's names (a response of the default size bound
 	// holds a few hundred assignments), not for all of a long rest.
-	p.changed = make([]string, 0, min(len(p.seq), maxPreallocated))
+	p.changed = p.names(min(len(p.seq), maxPreallocated))
 	for i, n := range p.seq {
 		p.consider(n)
 		if p.over(len(p.changed), p.size) {
+			p.collected = len(p.changed)
 			p.changed = p.changed[:len(p.changed)-1]
 			tail := p.seq[i:]
 			if p.fromRest {
@@ -280,7 +309,7 @@ func (p *deltaPass) collect() (rest []string) {
 					return p.w.hidden(n) && !h && !maybe
 				})
 			}
-			return p.ts.AllNames().Suffix(tail)
+			return p.ts.AllNames().Run(tail)
 		}
 	}
 	return nil
@@ -295,7 +324,7 @@ func (p *deltaPass) collectFull() (rest []string) {
 	if r := p.known.resumed; r != nil {
 		covered = p.resumedCheck(r)
 	} else {
-		p.changed = make([]string, 0, len(ts.Resources))
+		p.changed = p.names(len(ts.Resources))
 		covered = p.w.fullCheck(p.known.versions, p.consider)
 	}
 	if ds.complete {
@@ -318,7 +347,8 @@ func (p *deltaPass) collectFull() (rest []string) {
 		e, _ := find(n)
 		total += e.DeltaSize
 		if p.over(i+1, total) {
-			rest = ts.AllNames().Suffix(p.changed[i:])
+			rest = ts.AllNames().Run(p.changed[i:])
+			p.collected = len(p.changed)
 			p.changed = p.changed[:i]
 			return rest
 		}
@@ -399,9 +429,19 @@ func (p *deltaPass) record(rest []string) (next *deltaHeld, sent *deltaSent) {
 	if len(p.changed)+len(p.removed) == 0 {
 		return next, nil
 	}
-	// Copies: the record lives until the client answers, and p.changed
-	// of a full check has room for every name of the type.
-	return next, &deltaSent{gen: ts.Gen, changed: slices.Clone(p.changed), removed: slices.Clone(p.removed)}
+	// Copies, or runs of the type's sorted names: the record lives until
+	// the client answers, and p.changed of a full check has room for every
+	// name of the type. A part of a first sync is a run (one copy of its
+	// names held by the fleet); below minCursor names, a copy costs less
+	// than finding the run (and than sorting the type's names again, after
+	// a name came or went).
+	var changed []string
+	if len(p.changed) >= minCursor {
+		changed = ts.AllNames().Run(p.changed)
+	} else {
+		changed = slices.Clone(p.changed)
+	}
+	return next, &deltaSent{gen: ts.Gen, changed: changed, removed: slices.Clone(p.removed)}
 }
 
 // stillRejected returns the rejected resources that are still served at

@@ -208,7 +208,7 @@ func (w *watch) heldOf(e *store.Entry) (held string, rejected bool) {
 	if v, ok := ds.rejected[n]; ok && v == e.Version {
 		return "", true
 	}
-	if _, ok := ds.newSub[n]; ok && ds.complete {
+	if ds.complete && ds.subscribes(n) {
 		return "", false
 	}
 	if v, ok := w.known.version(w.ts, n); ok {

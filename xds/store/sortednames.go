@@ -5,13 +5,15 @@ import (
 )
 
 // A type's resource names, sorted, shared by the rests of the responses
-// split in parts (the server's delta responses). A fleet of Envoys syncing at once kept one
-// copy of all but the first part's names each (the first response's rest
-// is a suffix of every name of the type, and each later rest a suffix of
-// it): 800 Envoys × 2 types × 60 kB held until their syncs ended. A rest
-// that is a suffix of the type's names is a subslice of this one; it is
-// rebuilt only when a name is added or deleted, not when a version
-// changes, and never written.
+// split in parts (the server's delta responses) and by the records of the
+// names each part carried. Were they copies, a fleet of Envoys syncing at
+// once would hold one of all but the first part's names each (the first
+// response's rest is a suffix of every name of the type, and each later
+// rest a suffix of it) and one of each part's names until the part is
+// answered: 2,000 Envoys × 2 types × tens of kB through their syncs. A
+// run of the names (a part of a first sync, or its rest) is a subslice of
+// this one; it is rebuilt only when a name is added or deleted, not when
+// a version changes, and never written.
 type SortedNames struct {
 	names []string
 	slots []int32 // of names[i]: its resource's slot
@@ -35,14 +37,19 @@ func (ts *Type) AllNames() *SortedNames {
 	return ts.names
 }
 
-// Suffix returns tail (sorted names): a subslice of the type's names when
-// tail is a Suffix of them, else a copy (tail is often the end of a
-// larger slice, which a rest kept until the next ACK must not hold).
-func (sn *SortedNames) Suffix(tail []string) []string {
-	if i := len(sn.names) - len(tail); len(tail) > 0 && i >= 0 && slices.Equal(sn.names[i:], tail) {
-		return sn.names[i:len(sn.names):len(sn.names)]
+// Run returns names, as a subslice of the type's names when names are a
+// run of them (consecutive, in order), else as a copy (names are often a
+// part of a larger slice, which a record kept until the next ACK must not
+// hold). A first sync's parts and rests are runs: a wildcard's, and those
+// of the assignments of the clusters each part subscribes to.
+func (sn *SortedNames) Run(names []string) []string {
+	if len(names) > 0 {
+		i, found := slices.BinarySearch(sn.names, names[0])
+		if j := i + len(names); found && j <= len(sn.names) && slices.Equal(sn.names[i:j], names) {
+			return sn.names[i:j:j]
+		}
 	}
-	return slices.Clone(tail)
+	return slices.Clone(names)
 }
 
 // All returns the type's names, sorted; they must not be modified.

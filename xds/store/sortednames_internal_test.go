@@ -13,9 +13,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// TestSortedNamesSuffix: a rest is the names whatever they are, and shares
-// the type's names when it is a suffix of them.
-func TestSortedNamesSuffix(t *testing.T) {
+// TestSortedNamesRun: a run is the names whatever they are, and shares
+// the type's names when they are consecutive names of the type, in order.
+func TestSortedNamesRun(t *testing.T) {
 	ts := &Type{Resources: map[string]*Entry{}}
 	for i := range 50 {
 		n := fmt.Sprintf("c%02d", i)
@@ -35,34 +35,51 @@ func TestSortedNamesSuffix(t *testing.T) {
 		return uintptr(unsafe.Pointer(p)) >= uintptr(unsafe.Pointer(q)) && uintptr(unsafe.Pointer(p)) < uintptr(unsafe.Pointer(q))+uintptr(len(sn.names))*size
 	}
 	r := rand.New(rand.NewPCG(1, 2))
-	for range 500 {
+	runs := 0
+	for range 1000 {
 		i := r.IntN(len(all))
-		tail := slices.Clone(all[i:])
-		suffix := true
-		switch r.IntN(4) {
+		names := slices.Clone(all[i : i+1+r.IntN(len(all)-i)])
+		run := true
+		switch r.IntN(5) {
 		case 0: // a name missing
-			if len(tail) > 1 {
-				j := r.IntN(len(tail))
-				tail = slices.Delete(tail, j, j+1)
-				suffix = j == 0 // the first gone: still a suffix
+			if len(names) > 1 {
+				j := r.IntN(len(names))
+				names = slices.Delete(names, j, j+1)
+				run = j == 0 || j == len(names) // an end gone: still a run
 			}
 		case 1: // a name of another
-			tail[r.IntN(len(tail))] = "zz"
-			slices.Sort(tail)
-			suffix = false
-		case 2: // the tail of a subset
-			tail = tail[r.IntN(len(tail)):]
+			names[r.IntN(len(names))] = "zz"
+			slices.Sort(names)
+			run = false
+		case 2: // a name before the type's first
+			names = append([]string{"a"}, names...)
+			run = false
+		case 3: // out of order
+			if len(names) > 1 {
+				j := r.IntN(len(names) - 1)
+				names[j], names[j+1] = names[j+1], names[j]
+				run = false
+			}
 		}
-		got := sn.Suffix(tail)
-		if !slices.Equal(got, tail) {
-			t.Fatalf("suffix(%q) = %q, want %q", tail, got, tail)
+		got := sn.Run(names)
+		if !slices.Equal(got, names) {
+			t.Fatalf("run(%q) = %q, want %q", names, got, names)
 		}
-		if suffix && len(tail) > 0 && !shares(got) {
-			t.Fatalf("suffix(%q) is a copy, want a subslice of the type's names", tail)
+		if shares(got) != run {
+			t.Fatalf("run(%q) shares the type's names: %v, want %v", names, shares(got), run)
+		}
+		if run && cap(got) != len(got) {
+			t.Fatalf("run(%q) has room for %d names past its end", names, cap(got)-len(got))
+		}
+		if run {
+			runs++
 		}
 	}
-	if len(sn.Suffix(nil)) != 0 {
-		t.Fatal("the suffix of nothing is not empty")
+	if runs < 300 {
+		t.Fatalf("%d runs of 1,000 cases", runs)
+	}
+	if len(sn.Run(nil)) != 0 {
+		t.Fatal("the run of nothing is not empty")
 	}
 }
 

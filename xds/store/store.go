@@ -366,7 +366,16 @@ func (ts *Type) SinceLog(gen uint64) []string {
 	// The log is in generation order; an ACK of a recent response looks
 	// at its tail only, not at up to maxLogGens entries.
 	i := sort.Search(len(ts.Log), func(i int) bool { return ts.Log[i].Gen > gen })
-	var names []string
+	n := 0
+	for _, l := range ts.Log[i:] {
+		n += len(l.Names)
+	}
+	if n == 0 {
+		return nil
+	}
+	// One allocation: an ACK's tail is a few entries of a name or two,
+	// and appending them one by one would grow the slice at each.
+	names := make([]string, 0, n)
 	for _, l := range ts.Log[i:] {
 		names = append(names, l.Names...)
 	}

@@ -168,6 +168,12 @@ func decodesAsUnmarshal(t *testing.T, b []byte, x *store.WireIndex, g *guard) {
 				}
 				// The versions found current join the map's.
 				if r != nil {
+					// Never a name of both.
+					for _, e := range r.cur {
+						if v, ok := got.InitialResourceVersions[e.Name]; ok {
+							t.Fatalf("%q current at %q, and in the map at %q", e.Name, e.Version, v)
+						}
+					}
 					h := &deltaHeld{versions: got.InitialResourceVersions, resumed: r}
 					h.explicit()
 					got.InitialResourceVersions = h.versions

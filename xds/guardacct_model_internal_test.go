@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -158,9 +159,45 @@ func randomDeltaRequest(r *rand.Rand) []byte {
 // requests, on streams of one type and ADS streams, two at a time on one
 // guard, each stream's names, held bytes and initial versions' bytes are
 // the model's after every request, and the guard's total is the sum of
-// the streams' once they are done.
+// the streams' once they are done; with the subscriptions hashed in the
+// first pass, and with most requests having more subscriptions than
+// that pass keeps.
 func TestGuardDeltaAccountingMatchesModel(t *testing.T) {
-	g := newGuard(Limits{}.WithDefaults(), newGuardMetrics())
+	for _, hashed := range []int{Limits{}.WithDefaults().MaxNamesPerStream + 1, 3} {
+		t.Run(fmt.Sprint("hashed=", hashed), func(t *testing.T) {
+			g := newGuard(Limits{}.WithDefaults(), newGuardMetrics())
+			g.subsHashed = hashed
+			accountingMatchesModel(t, g)
+		})
+	}
+}
+
+// TestGuardSubscriptionListBounded: a delta request of many more
+// subscriptions than max_names_per_stream (names repeated) leaves the
+// accounting's list of them no longer than the limit, and is accounted
+// as the model accounts it.
+func TestGuardSubscriptionListBounded(t *testing.T) {
+	g := newGuard(Limits{MaxNamesPerStream: 100}.WithDefaults(), newGuardMetrics())
+	var b []byte
+	for i := range 5000 {
+		b = protowire.AppendString(protowire.AppendTag(b, deltaSubscribe, protowire.BytesType), fmt.Sprint("name-", i%7))
+	}
+	a := newTestStreamAcct(g)
+	sp := new([]subName)
+	if err := a.applyRequest(true, b, nil, sp); err != nil {
+		t.Fatal(err)
+	}
+	if len(*sp) > 101 || cap(*sp) > 2*101 {
+		t.Errorf("a list of %d subscriptions (capacity %d) kept for a request of 5,000, max_names_per_stream 100", len(*sp), cap(*sp))
+	}
+	m := &acctModel{types: map[string]*acctModelType{}}
+	m.apply(b)
+	if names, bytes, _ := m.held(); a.names.Load() != names || a.bytes.Load() != bytes {
+		t.Errorf("held %d names, %d bytes; the model %d, %d", a.names.Load(), a.bytes.Load(), names, bytes)
+	}
+}
+
+func accountingMatchesModel(t *testing.T, g *guard) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var total int64

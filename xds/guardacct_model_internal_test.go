@@ -40,18 +40,18 @@ func (m *acctModel) apply(b []byte) {
 		if n < 0 {
 			return
 		}
-		m := protowire.ConsumeFieldValue(num, typ, rest[n:])
-		if m < 0 {
+		k := protowire.ConsumeFieldValue(num, typ, rest[n:])
+		if k < 0 {
 			return
 		}
 		if typ == protowire.BytesType {
 			v, _ := protowire.ConsumeBytes(rest[n:])
-			fs = append(fs, field{num, v, n + m})
+			fs = append(fs, field{num, v, n + k})
 			if num == deltaTypeURL {
 				typeURL = string(v)
 			}
 		}
-		rest = rest[n+m:]
+		rest = rest[n+k:]
 	}
 	if typeURL == "" {
 		typeURL = m.defType

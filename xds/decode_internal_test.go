@@ -123,52 +123,67 @@ func FuzzDecode(f *testing.F) {
 	}
 	g := newGuard(Limits{}.WithDefaults(), newGuardMetrics())
 	f.Fuzz(func(t *testing.T, b []byte) {
-		want := &discovery.DeltaDiscoveryRequest{}
-		wantErr := proto.Unmarshal(b, want)
-		// The limits' pass finds what scanDelta finds.
-		if sc, ok := scanDelta(b); ok {
-			var got deltaScan
-			a := newTestStreamAcct(g)
-			if a.checkWireScan(&discovery.DeltaDiscoveryRequest{}, b, &got) == nil &&
-				(got.subs != sc.subs || got.unsubs != sc.unsubs || got.entries != sc.entries || string(got.typeURL) != string(sc.typeURL) || got.other < sc.other || !got.valid) {
-				t.Fatalf("the limits' pass found %+v, scanDelta %+v", got, sc)
-			}
-			a.release()
+		decodesAsUnmarshal(t, b, x, g)
+	})
+}
+
+// decodesAsUnmarshal checks that b decodes to what proto.Unmarshal
+// decodes, or is refused as it refuses it, with and without the wire
+// index x, a stream's type and the comparison of a resume; and that the
+// limits' pass (on guard g) finds what scanDelta finds.
+func decodesAsUnmarshal(t *testing.T, b []byte, x *store.WireIndex, g *guard) {
+	t.Helper()
+	want := &discovery.DeltaDiscoveryRequest{}
+	wantErr := proto.Unmarshal(b, want)
+	// The limits' pass finds what scanDelta finds.
+	if sc, ok := scanDelta(b); ok {
+		var got deltaScan
+		a := newTestStreamAcct(g)
+		if a.checkWireScan(&discovery.DeltaDiscoveryRequest{}, b, &got) == nil &&
+			(got.subs != sc.subs || got.unsubs != sc.unsubs || got.entries != sc.entries || string(got.typeURL) != string(sc.typeURL) || got.other < sc.other || !got.valid) {
+			t.Fatalf("the limits' pass found %+v, scanDelta %+v", got, sc)
 		}
-		for _, wire := range []*store.WireIndex{nil, x} {
-			for _, defType := range [][]byte{nil, []byte(EndpointType)} {
-				for _, compare := range []bool{false, true} {
-					got := &discovery.DeltaDiscoveryRequest{}
-					var r *resumedVersions
-					var gotErr error
-					if compare {
-						if sc, ok := scanDelta(b); ok {
-							r, gotErr = decodeScanned(b, sc, got, wire, defType, true)
-						} else {
-							gotErr = decodeDeltaRequest(b, got, wire, defType)
-						}
+		a.release()
+	}
+	for _, wire := range []*store.WireIndex{nil, x} {
+		for _, defType := range [][]byte{nil, []byte(EndpointType)} {
+			for _, compare := range []bool{false, true} {
+				got := &discovery.DeltaDiscoveryRequest{}
+				var r *resumedVersions
+				var gotErr error
+				if compare {
+					if sc, ok := scanDelta(b); ok {
+						r, gotErr = decodeScanned(b, sc, got, wire, defType, true)
 					} else {
 						gotErr = decodeDeltaRequest(b, got, wire, defType)
 					}
-					if (gotErr != nil) != (wantErr != nil) {
-						t.Fatalf("error %v, proto.Unmarshal's %v", gotErr, wantErr)
+				} else {
+					gotErr = decodeDeltaRequest(b, got, wire, defType)
+				}
+				if (gotErr != nil) != (wantErr != nil) {
+					t.Fatalf("error %v, proto.Unmarshal's %v", gotErr, wantErr)
+				}
+				if wantErr != nil {
+					continue
+				}
+				// The versions found current join the map's.
+				if r != nil {
+					// Never a name of both.
+					for _, e := range r.cur {
+						if v, ok := got.InitialResourceVersions[e.Name]; ok {
+							t.Fatalf("%q current at %q, and in the map at %q", e.Name, e.Version, v)
+						}
 					}
-					if wantErr != nil {
-						continue
-					}
-					// The versions found current join the map's.
-					if r != nil {
-						h := &deltaHeld{versions: got.InitialResourceVersions, resumed: r}
-						h.explicit()
-						got.InitialResourceVersions = h.versions
-					}
-					if !proto.Equal(got, want) {
-						t.Fatalf("decoded (compared %v)\n%v\nproto.Unmarshal decodes\n%v", compare, got, want)
-					}
+					h := &deltaHeld{versions: got.InitialResourceVersions, resumed: r}
+					h.explicit()
+					got.InitialResourceVersions = h.versions
+				}
+				if !proto.Equal(got, want) {
+					t.Fatalf("decoded (compared %v)\n%v\nproto.Unmarshal decodes\n%v", compare, got, want)
 				}
 			}
 		}
-	})
+	}
 }
 
 // indexEntries puts entries of typeURL in x, as a commit of them does

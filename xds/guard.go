@@ -53,6 +53,9 @@ type guard struct {
 	waiting atomic.Bool // a stream waits for one to end (reserve)
 	// resumes: the resume gate (resumegate.go).
 	resumes *resumeGate
+	// subsHashed: how many of a delta request's subscriptions the
+	// accounting's first pass keeps hashed (guardsubs.go).
+	subsHashed int
 }
 
 type guardMetrics struct {
@@ -88,7 +91,7 @@ func newGuardMetrics() *guardMetrics {
 
 func newGuard(lim Limits, m *guardMetrics) *guard {
 	return &guard{lim: lim, m: m, seed: maphash.MakeSeed(), live: map[*streamAcct]struct{}{},
-		resumes: newResumeGate(lim.ResumesDecoding, resumeWait)}
+		resumes: newResumeGate(lim.ResumesDecoding, resumeWait), subsHashed: lim.MaxNamesPerStream + 1}
 }
 
 // limitError is the error of a limit reached: ResourceExhausted (or

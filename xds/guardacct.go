@@ -178,8 +178,9 @@ type requestFields struct {
 }
 
 // firstPass reads b's fields; with subs (a delta request), it hashes
-// its subscriptions into *subs too. false: b is not well formed.
-func firstPass(delta bool, b []byte, seed maphash.Seed, subs *[]subName) (requestFields, bool) {
+// its first maxSubs subscriptions into *subs too. false: b is not well
+// formed.
+func firstPass(delta bool, b []byte, seed maphash.Seed, subs *[]subName, maxSubs int) (requestFields, bool) {
 	nodeField, typeField, namesField := sotwNode, sotwTypeURL, sotwResourceNames
 	if delta {
 		nodeField, typeField, namesField = deltaNode, deltaTypeURL, deltaSubscribe
@@ -194,7 +195,7 @@ func firstPass(delta bool, b []byte, seed maphash.Seed, subs *[]subName) (reques
 		case num == namesField:
 			r.namesBytes += size
 			r.subs++
-			if subs != nil {
+			if subs != nil && len(*subs) < maxSubs {
 				*subs = append(*subs, subName{maphash.Bytes(seed, v), len(v), size})
 			}
 		case delta && num == deltaUnsubscribe:
@@ -218,7 +219,7 @@ func (a *streamAcct) applyRequest(delta bool, b []byte, sc *deltaScan, sp *[]sub
 	if sp != nil {
 		*sp = (*sp)[:0]
 	}
-	r, ok := firstPass(delta, b, a.g.seed, sp)
+	r, ok := firstPass(delta, b, a.g.seed, sp, a.g.subsHashed)
 	if !ok {
 		return nil
 	}
@@ -271,7 +272,8 @@ func (a *streamAcct) applyRequest(delta bool, b []byte, sc *deltaScan, sp *[]sub
 	// its other bytes.
 	var ddn, ddb, extra int
 	if delta {
-		ddn, ddb, extra = a.deltaNames(tn, b, *sp, unsubs)
+		sl := subList{hashed: *sp, walk: subs > len(*sp), b: b, seed: a.g.seed}
+		ddn, ddb, extra = a.deltaNames(tn, b, sl, subs, unsubs)
 	} else {
 		ddn, ddb, extra = a.sotwNames(tn, b)
 	}
@@ -290,19 +292,20 @@ func (a *streamAcct) applyRequest(delta bool, b []byte, sc *deltaScan, sp *[]sub
 // set is derived once (none for a request without names, the common ACK).
 // It returns the change in names and bytes, and the bytes (as encoded) of
 // the names that changed nothing. subs are the request's subscriptions
-// (hashed), unsubs its unsubscriptions, counted.
-func (a *streamAcct) deltaNames(tn *typeNames, b []byte, subs []subName, unsubs int) (dn, db, extra int) {
-	if len(subs) == 0 && unsubs == 0 {
+// (hashed), nsubs and unsubs its subscriptions and unsubscriptions,
+// counted.
+func (a *streamAcct) deltaNames(tn *typeNames, b []byte, subs subList, nsubs, unsubs int) (dn, db, extra int) {
+	if nsubs == 0 && unsubs == 0 {
 		return 0, 0, 0
 	}
 	if unsubs == 0 {
-		if dn, db, extra, ok := a.subscribeOnly(tn, subs); ok {
+		if dn, db, extra, ok := a.subscribeOnly(tn, subs, nsubs); ok {
 			return dn, db, extra
 		}
 	}
 	var adds, rems []uint64
 	var added, removed map[uint64]struct{}
-	for _, s := range subs {
+	for s := range subs.all() {
 		if tn.set.has(s.h) {
 			extra += s.size
 			continue

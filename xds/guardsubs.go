@@ -1,6 +1,12 @@
 package xds
 
-import "sync"
+import (
+	"hash/maphash"
+	"iter"
+	"sync"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
 
 // subName is a name a delta request subscribes to: its hash, its length
 // and its field's bytes.
@@ -9,18 +15,53 @@ type subName struct {
 	n, size int
 }
 
-// subNamesPool holds lists of subName for reuse, as repeatTables.
+// subNamesPool holds lists of subName for reuse, as repeatTables. A list
+// holds a request's first max_names_per_stream + 1 subscriptions
+// (guard.subsHashed) at most: it never grows with a request's size past
+// the limit, and a request of more (one that goes over the limit or
+// repeats names) has them hashed again where they are applied.
 var subNamesPool = sync.Pool{New: func() any { return new([]subName) }}
 
+// subList is a delta request's subscriptions: hashed in apply's first
+// pass (hashed), all of them unless walk (there were more): then read
+// again from the request (b), and hashed with seed.
+type subList struct {
+	hashed []subName
+	walk   bool
+	b      []byte
+	seed   maphash.Seed
+}
+
+// all yields the subscriptions in the request's order.
+func (l subList) all() iter.Seq[subName] {
+	return func(yield func(subName) bool) {
+		if !l.walk {
+			for _, s := range l.hashed {
+				if !yield(s) {
+					return
+				}
+			}
+			return
+		}
+		more := true
+		fields(l.b, func(num protowire.Number, v []byte, size int) {
+			if more && num == deltaSubscribe {
+				more = yield(subName{maphash.Bytes(l.seed, v), len(v), size})
+			}
+		})
+	}
+}
+
 // subscribeOnly applies a delta request that only subscribes (a stream's
-// first request, a reconnecting Envoy's 5,000 names; subs, hashed in
-// apply's pass) with no set of its own: a hash the set lacks found twice
-// among them (repeated) shows a name repeated in the request. false
+// first request, a reconnecting Envoy's 5,000 names; subs, n of them,
+// hashed in apply's pass) with no set of its own: a hash the set lacks
+// found twice among them (repeated) shows a name repeated in the
+// request. false
 // (nothing applied) when there were repeats: deltaNames then counts each
 // name once. extra: the bytes of the names subscribed already.
-func (a *streamAcct) subscribeOnly(tn *typeNames, subs []subName) (dn, db, extra int, ok bool) {
-	adds := make([]uint64, 0, len(subs))
-	for _, s := range subs {
+func (a *streamAcct) subscribeOnly(tn *typeNames, subs subList, n int) (dn, db, extra int, ok bool) {
+	adds := make([]uint64, 0, n)
+	for s := range subs.all() {
 		if !tn.set.has(s.h) {
 			adds = append(adds, s.h)
 			db += s.n

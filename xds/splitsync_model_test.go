@@ -156,6 +156,9 @@ func runSplitSync(t *testing.T, seed uint64) {
 	if seed%2 == 1 {
 		opts = append(opts, xds.WithMinCursor(0))
 	}
+	// With dependencies, a stream's assignments wait for their clusters
+	// (passes within passes: the CDS response sent wakes the EDS watch).
+	deps := seed%4 < 2
 	h := newHarness(t, false, opts...)
 	w := &ssWorld{clusters: map[string]int{}, clas: map[string]int{}, deleted: map[string]bool{}, born: map[string]map[string]int{cds: {}, eds: {}}}
 	var log []string
@@ -163,12 +166,19 @@ func runSplitSync(t *testing.T, seed uint64) {
 	fail := func(format string, a ...any) {
 		t.Helper()
 		tail := log[max(0, len(log)-60):]
-		t.Fatalf("seed %d, bound %d: %s\nlast events:\n  %s", seed, bound, fmt.Sprintf(format, a...), strings.Join(tail, "\n  "))
+		t.Fatalf("seed %d, bound %d, dependencies %v: %s\nlast events:\n  %s", seed, bound, deps, fmt.Sprintf(format, a...), strings.Join(tail, "\n  "))
 	}
 
 	publish := func(upserts, deletes int) {
 		var cu, eu []store.Resource
 		var del []string
+		cla := func(n string, v int) store.Resource {
+			r := store.Resource{Name: n, Msg: ssCLA(n, v)}
+			if deps {
+				r.DependsOn = &store.Dep{TypeURL: cds, Name: n}
+			}
+			return r
+		}
 		for range upserts {
 			n := ssName(rng.IntN(space))
 			w.next++
@@ -178,11 +188,11 @@ func runSplitSync(t *testing.T, seed uint64) {
 				cu = append(cu, store.Resource{Name: n, Msg: ssCluster(n, v)})
 				w.publish(cds, n, v)
 			case 1: // the assignment only
-				eu = append(eu, store.Resource{Name: n, Msg: ssCLA(n, v)})
+				eu = append(eu, cla(n, v))
 				w.publish(eds, n, v)
 			default:
 				cu = append(cu, store.Resource{Name: n, Msg: ssCluster(n, v)})
-				eu = append(eu, store.Resource{Name: n, Msg: ssCLA(n, v)})
+				eu = append(eu, cla(n, v))
 				w.publish(cds, n, v)
 				w.publish(eds, n, v)
 			}

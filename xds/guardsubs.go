@@ -23,10 +23,11 @@ type subName struct {
 var subNamesPool = sync.Pool{New: func() any { return new([]subName) }}
 
 // addsPool holds subscribeOnly's lists of the hashes a request adds, for
-// reuse: a reconnecting Envoy's first request adds 5,000 (40 kB), and a
-// storm of 1,000 Envoys made 80 MB of them, garbage once applied. The
-// set derived keeps none of the list (sharedSet.derive copies what it
-// remembers of its arguments). A list longer than the limit's
+// reuse: a reconnecting Envoy's first request of a type adds 5,000 (40
+// kB), garbage once applied; made per request, a storm of 1,000 Envoys
+// would make 80 MB of them. The set derived keeps none of the list
+// (sharedSet.derive copies what it remembers of its arguments;
+// TestDeriveAddedKeepsNoList). A list longer than the limit's
 // (guard.subsHashed) is not kept.
 var addsPool = sync.Pool{New: func() any { return new([]uint64) }}
 

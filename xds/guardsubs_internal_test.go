@@ -1,0 +1,72 @@
+package xds
+
+import (
+	"hash/maphash"
+	"maps"
+	"slices"
+	"testing"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/proto"
+)
+
+// TestDeriveAddedKeepsNoList: the accounting hands deriveAdded a list of
+// hashes it then reuses for the next request (addsPool); the set derived,
+// and the derivation remembered by its arguments, must not read that list
+// again. The table's hash is constant, so that every list of as many
+// hashes has the same call key and only the arguments kept tell the
+// derivations apart.
+func TestDeriveAddedKeepsNoList(t *testing.T) {
+	tab := newSetTable(func(uint64) uint64 { return 0 })
+	list := []uint64{3, 4, 5}
+	first := tab.empty.deriveAdded(list)
+	copy(list, []uint64{7, 8, 9}) // the list reused for another request
+	if got := slices.Sorted(maps.Keys(first.m)); !slices.Equal(got, []uint64{3, 4, 5}) {
+		t.Fatalf("the set derived holds %v after its list was reused, want [3 4 5]", got)
+	}
+	second := tab.empty.deriveAdded(list)
+	if got := slices.Sorted(maps.Keys(second.m)); !slices.Equal(got, []uint64{7, 8, 9}) {
+		t.Errorf("deriving [7 8 9] with the reused list gave %v", got)
+	}
+	if again := tab.empty.deriveAdded([]uint64{3, 4, 5}); again != first {
+		t.Errorf("deriving [3 4 5] again gave %v, not the set derived first", slices.Sorted(maps.Keys(again.m)))
+	}
+	_ = first.m // first kept alive to here, so that its derivation is remembered
+}
+
+// TestSubscribeOnlyReusedListsAccountEachRequest: streams applying first
+// requests one after another, the list of added hashes reused from one to
+// the next (addsPool), each hold the set of their own names, charged
+// their own bytes.
+func TestSubscribeOnlyReusedListsAccountEachRequest(t *testing.T) {
+	g := newGuard(Limits{}.WithDefaults(), newGuardMetrics())
+	sets := [][]string{{"a", "b", "c"}, {"dd", "ee", "ff"}, {"a", "b"}, {"g", "h", "i", "j"}}
+	var accts []*streamAcct
+	for _, names := range sets {
+		a := newTestStreamAcct(g)
+		accts = append(accts, a)
+		b, err := proto.Marshal(&discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesSubscribe: names})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.checkWire(&discovery.DeltaDiscoveryRequest{}, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, a := range accts {
+		tn := a.types.at(EndpointType)
+		bytes := 0
+		for _, n := range sets[i] {
+			bytes += len(n)
+			if !tn.set.has(maphash.String(g.seed, n)) {
+				t.Errorf("stream %d: %q not in its set", i, n)
+			}
+		}
+		if tn.set.len() != len(sets[i]) || tn.bytes != bytes {
+			t.Errorf("stream %d: a set of %d names of %d bytes; want %d of %d", i, tn.set.len(), tn.bytes, len(sets[i]), bytes)
+		}
+	}
+	for _, a := range accts {
+		a.release()
+	}
+}

@@ -37,7 +37,9 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 	}
 	if r, ok := m.(*discovery.DeltaDiscoveryResponse); ok {
 		if size, ok := deltaResponseSize(r); ok {
-			return encodeDeltaResponse(size, r), nil
+			if b, ok := encodeDeltaResponse(size, r); ok {
+				return b, nil
+			}
 		}
 	}
 	size := proto.Size(m)
@@ -60,14 +62,20 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 // encodeDeltaResponse encodes r, of size bytes (encode.go), into a buffer
-// of the pool if it is large enough to be pooled.
-func encodeDeltaResponse(size int, r *discovery.DeltaDiscoveryResponse) mem.BufferSlice {
+// from the pool; false if a resource has what only the runtime encodes.
+func encodeDeltaResponse(size int, r *discovery.DeltaDiscoveryResponse) (mem.BufferSlice, bool) {
 	if mem.IsBelowBufferPoolingThreshold(size) {
-		return mem.BufferSlice{mem.SliceBuffer(appendDeltaResponse(make([]byte, 0, size), r))}
+		b, ok := appendDeltaResponse(make([]byte, 0, size), r)
+		return mem.BufferSlice{mem.SliceBuffer(b)}, ok
 	}
 	buf := bufferPool.Get(size)
-	*buf = appendDeltaResponse((*buf)[:0], r)
-	return mem.BufferSlice{mem.NewBuffer(buf, bufferPool)}
+	b, ok := appendDeltaResponse((*buf)[:0], r)
+	if !ok {
+		bufferPool.Put(buf)
+		return nil, false
+	}
+	*buf = b
+	return mem.BufferSlice{mem.NewBuffer(buf, bufferPool)}, true
 }
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {

@@ -11,6 +11,7 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/xdsbridge/xdsbridge/xds/store"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -49,6 +50,8 @@ func TestDeltaResponseEncoding(t *testing.T) {
 		"a resource's alias (runtime)": resp([]*discovery.Resource{{Name: "x", Aliases: []string{"y"}}}),
 		"removed resource names":       {RemovedResourceNames: []*discovery.ResourceName{{Name: "x"}}},
 		"a long name":                  resp([]*discovery.Resource{{Name: strings.Repeat("n", 300), Version: "v"}}),
+		"a last resource's Any with unknown fields (runtime)": resp(append(slices.Clone(res), &discovery.Resource{Name: "x", Resource: withUnknown(&anypb.Any{TypeUrl: "t"})})),
+		"a last resource with unknown fields (runtime)":       resp(append(slices.Clone(res), withUnknown(&discovery.Resource{Name: "x"}))),
 	}
 	for name, m := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -66,7 +69,9 @@ func TestDeltaResponseEncoding(t *testing.T) {
 		})
 	}
 	t.Run("not UTF-8", func(t *testing.T) {
-		for _, m := range []*discovery.DeltaDiscoveryResponse{resp(nil, "\xff"), resp([]*discovery.Resource{{Name: "\xff"}}), {Nonce: "\xfe"}} {
+		for _, m := range []*discovery.DeltaDiscoveryResponse{resp(nil, "\xff"), resp([]*discovery.Resource{{Name: "\xff"}}), {Nonce: "\xfe"},
+			resp(append(slices.Clone(res), &discovery.Resource{Name: "x", Version: "\xff"})),
+			resp(append(slices.Clone(res), &discovery.Resource{Name: "x", Resource: &anypb.Any{TypeUrl: "\xfe"}}))} {
 			if _, err := (codec{}).Marshal(m); err == nil {
 				t.Errorf("%v: encoded", m)
 			}
@@ -96,4 +101,10 @@ func TestDeltaResponseEncoderKnowsEveryField(t *testing.T) {
 			t.Errorf("%s: fields %v, the encoder knows %v", tc.m.ProtoReflect().Descriptor().FullName(), got, tc.fields)
 		}
 	}
+}
+
+// withUnknown gives m an unknown field (number 99, varint 1).
+func withUnknown[M proto.Message](m M) M {
+	m.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 1))
+	return m
 }

@@ -31,13 +31,21 @@ var _ encoding.CodecV2 = codec{}
 func (codec) Name() string { return "proto" }
 
 func (codec) Marshal(v any) (mem.BufferSlice, error) {
+	if d, ok := v.(*wiredDelta); ok {
+		if size, ok := d.size(); ok {
+			if b, ok := encodeDeltaResponse(size, d.r, d.wire); ok {
+				return b, nil
+			}
+		}
+		v = d.r
+	}
 	m, ok := v.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("xds codec: cannot encode %T", v)
 	}
 	if r, ok := m.(*discovery.DeltaDiscoveryResponse); ok {
 		if size, ok := deltaResponseSize(r); ok {
-			if b, ok := encodeDeltaResponse(size, r); ok {
+			if b, ok := encodeDeltaResponse(size, r, nil); ok {
 				return b, nil
 			}
 		}
@@ -63,13 +71,14 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 
 // encodeDeltaResponse encodes r, of size bytes (encode.go), into a buffer
 // from the pool; false if a resource has what only the runtime encodes.
-func encodeDeltaResponse(size int, r *discovery.DeltaDiscoveryResponse) (mem.BufferSlice, bool) {
+// wire: as appendDeltaResponse's.
+func encodeDeltaResponse(size int, r *discovery.DeltaDiscoveryResponse, wire [][]byte) (mem.BufferSlice, bool) {
 	if mem.IsBelowBufferPoolingThreshold(size) {
-		b, ok := appendDeltaResponse(make([]byte, 0, size), r)
+		b, ok := appendDeltaResponse(make([]byte, 0, size), r, wire)
 		return mem.BufferSlice{mem.SliceBuffer(b)}, ok
 	}
 	buf := bufferPool.Get(size)
-	b, ok := appendDeltaResponse((*buf)[:0], r)
+	b, ok := appendDeltaResponse((*buf)[:0], r, wire)
 	if !ok {
 		bufferPool.Put(buf)
 		return nil, false

@@ -213,3 +213,10 @@ func TestDeltaServerStreamLife(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+func (s *fakeDeltaStream) SendMsg(m any) error {
+	if d, ok := m.(*wiredDelta); ok {
+		return s.Send(d.r)
+	}
+	return s.Send(m.(*discovery.DeltaDiscoveryResponse))
+}

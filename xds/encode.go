@@ -28,6 +28,22 @@ import (
 // UTF-8 (the runtime's error). Its resources' strings are checked as they
 // are appended (appendDeltaResponse).
 func deltaResponseSize(r *discovery.DeltaDiscoveryResponse) (int, bool) {
+	n, ok := headerSize(r)
+	if !ok {
+		return 0, false
+	}
+	for _, res := range r.Resources {
+		if !plainResource(res) {
+			return 0, false
+		}
+		n += 1 + protowire.SizeBytes(fieldsSize(res))
+	}
+	return n, true
+}
+
+// headerSize returns the encoded size of r's fields but its resources, and
+// false as deltaResponseSize does.
+func headerSize(r *discovery.DeltaDiscoveryResponse) (int, bool) {
 	if r.ControlPlane != nil || len(r.RemovedResourceNames) > 0 || len(r.ResourceErrors) > 0 || len(r.ProtoReflect().GetUnknown()) > 0 {
 		return 0, false
 	}
@@ -41,11 +57,26 @@ func deltaResponseSize(r *discovery.DeltaDiscoveryResponse) (int, bool) {
 		}
 		n += 1 + protowire.SizeBytes(len(s))
 	}
-	for _, res := range r.Resources {
-		if !plainResource(res) {
-			return 0, false
-		}
-		n += 1 + protowire.SizeBytes(fieldsSize(res))
+	return n, true
+}
+
+// wiredDelta is a delta response whose resources are the store's, each
+// with its Wire (store/deltawire.go): wire[i] is the encoding of
+// r.Resources[i]'s fields. The stream sends it (deltaStream.send) for the
+// codec to copy those bytes; it is not a proto.Message.
+type wiredDelta struct {
+	r    *discovery.DeltaDiscoveryResponse
+	wire [][]byte
+}
+
+// size returns the encoded size of d, and false as deltaResponseSize does.
+func (d *wiredDelta) size() (int, bool) {
+	n, ok := headerSize(d.r)
+	if !ok || len(d.wire) != len(d.r.Resources) {
+		return 0, false
+	}
+	for _, w := range d.wire {
+		n += 1 + protowire.SizeBytes(len(w))
 	}
 	return n, true
 }
@@ -108,16 +139,21 @@ func stringSize(s string) int {
 
 // appendDeltaResponse appends r, whose size deltaResponseSize found, to b,
 // and false if one of its resources has unknown fields or a string that is
-// not UTF-8 (b is then to be dropped).
-func appendDeltaResponse(b []byte, r *discovery.DeltaDiscoveryResponse) ([]byte, bool) {
+// not UTF-8 (b is then to be dropped). With wire (wiredDelta), each
+// resource's encoding is copied from it.
+func appendDeltaResponse(b []byte, r *discovery.DeltaDiscoveryResponse, wire [][]byte) ([]byte, bool) {
 	b = appendString(b, 1, r.SystemVersionInfo)
-	for _, res := range r.Resources {
+	for i, res := range r.Resources {
+		if wire != nil {
+			b = protowire.AppendTag(b, 2, protowire.BytesType)
+			b = protowire.AppendBytes(b, wire[i])
+			continue
+		}
 		if !resourceValid(res) {
 			return b, false
 		}
-		m := fieldsSize(res)
 		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(m))
+		b = protowire.AppendVarint(b, uint64(fieldsSize(res)))
 		b = appendString(b, 1, res.Version)
 		if a := res.Resource; a != nil {
 			b = protowire.AppendTag(b, 2, protowire.BytesType)

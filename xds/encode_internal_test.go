@@ -68,6 +68,31 @@ func TestDeltaResponseEncoding(t *testing.T) {
 			}
 		})
 	}
+	// The store's resources sent with their Wire: the same bytes; a wire
+	// that does not match the resources in number is not used.
+	var wire [][]byte
+	for _, n := range names(c, EndpointType) {
+		wire = append(wire, c.types[EndpointType].Resources[n].Wire)
+	}
+	for name, d := range map[string]*wiredDelta{
+		"wired, one resource":                {r: resp(res[:1]), wire: wire[:1]},
+		"wired, above the pooling threshold": {r: resp(res, "gone"), wire: wire},
+		"wired, a resource more":             {r: resp(append(slices.Clone(res), &discovery.Resource{Name: "x"})), wire: wire},
+	} {
+		t.Run(name, func(t *testing.T) {
+			want, err := proto.Marshal(d.r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := codec{}.Marshal(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b := got.Materialize(); !bytes.Equal(b, want) {
+				t.Fatalf("encoded %x, proto.Marshal %x", b, want)
+			}
+		})
+	}
 	t.Run("not UTF-8", func(t *testing.T) {
 		for _, m := range []*discovery.DeltaDiscoveryResponse{resp(nil, "\xff"), resp([]*discovery.Resource{{Name: "\xff"}}), {Nonce: "\xfe"},
 			resp(append(slices.Clone(res), &discovery.Resource{Name: "x", Version: "\xff"})),

@@ -33,11 +33,11 @@ func (codec) Name() string { return "proto" }
 func (codec) Marshal(v any) (mem.BufferSlice, error) {
 	if d, ok := v.(*wiredDelta); ok {
 		if size, ok := d.size(); ok {
-			if b, ok := encodeDeltaResponse(size, d.r, d.wire); ok {
+			if b, ok := encodeDeltaResponse(size, d.DeltaDiscoveryResponse, d.wire); ok {
 				return b, nil
 			}
 		}
-		v = d.r
+		v = d.DeltaDiscoveryResponse
 	}
 	m, ok := v.(proto.Message)
 	if !ok {

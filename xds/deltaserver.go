@@ -291,7 +291,7 @@ func (ds *deltaStream) send(resp *deltaResponse) (string, error) {
 	// resources were replaced (vhdsStream.sending renames the stub in a
 	// copy).
 	if now := resp.resp.Resources; resp.wire != nil && len(now) == len(built) && (len(now) == 0 || &now[0] == &built[0]) {
-		return resp.resp.GetNonce(), ds.str.SendMsg(&wiredDelta{r: resp.resp, wire: resp.wire})
+		return resp.resp.GetNonce(), ds.str.SendMsg(&wiredDelta{DeltaDiscoveryResponse: resp.resp, wire: resp.wire})
 	}
 	return resp.resp.GetNonce(), ds.str.Send(resp.resp)
 }

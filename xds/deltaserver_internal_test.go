@@ -216,7 +216,7 @@ func TestDeltaServerStreamLife(t *testing.T) {
 
 func (s *fakeDeltaStream) SendMsg(m any) error {
 	if d, ok := m.(*wiredDelta); ok {
-		return s.Send(d.r)
+		return s.Send(d.DeltaDiscoveryResponse)
 	}
 	return s.Send(m.(*discovery.DeltaDiscoveryResponse))
 }

@@ -62,17 +62,19 @@ func headerSize(r *discovery.DeltaDiscoveryResponse) (int, bool) {
 
 // wiredDelta is a delta response whose resources are the store's, each
 // with its Wire (store/deltawire.go): wire[i] is the encoding of
-// r.Resources[i]'s fields. The stream sends it (deltaStream.send) for the
-// codec to copy those bytes; it is not a proto.Message.
+// Resources[i]'s fields. The stream sends it (deltaStream.send) for the
+// server's codec to copy those bytes; any other codec (a server that
+// registers the handlers on its own gRPC server) encodes the response it
+// embeds, a proto.Message.
 type wiredDelta struct {
-	r    *discovery.DeltaDiscoveryResponse
+	*discovery.DeltaDiscoveryResponse
 	wire [][]byte
 }
 
 // size returns the encoded size of d, and false as deltaResponseSize does.
 func (d *wiredDelta) size() (int, bool) {
-	n, ok := headerSize(d.r)
-	if !ok || len(d.wire) != len(d.r.Resources) {
+	n, ok := headerSize(d.DeltaDiscoveryResponse)
+	if !ok || len(d.wire) != len(d.Resources) {
 		return 0, false
 	}
 	for _, w := range d.wire {

@@ -11,6 +11,8 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/xdsbridge/xdsbridge/xds/store"
+	"google.golang.org/grpc/encoding"
+	_ "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -75,21 +77,25 @@ func TestDeltaResponseEncoding(t *testing.T) {
 		wire = append(wire, c.types[EndpointType].Resources[n].Wire)
 	}
 	for name, d := range map[string]*wiredDelta{
-		"wired, one resource":                {r: resp(res[:1]), wire: wire[:1]},
-		"wired, above the pooling threshold": {r: resp(res, "gone"), wire: wire},
-		"wired, a resource more":             {r: resp(append(slices.Clone(res), &discovery.Resource{Name: "x"})), wire: wire},
+		"wired, one resource":                {DeltaDiscoveryResponse: resp(res[:1]), wire: wire[:1]},
+		"wired, above the pooling threshold": {DeltaDiscoveryResponse: resp(res, "gone"), wire: wire},
+		"wired, a resource more":             {DeltaDiscoveryResponse: resp(append(slices.Clone(res), &discovery.Resource{Name: "x"})), wire: wire},
 	} {
 		t.Run(name, func(t *testing.T) {
-			want, err := proto.Marshal(d.r)
+			want, err := proto.Marshal(d.DeltaDiscoveryResponse)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := codec{}.Marshal(d)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if b := got.Materialize(); !bytes.Equal(b, want) {
-				t.Fatalf("encoded %x, proto.Marshal %x", b, want)
+			// gRPC's own codec (handlers on a server of the user's)
+			// encodes the response embedded.
+			for _, cd := range []encoding.CodecV2{codec{}, encoding.GetCodecV2("proto")} {
+				got, err := cd.Marshal(d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if b := got.Materialize(); !bytes.Equal(b, want) {
+					t.Fatalf("%T encoded %x, proto.Marshal %x", cd, b, want)
+				}
 			}
 		})
 	}

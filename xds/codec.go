@@ -33,9 +33,7 @@ func (codec) Name() string { return "proto" }
 func (codec) Marshal(v any) (mem.BufferSlice, error) {
 	if d, ok := v.(*wiredDelta); ok {
 		if size, ok := d.size(); ok {
-			if b, ok := encodeDeltaResponse(size, d.DeltaDiscoveryResponse, d.wire); ok {
-				return b, nil
-			}
+			return encodeDeltaResponse(size, d.DeltaDiscoveryResponse, d.wire), nil
 		}
 		v = d.DeltaDiscoveryResponse
 	}
@@ -45,9 +43,7 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 	}
 	if r, ok := m.(*discovery.DeltaDiscoveryResponse); ok {
 		if size, ok := deltaResponseSize(r); ok {
-			if b, ok := encodeDeltaResponse(size, r, nil); ok {
-				return b, nil
-			}
+			return encodeDeltaResponse(size, r, nil), nil
 		}
 	}
 	size := proto.Size(m)
@@ -70,21 +66,14 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 // encodeDeltaResponse encodes r, of size bytes (encode.go), into a buffer
-// from the pool; false if a resource has what only the runtime encodes.
-// wire: as appendDeltaResponse's.
-func encodeDeltaResponse(size int, r *discovery.DeltaDiscoveryResponse, wire [][]byte) (mem.BufferSlice, bool) {
+// from the pool. wire: as appendDeltaResponse's.
+func encodeDeltaResponse(size int, r *discovery.DeltaDiscoveryResponse, wire [][]byte) mem.BufferSlice {
 	if mem.IsBelowBufferPoolingThreshold(size) {
-		b, ok := appendDeltaResponse(make([]byte, 0, size), r, wire)
-		return mem.BufferSlice{mem.SliceBuffer(b)}, ok
+		return mem.BufferSlice{mem.SliceBuffer(appendDeltaResponse(make([]byte, 0, size), r, wire))}
 	}
 	buf := bufferPool.Get(size)
-	b, ok := appendDeltaResponse((*buf)[:0], r, wire)
-	if !ok {
-		bufferPool.Put(buf)
-		return nil, false
-	}
-	*buf = b
-	return mem.BufferSlice{mem.NewBuffer(buf, bufferPool)}, true
+	*buf = appendDeltaResponse((*buf)[:0], r, wire)
+	return mem.BufferSlice{mem.NewBuffer(buf, bufferPool)}
 }
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {

@@ -14,29 +14,24 @@ import (
 // sizes are read off the strings and the bytes appended. The bytes are
 // those proto.Marshal writes (fields in number order; TestDeltaResponseEncoding
 // compares them). A response with a field the encoder does not write (the
-// server sets none of them) goes through the runtime.
-//
-// The resources' strings and values are the store's, spread over the heap
-// and, in a first sync, more than the processor's caches hold: each is read
-// once, as it is appended. The size pass reads only the messages' lengths
-// and pointers; the append pass checks each resource's unknown fields and
-// strings' UTF-8 just before copying them, and gives up on the first that
-// fails (the runtime then encodes the response, or returns its error).
+// server sets none of them) goes through the runtime. A response of the
+// store's resources as they are (wiredDelta) copies each resource's
+// encoding, which the store made once.
 
 // deltaResponseSize returns the encoded size of r, and false if r has a
-// field that only the runtime writes, or a string of its own that is not
-// UTF-8 (the runtime's error). Its resources' strings are checked as they
-// are appended (appendDeltaResponse).
+// field that only the runtime writes, or a string that is not UTF-8 (the
+// runtime's error).
 func deltaResponseSize(r *discovery.DeltaDiscoveryResponse) (int, bool) {
 	n, ok := headerSize(r)
 	if !ok {
 		return 0, false
 	}
 	for _, res := range r.Resources {
-		if !plainResource(res) {
+		m, ok := resourceSize(res)
+		if !ok {
 			return 0, false
 		}
-		n += 1 + protowire.SizeBytes(fieldsSize(res))
+		n += 1 + protowire.SizeBytes(m)
 	}
 	return n, true
 }
@@ -83,26 +78,24 @@ func (d *wiredDelta) size() (int, bool) {
 	return n, true
 }
 
-// plainResource reports whether res has no field but its name, version and
-// Any, read off the message itself (its unknown fields and strings are
-// checked by resourceValid).
-func plainResource(res *discovery.Resource) bool {
-	return res != nil && res.ResourceName == nil && len(res.Aliases) == 0 && res.Ttl == nil && res.CacheControl == nil && res.Metadata == nil
-}
-
-// resourceValid reports whether res, which plainResource accepted, has no
-// unknown fields and UTF-8 strings.
-func resourceValid(res *discovery.Resource) bool {
-	if len(res.ProtoReflect().GetUnknown()) > 0 || !validUTF8(res.Version, res.Name) {
-		return false
+// resourceSize returns the encoded size of res's fields: its name, version
+// and Any; false if it has any other.
+func resourceSize(res *discovery.Resource) (int, bool) {
+	if res == nil || res.ResourceName != nil || len(res.Aliases) > 0 || res.Ttl != nil || res.CacheControl != nil || res.Metadata != nil || len(res.ProtoReflect().GetUnknown()) > 0 {
+		return 0, false
+	}
+	if !validUTF8(res.Version, res.Name) {
+		return 0, false
 	}
 	if a := res.Resource; a != nil {
-		return len(a.ProtoReflect().GetUnknown()) == 0 && utf8.ValidString(a.TypeUrl)
+		if len(a.ProtoReflect().GetUnknown()) > 0 || !utf8.ValidString(a.TypeUrl) {
+			return 0, false
+		}
 	}
-	return true
+	return fieldsSize(res), true
 }
 
-// fieldsSize is the encoded size of the fields of res, which plainResource
+// fieldsSize is the encoded size of the fields of res, which resourceSize
 // accepted.
 func fieldsSize(res *discovery.Resource) int {
 	n := stringSize(res.Version) + stringSize(res.Name)
@@ -139,20 +132,16 @@ func stringSize(s string) int {
 	return 1 + protowire.SizeBytes(len(s))
 }
 
-// appendDeltaResponse appends r, whose size deltaResponseSize found, to b,
-// and false if one of its resources has unknown fields or a string that is
-// not UTF-8 (b is then to be dropped). With wire (wiredDelta), each
-// resource's encoding is copied from it.
-func appendDeltaResponse(b []byte, r *discovery.DeltaDiscoveryResponse, wire [][]byte) ([]byte, bool) {
+// appendDeltaResponse appends r, whose size deltaResponseSize or
+// wiredDelta.size found, to b (their checks are not made again). With wire
+// (wiredDelta's), each resource's encoding is copied from it.
+func appendDeltaResponse(b []byte, r *discovery.DeltaDiscoveryResponse, wire [][]byte) []byte {
 	b = appendString(b, 1, r.SystemVersionInfo)
 	for i, res := range r.Resources {
 		if wire != nil {
 			b = protowire.AppendTag(b, 2, protowire.BytesType)
 			b = protowire.AppendBytes(b, wire[i])
 			continue
-		}
-		if !resourceValid(res) {
-			return b, false
 		}
 		b = protowire.AppendTag(b, 2, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(fieldsSize(res)))
@@ -171,7 +160,7 @@ func appendDeltaResponse(b []byte, r *discovery.DeltaDiscoveryResponse, wire [][
 		b = protowire.AppendTag(b, 6, protowire.BytesType)
 		b = protowire.AppendString(b, s)
 	}
-	return b, true
+	return b
 }
 
 func appendString(b []byte, num protowire.Number, s string) []byte {

@@ -289,9 +289,11 @@ func (ds *deltaStream) send(resp *deltaResponse) (string, error) {
 	}
 	// The resources' encodings are copied (wiredDelta) unless the
 	// resources were replaced (vhdsStream.sending renames the stub in a
-	// copy).
-	if now := resp.resp.Resources; resp.wire != nil && len(now) == len(built) && (len(now) == 0 || &now[0] == &built[0]) {
-		return resp.resp.GetNonce(), ds.str.SendMsg(&wiredDelta{DeltaDiscoveryResponse: resp.resp, wire: resp.wire})
+	// copy); the watch keeps its last response, not their list.
+	wire := resp.wire
+	resp.wire = nil
+	if now := resp.resp.Resources; wire != nil && len(now) == len(built) && (len(now) == 0 || &now[0] == &built[0]) {
+		return resp.resp.GetNonce(), ds.str.SendMsg(&wiredDelta{DeltaDiscoveryResponse: resp.resp, wire: wire})
 	}
 	return resp.resp.GetNonce(), ds.str.Send(resp.resp)
 }

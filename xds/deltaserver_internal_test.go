@@ -214,6 +214,8 @@ func TestDeltaServerStreamLife(t *testing.T) {
 	}
 }
 
+// SendMsg is how the stream sends a response with its resources'
+// encodings (wiredDelta).
 func (s *fakeDeltaStream) SendMsg(m any) error {
 	if d, ok := m.(*wiredDelta); ok {
 		return s.Send(d.DeltaDiscoveryResponse)

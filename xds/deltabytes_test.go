@@ -122,34 +122,32 @@ func deltaBytesHistory(t *testing.T, seed uint64) {
 			if diff == "" {
 				return
 			}
-			{
-				select {
-				case r, ok := <-resps:
-					if !ok {
-						t.Fatalf("step %d: stream ended", step)
-					}
-					raw, _ := rc.raw.LoadAndDelete(r)
-					want, err := proto.Marshal(r)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if b, _ := raw.([]byte); !slices.Equal(b, want) {
-						t.Fatalf("step %d: response %s: served %x, proto.Marshal of what the client decoded %x", step, r.Nonce, b, want)
-					}
-					h := holds[r.TypeUrl]
-					for _, res := range r.Resources {
-						if r.TypeUrl == xds.EndpointType && !subscribed[res.Name] {
-							continue // sent before the unsubscription was read
-						}
-						h[res.Name] = clientHeld{res.Version, res.GetResource().GetValue()}
-					}
-					for _, n := range r.RemovedResources {
-						delete(h, n)
-					}
-					send(&discovery.DeltaDiscoveryRequest{TypeUrl: r.TypeUrl, ResponseNonce: r.Nonce})
-				case <-deadline:
-					t.Fatalf("step %d: the client holds, -store +client:\n%s", step, diff)
+			select {
+			case r, ok := <-resps:
+				if !ok {
+					t.Fatalf("step %d: stream ended", step)
 				}
+				raw, _ := rc.raw.LoadAndDelete(r)
+				want, err := proto.Marshal(r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if b, _ := raw.([]byte); !slices.Equal(b, want) {
+					t.Fatalf("step %d: response %s: served %x, proto.Marshal of what the client decoded %x", step, r.Nonce, b, want)
+				}
+				h := holds[r.TypeUrl]
+				for _, res := range r.Resources {
+					if r.TypeUrl == xds.EndpointType && !subscribed[res.Name] {
+						continue // sent before the unsubscription was read
+					}
+					h[res.Name] = clientHeld{res.Version, res.GetResource().GetValue()}
+				}
+				for _, n := range r.RemovedResources {
+					delete(h, n)
+				}
+				send(&discovery.DeltaDiscoveryRequest{TypeUrl: r.TypeUrl, ResponseNonce: r.Nonce})
+			case <-deadline:
+				t.Fatalf("step %d: the client holds, -store +client:\n%s", step, diff)
 			}
 		}
 	}

@@ -27,7 +27,7 @@ package xds_test
 //
 // Environment:
 //
-//	XDSBRIDGE_MODEL_SEED=N       replay one history (its log is printed on failure)
+//	XDSBRIDGE_MODEL_SEED=N       replay one history, drawn with the same STEPS (its log is printed on failure)
 //	XDSBRIDGE_MODEL_LONG=1       10,000 histories from a random base seed
 //	XDSBRIDGE_MODEL_HISTORIES=N  number of histories (default 500, 50 with -short)
 //	XDSBRIDGE_MODEL_STEPS=N      steps per history (default 12)
@@ -368,7 +368,8 @@ func (f *failure) report(logLines int) string {
 	}
 	fmt.Fprintf(&b, "after step %d of %d: [%s] %s\n", f.step, len(f.h.steps), f.v.kind, f.v.msg)
 	if f.h.seed != 0 {
-		fmt.Fprintf(&b, "replay: XDSBRIDGE_MODEL_SEED=%d go test -race -run 'TestModel$' ./xds/\n", f.h.seed)
+		// A history is drawn from its seed and its number of steps.
+		fmt.Fprintf(&b, "replay: XDSBRIDGE_MODEL_SEED=%d XDSBRIDGE_MODEL_STEPS=%d go test -race -run 'TestModel$' ./xds/\n", f.h.seed, len(f.h.steps))
 	}
 	b.WriteString("history:\n")
 	b.WriteString(f.h.String())

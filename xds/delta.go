@@ -72,9 +72,11 @@ type deltaHeld struct {
 // answers it, so that a NACK puts it back to be sent again.
 type deltaSent struct {
 	nonce   string // set by the stream handler when it sends the response
-	gen     uint64 // the type's generation it was computed at
 	changed []string
 	removed []string
+	// version: of a response of one resource, the version it carried;
+	// the one a NACK of it remembers as rejected.
+	version string
 }
 
 // deltaResponse is a delta response and the state it installs once the
@@ -325,12 +327,15 @@ func (ds *deltaState) lookAt(ts *typeState, rest []string, nacked []string, isol
 // client's state: its names are sent again, in responses of at most half
 // its resources; a resource rejected alone is remembered, at the version it
 // was sent at if that is still the current one (a newer one is sent as
-// usual).
+// usual). The version is compared, not the generation: a resource that
+// changed and came back to the version sent since (an assignment whose
+// cluster went A → B → A is re-versioned back to the same version) is the
+// same content, which the client rejects again.
 func (ds *deltaState) rejectResponse(ts *typeState, sent *deltaSent) (names []string, isolated string) {
 	names = slices.Concat(sent.changed, sent.removed)
 	switch count := len(sent.changed); {
 	case count == 1:
-		if e, ok := ts.Resources[names[0]]; ok && e.Gen <= sent.gen {
+		if e, ok := ts.Resources[names[0]]; ok && e.Version == sent.version {
 			if ds.rejected == nil {
 				ds.rejected = map[string]string{}
 			}

@@ -441,7 +441,13 @@ func (p *deltaPass) record(rest []string) (next *deltaHeld, sent *deltaSent) {
 	} else {
 		changed = slices.Clone(p.changed)
 	}
-	return next, &deltaSent{gen: ts.Gen, changed: changed, removed: slices.Clone(p.removed)}
+	sent = &deltaSent{changed: changed, removed: slices.Clone(p.removed)}
+	if len(changed) == 1 {
+		if e, ok := ts.Resources[changed[0]]; ok {
+			sent.version = e.Version
+		}
+	}
+	return next, sent
 }
 
 // stillRejected returns the rejected resources that are still served at

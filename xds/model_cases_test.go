@@ -266,6 +266,18 @@ var modelCases = []struct {
 		2 c0 subscribe EDS [s1 s2 s8]   (then at once:)
 		3 c0 subscribe EDS [s5 s6 s8]`,
 	},
+	{
+		name: "nack/rejected-version-that-came-back", seed: "924942013",
+		what: "s2's cluster went d8e3cb → 7190a8 → d8e3cb while its assignment's poison version 787e83 was on its way: re-versioned back to 787e83 at a later generation, it was not remembered as rejected on the NACK, and sent again",
+		history: `
+		names s0..s5, delta responses of at most 32 KiB, poison true
+		c0 delta CDS *(legacy) EDS [s2]
+		before connecting: publish [cds:s2/1 eds:s2/1]
+		1 publish [cds:s2/2 eds:s2/1☠]   (then at once:)
+		2 publish [cds:s2/0]   (then at once:)
+		3 publish [cds:s2/2]   (then at once:)
+		4 c0 unsubscribe EDS [s3 s5]`,
+	},
 }
 
 // TestModelCases replays the recorded failures of TestModel.

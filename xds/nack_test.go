@@ -223,3 +223,34 @@ func TestSotwNACKIsolatesTheBadResource(t *testing.T) {
 
 // timeAfter is how long a drain waits for one more response.
 func timeAfter() <-chan time.Time { return time.After(300 * time.Millisecond) }
+
+// TestDeltaNACKOfAVersionThatCameBack: a resource rejected alone is not
+// sent again when, between the response and its NACK, it changed and came
+// back to the version rejected (its endpoints, or its cluster, went A → B
+// → A): it is the same content, which the client would reject again. A
+// new version still goes through.
+func TestDeltaNACKOfAVersionThatCameBack(t *testing.T) {
+	h := newHarness(t, true)
+	h.publish([]translate.Resources{svc("a", 1001)})
+	c := h.delta("n1")
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"a"}})
+	r := c.recv()
+	poison := versions(r)["a"]
+	h.publish([]translate.Resources{svc("a", 2001)})
+	h.publish([]translate.Resources{svc("a", 1001)})
+	if v := current(h.cache, eds)["a"]; v != poison {
+		t.Fatalf("version after coming back: %s, want the one sent, %s", v, poison)
+	}
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResponseNonce: r.Nonce, ErrorDetail: &status.Status{Code: 3, Message: "Unable to unpack"}})
+	r = c.recv() // the answer that installs the state recording the rejection
+	eq(t, "sent after the NACK", []string(nil), names(r))
+	c.ack(r)
+	c.none()
+
+	h.publish([]translate.Resources{svc("a", 3001)})
+	r = c.recv()
+	eq(t, "a new version", []string{"a"}, names(r))
+	if versions(r)["a"] == poison {
+		t.Fatalf("a new version was published, the rejected one %s sent", poison)
+	}
+}

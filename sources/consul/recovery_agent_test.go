@@ -80,6 +80,6 @@ func waitLeaderAnswer(t *testing.T, a *agent) time.Time {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("the restarted agent named no leader; log:\n%s", a.Log.String())
+	t.Fatalf("the restarted agent named no leader (%s); log:\n%s", a.State(), a.Log.String())
 	return time.Time{}
 }

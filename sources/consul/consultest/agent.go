@@ -91,7 +91,7 @@ func FreePort(t testing.TB) int {
 	defer portsMu.Unlock()
 	for i := 0; i < 200 && hi-lo > 1000; i++ {
 		p := lo + rand.IntN(hi-lo)
-		if !portsGiven[p] && portFree(p) {
+		if !portsGiven[p] && portFree(p) && claimPort(p) {
 			portsGiven[p] = true // never twice in a process: an agent's six ports differ
 			return p
 		}
@@ -107,7 +107,31 @@ func FreePort(t testing.TB) int {
 var (
 	portsMu    sync.Mutex
 	portsGiven = map[int]bool{}
+	portLocks  []*os.File // held until the process exits
 )
+
+// claimPort takes port p for this test process against the other test
+// processes of the run (go test runs packages in parallel, each with its
+// own portsGiven): an exclusive flock on a file named for the port, held
+// until the process exits. An agent's ports are free while it is stopped
+// for an outage; without the claim another package's agent could take one
+// and the restarted agent would fail to bind it.
+func claimPort(p int) bool {
+	dir := filepath.Join(os.TempDir(), "xdsbridge-test-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return true // no shared directory: this process's own record only
+	}
+	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(p)), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return true
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return false // another test process holds it
+	}
+	portLocks = append(portLocks, f)
+	return true
+}
 
 func portFree(p int) bool {
 	addr := "127.0.0.1:" + strconv.Itoa(p)
@@ -275,7 +299,25 @@ func (a *Agent) WaitLeader() {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	a.T.Fatalf("consul agent %s did not become ready; log:\n%s", a.Node, a.Log.String())
+	a.T.Fatalf("consul agent %s did not become ready (%s); log:\n%s", a.Node, a.State(), a.Log.String())
+}
+
+// State says whether the agent process runs, or how it ended, with the
+// last lines of its log when it ended (the reason it could not serve).
+func (a *Agent) State() string {
+	if a.cmd == nil {
+		return "stopped"
+	}
+	select {
+	case <-a.done:
+	default:
+		return fmt.Sprintf("process %d running", a.cmd.Process.Pid)
+	}
+	lines := strings.Split(strings.TrimSpace(a.Log.String()), "\n")
+	if len(lines) > 8 {
+		lines = lines[len(lines)-8:]
+	}
+	return fmt.Sprintf("process %d ended: %v; its last lines:\n%s", a.cmd.Process.Pid, a.cmd.ProcessState, strings.Join(lines, "\n"))
 }
 
 func (a *Agent) Register(r *api.AgentServiceRegistration) {

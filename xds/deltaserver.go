@@ -94,7 +94,8 @@ func newDeltaSub(subscribed, unsubscribed []string, initial map[string]string, r
 }
 
 // update applies a request's subscriptions, then its unsubscriptions
-// (go-control-plane's UpdateResourceSubscriptions).
+// (go-control-plane's UpdateResourceSubscriptions), each name once: a name
+// unsubscribed twice in one request is unsubscribed once.
 func (s *deltaSub) update(subscribed, unsubscribed []string) {
 	if s.allowLegacyWildcard {
 		// Only a subscription ends the legacy wildcard.
@@ -132,6 +133,15 @@ func (s *deltaSub) update(subscribed, unsubscribed []string) {
 	for _, n := range unsubscribed {
 		if n == explicitWildcard {
 			s.wildcard = false
+			continue
+		}
+		if _, again := removed[n]; again {
+			// Its first unsubscription decided. Applied again, as
+			// go-control-plane applies it, it would forget the version
+			// the first marked: go-control-plane then sends the resource
+			// as one its client does not hold, but a name a compact state
+			// has no version of is held at the state's generation, and
+			// the client (which may have dropped it) would not be answered.
 			continue
 		}
 		// A name subscribed by name under a wildcard and unsubscribed is

@@ -31,13 +31,19 @@ var _ encoding.CodecV2 = codec{}
 func (codec) Name() string { return "proto" }
 
 func (codec) Marshal(v any) (mem.BufferSlice, error) {
+	if d, ok := v.(*wiredDelta); ok {
+		if size, ok := d.size(); ok {
+			return encodeDeltaResponse(size, d.DeltaDiscoveryResponse, d.wire), nil
+		}
+		v = d.DeltaDiscoveryResponse
+	}
 	m, ok := v.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("xds codec: cannot encode %T", v)
 	}
 	if r, ok := m.(*discovery.DeltaDiscoveryResponse); ok {
 		if size, ok := deltaResponseSize(r); ok {
-			return encodeDeltaResponse(size, r), nil
+			return encodeDeltaResponse(size, r, nil), nil
 		}
 	}
 	size := proto.Size(m)
@@ -60,13 +66,13 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 // encodeDeltaResponse encodes r, of size bytes (encode.go), into a buffer
-// of the pool if it is large enough to be pooled.
-func encodeDeltaResponse(size int, r *discovery.DeltaDiscoveryResponse) mem.BufferSlice {
+// from the pool. wire: as appendDeltaResponse's.
+func encodeDeltaResponse(size int, r *discovery.DeltaDiscoveryResponse, wire [][]byte) mem.BufferSlice {
 	if mem.IsBelowBufferPoolingThreshold(size) {
-		return mem.BufferSlice{mem.SliceBuffer(appendDeltaResponse(make([]byte, 0, size), r))}
+		return mem.BufferSlice{mem.SliceBuffer(appendDeltaResponse(make([]byte, 0, size), r, wire))}
 	}
 	buf := bufferPool.Get(size)
-	*buf = appendDeltaResponse((*buf)[:0], r)
+	*buf = appendDeltaResponse((*buf)[:0], r, wire)
 	return mem.BufferSlice{mem.NewBuffer(buf, bufferPool)}
 }
 

@@ -280,11 +280,20 @@ func (ds *deltaStream) send(resp *deltaResponse) (string, error) {
 	if resp == nil {
 		return "", errors.New("missing response")
 	}
+	built := resp.resp.Resources
 	ds.vhds.sending(resp.resp)
 	ds.nonce++
 	resp.resp.Nonce = strconv.FormatInt(ds.nonce, 10)
 	if cb := ds.s.callbacks; cb != nil {
 		cb.OnStreamDeltaResponse(ds.id, resp.req, resp.resp)
+	}
+	// The resources' encodings are copied (wiredDelta) unless the
+	// resources were replaced (vhdsStream.sending renames the stub in a
+	// copy); the watch keeps its last response, not their list.
+	wire := resp.wire
+	resp.wire = nil
+	if now := resp.resp.Resources; wire != nil && len(now) == len(built) && (len(now) == 0 || &now[0] == &built[0]) {
+		return resp.resp.GetNonce(), ds.str.SendMsg(&wiredDelta{DeltaDiscoveryResponse: resp.resp, wire: wire})
 	}
 	return resp.resp.GetNonce(), ds.str.Send(resp.resp)
 }

@@ -24,16 +24,28 @@ import (
 // which appends its resources' encodings instead of walking them.
 type codec struct {
 	wire *store.WireIndex // nil: copies
+	// out is the pool of the encodings (nil: bufferPool); a test's counts
+	// what is held.
+	out mem.BufferPool
+}
+
+// outPool is the pool responses are encoded into.
+func (c codec) outPool() mem.BufferPool {
+	if c.out != nil {
+		return c.out
+	}
+	return bufferPool
 }
 
 var _ encoding.CodecV2 = codec{}
 
 func (codec) Name() string { return "proto" }
 
-func (codec) Marshal(v any) (mem.BufferSlice, error) {
+func (c codec) Marshal(v any) (mem.BufferSlice, error) {
+	pool := c.outPool()
 	if d, ok := v.(*wiredDelta); ok {
 		if size, ok := d.size(); ok {
-			return encodeDeltaResponse(size, d.DeltaDiscoveryResponse, d.wire), nil
+			return encodeDeltaResponse(pool, size, d.DeltaDiscoveryResponse, d.wire, d.charge), nil
 		}
 		v = d.DeltaDiscoveryResponse
 	}
@@ -43,7 +55,7 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 	}
 	if r, ok := m.(*discovery.DeltaDiscoveryResponse); ok {
 		if size, ok := deltaResponseSize(r); ok {
-			return encodeDeltaResponse(size, r, nil), nil
+			return encodeDeltaResponse(pool, size, r, nil, nil), nil
 		}
 	}
 	size := proto.Size(m)
@@ -55,25 +67,29 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 		}
 		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
 	}
-	buf := bufferPool.Get(size)
+	buf := pool.Get(size)
 	b, err := opts.MarshalAppend((*buf)[:0], m)
 	if err != nil {
-		bufferPool.Put(buf)
+		pool.Put(buf)
 		return nil, err
 	}
 	*buf = b
-	return mem.BufferSlice{mem.NewBuffer(buf, bufferPool)}, nil
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 }
 
 // encodeDeltaResponse encodes r, of size bytes (encode.go), into a buffer
-// from the pool. wire: as appendDeltaResponse's.
-func encodeDeltaResponse(size int, r *discovery.DeltaDiscoveryResponse, wire [][]byte) mem.BufferSlice {
+// from pool. wire: as appendDeltaResponse's. charge: r's bytes in the
+// unwritten budget (nil: none), given back with the buffer.
+func encodeDeltaResponse(pool mem.BufferPool, size int, r *discovery.DeltaDiscoveryResponse, wire [][]byte, charge *unwrittenCharge) mem.BufferSlice {
 	if mem.IsBelowBufferPoolingThreshold(size) {
 		return mem.BufferSlice{mem.SliceBuffer(appendDeltaResponse(make([]byte, 0, size), r, wire))}
 	}
-	buf := bufferPool.Get(size)
+	buf := pool.Get(size)
 	*buf = appendDeltaResponse((*buf)[:0], r, wire)
-	return mem.BufferSlice{mem.NewBuffer(buf, bufferPool)}
+	if charge != nil {
+		pool = charge.pool(pool)
+	}
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}
 }
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {

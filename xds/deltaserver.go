@@ -289,13 +289,14 @@ func (ds *deltaStream) send(resp *deltaResponse) (string, error) {
 	}
 	// The resources' encodings are copied (wiredDelta) unless the
 	// resources were replaced (vhdsStream.sending renames the stub in a
-	// copy); the watch keeps its last response, not their list.
+	// copy); the watch keeps its last response, not their list. Sent as a
+	// wiredDelta either way, under the unwritten budget (unwritten.go).
 	wire := resp.wire
 	resp.wire = nil
-	if now := resp.resp.Resources; wire != nil && len(now) == len(built) && (len(now) == 0 || &now[0] == &built[0]) {
-		return resp.resp.GetNonce(), ds.str.SendMsg(&wiredDelta{DeltaDiscoveryResponse: resp.resp, wire: wire})
+	if now := resp.resp.Resources; len(now) != len(built) || (len(now) > 0 && &now[0] != &built[0]) {
+		wire = nil
 	}
-	return resp.resp.GetNonce(), ds.str.Send(resp.resp)
+	return resp.resp.GetNonce(), ds.str.SendMsg(&wiredDelta{DeltaDiscoveryResponse: resp.resp, wire: wire})
 }
 
 // process sends resp and installs the state it carries as its type's.

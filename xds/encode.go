@@ -63,11 +63,22 @@ func headerSize(r *discovery.DeltaDiscoveryResponse) (int, bool) {
 // embeds, a proto.Message.
 type wiredDelta struct {
 	*discovery.DeltaDiscoveryResponse
-	wire [][]byte
+	wire [][]byte // nil: the resources are encoded from their messages
+	// sized is the encoded size, once found (0: not yet); charge, the
+	// response's bytes in the unwritten budget (unwritten.go), which its
+	// buffer gives back.
+	sized  int
+	charge *unwrittenCharge
 }
 
 // size returns the encoded size of d, and false as deltaResponseSize does.
 func (d *wiredDelta) size() (int, bool) {
+	if d.sized > 0 {
+		return d.sized, true
+	}
+	if d.wire == nil {
+		return deltaResponseSize(d.DeltaDiscoveryResponse)
+	}
 	n, ok := headerSize(d.DeltaDiscoveryResponse)
 	if !ok || len(d.wire) != len(d.Resources) {
 		return 0, false

@@ -43,11 +43,14 @@ func (codec) Name() string { return "proto" }
 
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	pool := c.outPool()
-	if d, ok := v.(*wiredDelta); ok {
+	switch d := v.(type) {
+	case *wiredDelta:
 		if size, ok := d.size(); ok {
 			return encodeDeltaResponse(pool, size, d.DeltaDiscoveryResponse, d.wire, d.charge), nil
 		}
 		v = d.DeltaDiscoveryResponse
+	case *sizedMsg:
+		return marshalSized(pool, d.Message, d.size, d.charge)
 	}
 	m, ok := v.(proto.Message)
 	if !ok {
@@ -58,8 +61,13 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 			return encodeDeltaResponse(pool, size, r, nil, nil), nil
 		}
 	}
-	size := proto.Size(m)
-	opts := proto.MarshalOptions{UseCachedSize: true} // size was just computed
+	return marshalSized(pool, m, proto.Size(m), nil)
+}
+
+// marshalSized encodes m, whose size proto.Size just found (it is cached
+// in m), into a buffer from pool; charge as encodeDeltaResponse's.
+func marshalSized(pool mem.BufferPool, m proto.Message, size int, charge *unwrittenCharge) (mem.BufferSlice, error) {
+	opts := proto.MarshalOptions{UseCachedSize: true}
 	if mem.IsBelowBufferPoolingThreshold(size) {
 		b, err := opts.Marshal(m)
 		if err != nil {
@@ -74,6 +82,9 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 		return nil, err
 	}
 	*buf = b
+	if charge != nil {
+		pool = charge.pool(pool)
+	}
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 }
 

@@ -53,7 +53,7 @@ type guard struct {
 	waiting atomic.Bool // a stream waits for one to end (reserve)
 	// resumes: the resume gate (resumegate.go).
 	resumes *resumeGate
-	// unwritten: the unwritten budget of delta responses (unwritten.go).
+	// unwritten: the unwritten budget of responses (unwritten.go).
 	unwritten *unwrittenBudget
 	// subsHashed: how many of a delta request's subscriptions the
 	// accounting's first pass keeps hashed (guardsubs.go).
@@ -89,11 +89,11 @@ func newGuardMetrics() *guardMetrics {
 	m.resumesWaited.WithLabelValues("none")
 	m.unwrittenBytes = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "xdsbridge_xds_unwritten_response_bytes",
-		Help: "Bytes of delta responses encoded and not yet written out to their connection (xds.limits.max_unwritten_response_bytes).",
+		Help: "Bytes of xDS responses encoded and not yet written out to their connection (xds.limits.max_unwritten_response_bytes).",
 	})
 	m.responsesWaited = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "xdsbridge_xds_responses_waited_total",
-		Help: "Delta responses that waited to be encoded for xds.limits.max_unwritten_response_bytes, by outcome: room (sent in turn), over (sent over the budget after a second in which no bytes were written out) or ended (the stream ended first).",
+		Help: "xDS responses that waited to be encoded for xds.limits.max_unwritten_response_bytes, by outcome: room (sent in turn), over (sent over the budget after a second in which no bytes were written out) or ended (the stream ended first).",
 	}, []string{"outcome"})
 	m.responsesWaited.WithLabelValues("room")
 	m.responsesWaited.WithLabelValues("over")

@@ -149,10 +149,10 @@ type Limits struct {
 	// of 1,000 Envoys every stream decoded at once, 700 MB of maps live
 	// together.
 	ResumesDecoding int `json:"resumes_decoding"`
-	// MaxUnwrittenResponseBytes bounds the bytes of delta responses
-	// encoded and not yet written out to their connection, over every
-	// stream (unwritten.go). gRPC encodes a response whole and holds it
-	// until its connection's writer copies it out; in a first sync of
+	// MaxUnwrittenResponseBytes bounds the bytes of responses (delta and
+	// sotw) encoded and not yet written out to their connection, over
+	// every stream (unwritten.go). gRPC encodes a response whole and holds
+	// it until its connection's writer copies it out; in a first sync of
 	// 2,000 clients, a 32 KiB part per stream waited so, 100 MB of
 	// encodings. Past it a response waits before it is encoded, in turn,
 	// as long as bytes are written out; a response larger than this goes
@@ -160,9 +160,8 @@ type Limits struct {
 	// whose clients stopped reading hold the bytes) one goes over it.
 	// Waits are counted in xdsbridge_xds_responses_waited_total{outcome}
 	// ("room", "over", "ended": the stream ended first), the bytes in
-	// xdsbridge_xds_unwritten_response_bytes.
-	// Responses under 1 KiB (gRPC's pooling threshold) are not counted.
-	// Default 16 MiB.
+	// xdsbridge_xds_unwritten_response_bytes. Responses under 1 KiB
+	// (gRPC's pooling threshold) are not counted. Default 16 MiB.
 	MaxUnwrittenResponseBytes int `json:"max_unwritten_response_bytes"`
 }
 

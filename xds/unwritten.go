@@ -7,11 +7,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
 )
 
-// The unwritten budget: the bytes of delta responses encoded and not yet
+// The unwritten budget: the bytes of responses encoded and not yet
 // written out to their connection, over every stream
 // (xds.limits.max_unwritten_response_bytes).
 //
@@ -34,7 +36,8 @@ import (
 // to the pool (the writer copied it out, or the stream ended), or, for a
 // buffer gRPC drops without giving it back (its connection closed with the
 // message queued), when the collector frees it. Responses below gRPC's
-// pooling threshold (1 KiB; the ACK path's) are not counted. As in the
+// pooling threshold (1 KiB: most responses carrying a change) are not
+// counted. Delta and sotw responses share the budget. As in the
 // resume gate, a response waits as long as bytes come back: after
 // unwrittenWait in which none came back (the budget is held by streams
 // whose clients stopped reading), it goes over the budget; such clients
@@ -191,29 +194,47 @@ func (p *chargedPool) Put(buf *[]byte) {
 	p.c.give()
 }
 
-// SendMsg sends a delta response of the store's (wiredDelta) under the
-// unwritten budget: it waits for room, and its encoding carries the
-// charge (codec.go), given back when gRPC is done with the buffer.
+// sizedMsg is a sotw response as a guarded stream sends it: with its
+// encoded size, which proto.Size cached in it, and its charge (nil: under
+// the pooling threshold).
+type sizedMsg struct {
+	proto.Message
+	size   int
+	charge *unwrittenCharge
+}
+
+// SendMsg sends a response under the unwritten budget: it waits for room,
+// and its encoding carries the charge (codec.go), given back when gRPC is
+// done with the buffer.
 func (s *guardedStream) SendMsg(m any) error {
-	d, ok := m.(*wiredDelta)
-	b := s.a.g.unwritten
-	if !ok || b == nil {
-		return s.ServerStream.SendMsg(m)
+	size, ok := 0, false
+	switch r := m.(type) {
+	case *wiredDelta:
+		size, ok = r.size()
+		r.sized = size
+	case *discovery.DiscoveryResponse:
+		size, ok = proto.Size(r), true
+		m = &sizedMsg{Message: r, size: size}
 	}
-	size, ok := d.size()
-	if !ok || mem.IsBelowBufferPoolingThreshold(size) {
+	b := s.a.g.unwritten
+	if !ok || b == nil || mem.IsBelowBufferPoolingThreshold(size) {
 		return s.ServerStream.SendMsg(m)
 	}
 	c, err := b.take(s.ctx, size)
 	if err != nil {
 		return err
 	}
-	d.sized, d.charge = size, c
-	err = s.ServerStream.SendMsg(d)
-	d.charge = nil
+	switch r := m.(type) {
+	case *wiredDelta:
+		r.charge = c
+		defer func() { r.charge = nil }()
+	case *sizedMsg:
+		r.charge = c
+	}
+	err = s.ServerStream.SendMsg(m)
 	if !c.encoded {
-		// Not encoded into a buffer of the pool (another codec, or
-		// sending failed before encoding).
+		// Not encoded into a buffer of the pool (sending failed before
+		// encoding).
 		c.give()
 	}
 	return err

@@ -157,10 +157,11 @@ func (p *countingPool) Put(b *[]byte) {
 // first response encoded and held by gRPC (their flow-control window is
 // full); under max_unwritten_response_bytes the other streams' responses
 // wait unencoded, so what is held stays one response (larger than the
-// budget) and not one per stream. When those clients go, the bytes come
-// back and a client that reads gets its whole state.
+// budget) and not one per stream, delta and sotw alike. When those
+// clients go, the bytes come back and a client that reads gets its whole
+// state.
 func TestUnwrittenResponsesBounded(t *testing.T) {
-	const services, stuck = 2000, 8
+	const services = 2000
 	c := NewCache(WithMaxResponseBytes(0))
 	all := make([]translate.Resources, services)
 	for i := range all {
@@ -172,11 +173,18 @@ func TestUnwrittenResponsesBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.MarkReady()
-	const budget = 64 << 10
+	for _, delta := range []bool{true, false} {
+		t.Run(modeName(delta), func(t *testing.T) { unwrittenBounded(t, c, services, delta) })
+	}
+}
+
+func unwrittenBounded(t *testing.T, c *Cache, services int, delta bool) {
+	const budget, stuck = 64 << 10, 8
 	s := NewServer(c, Options{Limits: Limits{MaxUnwrittenResponseBytes: budget}})
 	pool := &countingPool{}
 	s.out = pool
-	s.guard.unwritten.wait = time.Minute // no stream goes over it here
+	b := s.guard.unwritten
+	b.wait = time.Minute // no stream goes over it here
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +194,9 @@ func TestUnwrittenResponsesBounded(t *testing.T) {
 	go func() { done <- s.Run(ctx, lis) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	open := func(ctx context.Context) discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient {
+	// open asks for every cluster; its recv returns a response's size and
+	// how many resources it carried.
+	open := func(ctx context.Context) (recv func() (int, int)) {
 		t.Helper()
 		// A fixed 64 KiB window (no BDP growth): a client that does not
 		// read stops the server's writes after 64 KiB.
@@ -197,23 +207,45 @@ func TestUnwrittenResponsesBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 		context.AfterFunc(ctx, func() { cc.Close() })
-		st, err := discovery.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
+		ads := discovery.NewAggregatedDiscoveryServiceClient(cc)
+		node := &core.Node{Id: "n"}
+		if delta {
+			st, err := ads.DeltaAggregatedResources(ctx)
+			if err == nil {
+				err = st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType, Node: node})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return func() (int, int) {
+				r, err := st.Recv()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return proto.Size(r), len(r.Resources)
+			}
+		}
+		st, err := ads.StreamAggregatedResources(ctx)
+		if err == nil {
+			err = st.Send(&discovery.DiscoveryRequest{TypeUrl: ClusterType, Node: node})
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType, Node: &core.Node{Id: "n"}}); err != nil {
-			t.Fatal(err)
+		return func() (int, int) {
+			r, err := st.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return proto.Size(r), len(r.Resources)
 		}
-		return st
 	}
 	inUse := func() int64 {
-		b := s.guard.unwritten
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		return b.used
 	}
 	waiting := func() int {
-		b := s.guard.unwritten
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		return len(b.queue)
@@ -231,15 +263,12 @@ func TestUnwrittenResponsesBounded(t *testing.T) {
 		}
 	}
 	// readAll reads a whole state of clusters; the largest response's size.
-	readAll := func(st discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient) (largest int) {
+	readAll := func(recv func() (int, int)) (largest int) {
 		t.Helper()
 		for got := 0; got < services; {
-			r, err := st.Recv()
-			if err != nil {
-				t.Fatal(err)
-			}
-			got += len(r.Resources)
-			largest = max(largest, proto.Size(r))
+			size, n := recv()
+			got += n
+			largest = max(largest, size)
 		}
 		return largest
 	}

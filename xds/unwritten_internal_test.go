@@ -211,34 +211,12 @@ func unwrittenBounded(t *testing.T, c *Cache, services int, delta bool) {
 		node := &core.Node{Id: "n"}
 		if delta {
 			st, err := ads.DeltaAggregatedResources(ctx)
-			if err == nil {
-				err = st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType, Node: node})
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			return func() (int, int) {
-				r, err := st.Recv()
-				if err != nil {
-					t.Fatal(err)
-				}
-				return proto.Size(r), len(r.Resources)
-			}
+			return adsStarted(t, st, err, &discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType, Node: node},
+				func(r *discovery.DeltaDiscoveryResponse) int { return len(r.Resources) })
 		}
 		st, err := ads.StreamAggregatedResources(ctx)
-		if err == nil {
-			err = st.Send(&discovery.DiscoveryRequest{TypeUrl: ClusterType, Node: node})
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return func() (int, int) {
-			r, err := st.Recv()
-			if err != nil {
-				t.Fatal(err)
-			}
-			return proto.Size(r), len(r.Resources)
-		}
+		return adsStarted(t, st, err, &discovery.DiscoveryRequest{TypeUrl: ClusterType, Node: node},
+			func(r *discovery.DiscoveryResponse) int { return len(r.Resources) })
 	}
 	inUse := func() int64 {
 		b.mu.Lock()
@@ -314,4 +292,26 @@ func unwrittenBounded(t *testing.T, c *Cache, services int, delta bool) {
 	}
 	// Nothing kept: a client that reads gets its state.
 	readAll(open(ctx))
+}
+
+// adsStarted sends req on st (opened with err), and returns what reads
+// its responses: each one's size and count of resources.
+func adsStarted[Req any, Res proto.Message](t *testing.T, st interface {
+	Send(Req) error
+	Recv() (Res, error)
+}, err error, req Req, count func(Res) int) func() (int, int) {
+	t.Helper()
+	if err == nil {
+		err = st.Send(req)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() (int, int) {
+		r, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return proto.Size(r), count(r)
+	}
 }

@@ -93,10 +93,10 @@ func newGuardMetrics() *guardMetrics {
 	})
 	m.responsesWaited = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "xdsbridge_xds_responses_waited_total",
-		Help: "xDS responses that waited to be encoded for xds.limits.max_unwritten_response_bytes, by outcome: room (sent in turn), over (sent over the budget after a second in which no bytes were written out) or ended (the stream ended first).",
+		Help: "xDS responses that waited to be encoded for xds.limits.max_unwritten_response_bytes, by outcome: room (sent in turn), expired (in turn, once bytes held unwritten for a second stopped counting) or ended (the stream ended first).",
 	}, []string{"outcome"})
 	m.responsesWaited.WithLabelValues("room")
-	m.responsesWaited.WithLabelValues("over")
+	m.responsesWaited.WithLabelValues("expired")
 	m.responsesWaited.WithLabelValues("ended")
 	for _, l := range []string{"max_streams", "max_streams_per_connection", "max_names_per_stream",
 		"max_name_bytes_per_stream", "max_names_per_connection", "max_name_bytes_per_connection",

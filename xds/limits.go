@@ -154,14 +154,16 @@ type Limits struct {
 	// every stream (unwritten.go). gRPC encodes a response whole and holds
 	// it until its connection's writer copies it out; in a first sync of
 	// 2,000 clients, a 32 KiB part per stream waited so, 100 MB of
-	// encodings. Past it a response waits before it is encoded, in turn,
-	// as long as bytes are written out; a response larger than this goes
-	// alone, and after a second in which none was written out (streams
-	// whose clients stopped reading hold the bytes) one goes over it.
-	// Waits are counted in xdsbridge_xds_responses_waited_total{outcome}
-	// ("room", "over", "ended": the stream ended first), the bytes in
-	// xdsbridge_xds_unwritten_response_bytes. Responses under 1 KiB
-	// (gRPC's pooling threshold) are not counted. Default 16 MiB.
+	// encodings. Past it a response waits before it is encoded, in turn;
+	// a response larger than this goes alone. A response's bytes count for
+	// a second at most: those of one its client does not read stop
+	// counting then, so such clients delay others by a second, never stop
+	// them. Waits are counted in
+	// xdsbridge_xds_responses_waited_total{outcome} ("room"; "expired":
+	// once bytes held a second stopped counting; "ended": the stream
+	// ended first), the bytes in xdsbridge_xds_unwritten_response_bytes.
+	// Responses under 1 KiB (gRPC's pooling threshold) are not counted.
+	// Default 16 MiB.
 	MaxUnwrittenResponseBytes int `json:"max_unwritten_response_bytes"`
 }
 

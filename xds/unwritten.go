@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"container/list"
 	"context"
 	"runtime"
 	"sync"
@@ -37,55 +38,96 @@ import (
 // buffer gRPC drops without giving it back (its connection closed with the
 // message queued), when the collector frees it. Responses below gRPC's
 // pooling threshold (1 KiB: most responses carrying a change) are not
-// counted. Delta and sotw responses share the budget. As in the
-// resume gate, a response waits as long as bytes come back: after
-// unwrittenWait in which none came back (the budget is held by streams
-// whose clients stopped reading), it goes over the budget; such clients
-// delay others, never stop them.
+// counted. Delta and sotw responses share the budget. A response's bytes
+// count for unwrittenWait at most: those of a response its client does
+// not read (its flow-control window is full) stop counting then, so such
+// clients delay others by that much, never stop them; what they hold is
+// bounded per stream by gRPC's flow control and the stream limits.
 type unwrittenBudget struct {
 	limit int64
 	wait  time.Duration
 	inUse prometheus.Gauge
 	// waited counts the responses that waited, by outcome ("room",
-	// "over", "ended").
+	// "expired", "ended").
 	waited *prometheus.CounterVec
 
 	mu    sync.Mutex
 	used  int64
 	queue []*unwrittenWaiter // in arrival order
-	left  time.Time          // when bytes last came back
+	held  list.List          // the charges counted, oldest first
 }
 
-// unwrittenWait bounds a response's wait for room while no bytes come
-// back.
+// unwrittenWait is how long a response's bytes count: those of a response
+// not written out by then (its client is not reading) stop counting.
 const unwrittenWait = time.Second
 
 type unwrittenWaiter struct {
-	n       int64
+	c       *unwrittenCharge
 	granted bool
 	ready   chan struct{} // closed when granted
 }
 
 func newUnwrittenBudget(limit int64, wait time.Duration, m *guardMetrics) *unwrittenBudget {
-	return &unwrittenBudget{limit: limit, wait: wait, inUse: m.unwrittenBytes, waited: m.responsesWaited, left: time.Now()}
+	return &unwrittenBudget{limit: limit, wait: wait, inUse: m.unwrittenBytes, waited: m.responsesWaited}
 }
 
 func (b *unwrittenBudget) fits(n int64) bool { return b.used == 0 || b.used+n <= b.limit }
 
-// charge adds n bytes in use (under mu).
-func (b *unwrittenBudget) charge(n int64) {
-	b.used += n
+// count counts c's bytes (under mu).
+func (b *unwrittenBudget) count(c *unwrittenCharge) {
+	c.at = time.Now()
+	c.elem = b.held.PushBack(c)
+	b.used += c.n
 	b.inUse.Set(float64(b.used))
+}
+
+// uncount stops counting c's bytes, once (under mu).
+func (b *unwrittenBudget) uncount(c *unwrittenCharge) {
+	if !c.done.CompareAndSwap(false, true) {
+		return
+	}
+	if c.elem != nil {
+		b.held.Remove(c.elem)
+		c.elem = nil
+	}
+	b.used -= c.n
+	b.inUse.Set(float64(b.used))
+}
+
+// expire stops counting the bytes counted for wait or longer, and
+// returns when the oldest left will be (under mu).
+func (b *unwrittenBudget) expire(now time.Time) (next time.Time) {
+	for e := b.held.Front(); e != nil; e = b.held.Front() {
+		c := e.Value.(*unwrittenCharge)
+		if now.Sub(c.at) < b.wait {
+			return c.at.Add(b.wait)
+		}
+		b.uncount(c)
+	}
+	return now.Add(b.wait)
+}
+
+// expireGrant expires what is due, and lets the waiting responses that
+// then fit go; outcome becomes "expired" if any bytes expired. It returns
+// when the next are due (under mu).
+func (b *unwrittenBudget) expireGrant(outcome *string) time.Time {
+	before := b.used
+	next := b.expire(time.Now())
+	if b.used < before {
+		*outcome = "expired"
+		b.grant()
+	}
+	return next
 }
 
 // grant lets the waiting responses at the head of the queue go while they
 // fit (under mu).
 func (b *unwrittenBudget) grant() {
-	for len(b.queue) > 0 && b.fits(b.queue[0].n) {
+	for len(b.queue) > 0 && b.fits(b.queue[0].c.n) {
 		w := b.queue[0]
 		b.queue[0] = nil
 		b.queue = b.queue[1:]
-		b.charge(w.n)
+		b.count(w.c)
 		w.granted = true
 		close(w.ready)
 	}
@@ -101,74 +143,67 @@ func (b *unwrittenBudget) remove(w *unwrittenWaiter) {
 	}
 }
 
-// take charges n bytes to a response about to be encoded, waiting for
+// take counts n bytes for a response about to be encoded, waiting for
 // room as above; it fails only when ctx ends first.
 func (b *unwrittenBudget) take(ctx context.Context, n int) (*unwrittenCharge, error) {
 	c := &unwrittenCharge{b: b, n: int64(n)}
 	b.mu.Lock()
 	if len(b.queue) == 0 && b.fits(c.n) {
-		b.charge(c.n)
+		b.count(c)
 		b.mu.Unlock()
 		return c, nil
 	}
-	w := &unwrittenWaiter{n: c.n, ready: make(chan struct{})}
+	w := &unwrittenWaiter{c: c, ready: make(chan struct{})}
 	b.queue = append(b.queue, w)
+	outcome := "room"
+	next := b.expireGrant(&outcome)
 	b.mu.Unlock()
-	t := time.NewTimer(b.wait)
+	t := time.NewTimer(time.Until(next))
 	defer t.Stop()
 	for {
 		select {
 		case <-w.ready:
-			b.waited.WithLabelValues("room").Inc()
+			b.waited.WithLabelValues(outcome).Inc()
 			return c, nil
 		case <-ctx.Done():
 			b.mu.Lock()
 			if w.granted {
-				b.mu.Unlock()
-				c.give()
+				b.uncount(c)
 			} else {
 				b.remove(w)
-				b.grant() // the next may fit
-				b.mu.Unlock()
 			}
+			b.grant() // the next may fit
+			b.mu.Unlock()
 			b.waited.WithLabelValues("ended").Inc()
 			return nil, ctx.Err()
 		case <-t.C:
 			b.mu.Lock()
-			idle := time.Since(b.left)
-			if !w.granted && idle >= b.wait {
-				b.remove(w)
-				b.charge(c.n)
-				w.granted = true
-				b.grant()
-				b.mu.Unlock()
-				b.waited.WithLabelValues("over").Inc()
-				return c, nil
-			}
+			next := b.expireGrant(&outcome)
 			b.mu.Unlock()
-			t.Reset(max(b.wait-idle, time.Millisecond))
+			t.Reset(max(time.Until(next), time.Millisecond))
 		}
 	}
 }
 
-// unwrittenCharge is one response's bytes in the budget, given back once.
+// unwrittenCharge is one response's bytes in the budget, counted from at
+// until given back (or expired), once.
 type unwrittenCharge struct {
 	b       *unwrittenBudget
 	n       int64
+	at      time.Time
+	elem    *list.Element // in b.held, while counted
 	done    atomic.Bool
 	encoded bool // into a buffer that gives the charge back (pool)
 }
 
-// give gives the bytes back (once).
+// give gives the bytes back (once; none if they expired).
 func (c *unwrittenCharge) give() {
-	if !c.done.CompareAndSwap(false, true) {
+	if c.done.Load() {
 		return
 	}
 	b := c.b
 	b.mu.Lock()
-	b.used -= c.n
-	b.inUse.Set(float64(b.used))
-	b.left = time.Now()
+	b.uncount(c)
 	b.grant()
 	b.mu.Unlock()
 }

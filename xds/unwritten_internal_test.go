@@ -22,9 +22,9 @@ import (
 
 // TestUnwrittenBudgetTurns: responses go in the order they came while
 // their bytes fit; one larger than the budget goes alone; a wait given up
-// (its stream ended) lets the next go; with no bytes coming back for the
-// wait, a response goes over the budget; bytes of a buffer gRPC dropped
-// come back when it is collected.
+// (its stream ended) lets the next go; bytes not written out within the
+// wait stop counting; bytes of a buffer gRPC dropped come back when it is
+// collected.
 func TestUnwrittenBudgetTurns(t *testing.T) {
 	m := newGuardMetrics()
 	b := newUnwrittenBudget(100, time.Hour, m)
@@ -41,7 +41,9 @@ func TestUnwrittenBudgetTurns(t *testing.T) {
 	// take in a goroutine; the result once granted.
 	async := func(ctx context.Context, n int) chan took {
 		ch := make(chan took, 1)
+		b.mu.Lock()
 		queued := len(b.queue)
+		b.mu.Unlock()
 		go func() {
 			c, err := b.take(ctx, n)
 			ch <- took{c, err}
@@ -108,17 +110,24 @@ func TestUnwrittenBudgetTurns(t *testing.T) {
 			t.Errorf("waits %s: %v, want %v", outcome, got, want)
 		}
 	}
-	// No bytes come back: after the wait, over the budget.
+	// A response not written out: its bytes stop counting after the
+	// wait, and are not given back twice.
 	b.wait = 30 * time.Millisecond
 	hold, _ := b.take(ctx, 100)
-	if _, err := b.take(ctx, 50); err != nil {
+	next, err := b.take(ctx, 50)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if got := testutil.ToFloat64(m.responsesWaited.WithLabelValues("over")); got != 1 {
-		t.Errorf("went over the budget %v times, want 1", got)
+	if got := testutil.ToFloat64(m.responsesWaited.WithLabelValues("expired")); got != 1 {
+		t.Errorf("went once bytes expired %v times, want 1", got)
 	}
 	hold.give()
+	if got := used(); got != 50 {
+		t.Fatalf("in use %d, want the 50 counted", got)
+	}
+	next.give()
 	// A buffer dropped without being put back.
+	b.wait = time.Hour
 	c, _ := b.take(ctx, 20)
 	before := used()
 	func() {
@@ -184,7 +193,7 @@ func unwrittenBounded(t *testing.T, c *Cache, services int, delta bool) {
 	pool := &countingPool{}
 	s.out = pool
 	b := s.guard.unwritten
-	b.wait = time.Minute // no stream goes over it here
+	b.wait = time.Minute // no response's bytes expire here
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -114,9 +114,11 @@ func TestUnwrittenBudgetTurns(t *testing.T) {
 	// wait, and are not given back twice.
 	b.wait = 30 * time.Millisecond
 	hold, _ := b.take(ctx, 100)
-	next, err := b.take(ctx, 50)
+	tctx, tcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer tcancel()
+	next, err := b.take(tctx, 50)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("a response still waits after the bytes before it were held unwritten for the wait: %v", err)
 	}
 	if got := testutil.ToFloat64(m.responsesWaited.WithLabelValues("expired")); got != 1 {
 		t.Errorf("went once bytes expired %v times, want 1", got)

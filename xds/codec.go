@@ -21,7 +21,9 @@ import (
 // versions the store serves (wire); a guarded stream's resume is compared
 // with the store as it is decoded (resumed.go), and an ACK without the
 // runtime (decodeack.go). And a delta response is encoded by encode.go,
-// which appends its resources' encodings instead of walking them.
+// which appends its resources' encodings instead of walking them. A
+// response a guarded stream sends carries its bytes' charge in the
+// unwritten budget (unwritten.go), which its buffer gives back.
 type codec struct {
 	wire *store.WireIndex // nil: copies
 	// out is the pool of the encodings (nil: bufferPool); a test's counts

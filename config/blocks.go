@@ -40,6 +40,7 @@ type XDSLimits struct {
 	RequestBurst                        int     `json:"request_burst"`
 	NACKLogsPerMinute                   int     `json:"nack_logs_per_minute"`
 	ResumesDecoding                     int     `json:"resumes_decoding"`
+	MaxUnwrittenResponseBytes           int     `json:"max_unwritten_response_bytes"`
 }
 
 // Authorization is the `xds.authorization:` block: which clients may

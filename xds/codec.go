@@ -21,27 +21,55 @@ import (
 // versions the store serves (wire); a guarded stream's resume is compared
 // with the store as it is decoded (resumed.go), and an ACK without the
 // runtime (decodeack.go). And a delta response is encoded by encode.go,
-// which appends its resources' encodings instead of walking them.
+// which appends its resources' encodings instead of walking them. A
+// response a guarded stream sends carries its bytes' charge in the
+// unwritten budget (unwritten.go), which its buffer gives back.
 type codec struct {
 	wire *store.WireIndex // nil: copies
+	// out is the pool of the encodings (nil: bufferPool); a test's counts
+	// what is held.
+	out mem.BufferPool
+}
+
+// outPool is the pool responses are encoded into.
+func (c codec) outPool() mem.BufferPool {
+	if c.out != nil {
+		return c.out
+	}
+	return bufferPool
 }
 
 var _ encoding.CodecV2 = codec{}
 
 func (codec) Name() string { return "proto" }
 
-func (codec) Marshal(v any) (mem.BufferSlice, error) {
+func (c codec) Marshal(v any) (mem.BufferSlice, error) {
+	pool := c.outPool()
+	switch d := v.(type) {
+	case *wiredDelta:
+		if size, ok := d.size(); ok {
+			return encodeDeltaResponse(pool, size, d.DeltaDiscoveryResponse, d.wire, d.charge), nil
+		}
+		v = d.DeltaDiscoveryResponse
+	case *sizedMsg:
+		return marshalSized(pool, d.Message, d.size, d.charge)
+	}
 	m, ok := v.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("xds codec: cannot encode %T", v)
 	}
 	if r, ok := m.(*discovery.DeltaDiscoveryResponse); ok {
 		if size, ok := deltaResponseSize(r); ok {
-			return encodeDeltaResponse(size, r), nil
+			return encodeDeltaResponse(pool, size, r, nil, nil), nil
 		}
 	}
-	size := proto.Size(m)
-	opts := proto.MarshalOptions{UseCachedSize: true} // size was just computed
+	return marshalSized(pool, m, proto.Size(m), nil)
+}
+
+// marshalSized encodes m, whose size proto.Size just found (it is cached
+// in m), into a buffer from pool; charge as encodeDeltaResponse's.
+func marshalSized(pool mem.BufferPool, m proto.Message, size int, charge *unwrittenCharge) (mem.BufferSlice, error) {
+	opts := proto.MarshalOptions{UseCachedSize: true}
 	if mem.IsBelowBufferPoolingThreshold(size) {
 		b, err := opts.Marshal(m)
 		if err != nil {
@@ -49,25 +77,32 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 		}
 		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
 	}
-	buf := bufferPool.Get(size)
+	buf := pool.Get(size)
 	b, err := opts.MarshalAppend((*buf)[:0], m)
 	if err != nil {
-		bufferPool.Put(buf)
+		pool.Put(buf)
 		return nil, err
 	}
 	*buf = b
-	return mem.BufferSlice{mem.NewBuffer(buf, bufferPool)}, nil
+	if charge != nil {
+		pool = charge.pool(pool)
+	}
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 }
 
 // encodeDeltaResponse encodes r, of size bytes (encode.go), into a buffer
-// of the pool if it is large enough to be pooled.
-func encodeDeltaResponse(size int, r *discovery.DeltaDiscoveryResponse) mem.BufferSlice {
+// from pool. wire: as appendDeltaResponse's. charge: r's bytes in the
+// unwritten budget (nil: none), given back with the buffer.
+func encodeDeltaResponse(pool mem.BufferPool, size int, r *discovery.DeltaDiscoveryResponse, wire [][]byte, charge *unwrittenCharge) mem.BufferSlice {
 	if mem.IsBelowBufferPoolingThreshold(size) {
-		return mem.BufferSlice{mem.SliceBuffer(appendDeltaResponse(make([]byte, 0, size), r))}
+		return mem.BufferSlice{mem.SliceBuffer(appendDeltaResponse(make([]byte, 0, size), r, wire))}
 	}
-	buf := bufferPool.Get(size)
-	*buf = appendDeltaResponse((*buf)[:0], r)
-	return mem.BufferSlice{mem.NewBuffer(buf, bufferPool)}
+	buf := pool.Get(size)
+	*buf = appendDeltaResponse((*buf)[:0], r, wire)
+	if charge != nil {
+		pool = charge.pool(pool)
+	}
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}
 }
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {

@@ -84,6 +84,9 @@ type deltaSent struct {
 type deltaResponse struct {
 	req  *discovery.DeltaDiscoveryRequest
 	resp *discovery.DeltaDiscoveryResponse
+	// wire: resp's resources' encodings (wiredDelta); nil: resp is
+	// encoded from its messages.
+	wire [][]byte
 	w    *watch
 	next *deltaHeld
 	sent *deltaSent // nil: the response carried nothing

@@ -44,11 +44,17 @@ func (c *Cache) respondDelta(w *watch, seq []string, fromRest, full, evenIfEmpty
 	changed, removed, ts := p.changed, p.removed, w.ts
 	next, sent := p.record(rest)
 	res := make([]*discovery.Resource, 0, len(changed))
+	wire := make([][]byte, 0, len(changed))
 	find := c.finder(ts, len(changed))
 	newest := ts.newestGen(removed)
 	for _, n := range changed {
 		e, _ := find(n)
 		res = append(res, e.Delta)
+		if wire != nil && e.Wire != nil {
+			wire = append(wire, e.Wire)
+		} else {
+			wire = nil
+		}
 		newest = max(newest, e.Gen)
 	}
 	// The type's generation counts every change, hidden ones too: a
@@ -67,7 +73,8 @@ func (c *Cache) respondDelta(w *watch, seq []string, fromRest, full, evenIfEmpty
 			RemovedResources:  removed,
 			SystemVersionInfo: sysVersion,
 		},
-		w: w, next: next, sent: sent, pred: w.ds.pred,
+		wire: wire,
+		w:    w, next: next, sent: sent, pred: w.ds.pred,
 	}
 	c.handed(w, w.resp.resp, newest)
 	// Sent under c.mu: this does not block (the stream's channel holds

@@ -290,13 +290,23 @@ func (ds *deltaStream) send(resp *deltaResponse) (string, error) {
 	if resp == nil {
 		return "", errors.New("missing response")
 	}
+	built := resp.resp.Resources
 	ds.vhds.sending(resp.resp)
 	ds.nonce++
 	resp.resp.Nonce = strconv.FormatInt(ds.nonce, 10)
 	if cb := ds.s.callbacks; cb != nil {
 		cb.OnStreamDeltaResponse(ds.id, resp.req, resp.resp)
 	}
-	return resp.resp.GetNonce(), ds.str.Send(resp.resp)
+	// The resources' encodings are copied (wiredDelta) unless the
+	// resources were replaced (vhdsStream.sending renames the stub in a
+	// copy); the watch keeps its last response, not their list. Sent as a
+	// wiredDelta either way, under the unwritten budget (unwritten.go).
+	wire := resp.wire
+	resp.wire = nil
+	if now := resp.resp.Resources; len(now) != len(built) || (len(now) > 0 && &now[0] != &built[0]) {
+		wire = nil
+	}
+	return resp.resp.GetNonce(), ds.str.SendMsg(&wiredDelta{DeltaDiscoveryResponse: resp.resp, wire: wire})
 }
 
 // process sends resp and installs the state it carries as its type's.

@@ -213,3 +213,12 @@ func TestDeltaServerStreamLife(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// SendMsg is how the stream sends a response with its resources'
+// encodings (wiredDelta).
+func (s *fakeDeltaStream) SendMsg(m any) error {
+	if d, ok := m.(*wiredDelta); ok {
+		return s.Send(d.DeltaDiscoveryResponse)
+	}
+	return s.Send(m.(*discovery.DeltaDiscoveryResponse))
+}

@@ -14,12 +14,31 @@ import (
 // sizes are read off the strings and the bytes appended. The bytes are
 // those proto.Marshal writes (fields in number order; TestDeltaResponseEncoding
 // compares them). A response with a field the encoder does not write (the
-// server sets none of them) goes through the runtime.
+// server sets none of them) goes through the runtime. A response of the
+// store's resources as they are (wiredDelta) copies each resource's
+// encoding, which the store made once.
 
 // deltaResponseSize returns the encoded size of r, and false if r has a
 // field that only the runtime writes, or a string that is not UTF-8 (the
 // runtime's error).
 func deltaResponseSize(r *discovery.DeltaDiscoveryResponse) (int, bool) {
+	n, ok := headerSize(r)
+	if !ok {
+		return 0, false
+	}
+	for _, res := range r.Resources {
+		m, ok := resourceSize(res)
+		if !ok {
+			return 0, false
+		}
+		n += 1 + protowire.SizeBytes(m)
+	}
+	return n, true
+}
+
+// headerSize returns the encoded size of r's fields but its resources, and
+// false as deltaResponseSize does.
+func headerSize(r *discovery.DeltaDiscoveryResponse) (int, bool) {
 	if r.ControlPlane != nil || len(r.RemovedResourceNames) > 0 || len(r.ResourceErrors) > 0 || len(r.ProtoReflect().GetUnknown()) > 0 {
 		return 0, false
 	}
@@ -33,12 +52,39 @@ func deltaResponseSize(r *discovery.DeltaDiscoveryResponse) (int, bool) {
 		}
 		n += 1 + protowire.SizeBytes(len(s))
 	}
-	for _, res := range r.Resources {
-		m, ok := resourceSize(res)
-		if !ok {
-			return 0, false
-		}
-		n += 1 + protowire.SizeBytes(m)
+	return n, true
+}
+
+// wiredDelta is a delta response whose resources are the store's, each
+// with its Wire (store/deltawire.go): wire[i] is the encoding of
+// Resources[i]'s fields. The stream sends it (deltaStream.send) for the
+// server's codec to copy those bytes; any other codec (a server that
+// registers the handlers on its own gRPC server) encodes the response it
+// embeds, a proto.Message.
+type wiredDelta struct {
+	*discovery.DeltaDiscoveryResponse
+	wire [][]byte // nil: the resources are encoded from their messages
+	// sized is the encoded size, once found (0: not yet); charge, the
+	// response's bytes in the unwritten budget (unwritten.go), which its
+	// buffer gives back.
+	sized  int
+	charge *unwrittenCharge
+}
+
+// size returns the encoded size of d, and false as deltaResponseSize does.
+func (d *wiredDelta) size() (int, bool) {
+	if d.sized > 0 {
+		return d.sized, true
+	}
+	if d.wire == nil {
+		return deltaResponseSize(d.DeltaDiscoveryResponse)
+	}
+	n, ok := headerSize(d.DeltaDiscoveryResponse)
+	if !ok || len(d.wire) != len(d.Resources) {
+		return 0, false
+	}
+	for _, w := range d.wire {
+		n += 1 + protowire.SizeBytes(len(w))
 	}
 	return n, true
 }
@@ -97,14 +143,19 @@ func stringSize(s string) int {
 	return 1 + protowire.SizeBytes(len(s))
 }
 
-// appendDeltaResponse appends r, whose size deltaResponseSize found, to b
-// (its checks are not made again).
-func appendDeltaResponse(b []byte, r *discovery.DeltaDiscoveryResponse) []byte {
+// appendDeltaResponse appends r, whose size deltaResponseSize or
+// wiredDelta.size found, to b (their checks are not made again). With wire
+// (wiredDelta's), each resource's encoding is copied from it.
+func appendDeltaResponse(b []byte, r *discovery.DeltaDiscoveryResponse, wire [][]byte) []byte {
 	b = appendString(b, 1, r.SystemVersionInfo)
-	for _, res := range r.Resources {
-		m := fieldsSize(res)
+	for i, res := range r.Resources {
+		if wire != nil {
+			b = protowire.AppendTag(b, 2, protowire.BytesType)
+			b = protowire.AppendBytes(b, wire[i])
+			continue
+		}
 		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(m))
+		b = protowire.AppendVarint(b, uint64(fieldsSize(res)))
 		b = appendString(b, 1, res.Version)
 		if a := res.Resource; a != nil {
 			b = protowire.AppendTag(b, 2, protowire.BytesType)

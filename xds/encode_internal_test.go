@@ -11,6 +11,9 @@ import (
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/xdsbridge/xdsbridge/xds/store"
+	"google.golang.org/grpc/encoding"
+	_ "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -49,6 +52,8 @@ func TestDeltaResponseEncoding(t *testing.T) {
 		"a resource's alias (runtime)": resp([]*discovery.Resource{{Name: "x", Aliases: []string{"y"}}}),
 		"removed resource names":       {RemovedResourceNames: []*discovery.ResourceName{{Name: "x"}}},
 		"a long name":                  resp([]*discovery.Resource{{Name: strings.Repeat("n", 300), Version: "v"}}),
+		"a last resource's Any with unknown fields (runtime)": resp(append(slices.Clone(res), &discovery.Resource{Name: "x", Resource: withUnknown(&anypb.Any{TypeUrl: "t"})})),
+		"a last resource with unknown fields (runtime)":       resp(append(slices.Clone(res), withUnknown(&discovery.Resource{Name: "x"}))),
 	}
 	for name, m := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -65,8 +70,39 @@ func TestDeltaResponseEncoding(t *testing.T) {
 			}
 		})
 	}
+	// The store's resources sent with their Wire: the same bytes; a wire
+	// that does not match the resources in number is not used.
+	var wire [][]byte
+	for _, n := range names(c, EndpointType) {
+		wire = append(wire, c.types[EndpointType].Resources[n].Wire)
+	}
+	for name, d := range map[string]*wiredDelta{
+		"wired, one resource":                {DeltaDiscoveryResponse: resp(res[:1]), wire: wire[:1]},
+		"wired, above the pooling threshold": {DeltaDiscoveryResponse: resp(res, "gone"), wire: wire},
+		"wired, a resource more":             {DeltaDiscoveryResponse: resp(append(slices.Clone(res), &discovery.Resource{Name: "x"})), wire: wire},
+	} {
+		t.Run(name, func(t *testing.T) {
+			want, err := proto.Marshal(d.DeltaDiscoveryResponse)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// gRPC's own codec (handlers on a server of the user's)
+			// encodes the response embedded.
+			for _, cd := range []encoding.CodecV2{codec{}, encoding.GetCodecV2("proto")} {
+				got, err := cd.Marshal(d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if b := got.Materialize(); !bytes.Equal(b, want) {
+					t.Fatalf("%T encoded %x, proto.Marshal %x", cd, b, want)
+				}
+			}
+		})
+	}
 	t.Run("not UTF-8", func(t *testing.T) {
-		for _, m := range []*discovery.DeltaDiscoveryResponse{resp(nil, "\xff"), resp([]*discovery.Resource{{Name: "\xff"}}), {Nonce: "\xfe"}} {
+		for _, m := range []*discovery.DeltaDiscoveryResponse{resp(nil, "\xff"), resp([]*discovery.Resource{{Name: "\xff"}}), {Nonce: "\xfe"},
+			resp(append(slices.Clone(res), &discovery.Resource{Name: "x", Version: "\xff"})),
+			resp(append(slices.Clone(res), &discovery.Resource{Name: "x", Resource: &anypb.Any{TypeUrl: "\xfe"}}))} {
 			if _, err := (codec{}).Marshal(m); err == nil {
 				t.Errorf("%v: encoded", m)
 			}
@@ -96,4 +132,10 @@ func TestDeltaResponseEncoderKnowsEveryField(t *testing.T) {
 			t.Errorf("%s: fields %v, the encoder knows %v", tc.m.ProtoReflect().Descriptor().FullName(), got, tc.fields)
 		}
 	}
+}
+
+// withUnknown gives m an unknown field (number 99, varint 1).
+func withUnknown[M proto.Message](m M) M {
+	m.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 1))
+	return m
 }

@@ -53,6 +53,8 @@ type guard struct {
 	waiting atomic.Bool // a stream waits for one to end (reserve)
 	// resumes: the resume gate (resumegate.go).
 	resumes *resumeGate
+	// unwritten: the unwritten budget of responses (unwritten.go).
+	unwritten *unwrittenBudget
 	// subsHashed: how many of a delta request's subscriptions the
 	// accounting's first pass keeps hashed (guardsubs.go).
 	subsHashed int
@@ -62,6 +64,10 @@ type guardMetrics struct {
 	refusals      *prometheus.CounterVec
 	delayed       prometheus.Counter
 	resumesWaited *prometheus.CounterVec
+	// unwrittenBytes and responsesWaited: the unwritten budget's bytes
+	// in use and waits.
+	unwrittenBytes  prometheus.Gauge
+	responsesWaited *prometheus.CounterVec
 }
 
 func newGuardMetrics() *guardMetrics {
@@ -81,6 +87,17 @@ func newGuardMetrics() *guardMetrics {
 	}
 	m.resumesWaited.WithLabelValues("place")
 	m.resumesWaited.WithLabelValues("none")
+	m.unwrittenBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "xdsbridge_xds_unwritten_response_bytes",
+		Help: "Bytes of xDS responses encoded and not yet written out to their connection (xds.limits.max_unwritten_response_bytes).",
+	})
+	m.responsesWaited = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "xdsbridge_xds_responses_waited_total",
+		Help: "xDS responses that waited to be encoded for xds.limits.max_unwritten_response_bytes, by outcome: room (sent in turn), expired (in turn, once bytes held unwritten for a second stopped counting) or ended (the stream ended first).",
+	}, []string{"outcome"})
+	m.responsesWaited.WithLabelValues("room")
+	m.responsesWaited.WithLabelValues("expired")
+	m.responsesWaited.WithLabelValues("ended")
 	for _, l := range []string{"max_streams", "max_streams_per_connection", "max_names_per_stream",
 		"max_name_bytes_per_stream", "max_names_per_connection", "max_name_bytes_per_connection",
 		"max_name_bytes_total", "max_initial_version_bytes_per_connection", "max_node_bytes", "max_recv_message_bytes"} {
@@ -91,7 +108,8 @@ func newGuardMetrics() *guardMetrics {
 
 func newGuard(lim Limits, m *guardMetrics) *guard {
 	return &guard{lim: lim, m: m, seed: maphash.MakeSeed(), live: map[*streamAcct]struct{}{},
-		resumes: newResumeGate(lim.ResumesDecoding, resumeWait), subsHashed: lim.MaxNamesPerStream + 1}
+		resumes: newResumeGate(lim.ResumesDecoding, resumeWait), subsHashed: lim.MaxNamesPerStream + 1,
+		unwritten: newUnwrittenBudget(int64(lim.MaxUnwrittenResponseBytes), unwrittenWait, m)}
 }
 
 // limitError is the error of a limit reached: ResourceExhausted (or

@@ -149,6 +149,22 @@ type Limits struct {
 	// of 1,000 Envoys every stream decoded at once, 700 MB of maps live
 	// together.
 	ResumesDecoding int `json:"resumes_decoding"`
+	// MaxUnwrittenResponseBytes bounds the bytes of responses (delta and
+	// sotw) encoded and not yet written out to their connection, over
+	// every stream (unwritten.go). gRPC encodes a response whole and holds
+	// it until its connection's writer copies it out; in a first sync of
+	// 2,000 clients, a 32 KiB part per stream waited so, 100 MB of
+	// encodings. Past it a response waits before it is encoded, in turn;
+	// a response larger than this goes alone. A response's bytes count for
+	// a second at most: those of one its client does not read stop
+	// counting then, so such clients delay others by a second, never stop
+	// them. Waits are counted in
+	// xdsbridge_xds_responses_waited_total{outcome} ("room"; "expired":
+	// once bytes held a second stopped counting; "ended": the stream
+	// ended first), the bytes in xdsbridge_xds_unwritten_response_bytes.
+	// Responses under 1 KiB (gRPC's pooling threshold) are not counted.
+	// Default 16 MiB.
+	MaxUnwrittenResponseBytes int `json:"max_unwritten_response_bytes"`
 }
 
 // Defaults of Limits.
@@ -167,6 +183,7 @@ const (
 	DefaultRequestsPerSecond                   = 100
 	DefaultRequestBurst                        = 1000
 	DefaultNACKLogsPerMinute                   = 6
+	DefaultMaxUnwrittenResponseBytes           = 16 << 20
 )
 
 // DefaultResumesDecoding is ResumesDecoding's default: 4 × the cores.
@@ -193,6 +210,7 @@ func (l Limits) WithDefaults() Limits {
 	def(&l.RequestBurst, DefaultRequestBurst)
 	def(&l.NACKLogsPerMinute, DefaultNACKLogsPerMinute)
 	def(&l.ResumesDecoding, DefaultResumesDecoding())
+	def(&l.MaxUnwrittenResponseBytes, DefaultMaxUnwrittenResponseBytes)
 	if l.RequestsPerSecond == 0 {
 		l.RequestsPerSecond = DefaultRequestsPerSecond
 	}
@@ -221,6 +239,7 @@ func (l Limits) Check() error {
 		{"request_burst", l.RequestBurst, 1, 1 << 20},
 		{"nack_logs_per_minute", l.NACKLogsPerMinute, 1, 1 << 20}, // 0 is the default
 		{"resumes_decoding", l.ResumesDecoding, 1, 1 << 16},
+		{"max_unwritten_response_bytes", l.MaxUnwrittenResponseBytes, 64 << 10, 1 << 40},
 	} {
 		if f.v < f.min || f.v > f.max {
 			return fmt.Errorf("%s: %d is not in %d..%d", f.name, f.v, f.min, f.max)

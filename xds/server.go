@@ -87,6 +87,8 @@ type Server struct {
 	lim   Limits
 	keep  Keepalive
 	guard *guard
+	// out is the pool responses are encoded into (nil: bufferPool).
+	out mem.BufferPool
 
 	authz   *Authorization
 	denied  *prometheus.CounterVec
@@ -243,7 +245,7 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 		// (an Envoy's EDS subscription to 5,000 names is 70 KiB); tiers in
 		// powers of two instead, and responses encoded to their size.
 		experimental.BufferPool(bufferPool),
-		grpc.ForceServerCodecV2(codec{wire: s.cache.store.Wire()}),
+		grpc.ForceServerCodecV2(codec{wire: s.cache.store.Wire(), out: s.out}),
 		grpc.MaxRecvMsgSize(s.lim.MaxRecvMessageBytes),
 		// gRPC's default is 16 MiB of headers per stream, kept with it.
 		grpc.MaxHeaderListSize(uint32(s.lim.MaxHeaderBytes)),

@@ -121,7 +121,7 @@ func newMetrics(c *Cache, reg prometheus.Registerer) *metrics {
 	m.nackLogsSuppressed.WithLabelValues("repeated")
 	m.nackLogsSuppressed.WithLabelValues("rate")
 	m.nackLogsSuppressed.WithLabelValues("server_rate")
-	if err := promreg.Register(reg, m.clients, m.pushes, m.nacks, m.truncated, m.nackLogsSuppressed, m.guard.refusals, m.guard.delayed, m.guard.resumesWaited, &cacheCollector{c: c}); err != nil {
+	if err := promreg.Register(reg, m.clients, m.pushes, m.nacks, m.truncated, m.nackLogsSuppressed, m.guard.refusals, m.guard.delayed, m.guard.resumesWaited, m.guard.unwrittenBytes, m.guard.responsesWaited, &cacheCollector{c: c}); err != nil {
 		panic(err)
 	}
 	return m

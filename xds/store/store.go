@@ -54,6 +54,7 @@ type Entry struct {
 	Msg      proto.Message
 	Any      *anypb.Any
 	Delta    *discovery.Resource
+	Wire     []byte // Delta's encoded fields (deltawire.go); nil: not UTF-8
 	VerHash  uint64 // hash of (name, version), for the type's aggregate version
 	ByteSize int
 	// DeltaSize, AnySize: what the resource adds to an encoded delta
@@ -242,8 +243,7 @@ func (s *Store) reversion(ts *Type, names []string) []string {
 		}
 		ne := *e
 		ne.Version = v
-		ne.Delta = &discovery.Resource{Name: e.Name, Version: v, Resource: e.Any}
-		ne.sizes()
+		ne.setDelta(e.Any.TypeUrl, e.Any.Value)
 		ne.VerHash = NameVersionHash(e.Name, v)
 		s.put(ts, &ne)
 		touched = append(touched, n)
@@ -279,15 +279,13 @@ func (s *Store) newEntry(typeURL string, r Resource) (*Entry, error) {
 		base:     base,
 		Dep:      r.DependsOn,
 		Msg:      r.Msg,
-		Any:      &anypb.Any{TypeUrl: typeURL, Value: b},
 		ByteSize: len(b),
 	}
 	e.Version = FoldVersion(base, s.depVersion(r.DependsOn))
 	if typeURL == resource.RouteType {
 		e.Clusters = RouteClusters(r.Msg)
 	}
-	e.Delta = &discovery.Resource{Name: r.Name, Version: e.Version, Resource: e.Any}
-	e.sizes()
+	e.setDelta(typeURL, b)
 	e.VerHash = NameVersionHash(r.Name, e.Version)
 	return e, nil
 }

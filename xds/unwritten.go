@@ -1,0 +1,276 @@
+package xds
+
+import (
+	"container/list"
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+)
+
+// The unwritten budget: the bytes of responses encoded and not yet
+// written out to their connection, over every stream
+// (xds.limits.max_unwritten_response_bytes).
+//
+// gRPC encodes a message whole when the stream sends it, and holds the
+// encoding until the connection's writer has copied it out, however long
+// the writer or the peer's flow-control window takes. In a first sync
+// every stream has a part of its state (a 32 KiB response) in flight; when
+// the parts are encoded faster than the writers drain them, nearly every
+// stream's part waits encoded at once: at 2,000 clients those buffers were
+// 100 MB of a 217 MB live heap at the peak, which the collector's goal
+// doubles in RSS. Under the budget, a response waits before it is encoded
+// until its bytes fit, so at most the budget of encodings wait for the
+// writers, and the other streams' responses wait as their state, not yet
+// encoded.
+//
+// A response goes when its bytes fit under the budget, or when none are
+// in use (a response larger than the budget goes alone). Waiting
+// responses go in the order they came: a large one is not passed over by
+// smaller ones. Bytes come back when gRPC gives the encoding's buffer back
+// to the pool (the writer copied it out, or the stream ended), or, for a
+// buffer gRPC drops without giving it back (its connection closed with the
+// message queued), when the collector frees it. Responses below gRPC's
+// pooling threshold (1 KiB: most responses carrying a change) are not
+// counted. Delta and sotw responses share the budget. A response's bytes
+// count for unwrittenWait at most: those of a response its client does
+// not read (its flow-control window is full) stop counting then, so such
+// clients delay others by that much, never stop them; what they hold is
+// bounded per stream by gRPC's flow control and the stream limits.
+type unwrittenBudget struct {
+	limit int64
+	wait  time.Duration
+	inUse prometheus.Gauge
+	// waited counts the responses that waited, by outcome ("room",
+	// "expired", "ended").
+	waited *prometheus.CounterVec
+
+	mu    sync.Mutex
+	used  int64
+	queue []*unwrittenWaiter // in arrival order
+	held  list.List          // the charges counted, oldest first
+}
+
+// unwrittenWait is how long a response's bytes count: those of a response
+// not written out by then (its client is not reading) stop counting.
+const unwrittenWait = time.Second
+
+type unwrittenWaiter struct {
+	c       *unwrittenCharge
+	granted bool
+	ready   chan struct{} // closed when granted
+}
+
+func newUnwrittenBudget(limit int64, wait time.Duration, m *guardMetrics) *unwrittenBudget {
+	return &unwrittenBudget{limit: limit, wait: wait, inUse: m.unwrittenBytes, waited: m.responsesWaited}
+}
+
+func (b *unwrittenBudget) fits(n int64) bool { return b.used == 0 || b.used+n <= b.limit }
+
+// count counts c's bytes (under mu).
+func (b *unwrittenBudget) count(c *unwrittenCharge) {
+	c.at = time.Now()
+	c.elem = b.held.PushBack(c)
+	b.used += c.n
+	b.inUse.Set(float64(b.used))
+}
+
+// uncount stops counting c's bytes, once (under mu).
+func (b *unwrittenBudget) uncount(c *unwrittenCharge) {
+	if !c.done.CompareAndSwap(false, true) {
+		return
+	}
+	if c.elem != nil {
+		b.held.Remove(c.elem)
+		c.elem = nil
+	}
+	b.used -= c.n
+	b.inUse.Set(float64(b.used))
+}
+
+// expire stops counting the bytes counted for wait or longer, and
+// returns when the oldest left will be (under mu).
+func (b *unwrittenBudget) expire(now time.Time) (next time.Time) {
+	for e := b.held.Front(); e != nil; e = b.held.Front() {
+		c := e.Value.(*unwrittenCharge)
+		if now.Sub(c.at) < b.wait {
+			return c.at.Add(b.wait)
+		}
+		b.uncount(c)
+	}
+	return now.Add(b.wait)
+}
+
+// expireGrant expires what is due, and lets the waiting responses that
+// then fit go; outcome becomes "expired" if any bytes expired. It returns
+// when the next are due (under mu).
+func (b *unwrittenBudget) expireGrant(outcome *string) time.Time {
+	before := b.used
+	next := b.expire(time.Now())
+	if b.used < before {
+		*outcome = "expired"
+		b.grant()
+	}
+	return next
+}
+
+// grant lets the waiting responses at the head of the queue go while they
+// fit (under mu).
+func (b *unwrittenBudget) grant() {
+	for len(b.queue) > 0 && b.fits(b.queue[0].c.n) {
+		w := b.queue[0]
+		b.queue[0] = nil
+		b.queue = b.queue[1:]
+		b.count(w.c)
+		w.granted = true
+		close(w.ready)
+	}
+}
+
+// remove takes w out of the queue (under mu).
+func (b *unwrittenBudget) remove(w *unwrittenWaiter) {
+	for i, q := range b.queue {
+		if q == w {
+			b.queue = append(b.queue[:i:i], b.queue[i+1:]...)
+			return
+		}
+	}
+}
+
+// take counts n bytes for a response about to be encoded, waiting for
+// room as above; it fails only when ctx ends first.
+func (b *unwrittenBudget) take(ctx context.Context, n int) (*unwrittenCharge, error) {
+	c := &unwrittenCharge{b: b, n: int64(n)}
+	b.mu.Lock()
+	if len(b.queue) == 0 && b.fits(c.n) {
+		b.count(c)
+		b.mu.Unlock()
+		return c, nil
+	}
+	w := &unwrittenWaiter{c: c, ready: make(chan struct{})}
+	b.queue = append(b.queue, w)
+	outcome := "room"
+	next := b.expireGrant(&outcome)
+	b.mu.Unlock()
+	t := time.NewTimer(time.Until(next))
+	defer t.Stop()
+	for {
+		select {
+		case <-w.ready:
+			b.waited.WithLabelValues(outcome).Inc()
+			return c, nil
+		case <-ctx.Done():
+			b.mu.Lock()
+			if w.granted {
+				b.uncount(c)
+			} else {
+				b.remove(w)
+			}
+			b.grant() // the next may fit
+			b.mu.Unlock()
+			b.waited.WithLabelValues("ended").Inc()
+			return nil, ctx.Err()
+		case <-t.C:
+			b.mu.Lock()
+			next := b.expireGrant(&outcome)
+			b.mu.Unlock()
+			t.Reset(max(time.Until(next), time.Millisecond))
+		}
+	}
+}
+
+// unwrittenCharge is one response's bytes in the budget, counted from at
+// until given back (or expired), once.
+type unwrittenCharge struct {
+	b       *unwrittenBudget
+	n       int64
+	at      time.Time
+	elem    *list.Element // in b.held, while counted
+	done    atomic.Bool
+	encoded bool // into a buffer that gives the charge back (pool)
+}
+
+// give gives the bytes back (once; none if they expired).
+func (c *unwrittenCharge) give() {
+	if c.done.Load() {
+		return
+	}
+	b := c.b
+	b.mu.Lock()
+	b.uncount(c)
+	b.grant()
+	b.mu.Unlock()
+}
+
+// pool returns the pool to give the response's buffer back to: to of,
+// and the charge back with it, or when the collector frees a buffer gRPC
+// dropped.
+func (c *unwrittenCharge) pool(of mem.BufferPool) mem.BufferPool {
+	c.encoded = true
+	p := &chargedPool{BufferPool: of, c: c}
+	runtime.AddCleanup(p, (*unwrittenCharge).give, c)
+	return p
+}
+
+// chargedPool is the pool of one buffer whose bytes are charged.
+type chargedPool struct {
+	mem.BufferPool
+	c *unwrittenCharge
+}
+
+func (p *chargedPool) Put(buf *[]byte) {
+	p.BufferPool.Put(buf)
+	p.c.give()
+}
+
+// sizedMsg is a sotw response as a guarded stream sends it: with its
+// encoded size, which proto.Size cached in it, and its charge (nil: under
+// the pooling threshold).
+type sizedMsg struct {
+	proto.Message
+	size   int
+	charge *unwrittenCharge
+}
+
+// SendMsg sends a response under the unwritten budget: it waits for room,
+// and its encoding carries the charge (codec.go), given back when gRPC is
+// done with the buffer.
+func (s *guardedStream) SendMsg(m any) error {
+	size, ok := 0, false
+	switch r := m.(type) {
+	case *wiredDelta:
+		size, ok = r.size()
+		r.sized = size
+	case *discovery.DiscoveryResponse:
+		size, ok = proto.Size(r), true
+		m = &sizedMsg{Message: r, size: size}
+	}
+	b := s.a.g.unwritten
+	if !ok || b == nil || mem.IsBelowBufferPoolingThreshold(size) {
+		return s.ServerStream.SendMsg(m)
+	}
+	c, err := b.take(s.ctx, size)
+	if err != nil {
+		return err
+	}
+	switch r := m.(type) {
+	case *wiredDelta:
+		r.charge = c
+		defer func() { r.charge = nil }()
+	case *sizedMsg:
+		r.charge = c
+	}
+	err = s.ServerStream.SendMsg(m)
+	if !c.encoded {
+		// Not encoded into a buffer of the pool (sending failed before
+		// encoding).
+		c.give()
+	}
+	return err
+}

@@ -69,7 +69,7 @@ func (c *Cache) respondDelta(w *watch, seq []string, fromRest, full, evenIfEmpty
 		},
 		w: w, next: next, sent: sent, pred: w.ds.pred,
 	}
-	c.handed(w, w.resp.resp, newest)
+	c.handed(w, w.resp, newest)
 	// Sent under c.mu: this does not block (the stream's channel holds
 	// two responses per type, deltaserver.go).
 	w.dch <- w.resp

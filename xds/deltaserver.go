@@ -292,7 +292,9 @@ func (ds *deltaStream) send(resp *deltaResponse) (string, error) {
 	}
 	ds.vhds.sending(resp.resp)
 	ds.nonce++
-	resp.resp.Nonce = strconv.FormatInt(ds.nonce, 10)
+	nonce := strconv.FormatInt(ds.nonce, 10)
+	resp.resp.Nonce = nonce
+	resp.sentNonce.Store(&nonce)
 	if cb := ds.s.callbacks; cb != nil {
 		cb.OnStreamDeltaResponse(ds.id, resp.req, resp.resp)
 	}

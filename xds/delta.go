@@ -92,11 +92,11 @@ type deltaResponse struct {
 	// computed from before the server installed it (see Cache.cancel); its
 	// record is complete once it is installed.
 	pred *deltaResponse
-	// sentNonce: the nonce the stream handler gave the response, stored
-	// when it sends it (before the client can answer it); the sync status
-	// reads it under the cache's lock (syncRec.settle), which the send
-	// does not take.
-	sentNonce atomic.Pointer[string]
+	// sentOut: the stream handler gave the response its nonce (resp.Nonce,
+	// not written again) and sends it, before the client can answer it;
+	// the sync status reads it under the cache's lock (syncRec.settle),
+	// which the send does not take.
+	sentOut atomic.Bool
 }
 
 // install is called by the stream handler, in the stream's goroutine, when

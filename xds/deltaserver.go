@@ -292,9 +292,8 @@ func (ds *deltaStream) send(resp *deltaResponse) (string, error) {
 	}
 	ds.vhds.sending(resp.resp)
 	ds.nonce++
-	nonce := strconv.FormatInt(ds.nonce, 10)
-	resp.resp.Nonce = nonce
-	resp.sentNonce.Store(&nonce)
+	resp.resp.Nonce = strconv.FormatInt(ds.nonce, 10)
+	resp.sentOut.Store(true)
 	if cb := ds.s.callbacks; cb != nil {
 		cb.OnStreamDeltaResponse(ds.id, resp.req, resp.resp)
 	}

@@ -410,7 +410,7 @@ func (s *Server) callbacks() serverv3.Callbacks {
 		},
 		StreamDeltaResponseFunc: func(id int64, req *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
 			// The delta stream handler marks the response sent for the
-			// cache itself (deltaResponse.sentNonce).
+			// cache itself (deltaResponse.sentOut).
 			s.responded(true, id, req.GetTypeUrl())
 		},
 	}

@@ -64,15 +64,13 @@ type syncRec struct {
 func (r *syncRec) outstanding() bool { return r.pend != nil || (r.nonce != "" && !r.answered) }
 
 // settle records the pending response as sent if it is a delta response
-// the stream handler has sent since (deltaResponse.sentNonce): a delta
+// the stream handler has sent since (deltaResponse.sentOut): a delta
 // response's send takes no lock of the cache, and what it sent is read
 // here, under c.mu, before the record is. Each reader of the record
 // settles it first.
 func (r *syncRec) settle() {
-	if d, ok := r.pend.(*deltaResponse); ok {
-		if n := d.sentNonce.Load(); n != nil {
-			r.sent(*n)
-		}
+	if d, ok := r.pend.(*deltaResponse); ok && d.sentOut.Load() {
+		r.sent(d.resp.GetNonce())
 	}
 }
 

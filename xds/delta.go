@@ -85,6 +85,9 @@ type deltaSent struct {
 type deltaResponse struct {
 	req  *discovery.DeltaDiscoveryRequest
 	resp *discovery.DeltaDiscoveryResponse
+	// msg: the response a watch computed, which resp points to (one
+	// allocation for both; responses made elsewhere leave it empty).
+	msg  discovery.DeltaDiscoveryResponse
 	w    *watch
 	next *deltaHeld
 	sent *deltaSent // nil: the response carried nothing

@@ -59,16 +59,15 @@ func (c *Cache) respondDelta(w *watch, seq []string, fromRest, full, evenIfEmpty
 		sysVersion = ""
 	}
 	w.done = true
-	w.resp = &deltaResponse{
-		req: w.dreq,
-		resp: &discovery.DeltaDiscoveryResponse{
-			TypeUrl:           ts.URL,
-			Resources:         res,
-			RemovedResources:  removed,
-			SystemVersionInfo: sysVersion,
-		},
-		w: w, next: next, sent: sent, pred: w.ds.pred,
+	r := &deltaResponse{req: w.dreq, w: w, next: next, sent: sent, pred: w.ds.pred}
+	r.msg = discovery.DeltaDiscoveryResponse{
+		TypeUrl:           ts.URL,
+		Resources:         res,
+		RemovedResources:  removed,
+		SystemVersionInfo: sysVersion,
 	}
+	r.resp = &r.msg
+	w.resp = r
 	c.handed(w, w.resp, newest)
 	// Sent under c.mu: this does not block (the stream's channel holds
 	// two responses per type, deltaserver.go).

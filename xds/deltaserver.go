@@ -220,6 +220,7 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{},
 		// come from a commit and one from a request, per type.
 		responses: make(chan *deltaResponse, int(types.UnknownType)*2),
 		node:      &core.Node{},
+		acct:      streamAcctOf(str.Context()),
 	}
 	if c, ok := s.cache.(*Cache); ok {
 		ds.cache = c
@@ -264,6 +265,12 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{},
 			if err := ds.request(req); err != nil {
 				return err
 			}
+			// The response the request's watch answered at once (an
+			// ACK of a response while changes came), sent without
+			// another wait on the three channels.
+			if err := ds.processAll(); err != nil {
+				return err
+			}
 		}
 	}
 }
@@ -283,6 +290,7 @@ type deltaStream struct {
 	node           *core.Node
 	vhds           *vhdsStream // nil: the cache serves no VHDS (vhds.go)
 	cache          *Cache      // s.cache, when it is a *Cache (ACKs re-arm its watches)
+	acct           *streamAcct // the guard's accounting of the stream (nil: not guarded)
 }
 
 // send gives resp the stream's next nonce and sends it.
@@ -360,14 +368,14 @@ func (ds *deltaStream) request(req *discovery.DeltaDiscoveryRequest) error {
 	if ds.vhds != nil {
 		switch typeURL {
 		case VirtualHostType:
-			streamAcctOf(ds.str.Context()).leaveResume()
+			ds.acct.leaveResume()
 			return ds.vhdsRequest(req)
 		case RouteType:
 			ds.vhds.toStub(req)
 		}
 	}
 
-	resumed := streamAcctOf(ds.str.Context()).takeResumed(req)
+	resumed := ds.acct.takeResumed(req)
 	w, ok := ds.watches[typeURL]
 	var err error
 	switch {
@@ -388,7 +396,7 @@ func (ds *deltaStream) request(req *discovery.DeltaDiscoveryRequest) error {
 	}
 	// The cache took it: a place in the resume gate goes back
 	// (resumegate.go).
-	streamAcctOf(ds.str.Context()).leaveResume()
+	ds.acct.leaveResume()
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,12 @@ import (
 // respondDelta computes and sends the response for a delta watch, looking
 // only at seq unless full. It reports whether a response was sent.
 func (c *Cache) respondDelta(w *watch, seq []string, fromRest, full, evenIfEmpty bool) bool {
+	if len(seq) == 0 && !full && !evenIfEmpty {
+		// Nothing to look at, nothing to send (the ACK of a response
+		// with nothing changed since): no pass.
+		w.heldBack = nil
+		return false
+	}
 	p := &deltaPass{
 		c: c, w: w, ts: w.ts, ds: &w.ds, known: w.known,
 		subscribed: w.sub.SubscribedResources(), wild: w.sub.IsWildcard(),

@@ -215,7 +215,6 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{},
 		str:            str,
 		id:             atomic.AddInt64(&s.streamCount, 1),
 		defaultTypeURL: defaultTypeURL,
-		watches:        make(map[string]deltaWatch, int(types.UnknownType)),
 		// The buffer releases the goroutines that fill it: a response can
 		// come from a commit and one from a request, per type.
 		responses: make(chan *deltaResponse, int(types.UnknownType)*2),
@@ -228,7 +227,7 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{},
 	}
 
 	defer func() {
-		for _, w := range ds.watches {
+		for _, w := range ds.watches.all() {
 			w.Cancel()
 		}
 		ds.vhds.close()
@@ -285,7 +284,7 @@ type deltaStream struct {
 	id             int64
 	defaultTypeURL string
 	nonce          int64
-	watches        map[string]deltaWatch
+	watches        byType[deltaWatch] // by type URL (bytype.go: an ACK's is the cache's own string)
 	responses      chan *deltaResponse
 	node           *core.Node
 	vhds           *vhdsStream // nil: the cache serves no VHDS (vhds.go)
@@ -318,10 +317,10 @@ func (ds *deltaStream) process(resp *deltaResponse) error {
 	if err != nil {
 		return err
 	}
-	w := ds.watches[typ]
+	w := ds.watches.at(typ)
 	w.nonce = nonce
 	w.sub.held = resp.install(nonce)
-	ds.watches[typ] = w
+	ds.watches.set(typ, w)
 	return nil
 }
 
@@ -376,7 +375,7 @@ func (ds *deltaStream) request(req *discovery.DeltaDiscoveryRequest) error {
 	}
 
 	resumed := ds.acct.takeResumed(req)
-	w, ok := ds.watches[typeURL]
+	w, ok := ds.watches.get(typeURL)
 	var err error
 	switch {
 	case !ok:
@@ -405,7 +404,7 @@ func (ds *deltaStream) request(req *discovery.DeltaDiscoveryRequest) error {
 	// for 5,000 assignments holds 160 kB of them, and a fleet syncing at
 	// once holds one per Envoy until its first part is acknowledged.
 	req.ResourceNamesSubscribe, req.ResourceNamesUnsubscribe, req.InitialResourceVersions = nil, nil, nil
-	ds.watches[typeURL] = w
+	ds.watches.set(typeURL, w)
 	return nil
 }
 

@@ -251,8 +251,9 @@ func (c *Cache) rearmDelta(w *watch, req *discovery.DeltaDiscoveryRequest, sub d
 	if (w.done && !w.installed) || w.ts.URL == RouteType {
 		next = &watch{}
 	}
+	cancelFn := next.cancelFn // nil for a new watch
 	next.armDelta(w.ts, req, sub, w.dch)
-	next.stream = st
+	next.stream, next.cancelFn = st, cancelFn
 	cancel, err := c.createLocked(next)
 	return next, cancel, err
 }

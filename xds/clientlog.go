@@ -14,6 +14,9 @@ import (
 
 // request records the node and, for a NACK, logs and counts it.
 func (s *Server) request(delta bool, id int64, node *core.Node, typeURL, nonce string, errDetail interface{ GetMessage() string }, hasErr bool) {
+	if !hasErr && node.GetId() == "" {
+		return // nothing to record (an ACK: no node, no error)
+	}
 	s.mu.Lock()
 	ci, ok := s.clients[streamKey{delta, id}]
 	if ok {

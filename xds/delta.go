@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"sync/atomic"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 )
@@ -87,6 +88,9 @@ type deltaResponse struct {
 	// wire: resp's resources' encodings (wiredDelta); nil: resp is
 	// encoded from its messages.
 	wire [][]byte
+	// msg: the response a watch computed, which resp points to (one
+	// allocation for both; responses made elsewhere leave it empty).
+	msg  discovery.DeltaDiscoveryResponse
 	w    *watch
 	next *deltaHeld
 	sent *deltaSent // nil: the response carried nothing
@@ -94,6 +98,11 @@ type deltaResponse struct {
 	// computed from before the server installed it (see Cache.cancel); its
 	// record is complete once it is installed.
 	pred *deltaResponse
+	// sentOut: the stream handler gave the response its nonce (resp.Nonce,
+	// not written again) and sends it, before the client can answer it;
+	// the sync status reads it under the cache's lock (syncRec.settle),
+	// which the send does not take.
+	sentOut atomic.Bool
 }
 
 // install is called by the stream handler, in the stream's goroutine, when

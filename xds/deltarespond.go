@@ -15,6 +15,12 @@ import (
 // respondDelta computes and sends the response for a delta watch, looking
 // only at seq unless full. It reports whether a response was sent.
 func (c *Cache) respondDelta(w *watch, seq []string, fromRest, full, evenIfEmpty bool) bool {
+	if len(seq) == 0 && !full && !evenIfEmpty {
+		// Nothing to look at, nothing to send (the ACK of a response
+		// with nothing changed since): no pass.
+		w.heldBack = nil
+		return false
+	}
 	p := &deltaPass{
 		c: c, w: w, ts: w.ts, ds: &w.ds, known: w.known,
 		subscribed: w.sub.SubscribedResources(), wild: w.sub.IsWildcard(),
@@ -65,18 +71,16 @@ func (c *Cache) respondDelta(w *watch, seq []string, fromRest, full, evenIfEmpty
 		sysVersion = ""
 	}
 	w.done = true
-	w.resp = &deltaResponse{
-		req: w.dreq,
-		resp: &discovery.DeltaDiscoveryResponse{
-			TypeUrl:           ts.URL,
-			Resources:         res,
-			RemovedResources:  removed,
-			SystemVersionInfo: sysVersion,
-		},
-		wire: wire,
-		w:    w, next: next, sent: sent, pred: w.ds.pred,
+	r := &deltaResponse{req: w.dreq, wire: wire, w: w, next: next, sent: sent, pred: w.ds.pred}
+	r.msg = discovery.DeltaDiscoveryResponse{
+		TypeUrl:           ts.URL,
+		Resources:         res,
+		RemovedResources:  removed,
+		SystemVersionInfo: sysVersion,
 	}
-	c.handed(w, w.resp.resp, newest)
+	r.resp = &r.msg
+	w.resp = r
+	c.handed(w, w.resp, newest)
 	// Sent under c.mu: this does not block (the stream's channel holds
 	// two responses per type, deltaserver.go).
 	w.dch <- w.resp

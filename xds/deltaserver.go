@@ -215,11 +215,11 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{},
 		str:            str,
 		id:             atomic.AddInt64(&s.streamCount, 1),
 		defaultTypeURL: defaultTypeURL,
-		watches:        make(map[string]deltaWatch, int(types.UnknownType)),
 		// The buffer releases the goroutines that fill it: a response can
 		// come from a commit and one from a request, per type.
 		responses: make(chan *deltaResponse, int(types.UnknownType)*2),
 		node:      &core.Node{},
+		acct:      streamAcctOf(str.Context()),
 	}
 	if c, ok := s.cache.(*Cache); ok {
 		ds.cache = c
@@ -227,7 +227,7 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{},
 	}
 
 	defer func() {
-		for _, w := range ds.watches {
+		for _, w := range ds.watches.all() {
 			w.Cancel()
 		}
 		ds.vhds.close()
@@ -264,6 +264,12 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{},
 			if err := ds.request(req); err != nil {
 				return err
 			}
+			// The response the request's watch answered at once (an
+			// ACK of a response while changes came), sent without
+			// another wait on the three channels.
+			if err := ds.processAll(); err != nil {
+				return err
+			}
 		}
 	}
 }
@@ -278,11 +284,12 @@ type deltaStream struct {
 	id             int64
 	defaultTypeURL string
 	nonce          int64
-	watches        map[string]deltaWatch
+	watches        byType[deltaWatch] // by type URL (bytype.go: an ACK's is the cache's own string)
 	responses      chan *deltaResponse
 	node           *core.Node
 	vhds           *vhdsStream // nil: the cache serves no VHDS (vhds.go)
 	cache          *Cache      // s.cache, when it is a *Cache (ACKs re-arm its watches)
+	acct           *streamAcct // the guard's accounting of the stream (nil: not guarded)
 }
 
 // send gives resp the stream's next nonce and sends it.
@@ -294,6 +301,7 @@ func (ds *deltaStream) send(resp *deltaResponse) (string, error) {
 	ds.vhds.sending(resp.resp)
 	ds.nonce++
 	resp.resp.Nonce = strconv.FormatInt(ds.nonce, 10)
+	resp.sentOut.Store(true)
 	if cb := ds.s.callbacks; cb != nil {
 		cb.OnStreamDeltaResponse(ds.id, resp.req, resp.resp)
 	}
@@ -319,10 +327,10 @@ func (ds *deltaStream) process(resp *deltaResponse) error {
 	if err != nil {
 		return err
 	}
-	w := ds.watches[typ]
+	w := ds.watches.at(typ)
 	w.nonce = nonce
 	w.sub.held = resp.install(nonce)
-	ds.watches[typ] = w
+	ds.watches.set(typ, w)
 	return nil
 }
 
@@ -369,15 +377,15 @@ func (ds *deltaStream) request(req *discovery.DeltaDiscoveryRequest) error {
 	if ds.vhds != nil {
 		switch typeURL {
 		case VirtualHostType:
-			streamAcctOf(ds.str.Context()).leaveResume()
+			ds.acct.leaveResume()
 			return ds.vhdsRequest(req)
 		case RouteType:
 			ds.vhds.toStub(req)
 		}
 	}
 
-	resumed := streamAcctOf(ds.str.Context()).takeResumed(req)
-	w, ok := ds.watches[typeURL]
+	resumed := ds.acct.takeResumed(req)
+	w, ok := ds.watches.get(typeURL)
 	var err error
 	switch {
 	case !ok:
@@ -397,7 +405,7 @@ func (ds *deltaStream) request(req *discovery.DeltaDiscoveryRequest) error {
 	}
 	// The cache took it: a place in the resume gate goes back
 	// (resumegate.go).
-	streamAcctOf(ds.str.Context()).leaveResume()
+	ds.acct.leaveResume()
 	if err != nil {
 		return err
 	}
@@ -406,7 +414,7 @@ func (ds *deltaStream) request(req *discovery.DeltaDiscoveryRequest) error {
 	// for 5,000 assignments holds 160 kB of them, and a fleet syncing at
 	// once holds one per Envoy until its first part is acknowledged.
 	req.ResourceNamesSubscribe, req.ResourceNamesUnsubscribe, req.InitialResourceVersions = nil, nil, nil
-	ds.watches[typeURL] = w
+	ds.watches.set(typeURL, w)
 	return nil
 }
 

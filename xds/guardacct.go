@@ -245,13 +245,14 @@ func (a *streamAcct) applyRequest(delta bool, b []byte, sc *deltaScan, sp *[]sub
 	// and in max_name_bytes_total. A client reconnecting with its state
 	// passes the names limits exactly where a fresh one does. Of a type
 	// not served, they count as the request's other bytes.
-	if servedType(string(typeURL)) == "other" {
+	tu := unsafe.String(unsafe.SliceData(typeURL), len(typeURL)) // no copy: not kept
+	if servedType(tu) == "other" {
 		ivBytes = 0
 	}
 	if nodeBytes > lim.MaxNodeBytes {
 		return a.g.limitError(codes.InvalidArgument, "max_node_bytes", lim.MaxNodeBytes, "the request's node is %d bytes encoded", nodeBytes)
 	}
-	tn := a.types.at(unsafe.String(unsafe.SliceData(typeURL), len(typeURL))) // no copy: not kept
+	tn := a.types.at(tu)
 	dn, db := 0, 0
 	if tn == nil {
 		tn = &typeNames{set: hashSets.empty}

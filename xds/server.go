@@ -411,7 +411,8 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			return nil
 		},
 		StreamDeltaResponseFunc: func(id int64, req *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
-			s.cache.sentDelta(streamKey{true, id}, resp)
+			// The delta stream handler marks the response sent for the
+			// cache itself (deltaResponse.sentOut).
 			s.responded(true, id, req.GetTypeUrl())
 		},
 	}

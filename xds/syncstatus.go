@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/xdsbridge/xdsbridge/xds/store"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 )
@@ -64,6 +63,22 @@ type syncRec struct {
 // outstanding: a response is handed or sent and not answered.
 func (r *syncRec) outstanding() bool { return r.pend != nil || (r.nonce != "" && !r.answered) }
 
+// settle records the pending response as sent if it is a delta response
+// the stream handler has sent since (deltaResponse.sentOut): a delta
+// response's send takes no lock of the cache, and what it sent is read
+// here, under c.mu, before the record is. Each reader of the record
+// settles it first.
+func (r *syncRec) settle() {
+	if d, ok := r.pend.(*deltaResponse); ok && d.sentOut.Load() {
+		r.sent(d.resp.GetNonce())
+	}
+}
+
+// sent records the pending response as sent with nonce.
+func (r *syncRec) sent(nonce string) {
+	r.nonce, r.sentGen, r.sentMax, r.answered, r.pend = nonce, r.pendGen, r.pendMax, false, nil
+}
+
 func (st *streamState) rec(url string) *syncRec {
 	r := st.sync.at(url)
 	if r == nil {
@@ -82,6 +97,7 @@ func (c *Cache) noteAnswer(w *watch) {
 		return
 	}
 	r := st.rec(w.ts.URL)
+	r.settle()
 	r.subscribed, r.wildcard = len(w.sub.SubscribedResources()), w.sub.IsWildcard()
 	if r.wildcard {
 		r.subscribed = 0
@@ -128,21 +144,23 @@ func (c *Cache) noteAnswer(w *watch) {
 }
 
 // handed records a response handed to the server for w: resp identifies
-// it when sent; maxGen is the newest commit generation among what it
-// carries. Under c.mu.
+// it when sent (a *deltaResponse marks itself sent, settle; a sotw
+// response is told by the server's callback, responseSent); maxGen is the
+// newest commit generation among what it carries. Under c.mu.
 func (c *Cache) handed(w *watch, resp any, maxGen uint64) {
 	st := w.stream
 	if st == nil {
 		return
 	}
 	r := st.rec(w.ts.URL)
+	r.settle()
 	if !r.outstanding() {
 		r.outstandingSince = time.Now()
 	}
 	r.pend, r.pendGen, r.pendMax, r.lastGen, r.everSent = resp, w.ts.Gen, maxGen, w.ts.Gen, true
 }
 
-// responseSent records the nonce of a response the server sends (its
+// responseSent records the nonce of a sotw response the server sends (its
 // response callback, before the client can answer it).
 func (c *Cache) responseSent(key streamKey, typeURL string, resp any, nonce string) {
 	c.lock()
@@ -152,7 +170,7 @@ func (c *Cache) responseSent(key streamKey, typeURL string, resp any, nonce stri
 		return
 	}
 	if r := st.sync.at(typeURL); r.pend == resp {
-		r.nonce, r.sentGen, r.sentMax, r.answered, r.pend = nonce, r.pendGen, r.pendMax, false, nil
+		r.sent(nonce)
 	}
 }
 
@@ -286,6 +304,7 @@ func (c *Cache) streamSyncStatus(k streamKey, detail bool, out map[streamKey][]T
 
 func (c *Cache) typeStatus(st *streamState, ts *typeState, detail bool) (TypeStatus, []ResourceSync) {
 	r := st.sync.at(ts.URL)
+	r.settle()
 	t := TypeStatus{Type: ShortType(ts.URL), TypeURL: ts.URL, Subscribed: r.subscribed, Wildcard: r.wildcard,
 		Current: strconv.FormatUint(ts.Gen, 10)}
 	if r.everSent {
@@ -366,9 +385,4 @@ func (c *Cache) forgetLast(w *watch) {
 	if st := w.stream; st != nil && st.last.at(w.ts.URL) == w {
 		st.last.delete(w.ts.URL)
 	}
-}
-
-// sentDelta is the server's delta response callback: the response's nonce.
-func (c *Cache) sentDelta(key streamKey, resp *discovery.DeltaDiscoveryResponse) {
-	c.responseSent(key, resp.GetTypeUrl(), resp, resp.GetNonce())
 }

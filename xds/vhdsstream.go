@@ -301,7 +301,7 @@ var vhdsWakeResponse = &deltaResponse{req: &discovery.DeltaDiscoveryRequest{Type
 
 // vhdsRequest answers a VirtualHost request on a stream that serves VHDS.
 func (ds *deltaStream) vhdsRequest(req *discovery.DeltaDiscoveryRequest) error {
-	w, seen := ds.watches[VirtualHostType]
+	w, seen := ds.watches.get(VirtualHostType)
 	if !seen {
 		if c, ok := ds.s.cache.(*Cache); ok {
 			c.lock()
@@ -312,7 +312,7 @@ func (ds *deltaStream) vhdsRequest(req *discovery.DeltaDiscoveryRequest) error {
 		}
 	}
 	ds.vhds.request(req, !seen)
-	ds.watches[VirtualHostType] = w
+	ds.watches.set(VirtualHostType, w)
 	return ds.vhdsSend()
 }
 
@@ -333,8 +333,8 @@ func (ds *deltaStream) vhdsSend() error {
 	if err != nil {
 		return err
 	}
-	w := ds.watches[VirtualHostType]
+	w := ds.watches.at(VirtualHostType)
 	w.nonce = nonce
-	ds.watches[VirtualHostType] = w
+	ds.watches.set(VirtualHostType, w)
 	return nil
 }

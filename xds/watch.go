@@ -53,6 +53,11 @@ type watch struct {
 	holdExpired bool
 	wakeTimer   *time.Timer // wakes a hold to look again (mbb.go)
 	created     time.Time   // of an RDS watch
+
+	// cancelFn cancels the watch as tracked (Cache.cancel); made once,
+	// and kept by a re-armed watch (rearmDelta), whose ACKs then
+	// allocate nothing for it.
+	cancelFn func()
 }
 
 // armDelta makes w the delta watch of req, for sub, on ch: every field
@@ -128,7 +133,10 @@ func (c *Cache) createLocked(w *watch) (func(), error) {
 			c.routeHeld(w)
 		}
 	}
-	return func() { c.cancel(w) }, nil
+	if w.cancelFn == nil {
+		w.cancelFn = func() { c.cancel(w) }
+	}
+	return w.cancelFn, nil
 }
 
 // cancel ends a tracked watch. The server cancels a watch right before it

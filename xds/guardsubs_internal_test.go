@@ -70,3 +70,41 @@ func TestSubscribeOnlyReusedListsAccountEachRequest(t *testing.T) {
 		a.release()
 	}
 }
+
+// TestSubscribeOnlyRememberedStepReadsNoSet: a request that only
+// subscribes, with the same names as a derivation the stream's set
+// remembers (a fleet's next step), is applied from the remembered result,
+// without a lookup in the set. The set's map is made to disagree with
+// what it remembers (it holds "c", which the derivation added), so that
+// the result tells which of the two was read: the remembered step, two
+// names added; a lookup would find "c" subscribed already.
+func TestSubscribeOnlyRememberedStepReadsNoSet(t *testing.T) {
+	g := newGuard(Limits{}.WithDefaults(), newGuardMetrics())
+	tab := newSetTable(func(h uint64) uint64 { return h })
+	hashes := func(names ...string) []uint64 {
+		var hs []uint64
+		for _, n := range names {
+			hs = append(hs, maphash.String(g.seed, n))
+		}
+		return hs
+	}
+	base := tab.empty.derive(hashes("a", "b"), nil)
+	step := base.derive(hashes("c", "d"), nil)
+	base.m = map[uint64]struct{}{hashes("b")[0]: {}, hashes("c")[0]: {}}
+
+	a := newTestStreamAcct(g)
+	a.types.set(EndpointType, &typeNames{set: base, bytes: 2})
+	b, err := proto.Marshal(&discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesSubscribe: []string{"c", "d"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.checkWire(&discovery.DeltaDiscoveryRequest{}, b); err != nil {
+		t.Fatal(err)
+	}
+	tn := a.types.at(EndpointType)
+	if tn.set != step || a.names.Load() != 2 || tn.bytes != 4 {
+		t.Errorf("the stream holds %v (%d names added, %d bytes); want the remembered step %v (2 names added, 4 bytes)",
+			slices.Sorted(maps.Keys(tn.set.m)), a.names.Load(), tn.bytes, slices.Sorted(maps.Keys(step.m)))
+	}
+	a.release()
+}

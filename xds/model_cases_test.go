@@ -278,6 +278,15 @@ var modelCases = []struct {
 		3 publish [cds:s2/2]   (then at once:)
 		4 c0 unsubscribe EDS [s3 s5]`,
 	},
+	{
+		name: "reanswer/unsubscribed-twice-under-wildcard", seed: "243",
+		what: "s6, subscribed by name under the wildcard, unsubscribed twice in one request: the second unsubscription forgot that the first asked to answer it again; the client, which let it go, never gets it back",
+		history: `
+		c0 delta CDS *(legacy) EDS [s6]
+		before connecting: publish [cds:s6/1 eds:s6/3]
+		1 c0 subscribe EDS *
+		2 c0 change EDS sub=[] unsub=[s6 s6]`,
+	},
 }
 
 // TestModelCases replays the recorded failures of TestModel.

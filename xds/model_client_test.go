@@ -521,6 +521,13 @@ func (r *mrun) changeSub(c *mclient, ts *tstate, subs, unsubs []string) *violati
 			delete(ts.dropped, n)
 		}
 	}
+	// A name the step repeats among its subscriptions is repeated in
+	// resource_names (the sotw list says the same with it once).
+	for i, n := range subs {
+		if slices.Contains(subs[:i], n) && slices.Contains(list, n) {
+			list = append(list, n)
+		}
+	}
 	return r.sendSotw(c, &discovery.DiscoveryRequest{TypeUrl: ts.typ, ResourceNames: list, VersionInfo: ts.version, ResponseNonce: ts.nonce}, "change")
 }
 

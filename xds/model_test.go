@@ -2,7 +2,9 @@ package xds_test
 
 // TestModel is a randomized, seeded, model-based test of the serving path:
 // histories of publishes and deletions, named and wildcard subscriptions,
-// subscription changes (re-subscribing held names, "*" toggles), ACKs and
+// subscription changes (re-subscribing held names, "*" toggles, requests
+// that repeat names: twice subscribed, twice unsubscribed, in both lists,
+// "*" twice, a name unsubscribed that was never subscribed), ACKs and
 // NACKs, reconnects with initial_resource_versions, split responses and
 // requests crossing responses, each from a seed, by delta and sotw ADS
 // clients of the real server, against a model of what each client must
@@ -20,7 +22,9 @@ package xds_test
 // quiescence after every step: each client holds exactly what is served
 // within its interest (sotw EDS: at least that, as sotw cannot remove an
 // assignment), poison versions excepted, which must have been offered;
-// a held name a delta client re-subscribed was sent again; every
+// a held name a delta client re-subscribed was sent again; a name a
+// delta client unsubscribed by name under a wildcard (and let go) was
+// sent again or reported removed (tstate.reanswer); every
 // (stream, type) has an open watch (Stats().Watches).
 // A failure prints the seed, the steps and the events up to the first
 // violation; a minimised history can be kept in model_cases_test.go.

@@ -192,20 +192,21 @@ type tstate struct {
 	// still of interest, which the server has not answered since. The
 	// client lets such a name go (it no longer holds it), and the server
 	// must answer it: send it whole, or report it removed. The rule is
-	// go-control-plane v0.14.0's (pkg/server/stream/v3/subscription.go,
-	// UpdateResourceSubscriptions, which xds/deltaserver.go keeps): "if a
-	// watch is currently wildcard [and] a resource is explicitly
-	// unsubscribed by name, then the control-plane must return in the
-	// response whether the resource is removed (if no longer present for
-	// this node) or still existing. In the latter case the entire
-	// resource must be returned, same as if it had been created or
-	// updated." It is decided name by name in request order (subscriptions
-	// first): a name subscribed by name when its unsubscription is applied,
-	// with the wildcard held then; a repeat of the name in the same list
-	// does not undo it. (The protocol text in /work/shared/reference
-	// says only that phantom unsubscriptions are ignored and that a
-	// name subscribed again must be sent again, "the client may have
-	// 'forgotten' those resources"; a name is forgotten the same way
+	// go-control-plane v0.14.0's, which it gives as the xDS protocol's
+	// (pkg/server/stream/v3/subscription.go, UpdateResourceSubscriptions,
+	// whose state xds/deltaserver.go keeps): "if a watch is currently
+	// wildcard [and] a resource is explicitly unsubscribed by name[, t]hen
+	// the control-plane must return in the response whether the resource
+	// is removed (if no longer present for this node) or still existing.
+	// In the latter case the entire resource must be returned, same as if
+	// it had been created or updated." It is decided name by name in
+	// request order (subscriptions first): a name subscribed by name when
+	// its unsubscription is applied, with the wildcard held then; a
+	// repeat of the name in the same list does not undo it. (The xDS
+	// protocol's section on unsubscribing says only that phantom
+	// unsubscriptions may be ignored; its section on subscribing, that a
+	// name subscribed again must be sent again as "the client may have
+	// 'forgotten' those resources": a name is forgotten the same way
 	// here.) At quiescence the client holds it again if it is served
 	// (checkHeld's missing), and any left must have been answered.
 	reanswer map[string]bool

@@ -149,7 +149,10 @@ type deltaState struct {
 	// newSub: names the request subscribes to, sorted (a copy: one slice,
 	// not a map, for a request of thousands). The client may hold them or
 	// not; the protocol asks to send them (or report them removed) either way.
-	newSub   []string
+	newSub []string
+	// unsub: names the request unsubscribes from, sorted (a copy): looked
+	// at, not sent for that (deltaPass.collect).
+	unsub    []string
 	rest     []string // sorted: names the client may hold older versions of
 	allRest  bool     // every name looked at is of the rest (the ACK of a part)
 	plan     plan     // sizes of the next responses, while a rejected one is halved
@@ -206,6 +209,9 @@ func (c *Cache) readDeltaState(w *watch) error {
 		ds.newSub = slices.Clone(subs)
 		slices.Sort(ds.newSub)
 		ds.newSub = slices.Compact(ds.newSub)
+	}
+	if len(unsubs) > 0 {
+		ds.unsub = slices.Sorted(slices.Values(unsubs))
 	}
 	nacked = append(nacked, heldBack...)
 	// A request whose answer changes the state (what a rejection brings

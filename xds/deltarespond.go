@@ -226,8 +226,25 @@ func (p *deltaPass) held(n string, e *store.Entry, exists bool) (version string,
 // name is considered once (names are unique; a full check dedupes). "" and
 // "*" are not names: a client naming a resource with one is ignored.
 func (p *deltaPass) consider(n string) {
+	e, send, remove := p.decide(n)
+	switch {
+	case send:
+		if p.hold != nil && p.hold(e) {
+			p.later = append(p.later, n)
+			return
+		}
+		p.changed = append(p.changed, n)
+		p.size += e.DeltaSize
+	case remove:
+		p.removed = append(p.removed, n)
+	}
+}
+
+// decide reports whether name n is to be sent (e: its resource) or
+// reported removed.
+func (p *deltaPass) decide(n string) (e *store.Entry, send, remove bool) {
 	if n == "" || n == "*" {
-		return
+		return nil, false, false
 	}
 	e, exists := p.lookup(n)
 	isSub := false
@@ -236,22 +253,14 @@ func (p *deltaPass) consider(n string) {
 	}
 	switch {
 	case exists && (p.wild || isSub):
-		if v, h, _ := p.held(n, e, exists); !h || v != e.Version {
-			if p.hold != nil && p.hold(e) {
-				p.later = append(p.later, n)
-				return
-			}
-			p.changed = append(p.changed, n)
-			p.size += e.DeltaSize
-		}
+		v, h, _ := p.held(n, e, exists)
+		return e, !h || v != e.Version, false
 	case p.wild || isSub:
-		if _, h, maybe := p.held(n, e, exists); h || maybe {
-			p.removed = append(p.removed, n)
-		}
+		_, h, maybe := p.held(n, e, exists)
+		return e, false, h || maybe
 	default:
-		if _, ok := p.known.version(p.ts, n); ok {
-			p.removed = append(p.removed, n)
-		}
+		_, ok := p.known.version(p.ts, n)
+		return e, false, ok
 	}
 }
 
@@ -310,6 +319,20 @@ func (p *deltaPass) collect() (rest []string) {
 			tail := p.seq[i:]
 			if p.fromRest {
 				return tail // of the rest as kept: not copied
+			}
+			if unsubs := p.ds.unsub; len(unsubs) > 0 {
+				// A name the request unsubscribed is looked at, and
+				// not sent for that: one still held through the
+				// wildcard (a phantom unsubscription) stays held. Each
+				// name of the rest is sent or reported removed: only
+				// such a one goes there.
+				tail = slices.DeleteFunc(slices.Clone(tail), func(n string) bool {
+					if _, ok := slices.BinarySearch(unsubs, n); !ok {
+						return false
+					}
+					_, send, remove := p.decide(n)
+					return !send && !remove
+				})
 			}
 			if p.w.vis() != nil {
 				// Of the hidden names, only those the client is to be

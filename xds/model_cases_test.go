@@ -278,6 +278,27 @@ var modelCases = []struct {
 		3 publish [cds:s2/2]   (then at once:)
 		4 c0 unsubscribe EDS [s3 s5]`,
 	},
+	{
+		name: "reanswer/unsubscribed-twice-under-wildcard", seed: "243",
+		what: "s6, subscribed by name under the wildcard, unsubscribed twice in one request: the second unsubscription forgot that the first asked to answer it again; the client, which let it go, never gets it back",
+		history: `
+		c0 delta CDS *(legacy) EDS [s6]
+		before connecting: publish [cds:s6/1 eds:s6/3]
+		1 c0 subscribe EDS *
+		2 c0 change EDS sub=[] unsub=[s6 s6]`,
+	},
+	{
+		name: "resend/phantom-unsubscribe-under-wildcard-in-the-rest", seed: "569627378",
+		what: "s8, held through the wildcard only, unsubscribed (a phantom) as a publish comes: the response to both is split, s8 is left to the rest with the names changed, and the rest resends it at the version held",
+		history: `
+		names s0..s8, delta responses of at most 377 B, poison false
+		c0 delta CDS [*] EDS none
+		1 publish [eds:s8/7]
+		2 publish [eds:s2/1]
+		3 c0 subscribe EDS *
+		4 c0 unsubscribe EDS [s2 s8]   (then at once:)
+		5 publish [eds:s1/5 eds:s3/6 eds:s6/2]`,
+	},
 }
 
 // TestModelCases replays the recorded failures of TestModel.

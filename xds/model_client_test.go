@@ -38,19 +38,23 @@ func (in *interest) deltaFirst(subs []string) {
 	in.deltaUpdate(subs, nil)
 }
 
-func (in *interest) deltaUpdate(subs, unsubs []string) {
+func (in *interest) deltaUpdate(subs, unsubs []string) (again []string) {
 	if in.legacy {
 		if len(subs) == 0 {
-			return // unsubscriptions are ignored in legacy mode
+			return nil // unsubscriptions are ignored in legacy mode
 		}
 		in.legacy = false
 	}
-	in.apply(subs, unsubs)
+	return in.apply(subs, unsubs)
 }
 
-// apply subscribes and unsubscribes names; unsubscribing "*" does not end
-// a legacy wildcard.
-func (in *interest) apply(subs, unsubs []string) {
+// apply subscribes and unsubscribes names, one after the other as
+// go-control-plane's UpdateResourceSubscriptions applies a delta request:
+// the subscriptions, then the unsubscriptions; unsubscribing "*" does not
+// end a legacy wildcard. It returns the names unsubscribed while
+// subscribed by name under the wildcard (as of that name's place in the
+// list), which a delta server must answer again (tstate.reanswer).
+func (in *interest) apply(subs, unsubs []string) (again []string) {
 	for _, n := range subs {
 		if n == "*" {
 			in.wild = true
@@ -60,11 +64,15 @@ func (in *interest) apply(subs, unsubs []string) {
 	}
 	for _, n := range unsubs {
 		if n != "*" {
+			if in.wild && in.names[n] {
+				again = append(again, n)
+			}
 			delete(in.names, n)
 		} else if !in.legacy {
 			in.wild = false
 		}
 	}
+	return again
 }
 
 func (in *interest) sotwFirst(list []string) {
@@ -180,12 +188,34 @@ type tstate struct {
 	// or dropped with the wildcard), though they may be of interest
 	// again at both ends of it.
 	left map[string]bool
+	// reanswer (delta): names unsubscribed by name under a wildcard,
+	// still of interest, which the server has not answered since. The
+	// client lets such a name go (it no longer holds it), and the server
+	// must answer it: send it whole, or report it removed. The rule is
+	// go-control-plane v0.14.0's, which it gives as the xDS protocol's
+	// (pkg/server/stream/v3/subscription.go, UpdateResourceSubscriptions,
+	// whose state xds/deltaserver.go keeps): "if a watch is currently
+	// wildcard [and] a resource is explicitly unsubscribed by name[, t]hen
+	// the control-plane must return in the response whether the resource
+	// is removed (if no longer present for this node) or still existing.
+	// In the latter case the entire resource must be returned, same as if
+	// it had been created or updated." It is decided name by name in
+	// request order (subscriptions first): a name subscribed by name when
+	// its unsubscription is applied, with the wildcard held then; a
+	// repeat of the name in the same list does not undo it. (The xDS
+	// protocol's section on unsubscribing says only that phantom
+	// unsubscriptions may be ignored; its section on subscribing, that a
+	// name subscribed again must be sent again as "the client may have
+	// 'forgotten' those resources": a name is forgotten the same way
+	// here.) At quiescence the client holds it again if it is served
+	// (checkHeld's missing), and any left must have been answered.
+	reanswer map[string]bool
 }
 
 func newTstate(typ string) *tstate {
 	return &tstate{typ: typ, held: map[string]heldRes{}, in: interest{names: map[string]bool{}},
 		stable: interest{names: map[string]bool{}}, winNames: map[string]bool{}, resendOK: map[string]bool{},
-		owed: map[string]bool{}, dropped: map[string]heldRes{}, budget: map[string]int{}, nacks: map[string]*nackCount{}, nacked: map[string]bool{}, answers: map[string]int{}, heardWin: map[string]int{}, hiddenOK: map[string]int{}, hiddenOwed: map[string]bool{}, left: map[string]bool{}}
+		owed: map[string]bool{}, dropped: map[string]heldRes{}, budget: map[string]int{}, nacks: map[string]*nackCount{}, nacked: map[string]bool{}, answers: map[string]int{}, heardWin: map[string]int{}, hiddenOK: map[string]int{}, hiddenOwed: map[string]bool{}, left: map[string]bool{}, reanswer: map[string]bool{}}
 }
 
 // context qualifies a failure's kind by what happened in the window.
@@ -218,6 +248,11 @@ func (ts *tstate) interestChanged() {
 			ts.left[n] = true
 		}
 	}
+	for n := range ts.reanswer {
+		if !ts.in.has(n) {
+			delete(ts.reanswer, n) // no longer wanted: nothing owed
+		}
+	}
 }
 
 func (ts *tstate) inWindow(n string) bool { return ts.winWild || ts.winNames[n] || ts.in.has(n) }
@@ -248,6 +283,7 @@ func (ts *tstate) quiesced() {
 	clear(ts.hiddenOwed)
 	clear(ts.dropped)
 	clear(ts.left)
+	clear(ts.reanswer) // checked (checkHeld), but for names the client may not see
 	for n, b := range ts.budget {
 		_, held := ts.held[n]
 		if held || (ts.in.has(n) && b >= 1) {
@@ -351,6 +387,7 @@ func (r *mrun) firstRequest(c *mclient, ts *tstate, legacy bool) *violation {
 	}
 	ts.onStream, ts.nonce, ts.version, ts.first = true, "", "", true
 	clear(ts.answers) // of the stream before
+	clear(ts.reanswer)
 	if c.delta {
 		subs := slices.Sorted(maps.Keys(ts.in.names))
 		if ts.in.wild && !(legacy && len(subs) == 0) {
@@ -387,18 +424,12 @@ func (r *mrun) changeSub(c *mclient, ts *tstate, subs, unsubs []string) *violati
 		if len(subs) == 0 {
 			return nil // nothing to subscribe to: no first request
 		}
+		ts.in = interest{names: map[string]bool{}}
 		if c.delta {
-			ts.in = interest{names: map[string]bool{}}
-			for _, n := range subs {
-				if n == "*" {
-					ts.in.wild = true
-				} else {
-					ts.in.names[n] = true
-				}
-			}
+			ts.in.apply(subs, unsubs)
 		} else {
-			ts.in = interest{names: map[string]bool{}}
 			ts.in.sotwSet(subs)
+			ts.in.apply(nil, unsubs)
 		}
 		return r.firstRequest(c, ts, false)
 	}
@@ -406,7 +437,10 @@ func (r *mrun) changeSub(c *mclient, ts *tstate, subs, unsubs []string) *violati
 		ts.starChanged = true
 	}
 	if c.delta {
-		for _, n := range subs {
+		// A name repeated in a list is named once by the request: one
+		// subscription to answer, one removal the client may be told of.
+		wild := ts.in.wild || slices.Contains(subs, "*")
+		for _, n := range uniq(subs) {
 			if n == "*" {
 				ts.resubscribedAll()
 				continue
@@ -418,16 +452,9 @@ func (r *mrun) changeSub(c *mclient, ts *tstate, subs, unsubs []string) *violati
 			ts.resubscribed(n)
 			ts.hiddenSubscribed(c, n)
 		}
-		for _, n := range unsubs {
+		for _, n := range uniq(unsubs) {
 			delete(ts.owed, n)
-			if n != "*" && ts.in.wild && ts.in.names[n] && !ts.in.legacy {
-				// Still of interest through the wildcard: the server
-				// says again whether it exists (go-control-plane asks
-				// the cache to).
-				ts.resendOK[n] = true
-				ts.budget[n]++
-			}
-			if ts.in.wild {
+			if wild {
 				// Unsubscribed under a wildcard: the server may say
 				// again whether it exists (go-control-plane marks a
 				// name subscribed by name under a wildcard, also while
@@ -436,7 +463,18 @@ func (r *mrun) changeSub(c *mclient, ts *tstate, subs, unsubs []string) *violati
 				ts.hiddenAsked(c, n)
 			}
 		}
-		ts.in.deltaUpdate(subs, unsubs)
+		for _, n := range uniq(ts.in.deltaUpdate(subs, unsubs)) {
+			// Still of interest through the wildcard: the server must
+			// say again whether it exists (reanswer); the client lets
+			// it go.
+			ts.resendOK[n] = true
+			ts.budget[n]++
+			ts.reanswer[n] = true
+			if _, held := ts.held[n]; held {
+				delete(ts.held, n)
+				ts.left[n] = true
+			}
+		}
 		ts.interestChanged()
 		return r.sendDelta(c, &discovery.DeltaDiscoveryRequest{TypeUrl: ts.typ, ResourceNamesSubscribe: subs, ResourceNamesUnsubscribe: unsubs},
 			fmt.Sprintf("sub=%v unsub=%v", subs, unsubs))
@@ -482,6 +520,13 @@ func (r *mrun) changeSub(c *mclient, ts *tstate, subs, unsubs []string) *violati
 				ts.held[n] = h
 			}
 			delete(ts.dropped, n)
+		}
+	}
+	// A name the step repeats among its subscriptions is repeated in
+	// resource_names (the sotw list says the same with it once).
+	for i, n := range subs {
+		if slices.Contains(subs[:i], n) && slices.Contains(list, n) {
+			list = append(list, n)
 		}
 	}
 	return r.sendSotw(c, &discovery.DiscoveryRequest{TypeUrl: ts.typ, ResourceNames: list, VersionInfo: ts.version, ResponseNonce: ts.nonce}, "change")
@@ -606,10 +651,12 @@ func (r *mrun) onDelta(c *mclient, resp *discovery.DeltaDiscoveryResponse) *viol
 	}
 	for _, it := range items {
 		delete(ts.owed, it.name)
+		delete(ts.reanswer, it.name)
 		ts.budget[it.name] = 1
 	}
 	for _, n := range resp.RemovedResources {
 		delete(ts.owed, n)
+		delete(ts.reanswer, n)
 	}
 	c.processed++
 	ts.nonce = resp.Nonce
@@ -771,6 +818,18 @@ func countIf[T any](l []T, f func(T) bool) int {
 	return n
 }
 
+// uniq is l without its repeats, in order.
+func uniq(l []string) []string {
+	seen := make(map[string]bool, len(l))
+	return slices.DeleteFunc(slices.Clone(l), func(n string) bool {
+		if seen[n] {
+			return true
+		}
+		seen[n] = true
+		return false
+	})
+}
+
 // answered takes one of the subscriptions of n owed an answer, if any.
 func (ts *tstate) answered(n string) bool {
 	if ts.answers[n] == 0 {
@@ -905,6 +964,22 @@ func (r *mrun) checkHeld(c *mclient) *violation {
 		}
 		if len(ts.owed) > 0 {
 			return r.fail("not-resent", c, ts, "re-subscribed %v not sent again", slices.Sorted(maps.Keys(ts.owed)))
+		}
+		var unanswered []string
+		for n := range ts.reanswer {
+			// A served version the client rejected is not sent again
+			// (the server remembers it, delta.go), as above: its
+			// rejection stands for the answer.
+			if v := r.w.served[typ][n]; v != nil && v.poison && ts.nacked[nackKey(c, item{name: n, version: v.version, content: v.content})] {
+				continue
+			}
+			if sees(c.vis, n) {
+				unanswered = append(unanswered, n)
+			}
+		}
+		if len(unanswered) > 0 {
+			sort.Strings(unanswered)
+			return r.fail("not-reanswered"+ts.context(), c, ts, "unsubscribed by name under the wildcard %v: neither sent again nor reported removed", unanswered)
 		}
 		// As of a name that does not exist: a wildcard subscription's
 		// full check looks at the resources there are, not at the names

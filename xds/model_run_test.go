@@ -243,6 +243,7 @@ func (r *mrun) reconnect(c *mclient) *violation {
 		clear(ts.budget)
 		clear(ts.hiddenOK)
 		clear(ts.hiddenOwed)
+		clear(ts.reanswer)
 		for n := range ts.held {
 			ts.budget[n] = 1
 		}
@@ -308,6 +309,8 @@ func (r *mrun) do(s *mstep) *violation {
 		return r.changeSub(c, c.types[s.typ], nil, []string{"*"})
 	case stReconnect:
 		return r.reconnect(c)
+	case stChange:
+		return r.changeSub(c, c.types[s.typ], s.names, s.unsubs)
 	}
 	return nil
 }

@@ -2,7 +2,9 @@ package xds_test
 
 // TestModel is a randomized, seeded, model-based test of the serving path:
 // histories of publishes and deletions, named and wildcard subscriptions,
-// subscription changes (re-subscribing held names, "*" toggles), ACKs and
+// subscription changes (re-subscribing held names, "*" toggles, requests
+// that repeat names: twice subscribed, twice unsubscribed, in both lists,
+// "*" twice, a name unsubscribed that was never subscribed), ACKs and
 // NACKs, reconnects with initial_resource_versions, split responses and
 // requests crossing responses, each from a seed, by delta and sotw ADS
 // clients of the real server, against a model of what each client must
@@ -20,7 +22,9 @@ package xds_test
 // quiescence after every step: each client holds exactly what is served
 // within its interest (sotw EDS: at least that, as sotw cannot remove an
 // assignment), poison versions excepted, which must have been offered;
-// a held name a delta client re-subscribed was sent again; every
+// a held name a delta client re-subscribed was sent again; a name a
+// delta client unsubscribed by name under a wildcard (and let go) was
+// sent again or reported removed (tstate.reanswer); every
 // (stream, type) has an open watch (Stats().Watches).
 // A failure prints the seed, the steps and the events up to the first
 // violation; a minimised history can be kept in model_cases_test.go.
@@ -116,6 +120,7 @@ const (
 	stUnsub
 	stWild
 	stReconnect
+	stChange // one request with both lists, names repeated (names: subscribe, unsubs: unsubscribe)
 )
 
 type mstep struct {
@@ -123,6 +128,7 @@ type mstep struct {
 	client int
 	typ    string
 	names  []string
+	unsubs []string // stChange
 	on     bool
 	ops    []op
 	noWait bool // the next step goes before any response is processed
@@ -145,6 +151,8 @@ func (s *mstep) String() string {
 		b = fmt.Sprintf("c%d %s %s *", s.client, w, typeName(s.typ))
 	case stReconnect:
 		b = fmt.Sprintf("c%d reconnect", s.client)
+	case stChange:
+		b = fmt.Sprintf("c%d change %s sub=%v unsub=%v", s.client, typeName(s.typ), s.names, s.unsubs)
 	}
 	if s.noWait {
 		b += "   (then at once:)"
@@ -334,9 +342,68 @@ func (g *gen) step() mstep {
 		return mstep{kind: stWild, client: c, typ: typ, on: g.rng.IntN(2) == 0}
 	case x < 45:
 		return mstep{kind: stReconnect, client: c}
+	case x < 50:
+		return g.change(c, typ)
 	default:
 		return mstep{kind: stPublish, ops: g.publish(g.rng.IntN(10) == 0)}
 	}
+}
+
+// change is a request that repeats names: the same name twice among the
+// subscriptions or the unsubscriptions or in both, "*" twice, a name
+// unsubscribed that was never subscribed; one to three of these, in a
+// random order within each list (an unsubscription's effect depends on
+// whether "*" came off before it).
+func (g *gen) change(c int, typ string) mstep {
+	subs := g.subs[c][typ]
+	named := func() string { // preferably a name subscribed by name
+		if len(subs) > 0 && g.rng.IntN(10) < 7 {
+			keys := slices.Sorted(maps.Keys(subs))
+			return keys[g.rng.IntN(len(keys))]
+		}
+		return g.name()
+	}
+	var sub, unsub []string
+	for range 1 + g.rng.IntN(3) {
+		switch g.rng.IntN(8) {
+		case 0:
+			n := g.name()
+			sub = append(sub, n, n)
+		case 1:
+			n := named()
+			unsub = append(unsub, n, n)
+		case 2:
+			n := named()
+			sub, unsub = append(sub, n), append(unsub, n)
+		case 3:
+			sub = append(sub, "*", "*")
+		case 4:
+			unsub = append(unsub, "*", "*")
+		case 5:
+			sub = append(sub, "*")
+		case 6: // a phantom unsubscription, once or twice
+			n := g.name()
+			if !subs[n] {
+				unsub = append(unsub, n)
+				if g.rng.IntN(2) == 0 {
+					unsub = append(unsub, n)
+				}
+			}
+		default:
+			unsub = append(unsub, named())
+		}
+	}
+	g.rng.Shuffle(len(sub), func(i, j int) { sub[i], sub[j] = sub[j], sub[i] })
+	g.rng.Shuffle(len(unsub), func(i, j int) { unsub[i], unsub[j] = unsub[j], unsub[i] })
+	for _, n := range sub {
+		if n != "*" {
+			subs[n] = true
+		}
+	}
+	for _, n := range unsub {
+		delete(subs, n)
+	}
+	return mstep{kind: stChange, client: c, typ: typ, names: sub, unsubs: unsub}
 }
 
 // --- running and reporting -------------------------------------------
@@ -749,6 +816,15 @@ func parseHistory(text string) (*mhistory, error) {
 			switch {
 			case f[1] == "reconnect":
 				s.kind = stReconnect
+			case len(f) >= 4 && f[1] == "change":
+				// c0 change EDS sub=[s1 s1] unsub=[* *]
+				s.kind, s.typ = stChange, typeOf[f[2]]
+				subs, unsubs, ok := strings.Cut(strings.Join(f[3:], " "), " unsub=")
+				subs, ok2 := strings.CutPrefix(subs, "sub=")
+				if s.typ == "" || !ok || !ok2 {
+					return nil, fmt.Errorf("step %q", line)
+				}
+				s.names, s.unsubs = strings.Fields(strings.Trim(subs, "[]")), strings.Fields(strings.Trim(unsubs, "[]"))
 			case len(f) >= 4 && (f[1] == "subscribe" || f[1] == "unsubscribe"):
 				s.typ = typeOf[f[2]]
 				if s.typ == "" {

@@ -64,6 +64,9 @@ const unwrittenWait = time.Second
 type unwrittenWaiter struct {
 	c       *unwrittenCharge
 	granted bool
+	// outcome: how it went, as waited counts it ("room", or "expired"
+	// if bytes expired to let it go), set when granted.
+	outcome string
 	ready   chan struct{} // closed when granted
 }
 
@@ -108,27 +111,26 @@ func (b *unwrittenBudget) expire(now time.Time) (next time.Time) {
 }
 
 // expireGrant expires what is due, and lets the waiting responses that
-// then fit go; outcome becomes "expired" if any bytes expired. It returns
-// when the next are due (under mu).
-func (b *unwrittenBudget) expireGrant(outcome *string) time.Time {
+// then fit go, whichever waiter's timer it runs for: those go as
+// "expired". It returns when the next are due (under mu).
+func (b *unwrittenBudget) expireGrant() time.Time {
 	before := b.used
 	next := b.expire(time.Now())
 	if b.used < before {
-		*outcome = "expired"
-		b.grant()
+		b.grant("expired")
 	}
 	return next
 }
 
 // grant lets the waiting responses at the head of the queue go while they
-// fit (under mu).
-func (b *unwrittenBudget) grant() {
+// fit, with outcome (under mu).
+func (b *unwrittenBudget) grant(outcome string) {
 	for len(b.queue) > 0 && b.fits(b.queue[0].c.n) {
 		w := b.queue[0]
 		b.queue[0] = nil
 		b.queue = b.queue[1:]
 		b.count(w.c)
-		w.granted = true
+		w.granted, w.outcome = true, outcome
 		close(w.ready)
 	}
 }
@@ -155,15 +157,14 @@ func (b *unwrittenBudget) take(ctx context.Context, n int) (*unwrittenCharge, er
 	}
 	w := &unwrittenWaiter{c: c, ready: make(chan struct{})}
 	b.queue = append(b.queue, w)
-	outcome := "room"
-	next := b.expireGrant(&outcome)
+	next := b.expireGrant()
 	b.mu.Unlock()
 	t := time.NewTimer(time.Until(next))
 	defer t.Stop()
 	for {
 		select {
 		case <-w.ready:
-			b.waited.WithLabelValues(outcome).Inc()
+			b.waited.WithLabelValues(w.outcome).Inc()
 			return c, nil
 		case <-ctx.Done():
 			b.mu.Lock()
@@ -172,13 +173,13 @@ func (b *unwrittenBudget) take(ctx context.Context, n int) (*unwrittenCharge, er
 			} else {
 				b.remove(w)
 			}
-			b.grant() // the next may fit
+			b.grant("room") // the next may fit
 			b.mu.Unlock()
 			b.waited.WithLabelValues("ended").Inc()
 			return nil, ctx.Err()
 		case <-t.C:
 			b.mu.Lock()
-			next := b.expireGrant(&outcome)
+			next := b.expireGrant()
 			b.mu.Unlock()
 			t.Reset(max(time.Until(next), time.Millisecond))
 		}
@@ -204,7 +205,7 @@ func (c *unwrittenCharge) give() {
 	b := c.b
 	b.mu.Lock()
 	b.uncount(c)
-	b.grant()
+	b.grant("room")
 	b.mu.Unlock()
 }
 

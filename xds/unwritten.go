@@ -34,9 +34,10 @@ import (
 // in use (a response larger than the budget goes alone). Waiting
 // responses go in the order they came: a large one is not passed over by
 // smaller ones. Bytes come back when gRPC gives the encoding's buffer back
-// to the pool (the writer copied it out, or the stream ended), or, for a
-// buffer gRPC drops without giving it back (its connection closed with the
-// message queued), when the collector frees it. Responses below gRPC's
+// to the pool (the writer copied it out), or when the response's stream
+// ends: gRPC then puts the buffer back, or writes it after the stream's
+// last message, or drops it with its connection (closed with the message
+// queued), where only the collector frees it. Responses below gRPC's
 // pooling threshold (1 KiB: most responses carrying a change) are not
 // counted. Delta and sotw responses share the budget. A response's bytes
 // count for unwrittenWait at most: those of a response its client does
@@ -195,10 +196,22 @@ type unwrittenCharge struct {
 	elem    *list.Element // in b.held, while counted
 	done    atomic.Bool
 	encoded bool // into a buffer that gives the charge back (pool)
+	// stop stops giving the bytes back when the stream ends (ended).
+	stop func() bool
 }
 
 // give gives the bytes back (once; none if they expired).
 func (c *unwrittenCharge) give() {
+	if c.stop != nil {
+		c.stop()
+	}
+	c.ended()
+}
+
+// ended gives the bytes back when the response's stream ended (see
+// unwrittenBudget), or its buffer was collected: a buffer dropped with its
+// connection would otherwise keep others' responses waiting until then.
+func (c *unwrittenCharge) ended() {
 	if c.done.Load() {
 		return
 	}
@@ -215,7 +228,7 @@ func (c *unwrittenCharge) give() {
 func (c *unwrittenCharge) pool(of mem.BufferPool) mem.BufferPool {
 	c.encoded = true
 	p := &chargedPool{BufferPool: of, c: c}
-	runtime.AddCleanup(p, (*unwrittenCharge).give, c)
+	runtime.AddCleanup(p, (*unwrittenCharge).ended, c)
 	return p
 }
 
@@ -260,6 +273,7 @@ func (s *guardedStream) SendMsg(m any) error {
 	if err != nil {
 		return err
 	}
+	c.stop = context.AfterFunc(s.ctx, c.ended)
 	switch r := m.(type) {
 	case *wiredDelta:
 		r.charge = c

@@ -2,7 +2,6 @@ package xds
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -14,9 +13,6 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-
-	"github.com/xdsbridge/xdsbridge/sources"
-	"github.com/xdsbridge/xdsbridge/translate"
 )
 
 // TestUnwrittenBytesBackFromEveryEnd: responses larger than the unwritten
@@ -27,17 +23,7 @@ import (
 // meanwhile, and so is one after them.
 func TestUnwrittenBytesBackFromEveryEnd(t *testing.T) {
 	const services, budget = 2000, 64 << 10
-	c := NewCache(WithMaxResponseBytes(0))
-	all := make([]translate.Resources, services)
-	for i := range all {
-		s := sources.Service{Name: fmt.Sprintf("svc-%05d", i)}
-		s.Endpoints = []sources.Endpoint{{Address: fmt.Sprintf("10.1.%d.%d", i>>8&255, i&255), Port: 80}}
-		all[i], _ = translate.Service(s)
-	}
-	if err := c.PublishServices(all, nil); err != nil {
-		t.Fatal(err)
-	}
-	c.MarkReady()
+	c := clustersCache(t, services)
 	s := NewServer(c, Options{Limits: Limits{MaxUnwrittenResponseBytes: budget}})
 	b := s.guard.unwritten
 	b.wait = time.Hour // bytes not given back would stay counted
@@ -95,31 +81,25 @@ func TestUnwrittenBytesBackFromEveryEnd(t *testing.T) {
 		}
 		return nil
 	}
+	// reads is a client that reads its state, NACKing the first
+	// response if nack.
+	reads := func(nack bool) func() {
+		return func() {
+			cctx, stop := context.WithCancel(ctx)
+			defer stop()
+			cc, st := open(cctx, 0)
+			if cc == nil {
+				return
+			}
+			defer cc.Close()
+			if err := readAll(st, nack); err != nil {
+				t.Errorf("a client that reads (NACKing: %v): %v", nack, err)
+			}
+		}
+	}
 	ends := map[string]func(){
-		"reads": func() {
-			cctx, stop := context.WithCancel(ctx)
-			defer stop()
-			cc, st := open(cctx, 0)
-			if cc == nil {
-				return
-			}
-			defer cc.Close()
-			if err := readAll(st, false); err != nil {
-				t.Errorf("a client that reads: %v", err)
-			}
-		},
-		"nacks": func() {
-			cctx, stop := context.WithCancel(ctx)
-			defer stop()
-			cc, st := open(cctx, 0)
-			if cc == nil {
-				return
-			}
-			defer cc.Close()
-			if err := readAll(st, true); err != nil {
-				t.Errorf("a client that NACKs: %v", err)
-			}
-		},
+		"reads": reads(false),
+		"nacks": reads(true),
 		"ends its stream": func() {
 			cctx, stop := context.WithCancel(ctx)
 			cc, _ := open(cctx, 64<<10)

@@ -34,9 +34,10 @@ import (
 // in use (a response larger than the budget goes alone). Waiting
 // responses go in the order they came: a large one is not passed over by
 // smaller ones. Bytes come back when gRPC gives the encoding's buffer back
-// to the pool (the writer copied it out, or the stream ended), or, for a
-// buffer gRPC drops without giving it back (its connection closed with the
-// message queued), when the collector frees it. Responses below gRPC's
+// to the pool (the writer copied it out), or when the response's stream
+// ends: gRPC then puts the buffer back, or writes it after the stream's
+// last message, or drops it with its connection (closed with the message
+// queued), where only the collector frees it. Responses below gRPC's
 // pooling threshold (1 KiB: most responses carrying a change) are not
 // counted. Delta and sotw responses share the budget. A response's bytes
 // count for unwrittenWait at most: those of a response its client does
@@ -64,6 +65,9 @@ const unwrittenWait = time.Second
 type unwrittenWaiter struct {
 	c       *unwrittenCharge
 	granted bool
+	// outcome: how it went, as waited counts it ("room", or "expired"
+	// if bytes expired to let it go), set when granted.
+	outcome string
 	ready   chan struct{} // closed when granted
 }
 
@@ -108,27 +112,26 @@ func (b *unwrittenBudget) expire(now time.Time) (next time.Time) {
 }
 
 // expireGrant expires what is due, and lets the waiting responses that
-// then fit go; outcome becomes "expired" if any bytes expired. It returns
-// when the next are due (under mu).
-func (b *unwrittenBudget) expireGrant(outcome *string) time.Time {
+// then fit go, whichever waiter's timer it runs for: those go as
+// "expired". It returns when the next are due (under mu).
+func (b *unwrittenBudget) expireGrant() time.Time {
 	before := b.used
 	next := b.expire(time.Now())
 	if b.used < before {
-		*outcome = "expired"
-		b.grant()
+		b.grant("expired")
 	}
 	return next
 }
 
 // grant lets the waiting responses at the head of the queue go while they
-// fit (under mu).
-func (b *unwrittenBudget) grant() {
+// fit, with outcome (under mu).
+func (b *unwrittenBudget) grant(outcome string) {
 	for len(b.queue) > 0 && b.fits(b.queue[0].c.n) {
 		w := b.queue[0]
 		b.queue[0] = nil
 		b.queue = b.queue[1:]
 		b.count(w.c)
-		w.granted = true
+		w.granted, w.outcome = true, outcome
 		close(w.ready)
 	}
 }
@@ -155,15 +158,14 @@ func (b *unwrittenBudget) take(ctx context.Context, n int) (*unwrittenCharge, er
 	}
 	w := &unwrittenWaiter{c: c, ready: make(chan struct{})}
 	b.queue = append(b.queue, w)
-	outcome := "room"
-	next := b.expireGrant(&outcome)
+	next := b.expireGrant()
 	b.mu.Unlock()
 	t := time.NewTimer(time.Until(next))
 	defer t.Stop()
 	for {
 		select {
 		case <-w.ready:
-			b.waited.WithLabelValues(outcome).Inc()
+			b.waited.WithLabelValues(w.outcome).Inc()
 			return c, nil
 		case <-ctx.Done():
 			b.mu.Lock()
@@ -172,13 +174,13 @@ func (b *unwrittenBudget) take(ctx context.Context, n int) (*unwrittenCharge, er
 			} else {
 				b.remove(w)
 			}
-			b.grant() // the next may fit
+			b.grant("room") // the next may fit
 			b.mu.Unlock()
 			b.waited.WithLabelValues("ended").Inc()
 			return nil, ctx.Err()
 		case <-t.C:
 			b.mu.Lock()
-			next := b.expireGrant(&outcome)
+			next := b.expireGrant()
 			b.mu.Unlock()
 			t.Reset(max(time.Until(next), time.Millisecond))
 		}
@@ -194,17 +196,29 @@ type unwrittenCharge struct {
 	elem    *list.Element // in b.held, while counted
 	done    atomic.Bool
 	encoded bool // into a buffer that gives the charge back (pool)
+	// stop stops giving the bytes back when the stream ends (ended).
+	stop func() bool
 }
 
 // give gives the bytes back (once; none if they expired).
 func (c *unwrittenCharge) give() {
+	if c.stop != nil {
+		c.stop()
+	}
+	c.ended()
+}
+
+// ended gives the bytes back when the response's stream ended (see
+// unwrittenBudget), or its buffer was collected: a buffer dropped with its
+// connection would otherwise keep others' responses waiting until then.
+func (c *unwrittenCharge) ended() {
 	if c.done.Load() {
 		return
 	}
 	b := c.b
 	b.mu.Lock()
 	b.uncount(c)
-	b.grant()
+	b.grant("room")
 	b.mu.Unlock()
 }
 
@@ -214,7 +228,7 @@ func (c *unwrittenCharge) give() {
 func (c *unwrittenCharge) pool(of mem.BufferPool) mem.BufferPool {
 	c.encoded = true
 	p := &chargedPool{BufferPool: of, c: c}
-	runtime.AddCleanup(p, (*unwrittenCharge).give, c)
+	runtime.AddCleanup(p, (*unwrittenCharge).ended, c)
 	return p
 }
 
@@ -259,6 +273,7 @@ func (s *guardedStream) SendMsg(m any) error {
 	if err != nil {
 		return err
 	}
+	c.stop = context.AfterFunc(s.ctx, c.ended)
 	switch r := m.(type) {
 	case *wiredDelta:
 		r.charge = c

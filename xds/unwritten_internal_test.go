@@ -173,6 +173,16 @@ func (p *countingPool) Put(b *[]byte) {
 // state.
 func TestUnwrittenResponsesBounded(t *testing.T) {
 	const services = 2000
+	c := clustersCache(t, services)
+	for _, delta := range []bool{true, false} {
+		t.Run(modeName(delta), func(t *testing.T) { unwrittenBounded(t, c, services, delta) })
+	}
+}
+
+// clustersCache is a ready cache of services services, each a cluster and
+// its assignment, its responses not split.
+func clustersCache(t *testing.T, services int) *Cache {
+	t.Helper()
 	c := NewCache(WithMaxResponseBytes(0))
 	all := make([]translate.Resources, services)
 	for i := range all {
@@ -184,9 +194,7 @@ func TestUnwrittenResponsesBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.MarkReady()
-	for _, delta := range []bool{true, false} {
-		t.Run(modeName(delta), func(t *testing.T) { unwrittenBounded(t, c, services, delta) })
-	}
+	return c
 }
 
 func unwrittenBounded(t *testing.T, c *Cache, services int, delta bool) {

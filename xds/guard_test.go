@@ -462,6 +462,11 @@ func TestLimitNACKFlood(t *testing.T) {
 		}
 	}
 	waitFor(t, "100 NACKs", func() bool { return h.srv.NACKs() == 100 })
+	// The last request repeats the nonce of the 100th NACK: it is counted
+	// after it.
+	waitFor(t, "100 repeated NACKs", func() bool {
+		return metricVec(t, h.reg, "xdsbridge_xds_nack_logs_suppressed_total", "reason", "repeated") >= 100
+	})
 	time.Sleep(100 * time.Millisecond) // any further (wrong) count
 	if n := h.srv.NACKs(); n != 100 {
 		t.Fatalf("%d NACKs counted, want 100", n)

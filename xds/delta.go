@@ -78,6 +78,9 @@ type deltaSent struct {
 	// version: of a response of one resource, the version it carried;
 	// the one a NACK of it remembers as rejected.
 	version string
+	// gen: the type's generation the response was computed at; what it
+	// carried is the version current then.
+	gen uint64
 }
 
 // deltaResponse is a delta response and the state it installs once the
@@ -159,6 +162,13 @@ type deltaState struct {
 	limit    int      // plan[0]: resources in the next response; 0: no limit
 	rejected map[string]string
 	carry    []*deltaSent // responses this request does not answer
+	// carried: of a client that subscribed to the wildcard since gen
+	// (wildOn), what the responses it had not received when it sent the
+	// request (carriedNames) carried last of each name. The client
+	// keeps what they carry, subscribed by name or not: a name it
+	// unsubscribed while such a response was on its way is of interest
+	// again when it arrives.
+	carried map[string]carriedAs
 	// pred: the response queued before this watch, whose state it starts
 	// from (see Cache.cancel); its record joins this watch's state.
 	pred *deltaResponse
@@ -213,6 +223,9 @@ func (c *Cache) readDeltaState(w *watch) error {
 	if len(unsubs) > 0 {
 		ds.unsub = slices.Sorted(slices.Values(unsubs))
 	}
+	if ds.wildOn {
+		ds.carried = ds.carriedNames(known.inflight, w.dsub.answered)
+	}
 	nacked = append(nacked, heldBack...)
 	// A request whose answer changes the state (what a rejection brings
 	// back, a resource found bad) is answered even with nothing to send,
@@ -221,6 +234,53 @@ func (c *Cache) readDeltaState(w *watch) error {
 	quiet := len(nacked) == 0 && isolated == "" && !ds.wildOn && !ds.stale && len(subs) == 0 && len(unsubs) == 0
 	ds.lookAt(ts, known.rest, nacked, isolated, quiet, ds.newSub, unsubs)
 	return nil
+}
+
+// carriedAs is what the last response on its way to a client that
+// mentions a name did with it: sent it, at the version current at gen, or
+// reported it removed.
+type carriedAs struct {
+	gen     uint64
+	removed bool
+}
+
+// carriedNames returns what the responses the client had not received
+// when it sent the request carried last of each name: those of inflight
+// sent after the last one it answered (answered), in the order they were
+// sent, then the response queued before the request's watch (pred), whose
+// record is added when it is installed.
+func (ds *deltaState) carriedNames(inflight []*deltaSent, answered string) map[string]carriedAs {
+	var sent []*deltaSent
+	for _, s := range inflight {
+		if answered == "" || nonceBefore(answered, s.nonce) {
+			sent = append(sent, s)
+		}
+	}
+	slices.SortFunc(sent, func(a, b *deltaSent) int {
+		switch {
+		case nonceBefore(a.nonce, b.nonce):
+			return -1
+		case nonceBefore(b.nonce, a.nonce):
+			return 1
+		}
+		return 0
+	})
+	if p := ds.pred; p != nil && p.sent != nil && !slices.Contains(sent, p.sent) {
+		sent = append(sent, p.sent)
+	}
+	if len(sent) == 0 {
+		return nil
+	}
+	carried := map[string]carriedAs{}
+	for _, s := range sent {
+		for _, n := range s.changed {
+			carried[n] = carriedAs{gen: s.gen}
+		}
+		for _, n := range s.removed {
+			carried[n] = carriedAs{gen: s.gen, removed: true}
+		}
+	}
+	return carried
 }
 
 // subscribes reports whether the request subscribes to n.

@@ -211,7 +211,16 @@ func (p *deltaPass) held(n string, e *store.Entry, exists bool) (version string,
 		return "", false, isSub && !exists // a first request is told what does not exist
 	}
 	if _, isSub := p.subscribed[n]; ds.wildOn && !isSub {
-		return "", false, false // not of interest at G
+		// Not of interest at G, unless a response on its way carried it:
+		// the client, subscribed to the wildcard when it arrives, keeps
+		// what it carried (the version current then).
+		switch c, ok := ds.carried[n]; {
+		case !ok || c.removed:
+			return "", false, false
+		case exists && e.Gen <= c.gen:
+			return e.Version, true, false
+		}
+		return "", false, true
 	}
 	if (exists && e.Gen > ds.gen) || ts.DeletedAt[n] > ds.gen || (ds.stale && !exists) {
 		return "", false, true
@@ -351,7 +360,8 @@ func (p *deltaPass) collect() (rest []string) {
 
 // collectFull considers everything of interest, then what else may be
 // held: explicit names, and of a compact state the names changed since G
-// (deleted ones among them) and the rest; each once.
+// (deleted ones among them), the rest and what responses on their way
+// carried; each once.
 func (p *deltaPass) collectFull() (rest []string) {
 	ts, ds := p.ts, p.ds
 	var covered func(n string) bool
@@ -367,6 +377,9 @@ func (p *deltaPass) collectFull() (rest []string) {
 			extra = ts.SinceLog(ds.gen)
 		}
 		extra = append(extra, ds.rest...)
+		for n := range ds.carried {
+			extra = append(extra, n)
+		}
 		slices.Sort(extra)
 		for _, n := range slices.Compact(extra) {
 			if _, isKnown := p.known.version(ts, n); !isKnown && !covered(n) {
@@ -475,7 +488,7 @@ func (p *deltaPass) record(rest []string) (next *deltaHeld, sent *deltaSent) {
 	} else {
 		changed = slices.Clone(p.changed)
 	}
-	sent = &deltaSent{changed: changed, removed: slices.Clone(p.removed)}
+	sent = &deltaSent{changed: changed, removed: slices.Clone(p.removed), gen: ts.Gen}
 	if len(changed) == 1 {
 		if e, ok := ts.Resources[changed[0]]; ok {
 			sent.version = e.Version

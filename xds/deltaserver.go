@@ -37,6 +37,7 @@ package xds
 //     shared by its types and is its identity.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -72,6 +73,11 @@ type deltaSub struct {
 	// (marked in place by unsubscriptions), or a first request's
 	// initial_resource_versions.
 	held *deltaHeld
+	// answered: the nonce of the last response of the type the client
+	// answered (ACK or NACK). The client received every response up to
+	// it before it sent its later requests, which carry no nonce when
+	// they only change the subscription.
+	answered string
 }
 
 // newDeltaSub is the subscription of a type's first request on a stream:
@@ -386,6 +392,9 @@ func (ds *deltaStream) request(req *discovery.DeltaDiscoveryRequest) error {
 
 	resumed := ds.acct.takeResumed(req)
 	w, ok := ds.watches.get(typeURL)
+	if n := req.GetResponseNonce(); ok && nonceBefore(cmp.Or(w.sub.answered, "0"), n) {
+		w.sub.answered = n
+	}
 	var err error
 	switch {
 	case !ok:

@@ -299,6 +299,18 @@ var modelCases = []struct {
 		4 c0 unsubscribe EDS [s2 s8]   (then at once:)
 		5 publish [eds:s1/5 eds:s3/6 eds:s6/2]`,
 	},
+	{
+		name: "removed/unsubscribed-in-flight-then-wildcard", seed: "479292273",
+		what: "s7, carried by a response in flight, unsubscribed and deleted, then * subscribed before that response arrives: the client keeps s7, never reported removed",
+		history: `
+		c0 delta CDS *(legacy) EDS [s0 s4 s5 s6 s7]
+		1 publish [eds:s7/2]
+		2 publish [eds:s7/4]   (then at once:)
+		3 publish [del:s7]   (then at once:)
+		4 c0 unsubscribe EDS [s7]   (then at once:)
+		5 publish [eds:s3/1]   (then at once:)
+		6 c0 subscribe EDS *`,
+	},
 }
 
 // TestModelCases replays the recorded failures of TestModel.

@@ -74,8 +74,8 @@ func refusedOnPurpose(answer []byte) string {
 	case !bytes.HasPrefix(line, []byte("HTTP/1.")):
 		// net/http reads any HTTP/d.d status line.
 		return "the answer to an HTTP/1.1 request in another major version is not framed as HTTP/1.x"
-	case len(code) >= 3 && code[0] == '+':
-		// net/http reads the code with strconv.Atoi.
+	case len(code) >= 3 && (code[0] == '+' || code[0] == '-'):
+		// net/http reads the code with strconv.Atoi ("-00" is 0).
 		return "a status code is three digits (RFC 9112 4); a signed one is below 100, in no expected range, so the probe fails either way"
 	case headers >= maxHeaderBytes-2:
 		// net/http's ReadResponse reads headers of any length.

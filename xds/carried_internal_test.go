@@ -20,7 +20,8 @@ import (
 // wildcard subscription reports "a" removed if it was deleted since, does
 // not send it again if it is current, does not report it removed again
 // if a later response on its way did, and sends it if the client had
-// answered the response (it then dropped "a" on the unsubscription).
+// answered the response (it then dropped "a" on the unsubscription), also
+// when a later request names an older response.
 func TestDeltaWildcardAfterUnsubscribeWithResponseOnItsWay(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -42,6 +43,12 @@ func TestDeltaWildcardAfterUnsubscribeWithResponseOnItsWay(t *testing.T) {
 		}, sent: []string{"b"}},
 		{name: "answered", between: func(_ *testing.T, _ *Cache, h *deltaHandler) {
 			h.send(&discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResponseNonce: "2"})
+		}, sent: []string{"a"}},
+		{name: "answered-then-an-older-nonce", between: func(_ *testing.T, _ *Cache, h *deltaHandler) {
+			// A late request naming an older response does not make
+			// the one answered since be on its way again.
+			h.send(&discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResponseNonce: "2"})
+			h.send(&discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResponseNonce: "1"})
 		}, sent: []string{"a"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -231,10 +231,26 @@ func genHistory(seed uint64, steps int) *mhistory {
 	if g.rng.IntN(3) > 0 {
 		h.pre = g.publish(true)
 	}
+	// A quarter of the unsubscriptions are followed, one to three steps
+	// later and before the client processes any response, by "*" of the
+	// same client and type (starAt), the publish before them too: the
+	// responses on their way when the client takes the wildcard carry
+	// names it let go, and the steps between change or delete them.
+	starAt, star := -1, mstep{}
 	for i := range steps {
-		s := g.step()
-		s.noWait = i < steps-1 && g.rng.IntN(4) == 0
+		s := star
+		if i != starAt {
+			s = g.step()
+		}
+		s.noWait = i < steps-1 && (i < starAt || g.rng.IntN(4) == 0)
 		h.steps = append(h.steps, s)
+		if i >= starAt && i < steps-1 && (s.kind == stUnsub || s.kind == stChange) && g.rng.IntN(4) == 0 {
+			starAt, star = min(i+1+g.rng.IntN(3), steps-1), mstep{kind: stWild, client: s.client, typ: s.typ, on: true}
+			h.steps[i].noWait = true
+			if i > 0 && h.steps[i-1].kind == stPublish {
+				h.steps[i-1].noWait = true
+			}
+		}
 	}
 	genVis(h)
 	return h

@@ -345,6 +345,18 @@ var modelCases = []struct {
 		3 c0 change EDS sub=[] unsub=[s3 *]   (then at once:)
 		4 c0 subscribe EDS *`,
 	},
+	{
+		name: "removed/wildcard-dropped-and-taken-again-with-a-response-on-its-way",
+		what: "s5, sent through * in a response still on its way, * dropped, s5 deleted, * taken again: the client keeps what that response carries, and is told s5 is removed",
+		history: `
+		c0 delta CDS *(legacy) EDS [s3]
+		1 publish [cds:s3/0 eds:s3/1 cds:s5/0 eds:s5/1]
+		2 c0 subscribe EDS *
+		3 publish [eds:s5/2]   (then at once:)
+		4 c0 unsubscribe EDS *   (then at once:)
+		5 publish [del:s5]   (then at once:)
+		6 c0 subscribe EDS *`,
+	},
 }
 
 // TestModelCases replays the recorded failures of TestModel.

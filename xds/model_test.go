@@ -6,10 +6,11 @@ package xds_test
 // that repeat names: twice subscribed, twice unsubscribed, in both lists,
 // "*" twice, a name unsubscribed that was never subscribed), ACKs and
 // NACKs, reconnects with initial_resource_versions, split responses and
-// requests crossing responses, each from a seed, by delta and sotw ADS
-// clients of the real server, against a model of what each client must
-// hold (model_client_test.go) and of what is served (model_world_test.go);
-// the driver is model_run_test.go.
+// requests crossing responses (among them unsubscriptions followed by
+// "*" before the responses on their way arrive), each from a seed, by
+// delta and sotw ADS clients of the real server, against a model of what
+// each client must hold (model_client_test.go) and of what is served
+// (model_world_test.go); the driver is model_run_test.go.
 //
 // Checked on every response as it arrives: no name both sent and removed;
 // no resource resent at the version the client holds (except names it

@@ -211,13 +211,13 @@ func (p *deltaPass) held(n string, e *store.Entry, exists bool) (version string,
 		return "", false, isSub && !exists // a first request is told what does not exist
 	}
 	if _, isSub := p.subscribed[n]; ds.wildOn && !isSub {
-		// Not of interest at G, unless a response on its way sent it
-		// (ds.carried): the client keeps it if the response arrives
-		// after the wildcard subscription, and dropped it on the
-		// unsubscription if it arrived before and was not answered
-		// until after (the protocol asks no answer before a client's
-		// next request). Either way it is answered again: sent, or
-		// reported removed.
+		// Not of interest at G, unless a response not answered sent it
+		// (ds.carried): the client keeps it if that response arrives
+		// after the wildcard subscription; if it arrived before the
+		// unsubscription, the client dropped it then (the protocol does
+		// not ask a client to answer a response before its next
+		// request). Either way it is answered again: sent, or reported
+		// removed.
 		if sent, ok := ds.carried[n]; ok && sent {
 			return "", false, true
 		}

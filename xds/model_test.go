@@ -234,9 +234,10 @@ func genHistory(seed uint64, steps int) *mhistory {
 	}
 	// A quarter of the unsubscriptions are followed, one to three steps
 	// later and before the client processes any response, by "*" of the
-	// same client and type (starAt), the publish before them too: the
-	// responses on their way when the client takes the wildcard carry
-	// names it let go, and the steps between change or delete them.
+	// same client and type (starAt); a publish just before the
+	// unsubscription does not wait either. The responses on their way
+	// when the client takes the wildcard carry names it let go, and the
+	// steps between change or delete them.
 	starAt, star := -1, mstep{}
 	for i := range steps {
 		s := star

@@ -12,11 +12,11 @@ import (
 // received before its answer. What a response is answered with is read
 // when the answering request's watch is created, from that watch's own
 // copy of the state; a record left in the state would be carried over by
-// every later request that names no nonce (a subscription change), so
-// that the list grew with each response for as long as the client only
-// changed subscriptions between its ACKs, as Envoy does. Called by the
-// stream handler right after install, before any watch reads the state
-// (the list is the state's own: deltaPass.record copies it).
+// every later request that names no nonce (a subscription change), and
+// the list would grow with each response of a client that changes its
+// subscription between its ACKs, as Envoy does. Called by the stream
+// handler right after install, before any watch reads the state (the
+// list is the state's own: deltaPass.record copies it).
 func (h *deltaHeld) dropAnswered(answered string) {
 	if answered == "" || len(h.inflight) == 0 {
 		return

@@ -1,6 +1,7 @@
 package xds_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -37,8 +38,8 @@ func TestLimitUnansweredResponsesEndsStream(t *testing.T) {
 		t.Fatal("the stream was not ended")
 	}
 	wantLimit(t, d.err, codes.ResourceExhausted, "max_unanswered_responses")
-	if msg := grpcstatus.Convert(d.err).Message(); !strings.Contains(msg, "sent 17 responses of "+eds) {
-		t.Fatalf("message %q does not say 17 responses of %s", msg, eds)
+	if msg, want := grpcstatus.Convert(d.err).Message(), fmt.Sprintf("sent %d responses of %s", limit+1, eds); !strings.Contains(msg, want) {
+		t.Fatalf("message %q does not say %q", msg, want)
 	}
 	if n := h.refusals("max_unanswered_responses"); n != 1 {
 		t.Fatalf("%d refusals counted, want 1", n)

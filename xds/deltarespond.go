@@ -25,6 +25,7 @@ func (c *Cache) respondDelta(w *watch, seq []string, fromRest, full, evenIfEmpty
 		c: c, w: w, ts: w.ts, ds: &w.ds, known: w.known,
 		subscribed: w.sub.SubscribedResources(), wild: w.sub.IsWildcard(),
 		seq: seq, fromRest: fromRest, full: full,
+		newSub: nameCursor{names: w.ds.newSub}, rest: nameCursor{names: w.ds.rest},
 	}
 	p.isSub = p.subscriptionHas()
 	// The number of names the pass looks at in order.
@@ -118,6 +119,15 @@ type deltaPass struct {
 	changed, removed, later []string
 	size                    int
 	collected               int // names changed held before the bound cut it
+	// unsorted: of a full pass, changed is out of order (a full check
+	// of a wildcard walks the type's names in order: they are not sorted
+	// again).
+	unsorted bool
+	// newSub and rest tell the names the request subscribes to
+	// (ds.newSub) and those of the rest (ds.rest), asked mostly in order:
+	// a name after the last one asked costs a comparison or a short
+	// search from there, not a binary search of thousands.
+	newSub, rest nameCursor
 }
 
 // minCursor is the number of sorted names from which their resources are
@@ -176,7 +186,7 @@ func (p *deltaPass) held(n string, e *store.Entry, exists bool) (version string,
 	// Subscribed by this request, or still to be sent (of the rest),
 	// it is sent, or reported removed; a resource rejected alone is
 	// not, while it is at the version rejected.
-	if ds.complete && ds.subscribes(n) {
+	if ds.complete && p.newSub.has(n) {
 		return "", false, true
 	}
 	if w.hidden(n) {
@@ -190,13 +200,13 @@ func (p *deltaPass) held(n string, e *store.Entry, exists bool) (version string,
 		}
 		// (allRest holds for the names of the rest as read, not for
 		// those of a commit waking the watch.)
-		if _, ok := slices.BinarySearch(ds.rest, n); ok || p.fromRest {
+		if p.fromRest || p.rest.has(n) {
 			return "", false, true
 		}
 		_, isSub := p.subscribed[n]
 		return "", false, isSub && !ds.complete
 	}
-	if _, ok := slices.BinarySearch(ds.rest, n); ok || ds.allRest {
+	if ds.allRest || p.rest.has(n) {
 		return "", false, true
 	}
 	// (Not hidden: e and exists are the type's.)
@@ -241,6 +251,9 @@ func (p *deltaPass) consider(n string) {
 		if p.hold != nil && p.hold(e) {
 			p.later = append(p.later, n)
 			return
+		}
+		if k := len(p.changed); p.full && k > 0 && !p.unsorted && n < p.changed[k-1] {
+			p.unsorted = true
 		}
 		p.changed = append(p.changed, n)
 		p.size += e.DeltaSize
@@ -387,7 +400,9 @@ func (p *deltaPass) collectFull() (rest []string) {
 			}
 		}
 	}
-	sort.Strings(p.changed)
+	if p.unsorted {
+		sort.Strings(p.changed)
+	}
 	total := 0
 	find := p.c.finder(ts, len(p.changed))
 	for i, n := range p.changed {

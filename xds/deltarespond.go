@@ -119,10 +119,6 @@ type deltaPass struct {
 	changed, removed, later []string
 	size                    int
 	collected               int // names changed held before the bound cut it
-	// unsorted: of a full pass, changed is out of order (a full check
-	// of a wildcard walks the type's names in order: they are not sorted
-	// again).
-	unsorted bool
 	// newSub and rest tell the names the request subscribes to
 	// (ds.newSub) and those of the rest (ds.rest), asked mostly in order:
 	// a name after the last one asked costs a comparison or a short
@@ -252,9 +248,6 @@ func (p *deltaPass) consider(n string) {
 			p.later = append(p.later, n)
 			return
 		}
-		if k := len(p.changed); p.full && k > 0 && !p.unsorted && n < p.changed[k-1] {
-			p.unsorted = true
-		}
 		p.changed = append(p.changed, n)
 		p.size += e.DeltaSize
 	case remove:
@@ -378,11 +371,18 @@ func (p *deltaPass) collect() (rest []string) {
 func (p *deltaPass) collectFull() (rest []string) {
 	ts, ds := p.ts, p.ds
 	var covered func(n string) bool
+	// A full check of a wildcard walks the type's names in order: what it
+	// sends is sorted unless names of another order follow (explicit
+	// versions, a resume's, those of a compact state), and is not sorted
+	// again (a comparison of each pair of a first sync's 20,000 names
+	// reads every name's bytes, which the walk does not).
+	sorted := false
 	if r := p.known.resumed; r != nil {
 		covered = p.resumedCheck(r)
 	} else {
 		p.changed = p.names(len(ts.Resources))
 		covered = p.w.fullCheck(p.known.versions, p.consider)
+		sorted = p.wild && len(p.known.versions) == 0
 	}
 	if ds.complete {
 		var extra []string
@@ -394,13 +394,15 @@ func (p *deltaPass) collectFull() (rest []string) {
 			extra = append(extra, n)
 		}
 		slices.Sort(extra)
+		inOrder := len(p.changed)
 		for _, n := range slices.Compact(extra) {
 			if _, isKnown := p.known.version(ts, n); !isKnown && !covered(n) {
 				p.consider(n)
 			}
 		}
+		sorted = sorted && len(p.changed) == inOrder
 	}
-	if p.unsorted {
+	if !sorted {
 		sort.Strings(p.changed)
 	}
 	total := 0

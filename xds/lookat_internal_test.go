@@ -86,3 +86,36 @@ func TestMergeNamesIsTheSortedUnion(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDeltaLookAtSubscribeWithRest is the cost of deciding the names
+// a request looks at when it subscribes to 200 names (a CDS part's
+// assignments) while half the type is still the client's rest: linear in
+// the rest, a copy of its string headers at most (ns/name: per name of the
+// rest).
+func BenchmarkDeltaLookAtSubscribeWithRest(b *testing.B) {
+	for _, services := range []int{5000, 20000} {
+		b.Run(fmt.Sprintf("services=%d", services), func(b *testing.B) {
+			c := NewCache(WithTypes(EndpointType))
+			var ch store.Change
+			ch.TypeURL = EndpointType
+			var names []string
+			for i := range services {
+				n := fmt.Sprintf("svc-%05d", i)
+				names = append(names, n)
+				ch.Upserts = append(ch.Upserts, store.Resource{Name: n, Msg: &endpoint.ClusterLoadAssignment{ClusterName: n}})
+			}
+			if err := c.Apply(ch); err != nil {
+				b.Fatal(err)
+			}
+			ts := c.types[EndpointType]
+			rest := ts.AllNames().Run(names[services/4 : 3*services/4])
+			subs := names[3*services/4 : 3*services/4+200]
+			b.ReportAllocs()
+			for b.Loop() {
+				ds := deltaState{complete: true, gen: ts.Gen, newSub: subs}
+				ds.lookAt(ts, rest, nil, "", false, ds.newSub, nil)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(rest)), "ns/name")
+		})
+	}
+}

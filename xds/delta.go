@@ -376,9 +376,9 @@ func (ds *deltaState) lookAt(ts *typeState, rest []string, nacked []string, isol
 	// The rest as kept (a run of the type's names, or a state's own
 	// copy), never written: a new slice where it changes. A client that
 	// subscribes while its sync is still in parts has a rest of up to the
-	// whole type, and copying or sorting it for each request (an Envoy
-	// subscribes to its assignments a CDS part at a time) made the sync
-	// grow as the square of the catalog.
+	// whole type, and an Envoy subscribes to its assignments a CDS part at
+	// a time: a copy or a sort of the rest per request would make its
+	// sync grow as the square of the catalog.
 	ds.rest = rest
 	if len(nacked) > 0 {
 		ds.rest = mergeNames(rest, sortedNames(nacked))

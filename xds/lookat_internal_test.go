@@ -18,19 +18,7 @@ import (
 // resource rejected alone make a new rest, and leave the kept one as it
 // was.
 func TestDeltaSubscribeKeepsTheRestAsKept(t *testing.T) {
-	c := NewCache(WithTypes(EndpointType))
-	var ch store.Change
-	ch.TypeURL = EndpointType
-	var names []string
-	for i := range 100 {
-		n := fmt.Sprintf("svc-%03d", i)
-		names = append(names, n)
-		ch.Upserts = append(ch.Upserts, store.Resource{Name: n, Msg: &endpoint.ClusterLoadAssignment{ClusterName: n}})
-	}
-	if err := c.Apply(ch); err != nil {
-		t.Fatal(err)
-	}
-	ts := c.types[EndpointType]
+	ts, names := assignmentsServed(t, 100)
 	rest := ts.AllNames().Run(names[10:40])
 	subs := slices.Concat(names[5:8], names[38:45], names[90:92])
 	slices.Sort(subs)
@@ -65,6 +53,24 @@ func TestDeltaSubscribeKeepsTheRestAsKept(t *testing.T) {
 	}
 }
 
+// assignmentsServed returns the assignments' type of a cache serving n
+// of them, and their names, sorted.
+func assignmentsServed(tb testing.TB, n int) (*typeState, []string) {
+	c := NewCache(WithTypes(EndpointType))
+	var ch store.Change
+	ch.TypeURL = EndpointType
+	var names []string
+	for i := range n {
+		name := fmt.Sprintf("svc-%05d", i)
+		names = append(names, name)
+		ch.Upserts = append(ch.Upserts, store.Resource{Name: name, Msg: &endpoint.ClusterLoadAssignment{ClusterName: name}})
+	}
+	if err := c.Apply(ch); err != nil {
+		tb.Fatal(err)
+	}
+	return c.types[EndpointType], names
+}
+
 // TestMergeNamesIsTheSortedUnion: mergeNames of two sorted lists of
 // distinct names is their union, sorted, each once, whichever is longer.
 func TestMergeNamesIsTheSortedUnion(t *testing.T) {
@@ -95,19 +101,7 @@ func TestMergeNamesIsTheSortedUnion(t *testing.T) {
 func BenchmarkDeltaLookAtSubscribeWithRest(b *testing.B) {
 	for _, services := range []int{5000, 20000} {
 		b.Run(fmt.Sprintf("services=%d", services), func(b *testing.B) {
-			c := NewCache(WithTypes(EndpointType))
-			var ch store.Change
-			ch.TypeURL = EndpointType
-			var names []string
-			for i := range services {
-				n := fmt.Sprintf("svc-%05d", i)
-				names = append(names, n)
-				ch.Upserts = append(ch.Upserts, store.Resource{Name: n, Msg: &endpoint.ClusterLoadAssignment{ClusterName: n}})
-			}
-			if err := c.Apply(ch); err != nil {
-				b.Fatal(err)
-			}
-			ts := c.types[EndpointType]
+			ts, names := assignmentsServed(b, services)
 			rest := ts.AllNames().Run(names[services/4 : 3*services/4])
 			subs := names[3*services/4 : 3*services/4+200]
 			b.ReportAllocs()

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // Delta client state. What a delta client holds of a type is a deltaHeld,
@@ -362,15 +364,19 @@ func (ds *deltaState) lookAt(ts *typeState, rest []string, nacked []string, isol
 			return
 		}
 	}
-	ds.rest = slices.Clone(rest)
+	// The rest as kept (a run of the type's names, or a state's own
+	// copy), never written: a new slice where it changes. A client that
+	// subscribes while its sync is still in parts has a rest of up to the
+	// whole type, and an Envoy subscribes to its assignments a CDS part at
+	// a time: a copy or a sort of the rest per request would make its
+	// sync grow as the square of the catalog.
+	ds.rest = rest
 	if len(nacked) > 0 {
-		ds.rest = append(ds.rest, nacked...)
-		slices.Sort(ds.rest)
-		ds.rest = slices.Compact(ds.rest)
+		ds.rest = mergeNames(rest, sortedNames(nacked))
 	}
-	if isolated != "" {
+	if isolated != "" && slices.Contains(ds.rest, isolated) {
 		// Also out of the rest, where an earlier rejection put it.
-		ds.rest = slices.DeleteFunc(ds.rest, func(n string) bool { return n == isolated })
+		ds.rest = slices.DeleteFunc(slices.Clone(ds.rest), func(n string) bool { return n == isolated })
 	}
 	if ds.wildOn || ds.stale {
 		ds.full = true
@@ -385,11 +391,49 @@ func (ds *deltaState) lookAt(ts *typeState, rest []string, nacked []string, isol
 		ds.seq = subs
 		return
 	}
-	names := append(since, ds.rest...)
-	names = append(names, subs...)
-	names = append(names, unsubs...)
-	slices.Sort(names)
-	ds.seq = slices.Compact(names)
+	// Each list sorted (the rest and subs are), then merged: linear in
+	// the rest, which is most of the names.
+	ds.seq = mergeNames(mergeNames(sortedNames(since), ds.rest), mergeNames(subs, sortedNames(unsubs)))
+}
+
+// sortedNames returns names sorted, each once: names if they are, else a
+// sorted copy (names are not written).
+func sortedNames(names []string) []string {
+	for i := 1; i < len(names); i++ {
+		if names[i-1] >= names[i] {
+			return slices.Compact(slices.Sorted(slices.Values(names)))
+		}
+	}
+	return names
+}
+
+// mergeNames returns the names of a and b, sorted lists of distinct
+// names, sorted, each once: a or b itself if the other is empty (neither
+// is written), else a new slice. Each name of the shorter list is found
+// in the longer one by a search from where the last one was (a rest of
+// thousands of names and a request's hundred cost a few comparisons per
+// name of the request), and the names between are copied.
+func mergeNames(a, b []string) []string {
+	switch {
+	case len(b) == 0:
+		return a
+	case len(a) == 0:
+		return b
+	case len(a) < len(b):
+		a, b = b, a
+	}
+	out := make([]string, 0, len(a)+len(b))
+	i := 0
+	for _, n := range b {
+		j, found := store.SearchFrom(a, i, n)
+		out = append(out, a[i:j]...)
+		out = append(out, n)
+		if found {
+			j++
+		}
+		i = j
+	}
+	return append(out, a[i:]...)
 }
 
 // rejectResponse takes what a rejected response carried back from the

@@ -177,6 +177,7 @@ func (g *guard) intercept(srv any, ss grpc.ServerStream, info *grpc.StreamServer
 			delete(ca.live, a)
 			ca.mu.Unlock()
 			a.release()
+			a.charges.end()
 			g.open.Add(-1)
 			ca.streams.Add(-1)
 		})

@@ -340,13 +340,15 @@ func (c *Cache) takeQueued(w *watch) (heldBack []string) {
 // (nacked), and the resource rejected alone, if it was (isolated).
 func (ds *deltaState) answered(ts *typeState, inflight []*deltaSent, nonce string, nack bool) (nacked []string, isolated string) {
 	for _, s := range inflight {
+		// The response answered first: the ACK of the newest response
+		// compares no numbers.
 		switch {
+		case s.nonce == nonce && nonce != "" && nack:
+			nacked, isolated = ds.rejectResponse(ts, s)
+		case s.nonce == nonce && nonce != "":
+			ds.plan.took(len(s.changed))
 		case nonce == "" || nonceBefore(nonce, s.nonce):
 			ds.carry = append(ds.carry, s)
-		case s.nonce == nonce && nack:
-			nacked, isolated = ds.rejectResponse(ts, s)
-		case s.nonce == nonce:
-			ds.plan.took(len(s.changed))
 		}
 	}
 	if len(ds.plan) > 0 {

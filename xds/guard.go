@@ -271,6 +271,9 @@ type guardedStream struct {
 	grpc.ServerStream
 	a   *streamAcct
 	ctx context.Context
+	// gm: what RecvMsg has gRPC decode into, made anew for each request
+	// (one RecvMsg at a time; the codec keeps nothing of it).
+	gm guardedMsg
 }
 
 func (s *guardedStream) Context() context.Context { return s.ctx }
@@ -282,7 +285,9 @@ func (s *guardedStream) RecvMsg(m any) error {
 	}
 	// The codec hands the encoded request to checkWire before decoding it
 	// (guardedMsg).
-	gm := &guardedMsg{m: m, a: a}
+	gm := &s.gm
+	*gm = guardedMsg{m: m, a: a}
+	defer func() { gm.m = nil }() // not kept until the next request
 	if err := s.ServerStream.RecvMsg(gm); err != nil {
 		if status.Code(err) == codes.ResourceExhausted {
 			// gRPC refused a message over MaxRecvMsgSize, and has already

@@ -93,10 +93,16 @@ type deltaResponse struct {
 	wire [][]byte
 	// msg: the response a watch computed, which resp points to (one
 	// allocation for both; responses made elsewhere leave it empty).
-	msg  discovery.DeltaDiscoveryResponse
-	w    *watch
-	next *deltaHeld
-	sent *deltaSent // nil: the response carried nothing
+	msg discovery.DeltaDiscoveryResponse
+	// out: resp as the stream handler sends it (deltaStream.send), in the
+	// same allocation; empty once sent. res, wires: room for the resources
+	// and encodings of a response of one resource.
+	out   wiredDelta
+	res   [1]*discovery.Resource
+	wires [1][]byte
+	w     *watch
+	next  *deltaHeld
+	sent  *deltaSent // nil: the response carried nothing
 	// pred: a response queued before this one whose state this one was
 	// computed from before the server installed it (see Cache.cancel); its
 	// record is complete once it is installed.

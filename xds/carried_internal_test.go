@@ -15,24 +15,31 @@ import (
 
 // TestDeltaWildcardAfterUnsubscribeWithResponseOnItsWay: a delta client
 // subscribed to assignment "a" by name unsubscribes it and subscribes to
-// the wildcard while a response carrying "a" is on its way (not
-// answered); it keeps what that response carries. The answer to the
-// wildcard subscription reports "a" removed if it was deleted since, does
-// not send it again if it is current, does not report it removed again
-// if a later response on its way did, and sends it if the client had
-// answered the response (it then dropped "a" on the unsubscription).
+// the wildcard while a response carrying "a" is not answered: if it
+// arrives after the wildcard subscription the client keeps "a"; if it
+// arrived before the unsubscription (a client need not answer a response
+// before its next request) the client dropped "a". The answer to the
+// wildcard subscription reports "a" removed if it was deleted since,
+// sends it if it is current (the client may not hold it), does not report
+// it removed again if a later response on its way did, and sends it if
+// the client had answered the response (it then dropped "a" on the
+// unsubscription), or, deleted after the unsubscription, does not report
+// it removed, also when a later request names an older response.
 func TestDeltaWildcardAfterUnsubscribeWithResponseOnItsWay(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// between: after "a" changed (the response carrying it on its
 		// way), before the unsubscription.
-		between  func(t *testing.T, c *Cache, h *deltaHandler)
-		sent, rm []string // what the answer to "*" carries
+		between func(t *testing.T, c *Cache, h *deltaHandler)
+		// unsubscribed: after the unsubscription, before "*" (nil:
+		// nothing).
+		unsubscribed func(t *testing.T, c *Cache)
+		sent, rm     []string // what the answer to "*" carries
 	}{
 		{name: "deleted", between: func(t *testing.T, c *Cache, _ *deltaHandler) {
 			deleteAssignment(t, c, "a")
 		}, rm: []string{"a"}},
-		{name: "current", between: func(*testing.T, *Cache, *deltaHandler) {}},
+		{name: "current", between: func(*testing.T, *Cache, *deltaHandler) {}, sent: []string{"a"}},
 		{name: "removed-on-its-way", between: func(t *testing.T, c *Cache, h *deltaHandler) {
 			deleteAssignment(t, c, "a")
 			h.send(&discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesUnsubscribe: []string{"b"}})
@@ -43,6 +50,19 @@ func TestDeltaWildcardAfterUnsubscribeWithResponseOnItsWay(t *testing.T) {
 		{name: "answered", between: func(_ *testing.T, _ *Cache, h *deltaHandler) {
 			h.send(&discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResponseNonce: "2"})
 		}, sent: []string{"a"}},
+		{name: "answered-deleted", between: func(_ *testing.T, _ *Cache, h *deltaHandler) {
+			h.send(&discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResponseNonce: "2"})
+		}, unsubscribed: func(t *testing.T, c *Cache) {
+			deleteAssignment(t, c, "a")
+		}},
+		{name: "answered-then-an-older-nonce-deleted", between: func(_ *testing.T, _ *Cache, h *deltaHandler) {
+			// A late request naming an older response does not make
+			// the one answered since be on its way again.
+			h.send(&discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResponseNonce: "2"})
+			h.send(&discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResponseNonce: "1"})
+		}, unsubscribed: func(t *testing.T, c *Cache) {
+			deleteAssignment(t, c, "a")
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := NewCache(WithTypes(EndpointType))
@@ -59,7 +79,17 @@ func TestDeltaWildcardAfterUnsubscribeWithResponseOnItsWay(t *testing.T) {
 			}
 			tc.between(t, c, h)
 			before := len(h.sent(0))
-			h.send(&discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesUnsubscribe: []string{"a"}})
+			unsub := &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesUnsubscribe: []string{"a"}}
+			if tc.unsubscribed != nil {
+				// Also "c", which does not exist: the answer (c
+				// removed) tells that the unsubscription was handled.
+				unsub.ResourceNamesSubscribe = []string{"c"}
+				h.send(unsub)
+				before = len(h.sent(before + 1))
+				tc.unsubscribed(t, c)
+			} else {
+				h.send(unsub)
+			}
 			h.send(&discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesSubscribe: []string{"*"}})
 			got := h.sent(before + 1)
 			var sent, rm []string

@@ -78,9 +78,6 @@ type deltaSent struct {
 	// version: of a response of one resource, the version it carried;
 	// the one a NACK of it remembers as rejected.
 	version string
-	// gen: the type's generation the response was computed at; what it
-	// carried is the version current then.
-	gen uint64
 }
 
 // deltaResponse is a delta response and the state it installs once the
@@ -169,12 +166,13 @@ type deltaState struct {
 	rejected map[string]string
 	carry    []*deltaSent // responses this request does not answer
 	// carried: of a client that subscribed to the wildcard since gen
-	// (wildOn), what the responses it had not received when it sent the
-	// request (carriedNames) carried last of each name. The client
-	// keeps what they carry, subscribed by name or not: a name it
+	// (wildOn), what the responses it had not answered when it sent the
+	// request (carriedNames) did last with each name: sent it (true) or
+	// reported it removed. The client keeps what they send, subscribed
+	// by name or not, if they arrive after the request: a name it
 	// unsubscribed while such a response was on its way is of interest
 	// again when it arrives.
-	carried map[string]carriedAs
+	carried map[string]bool
 	// pred: the response queued before this watch, whose state it starts
 	// from (see Cache.cancel); its record joins this watch's state.
 	pred *deltaResponse
@@ -242,20 +240,13 @@ func (c *Cache) readDeltaState(w *watch) error {
 	return nil
 }
 
-// carriedAs is what the last response on its way to a client that
-// mentions a name did with it: sent it, at the version current at gen, or
-// reported it removed.
-type carriedAs struct {
-	gen     uint64
-	removed bool
-}
-
-// carriedNames returns what the responses the client had not received
-// when it sent the request carried last of each name: those of inflight
-// sent after the last one it answered (answered), in the order they were
-// sent, then the response queued before the request's watch (pred), whose
-// record is added when it is installed.
-func (ds *deltaState) carriedNames(inflight []*deltaSent, answered string) map[string]carriedAs {
+// carriedNames returns what the responses the client had not answered
+// when it sent the request did last with each name (true: sent it; false:
+// reported it removed): those of inflight sent after the last one it
+// answered (answered), in the order they were sent, then the response
+// queued before the request's watch (pred), whose record is added when it
+// is installed.
+func (ds *deltaState) carriedNames(inflight []*deltaSent, answered string) map[string]bool {
 	var sent []*deltaSent
 	for _, s := range inflight {
 		if answered == "" || nonceBefore(answered, s.nonce) {
@@ -277,13 +268,13 @@ func (ds *deltaState) carriedNames(inflight []*deltaSent, answered string) map[s
 	if len(sent) == 0 {
 		return nil
 	}
-	carried := map[string]carriedAs{}
+	carried := map[string]bool{}
 	for _, s := range sent {
 		for _, n := range s.changed {
-			carried[n] = carriedAs{gen: s.gen}
+			carried[n] = true
 		}
 		for _, n := range s.removed {
-			carried[n] = carriedAs{gen: s.gen, removed: true}
+			carried[n] = false
 		}
 	}
 	return carried

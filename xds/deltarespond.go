@@ -214,16 +214,17 @@ func (p *deltaPass) held(n string, e *store.Entry, exists bool) (version string,
 		return "", false, isSub && !exists // a first request is told what does not exist
 	}
 	if _, isSub := p.subscribed[n]; ds.wildOn && !isSub {
-		// Not of interest at G, unless a response on its way carried it:
-		// the client, subscribed to the wildcard when it arrives, keeps
-		// what it carried (the version current then).
-		switch c, ok := ds.carried[n]; {
-		case !ok || c.removed:
-			return "", false, false
-		case exists && e.Gen <= c.gen:
-			return e.Version, true, false
+		// Not of interest at G, unless a response not answered sent it
+		// (ds.carried): the client keeps it if that response arrives
+		// after the wildcard subscription; if it arrived before the
+		// unsubscription, the client dropped it then (the protocol does
+		// not ask a client to answer a response before its next
+		// request). Either way it is answered again: sent, or reported
+		// removed.
+		if sent, ok := ds.carried[n]; ok && sent {
+			return "", false, true
 		}
-		return "", false, true
+		return "", false, false
 	}
 	if (exists && e.Gen > ds.gen) || ts.DeletedAt[n] > ds.gen || (ds.stale && !exists) {
 		return "", false, true
@@ -498,7 +499,7 @@ func (p *deltaPass) record(rest []string) (next *deltaHeld, sent *deltaSent) {
 		changed = slices.Clone(p.changed)
 	}
 	sent = &rec.sent
-	*sent = deltaSent{changed: changed, removed: slices.Clone(p.removed), gen: ts.Gen}
+	*sent = deltaSent{changed: changed, removed: slices.Clone(p.removed)}
 	if len(changed) == 1 {
 		if e, ok := ts.Resources[changed[0]]; ok {
 			sent.version = e.Version

@@ -311,6 +311,52 @@ var modelCases = []struct {
 		5 publish [eds:s3/1]   (then at once:)
 		6 c0 subscribe EDS *`,
 	},
+	{
+		name: "removed/unsubscribed-in-flight-deleted-before-the-state-then-wildcard",
+		what: "s7, carried by a response in flight, unsubscribed, deleted, and the state's generation moved past the deletion by a response of s3, then * subscribed before either arrives: the answer reports s7 removed (the change log since the state does not name it)",
+		history: `
+		c0 delta CDS *(legacy) EDS [s3 s7]
+		1 publish [cds:s3/0 eds:s3/1 cds:s7/0 eds:s7/1]
+		2 publish [eds:s7/2]   (then at once:)
+		3 c0 unsubscribe EDS [s7]   (then at once:)
+		4 publish [del:s7]   (then at once:)
+		5 publish [eds:s3/2]   (then at once:)
+		6 c0 subscribe EDS *`,
+	},
+	{
+		name: "held/unsubscribed-in-flight-changed-then-wildcard",
+		what: "s7, carried by a response in flight, unsubscribed and changed, then * subscribed before that response arrives: the answer sends s7's new version (the one on its way is older)",
+		history: `
+		c0 delta CDS *(legacy) EDS [s3 s7]
+		1 publish [cds:s3/0 eds:s3/1 cds:s7/0 eds:s7/1]
+		2 publish [eds:s7/2]   (then at once:)
+		3 c0 unsubscribe EDS [s7]   (then at once:)
+		4 publish [eds:s7/3]   (then at once:)
+		5 publish [eds:s3/2]   (then at once:)
+		6 c0 subscribe EDS *`,
+	},
+	{
+		name: "held/removal-in-flight-of-an-existing-name-then-wildcard",
+		what: "s3, subscribed by name under a wildcard, unsubscribed with * in one request: the answer reports s3 removed; * subscribed again before it arrives: the answer to * sends s3 (the client drops it on that removal)",
+		history: `
+		c0 delta CDS *(legacy) EDS [*]
+		1 publish [cds:s3/0 eds:s3/1 cds:s5/0 eds:s5/1]
+		2 c0 subscribe EDS [s3]
+		3 c0 change EDS sub=[] unsub=[s3 *]   (then at once:)
+		4 c0 subscribe EDS *`,
+	},
+	{
+		name: "removed/wildcard-dropped-and-taken-again-with-a-response-on-its-way",
+		what: "s5, sent through * in a response still on its way, * dropped, s5 deleted, * taken again: the client keeps what that response carries, and is told s5 is removed",
+		history: `
+		c0 delta CDS *(legacy) EDS [s3]
+		1 publish [cds:s3/0 eds:s3/1 cds:s5/0 eds:s5/1]
+		2 c0 subscribe EDS *
+		3 publish [eds:s5/2]   (then at once:)
+		4 c0 unsubscribe EDS *   (then at once:)
+		5 publish [del:s5]   (then at once:)
+		6 c0 subscribe EDS *`,
+	},
 }
 
 // TestModelCases replays the recorded failures of TestModel.

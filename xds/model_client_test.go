@@ -188,6 +188,10 @@ type tstate struct {
 	// or dropped with the wildcard), though they may be of interest
 	// again at both ends of it.
 	left map[string]bool
+	// unwild: when the wildcard left the interest in the window, the
+	// names subscribed by name then; every other name left it too, held
+	// or not (one published while the wildcard was off was not wanted).
+	unwild map[string]bool
 	// reanswer (delta): names unsubscribed by name under a wildcard,
 	// still of interest, which the server has not answered since. The
 	// client lets such a name go (it no longer holds it), and the server
@@ -233,6 +237,9 @@ func (ts *tstate) context() string {
 // interestChanged records the window and drops what the client is no
 // longer interested in.
 func (ts *tstate) interestChanged() {
+	if ts.winWild && !ts.in.wild && ts.unwild == nil {
+		ts.unwild = maps.Clone(ts.in.names)
+	}
 	ts.winWild = ts.winWild || ts.in.wild
 	for n := range ts.in.names {
 		ts.winNames[n] = true
@@ -283,6 +290,7 @@ func (ts *tstate) quiesced() {
 	clear(ts.hiddenOwed)
 	clear(ts.dropped)
 	clear(ts.left)
+	ts.unwild = nil
 	clear(ts.reanswer) // checked (checkHeld), but for names the client may not see
 	for n, b := range ts.budget {
 		_, held := ts.held[n]
@@ -887,7 +895,7 @@ func (r *mrun) rejected(c *mclient, ts *tstate, items []item, bad []string) *vio
 // hints).
 func (r *mrun) checkOrder(c *mclient, name string, cands []*mver) *violation {
 	ct := c.types[cds]
-	if !ct.in.has(name) || !ct.stable.has(name) || ct.left[name] {
+	if !ct.in.has(name) || !ct.stable.has(name) || ct.left[name] || (ct.unwild != nil && !ct.unwild[name]) {
 		return nil
 	}
 	h, held := ct.held[name]

@@ -6,10 +6,11 @@ package xds_test
 // that repeat names: twice subscribed, twice unsubscribed, in both lists,
 // "*" twice, a name unsubscribed that was never subscribed), ACKs and
 // NACKs, reconnects with initial_resource_versions, split responses and
-// requests crossing responses, each from a seed, by delta and sotw ADS
-// clients of the real server, against a model of what each client must
-// hold (model_client_test.go) and of what is served (model_world_test.go);
-// the driver is model_run_test.go.
+// requests crossing responses (among them unsubscriptions followed by
+// "*" before the responses on their way arrive), each from a seed, by
+// delta and sotw ADS clients of the real server, against a model of what
+// each client must hold (model_client_test.go) and of what is served
+// (model_world_test.go); the driver is model_run_test.go.
 //
 // Checked on every response as it arrives: no name both sent and removed;
 // no resource resent at the version the client holds (except names it
@@ -231,10 +232,27 @@ func genHistory(seed uint64, steps int) *mhistory {
 	if g.rng.IntN(3) > 0 {
 		h.pre = g.publish(true)
 	}
+	// A quarter of the unsubscriptions are followed, one to three steps
+	// later and before the client processes any response, by "*" of the
+	// same client and type (starAt); a publish just before the
+	// unsubscription does not wait either. The responses on their way
+	// when the client takes the wildcard carry names it let go, and the
+	// steps between change or delete them.
+	starAt, star := -1, mstep{}
 	for i := range steps {
-		s := g.step()
-		s.noWait = i < steps-1 && g.rng.IntN(4) == 0
+		s := star
+		if i != starAt {
+			s = g.step()
+		}
+		s.noWait = i < steps-1 && (i < starAt || g.rng.IntN(4) == 0)
 		h.steps = append(h.steps, s)
+		if i >= starAt && i < steps-1 && (s.kind == stUnsub || s.kind == stChange) && g.rng.IntN(4) == 0 {
+			starAt, star = min(i+1+g.rng.IntN(3), steps-1), mstep{kind: stWild, client: s.client, typ: s.typ, on: true}
+			h.steps[i].noWait = true
+			if i > 0 && h.steps[i-1].kind == stPublish {
+				h.steps[i-1].noWait = true
+			}
+		}
 	}
 	genVis(h)
 	return h

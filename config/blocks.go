@@ -41,6 +41,7 @@ type XDSLimits struct {
 	NACKLogsPerMinute                   int     `json:"nack_logs_per_minute"`
 	ResumesDecoding                     int     `json:"resumes_decoding"`
 	MaxUnwrittenResponseBytes           int     `json:"max_unwritten_response_bytes"`
+	MaxUnansweredResponses              int     `json:"max_unanswered_responses"`
 }
 
 // Authorization is the `xds.authorization:` block: which clients may

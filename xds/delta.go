@@ -39,10 +39,10 @@ import (
 // its type's last response installed (deltaSub.held) and hands it to each
 // watch. The cache reads it under its lock and never changes it; the
 // handler changes it only by installing it (deltaResponse.install, which
-// adds the response's record before any watch reads it) and by marking
-// versions on an unsubscription, between a watch's cancellation and the
-// next watch. The slices and maps of a compact state are never written
-// once installed: a reader copies what it changes.
+// adds the response's record, then dropAnswered, before any watch reads
+// it) and by marking versions on an unsubscription, between a watch's
+// cancellation and the next watch. The slices and maps of a compact state
+// are never written once installed: a reader copies what it changes.
 type deltaHeld struct {
 	// compact: a response installed the state, at generation gen; wild:
 	// the client was subscribed to the wildcard at gen.

@@ -326,7 +326,9 @@ func (ds *deltaStream) send(resp *deltaResponse) (string, error) {
 	return resp.resp.GetNonce(), err
 }
 
-// process sends resp and installs the state it carries as its type's.
+// process sends resp and installs the state it carries as its type's;
+// the stream ends if its client leaves too many of them unanswered
+// (max_unanswered_responses).
 func (ds *deltaStream) process(resp *deltaResponse) error {
 	if resp == vhdsWakeResponse {
 		return ds.vhdsWoken()
@@ -339,8 +341,9 @@ func (ds *deltaStream) process(resp *deltaResponse) error {
 	w := ds.watches.at(typ)
 	w.nonce = nonce
 	w.sub.held = resp.install(nonce)
+	w.sub.held.dropAnswered(w.sub.answered)
 	ds.watches.set(typ, w)
-	return nil
+	return ds.acct.unanswered(typ, w.sub.held)
 }
 
 // processAll sends the responses queued, before a request is handled.

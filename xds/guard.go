@@ -99,7 +99,8 @@ func newGuardMetrics() *guardMetrics {
 	m.responsesWaited.WithLabelValues("ended")
 	for _, l := range []string{"max_streams", "max_streams_per_connection", "max_names_per_stream",
 		"max_name_bytes_per_stream", "max_names_per_connection", "max_name_bytes_per_connection",
-		"max_name_bytes_total", "max_initial_version_bytes_per_connection", "max_node_bytes", "max_recv_message_bytes"} {
+		"max_name_bytes_total", "max_initial_version_bytes_per_connection", "max_node_bytes", "max_recv_message_bytes",
+		"max_unanswered_responses"} {
 		m.refusals.WithLabelValues(l)
 	}
 	return m

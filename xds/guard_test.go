@@ -565,7 +565,8 @@ func TestLimitsLetEnvoyThrough(t *testing.T) {
 	scollect(eds, names)
 
 	for _, l := range []string{"max_streams", "max_streams_per_connection", "max_names_per_stream", "max_name_bytes_per_stream",
-		"max_names_per_connection", "max_name_bytes_per_connection", "max_name_bytes_total", "max_node_bytes", "max_recv_message_bytes"} {
+		"max_names_per_connection", "max_name_bytes_per_connection", "max_name_bytes_total", "max_node_bytes", "max_recv_message_bytes",
+		"max_unanswered_responses"} {
 		if r := h.refusals(l); r != 0 {
 			t.Errorf("%s: %d refusals", l, r)
 		}

@@ -84,6 +84,8 @@ func TestConfigOptionErrors(t *testing.T) {
 		{"xds header limit too small", "xds: {limits: {max_header_bytes: 1000}}" + src, []string{"xds.limits.max_header_bytes: 1000 is not in 4096..1048576"}},
 		{"xds total name bytes too small", "xds: {limits: {max_name_bytes_total: 1000}}" + src, []string{"xds.limits.max_name_bytes_total: 1000 is not in 1048576..1099511627776"}},
 		{"request rate", "xds: {limits: {requests_per_second: -2}}" + src, []string{"xds.limits.requests_per_second"}},
+		{"unanswered responses too few", "xds: {limits: {max_unanswered_responses: 8}}" + src, []string{"xds.limits.max_unanswered_responses: 8 is not in 16..1048576"}},
+		{"unanswered responses too many", "xds: {limits: {max_unanswered_responses: 2000000}}" + src, []string{"xds.limits.max_unanswered_responses: 2000000 is not in 16..1048576"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parseOptions(tc.doc)

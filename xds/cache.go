@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -176,6 +177,19 @@ type typeState struct {
 	// under every subscribed name on every ACK (5,000 names for an Envoy
 	// with 5,000 clusters).
 	watches map[*watch]struct{}
+	// version: Gen as a string, for versionGen (under Cache.mu).
+	version    string
+	versionGen uint64
+}
+
+// genVersion returns the type's generation as a string, the system version
+// of its responses: made once per generation, not once per response.
+// Under Cache.mu.
+func (ts *typeState) genVersion() string {
+	if ts.version == "" || ts.versionGen != ts.Gen {
+		ts.version, ts.versionGen = strconv.FormatUint(ts.Gen, 10), ts.Gen
+	}
+	return ts.version
 }
 
 // watcher is the cache as the stream handlers reach it: a watch per

@@ -3,12 +3,10 @@ package xds
 import (
 	"context"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/stats"
 )
 
 // Closing the connection of a client whose certificate no longer holds.
@@ -26,119 +24,72 @@ import (
 // checks the certificate it holds now: a current one is served; one whose
 // CA left the pool fails the handshake.
 //
-// gRPC has no per-connection close: Run wraps its listener (connTracker)
-// to know the net.Conn of every connection by its remote address, and
-// TagConn (connStats) hands each connection's accounting its net.Conn.
+// gRPC has no per-connection close: Run's listener (acctListener) gives
+// each connection it accepts its accounting, which holds the net.Conn.
 // Closing it ends every stream of the connection, those opened before the
 // refusal too; other connections are untouched.
 
 // closeDelay is how long after a refusal its connection is closed.
 const closeDelay = 250 * time.Millisecond
 
-// connTracker is a listener that knows its accepted connections (until
-// they are closed) by their remote address.
-type connTracker struct {
-	net.Listener
-	mu    sync.Mutex
-	conns map[string][]*trackedConn
-}
+// acctListener gives each connection it accepts its accounting (connAcct,
+// guard.go), which every stream of the connection finds through its peer's
+// local address (connAcctOf): gRPC hands each stream the connection's
+// LocalAddr (peer.Peer), through its TLS handshake too. A stats.Handler's
+// TagConn could hand the accounting over as well, but gRPC then builds and
+// reports a record of every message each way (allocations and clock reads
+// per request and per response), which nothing here reads.
+type acctListener struct{ net.Listener }
 
-func newConnTracker(lis net.Listener) *connTracker {
-	return &connTracker{Listener: lis, conns: map[string][]*trackedConn{}}
-}
-
-func (t *connTracker) Accept() (net.Conn, error) {
-	c, err := t.Listener.Accept()
+func (l acctListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
-	tc := &trackedConn{Conn: c, t: t, key: addrKey(c.RemoteAddr())}
-	t.mu.Lock()
-	t.conns[tc.key] = append(t.conns[tc.key], tc)
-	t.mu.Unlock()
-	return tc, nil
+	return newAcctConn(c), nil
 }
 
-// lookup returns the open connection whose remote address is addr; nil if
-// none, or if more than one has that address (as unnamed unix sockets do).
-func (t *connTracker) lookup(addr net.Addr) net.Conn {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if cs := t.conns[addrKey(addr)]; len(cs) == 1 {
-		return cs[0]
+// acctConn is an accepted connection with its accounting, whose conn it is.
+type acctConn struct {
+	net.Conn
+	local net.Addr // an *acctAddr
+}
+
+func newAcctConn(c net.Conn) *acctConn {
+	ac := &acctConn{Conn: c}
+	ca := newConnAcct()
+	ca.conn = ac
+	ac.local = &acctAddr{Addr: c.LocalAddr(), acct: ca}
+	return ac
+}
+
+func (c *acctConn) LocalAddr() net.Addr { return c.local }
+
+// acctAddr is an accepted connection's local address, as it was, with the
+// connection's accounting.
+type acctAddr struct {
+	net.Addr
+	acct *connAcct
+}
+
+// connAcctOf returns the accounting of the connection of the stream whose
+// context ctx is (nil: not a connection of acctListener).
+func connAcctOf(ctx context.Context) *connAcct {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	if a, ok := p.LocalAddr.(*acctAddr); ok && a.Addr != nil {
+		return a.acct
 	}
 	return nil
-}
-
-func (t *connTracker) remove(tc *trackedConn) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	cs := t.conns[tc.key]
-	for i, c := range cs {
-		if c == tc {
-			cs = append(cs[:i], cs[i+1:]...)
-			break
-		}
-	}
-	if len(cs) == 0 {
-		delete(t.conns, tc.key)
-	} else {
-		t.conns[tc.key] = cs
-	}
-}
-
-// len is the number of connections tracked.
-func (t *connTracker) len() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	n := 0
-	for _, cs := range t.conns {
-		n += len(cs)
-	}
-	return n
-}
-
-func addrKey(a net.Addr) string {
-	if a == nil {
-		return ""
-	}
-	return a.Network() + " " + a.String()
-}
-
-// trackedConn leaves its tracker when closed (by gRPC: the connection
-// ended, its handshake failed, the server stopped; or by closeConn).
-type trackedConn struct {
-	net.Conn
-	t    *connTracker
-	key  string
-	once sync.Once
-}
-
-func (c *trackedConn) Close() error {
-	c.once.Do(func() { c.t.remove(c) })
-	return c.Conn.Close()
-}
-
-// connStats is the server's stats.Handler: the guard's, whose TagConn also
-// gives the connection's accounting its net.Conn.
-type connStats struct {
-	*guard
-	conns *connTracker
-}
-
-func (h connStats) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
-	ctx = h.guard.TagConn(ctx, info)
-	if ca, _ := ctx.Value(connKey{}).(*connAcct); ca != nil && info != nil {
-		ca.conn = h.conns.lookup(info.RemoteAddr)
-	}
-	return ctx
 }
 
 // closeConn closes, closeDelay from now, the connection of the stream whose
 // context ctx is, refused for reason: once per connection. It reports
 // whether it will.
 func (s *Server) closeConn(ctx context.Context, reason string) bool {
-	ca, _ := ctx.Value(connKey{}).(*connAcct)
+	ca := connAcctOf(ctx)
 	if ca == nil || ca.conn == nil || !ca.closing.CompareAndSwap(false, true) {
 		return false
 	}

@@ -1,62 +1,73 @@
 package xds
 
 import (
+	"context"
 	"net"
+	"path/filepath"
 	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
-// The tracker knows each accepted connection by its remote address until
-// it is closed, and names none for an address two connections share.
-func TestConnTracker(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+// Each connection the listener accepts has an accounting of its own, which
+// every call on the connection finds from its context, and whose conn is
+// the connection: also for connections that share their addresses (unix
+// sockets, whose clients are unnamed).
+func TestConnAccountingPerConnection(t *testing.T) {
+	lis, err := net.Listen("unix", filepath.Join(t.TempDir(), "xds.sock"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := newConnTracker(lis)
-	defer tr.Close()
-	var clients, accepted []net.Conn
-	for range 3 {
-		c, err := net.Dial("tcp", lis.Addr().String())
+	seen := make(chan *connAcct, 4)
+	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		seen <- connAcctOf(ctx)
+		return h(ctx, req)
+	}))
+	healthpb.RegisterHealthServer(gs, health.NewServer())
+	go gs.Serve(acctListener{lis})
+	defer gs.Stop()
+
+	var accts [2][2]*connAcct // per connection, per call
+	var ccs [2]*grpc.ClientConn
+	for i := range ccs {
+		cc, err := grpc.NewClient("unix://"+lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
-		clients = append(clients, c)
-		a, err := tr.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		accepted = append(accepted, a)
-	}
-	if n := tr.len(); n != 3 {
-		t.Fatalf("tracked %d, want 3", n)
-	}
-	for i, c := range clients {
-		if got := tr.lookup(c.LocalAddr()); got != accepted[i] {
-			t.Errorf("lookup(%v) = %v, want connection %d", c.LocalAddr(), got, i)
+		defer cc.Close()
+		ccs[i] = cc
+		for j := range 2 {
+			if _, err := healthpb.NewHealthClient(cc).Check(t.Context(), &healthpb.HealthCheckRequest{}); err != nil {
+				t.Fatal(err)
+			}
+			accts[i][j] = <-seen
 		}
 	}
-	accepted[0].Close()
-	accepted[0].Close() // twice: removed once
-	if got := tr.lookup(clients[0].LocalAddr()); got != nil {
-		t.Errorf("a closed connection still found")
+	for i, a := range accts {
+		if a[0] == nil || a[0] != a[1] {
+			t.Fatalf("connection %d: calls found accountings %p and %p, want one, the same", i, a[0], a[1])
+		}
+		if a[0].conn == nil {
+			t.Fatalf("connection %d: its accounting holds no connection", i)
+		}
 	}
-	if n := tr.len(); n != 2 {
-		t.Fatalf("tracked %d after a close, want 2", n)
+	if accts[0][0] == accts[1][0] {
+		t.Fatal("two connections share one accounting")
 	}
-	// Two connections with one address (unnamed unix sockets): neither.
-	dup := &trackedConn{Conn: accepted[1], t: tr, key: addrKey(clients[1].LocalAddr())}
-	tr.mu.Lock()
-	tr.conns[dup.key] = append(tr.conns[dup.key], dup)
-	tr.mu.Unlock()
-	if got := tr.lookup(clients[1].LocalAddr()); got != nil {
-		t.Errorf("lookup of a shared address = %v, want nil", got)
+	// Closing the connection an accounting holds ends that connection only.
+	if err := accts[0][0].conn.Close(); err != nil {
+		t.Fatal(err)
 	}
-	tr.remove(dup)
-	for _, a := range accepted[1:] {
-		a.Close()
+	if _, err := healthpb.NewHealthClient(ccs[1]).Check(t.Context(), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("the other connection: %v", err)
 	}
-	if n := tr.len(); n != 0 || len(tr.conns) != 0 {
-		t.Fatalf("tracked %d (%d keys) after every close, want 0", n, len(tr.conns))
+	if got := <-seen; got != accts[1][0] {
+		t.Fatalf("the other connection's call found accounting %p, want %p", got, accts[1][0])
+	}
+	if connAcctOf(context.Background()) != nil {
+		t.Fatal("an accounting found without a connection")
 	}
 }

@@ -92,10 +92,16 @@ type deltaResponse struct {
 	wire [][]byte
 	// msg: the response a watch computed, which resp points to (one
 	// allocation for both; responses made elsewhere leave it empty).
-	msg  discovery.DeltaDiscoveryResponse
-	w    *watch
-	next *deltaHeld
-	sent *deltaSent // nil: the response carried nothing
+	msg discovery.DeltaDiscoveryResponse
+	// out: resp as the stream handler sends it (deltaStream.send), in the
+	// same allocation; empty once sent. res, wires: room for the resources
+	// and encodings of a response of one resource.
+	out   wiredDelta
+	res   [1]*discovery.Resource
+	wires [1][]byte
+	w     *watch
+	next  *deltaHeld
+	sent  *deltaSent // nil: the response carried nothing
 	// pred: a response queued before this one whose state this one was
 	// computed from before the server installed it (see Cache.cancel); its
 	// record is complete once it is installed.
@@ -333,13 +339,15 @@ func (c *Cache) takeQueued(w *watch) (heldBack []string) {
 // (nacked), and the resource rejected alone, if it was (isolated).
 func (ds *deltaState) answered(ts *typeState, inflight []*deltaSent, nonce string, nack bool) (nacked []string, isolated string) {
 	for _, s := range inflight {
+		// The response answered first: the ACK of the newest response
+		// compares no numbers.
 		switch {
+		case s.nonce == nonce && nonce != "" && nack:
+			nacked, isolated = ds.rejectResponse(ts, s)
+		case s.nonce == nonce && nonce != "":
+			ds.plan.took(len(s.changed))
 		case nonce == "" || nonceBefore(nonce, s.nonce):
 			ds.carry = append(ds.carry, s)
-		case s.nonce == nonce && nack:
-			nacked, isolated = ds.rejectResponse(ts, s)
-		case s.nonce == nonce:
-			ds.plan.took(len(s.changed))
 		}
 	}
 	if len(ds.plan) > 0 {

@@ -3,7 +3,6 @@ package xds
 import (
 	"slices"
 	"sort"
-	"strconv"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/xdsbridge/xdsbridge/xds/store"
@@ -50,8 +49,12 @@ func (c *Cache) respondDelta(w *watch, seq []string, fromRest, full, evenIfEmpty
 	sort.Strings(p.removed)
 	changed, removed, ts := p.changed, p.removed, w.ts
 	next, sent := p.record(rest)
-	res := make([]*discovery.Resource, 0, len(changed))
-	wire := make([][]byte, 0, len(changed))
+	r := &deltaResponse{}
+	res, wire := r.res[:0], r.wires[:0]
+	if len(changed) > len(r.res) {
+		res = make([]*discovery.Resource, 0, len(changed))
+		wire = make([][]byte, 0, len(changed))
+	}
 	find := c.finder(ts, len(changed))
 	newest := ts.newestGen(removed)
 	for _, n := range changed {
@@ -67,12 +70,12 @@ func (c *Cache) respondDelta(w *watch, seq []string, fromRest, full, evenIfEmpty
 	// The type's generation counts every change, hidden ones too: a
 	// restricted client is not told it (system_version_info is for
 	// debugging only).
-	sysVersion := strconv.FormatUint(ts.Gen, 10)
+	sysVersion := ts.genVersion()
 	if w.vis() != nil {
 		sysVersion = ""
 	}
 	w.done = true
-	r := &deltaResponse{req: w.dreq, wire: wire, w: w, next: next, sent: sent, pred: w.ds.pred}
+	r.req, r.wire, r.w, r.next, r.sent, r.pred = w.dreq, wire, w, next, sent, w.ds.pred
 	r.msg = discovery.DeltaDiscoveryResponse{
 		TypeUrl:           ts.URL,
 		Resources:         res,
@@ -486,10 +489,12 @@ func (p *deltaPass) resumedCheck(r *resumedVersions) (covered func(n string) boo
 // new: the stream handler installs it only when it sends the response.
 func (p *deltaPass) record(rest []string) (next *deltaHeld, sent *deltaSent) {
 	ts, ds := p.ts, p.ds
-	next = &deltaHeld{
+	rec := &deltaRecord{}
+	next = &rec.held
+	*next = deltaHeld{
 		compact: true, wild: p.wild, gen: ts.Gen,
 		rest: rest, plan: ds.plan, rejected: ds.stillRejected(ts),
-		inflight: slices.Clone(ds.carry),
+		inflight: append(rec.inflight[:0], ds.carry...), // and sent, when installed
 	}
 	if len(p.changed)+len(p.removed) == 0 {
 		return next, nil
@@ -501,18 +506,34 @@ func (p *deltaPass) record(rest []string) (next *deltaHeld, sent *deltaSent) {
 	// than finding the run (and than sorting the type's names again, after
 	// a name came or went).
 	var changed []string
-	if len(p.changed) >= minCursor {
+	switch {
+	case len(p.changed) >= minCursor:
 		changed = ts.AllNames().Run(p.changed)
-	} else {
+	case len(p.changed) == 1:
+		rec.name[0] = p.changed[0]
+		changed = rec.name[:]
+	default:
 		changed = slices.Clone(p.changed)
 	}
-	sent = &deltaSent{changed: changed, removed: slices.Clone(p.removed)}
+	sent = &rec.sent
+	*sent = deltaSent{changed: changed, removed: slices.Clone(p.removed)}
 	if len(changed) == 1 {
 		if e, ok := ts.Resources[changed[0]]; ok {
 			sent.version = e.Version
 		}
 	}
 	return next, sent
+}
+
+// deltaRecord is a response's record (deltaPass.record) in one
+// allocation: the state it installs, what it carries, and room for the
+// common response: of one resource, sent while at most one other is
+// unanswered.
+type deltaRecord struct {
+	held     deltaHeld
+	sent     deltaSent
+	inflight [2]*deltaSent
+	name     [1]string
 }
 
 // stillRejected returns the rejected resources that are still served at

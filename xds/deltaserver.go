@@ -320,7 +320,10 @@ func (ds *deltaStream) send(resp *deltaResponse) (string, error) {
 	if now := resp.resp.Resources; len(now) != len(built) || (len(now) > 0 && &now[0] != &built[0]) {
 		wire = nil
 	}
-	return resp.resp.GetNonce(), ds.str.SendMsg(&wiredDelta{DeltaDiscoveryResponse: resp.resp, wire: wire})
+	resp.out = wiredDelta{DeltaDiscoveryResponse: resp.resp, wire: wire}
+	err := ds.str.SendMsg(&resp.out)
+	resp.out, resp.wires = wiredDelta{}, [1][]byte{}
+	return resp.resp.GetNonce(), err
 }
 
 // process sends resp and installs the state it carries as its type's;

@@ -12,13 +12,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 )
 
 // guard enforces Limits on the gRPC server, in front of the stream
-// handlers and the cache: a stats.Handler gives each connection its accounting
-// (TagConn), and a stream interceptor counts the streams per connection and
+// handlers and the cache: the listener gives each connection its accounting
+// (acctListener, conns.go), and a stream interceptor counts the streams per connection and
 // in total and wraps each stream so that every request is paced, then
 // checked, encoded, by the codec (guardedMsg, checkWire): its node's size,
 // and its subscribed names. A request over a limit is never decoded nor
@@ -130,31 +129,21 @@ type connAcct struct {
 	ivBytes int                      // initial_resource_versions held
 	live    map[*streamAcct]struct{} // the streams counted in streams
 	waiting atomic.Bool              // a stream waits for one to end (reserve)
-	// conn is the connection itself (connStats.TagConn; nil if unknown),
+	// conn is the connection itself (acctListener; nil if unknown),
 	// closed once its client certificate no longer holds (conns.go);
 	// closing is set when that is decided.
 	conn    net.Conn
 	closing atomic.Bool
 }
 
-type connKey struct{}
-
-// TagConn gives the connection its accounting, which every stream of it
-// finds in its context.
-func (g *guard) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return context.WithValue(ctx, connKey{}, &connAcct{live: map[*streamAcct]struct{}{}})
-}
-
-func (g *guard) HandleConn(context.Context, stats.ConnStats)                     {}
-func (g *guard) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
-func (g *guard) HandleRPC(context.Context, stats.RPCStats)                       {}
+func newConnAcct() *connAcct { return &connAcct{live: map[*streamAcct]struct{}{}} }
 
 // intercept admits a stream if its connection and the server are under
 // their stream limits, and serves it through a guardedStream.
 func (g *guard) intercept(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	ca, _ := ss.Context().Value(connKey{}).(*connAcct)
+	ca := connAcctOf(ss.Context())
 	if ca == nil { // not through Run's server: a connection of its own
-		ca = &connAcct{live: map[*streamAcct]struct{}{}}
+		ca = newConnAcct()
 	}
 	// A stream whose context ended is released by its AfterFunc, in a
 	// goroutine of its own; one at the limit releases them itself, and
@@ -189,6 +178,7 @@ func (g *guard) intercept(srv any, ss grpc.ServerStream, info *grpc.StreamServer
 			delete(ca.live, a)
 			ca.mu.Unlock()
 			a.release()
+			a.charges.end()
 			g.open.Add(-1)
 			ca.streams.Add(-1)
 		})
@@ -282,6 +272,9 @@ type guardedStream struct {
 	grpc.ServerStream
 	a   *streamAcct
 	ctx context.Context
+	// gm: what RecvMsg has gRPC decode into, made anew for each request
+	// (one RecvMsg at a time; the codec keeps nothing of it).
+	gm guardedMsg
 }
 
 func (s *guardedStream) Context() context.Context { return s.ctx }
@@ -293,7 +286,9 @@ func (s *guardedStream) RecvMsg(m any) error {
 	}
 	// The codec hands the encoded request to checkWire before decoding it
 	// (guardedMsg).
-	gm := &guardedMsg{m: m, a: a}
+	gm := &s.gm
+	*gm = guardedMsg{m: m, a: a}
+	defer func() { gm.m = nil }() // not kept until the next request
 	if err := s.ServerStream.RecvMsg(gm); err != nil {
 		if status.Code(err) == codes.ResourceExhausted {
 			// gRPC refused a message over MaxRecvMsgSize, and has already

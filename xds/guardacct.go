@@ -27,6 +27,9 @@ type streamAcct struct {
 	conn *connAcct
 	ctx  context.Context // the stream's
 	end  func()          // releases the stream, once
+	// charges: the stream's responses' bytes in the unwritten budget,
+	// given back when it ends (unwritten.go).
+	charges streamCharges
 
 	// defType: the type of a stream of one type (DeltaEndpoints, ...),
 	// which the server gives a request without a type URL; nil for ADS.

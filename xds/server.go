@@ -237,9 +237,9 @@ func (s *Server) DrainChangeACK() []time.Duration {
 
 // Run serves xDS on lis until ctx is done, then closes every stream.
 func (s *Server) Run(ctx context.Context, lis net.Listener) error {
-	// The connections, to close one whose client certificate no longer
-	// holds (conns.go).
-	conns := newConnTracker(lis)
+	// Each connection's accounting, which holds the connection, to close
+	// one whose client certificate no longer holds (conns.go).
+	conns := acctListener{lis}
 	gs := grpc.NewServer(
 		// gRPC's default pool hands a message over 32 KiB a 1 MiB buffer
 		// (an Envoy's EDS subscription to 5,000 names is 70 KiB); tiers in
@@ -264,7 +264,6 @@ func (s *Server) Run(ctx context.Context, lis net.Listener) error {
 		// transport, uncounted). A refused stream ends at once, so the
 		// excess costs at most as many short-lived streams again.
 		grpc.MaxConcurrentStreams(uint32(2*s.lim.MaxStreamsPerConnection)),
-		grpc.StatsHandler(connStats{guard: s.guard, conns: conns}),
 		grpc.ChainStreamInterceptor(s.guard.intercept),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: s.keep.MinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: s.keep.Time, Timeout: s.keep.Timeout}),

@@ -196,16 +196,60 @@ type unwrittenCharge struct {
 	elem    *list.Element // in b.held, while counted
 	done    atomic.Bool
 	encoded bool // into a buffer that gives the charge back (pool)
-	// stop stops giving the bytes back when the stream ends (ended).
-	stop func() bool
+	// of: the stream's charges, which give it back when the stream ends
+	// (nil: not among them).
+	of *streamCharges
 }
 
 // give gives the bytes back (once; none if they expired).
 func (c *unwrittenCharge) give() {
-	if c.stop != nil {
-		c.stop()
+	if c.of != nil {
+		c.of.remove(c)
 	}
 	c.ended()
+}
+
+// streamCharges are a stream's charges not given back yet, which its end
+// gives back (end): one registration with the stream's end for all of them
+// (streamAcct.end), not one per response with its context.
+type streamCharges struct {
+	mu    sync.Mutex
+	open  map[*unwrittenCharge]struct{}
+	ended bool
+}
+
+// add makes c one of the stream's charges; false if the stream ended.
+func (sc *streamCharges) add(c *unwrittenCharge) bool {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.ended {
+		return false
+	}
+	if sc.open == nil {
+		sc.open = map[*unwrittenCharge]struct{}{}
+	}
+	sc.open[c] = struct{}{}
+	c.of = sc
+	return true
+}
+
+func (sc *streamCharges) remove(c *unwrittenCharge) {
+	sc.mu.Lock()
+	delete(sc.open, c)
+	sc.mu.Unlock()
+}
+
+// end gives back the charges of the stream, which ended, and those it
+// adds later at once.
+func (sc *streamCharges) end() {
+	sc.mu.Lock()
+	sc.ended = true
+	open := sc.open
+	sc.open = nil
+	sc.mu.Unlock()
+	for c := range open {
+		c.ended()
+	}
 }
 
 // ended gives the bytes back when the response's stream ended (see
@@ -273,7 +317,9 @@ func (s *guardedStream) SendMsg(m any) error {
 	if err != nil {
 		return err
 	}
-	c.stop = context.AfterFunc(s.ctx, c.ended)
+	if !s.a.charges.add(c) {
+		c.ended() // the stream ended: nothing to wait for
+	}
 	switch r := m.(type) {
 	case *wiredDelta:
 		r.charge = c

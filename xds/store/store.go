@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -362,8 +361,12 @@ func (s *Store) commit(ts *Type, changed []string) {
 // be older than the log.
 func (ts *Type) SinceLog(gen uint64) []string {
 	// The log is in generation order; an ACK of a recent response looks
-	// at its tail only, not at up to maxLogGens entries.
-	i := sort.Search(len(ts.Log), func(i int) bool { return ts.Log[i].Gen > gen })
+	// at its tail only, from the end: the entries after gen, whose names
+	// are copied below anyway, and one more.
+	i := len(ts.Log)
+	for i > 0 && ts.Log[i-1].Gen > gen {
+		i--
+	}
 	n := 0
 	for _, l := range ts.Log[i:] {
 		n += len(l.Names)

@@ -254,3 +254,62 @@ func (b bitset) equal(o bitset) bool {
 	}
 	return true
 }
+
+// resumedCheck is the full check of a state whose explicit versions
+// include a resume's entries (r, resumed.go). If the type is still at the
+// generation they were found current at, and the client may read every
+// resource, an entry is current: of interest, it is not sent, and it is
+// not looked at; the client subscribing to the wildcard with as many
+// entries as the type has resources, or to exactly the entries' names,
+// nothing of them is looked at. Otherwise every name is, as fullCheck
+// looks at them.
+func (p *deltaPass) resumedCheck(r *resumedVersions) (covered func(n string) bool) {
+	w, ts, subscribed := p.w, p.ts, p.subscribed
+	if !r.at(ts) || w.vis() != nil {
+		covered = w.fullCheck(p.known.versions, p.consider)
+		for _, e := range r.cur {
+			if _, explicit := p.known.versions[e.Name]; !explicit && !covered(e.Name) {
+				p.consider(e.Name)
+			}
+		}
+		return covered
+	}
+	covered = w.covered()
+	switch {
+	case p.wild:
+		// The entries are resources of the type (of the generation).
+		if len(r.cur) < len(ts.Resources) {
+			for n, e := range ts.Resources {
+				if !r.bits.has(e.Slot) {
+					p.consider(n)
+				}
+			}
+		}
+	case r.subsCur && len(subscribed) == len(r.cur):
+		// The names subscribed include the request's, which are the
+		// entries': as many, they are these.
+	default:
+		held := 0
+		for n := range subscribed {
+			if e, ok := ts.Resources[n]; ok && r.bits.has(e.Slot) {
+				held++
+				continue
+			}
+			p.consider(n)
+		}
+		if held < len(r.cur) {
+			// Entries not subscribed: held, not of interest.
+			for _, e := range r.cur {
+				if _, isSub := subscribed[e.Name]; !isSub {
+					p.consider(e.Name)
+				}
+			}
+		}
+	}
+	for n := range p.known.versions {
+		if !covered(n) {
+			p.consider(n)
+		}
+	}
+	return covered
+}

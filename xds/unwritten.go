@@ -48,14 +48,19 @@ type unwrittenBudget struct {
 	limit int64
 	wait  time.Duration
 	inUse prometheus.Gauge
-	// waited counts the responses that waited, by outcome ("room",
-	// "expired", "ended").
-	waited *prometheus.CounterVec
+	// waitedRoom, waitedExpired and waitedEnded count the responses that
+	// waited, by outcome ("room", "expired", "ended").
+	waitedRoom, waitedExpired, waitedEnded prometheus.Counter
 
 	mu    sync.Mutex
 	used  int64
 	queue []*unwrittenWaiter // in arrival order
 	held  list.List          // the charges counted, oldest first
+	// expiry expires the held bytes when the oldest are due while
+	// responses wait (expireWaiting): one timer for all the waiters.
+	// expiryAt is when it fires; zero: not armed.
+	expiry   *time.Timer
+	expiryAt time.Time
 }
 
 // unwrittenWait is how long a response's bytes count: those of a response
@@ -65,14 +70,16 @@ const unwrittenWait = time.Second
 type unwrittenWaiter struct {
 	c       *unwrittenCharge
 	granted bool
-	// outcome: how it went, as waited counts it ("room", or "expired"
-	// if bytes expired to let it go), set when granted.
-	outcome string
+	// expired: bytes expired to let it go (counted "expired", else
+	// "room"), set when granted.
+	expired bool
 	ready   chan struct{} // closed when granted
 }
 
 func newUnwrittenBudget(limit int64, wait time.Duration, m *guardMetrics) *unwrittenBudget {
-	return &unwrittenBudget{limit: limit, wait: wait, inUse: m.unwrittenBytes, waited: m.responsesWaited}
+	v := m.responsesWaited
+	return &unwrittenBudget{limit: limit, wait: wait, inUse: m.unwrittenBytes,
+		waitedRoom: v.WithLabelValues("room"), waitedExpired: v.WithLabelValues("expired"), waitedEnded: v.WithLabelValues("ended")}
 }
 
 func (b *unwrittenBudget) fits(n int64) bool { return b.used == 0 || b.used+n <= b.limit }
@@ -112,26 +119,45 @@ func (b *unwrittenBudget) expire(now time.Time) (next time.Time) {
 }
 
 // expireGrant expires what is due, and lets the waiting responses that
-// then fit go, whichever waiter's timer it runs for: those go as
-// "expired". It returns when the next are due (under mu).
-func (b *unwrittenBudget) expireGrant() time.Time {
+// then fit go: those go as "expired". While responses still wait, the
+// expiry timer is armed for when the next bytes are due (under mu).
+func (b *unwrittenBudget) expireGrant() {
 	before := b.used
 	next := b.expire(time.Now())
 	if b.used < before {
-		b.grant("expired")
+		b.grant(true)
 	}
-	return next
+	if len(b.queue) == 0 || (!b.expiryAt.IsZero() && !b.expiryAt.After(next)) {
+		return
+	}
+	d := max(time.Until(next), time.Millisecond)
+	b.expiryAt = time.Now().Add(d)
+	if b.expiry == nil {
+		b.expiry = time.AfterFunc(d, b.expireWaiting)
+	} else {
+		b.expiry.Reset(d)
+	}
+}
+
+// expireWaiting runs when the expiry timer fires.
+func (b *unwrittenBudget) expireWaiting() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.expiryAt = time.Time{}
+	if len(b.queue) > 0 {
+		b.expireGrant()
+	}
 }
 
 // grant lets the waiting responses at the head of the queue go while they
-// fit, with outcome (under mu).
-func (b *unwrittenBudget) grant(outcome string) {
+// fit, counted "expired" if expired, else "room" (under mu).
+func (b *unwrittenBudget) grant(expired bool) {
 	for len(b.queue) > 0 && b.fits(b.queue[0].c.n) {
 		w := b.queue[0]
 		b.queue[0] = nil
 		b.queue = b.queue[1:]
 		b.count(w.c)
-		w.granted, w.outcome = true, outcome
+		w.granted, w.expired = true, expired
 		close(w.ready)
 	}
 }
@@ -158,32 +184,27 @@ func (b *unwrittenBudget) take(ctx context.Context, n int) (*unwrittenCharge, er
 	}
 	w := &unwrittenWaiter{c: c, ready: make(chan struct{})}
 	b.queue = append(b.queue, w)
-	next := b.expireGrant()
+	b.expireGrant()
 	b.mu.Unlock()
-	t := time.NewTimer(time.Until(next))
-	defer t.Stop()
-	for {
-		select {
-		case <-w.ready:
-			b.waited.WithLabelValues(w.outcome).Inc()
-			return c, nil
-		case <-ctx.Done():
-			b.mu.Lock()
-			if w.granted {
-				b.uncount(c)
-			} else {
-				b.remove(w)
-			}
-			b.grant("room") // the next may fit
-			b.mu.Unlock()
-			b.waited.WithLabelValues("ended").Inc()
-			return nil, ctx.Err()
-		case <-t.C:
-			b.mu.Lock()
-			next := b.expireGrant()
-			b.mu.Unlock()
-			t.Reset(max(time.Until(next), time.Millisecond))
+	select {
+	case <-w.ready:
+		if w.expired {
+			b.waitedExpired.Inc()
+		} else {
+			b.waitedRoom.Inc()
 		}
+		return c, nil
+	case <-ctx.Done():
+		b.mu.Lock()
+		if w.granted {
+			b.uncount(c)
+		} else {
+			b.remove(w)
+		}
+		b.grant(false) // the next may fit
+		b.mu.Unlock()
+		b.waitedEnded.Inc()
+		return nil, ctx.Err()
 	}
 }
 
@@ -218,7 +239,7 @@ func (c *unwrittenCharge) ended() {
 	b := c.b
 	b.mu.Lock()
 	b.uncount(c)
-	b.grant("room")
+	b.grant(false)
 	b.mu.Unlock()
 }
 

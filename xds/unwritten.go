@@ -54,7 +54,7 @@ type unwrittenBudget struct {
 
 	mu    sync.Mutex
 	used  int64
-	queue []*unwrittenWaiter // in arrival order
+	queue []*unwrittenCharge // the waiting, in arrival order
 	held  list.List          // the charges counted, oldest first
 	// expiry expires the held bytes when the oldest are due while
 	// responses wait (expireWaiting): one timer for all the waiters.
@@ -66,15 +66,6 @@ type unwrittenBudget struct {
 // unwrittenWait is how long a response's bytes count: those of a response
 // not written out by then (its client is not reading) stop counting.
 const unwrittenWait = time.Second
-
-type unwrittenWaiter struct {
-	c       *unwrittenCharge
-	granted bool
-	// expired: bytes expired to let it go (counted "expired", else
-	// "room"), set when granted.
-	expired bool
-	ready   chan struct{} // closed when granted
-}
 
 func newUnwrittenBudget(limit int64, wait time.Duration, m *guardMetrics) *unwrittenBudget {
 	v := m.responsesWaited
@@ -122,16 +113,16 @@ func (b *unwrittenBudget) expire(now time.Time) (next time.Time) {
 // then fit go: those go as "expired". While responses still wait, the
 // expiry timer is armed for when the next bytes are due (under mu).
 func (b *unwrittenBudget) expireGrant() {
-	before := b.used
-	next := b.expire(time.Now())
+	before, now := b.used, time.Now()
+	next := b.expire(now)
 	if b.used < before {
 		b.grant(true)
 	}
 	if len(b.queue) == 0 || (!b.expiryAt.IsZero() && !b.expiryAt.After(next)) {
 		return
 	}
-	d := max(time.Until(next), time.Millisecond)
-	b.expiryAt = time.Now().Add(d)
+	d := max(next.Sub(now), time.Millisecond)
+	b.expiryAt = now.Add(d)
 	if b.expiry == nil {
 		b.expiry = time.AfterFunc(d, b.expireWaiting)
 	} else {
@@ -152,20 +143,20 @@ func (b *unwrittenBudget) expireWaiting() {
 // grant lets the waiting responses at the head of the queue go while they
 // fit, counted "expired" if expired, else "room" (under mu).
 func (b *unwrittenBudget) grant(expired bool) {
-	for len(b.queue) > 0 && b.fits(b.queue[0].c.n) {
-		w := b.queue[0]
+	for len(b.queue) > 0 && b.fits(b.queue[0].n) {
+		c := b.queue[0]
 		b.queue[0] = nil
 		b.queue = b.queue[1:]
-		b.count(w.c)
-		w.granted, w.expired = true, expired
-		close(w.ready)
+		b.count(c)
+		c.granted, c.expired = true, expired
+		close(c.ready)
 	}
 }
 
-// remove takes w out of the queue (under mu).
-func (b *unwrittenBudget) remove(w *unwrittenWaiter) {
+// remove takes c out of the queue (under mu).
+func (b *unwrittenBudget) remove(c *unwrittenCharge) {
 	for i, q := range b.queue {
-		if q == w {
+		if q == c {
 			b.queue = append(b.queue[:i:i], b.queue[i+1:]...)
 			return
 		}
@@ -182,13 +173,13 @@ func (b *unwrittenBudget) take(ctx context.Context, n int) (*unwrittenCharge, er
 		b.mu.Unlock()
 		return c, nil
 	}
-	w := &unwrittenWaiter{c: c, ready: make(chan struct{})}
-	b.queue = append(b.queue, w)
+	c.ready = make(chan struct{})
+	b.queue = append(b.queue, c)
 	b.expireGrant()
 	b.mu.Unlock()
 	select {
-	case <-w.ready:
-		if w.expired {
+	case <-c.ready:
+		if c.expired {
 			b.waitedExpired.Inc()
 		} else {
 			b.waitedRoom.Inc()
@@ -196,10 +187,10 @@ func (b *unwrittenBudget) take(ctx context.Context, n int) (*unwrittenCharge, er
 		return c, nil
 	case <-ctx.Done():
 		b.mu.Lock()
-		if w.granted {
+		if c.granted {
 			b.uncount(c)
 		} else {
-			b.remove(w)
+			b.remove(c)
 		}
 		b.grant(false) // the next may fit
 		b.mu.Unlock()
@@ -211,6 +202,12 @@ func (b *unwrittenBudget) take(ctx context.Context, n int) (*unwrittenCharge, er
 // unwrittenCharge is one response's bytes in the budget, counted from at
 // until given back (or expired), once.
 type unwrittenCharge struct {
+	// ready is closed when the charge, which waited its turn, is granted
+	// (counted); granted and expired (bytes expired to let it go: the
+	// wait counted "expired" rather than "room") are set then (under mu).
+	ready            chan struct{}
+	granted, expired bool
+
 	b       *unwrittenBudget
 	n       int64
 	at      time.Time

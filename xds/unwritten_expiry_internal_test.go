@@ -12,7 +12,7 @@ import (
 // wait stop counting for a response that waits, though the response that
 // waited first (when the expiry was set) left, its stream ended.
 func TestUnwrittenExpiryOutlivesLeavingWaiter(t *testing.T) {
-	const wait = 300 * time.Millisecond
+	const wait = 500 * time.Millisecond
 	b, m, ctx := heldBudget(t, wait)
 	fctx, leave := context.WithCancel(ctx)
 	first := make(chan error, 1)
@@ -20,7 +20,7 @@ func TestUnwrittenExpiryOutlivesLeavingWaiter(t *testing.T) {
 		_, err := b.take(fctx, 50)
 		first <- err
 	}()
-	awaitQueued(t, b, 1, wait/3)
+	awaitQueued(t, b, 1, wait/2) // before the bytes expire
 	leave()
 	if err := <-first; err == nil {
 		t.Fatal("a wait whose stream ended took the bytes")

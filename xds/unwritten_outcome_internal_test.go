@@ -8,8 +8,8 @@ import (
 )
 
 // TestUnwrittenWaitsCountedExpired: responses let go because bytes held
-// unwritten expired are all counted "expired", whichever waiter's timer
-// found the bytes expired.
+// unwritten expired are all counted "expired", however many went at
+// once.
 func TestUnwrittenWaitsCountedExpired(t *testing.T) {
 	const wait = 500 * time.Millisecond
 	b, m, ctx := heldBudget(t, wait)

@@ -48,31 +48,29 @@ type unwrittenBudget struct {
 	limit int64
 	wait  time.Duration
 	inUse prometheus.Gauge
-	// waited counts the responses that waited, by outcome ("room",
-	// "expired", "ended").
-	waited *prometheus.CounterVec
+	// waitedRoom, waitedExpired and waitedEnded count the responses that
+	// waited, by outcome ("room", "expired", "ended").
+	waitedRoom, waitedExpired, waitedEnded prometheus.Counter
 
 	mu    sync.Mutex
 	used  int64
-	queue []*unwrittenWaiter // in arrival order
+	queue []*unwrittenCharge // the waiting, in arrival order
 	held  list.List          // the charges counted, oldest first
+	// expiry expires the held bytes when the oldest are due while
+	// responses wait (expireWaiting): one timer for all the waiters.
+	// expiryAt is when it fires; zero: not armed.
+	expiry   *time.Timer
+	expiryAt time.Time
 }
 
 // unwrittenWait is how long a response's bytes count: those of a response
 // not written out by then (its client is not reading) stop counting.
 const unwrittenWait = time.Second
 
-type unwrittenWaiter struct {
-	c       *unwrittenCharge
-	granted bool
-	// outcome: how it went, as waited counts it ("room", or "expired"
-	// if bytes expired to let it go), set when granted.
-	outcome string
-	ready   chan struct{} // closed when granted
-}
-
 func newUnwrittenBudget(limit int64, wait time.Duration, m *guardMetrics) *unwrittenBudget {
-	return &unwrittenBudget{limit: limit, wait: wait, inUse: m.unwrittenBytes, waited: m.responsesWaited}
+	v := m.responsesWaited
+	return &unwrittenBudget{limit: limit, wait: wait, inUse: m.unwrittenBytes,
+		waitedRoom: v.WithLabelValues("room"), waitedExpired: v.WithLabelValues("expired"), waitedEnded: v.WithLabelValues("ended")}
 }
 
 func (b *unwrittenBudget) fits(n int64) bool { return b.used == 0 || b.used+n <= b.limit }
@@ -112,34 +110,53 @@ func (b *unwrittenBudget) expire(now time.Time) (next time.Time) {
 }
 
 // expireGrant expires what is due, and lets the waiting responses that
-// then fit go, whichever waiter's timer it runs for: those go as
-// "expired". It returns when the next are due (under mu).
-func (b *unwrittenBudget) expireGrant() time.Time {
-	before := b.used
-	next := b.expire(time.Now())
+// then fit go: those go as "expired". While responses still wait, the
+// expiry timer is armed for when the next bytes are due (under mu).
+func (b *unwrittenBudget) expireGrant() {
+	before, now := b.used, time.Now()
+	next := b.expire(now)
 	if b.used < before {
-		b.grant("expired")
+		b.grant(true)
 	}
-	return next
+	if len(b.queue) == 0 || (!b.expiryAt.IsZero() && !b.expiryAt.After(next)) {
+		return
+	}
+	d := max(next.Sub(now), time.Millisecond)
+	b.expiryAt = now.Add(d)
+	if b.expiry == nil {
+		b.expiry = time.AfterFunc(d, b.expireWaiting)
+	} else {
+		b.expiry.Reset(d)
+	}
+}
+
+// expireWaiting runs when the expiry timer fires.
+func (b *unwrittenBudget) expireWaiting() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.expiryAt = time.Time{}
+	if len(b.queue) > 0 {
+		b.expireGrant()
+	}
 }
 
 // grant lets the waiting responses at the head of the queue go while they
-// fit, with outcome (under mu).
-func (b *unwrittenBudget) grant(outcome string) {
-	for len(b.queue) > 0 && b.fits(b.queue[0].c.n) {
-		w := b.queue[0]
+// fit, counted "expired" if expired, else "room" (under mu).
+func (b *unwrittenBudget) grant(expired bool) {
+	for len(b.queue) > 0 && b.fits(b.queue[0].n) {
+		c := b.queue[0]
 		b.queue[0] = nil
 		b.queue = b.queue[1:]
-		b.count(w.c)
-		w.granted, w.outcome = true, outcome
-		close(w.ready)
+		b.count(c)
+		c.granted, c.expired = true, expired
+		close(c.ready)
 	}
 }
 
-// remove takes w out of the queue (under mu).
-func (b *unwrittenBudget) remove(w *unwrittenWaiter) {
+// remove takes c out of the queue (under mu).
+func (b *unwrittenBudget) remove(c *unwrittenCharge) {
 	for i, q := range b.queue {
-		if q == w {
+		if q == c {
 			b.queue = append(b.queue[:i:i], b.queue[i+1:]...)
 			return
 		}
@@ -156,40 +173,41 @@ func (b *unwrittenBudget) take(ctx context.Context, n int) (*unwrittenCharge, er
 		b.mu.Unlock()
 		return c, nil
 	}
-	w := &unwrittenWaiter{c: c, ready: make(chan struct{})}
-	b.queue = append(b.queue, w)
-	next := b.expireGrant()
+	c.ready = make(chan struct{})
+	b.queue = append(b.queue, c)
+	b.expireGrant()
 	b.mu.Unlock()
-	t := time.NewTimer(time.Until(next))
-	defer t.Stop()
-	for {
-		select {
-		case <-w.ready:
-			b.waited.WithLabelValues(w.outcome).Inc()
-			return c, nil
-		case <-ctx.Done():
-			b.mu.Lock()
-			if w.granted {
-				b.uncount(c)
-			} else {
-				b.remove(w)
-			}
-			b.grant("room") // the next may fit
-			b.mu.Unlock()
-			b.waited.WithLabelValues("ended").Inc()
-			return nil, ctx.Err()
-		case <-t.C:
-			b.mu.Lock()
-			next := b.expireGrant()
-			b.mu.Unlock()
-			t.Reset(max(time.Until(next), time.Millisecond))
+	select {
+	case <-c.ready:
+		if c.expired {
+			b.waitedExpired.Inc()
+		} else {
+			b.waitedRoom.Inc()
 		}
+		return c, nil
+	case <-ctx.Done():
+		b.mu.Lock()
+		if c.granted {
+			b.uncount(c)
+		} else {
+			b.remove(c)
+		}
+		b.grant(false) // the next may fit
+		b.mu.Unlock()
+		b.waitedEnded.Inc()
+		return nil, ctx.Err()
 	}
 }
 
 // unwrittenCharge is one response's bytes in the budget, counted from at
 // until given back (or expired), once.
 type unwrittenCharge struct {
+	// ready is closed when the charge, which waited its turn, is granted
+	// (counted); granted and expired (bytes expired to let it go: the
+	// wait counted "expired" rather than "room") are set then (under mu).
+	ready            chan struct{}
+	granted, expired bool
+
 	b       *unwrittenBudget
 	n       int64
 	at      time.Time
@@ -262,7 +280,7 @@ func (c *unwrittenCharge) ended() {
 	b := c.b
 	b.mu.Lock()
 	b.uncount(c)
-	b.grant("room")
+	b.grant(false)
 	b.mu.Unlock()
 }
 

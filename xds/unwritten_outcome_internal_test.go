@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -9,17 +8,11 @@ import (
 )
 
 // TestUnwrittenWaitsCountedExpired: responses let go because bytes held
-// unwritten expired are all counted "expired", whichever waiter's timer
-// found the bytes expired.
+// unwritten expired are all counted "expired", however many went at
+// once.
 func TestUnwrittenWaitsCountedExpired(t *testing.T) {
-	m := newGuardMetrics()
 	const wait = 500 * time.Millisecond
-	b := newUnwrittenBudget(100, wait, m)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := b.take(ctx, 60); err != nil { // never given back
-		t.Fatal(err)
-	}
+	b, m, ctx := heldBudget(t, wait)
 	const waiters = 2 // 50 each: neither fits beside the 60, both after
 	errs := make(chan error, waiters)
 	for range waiters {
@@ -28,15 +21,7 @@ func TestUnwrittenWaitsCountedExpired(t *testing.T) {
 			errs <- err
 		}()
 	}
-	start := time.Now()
-	for queued := 0; queued < waiters; time.Sleep(time.Millisecond) {
-		b.mu.Lock()
-		queued = len(b.queue)
-		b.mu.Unlock()
-		if time.Since(start) > wait/2 {
-			t.Fatalf("%d of %d waiting before the bytes expire", queued, waiters)
-		}
-	}
+	awaitQueued(t, b, waiters, wait/2) // before the bytes expire
 	for range waiters {
 		if err := <-errs; err != nil {
 			t.Fatal(err)

@@ -446,17 +446,18 @@ func (p *deltaPass) record(rest []string) (next *deltaHeld, sent *deltaSent) {
 	// names held by the fleet); below minCursor names, a copy costs less
 	// than finding the run (and than sorting the type's names again, after
 	// a name came or went).
+	sr := &sentRecord{}
 	var changed []string
 	switch {
 	case len(p.changed) >= minCursor:
 		changed = ts.AllNames().Run(p.changed)
 	case len(p.changed) == 1:
-		rec.name[0] = p.changed[0]
-		changed = rec.name[:]
+		sr.name[0] = p.changed[0]
+		changed = sr.name[:]
 	default:
 		changed = slices.Clone(p.changed)
 	}
-	sent = &rec.sent
+	sent = &sr.sent
 	*sent = deltaSent{changed: changed, removed: slices.Clone(p.removed)}
 	if len(changed) == 1 {
 		if e, ok := ts.Resources[changed[0]]; ok {
@@ -466,15 +467,23 @@ func (p *deltaPass) record(rest []string) (next *deltaHeld, sent *deltaSent) {
 	return next, sent
 }
 
-// deltaRecord is a response's record (deltaPass.record) in one
-// allocation: the state it installs, what it carries, and room for the
-// common response: of one resource, sent while at most one other is
-// unanswered.
+// deltaRecord is the state a response installs (deltaPass.record) in one
+// allocation with room for the records of the common case: at most one
+// other response unanswered when it is sent.
 type deltaRecord struct {
 	held     deltaHeld
-	sent     deltaSent
 	inflight [2]*deltaSent
-	name     [1]string
+}
+
+// sentRecord is what a response carries, with room for the common
+// response: of one resource. An allocation of its own, not the state's:
+// the states installed while the response is unanswered keep its record,
+// which would otherwise keep the state it installed, and through its
+// records those before, as long as each response is sent before the one
+// before it is answered.
+type sentRecord struct {
+	sent deltaSent
+	name [1]string
 }
 
 // stillRejected returns the rejected resources that are still served at

@@ -2,11 +2,13 @@ package xds_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 
@@ -78,4 +80,40 @@ func TestLimitUnansweredResponsesAnsweringClient(t *testing.T) {
 	if n := h.refusals("max_unanswered_responses"); n != 0 {
 		t.Fatalf("%d refusals counted", n)
 	}
+}
+
+// The records dropped once answered are those of the type answered: on an
+// ADS stream whose types share one nonce counter, the ACK of a cluster
+// response sent after an assignment response the client has not answered
+// yet does not drop that response's record, and a NACK of it is still
+// answered by sending its resources again in halves.
+func TestDeltaAnsweredRecordsPerType(t *testing.T) {
+	h := newHarness(t, true)
+	h.publish([]translate.Resources{svc("a", 1001), svc("b", 1002), svc("c", 1003), svc("d", 1004), svc("e", 1005), svc("x", 1006)})
+	d := h.delta("d")
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds, ResourceNamesSubscribe: []string{"a", "b", "c", "d", "e"}})
+	d.ack(d.recv())
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"a", "b"}})
+	r1 := d.recv()
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"c", "d"}})
+	r2 := d.recv()
+	eq(t, "the second assignment response", []string{"c", "d"}, names(r2))
+	d.ack(r1)
+	// A cluster response, with a nonce after r2's, answered.
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: cds, ResourceNamesSubscribe: []string{"x"}})
+	d.ack(d.recv())
+	// An assignment response installed after that answer.
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"e"}})
+	r3 := d.recv()
+	eq(t, "the third assignment response", []string{"e"}, names(r3))
+	// r2 rejected: its two resources come again, one per response.
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResponseNonce: r2.Nonce, ErrorDetail: &status.Status{Code: 3, Message: "rejected"}})
+	half := d.recv()
+	if got := names(half); len(got) != 1 || (got[0] != "c" && got[0] != "d") {
+		t.Fatalf("after the NACK of %s, sent %v; want one of c and d", r2.Nonce, got)
+	}
+	d.ack(r3)
+	d.ack(half)
+	other := d.recv()
+	eq(t, "the other half", slices.DeleteFunc([]string{"c", "d"}, func(n string) bool { return n == names(half)[0] }), names(other))
 }

@@ -28,16 +28,21 @@ func (h *deltaHeld) dropAnswered(answered string) {
 
 // unanswered returns the max_unanswered_responses error if held, the state
 // a delta response of typeURL installed (its answered records dropped),
-// records more responses than the limit; nil if not, or if the stream is
-// not guarded.
-func (a *streamAcct) unanswered(typeURL string, held *deltaHeld) error {
+// records more responses than the limit plus subscribed, the names the
+// stream subscribes to by name in the type; nil if not, or if the stream
+// is not guarded. A client may subscribe to each name in a request of its
+// own before it answers the responses to the first ones (Envoy's
+// on-demand CDS does, for a burst of requests naming other clusters):
+// each such name may be one response on its way, so the names it holds,
+// bounded by the name limits, count on top of the limit.
+func (a *streamAcct) unanswered(typeURL string, held *deltaHeld, subscribed int) error {
 	if a == nil || held == nil {
 		return nil
 	}
 	limit := a.g.lim.MaxUnansweredResponses
-	if n := len(held.inflight); n > limit {
+	if n := len(held.inflight); n > limit+subscribed {
 		return a.g.limitError(codes.ResourceExhausted, "max_unanswered_responses", limit,
-			"the stream sent %d responses of %s that the client has not answered (ACK or NACK); answer them before sending more requests", n, typeURL)
+			"the stream sent %d responses of %s that the client has not answered (ACK or NACK), more than the limit plus the %d names it subscribes to; answer them before sending more requests", n, typeURL, subscribed)
 	}
 	return nil
 }

@@ -18,14 +18,15 @@ import (
 
 // A delta client that subscribes to a name, unsubscribes and subscribes
 // again, each answered with a response it never answers, has its stream
-// ended when the responses unanswered go over max_unanswered_responses:
-// ResourceExhausted, the message naming the field and the count, counted.
+// ended when the responses unanswered go over max_unanswered_responses
+// plus the one name it subscribes to: ResourceExhausted, the message
+// naming the field and the count, counted.
 func TestLimitUnansweredResponsesEndsStream(t *testing.T) {
 	const limit = 16
 	h := newLimitHarness(t, xds.Options{Limits: xds.Limits{MaxUnansweredResponses: limit}})
 	h.publish([]translate.Resources{svc("a", 1001)})
 	d := h.delta("d")
-	for i := range limit + 1 {
+	for i := range limit + 2 {
 		if i > 0 {
 			d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesUnsubscribe: []string{"a"}})
 		}
@@ -40,7 +41,7 @@ func TestLimitUnansweredResponsesEndsStream(t *testing.T) {
 		t.Fatal("the stream was not ended")
 	}
 	wantLimit(t, d.err, codes.ResourceExhausted, "max_unanswered_responses")
-	if msg, want := grpcstatus.Convert(d.err).Message(), fmt.Sprintf("sent %d responses of %s", limit+1, eds); !strings.Contains(msg, want) {
+	if msg, want := grpcstatus.Convert(d.err).Message(), fmt.Sprintf("sent %d responses of %s", limit+2, eds); !strings.Contains(msg, want) {
 		t.Fatalf("message %q does not say %q", msg, want)
 	}
 	if n := h.refusals("max_unanswered_responses"); n != 1 {
@@ -116,4 +117,43 @@ func TestDeltaAnsweredRecordsPerType(t *testing.T) {
 	d.ack(half)
 	other := d.recv()
 	eq(t, "the other half", slices.DeleteFunc([]string{"c", "d"}, func(n string) bool { return n == names(half)[0] }), names(other))
+}
+
+// A delta client that subscribes to names one request at a time, sending
+// each request before it reads the answers to the earlier ones, then
+// answers every response in order (what Envoy's on-demand CDS does for a
+// burst of requests naming other clusters: internal/e2e
+// TestEnvoyOnDemandBurstUnansweredLimit) answers all it is sent: its stream
+// is not ended, and it gets each name it subscribed to.
+func TestLimitUnansweredResponsesPipelinedSubscriptions(t *testing.T) {
+	const limit, burst = 16, 4 * 16
+	h := newLimitHarness(t, xds.Options{Limits: xds.Limits{MaxUnansweredResponses: limit}})
+	var rs []translate.Resources
+	for i := range burst {
+		rs = append(rs, svc(fmt.Sprintf("s%02d", i), uint32(1000+i)))
+	}
+	h.publish(rs)
+	d := h.delta("d")
+	for i := range burst {
+		d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{fmt.Sprintf("s%02d", i)}})
+	}
+	got := map[string]bool{}
+	for range burst {
+		r := d.recv()
+		for _, n := range names(r) {
+			got[n] = true
+		}
+		d.ack(r)
+	}
+	if len(got) != burst {
+		t.Errorf("received %d of the %d names subscribed", len(got), burst)
+	}
+	select {
+	case <-d.ended:
+		t.Fatalf("stream ended: %v", d.err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if n := h.refusals("max_unanswered_responses"); n != 0 {
+		t.Fatalf("%d refusals counted", n)
+	}
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -34,5 +35,30 @@ func TestEnvoyClusterChurnUnansweredLimit(t *testing.T) {
 	ev.assertNoRejections(t)
 	if got := metricSum(t, br, "xdsbridge_xds_limit_refusals_total"); got != 0 {
 		t.Errorf("limits refused a normal Envoy:\n%s", metricLines(t, br, "xdsbridge_xds_limit_refusals_total"))
+	}
+}
+
+// A real Envoy with on-demand CDS (examples/envoy-odcds.yaml) that gets a
+// burst of requests, each naming another service, subscribes to each name
+// in a request of its own, before it reads the answers to the first ones:
+// each request names no nonce. Such an Envoy answers every response, in
+// order; max_unanswered_responses at its least (16) must not end its
+// stream for a burst of 64 names.
+func TestEnvoyOnDemandBurstUnansweredLimit(t *testing.T) {
+	const burst = 64
+	bs := startBackends(t, 1)
+	br := startBridge(t, servicesYAML("web", bs[0]), "xds: {limits: {max_unanswered_responses: 16}}\n")
+	waitOnDemandReady(t, br)
+	ev := startEnvoy(t, "envoy-odcds.yaml", br.app.XDSAddr())
+	var wg sync.WaitGroup
+	for i := range burst {
+		wg.Go(func() { onDemandRequest(ev, fmt.Sprintf("nosuch-%03d", i)) })
+	}
+	wg.Wait()
+	if code, body, _, err := onDemandRequest(ev, "web"); err != nil || code != 200 || body != bs[0].name {
+		t.Errorf("request to web after the burst: %d %q %v", code, body, err)
+	}
+	if got := metricSum(t, br, "xdsbridge_xds_limit_refusals_total"); got != 0 {
+		t.Errorf("limits refused an on-demand Envoy's burst of %d names:\n%s", burst, metricLines(t, br, "xdsbridge_xds_limit_refusals_total"))
 	}
 }

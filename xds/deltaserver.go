@@ -343,7 +343,7 @@ func (ds *deltaStream) process(resp *deltaResponse) error {
 	w.sub.held = resp.install(nonce)
 	w.sub.held.dropAnswered(w.sub.answered)
 	ds.watches.set(typ, w)
-	return ds.acct.unanswered(typ, w.sub.held, len(w.sub.SubscribedResources()))
+	return ds.acct.unanswered(typ, w.sub.held, w.sub.SubscribedResources())
 }
 
 // processAll sends the responses queued, before a request is handled.

@@ -174,11 +174,13 @@ type Limits struct {
 	// part of a split first sync is sent for the ACK of the previous one),
 	// so the list grows only with requests that answer nothing
 	// (subscription changes) while responses are on their way. The names
-	// the stream subscribes to by name in the type count on top of it: a
-	// client may subscribe to each name in a request of its own before it
-	// answers the first responses (Envoy's on-demand CDS, for a burst of
-	// requests naming other clusters), and the names are bounded by the
-	// name limits. A response
+	// the stream subscribes to by name in the type that the unanswered
+	// responses carry count on top of it, each once (a response's first
+	// name): a client may subscribe to each name in a request of its own
+	// before it answers the first responses (Envoy's on-demand CDS, for a
+	// burst of requests naming other clusters), and the names are bounded
+	// by the name limits; a client that subscribes to one name again and
+	// again gets room for one. A response
 	// that takes its stream over it is sent, then the stream ends
 	// (ResourceExhausted): the client reconnects with its
 	// initial_resource_versions. Per type, because the list is: a stream

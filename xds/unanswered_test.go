@@ -157,3 +157,46 @@ func TestLimitUnansweredResponsesPipelinedSubscriptions(t *testing.T) {
 		t.Fatalf("%d refusals counted", n)
 	}
 }
+
+// A delta client that holds many names, then unsubscribes and subscribes
+// again to one of them, each answered with a response it never answers,
+// gets no more room for the names it holds than for that one: its stream
+// is ended once the responses unanswered go over
+// max_unanswered_responses plus one.
+func TestLimitUnansweredResponsesOneNameChurn(t *testing.T) {
+	const limit, held = 16, 4 * 16
+	h := newLimitHarness(t, xds.Options{Limits: xds.Limits{MaxUnansweredResponses: limit}})
+	var rs []translate.Resources
+	var all []string
+	for i := range held {
+		all = append(all, fmt.Sprintf("s%02d", i))
+		rs = append(rs, svc(all[i], uint32(1000+i)))
+	}
+	h.publish(rs)
+	d := h.delta("d")
+	d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: all})
+	for got := 0; got < held; {
+		r := d.recv()
+		got += len(r.Resources)
+		d.ack(r)
+	}
+	for i := range limit + 2 {
+		d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesUnsubscribe: []string{"s00"}})
+		d.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"s00"}})
+		if r := d.recv(); len(r.Resources) != 1 {
+			t.Fatalf("response %d carried %d resources", i+1, len(r.Resources))
+		}
+	}
+	select {
+	case <-d.ended:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the stream was not ended with %d responses of one name unanswered, holding %d names", limit+2, held)
+	}
+	wantLimit(t, d.err, codes.ResourceExhausted, "max_unanswered_responses")
+	if msg, want := grpcstatus.Convert(d.err).Message(), fmt.Sprintf("sent %d responses of %s", limit+2, eds); !strings.Contains(msg, want) {
+		t.Fatalf("message %q does not say %q", msg, want)
+	}
+	if n := h.refusals("max_unanswered_responses"); n != 1 {
+		t.Fatalf("%d refusals counted, want 1", n)
+	}
+}

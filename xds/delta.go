@@ -127,14 +127,36 @@ func (r *deltaResponse) install(nonce string) *deltaHeld {
 		// What pred's state recorded once installed (its own record, and
 		// those it took over). One the client has answered since is
 		// dropped at its next answer.
-		for _, s := range p.next.inflight {
-			if !slices.Contains(r.next.inflight, s) {
-				r.next.inflight = append(r.next.inflight, s)
-			}
-		}
+		r.next.inflight = appendNew(r.next.inflight, p.next.inflight)
 		r.pred = nil
 	}
 	return r.next
+}
+
+// appendNew appends to list the records of more not in it. The lists can
+// hold max_unanswered_responses records plus one per name subscribed, so
+// past a few the records of list are looked up in a set, not by a scan
+// per record of more.
+func appendNew(list, more []*deltaSent) []*deltaSent {
+	if len(list)*len(more) <= 1024 {
+		for _, s := range more {
+			if !slices.Contains(list, s) {
+				list = append(list, s)
+			}
+		}
+		return list
+	}
+	in := make(map[*deltaSent]struct{}, len(list)+len(more))
+	for _, s := range list {
+		in[s] = struct{}{}
+	}
+	for _, s := range more {
+		if _, ok := in[s]; !ok {
+			in[s] = struct{}{}
+			list = append(list, s)
+		}
+	}
+	return list
 }
 
 // nonceBefore reports whether nonce a was given before b. The stream

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,6 +67,11 @@ func hdsStream(t *testing.T, addr string, cfg *tls.Config) ([]string, error) {
 			Capability: &healthv3.Capability{HealthCheckProtocols: []healthv3.Capability_Protocol{healthv3.Capability_HTTP, healthv3.Capability_TCP}},
 		},
 	}})
+	if err == io.EOF {
+		// The server ended the stream (a refusal): its status comes with
+		// the next receive.
+		_, err = st.Recv()
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -382,22 +382,28 @@ func (p *deltaPass) collect() (rest []string) {
 
 // restOf returns the rest a pass leaves when its response is cut by the
 // bound: rest, of the rest the pass walked, and seq, of the other names,
-// which it did not reach (each sorted). The rest as kept is never
-// written, so a tail of it is kept as is; with the names a request
-// subscribes to after it, as a longer run of the type's names when they
-// follow it, which costs the request's names, not the rest's.
+// which it did not reach (each sorted). A run of the type's names is
+// shared with them (Run): a rest kept as a run, with the names a request
+// subscribes to when they follow it, costs a search and the request's
+// names (Join), not the rest's; another (the client's own copy, after a
+// rejection, or a run of the names before one came or went) costs a
+// comparison of each name, and is a run of the type's names again when
+// its names are, not a copy each client keeps.
 func (p *deltaPass) restOf(rest, seq []string) []string {
 	sn := p.ts.AllNames()
-	switch {
-	case len(seq) == 0:
-		return rest
-	case len(rest) == 0:
-		return sn.Run(seq)
+	if len(rest) > 0 {
+		if run := sn.Join(rest, seq); run != nil {
+			return run
+		}
 	}
-	if run := sn.Join(rest, seq); run != nil {
+	names := mergeNames(rest, seq)
+	if len(rest) == 0 || len(seq) == 0 {
+		return sn.Run(names) // rest or seq itself
+	}
+	if run := sn.Join(nil, names); run != nil {
 		return run
 	}
-	return mergeNames(rest, seq) // a new slice
+	return names // a new slice
 }
 
 // collectFull considers everything of interest, then what else may be

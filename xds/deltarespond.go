@@ -100,8 +100,8 @@ func (c *Cache) respondDelta(w *watch, seq, oldRest []string, fromRest, full, ev
 }
 
 // deltaPass is one computation of a delta watch's response: the names it
-// looks at (seq, or everything of interest if full) and what the
-// response carries. It lives for one call of respondDelta, under c.mu.
+// looks at (walk: the client's rest and seq, or everything of interest if
+// full) and what the response carries. It lives for one call of respondDelta, under c.mu.
 type deltaPass struct {
 	c          *Cache
 	w          *watch

@@ -201,8 +201,11 @@ type deltaState struct {
 	// from (see Cache.cancel); its record joins this watch's state.
 	pred *deltaResponse
 
-	seq  []string // sorted: the names to look at (allRest: the rest as kept)
-	full bool     // look at everything of interest instead
+	// seq: sorted, the names to look at besides rest, which the pass
+	// walks with them in order (allRest: the rest as kept, and rest is
+	// empty).
+	seq  []string
+	full bool // look at everything of interest instead
 }
 
 // readDeltaState reads a delta client's state for a new watch and decides
@@ -415,15 +418,10 @@ func (ds *deltaState) lookAt(ts *typeState, rest []string, nacked []string, isol
 	if !quiet {
 		since = ts.SinceLog(ds.gen)
 	}
-	if len(since)+len(ds.rest)+len(unsubs) == 0 {
-		// Only names subscribed (the request of an Envoy's first sync
-		// after a CDS part): they are the sorted names the state holds.
-		ds.seq = subs
-		return
-	}
-	// Each list sorted (the rest and subs are), then merged: linear in
-	// the rest, which is most of the names.
-	ds.seq = mergeNames(mergeNames(sortedNames(since), ds.rest), mergeNames(subs, sortedNames(unsubs)))
+	// The names besides the rest, sorted, merged: linear in the request
+	// and the changes. The pass walks them and the rest together, in
+	// order (deltaPass.collect), as far as the response goes.
+	ds.seq = mergeNames(sortedNames(since), mergeNames(subs, sortedNames(unsubs)))
 }
 
 // sortedNames returns names sorted, each once: names if they are, else a

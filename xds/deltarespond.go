@@ -12,9 +12,11 @@ import (
 // removes, and the state it installs (deltaPass).
 
 // respondDelta computes and sends the response for a delta watch, looking
-// only at seq unless full. It reports whether a response was sent.
-func (c *Cache) respondDelta(w *watch, seq []string, fromRest, full, evenIfEmpty bool) bool {
-	if len(seq) == 0 && !full && !evenIfEmpty {
+// only at seq and oldRest (the client's rest; each sorted, walked
+// together in order) unless
+// full. It reports whether a response was sent.
+func (c *Cache) respondDelta(w *watch, seq, oldRest []string, fromRest, full, evenIfEmpty bool) bool {
+	if len(seq)+len(oldRest) == 0 && !full && !evenIfEmpty {
 		// Nothing to look at, nothing to send (the ACK of a response
 		// with nothing changed since): no pass.
 		w.heldBack = nil
@@ -23,12 +25,12 @@ func (c *Cache) respondDelta(w *watch, seq []string, fromRest, full, evenIfEmpty
 	p := &deltaPass{
 		c: c, w: w, ts: w.ts, ds: &w.ds, known: w.known,
 		subscribed: w.sub.SubscribedResources(), wild: w.sub.IsWildcard(),
-		seq: seq, fromRest: fromRest, full: full,
+		walk: newNameWalk(oldRest, seq), fromRest: fromRest, full: full,
 		newSub: nameCursor{names: w.ds.newSub}, rest: nameCursor{names: w.ds.rest},
 	}
 	p.isSub = p.subscriptionHas()
 	// The number of names the pass looks at in order.
-	inOrder := len(seq)
+	inOrder := p.walk.len()
 	switch {
 	case full && p.wild:
 		inOrder = len(w.ts.Resources) // fullCheck
@@ -98,8 +100,8 @@ func (c *Cache) respondDelta(w *watch, seq []string, fromRest, full, evenIfEmpty
 }
 
 // deltaPass is one computation of a delta watch's response: the names it
-// looks at (seq, or everything of interest if full) and what the
-// response carries. It lives for one call of respondDelta, under c.mu.
+// looks at (walk: the client's rest and seq, or everything of interest if
+// full) and what the response carries. It lives for one call of respondDelta, under c.mu.
 type deltaPass struct {
 	c          *Cache
 	w          *watch
@@ -109,9 +111,11 @@ type deltaPass struct {
 	subscribed map[string]struct{}
 	wild       bool
 	// isSub: whether a name considered is in subscribed (subscriptionHas).
-	isSub    func(n string) bool
-	seq      []string // sorted
-	fromRest bool     // seq is the rest as read (deltaState.allRest)
+	isSub func(n string) bool
+	// walk: the names looked at unless full, in order (respondDelta's
+	// rest and seq).
+	walk     nameWalk
+	fromRest bool // the names are the rest as read (deltaState.allRest)
 	full     bool
 	hold     func(*store.Entry) bool // c.holder(w, the names in order)
 	// find: finds the resources of the names looked at (finder).
@@ -158,7 +162,7 @@ func (c *Cache) finder(ts *typeState, count int) func(n string) (*store.Entry, b
 // its map.
 func (p *deltaPass) subscriptionHas() func(n string) bool {
 	w := p.w
-	if !p.wild && !p.full && len(p.seq) >= p.c.minCursor && w.sub == subscription(&w.dsub) {
+	if !p.wild && !p.full && p.walk.len() >= p.c.minCursor && w.sub == subscription(&w.dsub) {
 		return newNameCursor(w.dsub.names).has
 	}
 	subscribed := p.subscribed
@@ -329,17 +333,26 @@ func (p *deltaPass) collect() (rest []string) {
 	// changed since G, is of the rest or newly subscribed.) Room for a
 	// part of a first sync's names (a response of the default size bound
 	// holds a few hundred assignments), not for all of a long rest.
-	p.changed = p.names(min(len(p.seq), maxPreallocated))
-	for i, n := range p.seq {
+	p.changed = p.names(min(p.walk.len(), maxPreallocated))
+	for {
+		restTail, seqTail := p.walk.tails()
+		n, ok := p.walk.next()
+		if !ok {
+			return nil
+		}
 		p.consider(n)
 		if p.over(len(p.changed), p.size) {
 			p.collected = len(p.changed)
 			p.changed = p.changed[:len(p.changed)-1]
-			tail := p.seq[i:]
 			if p.fromRest {
-				return tail // of the rest as kept: not copied
+				return seqTail // of the rest as kept: not copied
 			}
-			if unsubs := p.ds.unsub; len(unsubs) > 0 {
+			unsubs := p.ds.unsub
+			if len(unsubs) == 0 && p.w.vis() == nil {
+				return p.restOf(restTail, seqTail)
+			}
+			tail := mergeNames(restTail, seqTail)
+			if len(unsubs) > 0 {
 				// A name the request unsubscribed is looked at, and
 				// not sent for that: one still held through the
 				// wildcard (a phantom unsubscription) stays held. Each
@@ -365,7 +378,32 @@ func (p *deltaPass) collect() (rest []string) {
 			return p.ts.AllNames().Run(tail)
 		}
 	}
-	return nil
+}
+
+// restOf returns the rest a pass leaves when its response is cut by the
+// bound: rest, of the rest the pass walked, and seq, of the other names,
+// which it did not reach (each sorted). A run of the type's names is
+// shared with them (Run): a rest kept as a run, with the names a request
+// subscribes to when they follow it, costs a search and the request's
+// names (Join), not the rest's; another (the client's own copy, after a
+// rejection, or a run of the names before one came or went) costs a
+// comparison of each name, and is a run of the type's names again when
+// its names are, not a copy each client keeps.
+func (p *deltaPass) restOf(rest, seq []string) []string {
+	sn := p.ts.AllNames()
+	if len(rest) > 0 {
+		if run := sn.Join(rest, seq); run != nil {
+			return run
+		}
+	}
+	names := mergeNames(rest, seq)
+	if len(rest) == 0 || len(seq) == 0 {
+		return sn.Run(names) // rest or seq itself
+	}
+	if run := sn.Join(nil, names); run != nil {
+		return run
+	}
+	return names // a new slice
 }
 
 // collectFull considers everything of interest, then what else may be

@@ -184,11 +184,11 @@ func (c *Cache) respond(w *watch, woken bool, evenIfEmpty bool, changed ...strin
 	}
 	var responded bool
 	if w.delta {
-		seq, fromRest, full := w.ds.seq, w.ds.allRest, w.ds.full
+		seq, rest, fromRest, full := w.ds.seq, w.ds.rest, w.ds.allRest, w.ds.full
 		if woken {
-			seq, fromRest, full = changed, false, false
+			seq, rest, fromRest, full = changed, nil, false, false
 		}
-		responded = c.respondDelta(w, seq, fromRest, full, evenIfEmpty)
+		responded = c.respondDelta(w, seq, rest, fromRest, full, evenIfEmpty)
 	} else {
 		names, full := w.ss.names, w.ss.full
 		if woken {

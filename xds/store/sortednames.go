@@ -41,15 +41,50 @@ func (ts *Type) AllNames() *SortedNames {
 // run of them (consecutive, in order), else as a copy (names are often a
 // part of a larger slice, which a record kept until the next ACK must not
 // hold). A first sync's parts and rests are runs: a wildcard's, and those
-// of the assignments of the clusters each part subscribes to.
+// of the assignments of the clusters each part subscribes to. Names that
+// are a subslice of the type's names already cost a search, not a
+// comparison of each name.
 func (sn *SortedNames) Run(names []string) []string {
-	if len(names) > 0 {
-		i, found := slices.BinarySearch(sn.names, names[0])
-		if j := i + len(names); found && j <= len(sn.names) && slices.Equal(sn.names[i:j], names) {
-			return sn.names[i:j:j]
-		}
+	if i, ok := sn.runAt(names); ok {
+		return sn.names[i : i+len(names) : i+len(names)]
 	}
 	return slices.Clone(names)
+}
+
+// Join returns the names of a, then those of b, as a subslice of the
+// type's names, if a is one (as Run returns them) or empty and b the run
+// of names that follows it; else nil. It costs a search and a comparison
+// of each name of b, however long a is: a client's rest of a split
+// response (a) and the names its request subscribes to after it (b) make
+// the next rest without a copy.
+func (sn *SortedNames) Join(a, b []string) []string {
+	if len(a) == 0 {
+		if i, ok := sn.runAt(b); ok {
+			return sn.names[i : i+len(b) : i+len(b)]
+		}
+		return nil
+	}
+	i, found := slices.BinarySearch(sn.names, a[0])
+	j := i + len(a)
+	end := j + len(b)
+	if !found || end > len(sn.names) || &sn.names[i] != &a[0] || !slices.Equal(sn.names[j:end], b) {
+		return nil
+	}
+	return sn.names[i:end:end]
+}
+
+// runAt returns where names are a run of the type's names, if they are:
+// a subslice of them costs a search, other names a comparison each.
+func (sn *SortedNames) runAt(names []string) (int, bool) {
+	if len(names) == 0 {
+		return 0, false
+	}
+	i, found := slices.BinarySearch(sn.names, names[0])
+	j := i + len(names)
+	if !found || j > len(sn.names) {
+		return i, false
+	}
+	return i, &sn.names[i] == &names[0] || slices.Equal(sn.names[i:j], names)
 }
 
 // All returns the type's names, sorted; they must not be modified.

@@ -83,6 +83,55 @@ func TestSortedNamesRun(t *testing.T) {
 	}
 }
 
+// TestSortedNamesJoin: Join of a run of the type's names (a subslice of
+// them) and the names that follow it is the longer run, shared with the
+// type's names; of anything else (a copy of a run, names that do not
+// follow, a subslice of an older list of names) nil.
+func TestSortedNamesJoin(t *testing.T) {
+	ts := &Type{Resources: map[string]*Entry{}}
+	for i := range 50 {
+		n := fmt.Sprintf("c%02d", i)
+		ts.Resources[n] = &Entry{Name: n}
+	}
+	sn := ts.AllNames()
+	all := sn.names
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 1000 {
+		i := r.IntN(len(all))
+		j := i + r.IntN(len(all)-i+1)
+		k := j + r.IntN(len(all)-j+1)
+		a, b := all[i:j:j], slices.Clone(all[j:k])
+		got := sn.Join(a, b)
+		if len(a)+len(b) == 0 {
+			if got != nil {
+				t.Fatalf("Join of nothing = %q", got)
+			}
+			continue
+		}
+		if !slices.Equal(got, all[i:k]) || unsafe.SliceData(got) != &all[i] || cap(got) != len(got) {
+			t.Fatalf("Join(%q, %q) = %q (cap %d), want the type's run %q", a, b, got, cap(got), all[i:k])
+		}
+		if len(a) > 0 {
+			if got := sn.Join(slices.Clone(a), b); got != nil {
+				t.Fatalf("Join of a copy %q, %q = %q, want nil", a, b, got)
+			}
+		}
+		if len(b) > 0 && k < len(all) {
+			if got := sn.Join(a, all[j+1:k+1]); got != nil && len(a) > 0 {
+				t.Fatalf("Join(%q, %q) = %q: they do not follow each other", a, all[j+1:k+1], got)
+			}
+		}
+	}
+	// A name came: the type's names are new, and a run of the old ones
+	// is not one of them.
+	old := sn.names[10:20]
+	ts.Resources["c10a"] = &Entry{Name: "c10a"}
+	ts.names = nil
+	if got := ts.AllNames().Join(old, []string{"c20"}); got != nil {
+		t.Fatalf("Join of a run of the names before a name came = %q", got)
+	}
+}
+
 // TestSortedNamesFollowTheResources: the sorted names are rebuilt when a
 // name comes or goes, not when a version changes.
 func TestSortedNamesFollowTheResources(t *testing.T) {

@@ -38,16 +38,6 @@ const (
 	RouteType    = resource.RouteType
 )
 
-// bufferPool is the gRPC buffer pool of every Server: powers of two from
-// 256 B to 4 MiB.
-var bufferPool = func() mem.BufferPool {
-	p, err := mem.NewBinaryTieredBufferPool(8, 10, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22)
-	if err != nil {
-		panic(err)
-	}
-	return p
-}()
-
 // Options configure a Server.
 type Options struct {
 	Logger *slog.Logger

@@ -11,8 +11,9 @@ package xds
 // then per request OnStreamDeltaRequest (after the responses already
 // queued are sent) and a new watch (the previous one cancelled first; an
 // ACK re-arms the previous one instead, Cache.rearmDelta, which is the
-// same to the cache), OnStreamDeltaResponse before each response is sent,
-// and OnDeltaStreamClosed after the watches are cancelled. What differs too is
+// same to the cache), OnStreamDeltaResponse before each response is sent
+// (the stream counts it itself when the callbacks give it counters:
+// streamResponses), and OnDeltaStreamClosed after the watches are cancelled. What differs too is
 // the client's state: the cache hands each response with the typed state
 // it installs (deltaHeld, delta.go), which becomes the stream's once the
 // response is sent, and an unsubscription marks its versions in place as
@@ -250,6 +251,9 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{},
 		if err := s.callbacks.OnDeltaStreamOpen(str.Context(), ds.id, defaultTypeURL); err != nil {
 			return err
 		}
+		if rc, ok := s.callbacks.(responseCounters); ok {
+			ds.counter = rc.streamResponses(true, ds.id)
+		}
 	}
 
 	for {
@@ -296,6 +300,9 @@ type deltaStream struct {
 	vhds           *vhdsStream // nil: the cache serves no VHDS (vhds.go)
 	cache          *Cache      // s.cache, when it is a *Cache (ACKs re-arm its watches)
 	acct           *streamAcct // the guard's accounting of the stream (nil: not guarded)
+	// counter counts the responses sent (nil: the callbacks count them,
+	// if they do).
+	counter *streamResponses
 }
 
 // send gives resp the stream's next nonce and sends it.
@@ -308,6 +315,9 @@ func (ds *deltaStream) send(resp *deltaResponse) (string, error) {
 	ds.nonce++
 	resp.resp.Nonce = strconv.FormatInt(ds.nonce, 10)
 	resp.sentOut.Store(true)
+	if ds.counter != nil {
+		ds.counter.responded(resp.req.GetTypeUrl())
+	}
 	if cb := ds.s.callbacks; cb != nil {
 		cb.OnStreamDeltaResponse(ds.id, resp.req, resp.resp)
 	}

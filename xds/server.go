@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -123,14 +124,16 @@ type streamKey struct {
 // clientInfo is what the server follows of one stream (shown as
 // ClientStatus).
 type clientInfo struct {
-	Node      string
-	Identity  string // the certificate SAN xds.authorization matched
-	Cluster   string
-	Mode      string
-	TypeURL   string
-	Peer      string
-	Opened    time.Time
-	Responses uint64
+	Node     string
+	Identity string // the certificate SAN xds.authorization matched
+	Cluster  string
+	Mode     string
+	TypeURL  string
+	Peer     string
+	Opened   time.Time
+	// responses: the stream's responses sent, counted by the stream's
+	// goroutine (streamResponses) and read under s.mu.
+	responses atomic.Uint64
 	NACKs     uint64
 	LastNACK  string
 
@@ -348,19 +351,75 @@ func (s *Server) responded(delta bool, id int64, typeURL string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ci, ok := s.clients[streamKey{delta, id}]; ok {
-		ci.Responses++
+		ci.responses.Add(1)
 	}
 	s.pushCounter(delta, typeURL).Inc()
+}
+
+// responseCounters is implemented by the server's callbacks: a delta
+// stream is given its counters as it opens (deltaStream.counter), and
+// counts its responses itself, without the server's lock or a lookup of
+// its client per response.
+type responseCounters interface {
+	streamResponses(delta bool, id int64) *streamResponses
+}
+
+// streamResponses counts one stream's responses: its client's count
+// (ClientStatus.Responses) and the push counter of each type, resolved at
+// the type's first response. Owned by the stream's goroutine.
+type streamResponses struct {
+	s      *Server
+	delta  bool
+	ci     *clientInfo
+	pushes [len(servedTypes) + 1]prometheus.Counter
+}
+
+func (r *streamResponses) responded(typeURL string) {
+	r.ci.responses.Add(1)
+	i := servedIndex(typeURL)
+	c := r.pushes[i]
+	if c == nil {
+		r.s.mu.Lock()
+		c = r.s.pushCounter(r.delta, typeURL)
+		r.s.mu.Unlock()
+		r.pushes[i] = c
+	}
+	c.Inc()
+}
+
+// serverCallbacks are the server's callbacks (Server.callbacks), which
+// also give a stream its response counters.
+type serverCallbacks struct {
+	serverv3.CallbackFuncs
+	s *Server
+}
+
+// streamResponses returns the counters of an open stream (nil: not open).
+func (cb serverCallbacks) streamResponses(delta bool, id int64) *streamResponses {
+	s := cb.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ci := s.clients[streamKey{delta, id}]
+	if ci == nil {
+		return nil
+	}
+	return &streamResponses{s: s, delta: delta, ci: ci}
+}
+
+// servedIndex is typeURL's index in servedTypes, or len(servedTypes) for
+// any other ("other").
+func servedIndex(typeURL string) int {
+	if i := slices.Index(servedTypes[:], typeURL); i >= 0 {
+		return i
+	}
+	return len(servedTypes)
 }
 
 // pushCounter returns the push counter of a mode and type, resolved at
 // its first response (by label values: a lookup that hashes them). Under
 // s.mu.
 func (s *Server) pushCounter(delta bool, typeURL string) prometheus.Counter {
-	i := slices.Index(servedTypes[:], typeURL)
-	if i < 0 {
-		i = len(servedTypes) // "other"
-	}
+	i := servedIndex(typeURL)
 	m := 0
 	if delta {
 		m = 1
@@ -384,7 +443,7 @@ func newXDSServer(ctx context.Context, c watcher, cb serverv3.Callbacks) serverv
 }
 
 func (s *Server) callbacks() serverv3.Callbacks {
-	return serverv3.CallbackFuncs{
+	return serverCallbacks{s: s, CallbackFuncs: serverv3.CallbackFuncs{
 		StreamOpenFunc: func(ctx context.Context, id int64, typeURL string) error {
 			return s.open(ctx, false, id, typeURL)
 		},
@@ -409,10 +468,8 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			s.request(true, id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail(), req.GetErrorDetail() != nil)
 			return nil
 		},
-		StreamDeltaResponseFunc: func(id int64, req *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
-			// The delta stream handler marks the response sent for the
-			// cache itself (deltaResponse.sentOut).
-			s.responded(true, id, req.GetTypeUrl())
-		},
-	}
+		// No StreamDeltaResponseFunc: the delta stream handler marks the
+		// response sent for the cache itself (deltaResponse.sentOut), and
+		// counts it (streamResponses).
+	}}
 }

@@ -259,7 +259,7 @@ func (c *Cache) clusterHolder(w *watch, inOrder int) func(*store.Entry) bool {
 	// cursor (finder) from the first in a pass of inOrder sorted names
 	// (as many as make a cursor worth it), else past the first few.
 	calls := 0
-	var find func(n string) (*store.Entry, bool)
+	var find resourceFinder
 	return func(e *store.Entry) bool {
 		if e.Dep == nil || e.Dep.TypeURL != ClusterType {
 			return false
@@ -270,7 +270,7 @@ func (c *Cache) clusterHolder(w *watch, inOrder int) func(*store.Entry) bool {
 		// A sotw CDS response still queued is sent before this one, or
 		// dropped (then the client keeps what it was sent): the cluster
 		// must be in both.
-		cl, _ := find(e.Dep.Name)
+		cl, _ := find.find(e.Dep.Name)
 		return cl != nil && st.vis.sees(cl.Name) && ((st.cds != nil && !st.cds.sent(cl)) || (st.pendingCDS != nil && !st.pendingCDS.sent(cl)))
 	}
 }

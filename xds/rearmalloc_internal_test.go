@@ -14,7 +14,7 @@ import (
 // installs, and nothing for how it finds the names and their resources
 // (no closures).
 func TestRearmDeltaAnsweringACKAllocations(t *testing.T) {
-	const maxAllocs = 5
+	const maxAllocs = 3
 	c := NewCache(WithTypes(EndpointType))
 	c.MarkReady()
 	setAssignmentA(t, c, 1)

@@ -80,6 +80,9 @@ func TestSinceLogMatchesModel(t *testing.T) {
 			if len(want) == 0 && got != nil {
 				t.Fatalf("generation %d: SinceLog %q, want nil", g, got)
 			}
+			if shared := ts.ChangedSince(g); !slices.Equal(shared, got) {
+				t.Fatalf("generation %d: ChangedSince %q, SinceLog %q", g, shared, got)
+			}
 		}
 	}
 	variant := 0

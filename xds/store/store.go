@@ -357,8 +357,20 @@ func (s *Store) commit(ts *Type, changed []string) {
 	}
 }
 
+// ChangedSince is SinceLog, without a copy when the names are those of
+// the newest generation alone (an ACK of a response the last commit came
+// after): the log's own slice, as the observer was given it (Committed),
+// which the caller must not write.
+func (ts *Type) ChangedSince(gen uint64) []string {
+	if i := len(ts.Log); i > 0 && ts.Log[i-1].Gen > gen && (i == 1 || ts.Log[i-2].Gen <= gen) {
+		names := ts.Log[i-1].Names
+		return names[:len(names):len(names)]
+	}
+	return ts.SinceLog(gen)
+}
+
 // SinceLog returns the names changed after generation gen, which must not
-// be older than the log.
+// be older than the log, in a new slice.
 func (ts *Type) SinceLog(gen uint64) []string {
 	// The log is in generation order; an ACK of a recent response looks
 	// at its tail only, from the end: the entries after gen, whose names

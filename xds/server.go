@@ -176,16 +176,17 @@ func (s *Server) observeChangeACK(reg prometheus.Registerer) {
 	if err := promreg.Register(reg, h); err != nil {
 		panic(err)
 	}
-	// The histogram of each type, resolved at its first sample: the
-	// observer is called under the cache's lock, which guards the map.
-	byType := map[string]prometheus.Observer{}
+	// The histogram of each type (servedIndex), resolved at its first
+	// sample: the observer is called under the cache's lock, which guards
+	// the array.
+	var byType [len(servedTypes) + 1]prometheus.Observer
 	s.cache.lock()
 	s.cache.ackObserver = func(typeURL string, d time.Duration) {
-		label := servedType(typeURL)
-		o := byType[label]
+		i := servedIndex(typeURL)
+		o := byType[i]
 		if o == nil {
-			o = h.WithLabelValues(label)
-			byType[label] = o
+			o = h.WithLabelValues(servedType(typeURL))
+			byType[i] = o
 		}
 		o.Observe(d.Seconds())
 		s.recentACK.add(d)

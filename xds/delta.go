@@ -387,7 +387,7 @@ func (ds *deltaState) answered(ts *typeState, inflight []*deltaSent, nonce strin
 func (ds *deltaState) lookAt(ts *typeState, rest []string, nacked []string, isolated string, quiet bool, subs, unsubs []string) {
 	var since []string
 	if quiet {
-		if since = ts.ChangedSince(ds.gen); len(since) == 0 {
+		if since = ts.SortedSince(ds.gen); len(since) == 0 {
 			// The ACK of one part of a split response: the rest, as kept
 			// (not copied: a new Envoy goes through ~20 of them).
 			ds.allRest, ds.seq = true, rest
@@ -413,7 +413,7 @@ func (ds *deltaState) lookAt(ts *typeState, rest []string, nacked []string, isol
 		return
 	}
 	if !quiet {
-		since = ts.ChangedSince(ds.gen)
+		since = ts.SortedSince(ds.gen)
 	}
 	if len(since)+len(ds.rest)+len(unsubs) == 0 {
 		// Only names subscribed (the request of an Envoy's first sync
@@ -423,7 +423,7 @@ func (ds *deltaState) lookAt(ts *typeState, rest []string, nacked []string, isol
 	}
 	// Each list sorted (the rest and subs are), then merged: linear in
 	// the rest, which is most of the names.
-	ds.seq = mergeNames(mergeNames(sortedNames(since), ds.rest), mergeNames(subs, sortedNames(unsubs)))
+	ds.seq = mergeNames(mergeNames(since, ds.rest), mergeNames(subs, sortedNames(unsubs)))
 }
 
 // sortedNames returns names sorted, each once: names if they are, else a

@@ -357,16 +357,19 @@ func (s *Store) commit(ts *Type, changed []string) {
 	}
 }
 
-// ChangedSince is SinceLog, without a copy when the names are those of
-// the newest generation alone (an ACK of a response the last commit came
-// after): the log's own slice, as the observer was given it (Committed),
-// which the caller must not write.
-func (ts *Type) ChangedSince(gen uint64) []string {
+// SortedSince returns the names changed after generation gen (which must
+// not be older than the log) sorted, each once: the log's own slice when
+// they are the newest generation's alone (an ACK of a response the last
+// commit came after), as the observer was given it (Committed), which the
+// caller must not write; else a new slice.
+func (ts *Type) SortedSince(gen uint64) []string {
 	if i := len(ts.Log); i > 0 && ts.Log[i-1].Gen > gen && (i == 1 || ts.Log[i-2].Gen <= gen) {
-		names := ts.Log[i-1].Names
+		names := ts.Log[i-1].Names // sorted, each once (commit)
 		return names[:len(names):len(names)]
 	}
-	return ts.SinceLog(gen)
+	names := ts.SinceLog(gen)
+	slices.Sort(names)
+	return slices.Compact(names)
 }
 
 // SinceLog returns the names changed after generation gen, which must not

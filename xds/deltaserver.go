@@ -252,7 +252,7 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{},
 			return err
 		}
 		if rc, ok := s.callbacks.(responseCounters); ok {
-			ds.counter = rc.streamResponses(true, ds.id)
+			rc.countResponses(true, ds.id, &ds.counter)
 		}
 	}
 
@@ -300,9 +300,9 @@ type deltaStream struct {
 	vhds           *vhdsStream // nil: the cache serves no VHDS (vhds.go)
 	cache          *Cache      // s.cache, when it is a *Cache (ACKs re-arm its watches)
 	acct           *streamAcct // the guard's accounting of the stream (nil: not guarded)
-	// counter counts the responses sent (nil: the callbacks count them,
-	// if they do).
-	counter *streamResponses
+	// counter counts the responses sent, if the callbacks registered it
+	// (else they count them, if they do).
+	counter streamResponses
 }
 
 // send gives resp the stream's next nonce and sends it.
@@ -315,9 +315,7 @@ func (ds *deltaStream) send(resp *deltaResponse) (string, error) {
 	ds.nonce++
 	resp.resp.Nonce = strconv.FormatInt(ds.nonce, 10)
 	resp.sentOut.Store(true)
-	if ds.counter != nil {
-		ds.counter.responded(resp.req.GetTypeUrl())
-	}
+	ds.counter.responded(resp.req.GetTypeUrl())
 	if cb := ds.s.callbacks; cb != nil {
 		cb.OnStreamDeltaResponse(ds.id, resp.req, resp.resp)
 	}

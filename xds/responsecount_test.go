@@ -11,7 +11,7 @@ import (
 // TestDeltaResponseCountTakesNoServerLock: a delta stream counts the
 // responses it sends (the client's Responses, the push counters) without
 // the server's lock, which the status page holds while it reads every
-// client, and the count is exact.
+// client, and the count is exact, as is a sotw stream's.
 func TestDeltaResponseCountTakesNoServerLock(t *testing.T) {
 	h := newHarness(t, true)
 	h.publish([]translate.Resources{svc("a", 1001)})
@@ -37,9 +37,14 @@ func TestDeltaResponseCountTakesNoServerLock(t *testing.T) {
 	c.ack(r)
 	h.waitWatches(1, eds)
 
-	var got uint64
-	for _, cs := range h.srv.ClientStatuses() { // the one stream
-		got += cs.Responses
+	// A sotw stream's, which the server counts.
+	sc := h.sotw()
+	sc.send(&discovery.DiscoveryRequest{TypeUrl: cds})
+	sc.recv()
+
+	got := map[string]uint64{}
+	for _, cs := range h.srv.ClientStatuses() {
+		got[cs.Mode] += cs.Responses
 	}
-	eq(t, "responses counted", uint64(3), got)
+	eq(t, "responses counted", map[string]uint64{"delta": 3, "sotw": 1}, got)
 }

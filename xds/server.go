@@ -131,9 +131,10 @@ type clientInfo struct {
 	TypeURL  string
 	Peer     string
 	Opened   time.Time
-	// responses: the stream's responses sent, counted by the stream's
-	// goroutine (streamResponses) and read under s.mu.
-	responses atomic.Uint64
+	// responses: the count of the stream's responses sent, kept by the
+	// server (responded) or, for a delta stream, in the stream handler's
+	// state (streamResponses.n); the pointer is set under s.mu.
+	responses *atomic.Uint64
 	NACKs     uint64
 	LastNACK  string
 
@@ -334,7 +335,7 @@ func (s *Server) opened(ctx context.Context, delta bool, id int64, typeURL strin
 		addr = p.Addr.String()
 	}
 	s.clients[streamKey{delta, id}] = &clientInfo{Mode: modeName(delta), TypeURL: typeLabel(typeURL), Opened: time.Now(), Peer: addr,
-		acct: streamAcctOf(ctx), nackLog: logLimiter{perMinute: s.lim.NACKLogsPerMinute}}
+		acct: streamAcctOf(ctx), nackLog: logLimiter{perMinute: s.lim.NACKLogsPerMinute}, responses: new(atomic.Uint64)}
 	s.m.clients.WithLabelValues(typeLabel(typeURL), modeName(delta)).Inc()
 }
 
@@ -358,25 +359,30 @@ func (s *Server) responded(delta bool, id int64, typeURL string) {
 }
 
 // responseCounters is implemented by the server's callbacks: a delta
-// stream is given its counters as it opens (deltaStream.counter), and
-// counts its responses itself, without the server's lock or a lookup of
-// its client per response.
+// stream's counters, in its own state (deltaStream.counter), are
+// registered as it opens, and it counts its responses itself, without the
+// server's lock or a lookup of its client per response.
 type responseCounters interface {
-	streamResponses(delta bool, id int64) *streamResponses
+	countResponses(delta bool, id int64, r *streamResponses) bool
 }
 
 // streamResponses counts one stream's responses: its client's count
-// (ClientStatus.Responses) and the push counter of each type, resolved at
-// the type's first response. Owned by the stream's goroutine.
+// (ClientStatus.Responses, read through clientInfo.responses) and the push
+// counter of each type, resolved at the type's first response. Written by
+// the stream's goroutine; until registered (on), it counts nothing.
 type streamResponses struct {
+	n      atomic.Uint64
+	on     bool
 	s      *Server
 	delta  bool
-	ci     *clientInfo
 	pushes [len(servedTypes) + 1]prometheus.Counter
 }
 
 func (r *streamResponses) responded(typeURL string) {
-	r.ci.responses.Add(1)
+	if !r.on {
+		return
+	}
+	r.n.Add(1)
 	i := servedIndex(typeURL)
 	c := r.pushes[i]
 	if c == nil {
@@ -395,16 +401,20 @@ type serverCallbacks struct {
 	s *Server
 }
 
-// streamResponses returns the counters of an open stream (nil: not open).
-func (cb serverCallbacks) streamResponses(delta bool, id int64) *streamResponses {
+// countResponses makes r the response counters of an open stream, before
+// it sends any; false: the stream is not open.
+func (cb serverCallbacks) countResponses(delta bool, id int64, r *streamResponses) bool {
 	s := cb.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ci := s.clients[streamKey{delta, id}]
 	if ci == nil {
-		return nil
+		return false
 	}
-	return &streamResponses{s: s, delta: delta, ci: ci}
+	r.on, r.s, r.delta = true, s, delta
+	r.n.Store(ci.responses.Load())
+	ci.responses = &r.n
+	return true
 }
 
 // servedIndex is typeURL's index in servedTypes, or len(servedTypes) for

@@ -99,6 +99,7 @@ type deltaResponse struct {
 	out   wiredDelta
 	res   [1]*discovery.Resource
 	wires [1][]byte
+	room  encodedRoom // out's encoding as gRPC reads it (encodedRoom)
 	w     *watch
 	next  *deltaHeld
 	sent  *deltaSent // nil: the response carried nothing

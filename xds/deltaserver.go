@@ -328,7 +328,7 @@ func (ds *deltaStream) send(resp *deltaResponse) (string, error) {
 	if now := resp.resp.Resources; len(now) != len(built) || (len(now) > 0 && &now[0] != &built[0]) {
 		wire = nil
 	}
-	resp.out = wiredDelta{DeltaDiscoveryResponse: resp.resp, wire: wire}
+	resp.out = wiredDelta{DeltaDiscoveryResponse: resp.resp, wire: wire, room: &resp.room}
 	err := ds.str.SendMsg(&resp.out)
 	resp.out, resp.wires = wiredDelta{}, [1][]byte{}
 	return resp.resp.GetNonce(), err

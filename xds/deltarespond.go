@@ -113,7 +113,7 @@ type deltaPass struct {
 	seq      []string // sorted
 	fromRest bool     // seq is the rest as read (deltaState.allRest)
 	full     bool
-	hold     func(*store.Entry) bool // c.holder(w, the names in order)
+	hold     entryHolder // c.holder(w, the names in order)
 	// find: finds the resources of the names looked at (finder).
 	find resourceFinder
 
@@ -272,7 +272,7 @@ func (p *deltaPass) consider(n string) {
 	e, send, remove := p.decide(n)
 	switch {
 	case send:
-		if p.hold != nil && p.hold(e) {
+		if p.hold.holds(e) {
 			p.later = append(p.later, n)
 			return
 		}

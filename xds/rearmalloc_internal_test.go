@@ -6,35 +6,59 @@ import (
 	"strconv"
 	"testing"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // TestRearmDeltaAnsweringACKAllocations: the ACK of a response while a
-// change came re-arms the watch and answers it with the change; the pass
-// that computes the answer allocates its response and the state it
-// installs, and nothing for how it finds the names and their resources
-// (no closures).
+// change came re-arms the watch and answers it with the change in three
+// allocations (the response, the state it installs, the record of what it
+// carries), one more for the names of several commits: nothing for how
+// the pass finds the names and their resources or tells an assignment
+// held back for its cluster (values, not closures), for the names of the
+// one commit since (the change log's own), or for the cancel function of
+// a watch answered at once.
 func TestRearmDeltaAnsweringACKAllocations(t *testing.T) {
 	// One commit since the response; two, whose names are gathered from
-	// the change log in one new slice, sorted there.
-	for commits, maxAllocs := range []uint64{1: 3, 2: 4} {
-		if commits == 0 {
-			continue
-		}
-		if n := answeringACKAllocations(t, commits); n > maxAllocs {
-			t.Errorf("an ACK answered with the change of %d commits: %d allocations, want at most %d", commits, n, maxAllocs)
+	// the change log in one new slice, sorted there; one, on a stream
+	// subscribed to clusters too (the response holds back the
+	// assignments of clusters not sent: clusterHolder).
+	for _, tc := range []struct {
+		commits   int
+		clusters  bool
+		maxAllocs uint64
+	}{{1, false, 3}, {2, false, 4}, {1, true, 3}} {
+		if n := answeringACKAllocations(t, tc.commits, tc.clusters); n > tc.maxAllocs {
+			t.Errorf("an ACK answered with the change of %d commits (clusters subscribed: %v): %d allocations, want at most %d", tc.commits, tc.clusters, n, tc.maxAllocs)
 		}
 	}
 }
 
 // answeringACKAllocations returns the allocations of an ACK's re-arm
 // answered with the change of commits commits (the median of 50, past
-// the first responses' growth: a rare one also grows a slice or a map).
-func answeringACKAllocations(t *testing.T, commits int) uint64 {
-	c := NewCache(WithTypes(EndpointType))
+// the first responses' growth: a rare one also grows a slice or a map),
+// on a stream subscribed to every cluster first if clusters.
+func answeringACKAllocations(t *testing.T, commits int, clusters bool) uint64 {
+	c := NewCache(WithTypes(ClusterType, EndpointType))
 	c.MarkReady()
 	setAssignmentA(t, c, 1)
 	ch := make(chan *deltaResponse, 4)
+	if clusters {
+		if err := c.Apply(store.Change{TypeURL: ClusterType, Upserts: []store.Resource{{Name: "a", Msg: &cluster.Cluster{Name: "a"}}}}); err != nil {
+			t.Fatal(err)
+		}
+		sub := newDeltaSub(nil, nil, nil, nil)
+		if _, _, err := c.newDeltaWatch(streamKey{true, 1}, &discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType}, sub, ch); err != nil {
+			t.Fatal(err)
+		}
+		r := <-ch
+		r.resp.Nonce = "c1"
+		r.install("c1")
+		if c.streams[streamKey{true, 1}].cds == nil {
+			t.Fatal("the stream's clusters are not followed")
+		}
+	}
 	sub := newDeltaSub([]string{"a"}, nil, nil, nil)
 	first := &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesSubscribe: []string{"a"}}
 	w, _, err := c.newDeltaWatch(streamKey{true, 1}, first, sub, ch)

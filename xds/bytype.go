@@ -7,7 +7,8 @@ import (
 
 // byType maps a type URL to a V: a stream's state per type. A stream has
 // a few types, so a scan of their URLs (most calls pass the cache's own
-// string, which compares by its address) is cheaper than hashing a URL
+// string, which compares by its address, and set stores a served type's
+// URL as that string) is cheaper than hashing a URL
 // of 50 to 70 bytes in a map, as every response and ACK did; past
 // byTypeScan types (a client naming many types) an index map takes over.
 // The zero value is empty. Not safe for concurrent use: a stream's state
@@ -63,7 +64,7 @@ func (m *byType[V]) set(url string, v V) {
 		m.vals[i] = v
 		return
 	}
-	m.urls = append(m.urls, url)
+	m.urls = append(m.urls, servedTypeString(url))
 	m.vals = append(m.vals, v)
 	if m.idx != nil {
 		m.idx[url] = len(m.urls) - 1
@@ -92,6 +93,19 @@ func (m *byType[V]) delete(url string) {
 			m.idx = nil
 		}
 	}
+}
+
+// servedTypeString is url as the constant of the type it names, if the
+// server serves it, else url: a URL stored as the constant is then found
+// by its address by the lookups that pass the constant (an ACK's type URL,
+// the cache's), though it was set from a request's own copy.
+func servedTypeString(url string) string {
+	for _, s := range servedTypes {
+		if url == s {
+			return s
+		}
+	}
+	return url
 }
 
 func (m *byType[V]) reindex() {

@@ -265,9 +265,9 @@ func (c *Cache) rearmDelta(w *watch, req *discovery.DeltaDiscoveryRequest, sub d
 	if (w.done && !w.installed) || w.ts.URL == RouteType {
 		next = &watch{}
 	}
-	cancelFn := next.cancelFn // nil for a new watch
+	cancelFn, forgetFn := next.cancelFn, next.forgetFn // nil for a new watch
 	next.armDelta(w.ts, req, sub, w.dch)
-	next.stream, next.cancelFn = st, cancelFn
+	next.stream, next.cancelFn, next.forgetFn = st, cancelFn, forgetFn
 	cancel, err := c.createLocked(next)
 	return next, cancel, err
 }

@@ -48,7 +48,7 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	switch d := v.(type) {
 	case *wiredDelta:
 		if size, ok := d.size(); ok {
-			return encodeDeltaResponse(pool, size, d.DeltaDiscoveryResponse, d.wire, d.charge), nil
+			return encodeDeltaResponseIn(d.room, pool, size, d.DeltaDiscoveryResponse, d.wire, d.charge), nil
 		}
 		v = d.DeltaDiscoveryResponse
 	case *sizedMsg:
@@ -94,15 +94,34 @@ func marshalSized(pool mem.BufferPool, m proto.Message, size int, charge *unwrit
 // from pool. wire: as appendDeltaResponse's. charge: r's bytes in the
 // unwritten budget (nil: none), given back with the buffer.
 func encodeDeltaResponse(pool mem.BufferPool, size int, r *discovery.DeltaDiscoveryResponse, wire [][]byte, charge *unwrittenCharge) mem.BufferSlice {
+	return encodeDeltaResponseIn(nil, pool, size, r, wire, charge)
+}
+
+// encodeDeltaResponseIn is encodeDeltaResponse, handing the encoding over
+// from room (nil or used: from allocations of its own).
+func encodeDeltaResponseIn(room *encodedRoom, pool mem.BufferPool, size int, r *discovery.DeltaDiscoveryResponse, wire [][]byte, charge *unwrittenCharge) mem.BufferSlice {
+	if room != nil && room.used {
+		room = nil
+	}
 	if mem.IsBelowBufferPoolingThreshold(size) {
-		return mem.BufferSlice{mem.SliceBuffer(appendDeltaResponse(make([]byte, 0, size), r, wire))}
+		b := mem.SliceBuffer(appendDeltaResponse(make([]byte, 0, size), r, wire))
+		if room == nil {
+			return mem.BufferSlice{b}
+		}
+		room.used, room.small = true, b
+		room.bufs[0] = &room.small // a pointer: no allocation for the interface
+		return room.bufs[:]
 	}
 	buf := pool.Get(size)
 	*buf = appendDeltaResponse((*buf)[:0], r, wire)
 	if charge != nil {
 		pool = charge.pool(pool)
 	}
-	return mem.BufferSlice{mem.NewBuffer(buf, pool)}
+	if room == nil {
+		return mem.BufferSlice{mem.NewBuffer(buf, pool)}
+	}
+	room.used, room.bufs[0] = true, mem.NewBuffer(buf, pool)
+	return room.bufs[:]
 }
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {

@@ -99,6 +99,7 @@ type deltaResponse struct {
 	out   wiredDelta
 	res   [1]*discovery.Resource
 	wires [1][]byte
+	room  encodedRoom // out's encoding as gRPC reads it (encodedRoom)
 	w     *watch
 	next  *deltaHeld
 	sent  *deltaSent // nil: the response carried nothing
@@ -390,7 +391,7 @@ func (ds *deltaState) answered(ts *typeState, inflight []*deltaSent, nonce strin
 func (ds *deltaState) lookAt(ts *typeState, rest []string, nacked []string, isolated string, quiet bool, subs, unsubs []string) {
 	var since []string
 	if quiet {
-		if since = ts.SinceLog(ds.gen); len(since) == 0 {
+		if since = ts.SortedSince(ds.gen); len(since) == 0 {
 			// The ACK of one part of a split response: the rest, as kept
 			// (not copied: a new Envoy goes through ~20 of them).
 			ds.allRest, ds.seq = true, rest
@@ -416,12 +417,12 @@ func (ds *deltaState) lookAt(ts *typeState, rest []string, nacked []string, isol
 		return
 	}
 	if !quiet {
-		since = ts.SinceLog(ds.gen)
+		since = ts.SortedSince(ds.gen)
 	}
-	// The names besides the rest, sorted, merged: linear in the request
-	// and the changes. The pass walks them and the rest together, in
-	// order (deltaPass.collect), as far as the response goes.
-	ds.seq = mergeNames(sortedNames(since), mergeNames(subs, sortedNames(unsubs)))
+	// The names besides the rest, sorted (since is), merged: linear in
+	// the request and the changes. The pass walks them and the rest
+	// together, in order (deltaPass.collect), as far as the response goes.
+	ds.seq = mergeNames(since, mergeNames(subs, sortedNames(unsubs)))
 }
 
 // sortedNames returns names sorted, each once: names if they are, else a

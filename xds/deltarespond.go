@@ -60,7 +60,7 @@ func (c *Cache) respondDelta(w *watch, seq, oldRest []string, fromRest, full, ev
 	find := c.finder(ts, len(changed))
 	newest := ts.newestGen(removed)
 	for _, n := range changed {
-		e, _ := find(n)
+		e, _ := find.find(n)
 		res = append(res, e.Delta)
 		if wire != nil && e.Wire != nil {
 			wire = append(wire, e.Wire)
@@ -111,15 +111,15 @@ type deltaPass struct {
 	subscribed map[string]struct{}
 	wild       bool
 	// isSub: whether a name considered is in subscribed (subscriptionHas).
-	isSub func(n string) bool
+	isSub subscribedCheck
 	// walk: the names looked at unless full, in order (respondDelta's
 	// rest and seq).
 	walk     nameWalk
 	fromRest bool // the names are the rest as read (deltaState.allRest)
 	full     bool
-	hold     func(*store.Entry) bool // c.holder(w, the names in order)
+	hold     entryHolder // c.holder(w, the names in order)
 	// find: finds the resources of the names looked at (finder).
-	find func(n string) (*store.Entry, bool)
+	find resourceFinder
 
 	// changed: names to send (size: their bytes); removed: to report
 	// removed; later: held back by hold.
@@ -145,36 +145,60 @@ const maxPreallocated = 256
 // finder returns how to find the resources of count names, sorted: with a
 // store.Cursor from c.minCursor names, else in the type's map. (Names out
 // of order are found too, at the cost of a map lookup.)
-func (c *Cache) finder(ts *typeState, count int) func(n string) (*store.Entry, bool) {
+func (c *Cache) finder(ts *typeState, count int) resourceFinder {
 	if count < c.minCursor {
-		return func(n string) (*store.Entry, bool) {
-			e, ok := ts.Resources[n]
-			return e, ok
-		}
+		return resourceFinder{ts: ts}
 	}
-	cur := ts.Cursor()
-	return cur.Find
+	return resourceFinder{ts: ts, cursor: true, cur: ts.Cursor()}
+}
+
+// resourceFinder finds resources by name (Cache.finder): a value, not a
+// closure, so that a pass allocates nothing for it.
+type resourceFinder struct {
+	ts     *typeState
+	cursor bool // find with cur, else in the type's map
+	cur    store.Cursor
+}
+
+func (f *resourceFinder) find(n string) (*store.Entry, bool) {
+	if f.cursor {
+		return f.cur.Find(n)
+	}
+	e, ok := f.ts.Resources[n]
+	return e, ok
 }
 
 // subscriptionHas returns how the pass tells a name subscribed by name:
 // a pass of sorted names, from c.minCursor of them, walks the
 // subscription's sorted names (nameCursor); other passes look names up in
 // its map.
-func (p *deltaPass) subscriptionHas() func(n string) bool {
+func (p *deltaPass) subscriptionHas() subscribedCheck {
 	w := p.w
 	if !p.wild && !p.full && p.walk.len() >= p.c.minCursor && w.sub == subscription(&w.dsub) {
-		return newNameCursor(w.dsub.names).has
+		return subscribedCheck{cursor: true, cur: *newNameCursor(w.dsub.names)}
 	}
-	subscribed := p.subscribed
-	return func(n string) bool {
-		_, ok := subscribed[n]
-		return ok
+	return subscribedCheck{subscribed: p.subscribed}
+}
+
+// subscribedCheck tells a name subscribed by name (subscriptionHas): a
+// value, not a closure, so that a pass allocates nothing for it.
+type subscribedCheck struct {
+	cursor     bool // walk cur, else look names up in subscribed
+	cur        nameCursor
+	subscribed map[string]struct{}
+}
+
+func (s *subscribedCheck) has(n string) bool {
+	if s.cursor {
+		return s.cur.has(n)
 	}
+	_, ok := s.subscribed[n]
+	return ok
 }
 
 // lookup returns resource n as the client sees it (watch.lookup).
 func (p *deltaPass) lookup(n string) (*store.Entry, bool) {
-	e, ok := p.find(n)
+	e, ok := p.find.find(n)
 	if ok && p.w.hidden(n) {
 		return nil, false
 	}
@@ -252,7 +276,7 @@ func (p *deltaPass) consider(n string) {
 	e, send, remove := p.decide(n)
 	switch {
 	case send:
-		if p.hold != nil && p.hold(e) {
+		if p.hold.holds(e) {
 			p.later = append(p.later, n)
 			return
 		}
@@ -272,7 +296,7 @@ func (p *deltaPass) decide(n string) (e *store.Entry, send, remove bool) {
 	e, exists := p.lookup(n)
 	isSub := false
 	if !p.wild {
-		isSub = p.isSub(n)
+		isSub = p.isSub.has(n)
 	}
 	switch {
 	case exists && (p.wild || isSub):
@@ -450,7 +474,7 @@ func (p *deltaPass) collectFull() (rest []string) {
 	total := 0
 	find := p.c.finder(ts, len(p.changed))
 	for i, n := range p.changed {
-		e, _ := find(n)
+		e, _ := find.find(n)
 		total += e.DeltaSize
 		if p.over(i+1, total) {
 			rest = ts.AllNames().Run(p.changed[i:])

@@ -11,8 +11,9 @@ package xds
 // then per request OnStreamDeltaRequest (after the responses already
 // queued are sent) and a new watch (the previous one cancelled first; an
 // ACK re-arms the previous one instead, Cache.rearmDelta, which is the
-// same to the cache), OnStreamDeltaResponse before each response is sent,
-// and OnDeltaStreamClosed after the watches are cancelled. What differs too is
+// same to the cache), OnStreamDeltaResponse before each response is sent
+// (the stream counts it itself when the callbacks give it counters:
+// streamResponses), and OnDeltaStreamClosed after the watches are cancelled. What differs too is
 // the client's state: the cache hands each response with the typed state
 // it installs (deltaHeld, delta.go), which becomes the stream's once the
 // response is sent, and an unsubscription marks its versions in place as
@@ -250,6 +251,9 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{},
 		if err := s.callbacks.OnDeltaStreamOpen(str.Context(), ds.id, defaultTypeURL); err != nil {
 			return err
 		}
+		if rc, ok := s.callbacks.(responseCounters); ok {
+			rc.countResponses(true, ds.id, &ds.counter)
+		}
 	}
 
 	for {
@@ -296,6 +300,9 @@ type deltaStream struct {
 	vhds           *vhdsStream // nil: the cache serves no VHDS (vhds.go)
 	cache          *Cache      // s.cache, when it is a *Cache (ACKs re-arm its watches)
 	acct           *streamAcct // the guard's accounting of the stream (nil: not guarded)
+	// counter counts the responses sent, if the callbacks registered it
+	// (else they count them, if they do).
+	counter streamResponses
 }
 
 // send gives resp the stream's next nonce and sends it.
@@ -308,6 +315,7 @@ func (ds *deltaStream) send(resp *deltaResponse) (string, error) {
 	ds.nonce++
 	resp.resp.Nonce = strconv.FormatInt(ds.nonce, 10)
 	resp.sentOut.Store(true)
+	ds.counter.responded(resp.req.GetTypeUrl())
 	if cb := ds.s.callbacks; cb != nil {
 		cb.OnStreamDeltaResponse(ds.id, resp.req, resp.resp)
 	}
@@ -320,7 +328,7 @@ func (ds *deltaStream) send(resp *deltaResponse) (string, error) {
 	if now := resp.resp.Resources; len(now) != len(built) || (len(now) > 0 && &now[0] != &built[0]) {
 		wire = nil
 	}
-	resp.out = wiredDelta{DeltaDiscoveryResponse: resp.resp, wire: wire}
+	resp.out = wiredDelta{DeltaDiscoveryResponse: resp.resp, wire: wire, room: &resp.room}
 	err := ds.str.SendMsg(&resp.out)
 	resp.out, resp.wires = wiredDelta{}, [1][]byte{}
 	return resp.resp.GetNonce(), err

@@ -68,6 +68,8 @@ func (s *sentAssignments) len() int {
 	return len(s.at)
 }
 
+// add records names as sent; now is when, kept for a sotw stream only (a
+// delta stream's caller need not read the clock).
 func (s *sentAssignments) add(delta bool, names []string, now time.Time) {
 	if delta {
 		if s.set == nil {

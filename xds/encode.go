@@ -4,6 +4,7 @@ import (
 	"unicode/utf8"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -69,6 +70,20 @@ type wiredDelta struct {
 	// buffer gives back.
 	sized  int
 	charge *unwrittenCharge
+	// room: where the encoding is handed to gRPC from (nil: allocated).
+	room *encodedRoom
+}
+
+// encodedRoom is room for a response's encoding as gRPC is handed it (a
+// buffer slice of one buffer, and a small encoding's buffer value) in the
+// response's own allocation (deltaResponse), not in two of their own.
+// gRPC reads them until the response is written, after SendMsg returns:
+// a room is used once (a response is sent once; one sent again encodes
+// into allocations of its own).
+type encodedRoom struct {
+	used  bool
+	bufs  [1]mem.Buffer
+	small mem.SliceBuffer
 }
 
 // size returns the encoded size of d, and false as deltaResponseSize does.

@@ -13,6 +13,7 @@ import (
 	"github.com/xdsbridge/xdsbridge/xds/store"
 	"google.golang.org/grpc/encoding"
 	_ "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -77,9 +78,11 @@ func TestDeltaResponseEncoding(t *testing.T) {
 		wire = append(wire, c.types[EndpointType].Resources[n].Wire)
 	}
 	for name, d := range map[string]*wiredDelta{
-		"wired, one resource":                {DeltaDiscoveryResponse: resp(res[:1]), wire: wire[:1]},
-		"wired, above the pooling threshold": {DeltaDiscoveryResponse: resp(res, "gone"), wire: wire},
-		"wired, a resource more":             {DeltaDiscoveryResponse: resp(append(slices.Clone(res), &discovery.Resource{Name: "x"})), wire: wire},
+		"wired, one resource":                 {DeltaDiscoveryResponse: resp(res[:1]), wire: wire[:1]},
+		"wired, above the pooling threshold":  {DeltaDiscoveryResponse: resp(res, "gone"), wire: wire},
+		"wired, one resource, in its room":    {DeltaDiscoveryResponse: resp(res[:1]), wire: wire[:1], room: &encodedRoom{}},
+		"wired, above the threshold, in room": {DeltaDiscoveryResponse: resp(res, "gone"), wire: wire, room: &encodedRoom{}},
+		"wired, a resource more":              {DeltaDiscoveryResponse: resp(append(slices.Clone(res), &discovery.Resource{Name: "x"})), wire: wire},
 	} {
 		t.Run(name, func(t *testing.T) {
 			want, err := proto.Marshal(d.DeltaDiscoveryResponse)
@@ -138,4 +141,40 @@ func TestDeltaResponseEncoderKnowsEveryField(t *testing.T) {
 func withUnknown[M proto.Message](m M) M {
 	m.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 1))
 	return m
+}
+
+// TestWiredDeltaEncodesIntoItsRoom: a small delta response's encoding is
+// handed to gRPC from the response's room, in one allocation (its bytes),
+// not three; a room already used is left as it is, for gRPC may still be
+// reading it.
+func TestWiredDeltaEncodesIntoItsRoom(t *testing.T) {
+	c := NewCache(WithTypes(EndpointType))
+	setAssignmentA(t, c, 1)
+	e := c.types[EndpointType].Resources["a"]
+	r := &discovery.DeltaDiscoveryResponse{TypeUrl: EndpointType, Nonce: "3", Resources: []*discovery.Resource{e.Delta}}
+	want, err := proto.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &wiredDelta{DeltaDiscoveryResponse: r, wire: [][]byte{e.Wire}, room: &encodedRoom{}}
+	allocs := testing.AllocsPerRun(100, func() {
+		d.room.used = false
+		if _, err := (codec{}).Marshal(d); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 1 {
+		t.Errorf("%v allocations, want 1", allocs)
+	}
+	first, _ := (codec{}).Marshal(d)
+	held := d.room.small
+	again, _ := (codec{}).Marshal(d)
+	if &first[0] == &again[0] || &d.room.small[0] != &held[0] {
+		t.Error("a used room was encoded into again")
+	}
+	for _, got := range []mem.BufferSlice{first, again} {
+		if b := got.Materialize(); !bytes.Equal(b, want) {
+			t.Fatalf("encoded %x, proto.Marshal %x", b, want)
+		}
+	}
 }

@@ -114,3 +114,10 @@ func (d *SotwDriver) Take() *discovery.DiscoveryResponse {
 // WithMinCursor makes delta passes find the resources of n sorted names or
 // more with a store.Cursor (0: every pass), for tests of the cursor.
 func WithMinCursor(n int) Option { return func(c *Cache) { c.minCursor = n } }
+
+// LockClients holds the server's lock over its clients (Server.mu) until
+// the returned function is called.
+func (s *Server) LockClients() (unlock func()) {
+	s.mu.Lock()
+	return s.mu.Unlock
+}

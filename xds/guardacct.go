@@ -80,9 +80,10 @@ type typeNames struct {
 // none: a stream sending faster than RequestsPerSecond is read that fast.
 func (a *streamAcct) pace(ctx context.Context) error {
 	rps := a.g.lim.RequestsPerSecond
-	now := time.Now()
-	a.tokens = min(float64(a.g.lim.RequestBurst), a.tokens+now.Sub(a.last).Seconds()*rps)
-	a.last = now
+	// One read of the monotonic clock (time.Since), not of both clocks.
+	elapsed := time.Since(a.last)
+	a.tokens = min(float64(a.g.lim.RequestBurst), a.tokens+elapsed.Seconds()*rps)
+	a.last = a.last.Add(elapsed)
 	a.tokens--
 	if a.tokens >= 0 {
 		return nil

@@ -246,33 +246,44 @@ func (c *Cache) wakeEDS(st *streamState) {
 }
 
 // clusterHolder returns what an EDS watch w's response must hold back:
-// the assignments whose cluster its stream has not been sent; nil when
-// nothing is held back.
-func (c *Cache) clusterHolder(w *watch, inOrder int) func(*store.Entry) bool {
+// the assignments whose cluster its stream has not been sent; the zero
+// value when nothing is held back.
+func (c *Cache) clusterHolder(w *watch, inOrder int) clusterHold {
 	st := w.stream
 	clusters := c.types[ClusterType]
 	if st == nil || (st.cds == nil && st.pendingCDS == nil) || clusters == nil {
-		return nil
+		return clusterHold{}
 	}
+	return clusterHold{c: c, st: st, clusters: clusters, inOrder: inOrder}
+}
+
+// clusterHold is an EDS response's hold (clusterHolder): a value, not a
+// closure, so that a pass allocates nothing for it. Zero: holds nothing.
+type clusterHold struct {
+	c        *Cache
+	st       *streamState
+	clusters *typeState
 	// The entries come in the order of their names, and an assignment is
 	// named after its cluster, mostly: their clusters are found with a
 	// cursor (finder) from the first in a pass of inOrder sorted names
 	// (as many as make a cursor worth it), else past the first few.
-	calls := 0
-	var find func(n string) (*store.Entry, bool)
-	return func(e *store.Entry) bool {
-		if e.Dep == nil || e.Dep.TypeURL != ClusterType {
-			return false
-		}
-		if calls++; calls == 1 || calls == c.minCursor {
-			find = c.finder(clusters, max(calls, inOrder))
-		}
-		// A sotw CDS response still queued is sent before this one, or
-		// dropped (then the client keeps what it was sent): the cluster
-		// must be in both.
-		cl, _ := find(e.Dep.Name)
-		return cl != nil && st.vis.sees(cl.Name) && ((st.cds != nil && !st.cds.sent(cl)) || (st.pendingCDS != nil && !st.pendingCDS.sent(cl)))
+	inOrder, calls int
+	find           resourceFinder
+}
+
+func (h *clusterHold) holds(e *store.Entry) bool {
+	if e.Dep == nil || e.Dep.TypeURL != ClusterType {
+		return false
 	}
+	if h.calls++; h.calls == 1 || h.calls == h.c.minCursor {
+		h.find = h.c.finder(h.clusters, max(h.calls, h.inOrder))
+	}
+	// A sotw CDS response still queued is sent before this one, or
+	// dropped (then the client keeps what it was sent): the cluster
+	// must be in both.
+	st := h.st
+	cl, _ := h.find.find(e.Dep.Name)
+	return cl != nil && st.vis.sees(cl.Name) && ((st.cds != nil && !st.cds.sent(cl)) || (st.pendingCDS != nil && !st.pendingCDS.sent(cl)))
 }
 
 // sent reports whether the stream was sent cluster e at its version, or

@@ -168,7 +168,11 @@ func (c *Cache) edsDelivered(st *streamState, sent []string) {
 	if len(sent) == 0 {
 		return
 	}
-	st.edsSent.add(st.key.delta, sent, time.Now())
+	var now time.Time // read by make before break, on sotw streams only
+	if !st.key.delta {
+		now = time.Now()
+	}
+	st.edsSent.add(st.key.delta, sent, now)
 	c.wakeRDS(st)
 }
 

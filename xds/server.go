@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -113,14 +114,17 @@ type streamKey struct {
 // clientInfo is what the server follows of one stream (shown as
 // ClientStatus).
 type clientInfo struct {
-	Node      string
-	Identity  string // the certificate SAN xds.authorization matched
-	Cluster   string
-	Mode      string
-	TypeURL   string
-	Peer      string
-	Opened    time.Time
-	Responses uint64
+	Node     string
+	Identity string // the certificate SAN xds.authorization matched
+	Cluster  string
+	Mode     string
+	TypeURL  string
+	Peer     string
+	Opened   time.Time
+	// responses: the count of the stream's responses sent, kept by the
+	// server (responded) or, for a delta stream, in the stream handler's
+	// state (streamResponses.n); the pointer is set under s.mu.
+	responses *atomic.Uint64
 	NACKs     uint64
 	LastNACK  string
 
@@ -163,16 +167,17 @@ func (s *Server) observeChangeACK(reg prometheus.Registerer) {
 	if err := promreg.Register(reg, h); err != nil {
 		panic(err)
 	}
-	// The histogram of each type, resolved at its first sample: the
-	// observer is called under the cache's lock, which guards the map.
-	byType := map[string]prometheus.Observer{}
+	// The histogram of each type (servedIndex), resolved at its first
+	// sample: the observer is called under the cache's lock, which guards
+	// the array.
+	var byType [len(servedTypes) + 1]prometheus.Observer
 	s.cache.lock()
 	s.cache.ackObserver = func(typeURL string, d time.Duration) {
-		label := servedType(typeURL)
-		o := byType[label]
+		i := servedIndex(typeURL)
+		o := byType[i]
 		if o == nil {
-			o = h.WithLabelValues(label)
-			byType[label] = o
+			o = h.WithLabelValues(servedType(typeURL))
+			byType[i] = o
 		}
 		o.Observe(d.Seconds())
 		s.recentACK.add(d)
@@ -320,7 +325,7 @@ func (s *Server) opened(ctx context.Context, delta bool, id int64, typeURL strin
 		addr = p.Addr.String()
 	}
 	s.clients[streamKey{delta, id}] = &clientInfo{Mode: modeName(delta), TypeURL: typeLabel(typeURL), Opened: time.Now(), Peer: addr,
-		acct: streamAcctOf(ctx), nackLog: logLimiter{perMinute: s.lim.NACKLogsPerMinute}}
+		acct: streamAcctOf(ctx), nackLog: logLimiter{perMinute: s.lim.NACKLogsPerMinute}, responses: new(atomic.Uint64)}
 	s.m.clients.WithLabelValues(typeLabel(typeURL), modeName(delta)).Inc()
 }
 
@@ -338,19 +343,84 @@ func (s *Server) responded(delta bool, id int64, typeURL string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ci, ok := s.clients[streamKey{delta, id}]; ok {
-		ci.Responses++
+		ci.responses.Add(1)
 	}
 	s.pushCounter(delta, typeURL).Inc()
+}
+
+// responseCounters is implemented by the server's callbacks: a delta
+// stream's counters, in its own state (deltaStream.counter), are
+// registered as it opens, and it counts its responses itself, without the
+// server's lock or a lookup of its client per response.
+type responseCounters interface {
+	countResponses(delta bool, id int64, r *streamResponses) bool
+}
+
+// streamResponses counts one stream's responses: its client's count
+// (ClientStatus.Responses, read through clientInfo.responses) and the push
+// counter of each type, resolved at the type's first response. Written by
+// the stream's goroutine; until registered (on), it counts nothing.
+type streamResponses struct {
+	n      atomic.Uint64
+	on     bool
+	s      *Server
+	delta  bool
+	pushes [len(servedTypes) + 1]prometheus.Counter
+}
+
+func (r *streamResponses) responded(typeURL string) {
+	if !r.on {
+		return
+	}
+	r.n.Add(1)
+	i := servedIndex(typeURL)
+	c := r.pushes[i]
+	if c == nil {
+		r.s.mu.Lock()
+		c = r.s.pushCounter(r.delta, typeURL)
+		r.s.mu.Unlock()
+		r.pushes[i] = c
+	}
+	c.Inc()
+}
+
+// serverCallbacks are the server's callbacks (Server.callbacks), which
+// also give a stream its response counters.
+type serverCallbacks struct {
+	serverv3.CallbackFuncs
+	s *Server
+}
+
+// countResponses makes r the response counters of an open stream, before
+// it sends any; false: the stream is not open.
+func (cb serverCallbacks) countResponses(delta bool, id int64, r *streamResponses) bool {
+	s := cb.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ci := s.clients[streamKey{delta, id}]
+	if ci == nil {
+		return false
+	}
+	r.on, r.s, r.delta = true, s, delta
+	r.n.Store(ci.responses.Load())
+	ci.responses = &r.n
+	return true
+}
+
+// servedIndex is typeURL's index in servedTypes, or len(servedTypes) for
+// any other ("other").
+func servedIndex(typeURL string) int {
+	if i := slices.Index(servedTypes[:], typeURL); i >= 0 {
+		return i
+	}
+	return len(servedTypes)
 }
 
 // pushCounter returns the push counter of a mode and type, resolved at
 // its first response (by label values: a lookup that hashes them). Under
 // s.mu.
 func (s *Server) pushCounter(delta bool, typeURL string) prometheus.Counter {
-	i := slices.Index(servedTypes[:], typeURL)
-	if i < 0 {
-		i = len(servedTypes) // "other"
-	}
+	i := servedIndex(typeURL)
 	m := 0
 	if delta {
 		m = 1
@@ -374,7 +444,7 @@ func newXDSServer(ctx context.Context, c watcher, cb serverv3.Callbacks) serverv
 }
 
 func (s *Server) callbacks() serverv3.Callbacks {
-	return serverv3.CallbackFuncs{
+	return serverCallbacks{s: s, CallbackFuncs: serverv3.CallbackFuncs{
 		StreamOpenFunc: func(ctx context.Context, id int64, typeURL string) error {
 			return s.open(ctx, false, id, typeURL)
 		},
@@ -399,10 +469,8 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			s.request(true, id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail(), req.GetErrorDetail() != nil)
 			return nil
 		},
-		StreamDeltaResponseFunc: func(id int64, req *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
-			// The delta stream handler marks the response sent for the
-			// cache itself (deltaResponse.sentOut).
-			s.responded(true, id, req.GetTypeUrl())
-		},
-	}
+		// No StreamDeltaResponseFunc: the delta stream handler marks the
+		// response sent for the cache itself (deltaResponse.sentOut), and
+		// counts it (streamResponses).
+	}}
 }

@@ -39,7 +39,7 @@ func (s *Server) clientStatuses(node string, detail bool) ([]ClientStatus, [][]R
 			continue
 		}
 		c := ClientStatus{Node: ci.Node, Cluster: ci.Cluster, Identity: ci.Identity, Mode: ci.Mode, TypeURL: ci.TypeURL,
-			Stream: k.id, Peer: ci.Peer, Connected: ci.Opened, Responses: ci.Responses, NACKs: ci.NACKs, LastNACK: ci.LastNACK}
+			Stream: k.id, Peer: ci.Peer, Connected: ci.Opened, Responses: ci.responses.Load(), NACKs: ci.NACKs, LastNACK: ci.LastNACK}
 		if a := ci.acct; a != nil {
 			c.SubscribedNames, c.NameBytes = a.names.Load(), a.bytes.Load()
 			c.EstimatedBytes = a.memoryEstimate()

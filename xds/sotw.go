@@ -231,7 +231,7 @@ type sotwPass struct {
 	ss         *sotwState
 	subscribed map[string]struct{}
 	wild       bool
-	hold       func(*store.Entry) bool     // c.holder(w, 0)
+	hold       entryHolder                 // c.holder(w, 0)
 	keep       func(n string) *store.Entry // c.keepCluster(w)
 	interims   map[string]interim          // make before break (mbb.go)
 	kept       []*store.Entry              // deleted clusters the stream's routes still name (mbb.go)
@@ -269,7 +269,7 @@ func (p *sotwPass) consider(n string) {
 			return // rejected alone: not sent again
 		}
 		if !isKnown || kv != e.Version {
-			if p.hold != nil && p.hold(e) {
+			if p.hold.holds(e) {
 				w.heldBack = append(w.heldBack, n)
 				return
 			}

@@ -64,19 +64,34 @@ const (
 )
 
 // holder returns what w's response must hold back (its type's rule in
-// updateOrder); nil when nothing is held back. c.mu is held.
-func (c *Cache) holder(w *watch, inOrder int) func(*store.Entry) bool {
+// updateOrder); the zero value when nothing is held back. c.mu is held.
+func (c *Cache) holder(w *watch, inOrder int) entryHolder {
 	rule := holdNothing
 	if r := w.ts.Order; r < len(updateOrder) {
 		rule = updateOrder[r].hold
 	}
 	switch rule {
 	case holdUntilCluster:
-		return c.clusterHolder(w, inOrder)
+		return entryHolder{cluster: c.clusterHolder(w, inOrder)}
 	case holdUntilAssignments:
-		return c.routeHolder(w)
+		return entryHolder{route: c.routeHolder(w)}
 	}
-	return nil
+	return entryHolder{}
+}
+
+// entryHolder tells the entries a response holds back (holder); the zero
+// value holds none back.
+type entryHolder struct {
+	cluster clusterHold             // holdUntilCluster (zero: none)
+	route   func(*store.Entry) bool // holdUntilAssignments (nil: none)
+}
+
+// holds reports whether the response holds e back.
+func (h *entryHolder) holds(e *store.Entry) bool {
+	if h.cluster.st != nil {
+		return h.cluster.holds(e)
+	}
+	return h.route != nil && h.route(e)
 }
 
 // DefaultTypes are the types a cache's store serves unless told

@@ -96,7 +96,7 @@ func TestUpdateOrderHolds(t *testing.T) {
 	held := func(typeURL, name string) bool {
 		ts := c.types[typeURL]
 		hold := c.holder(&watch{ts: ts, delta: true, stream: st}, 0)
-		return hold != nil && hold(ts.Resources[name])
+		return hold.holds(ts.Resources[name])
 	}
 	for _, step := range []struct {
 		typeURL, name string

@@ -54,10 +54,10 @@ type watch struct {
 	wakeTimer   *time.Timer // wakes a hold to look again (mbb.go)
 	created     time.Time   // of an RDS watch
 
-	// cancelFn cancels the watch as tracked (Cache.cancel); made once,
-	// and kept by a re-armed watch (rearmDelta), whose ACKs then
-	// allocate nothing for it.
-	cancelFn func()
+	// cancelFn cancels the watch as tracked (Cache.cancel); forgetFn, as
+	// answered when created. Each made once, and kept by a re-armed watch
+	// (rearmDelta), whose ACKs then allocate nothing for them.
+	cancelFn, forgetFn func()
 }
 
 // armDelta makes w the delta watch of req, for sub, on ch: every field
@@ -118,7 +118,10 @@ func (c *Cache) createLocked(w *watch) (func(), error) {
 		}
 	}
 	if c.ready && c.respond(w, false, mustAnswer(w)) {
-		return func() { c.lock(); c.forgetLast(w); c.unlock() }, nil
+		if w.forgetFn == nil {
+			w.forgetFn = func() { c.lock(); c.forgetLast(w); c.unlock() }
+		}
+		return w.forgetFn, nil
 	}
 	w.ts.watches[w] = struct{}{}
 	if w.stream != nil {

@@ -80,6 +80,9 @@ func TestSinceLogMatchesModel(t *testing.T) {
 			if len(want) == 0 && got != nil {
 				t.Fatalf("generation %d: SinceLog %q, want nil", g, got)
 			}
+			if sorted := ts.SortedSince(g); !slices.Equal(sorted, slices.Sorted(maps.Keys(want))) {
+				t.Fatalf("generation %d: SortedSince %q, want %q", g, sorted, slices.Sorted(maps.Keys(want)))
+			}
 		}
 	}
 	variant := 0

@@ -357,8 +357,23 @@ func (s *Store) commit(ts *Type, changed []string) {
 	}
 }
 
+// SortedSince returns the names changed after generation gen (which must
+// not be older than the log) sorted, each once: the log's own slice when
+// they are the newest generation's alone (an ACK of a response the last
+// commit came after), as the observer was given it (Committed), which the
+// caller must not write; else a new slice.
+func (ts *Type) SortedSince(gen uint64) []string {
+	if i := len(ts.Log); i > 0 && ts.Log[i-1].Gen > gen && (i == 1 || ts.Log[i-2].Gen <= gen) {
+		names := ts.Log[i-1].Names // sorted, each once (commit)
+		return names[:len(names):len(names)]
+	}
+	names := ts.SinceLog(gen)
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
 // SinceLog returns the names changed after generation gen, which must not
-// be older than the log.
+// be older than the log, in a new slice.
 func (ts *Type) SinceLog(gen uint64) []string {
 	// The log is in generation order; an ACK of a recent response looks
 	// at its tail only, from the end: the entries after gen, whose names

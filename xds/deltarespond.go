@@ -133,69 +133,6 @@ type deltaPass struct {
 	newSub, rest nameCursor
 }
 
-// minCursor is the number of sorted names from which their resources are
-// found with a store.Cursor (Cache.minCursor): fewer, they are few among
-// the type's and far apart, and a map lookup costs less than a search (and
-// than sorting the type's names again, after a name came or went).
-const minCursor = 32
-
-// maxPreallocated bounds the room a pass makes for the names it sends.
-const maxPreallocated = 256
-
-// finder returns how to find the resources of count names, sorted: with a
-// store.Cursor from c.minCursor names, else in the type's map. (Names out
-// of order are found too, at the cost of a map lookup.)
-func (c *Cache) finder(ts *typeState, count int) resourceFinder {
-	if count < c.minCursor {
-		return resourceFinder{ts: ts}
-	}
-	return resourceFinder{ts: ts, cursor: true, cur: ts.Cursor()}
-}
-
-// resourceFinder finds resources by name (Cache.finder): a value, not a
-// closure, so that a pass allocates nothing for it.
-type resourceFinder struct {
-	ts     *typeState
-	cursor bool // find with cur, else in the type's map
-	cur    store.Cursor
-}
-
-func (f *resourceFinder) find(n string) (*store.Entry, bool) {
-	if f.cursor {
-		return f.cur.Find(n)
-	}
-	e, ok := f.ts.Resources[n]
-	return e, ok
-}
-
-// subscriptionHas returns how the pass tells a name subscribed by name:
-// a pass of sorted names, from c.minCursor of them, walks the
-// subscription's sorted names (nameCursor); other passes look names up in
-// its map.
-func (p *deltaPass) subscriptionHas() subscribedCheck {
-	w := p.w
-	if !p.wild && !p.full && p.walk.len() >= p.c.minCursor && w.sub == subscription(&w.dsub) {
-		return subscribedCheck{cursor: true, cur: *newNameCursor(w.dsub.names)}
-	}
-	return subscribedCheck{subscribed: p.subscribed}
-}
-
-// subscribedCheck tells a name subscribed by name (subscriptionHas): a
-// value, not a closure, so that a pass allocates nothing for it.
-type subscribedCheck struct {
-	cursor     bool // walk cur, else look names up in subscribed
-	cur        nameCursor
-	subscribed map[string]struct{}
-}
-
-func (s *subscribedCheck) has(n string) bool {
-	if s.cursor {
-		return s.cur.has(n)
-	}
-	_, ok := s.subscribed[n]
-	return ok
-}
-
 // lookup returns resource n as the client sees it (watch.lookup).
 func (p *deltaPass) lookup(n string) (*store.Entry, bool) {
 	e, ok := p.find.find(n)
@@ -310,6 +247,9 @@ func (p *deltaPass) decide(n string) (e *store.Entry, send, remove bool) {
 		return e, false, ok
 	}
 }
+
+// maxPreallocated bounds the room a pass makes for the names it sends.
+const maxPreallocated = 256
 
 // names returns room for n names to send: the cache's own, unless
 // another pass holds it (a pass nested in the handing of another's

@@ -321,8 +321,11 @@ func (ds *deltaStream) send(resp *deltaResponse) (string, error) {
 	}
 	// The resources' encodings are copied (wiredDelta) unless the
 	// resources were replaced (vhdsStream.sending renames the stub in a
-	// copy); the watch keeps its last response, not their list. Sent as a
-	// wiredDelta either way, under the unwritten budget (unwritten.go).
+	// copy); the watch keeps its last response, not their list (but a
+	// small response's encoding, in its room, which gRPC may read after
+	// SendMsg returns: at most 1 KiB per stream and type, until the
+	// client answers). Sent as a wiredDelta either way, under the
+	// unwritten budget (unwritten.go).
 	wire := resp.wire
 	resp.wire = nil
 	if now := resp.resp.Resources; len(now) != len(built) || (len(now) > 0 && &now[0] != &built[0]) {

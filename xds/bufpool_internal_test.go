@@ -2,14 +2,10 @@ package xds
 
 import (
 	"bytes"
-	"fmt"
 	"testing"
 
-	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
 // TestTieredPoolSizes: a buffer has the length asked for and the capacity
@@ -50,39 +46,17 @@ func TestTieredPoolSizes(t *testing.T) {
 type dirtyPool struct{}
 
 func (dirtyPool) Get(size int) *[]byte {
-	b := bytes.Repeat([]byte{0xAB}, 1<<max(8, bitsFor(size)))[:size]
+	b := bytes.Repeat([]byte{0xAB}, max(size, 1))[:size]
 	return &b
 }
 
 func (dirtyPool) Put(*[]byte) {}
 
-func bitsFor(n int) int {
-	b := 0
-	for 1<<b < n {
-		b++
-	}
-	return b
-}
-
 // TestEncodingIntoUsedBuffers: responses and messages encoded into pool
 // buffers that hold earlier bytes are proto.Marshal's, byte for byte
 // (bufferPool does not clear the buffers it hands out).
 func TestEncodingIntoUsedBuffers(t *testing.T) {
-	c := NewCache(WithTypes(EndpointType))
-	var ups []store.Resource
-	for i := range 300 {
-		ups = append(ups, store.Resource{Name: fmt.Sprintf("svc-%03d", i), Msg: &endpoint.ClusterLoadAssignment{ClusterName: fmt.Sprintf("svc-%03d", i)}})
-	}
-	if err := c.Apply(store.Change{TypeURL: EndpointType, Upserts: ups}); err != nil {
-		t.Fatal(err)
-	}
-	var res []*discovery.Resource
-	var wire [][]byte
-	for _, n := range names(c, EndpointType) {
-		e := c.types[EndpointType].Resources[n]
-		res = append(res, e.Delta)
-		wire = append(wire, e.Wire)
-	}
+	_, res, wire := storedAssignments(t, 300)
 	delta := &discovery.DeltaDiscoveryResponse{TypeUrl: EndpointType, Nonce: "12", Resources: res, RemovedResources: []string{"gone"}}
 	sotw := &discovery.DiscoveryResponse{TypeUrl: EndpointType, VersionInfo: "3", Nonce: "4"}
 	for _, r := range res {

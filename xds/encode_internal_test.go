@@ -26,18 +26,7 @@ import (
 // above the pool's threshold) and for those it hands to the runtime (a
 // field the encoder does not write, a string that is not UTF-8).
 func TestDeltaResponseEncoding(t *testing.T) {
-	c := NewCache(WithTypes(EndpointType))
-	var ups []store.Resource
-	for i := range 300 {
-		ups = append(ups, store.Resource{Name: fmt.Sprintf("svc-%03d", i), Msg: &endpoint.ClusterLoadAssignment{ClusterName: fmt.Sprintf("svc-%03d", i)}})
-	}
-	if err := c.Apply(store.Change{TypeURL: EndpointType, Upserts: ups}); err != nil {
-		t.Fatal(err)
-	}
-	var res []*discovery.Resource
-	for _, n := range names(c, EndpointType) {
-		res = append(res, c.types[EndpointType].Resources[n].Delta)
-	}
+	c, res, _ := storedAssignments(t, 300)
 	resp := func(r []*discovery.Resource, removed ...string) *discovery.DeltaDiscoveryResponse {
 		return &discovery.DeltaDiscoveryResponse{TypeUrl: EndpointType, SystemVersionInfo: "7", Nonce: "12", Resources: r, RemovedResources: removed}
 	}
@@ -177,4 +166,26 @@ func TestWiredDeltaEncodesIntoItsRoom(t *testing.T) {
 			t.Fatalf("encoded %x, proto.Marshal %x", b, want)
 		}
 	}
+}
+
+// storedAssignments is a cache of n assignments, and their delta
+// resources and encodings as the store keeps them, in name order.
+func storedAssignments(t *testing.T, n int) (*Cache, []*discovery.Resource, [][]byte) {
+	t.Helper()
+	c := NewCache(WithTypes(EndpointType))
+	var ups []store.Resource
+	for i := range n {
+		ups = append(ups, store.Resource{Name: fmt.Sprintf("svc-%03d", i), Msg: &endpoint.ClusterLoadAssignment{ClusterName: fmt.Sprintf("svc-%03d", i)}})
+	}
+	if err := c.Apply(store.Change{TypeURL: EndpointType, Upserts: ups}); err != nil {
+		t.Fatal(err)
+	}
+	var res []*discovery.Resource
+	var wire [][]byte
+	for _, name := range names(c, EndpointType) {
+		e := c.types[EndpointType].Resources[name]
+		res = append(res, e.Delta)
+		wire = append(wire, e.Wire)
+	}
+	return c, res, wire
 }

@@ -91,13 +91,7 @@ func assignmentsServed(tb testing.TB, n int) (*typeState, []string) {
 // makes of them), and what it has not given yet of each list.
 func TestNameWalkIsTheSortedUnion(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	pick := func(n, of int) []string {
-		var out []string
-		for range n {
-			out = append(out, fmt.Sprintf("n%04d", r.IntN(of)))
-		}
-		return sortedNames(out)
-	}
+	pick := func(n, of int) []string { return randomSortedNames(r, n, of) }
 	for range 2000 {
 		of := 1 + r.IntN(300)
 		a, b := pick(r.IntN(60), of), pick(r.IntN(60), of)
@@ -132,13 +126,7 @@ func TestNameWalkIsTheSortedUnion(t *testing.T) {
 // distinct names is their union, sorted, each once, whichever is longer.
 func TestMergeNamesIsTheSortedUnion(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	pick := func(n, of int) []string {
-		var out []string
-		for range n {
-			out = append(out, fmt.Sprintf("n%04d", r.IntN(of)))
-		}
-		return sortedNames(out)
-	}
+	pick := func(n, of int) []string { return randomSortedNames(r, n, of) }
 	for range 2000 {
 		of := 1 + r.IntN(300)
 		a, b := pick(r.IntN(60), of), pick(r.IntN(60), of)
@@ -169,4 +157,13 @@ func BenchmarkDeltaLookAtSubscribeWithRest(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(rest)), "ns/name")
 		})
 	}
+}
+
+// randomSortedNames returns up to n distinct names of of, sorted.
+func randomSortedNames(r *rand.Rand, n, of int) []string {
+	var out []string
+	for range n {
+		out = append(out, fmt.Sprintf("n%04d", r.IntN(of)))
+	}
+	return sortedNames(out)
 }

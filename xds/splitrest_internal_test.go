@@ -16,24 +16,7 @@ import (
 // rest) holds those names only, not the larger slices they were cut from:
 // a fleet of Envoys syncing at once keeps one per stream and type.
 func TestSplitResponseKeepsOnlyItsNames(t *testing.T) {
-	c := NewCache(WithTypes(ClusterType), WithMaxResponseBytes(4<<10))
-	var rs []store.Resource
-	for i := range 300 {
-		n := fmt.Sprintf("c%03d", i)
-		rs = append(rs, store.Resource{Name: n, Msg: &cluster.Cluster{Name: n}})
-	}
-	if err := c.Apply(store.Change{TypeURL: ClusterType, Upserts: rs}); err != nil {
-		t.Fatal(err)
-	}
-	c.MarkReady()
-	d := NewDeltaDriver(c, 1)
-	if _, err := d.Watch(&discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType}); err != nil {
-		t.Fatal(err)
-	}
-	r := d.Take()
-	if r == nil || len(r.Resources) == 0 || len(r.Resources) == 300 {
-		t.Fatalf("want a first part of the 300 clusters, got %v", r)
-	}
+	c, d, _, r := splitClusters(t)
 	h := d.sub.held
 	if len(h.inflight) != 1 {
 		t.Fatalf("%d responses in flight, want 1", len(h.inflight))
@@ -54,24 +37,9 @@ func TestSplitResponseKeepsOnlyItsNames(t *testing.T) {
 // would hold every name of the rest and of the rejected part, those sent
 // since among them, for as long as the client's sync goes on).
 func TestSplitResponseAfterARejectionSharesItsRest(t *testing.T) {
-	c := NewCache(WithTypes(ClusterType), WithMaxResponseBytes(4<<10))
-	var rs []store.Resource
-	for i := range 300 {
-		n := fmt.Sprintf("c%03d", i)
-		rs = append(rs, store.Resource{Name: n, Msg: &cluster.Cluster{Name: n}})
-	}
-	if err := c.Apply(store.Change{TypeURL: ClusterType, Upserts: rs}); err != nil {
-		t.Fatal(err)
-	}
-	c.MarkReady()
-	d := NewDeltaDriver(c, 1)
-	cancel, err := d.Watch(&discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := d.Take()
-	if r == nil || len(r.Resources) < 4 || len(r.Resources) == 300 {
-		t.Fatalf("want a first part of the 300 clusters, got %v", r)
+	c, d, cancel, r := splitClusters(t)
+	if len(r.Resources) < 4 {
+		t.Fatalf("want a first part of at least 4 clusters, got %d", len(r.Resources))
 	}
 	first := len(r.Resources)
 	cancel()
@@ -98,25 +66,7 @@ func TestSplitResponseAfterARejectionSharesItsRest(t *testing.T) {
 // of the client's own (which a fleet of Envoys syncing while names come
 // and go would hold one of each, of up to every name of the type).
 func TestSplitResponseAfterANameCameSharesItsRest(t *testing.T) {
-	c := NewCache(WithTypes(ClusterType), WithMaxResponseBytes(4<<10))
-	var rs []store.Resource
-	for i := range 300 {
-		n := fmt.Sprintf("c%03d", i)
-		rs = append(rs, store.Resource{Name: n, Msg: &cluster.Cluster{Name: n}})
-	}
-	if err := c.Apply(store.Change{TypeURL: ClusterType, Upserts: rs}); err != nil {
-		t.Fatal(err)
-	}
-	c.MarkReady()
-	d := NewDeltaDriver(c, 1)
-	cancel, err := d.Watch(&discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := d.Take()
-	if r == nil || len(r.Resources) == 0 || len(r.Resources) == 300 {
-		t.Fatalf("want a first part of the 300 clusters, got %v", r)
-	}
+	c, d, cancel, r := splitClusters(t)
 	sent := len(r.Resources)
 	cancel()
 	if err := c.Apply(store.Change{TypeURL: ClusterType, Upserts: []store.Resource{{Name: "c999", Msg: &cluster.Cluster{Name: "c999"}}}}); err != nil {
@@ -137,4 +87,31 @@ func TestSplitResponseAfterANameCameSharesItsRest(t *testing.T) {
 	if unsafe.SliceData(h.rest) != &all[len(all)-len(h.rest)] {
 		t.Errorf("the rest (%d names, room for %d) is not the end of the type's names", len(h.rest), cap(h.rest))
 	}
+}
+
+// splitClusters is a cache of 300 clusters, sent in parts of 4 KiB, and a
+// delta client's wildcard watch of them answered with the first part
+// (cancel ends the watch).
+func splitClusters(t *testing.T) (*Cache, *DeltaDriver, func(), *discovery.DeltaDiscoveryResponse) {
+	t.Helper()
+	c := NewCache(WithTypes(ClusterType), WithMaxResponseBytes(4<<10))
+	var rs []store.Resource
+	for i := range 300 {
+		n := fmt.Sprintf("c%03d", i)
+		rs = append(rs, store.Resource{Name: n, Msg: &cluster.Cluster{Name: n}})
+	}
+	if err := c.Apply(store.Change{TypeURL: ClusterType, Upserts: rs}); err != nil {
+		t.Fatal(err)
+	}
+	c.MarkReady()
+	d := NewDeltaDriver(c, 1)
+	cancel, err := d.Watch(&discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := d.Take()
+	if r == nil || len(r.Resources) == 0 || len(r.Resources) == 300 {
+		t.Fatalf("want a first part of the 300 clusters, got %v", r)
+	}
+	return c, d, cancel, r
 }

@@ -182,13 +182,7 @@ func TestRearmDeltaIdleACKAllocatesNothing(t *testing.T) {
 	c.MarkReady()
 	setAssignmentA(t, c, 1)
 	ch := make(chan *deltaResponse, 4)
-	sub := newDeltaSub([]string{"a"}, nil, nil, nil)
-	first := &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesSubscribe: []string{"a"}}
-	w, _, err := c.newDeltaWatch(streamKey{true, 1}, first, sub, ch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := <-ch
+	w, sub, r := watchAssignmentA(t, c, ch)
 	r.resp.Nonce = "1"
 	sub.held = r.install("1")
 	ack := &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResponseNonce: "1"}
@@ -207,4 +201,18 @@ func TestRearmDeltaIdleACKAllocatesNothing(t *testing.T) {
 		t.Fatalf("an idle ACK answered with %v", r.resp.GetResources())
 	default:
 	}
+}
+
+// watchAssignmentA arms stream 1's delta watch of assignment "a" on c,
+// answering on ch, and returns it, its subscription and the response it
+// was answered with (not installed yet).
+func watchAssignmentA(t *testing.T, c *Cache, ch chan *deltaResponse) (*watch, deltaSub, *deltaResponse) {
+	t.Helper()
+	sub := newDeltaSub([]string{"a"}, nil, nil, nil)
+	first := &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesSubscribe: []string{"a"}}
+	w, _, err := c.newDeltaWatch(streamKey{true, 1}, first, sub, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, sub, <-ch
 }

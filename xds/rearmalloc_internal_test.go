@@ -59,13 +59,8 @@ func answeringACKAllocations(t *testing.T, commits int, clusters bool) uint64 {
 			t.Fatal("the stream's clusters are not followed")
 		}
 	}
-	sub := newDeltaSub([]string{"a"}, nil, nil, nil)
-	first := &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesSubscribe: []string{"a"}}
-	w, _, err := c.newDeltaWatch(streamKey{true, 1}, first, sub, ch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := <-ch
+	w, sub, r := watchAssignmentA(t, c, ch)
+	var err error
 	var ms runtime.MemStats
 	var counts []uint64
 	v := 1

@@ -43,6 +43,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	protoenc "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -99,9 +100,10 @@ type floor struct {
 
 // floorRes is one resource version, encoded: as a delta response's
 // resources field (a Resource: version, Any, name) and as a sotw
-// response's (the Any), tag and length included.
+// response's (the Any), tag and length included; each a piece of the
+// responses that carry it, as they are.
 type floorRes struct {
-	delta, sotw []byte
+	delta, sotw mem.Buffer
 }
 
 func startFloor(ctx context.Context, lis net.Listener, services, endpoints int, done chan<- error) (*floor, error) {
@@ -120,9 +122,14 @@ func startFloor(ctx context.Context, lis net.Listener, services, endpoints int, 
 		f.res[floorCDS][i].Store(f.encode(floorCDS, i, r.Cluster))
 		f.res[floorEDS][i].Store(f.encode(floorEDS, i, r.Load))
 	}
-	// The bridge's flow-control windows (xds.Server.Run), so that both
-	// serve the clients through the same transport settings.
+	// The bridge's flow-control windows and buffer tiers (xds.Server.Run):
+	// both serve the clients through the same transport settings.
+	pool, err := mem.NewBinaryTieredBufferPool(8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22)
+	if err != nil {
+		return nil, err
+	}
 	gs := grpc.NewServer(
+		experimental.BufferPool(pool),
 		grpc.ForceServerCodecV2(floorCodec{protoenc.Name: encoding.GetCodecV2(protoenc.Name)}),
 		grpc.MaxConcurrentStreams(1<<20),
 		grpc.InitialWindowSize(256<<10),
@@ -166,7 +173,7 @@ func (f *floor) encode(t, svc int, m proto.Message) *floorRes {
 	res = protowire.AppendString(res, f.names[svc])
 	delta := protowire.AppendTag(nil, deltaRespResources, protowire.BytesType)
 	delta = protowire.AppendBytes(delta, res)
-	return &floorRes{delta: delta, sotw: sotw}
+	return &floorRes{delta: mem.SliceBuffer(delta), sotw: mem.SliceBuffer(sotw)}
 }
 
 // apply translates the touched services again, encodes the resources

@@ -101,6 +101,10 @@ func (f *floor) serve(st grpc.ServerStream, delta bool) error {
 		if err != nil {
 			return err
 		}
+		// Keep a buffer for ACKs, not a subscription's.
+		if cap(req.b) > 4096 {
+			req.b = nil
+		}
 	}
 }
 
@@ -128,6 +132,7 @@ func (s *floorStream) request(b []byte) error {
 		if first && len(m.GetResourceNamesSubscribe()) == 0 {
 			s.subscribeAll(sub)
 		}
+		sub.pending = slices.Grow(sub.pending, len(m.GetResourceNamesSubscribe()))
 		for _, n := range m.GetResourceNamesSubscribe() {
 			if n == "*" {
 				s.subscribeAll(sub)
@@ -190,6 +195,7 @@ func (s *floorStream) request(b []byte) error {
 
 func (s *floorStream) subscribeAll(sub *floorSub) {
 	sub.wildcard = true
+	sub.pending = slices.Grow(sub.pending, len(s.f.names))
 	for i := range s.f.names {
 		sub.mark(i)
 	}
@@ -241,9 +247,9 @@ func (s *floorStream) flush(t int) error {
 	add := func(i int) {
 		if r := res[i].Load(); r != nil {
 			if s.delta {
-				out = append(out, mem.SliceBuffer(r.delta))
+				out = append(out, r.delta)
 			} else {
-				out = append(out, mem.SliceBuffer(r.sotw))
+				out = append(out, r.sotw)
 			}
 		}
 	}

@@ -59,7 +59,7 @@ func TestFloorTargetConverges(t *testing.T) {
 				t.Errorf("floor: modes %v, want delta and sotw", fl.Modes)
 			}
 			if fl.Storm == nil || !fl.Storm.Converged {
-				t.Errorf("floor: storm %+v", fl.Storm)
+				t.Errorf("floor: the storm did not converge")
 			}
 			if fl.Versions == 0 || fl.Encodings != fl.Versions {
 				t.Errorf("floor: %d encodings for %d resource versions, want one each", fl.Encodings, fl.Versions)

@@ -38,6 +38,7 @@
 package load
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -45,6 +46,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
@@ -95,7 +97,7 @@ type floor struct {
 	names     []string       // by service
 	index     map[string]int // service by name
 	res       [floorTypes][]atomic.Pointer[floorRes]
-	last      []translate.Resources // owned by the applier
+	clusters  []*cluster.Cluster // the last translated, by service; owned by the applier
 
 	gen     atomic.Uint64 // resource versions made
 	encoded atomic.Uint64 // resources encoded (proto.Marshal)
@@ -107,15 +109,16 @@ type floor struct {
 // floorRes is one resource version, encoded: as a delta response's
 // resources field (a Resource: version, Any, name) and as a sotw
 // response's (the Any), tag and length included; each a piece of the
-// responses that carry it, as they are.
+// responses that carry it, as they are. Value is the resource's encoding.
 type floorRes struct {
+	value       []byte
 	delta, sotw mem.Buffer
 }
 
 func startFloor(ctx context.Context, lis net.Listener, services, endpoints int, done chan<- error) (*floor, error) {
 	f := &floor{
 		endpoints: endpoints, names: make([]string, services), index: make(map[string]int, services),
-		last: make([]translate.Resources, services), streams: map[*floorStream]struct{}{},
+		clusters: make([]*cluster.Cluster, services), streams: map[*floorStream]struct{}{},
 	}
 	for t := range f.res {
 		f.res[t] = make([]atomic.Pointer[floorRes], services)
@@ -124,9 +127,9 @@ func startFloor(ctx context.Context, lis net.Listener, services, endpoints int, 
 		f.names[i] = svcName(i)
 		f.index[f.names[i]] = i
 		r, _ := translate.Service(service(i, endpoints, 0))
-		f.last[i] = r
-		f.res[floorCDS][i].Store(f.encode(floorCDS, i, r.Cluster))
-		f.res[floorEDS][i].Store(f.encode(floorEDS, i, r.Load))
+		f.clusters[i] = r.Cluster
+		f.res[floorCDS][i].Store(f.encode(floorCDS, i, f.marshal(r.Cluster)))
+		f.res[floorEDS][i].Store(f.encode(floorEDS, i, f.marshal(r.Load)))
 	}
 	// The bridge's flow-control windows and buffer tiers (xds.Server.Run):
 	// both serve the clients through the same transport settings.
@@ -153,14 +156,19 @@ func startFloor(ctx context.Context, lis net.Listener, services, endpoints int, 
 	return f, nil
 }
 
-// encode encodes m, the resource of type t of service svc, as a new
-// version: the one proto.Marshal of the version.
-func (f *floor) encode(t, svc int, m proto.Message) *floorRes {
+// marshal is the one encoding of a resource (proto.Marshal), counted.
+func (f *floor) marshal(m proto.Message) []byte {
 	value, err := proto.Marshal(m)
 	if err != nil {
 		panic(err) // translate's resources always encode
 	}
 	f.encoded.Add(1)
+	return value
+}
+
+// encode wraps value, the encoding of the resource of type t of service
+// svc, as a new version.
+func (f *floor) encode(t, svc int, value []byte) *floorRes {
 	version := strconv.FormatUint(f.gen.Add(1), 10)
 	typeURL := floorTypeURLs[t]
 	a := protowire.AppendTag(nil, anyTypeURL, protowire.BytesType)
@@ -179,26 +187,26 @@ func (f *floor) encode(t, svc int, m proto.Message) *floorRes {
 	res = protowire.AppendString(res, f.names[svc])
 	delta := protowire.AppendTag(nil, deltaRespResources, protowire.BytesType)
 	delta = protowire.AppendBytes(delta, res)
-	return &floorRes{delta: mem.SliceBuffer(delta), sotw: mem.SliceBuffer(sotw)}
+	return &floorRes{value: value, delta: mem.SliceBuffer(delta), sotw: mem.SliceBuffer(sotw)}
 }
 
-// apply translates the touched services again, encodes the resources
-// that changed (the cluster compared with proto.Equal, as its encoding is
-// not needed otherwise), and offers them to every stream: clusters before
-// their assignments.
+// apply translates the touched services again, makes a version of the
+// resources that changed (the cluster compared with proto.Equal, as its
+// encoding is not needed otherwise; the assignment by its encoding), and
+// offers them to every stream: clusters before their assignments.
 func (f *floor) apply(_ context.Context, touched, markers []int, _ int) error {
 	var changed [floorTypes][]int
 	for _, svc := range touched {
 		r, _ := translate.Service(service(svc, f.endpoints, markers[svc]))
-		if !proto.Equal(r.Cluster, f.last[svc].Cluster) {
-			f.res[floorCDS][svc].Store(f.encode(floorCDS, svc, r.Cluster))
+		if !proto.Equal(r.Cluster, f.clusters[svc]) {
+			f.res[floorCDS][svc].Store(f.encode(floorCDS, svc, f.marshal(r.Cluster)))
 			changed[floorCDS] = append(changed[floorCDS], svc)
 		}
-		if !proto.Equal(r.Load, f.last[svc].Load) {
-			f.res[floorEDS][svc].Store(f.encode(floorEDS, svc, r.Load))
+		f.clusters[svc] = r.Cluster
+		if v := f.marshal(r.Load); !bytes.Equal(v, f.res[floorEDS][svc].Load().value) {
+			f.res[floorEDS][svc].Store(f.encode(floorEDS, svc, v))
 			changed[floorEDS] = append(changed[floorEDS], svc)
 		}
-		f.last[svc] = r
 	}
 	f.mu.Lock()
 	streams := make([]*floorStream, 0, len(f.streams))

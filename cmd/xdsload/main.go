@@ -1,8 +1,11 @@
 // Command xdsload plays a fleet of simulated xDS clients against the
 // bridge's xDS serving path and against a baseline built the way most
 // control planes use go-control-plane (SnapshotCache; and LinearCache,
-// -targets bridge,snapshot,linear), and reports how fast and how cheaply
-// a change reaches the fleet (internal/load says how it measures).
+// -targets bridge,snapshot,linear), or against a floor (-targets
+// bridge,floor: the least a gRPC server does for the same clients, a
+// lower bound and no control plane), and reports how fast and how
+// cheaply a change reaches the fleet (internal/load says how it
+// measures).
 //
 //	xdsload -scenario small|large|storm [-json report.json] [-plot latency.png]
 //	xdsload curves -sweep clients=250,500,1000,2000 -services 5000 -out DIR
@@ -47,12 +50,12 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	sotwClusters := fs.Int("sotw-clusters", -1, "clusters each sotw client uses (0: all, wildcard CDS)")
 	rate := fs.Float64("rate", -1, "changes per second")
 	duration := fs.Duration("duration", -1, "change phase duration")
-	baseRate := fs.Float64("baseline-rate", 0, "baseline change rate (default: -rate)")
-	baseDuration := fs.Duration("baseline-duration", 0, "baseline change phase (default: -duration)")
+	baseRate := fs.Float64("baseline-rate", 0, "baseline and linear change rate (default: -rate)")
+	baseDuration := fs.Duration("baseline-duration", 0, "baseline and linear change phase (default: -duration)")
 	stormOn := fs.Bool("storm", false, "after the change phase, drop and reconnect every client")
 	stormWindow := fs.Duration("storm-window", 0, "clients reconnect at random times within this window")
 	spc := fs.Int("streams-per-conn", 16, "ADS streams per gRPC client connection")
-	targets := fs.String("targets", load.TargetBridge+","+load.TargetBaseline, "targets to run, in order: bridge, baseline (or snapshot: SnapshotCache), linear (LinearCache)")
+	targets := fs.String("targets", load.TargetBridge+","+load.TargetBaseline, "targets to run, in order: bridge, baseline (or snapshot: SnapshotCache), linear (LinearCache), floor (the least a gRPC server does for these clients: a lower bound)")
 	inproc := fs.Bool("inprocess", false, "run the serving side in this process (CPU/RSS then include the clients)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up waiting for convergence after this")
 	jsonOut := fs.String("json", "", "write the JSON report to this file")
@@ -145,7 +148,7 @@ func curvesMain(args []string, stdout, stderr io.Writer) int {
 	rate := fs.Float64("rate", def.Rate, "changes per second")
 	duration := fs.Duration("duration", def.Duration, "change phase duration per point")
 	spc := fs.Int("streams-per-conn", 16, "ADS streams per gRPC client connection")
-	targets := fs.String("targets", load.TargetBridge, "targets to run at each point: bridge, baseline (snapshot), linear")
+	targets := fs.String("targets", load.TargetBridge, "targets to run at each point: bridge, baseline (snapshot), linear, floor")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up waiting for convergence after this")
 	out := fs.String("out", "", "write curve-<param>.json and the PNGs to this directory")
 	if err := fs.Parse(args); err != nil {

@@ -6,7 +6,13 @@
 // change), and reports how fast and how cheaply a change reaches the fleet.
 // A stronger baseline, go-control-plane's LinearCache (one per type,
 // per-resource versions, delta-capable, only the changed resources
-// updated), runs as the target "linear".
+// updated), runs as the target "linear". The target "floor" is no control
+// plane but a lower bound for the bridge, played against the same clients
+// in the same run: the least a gRPC server does for them (each resource
+// version encoded once, a response assembled from those bytes, one
+// response in flight per stream and type, ACKs read by hand), so that
+// what gRPC-go and the runtime cost per change and client reached is
+// measured rather than read off a profile.
 //
 // How it measures:
 //
@@ -33,12 +39,16 @@
 //     in its responses (each encoded per response) plus those hashed for its
 //     delta version maps; for the LinearCache, the distinct encodings its
 //     responses carried (it encodes a resource version once and shares the
-//     bytes).
+//     bytes); for the floor, its proto.Marshal calls (one per version).
+//   - The baselines' change phase may run at their own rate and duration
+//     (-baseline-rate, -baseline-duration); the floor's runs at the
+//     bridge's.
 //
 // The files: scenario.go (workloads, the synthetic fleet, Run), target.go
 // (the serving side in or out of process), serve.go (the serving process
 // and the bridge target), baseline.go (the SnapshotCache target),
-// baseline_linear.go (the LinearCache target), client.go
+// baseline_linear.go (the LinearCache target), baseline_floor.go and
+// baseline_floor_stream.go (the floor target), client.go
 // (the simulated clients), storm.go (the reconnect storm), report.go (the
 // figures, JSON and text), plot.go (the latency plot), curves.go
 // ("xdsload curves": the scenario once per point of a sweep of clients

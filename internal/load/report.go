@@ -25,6 +25,9 @@ type Report struct {
 	Ratios   map[string]float64 `json:"ratios,omitempty"` // bridge / baseline (SnapshotCache)
 	// RatiosLinear are bridge / linear (LinearCache).
 	RatiosLinear map[string]float64 `json:"ratios_linear,omitempty"`
+	// RatiosFloor are bridge / floor (the least a server does for these
+	// clients).
+	RatiosFloor map[string]float64 `json:"ratios_floor,omitempty"`
 	// Delta vs sotw within the bridge.
 	SotwVsDelta map[string]float64 `json:"bridge_sotw_over_delta,omitempty"`
 }
@@ -352,6 +355,7 @@ func (r *Report) ratios() {
 	br := r.target(TargetBridge)
 	r.Ratios = ratiosOver(br, r.target(TargetBaseline))
 	r.RatiosLinear = ratiosOver(br, r.target(TargetLinear))
+	r.RatiosFloor = ratiosOver(br, r.target(TargetFloor))
 	if br != nil {
 		d, s := br.mode("delta"), br.mode("sotw")
 		if d != nil && s != nil {
@@ -410,6 +414,9 @@ func PrintTable(w io.Writer, rep *Report) {
 	}
 	if len(rep.RatiosLinear) > 0 {
 		fmt.Fprintf(w, "bridge / linear: %s\n", fmtMap(rep.RatiosLinear))
+	}
+	if len(rep.RatiosFloor) > 0 {
+		fmt.Fprintf(w, "bridge / floor: %s\n", fmtMap(rep.RatiosFloor))
 	}
 	if len(rep.SotwVsDelta) > 0 {
 		fmt.Fprintf(w, "bridge sotw / delta: %s\n", fmtMap(rep.SotwVsDelta))

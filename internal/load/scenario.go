@@ -280,7 +280,7 @@ func runTarget(sc Scenario, name string) (*TargetReport, error) {
 
 	// Change phase.
 	rate, dur := sc.Rate, sc.Duration
-	if name != TargetBridge {
+	if name == TargetBaseline || name == TargetLinear {
 		if sc.BaselineRate > 0 {
 			rate = sc.BaselineRate
 		}

@@ -39,6 +39,11 @@ const (
 	// TargetLinear is go-control-plane's LinearCache, one per type
 	// (baseline_linear.go).
 	TargetLinear = "linear"
+	// TargetFloor is the least a server must do for these clients: each
+	// resource version encoded once, responses assembled from those
+	// bytes, ACKs read by hand (baseline_floor.go). A measuring stick for
+	// what gRPC-go and the runtime cost, not a control plane.
+	TargetFloor = "floor"
 )
 
 // targetAliases are other names of targets.
@@ -56,12 +61,13 @@ type ServerStats struct {
 	HeapBytes   uint64  `json:"heap_bytes"`
 	Goroutines  int     `json:"goroutines"`
 	Changes     int64   `json:"changes"`  // changes applied
-	Batches     int64   `json:"batches"`  // publishes (bridge) or snapshots (baseline)
+	Batches     int64   `json:"batches"`  // publishes (bridge), snapshots (baseline) or batches applied
 	Versions    uint64  `json:"versions"` // resource versions created by the changes
 	// Encodings: the bridge cache's count of resource encodings; for the
 	// baseline, the resources in responses sent (go-control-plane encodes
 	// each resource of each response) plus the resources hashed for delta
-	// version maps (one encoding each, per snapshot).
+	// version maps (one encoding each, per snapshot); for the floor, its
+	// resources encoded (one proto.Marshal each).
 	Encodings uint64 `json:"encodings"`
 }
 
@@ -117,6 +123,8 @@ func startServer(target string, services, endpoints, clients int) (*server, erro
 		s.be, err = startBaseline(ctx, lis, services, endpoints, clients, s.done)
 	case TargetLinear:
 		s.be, err = startLinear(ctx, lis, services, endpoints, s.done)
+	case TargetFloor:
+		s.be, err = startFloor(ctx, lis, services, endpoints, s.done)
 	default:
 		err = fmt.Errorf("unknown target %q", target)
 	}
@@ -288,7 +296,7 @@ func (s *server) Close() error {
 // "Q" (exit).
 func ServeMain(args []string, in io.Reader, out io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	target := fs.String("target", TargetBridge, "bridge, baseline or linear")
+	target := fs.String("target", TargetBridge, "bridge, baseline, linear or floor")
 	services := fs.Int("services", 100, "services")
 	endpoints := fs.Int("endpoints", 10, "endpoints per service")
 	clients := fs.Int("clients", 100, "clients (baseline: nodes to set snapshots for)")

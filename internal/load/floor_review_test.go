@@ -75,3 +75,29 @@ func TestFloorSotwWildcardCDSKeptOnNACK(t *testing.T) {
 		t.Fatalf("after a cluster changed: %d clusters, want the full state (3)", len(next.GetResources()))
 	}
 }
+
+// TestFloorDeltaResubscribeResends: a delta client that subscribes again
+// to a name it is subscribed to must be sent the resource (xDS protocol:
+// the client may have forgotten it).
+func TestFloorDeltaResubscribeResends(t *testing.T) {
+	_, cc := startTestFloor(t, 3)
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := []string{svcName(0)}
+	if err := st.Send(&discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: "n"}, TypeUrl: edsType, ResourceNamesSubscribe: sub}); err != nil {
+		t.Fatal(err)
+	}
+	first := recvWithin(t, st.Recv)
+	if err := st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: edsType, ResponseNonce: first.GetNonce()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: edsType, ResourceNamesSubscribe: sub}); err != nil {
+		t.Fatal(err)
+	}
+	next := recvWithin(t, st.Recv)
+	if len(next.GetResources()) != 1 || next.GetResources()[0].GetName() != svcName(0) {
+		t.Fatalf("after subscribing again: %v, want %s", next.GetResources(), svcName(0))
+	}
+}

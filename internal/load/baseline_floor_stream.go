@@ -137,7 +137,8 @@ func (s *floorStream) request(b []byte) error {
 		for _, n := range m.GetResourceNamesSubscribe() {
 			if n == "*" {
 				s.subscribeAll(sub)
-			} else if i, ok := s.f.index[n]; ok && !sub.subs.get(i) {
+			} else if i, ok := s.f.index[n]; ok {
+				// Again if subscribed: the client may have forgotten it.
 				sub.subs.set(i)
 				sub.mark(i)
 			}

@@ -38,6 +38,7 @@ type floorSub struct {
 	subs     bits     // by service
 	names    []string // sotw: the names of the last request, to tell its ACKs
 	inflight uint64   // the nonce of the response not yet answered; 0: none
+	last     uint64   // sotw: the nonce of the last response sent; 0: none
 	// pending are the services changed (or subscribed to) since the
 	// response in flight, each once (marked).
 	pending []int
@@ -136,7 +137,8 @@ func (s *floorStream) request(b []byte) error {
 		for _, n := range m.GetResourceNamesSubscribe() {
 			if n == "*" {
 				s.subscribeAll(sub)
-			} else if i, ok := s.f.index[n]; ok && !sub.subs.get(i) {
+			} else if i, ok := s.f.index[n]; ok {
+				// Again if subscribed: the client may have forgotten it.
 				sub.subs.set(i)
 				sub.mark(i)
 			}
@@ -164,7 +166,7 @@ func (s *floorStream) request(b []byte) error {
 	}
 	sub := &s.t[t]
 	if m.GetResponseNonce() != "" {
-		if sub.inflight == 0 || !nonceIs([]byte(m.GetResponseNonce()), sub.inflight) {
+		if !nonceIs([]byte(m.GetResponseNonce()), sub.last) {
 			return nil // stale: answered by the response in flight
 		}
 		sub.inflight = 0
@@ -174,8 +176,10 @@ func (s *floorStream) request(b []byte) error {
 	// A NACK, or a request the ACK reader left to the runtime, with the
 	// same names is answered as an ACK is: by what is pending.
 	sub.answer = sub.answer || first || !slices.Equal(sub.names, m.GetResourceNames())
-	if first && len(m.GetResourceNames()) == 0 {
-		s.subscribeAll(sub)
+	if len(m.GetResourceNames()) == 0 && (first || sub.wildcard) {
+		if first {
+			s.subscribeAll(sub)
+		}
 	} else {
 		sub.wildcard = false
 		was := sub.subs
@@ -277,7 +281,7 @@ func (s *floorStream) flush(t int) error {
 	}
 	sub.answer = false
 	s.nonce++
-	sub.inflight = s.nonce
+	sub.inflight, sub.last = s.nonce, s.nonce
 	url := floorTypeURLs[t]
 	h := make([]byte, 0, 2*len(url)+32)
 	if s.delta {

@@ -317,8 +317,10 @@ func ratio(a, b float64) float64 {
 
 // ratiosOver are the bridge's figures over another target's (nil when
 // either did not run); a figure the other target does not have (a storm
-// not run, no changes) is left out.
-func ratiosOver(br, bl *TargetReport) map[string]float64 {
+// not run, no changes) is left out, and so is the storm when storm is
+// false (the floor resends everything on a resume, so its storm is no
+// lower bound).
+func ratiosOver(br, bl *TargetReport, storm bool) map[string]float64 {
 	if br == nil || bl == nil {
 		return nil
 	}
@@ -342,7 +344,7 @@ func ratiosOver(br, bl *TargetReport) map[string]float64 {
 			put("bytes_per_change_per_client_"+m, a.BytesPerChangePerClient, b.BytesPerChangePerClient)
 		}
 	}
-	if a, b := br.Storm, bl.Storm; a != nil && b != nil {
+	if a, b := br.Storm, bl.Storm; storm && a != nil && b != nil {
 		put("storm_converged_s", a.ConvergedS, b.ConvergedS)
 		put("storm_change_acked_s", a.ChangeAckedS, b.ChangeAckedS)
 		put("storm_cpu_seconds", a.CPUSeconds, b.CPUSeconds)
@@ -353,9 +355,9 @@ func ratiosOver(br, bl *TargetReport) map[string]float64 {
 
 func (r *Report) ratios() {
 	br := r.target(TargetBridge)
-	r.Ratios = ratiosOver(br, r.target(TargetBaseline))
-	r.RatiosLinear = ratiosOver(br, r.target(TargetLinear))
-	r.RatiosFloor = ratiosOver(br, r.target(TargetFloor))
+	r.Ratios = ratiosOver(br, r.target(TargetBaseline), true)
+	r.RatiosLinear = ratiosOver(br, r.target(TargetLinear), true)
+	r.RatiosFloor = ratiosOver(br, r.target(TargetFloor), false)
 	if br != nil {
 		d, s := br.mode("delta"), br.mode("sotw")
 		if d != nil && s != nil {

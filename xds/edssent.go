@@ -81,9 +81,16 @@ func (s *sentAssignments) add(delta bool, names []string, now time.Time) {
 			// names costs less than a lookup each in its map (namesorted.go).
 			has = newNameCursor(s.set).has
 		}
+		// An overlay grows until it is folded (as large as the set) or,
+		// with the set, is the subscription it is within: a slice made
+		// for it is made that large at once (or as large as names).
+		size := len(names)
+		if s.within != nil {
+			size = max(size, min(max(s.set.len(), minFold), s.within.len()-s.set.len()))
+		}
 		for _, n := range names {
 			if !has(n) {
-				s.extra.add(n, len(names))
+				s.extra.add(n, size)
 			}
 		}
 		s.settle()
@@ -196,8 +203,9 @@ func (o *overlay) has(n string) bool {
 	return ok
 }
 
-// add adds n (if it is not there); hint: how many names are being added.
-func (o *overlay) add(n string, hint int) {
+// add adds n (if it is not there); size: how large the overlay is
+// expected to grow, the capacity of a slice or map made for it.
+func (o *overlay) add(n string, size int) {
 	if o.m != nil {
 		o.m[n] = struct{}{}
 		return
@@ -206,7 +214,7 @@ func (o *overlay) add(n string, hint int) {
 	switch {
 	case last < 0:
 		if o.asc == nil {
-			o.asc = make([]string, 0, hint)
+			o.asc = make([]string, 0, size)
 		}
 		o.asc = append(o.asc, n)
 	case o.asc[last] < n:
@@ -215,7 +223,7 @@ func (o *overlay) add(n string, hint int) {
 		if _, ok := slices.BinarySearch(o.asc, n); ok {
 			return
 		}
-		o.m = make(map[string]struct{}, len(o.asc)+hint)
+		o.m = make(map[string]struct{}, max(size, len(o.asc)+1))
 		for _, a := range o.asc {
 			o.m[a] = struct{}{}
 		}

@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"iter"
 	"maps"
 	"slices"
 	"time"
@@ -20,14 +21,14 @@ import (
 // 20,000 services the initial sync was superlinear). Names sent are added
 // to extra, which is folded into the shared set only when it is as large
 // as the set (each name is copied O(1) times, and Envoys on the same path
-// fold into the same sets), and the whole becomes the subscription's set
-// the moment it is as large as the subscription: what was sent is always
-// within the subscription last checked (keep), so equal sizes are equal
-// sets.
+// fold into the same sets, in the same order), and the whole becomes the
+// subscription's set the moment it is as large as the subscription: what
+// was sent is always within the subscription last checked (keep), so
+// equal sizes are equal sets.
 type sentAssignments struct {
 	// Delta: set ∪ extra, disjoint; set nil: none sent yet.
 	set   *nameSet
-	extra map[string]struct{}
+	extra overlay
 	// within: a subscription that holds every name sent (set by keep);
 	// nil: none known.
 	within *nameSet
@@ -44,8 +45,7 @@ func (s *sentAssignments) has(n string) bool {
 		if s.set.has(n) {
 			return true
 		}
-		_, ok := s.extra[n]
-		return ok
+		return s.extra.has(n)
 	}
 	_, ok := s.at[n]
 	return ok
@@ -63,7 +63,7 @@ func (s *sentAssignments) sentAt(n string) (time.Time, bool) {
 // len is the number of names sent.
 func (s *sentAssignments) len() int {
 	if s.set != nil {
-		return s.set.len() + len(s.extra)
+		return s.set.len() + s.extra.len()
 	}
 	return len(s.at)
 }
@@ -81,14 +81,17 @@ func (s *sentAssignments) add(delta bool, names []string, now time.Time) {
 			// names costs less than a lookup each in its map (namesorted.go).
 			has = newNameCursor(s.set).has
 		}
+		// An overlay grows until it is folded (as large as the set) or,
+		// with the set, is the subscription it is within: a slice made
+		// for it is made that large at once (or as large as names).
+		size := len(names)
+		if s.within != nil {
+			size = max(size, min(max(s.set.len(), minFold), s.within.len()-s.set.len()))
+		}
 		for _, n := range names {
-			if has(n) {
-				continue
+			if !has(n) {
+				s.extra.add(n, size)
 			}
-			if s.extra == nil {
-				s.extra = make(map[string]struct{}, len(names))
-			}
-			s.extra[n] = struct{}{}
 		}
 		s.settle()
 		return
@@ -106,21 +109,19 @@ func (s *sentAssignments) add(delta bool, names []string, now time.Time) {
 // set once extra is as large as the set.
 func (s *sentAssignments) settle() {
 	switch {
-	case len(s.extra) == 0:
-	case s.within != nil && s.set.len()+len(s.extra) == s.within.len():
-		s.set, s.extra = s.within, nil
-	case len(s.extra) >= max(s.set.len(), minFold):
-		s.set, s.extra = s.set.derive(slices.Collect(maps.Keys(s.extra)), nil), nil
+	case s.extra.len() == 0:
+	case s.within != nil && s.set.len()+s.extra.len() == s.within.len():
+		s.set, s.extra = s.within, overlay{}
+	case s.extra.len() >= max(s.set.len(), minFold):
+		s.set, s.extra = s.set.derive(s.extra.names(), nil), overlay{}
 	}
 }
 
 func (s *sentAssignments) remove(names []string) {
 	if s.set != nil {
 		var inSet []string
-		for _, n := range names {
-			if _, ok := s.extra[n]; ok {
-				delete(s.extra, n)
-			} else if s.set.has(n) {
+		for _, n := range s.extra.remove(names) {
+			if s.set.has(n) {
 				inSet = append(inSet, n)
 			}
 		}
@@ -141,7 +142,7 @@ func (s *sentAssignments) remove(names []string) {
 // is the subscription's.
 func (s *sentAssignments) keep(sub map[string]struct{}, subSet, grewFrom *nameSet) {
 	if s.set != nil {
-		if subSet != nil && (subSet == s.within || (grewFrom != nil && grewFrom == s.within) || (subSet == s.set && len(s.extra) == 0)) {
+		if subSet != nil && (subSet == s.within || (grewFrom != nil && grewFrom == s.within) || (subSet == s.set && s.extra.len() == 0)) {
 			s.within = subSet
 			return
 		}
@@ -151,7 +152,7 @@ func (s *sentAssignments) keep(sub map[string]struct{}, subSet, grewFrom *nameSe
 				gone = append(gone, n)
 			}
 		}
-		for n := range s.extra {
+		for n := range s.extra.all() {
 			if _, ok := sub[n]; !ok {
 				gone = append(gone, n)
 			}
@@ -171,3 +172,115 @@ func (s *sentAssignments) keep(sub map[string]struct{}, subSet, grewFrom *nameSe
 // unbounded notes that names outside any subscription may be sent (a
 // wildcard subscription): the next keep looks at every name.
 func (s *sentAssignments) unbounded() { s.within = nil }
+
+// overlay is a delta stream's names sent and not yet folded into its
+// shared set. In a first sync an Envoy is sent its assignments in
+// ascending order (a response's names are sorted, and its parts follow
+// each other), so the names are kept as a sorted slice, each appended,
+// while every name added is greater than the last; a name that arrives
+// out of order turns the slice into a map, for the rest of the overlay's
+// life (until it is folded). The slice folded is the names in order: the
+// Envoys of a fleet fold with the same arguments, which derive looks up
+// before it builds anything.
+type overlay struct {
+	asc []string            // sorted, no repeats; nil once m is made
+	m   map[string]struct{} // nil while the names come in order
+}
+
+func (o *overlay) len() int {
+	if o.m != nil {
+		return len(o.m)
+	}
+	return len(o.asc)
+}
+
+func (o *overlay) has(n string) bool {
+	if o.m != nil {
+		_, ok := o.m[n]
+		return ok
+	}
+	_, ok := slices.BinarySearch(o.asc, n)
+	return ok
+}
+
+// add adds n (if it is not there); size: how large the overlay is
+// expected to grow, the capacity of a slice or map made for it.
+func (o *overlay) add(n string, size int) {
+	if o.m != nil {
+		o.m[n] = struct{}{}
+		return
+	}
+	last := len(o.asc) - 1
+	switch {
+	case last < 0:
+		if o.asc == nil {
+			o.asc = make([]string, 0, size)
+		}
+		o.asc = append(o.asc, n)
+	case o.asc[last] < n:
+		o.asc = append(o.asc, n)
+	default:
+		if _, ok := slices.BinarySearch(o.asc, n); ok {
+			return
+		}
+		o.m = make(map[string]struct{}, max(size, len(o.asc)+1))
+		for _, a := range o.asc {
+			o.m[a] = struct{}{}
+		}
+		o.m[n] = struct{}{}
+		o.asc = nil
+	}
+}
+
+// remove removes names from o, and returns those it did not hold.
+func (o *overlay) remove(names []string) (absent []string) {
+	if o.m != nil {
+		for _, n := range names {
+			if _, ok := o.m[n]; ok {
+				delete(o.m, n)
+			} else {
+				absent = append(absent, n)
+			}
+		}
+		return absent
+	}
+	var gone map[int]struct{} // indexes into asc (names may repeat)
+	for _, n := range names {
+		if i, ok := slices.BinarySearch(o.asc, n); ok {
+			if gone == nil {
+				gone = map[int]struct{}{}
+			}
+			gone[i] = struct{}{}
+		} else {
+			absent = append(absent, n)
+		}
+	}
+	if len(gone) > 0 {
+		kept := o.asc[:0]
+		for i, n := range o.asc {
+			if _, ok := gone[i]; !ok {
+				kept = append(kept, n)
+			}
+		}
+		clear(o.asc[len(kept):])
+		o.asc = kept
+	}
+	return absent
+}
+
+// names returns the names of o, for a fold: o is emptied (made the zero
+// overlay) after, and the slice never written again.
+func (o *overlay) names() []string {
+	if o.m != nil {
+		return slices.Collect(maps.Keys(o.m))
+	}
+	return o.asc
+}
+
+// all yields the names of o.
+func (o *overlay) all() iter.Seq[string] {
+	if o.m != nil {
+		return maps.Keys(o.m)
+	}
+	return slices.Values(o.asc)
+}

@@ -146,7 +146,7 @@ func TestSentAssignmentsThroughTheCache(t *testing.T) {
 							t.Fatalf("step %d: %s in the set, outside the subscription kept to", step, n)
 						}
 					}
-					for n := range s.extra {
+					for n := range s.extra.all() {
 						if !s.within.has(n) {
 							t.Fatalf("step %d: %s in the overlay, outside the subscription kept to", step, n)
 						}

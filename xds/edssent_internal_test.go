@@ -85,7 +85,7 @@ func TestSentAssignmentsModel(t *testing.T) {
 				if s.len() != len(model) {
 					t.Fatalf("step %d: %d names sent, the model says %d", step, s.len(), len(model))
 				}
-				for n := range s.extra {
+				for n := range s.extra.all() {
 					if s.set.has(n) {
 						t.Fatalf("step %d: %s both in the set and the overlay", step, n)
 					}
@@ -123,8 +123,8 @@ func TestSentAssignmentsSyncLinear(t *testing.T) {
 	before := nameSets.built.Load()
 	a := sync(1)[0]
 	built := nameSets.built.Load() - before
-	if a.set != sub || len(a.extra) != 0 {
-		t.Fatalf("after the sync: set %p (%d names) + %d in the overlay, want the subscription's set %p", a.set, a.set.len(), len(a.extra), sub)
+	if a.set != sub || a.extra.len() != 0 {
+		t.Fatalf("after the sync: set %p (%d names) + %d in the overlay, want the subscription's set %p", a.set, a.set.len(), a.extra.len(), sub)
 	}
 	if built > 2*n {
 		t.Fatalf("the sync built sets of %d names in all for %d names: want at most %d", built, n, 2*n)

@@ -37,7 +37,8 @@ type sentAssignments struct {
 }
 
 // minFold is the overlay size below which extra is not folded into the
-// shared set (a few names cost less in a private map than a shared set).
+// shared set (a few names cost less in a private overlay than a shared
+// set).
 const minFold = 64
 
 func (s *sentAssignments) has(n string) bool {
@@ -81,13 +82,12 @@ func (s *sentAssignments) add(delta bool, names []string, now time.Time) {
 			// names costs less than a lookup each in its map (namesorted.go).
 			has = newNameCursor(s.set).has
 		}
-		// An overlay grows until it is folded (as large as the set) or,
-		// with the set, is the subscription it is within: a slice made
-		// for it is made that large at once (or as large as names).
+		// A slice or map made for the overlay is as large as names: the
+		// names a subscription holds beyond those sent need never be
+		// sent (no assignment, or removed), and an overlay made as large
+		// as the set or that gap would be held, per stream, until a fold
+		// that may never come (append doubles as a first sync goes on).
 		size := len(names)
-		if s.within != nil {
-			size = max(size, min(max(s.set.len(), minFold), s.within.len()-s.set.len()))
-		}
 		for _, n := range names {
 			if !has(n) {
 				s.extra.add(n, size)

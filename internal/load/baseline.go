@@ -59,6 +59,12 @@ func startBaseline(ctx context.Context, lis net.Listener, services, endpoints, c
 func serveGRPC(ctx context.Context, lis net.Listener, xs serverv3.Server, done chan<- error) {
 	gs := grpc.NewServer(grpc.MaxConcurrentStreams(1 << 20))
 	discovery.RegisterAggregatedDiscoveryServiceServer(gs, xs)
+	runGRPC(ctx, gs, lis, done)
+}
+
+// runGRPC serves gs on lis until ctx is done; done gets Serve's error
+// (nil once stopped).
+func runGRPC(ctx context.Context, gs *grpc.Server, lis net.Listener, done chan<- error) {
 	go func() {
 		err := gs.Serve(lis)
 		if errors.Is(err, grpc.ErrServerStopped) {

@@ -40,7 +40,6 @@ package load
 import (
 	"bytes"
 	"context"
-	"errors"
 	"net"
 	"strconv"
 	"sync"
@@ -145,14 +144,7 @@ func startFloor(ctx context.Context, lis net.Listener, services, endpoints int, 
 		grpc.InitialConnWindowSize(1<<20),
 	)
 	discovery.RegisterAggregatedDiscoveryServiceServer(gs, floorADS{f})
-	go func() {
-		err := gs.Serve(lis)
-		if errors.Is(err, grpc.ErrServerStopped) {
-			err = nil
-		}
-		done <- err
-	}()
-	go func() { <-ctx.Done(); gs.Stop() }()
+	runGRPC(ctx, gs, lis, done)
 	return f, nil
 }
 

@@ -25,70 +25,63 @@ import (
 // every change it follows, each resource version is encoded once, and
 // the report names the floor and its ratios.
 func TestFloorTargetConverges(t *testing.T) {
-	for _, inProcess := range []bool{true, false} {
-		name := "child"
-		if inProcess {
-			name = "inprocess"
+	eachServingSide(t, func(t *testing.T, sc Scenario) {
+		sc.Services, sc.Clients, sc.Rate, sc.Duration = 200, 40, 200, time.Second
+		sc.Targets = []string{"bridge", "floor"}
+		rep, err := Run(sc, io.Discard)
+		if err != nil {
+			t.Fatal(err)
 		}
-		t.Run(name, func(t *testing.T) {
-			sc := smallScenario(inProcess)
-			sc.Services, sc.Clients, sc.Rate, sc.Duration = 200, 40, 200, time.Second
-			sc.Targets = []string{"bridge", "floor"}
-			rep, err := Run(sc, io.Discard)
-			if err != nil {
-				t.Fatal(err)
+		fl := rep.target(TargetFloor)
+		if fl == nil {
+			t.Fatalf("no floor target in %d targets", len(rep.Targets))
+		}
+		for _, tr := range rep.Targets {
+			t.Logf("%s: %d changes, %d applied in %d batches, %d responses, %d (change, client) pairs, %d missing, ack p50 %.1f ms p99 %.1f ms, %d encodings for %d versions",
+				tr.Target, tr.Changes, tr.Applied, tr.Batches, tr.Responses, tr.Ack.N, tr.Ack.Missing, tr.Ack.P50, tr.Ack.P99, tr.Encodings, tr.Versions)
+		}
+		if !fl.Converged || len(fl.Errors) > 0 {
+			t.Errorf("floor: converged %v, errors %v", fl.Converged, fl.Errors)
+		}
+		if fl.Changes == 0 || fl.Applied != int64(fl.Changes) {
+			t.Errorf("floor: %d changes made, %d applied", fl.Changes, fl.Applied)
+		}
+		if fl.Ack.Missing != 0 || fl.Ack.N == 0 {
+			t.Errorf("floor: %d (change, client) pairs observed, %d missing", fl.Ack.N, fl.Ack.Missing)
+		}
+		if len(fl.Modes) != 2 {
+			t.Errorf("floor: modes %v, want delta and sotw", fl.Modes)
+		}
+		if fl.Storm == nil || !fl.Storm.Converged {
+			t.Errorf("floor: the storm did not converge")
+		}
+		if fl.Versions == 0 || fl.Encodings != fl.Versions {
+			t.Errorf("floor: %d encodings for %d resource versions, want one each", fl.Encodings, fl.Versions)
+		}
+		b, err := json.Marshal(rep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Report
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		if back.RatiosFloor["cpu_per_change"] == 0 {
+			t.Errorf("report JSON: ratios_floor %v", back.RatiosFloor)
+		}
+		for k := range back.RatiosFloor {
+			// The floor resends everything on a resume: its storm
+			// is no lower bound to compare with.
+			if strings.HasPrefix(k, "storm_") {
+				t.Errorf("report JSON: ratios_floor has %s", k)
 			}
-			fl := rep.target(TargetFloor)
-			if fl == nil {
-				t.Fatalf("no floor target in %d targets", len(rep.Targets))
-			}
-			for _, tr := range rep.Targets {
-				t.Logf("%s: %d changes, %d applied in %d batches, %d responses, %d (change, client) pairs, %d missing, ack p50 %.1f ms p99 %.1f ms, %d encodings for %d versions",
-					tr.Target, tr.Changes, tr.Applied, tr.Batches, tr.Responses, tr.Ack.N, tr.Ack.Missing, tr.Ack.P50, tr.Ack.P99, tr.Encodings, tr.Versions)
-			}
-			if !fl.Converged || len(fl.Errors) > 0 {
-				t.Errorf("floor: converged %v, errors %v", fl.Converged, fl.Errors)
-			}
-			if fl.Changes == 0 || fl.Applied != int64(fl.Changes) {
-				t.Errorf("floor: %d changes made, %d applied", fl.Changes, fl.Applied)
-			}
-			if fl.Ack.Missing != 0 || fl.Ack.N == 0 {
-				t.Errorf("floor: %d (change, client) pairs observed, %d missing", fl.Ack.N, fl.Ack.Missing)
-			}
-			if len(fl.Modes) != 2 {
-				t.Errorf("floor: modes %v, want delta and sotw", fl.Modes)
-			}
-			if fl.Storm == nil || !fl.Storm.Converged {
-				t.Errorf("floor: the storm did not converge")
-			}
-			if fl.Versions == 0 || fl.Encodings != fl.Versions {
-				t.Errorf("floor: %d encodings for %d resource versions, want one each", fl.Encodings, fl.Versions)
-			}
-			b, err := json.Marshal(rep)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var back Report
-			if err := json.Unmarshal(b, &back); err != nil {
-				t.Fatal(err)
-			}
-			if back.RatiosFloor["cpu_per_change"] == 0 {
-				t.Errorf("report JSON: ratios_floor %v", back.RatiosFloor)
-			}
-			for k := range back.RatiosFloor {
-				// The floor resends everything on a resume: its storm
-				// is no lower bound to compare with.
-				if strings.HasPrefix(k, "storm_") {
-					t.Errorf("report JSON: ratios_floor has %s", k)
-				}
-			}
-			var out bytes.Buffer
-			PrintTable(&out, rep)
-			if !strings.Contains(out.String(), "\nbridge / floor: ") || !strings.Contains(out.String(), "\nfloor     sotw ") {
-				t.Errorf("table without the floor target:\n%s", out.String())
-			}
-		})
-	}
+		}
+		var out bytes.Buffer
+		PrintTable(&out, rep)
+		if !strings.Contains(out.String(), "\nbridge / floor: ") || !strings.Contains(out.String(), "\nfloor     sotw ") {
+			t.Errorf("table without the floor target:\n%s", out.String())
+		}
+	})
 }
 
 // startTestFloor serves a floor of services on loopback and returns it

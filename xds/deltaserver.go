@@ -17,7 +17,9 @@ package xds
 // the client's state: the cache hands each response with the typed state
 // it installs (deltaHeld, delta.go), which becomes the stream's once the
 // response is sent, and an unsubscription marks its versions in place as
-// go-control-plane marks its returned-resources map.
+// go-control-plane marks its returned-resources map. And a request is
+// handled in the goroutine that reads it, not handed to the handler's
+// (processDelta), so an ACK wakes one goroutine.
 //
 // The rules the cache relies on, which this file keeps:
 //   - A response's nonce is set, and the response sent, before its state
@@ -32,16 +34,19 @@ package xds
 //     holds two responses per type, so the cache sends under its lock
 //     without blocking.
 //   - The responses queued on a stream are installed before the watch a
-//     new request replaces is cancelled, all in the stream's goroutine, as
-//     is the creation of the next watch; a response queued after that is
-//     installed before any later one. A stream's response channel is
-//     shared by its types and is its identity.
+//     new request replaces is cancelled, all in one hold of the stream's
+//     lock (deltaStream.mu), as is the creation of the next watch; a
+//     response queued after that is installed before any later one: a
+//     response is taken off the channel under the lock only, and sent
+//     before the lock is let go. A stream's response channel is shared by
+//     its types and is its identity.
 
 import (
 	"cmp"
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -56,7 +61,31 @@ import (
 
 // deltaWatcher is the cache as the delta stream handler reaches it.
 type deltaWatcher interface {
-	watchDelta(req *discovery.DeltaDiscoveryRequest, sub deltaSub, ch chan<- *deltaResponse) (func(), error)
+	watchDelta(req *discovery.DeltaDiscoveryRequest, sub deltaSub, q deltaQueue) (func(), error)
+}
+
+// deltaQueue is where a delta stream's responses are put: its response
+// channel, and its wake channel (capacity 1), signalled after each
+// response, on which the stream's handler goroutine takes them off.
+type deltaQueue struct {
+	ch   chan<- *deltaResponse
+	wake chan<- struct{}
+}
+
+// put queues r and wakes the stream. It blocks only if the channel is
+// full, which the cache's puts never find (the channel holds two
+// responses per type).
+func (q deltaQueue) put(r *deltaResponse) {
+	q.ch <- r
+	q.signal()
+}
+
+// signal wakes the stream's handler goroutine, if it is not woken yet.
+func (q deltaQueue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
 }
 
 // deltaServer serves delta streams (delta.Server).
@@ -87,7 +116,14 @@ func (w *deltaWatch) Cancel() {
 	}
 }
 
-func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{}, reqCh <-chan *discovery.DeltaDiscoveryRequest, defaultTypeURL string) error {
+// processDelta serves a delta stream in two goroutines: its requests are
+// read and handled in one (receiveDelta), and the responses the cache and
+// the VHDS pump queue for it are sent in the other, the handler's, when
+// the queue wakes it. Both send and touch the stream's state under ds.mu
+// only. The handler's alone returns, which ends the stream: when done is
+// closed, when reading a request fails, or when handling one or sending a
+// response does (that error).
+func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{}, recv func() (*discovery.DeltaDiscoveryRequest, error), defaultTypeURL string) error {
 	ds := &deltaStream{
 		s:              s,
 		str:            str,
@@ -96,15 +132,22 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{},
 		// The buffer releases the goroutines that fill it: a response can
 		// come from a commit and one from a request, per type.
 		responses: make(chan *deltaResponse, int(types.UnknownType)*2),
+		wake:      make(chan struct{}, 1),
 		node:      &core.Node{},
 		acct:      streamAcctOf(str.Context()),
 	}
+	ds.queue = deltaQueue{ch: ds.responses, wake: ds.wake}
 	if c, ok := s.cache.(*Cache); ok {
 		ds.cache = c
-		ds.vhds = c.vhdsOpen(str.Context(), ds.responses)
+		ds.vhds = c.vhdsOpen(str.Context(), ds.queue)
 	}
 
 	defer func() {
+		// From here the receive goroutine handles no request: the
+		// state is this goroutine's, and nothing is sent.
+		ds.mu.Lock()
+		ds.closed = true
+		ds.mu.Unlock()
 		for _, w := range ds.watches.all() {
 			w.Cancel()
 		}
@@ -127,39 +170,74 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{},
 		}
 	}
 
+	ended := make(chan error, 1)
+	go ds.receiveDelta(recv, ended)
 	for {
 		select {
 		case <-done:
 			return nil
-		case resp := <-ds.responses:
-			if err := ds.process(resp); err != nil {
-				return err
-			}
-		case req, more := <-reqCh:
-			if !more {
-				return nil
-			}
-			if req == nil {
-				return status.Errorf(codes.Unavailable, "empty request")
-			}
-			if err := ds.request(req); err != nil {
-				return err
-			}
-			// The response the request's watch answered at once (an
-			// ACK of a response while changes came), sent without
-			// another wait on the three channels.
-			if err := ds.processAll(); err != nil {
+		case err := <-ended:
+			return err
+		case <-ds.wake:
+			// Taken off the channel under the lock only: a response taken
+			// while a request is handled would be sent after those the
+			// request's watch queued.
+			ds.mu.Lock()
+			err := ds.processAll()
+			ds.mu.Unlock()
+			if err != nil {
 				return err
 			}
 		}
 	}
 }
 
+// receiveDelta reads the stream's requests and handles each under ds.mu:
+// the responses queued first, the request, then the response its watch
+// answered at once (an ACK of a response while changes came), so an ACK
+// wakes this goroutine alone. It ends, telling ended (nil: the stream
+// ended), when reading or handling a request fails, and without a word
+// once the stream's handler is closing it (ds.closed).
+func (ds *deltaStream) receiveDelta(recv func() (*discovery.DeltaDiscoveryRequest, error), ended chan<- error) {
+	for {
+		req, err := recv()
+		if err != nil {
+			ended <- nil
+			return
+		}
+		ds.mu.Lock()
+		if ds.closed {
+			ds.mu.Unlock()
+			return
+		}
+		if req == nil {
+			err = status.Errorf(codes.Unavailable, "empty request")
+		} else if err = ds.request(req); err == nil {
+			err = ds.processAll()
+		}
+		ds.mu.Unlock()
+		if err != nil {
+			ended <- err
+			return
+		}
+	}
+}
+
 // deltaStream is one delta stream's state in the server: its watches (one
 // per type), the responses the cache queued for it, and the nonce of its
-// last response. It is owned by the stream's goroutine (processDelta);
-// only the cache writes to responses, from any goroutine.
+// last response. Its two goroutines (processDelta, receiveDelta) touch the
+// state, send, and take responses off the channel under mu only; the
+// cache and the VHDS pump put responses on it, from any goroutine, through
+// queue.
 type deltaStream struct {
+	mu sync.Mutex
+	// closed: the handler is closing the stream (processDelta's cleanup);
+	// the receive goroutine handles no more requests.
+	closed bool
+	// queue: responses and wake, as the stream's watches and its VHDS
+	// pump put responses.
+	queue          deltaQueue
+	wake           chan struct{}
 	s              *deltaServer
 	str            stream.DeltaStream
 	id             int64
@@ -228,7 +306,8 @@ func (ds *deltaStream) process(resp *deltaResponse) error {
 	return ds.acct.unanswered(typ, w.sub.held, w.sub.SubscribedResources())
 }
 
-// processAll sends the responses queued, before a request is handled.
+// processAll sends the responses queued, before a request is handled and
+// after, and when the queue wakes the handler. Under ds.mu.
 func (ds *deltaStream) processAll() error {
 	for {
 		select {
@@ -318,9 +397,9 @@ func (ds *deltaStream) request(req *discovery.DeltaDiscoveryRequest) error {
 // watch creates the watch of req for sub.
 func (ds *deltaStream) watch(req *discovery.DeltaDiscoveryRequest, sub deltaSub) (*watch, func(), error) {
 	if ds.cache != nil {
-		return ds.cache.newDeltaWatch(streamKey{true, ds.id}, req, sub, ds.responses)
+		return ds.cache.newDeltaWatch(streamKey{true, ds.id}, req, sub, ds.queue)
 	}
-	cancel, err := ds.s.cache.watchDelta(req, sub, ds.responses)
+	cancel, err := ds.s.cache.watchDelta(req, sub, ds.queue)
 	return nil, cancel, err
 }
 
@@ -337,8 +416,7 @@ func isACK(req *discovery.DeltaDiscoveryRequest) bool {
 func (s *deltaServer) DeltaStreamHandler(str stream.DeltaStream, typeURL string) error {
 	ctx, cancel := streamContext(s.ctx, str.Context())
 	defer cancel()
-	reqCh := receive(ctx.Done(), str.Recv)
-	return s.processDelta(str, ctx.Done(), reqCh, typeURL)
+	return s.processDelta(str, ctx.Done(), str.Recv, typeURL)
 }
 
 // streamContext is a stream's context, done also when the server's is:
@@ -348,26 +426,4 @@ func streamContext(server, stream context.Context) (context.Context, context.Can
 	ctx, cancel := context.WithCancel(stream)
 	stop := context.AfterFunc(server, cancel)
 	return ctx, func() { stop(); cancel() }
-}
-
-// receive reads a stream's requests in their own goroutine and hands them
-// over on the returned channel, which is closed when recv fails (the
-// stream ended) or done is closed (streamContext).
-func receive[T any](done <-chan struct{}, recv func() (T, error)) <-chan T {
-	ch := make(chan T)
-	go func() {
-		defer close(ch)
-		for {
-			req, err := recv()
-			if err != nil {
-				return
-			}
-			select {
-			case ch <- req:
-			case <-done:
-				return
-			}
-		}
-	}()
-	return ch
 }

@@ -65,18 +65,46 @@ type deltaWatcher interface {
 }
 
 // deltaQueue is where a delta stream's responses are put: its response
-// channel, and its wake channel (capacity 1), signalled after each
-// response, on which the stream's handler goroutine takes them off.
+// channel, its wake channel (capacity 1), on which the stream's handler
+// goroutine takes them off, and whether the receive goroutine is draining
+// the channel (drain; nil: never), which a response put then needs no
+// wake-up for.
 type deltaQueue struct {
-	ch   chan<- *deltaResponse
-	wake chan<- struct{}
+	ch    chan<- *deltaResponse
+	wake  chan<- struct{}
+	drain *atomic.Int32
 }
+
+// The states of deltaQueue.drain.
+const (
+	queueIdle     int32 = iota // a response put wakes the handler goroutine
+	queueDraining              // the receive goroutine drains the channel before it lets the stream's lock go
+	queueRefilled              // and a response was put since it last looked (deltaStream.sendQueued)
+)
 
 // put queues r and wakes the stream. It blocks only if the channel is
 // full, which the cache's puts never find (the channel holds two
 // responses per type).
 func (q deltaQueue) put(r *deltaResponse) {
 	q.ch <- r
+	q.queued()
+}
+
+// queued tells the stream a response was put on its channel: the receive
+// goroutine, if it is draining it (it looks again), else the handler
+// goroutine (signal).
+func (q deltaQueue) queued() {
+	for q.drain != nil {
+		s := q.drain.Load()
+		if s == queueIdle {
+			break
+		}
+		// Written even when already refilled, so that the receive
+		// goroutine's next look (a Swap) reads this put's write.
+		if q.drain.CompareAndSwap(s, queueRefilled) {
+			return
+		}
+	}
 	q.signal()
 }
 
@@ -136,7 +164,7 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{},
 		node:      &core.Node{},
 		acct:      streamAcctOf(str.Context()),
 	}
-	ds.queue = deltaQueue{ch: ds.responses, wake: ds.wake}
+	ds.queue = deltaQueue{ch: ds.responses, wake: ds.wake, drain: &ds.drain}
 	if c, ok := s.cache.(*Cache); ok {
 		ds.cache = c
 		ds.vhds = c.vhdsOpen(str.Context(), ds.queue)
@@ -194,8 +222,9 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{},
 
 // receiveDelta reads the stream's requests and handles each under ds.mu:
 // the responses queued first, the request, then the response its watch
-// answered at once (an ACK of a response while changes came), so an ACK
-// wakes this goroutine alone. It ends, telling ended (nil: the stream
+// answered at once (an ACK of a response while changes came) and any
+// other put meanwhile, which wake no other goroutine (sendQueued), so an
+// ACK wakes this goroutine alone. It ends, telling ended (nil: the stream
 // ended), when reading or handling a request fails, and without a word
 // once the stream's handler is closing it (ds.closed).
 func (ds *deltaStream) receiveDelta(recv func() (*discovery.DeltaDiscoveryRequest, error), ended chan<- error) {
@@ -210,15 +239,37 @@ func (ds *deltaStream) receiveDelta(recv func() (*discovery.DeltaDiscoveryReques
 			ds.mu.Unlock()
 			return
 		}
+		ds.drain.Store(queueDraining)
 		if req == nil {
 			err = status.Errorf(codes.Unavailable, "empty request")
-		} else if err = ds.request(req); err == nil {
-			err = ds.processAll()
+		} else {
+			err = ds.request(req)
 		}
+		if err == nil {
+			err = ds.sendQueued()
+		}
+		ds.drain.Store(queueIdle)
 		ds.mu.Unlock()
 		if err != nil {
 			ended <- err
 			return
+		}
+	}
+}
+
+// sendQueued sends the responses queued until none was put since it last
+// looked, and leaves the queue idle: a response put after that wakes the
+// handler goroutine. Under ds.mu, the queue draining.
+func (ds *deltaStream) sendQueued() error {
+	for {
+		// A Swap, not a Store: it reads the write of the puts that
+		// refilled the queue, so the look that follows sees them.
+		ds.drain.Swap(queueDraining)
+		if err := ds.processAll(); err != nil {
+			return err
+		}
+		if ds.drain.CompareAndSwap(queueDraining, queueIdle) {
+			return nil
 		}
 	}
 }
@@ -234,10 +285,11 @@ type deltaStream struct {
 	// closed: the handler is closing the stream (processDelta's cleanup);
 	// the receive goroutine handles no more requests.
 	closed bool
-	// queue: responses and wake, as the stream's watches and its VHDS
-	// pump put responses.
+	// queue: responses, wake and drain, as the stream's watches and its
+	// VHDS pump put responses.
 	queue          deltaQueue
 	wake           chan struct{}
+	drain          atomic.Int32
 	s              *deltaServer
 	str            stream.DeltaStream
 	id             int64

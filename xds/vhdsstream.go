@@ -56,7 +56,7 @@ func (c *Cache) vhdsOpen(ctx context.Context, q deltaQueue) *vhdsStream {
 			case <-s.wake:
 				select {
 				case q.ch <- vhdsWakeResponse:
-					q.signal()
+					q.queued()
 				case <-s.done:
 					return
 				case <-ctx.Done():

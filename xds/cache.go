@@ -217,15 +217,15 @@ func (c *Cache) watchSotw(req *discovery.DiscoveryRequest, sub sotwSub, ch chan<
 
 // watchDelta creates the watch of a delta stream's request, from the
 // state its type's last response installed (sub.held): its response, when
-// there is one to send, is sent on ch (deltaserver.go). The returned
+// there is one to send, is put on q (deltaserver.go). The returned
 // function cancels it.
-func (c *Cache) watchDelta(req *discovery.DeltaDiscoveryRequest, sub deltaSub, ch chan<- *deltaResponse) (func(), error) {
+func (c *Cache) watchDelta(req *discovery.DeltaDiscoveryRequest, sub deltaSub, q deltaQueue) (func(), error) {
 	ts, ok := c.types[req.GetTypeUrl()]
 	if !ok {
 		return nil, fmt.Errorf("type %s is not served", req.GetTypeUrl())
 	}
 	w := &watch{}
-	w.armDelta(ts, req, sub, ch)
+	w.armDelta(ts, req, sub, q)
 	return c.create(w)
 }
 
@@ -233,13 +233,13 @@ func (c *Cache) watchDelta(req *discovery.DeltaDiscoveryRequest, sub deltaSub, c
 // is of stream key, which the watch knows without the request being noted
 // (noteRequest), and the watch is returned too, to be re-armed for the ACK
 // of its response (rearmDelta).
-func (c *Cache) newDeltaWatch(key streamKey, req *discovery.DeltaDiscoveryRequest, sub deltaSub, ch chan<- *deltaResponse) (*watch, func(), error) {
+func (c *Cache) newDeltaWatch(key streamKey, req *discovery.DeltaDiscoveryRequest, sub deltaSub, q deltaQueue) (*watch, func(), error) {
 	ts, ok := c.types[req.GetTypeUrl()]
 	if !ok {
 		return nil, nil, fmt.Errorf("type %s is not served", req.GetTypeUrl())
 	}
 	w := &watch{}
-	w.armDelta(ts, req, sub, ch)
+	w.armDelta(ts, req, sub, q)
 	c.lock()
 	defer c.unlock()
 	w.stream = c.streamOf(key)

@@ -37,7 +37,7 @@ import (
 // Everything lives in the stream's own value, so it goes with the stream.
 
 // deltaHeld is what a delta client holds of one type. The stream handler
-// (deltaserver.go) owns it, in the stream's goroutine: it keeps the one
+// (deltaserver.go) owns it, under the stream's lock: it keeps the one
 // its type's last response installed (deltaSub.held) and hands it to each
 // watch. The cache reads it under its lock and never changes it; the
 // handler changes it only by installing it (deltaResponse.install, which
@@ -114,7 +114,7 @@ type deltaResponse struct {
 	sentOut atomic.Bool
 }
 
-// install is called by the stream handler, in the stream's goroutine, when
+// install is called by the stream handler, under the stream's lock, when
 // it has given the response its nonce and sent it, after the responses
 // queued before (pred among them) were installed, as is the watch's cancel
 // function. It returns the state the stream now holds.

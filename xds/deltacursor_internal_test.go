@@ -65,7 +65,7 @@ func (d *deltaDriver) request(subs, unsubs []string) {
 		d.sub.update(subs, unsubs)
 	}
 	var err error
-	if d.cancel, err = d.c.watchDelta(req, d.sub, d.ch); err != nil {
+	if d.cancel, err = d.c.watchDelta(req, d.sub, deltaQueue{ch: d.ch}); err != nil {
 		d.t.Fatal(err)
 	}
 }

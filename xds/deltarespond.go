@@ -89,7 +89,7 @@ func (c *Cache) respondDelta(w *watch, seq, oldRest []string, fromRest, full, ev
 	c.handed(w, w.resp, newest)
 	// Sent under c.mu: this does not block (the stream's channel holds
 	// two responses per type, deltaserver.go).
-	w.dch <- w.resp
+	w.dch.put(w.resp)
 	switch ts.URL {
 	case ClusterType:
 		c.sentCDS(w, rest, nil)

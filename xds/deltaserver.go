@@ -2,8 +2,8 @@ package xds
 
 // The delta (incremental) xDS stream handler: adapted from go-control-plane
 // v0.14.0's pkg/server/delta/v3/server.go, watches.go and
-// pkg/server/stream/v3/subscription.go (Copyright Envoyproxy Authors,
-// Apache License 2.0). What differs is the subscription state: the names
+// pkg/server/stream/v3/subscription.go (deltasub.go; Copyright Envoyproxy
+// Authors, Apache License 2.0). What differs is the subscription state: the names
 // a stream subscribes to are a shared, immutable nameSet (nameset.go)
 // instead of a map per stream and type, so a fleet of Envoys subscribed
 // to the same assignments holds one set, and the names' strings once. The
@@ -17,7 +17,9 @@ package xds
 // the client's state: the cache hands each response with the typed state
 // it installs (deltaHeld, delta.go), which becomes the stream's once the
 // response is sent, and an unsubscription marks its versions in place as
-// go-control-plane marks its returned-resources map.
+// go-control-plane marks its returned-resources map. And a request is
+// handled in the goroutine that reads it, not handed to the handler's
+// (processDelta), so an ACK wakes one goroutine.
 //
 // The rules the cache relies on, which this file keeps:
 //   - A response's nonce is set, and the response sent, before its state
@@ -32,17 +34,19 @@ package xds
 //     holds two responses per type, so the cache sends under its lock
 //     without blocking.
 //   - The responses queued on a stream are installed before the watch a
-//     new request replaces is cancelled, all in the stream's goroutine, as
-//     is the creation of the next watch; a response queued after that is
-//     installed before any later one. A stream's response channel is
-//     shared by its types and is its identity.
+//     new request replaces is cancelled, all in one hold of the stream's
+//     lock (deltaStream.mu), as is the creation of the next watch; a
+//     response queued after that is installed before any later one: a
+//     response is taken off the channel under the lock only, and sent
+//     before the lock is let go. A stream's response channel is shared by
+//     its types and is its identity.
 
 import (
 	"cmp"
 	"context"
 	"errors"
-	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -55,137 +59,61 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-const explicitWildcard = "*"
-
-// deltaSub is a delta stream's subscription to one type, and what its
-// client holds. A copy is handed to each watch (as go-control-plane hands
-// a copy of its struct), so a watch sees the names as of its request.
-type deltaSub struct {
-	// wildcard: the subscription holds the wildcard; allowLegacyWildcard:
-	// no name was ever subscribed, so an empty request is a wildcard.
-	wildcard, allowLegacyWildcard bool
-	// names: subscribed by name (shared; never written). grewFrom: the
-	// names before the last request, if it removed none of them (names
-	// holds them all): an Envoy subscribes to its assignments a CDS part
-	// at a time, and what was sent within the old names is within these
-	// without looking (edssent.go).
-	names, grewFrom *nameSet
-	// held: the client's state as its type's last response installed it
-	// (marked in place by unsubscriptions), or a first request's
-	// initial_resource_versions.
-	held *deltaHeld
-	// answered: the nonce of the last response of the type the client
-	// answered (ACK or NACK). The client received every response up to
-	// it before it sent its later requests, which carry no nonce when
-	// they only change the subscription.
-	answered string
-}
-
-// newDeltaSub is the subscription of a type's first request on a stream:
-// its names, and the client's initial versions (initial, and resumed: those
-// the decoder found current; nil: none).
-func newDeltaSub(subscribed, unsubscribed []string, initial map[string]string, resumed *resumedVersions) deltaSub {
-	// Legacy wildcard mode is active for every type (go-control-plane's
-	// default, which the server used).
-	if initial == nil {
-		initial = make(map[string]string)
-	}
-	s := deltaSub{wildcard: len(subscribed) == 0, allowLegacyWildcard: true, names: emptyNames, held: &deltaHeld{versions: initial, resumed: resumed}}
-	if set := resumed.subscription(subscribed, unsubscribed); set != nil {
-		// What update makes of a request that subscribes to names only.
-		s.allowLegacyWildcard, s.names, s.grewFrom = false, set, emptyNames
-		return s
-	}
-	s.update(subscribed, unsubscribed)
-	return s
-}
-
-// update applies a request's subscriptions, then its unsubscriptions
-// (go-control-plane's UpdateResourceSubscriptions), each name once: a name
-// unsubscribed twice in one request is unsubscribed once.
-func (s *deltaSub) update(subscribed, unsubscribed []string) {
-	if s.allowLegacyWildcard {
-		// Only a subscription ends the legacy wildcard.
-		if len(subscribed) == 0 {
-			return
-		}
-		s.allowLegacyWildcard = false
-	}
-	var remove []string
-	add := subscribed // not copied unless it holds "*"
-	if slices.Contains(subscribed, explicitWildcard) {
-		s.wildcard = true
-		add = slices.DeleteFunc(slices.Clone(subscribed), func(n string) bool { return n == explicitWildcard })
-	}
-	// Whether a name is subscribed as go-control-plane applies the
-	// request to its map, one name after the other: the subscriptions,
-	// then each unsubscription.
-	var added, removed map[string]struct{}
-	if len(unsubscribed) > 0 {
-		s.held.explicit() // marked or forgotten name by name below
-	}
-	if len(unsubscribed) > 0 && len(add) > 0 {
-		added = make(map[string]struct{}, len(add))
-		for _, n := range add {
-			added[n] = struct{}{}
-		}
-	}
-	subscribedNow := func(n string) bool {
-		if _, ok := removed[n]; ok {
-			return false
-		}
-		_, ok := added[n]
-		return ok || s.names.has(n)
-	}
-	for _, n := range unsubscribed {
-		if n == explicitWildcard {
-			s.wildcard = false
-			continue
-		}
-		if _, again := removed[n]; again {
-			// Its first unsubscription decided. Applied again, as
-			// go-control-plane applies it, it would forget the version
-			// the first marked: go-control-plane then sends the resource
-			// as one its client does not hold, but a name a compact state
-			// has no version of is held at the state's generation, and
-			// the client (which may have dropped it) would not be answered.
-			continue
-		}
-		// A name subscribed by name under a wildcard and unsubscribed is
-		// answered again (sent, or reported removed): marked with an
-		// empty version. Else it is forgotten, so that a subscription
-		// again is answered even at the same version.
-		if subscribedNow(n) && s.wildcard {
-			if s.held.versions == nil {
-				s.held.versions = map[string]string{}
-			}
-			s.held.versions[n] = ""
-		} else {
-			delete(s.held.versions, n)
-		}
-		if removed == nil {
-			removed = map[string]struct{}{}
-		}
-		removed[n] = struct{}{}
-		remove = append(remove, n)
-	}
-	old := s.names
-	s.names = s.names.derive(add, remove)
-	s.grewFrom = old
-	for _, n := range remove {
-		if old.has(n) {
-			s.grewFrom = nil
-			break
-		}
-	}
-}
-
-func (s deltaSub) SubscribedResources() map[string]struct{} { return s.names.m }
-func (s deltaSub) IsWildcard() bool                         { return s.wildcard }
-
 // deltaWatcher is the cache as the delta stream handler reaches it.
 type deltaWatcher interface {
-	watchDelta(req *discovery.DeltaDiscoveryRequest, sub deltaSub, ch chan<- *deltaResponse) (func(), error)
+	watchDelta(req *discovery.DeltaDiscoveryRequest, sub deltaSub, q deltaQueue) (func(), error)
+}
+
+// deltaQueue is where a delta stream's responses are put: its response
+// channel, its wake channel (capacity 1), on which the stream's handler
+// goroutine takes them off, and whether the receive goroutine is draining
+// the channel (drain; nil: never), which a response put then needs no
+// wake-up for.
+type deltaQueue struct {
+	ch    chan<- *deltaResponse
+	wake  chan<- struct{}
+	drain *atomic.Int32
+}
+
+// The states of deltaQueue.drain.
+const (
+	queueIdle     int32 = iota // a response put wakes the handler goroutine
+	queueDraining              // the receive goroutine drains the channel before it lets the stream's lock go
+	queueRefilled              // and a response was put since it last looked (deltaStream.sendQueued)
+)
+
+// put queues r and wakes the stream. It blocks only if the channel is
+// full, which the cache's puts never find (the channel holds two
+// responses per type).
+func (q deltaQueue) put(r *deltaResponse) {
+	q.ch <- r
+	q.queued()
+}
+
+// queued tells the stream a response was put on its channel: the receive
+// goroutine, if it is draining it (it looks again), else the handler
+// goroutine (signal).
+func (q deltaQueue) queued() {
+	for q.drain != nil {
+		s := q.drain.Load()
+		if s == queueIdle {
+			break
+		}
+		// Written even when already refilled, so that the receive
+		// goroutine's next look (a Swap) reads this put's write.
+		if q.drain.CompareAndSwap(s, queueRefilled) {
+			return
+		}
+	}
+	q.signal()
+}
+
+// signal wakes the stream's handler goroutine, if it is not woken yet.
+func (q deltaQueue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
 }
 
 // deltaServer serves delta streams (delta.Server).
@@ -216,7 +144,14 @@ func (w *deltaWatch) Cancel() {
 	}
 }
 
-func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{}, reqCh <-chan *discovery.DeltaDiscoveryRequest, defaultTypeURL string) error {
+// processDelta serves a delta stream in two goroutines: its requests are
+// read and handled in one (receiveDelta), and the responses the cache and
+// the VHDS pump queue for it are sent in the other, the handler's, when
+// the queue wakes it. Both send and touch the stream's state under ds.mu
+// only. The handler's alone returns, which ends the stream: when done is
+// closed, when reading a request fails, or when handling one or sending a
+// response does (that error).
+func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{}, recv func() (*discovery.DeltaDiscoveryRequest, error), defaultTypeURL string) error {
 	ds := &deltaStream{
 		s:              s,
 		str:            str,
@@ -225,15 +160,22 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{},
 		// The buffer releases the goroutines that fill it: a response can
 		// come from a commit and one from a request, per type.
 		responses: make(chan *deltaResponse, int(types.UnknownType)*2),
+		wake:      make(chan struct{}, 1),
 		node:      &core.Node{},
 		acct:      streamAcctOf(str.Context()),
 	}
+	ds.queue = deltaQueue{ch: ds.responses, wake: ds.wake, drain: &ds.drain}
 	if c, ok := s.cache.(*Cache); ok {
 		ds.cache = c
-		ds.vhds = c.vhdsOpen(str.Context(), ds.responses)
+		ds.vhds = c.vhdsOpen(str.Context(), ds.queue)
 	}
 
 	defer func() {
+		// From here the receive goroutine handles no request: the
+		// state is this goroutine's, and nothing is sent.
+		ds.mu.Lock()
+		ds.closed = true
+		ds.mu.Unlock()
 		for _, w := range ds.watches.all() {
 			w.Cancel()
 		}
@@ -256,39 +198,98 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{},
 		}
 	}
 
+	ended := make(chan error, 1)
+	go ds.receiveDelta(recv, ended)
 	for {
 		select {
 		case <-done:
 			return nil
-		case resp := <-ds.responses:
-			if err := ds.process(resp); err != nil {
-				return err
-			}
-		case req, more := <-reqCh:
-			if !more {
-				return nil
-			}
-			if req == nil {
-				return status.Errorf(codes.Unavailable, "empty request")
-			}
-			if err := ds.request(req); err != nil {
-				return err
-			}
-			// The response the request's watch answered at once (an
-			// ACK of a response while changes came), sent without
-			// another wait on the three channels.
-			if err := ds.processAll(); err != nil {
+		case err := <-ended:
+			return err
+		case <-ds.wake:
+			// Taken off the channel under the lock only: a response taken
+			// while a request is handled would be sent after those the
+			// request's watch queued.
+			ds.mu.Lock()
+			err := ds.processAll()
+			ds.mu.Unlock()
+			if err != nil {
 				return err
 			}
 		}
 	}
 }
 
+// receiveDelta reads the stream's requests and handles each under ds.mu:
+// the responses queued first, the request, then the response its watch
+// answered at once (an ACK of a response while changes came) and any
+// other put meanwhile, which wake no other goroutine (sendQueued), so an
+// ACK wakes this goroutine alone. It ends, telling ended (nil: the stream
+// ended), when reading or handling a request fails, and without a word
+// once the stream's handler is closing it (ds.closed).
+func (ds *deltaStream) receiveDelta(recv func() (*discovery.DeltaDiscoveryRequest, error), ended chan<- error) {
+	for {
+		req, err := recv()
+		if err != nil {
+			ended <- nil
+			return
+		}
+		ds.mu.Lock()
+		if ds.closed {
+			ds.mu.Unlock()
+			return
+		}
+		ds.drain.Store(queueDraining)
+		if req == nil {
+			err = status.Errorf(codes.Unavailable, "empty request")
+		} else {
+			err = ds.request(req)
+		}
+		if err == nil {
+			err = ds.sendQueued()
+		}
+		ds.drain.Store(queueIdle)
+		ds.mu.Unlock()
+		if err != nil {
+			ended <- err
+			return
+		}
+	}
+}
+
+// sendQueued sends the responses queued until none was put since it last
+// looked, and leaves the queue idle: a response put after that wakes the
+// handler goroutine. Under ds.mu, the queue draining.
+func (ds *deltaStream) sendQueued() error {
+	for {
+		// A Swap, not a Store: it reads the write of the puts that
+		// refilled the queue, so the look that follows sees them.
+		ds.drain.Swap(queueDraining)
+		if err := ds.processAll(); err != nil {
+			return err
+		}
+		if ds.drain.CompareAndSwap(queueDraining, queueIdle) {
+			return nil
+		}
+	}
+}
+
 // deltaStream is one delta stream's state in the server: its watches (one
 // per type), the responses the cache queued for it, and the nonce of its
-// last response. It is owned by the stream's goroutine (processDelta);
-// only the cache writes to responses, from any goroutine.
+// last response. Its two goroutines (processDelta, receiveDelta) touch the
+// state, send, and take responses off the channel under mu only; the
+// cache and the VHDS pump put responses on it, from any goroutine, through
+// queue.
 type deltaStream struct {
+	mu sync.Mutex
+	// closed: the handler is closing the stream (processDelta's cleanup);
+	// the receive goroutine handles no more requests.
+	closed bool
+	// queue: responses, wake and drain, as the stream's watches and its
+	// VHDS pump put responses.
+	queue          deltaQueue
+	wake           chan struct{}
+	drain          atomic.Int32
 	s              *deltaServer
 	str            stream.DeltaStream
 	id             int64
@@ -357,7 +358,8 @@ func (ds *deltaStream) process(resp *deltaResponse) error {
 	return ds.acct.unanswered(typ, w.sub.held, w.sub.SubscribedResources())
 }
 
-// processAll sends the responses queued, before a request is handled.
+// processAll sends the responses queued, before a request is handled and
+// after, and when the queue wakes the handler. Under ds.mu.
 func (ds *deltaStream) processAll() error {
 	for {
 		select {
@@ -447,9 +449,9 @@ func (ds *deltaStream) request(req *discovery.DeltaDiscoveryRequest) error {
 // watch creates the watch of req for sub.
 func (ds *deltaStream) watch(req *discovery.DeltaDiscoveryRequest, sub deltaSub) (*watch, func(), error) {
 	if ds.cache != nil {
-		return ds.cache.newDeltaWatch(streamKey{true, ds.id}, req, sub, ds.responses)
+		return ds.cache.newDeltaWatch(streamKey{true, ds.id}, req, sub, ds.queue)
 	}
-	cancel, err := ds.s.cache.watchDelta(req, sub, ds.responses)
+	cancel, err := ds.s.cache.watchDelta(req, sub, ds.queue)
 	return nil, cancel, err
 }
 
@@ -466,8 +468,7 @@ func isACK(req *discovery.DeltaDiscoveryRequest) bool {
 func (s *deltaServer) DeltaStreamHandler(str stream.DeltaStream, typeURL string) error {
 	ctx, cancel := streamContext(s.ctx, str.Context())
 	defer cancel()
-	reqCh := receive(ctx.Done(), str.Recv)
-	return s.processDelta(str, ctx.Done(), reqCh, typeURL)
+	return s.processDelta(str, ctx.Done(), str.Recv, typeURL)
 }
 
 // streamContext is a stream's context, done also when the server's is:
@@ -477,26 +478,4 @@ func streamContext(server, stream context.Context) (context.Context, context.Can
 	ctx, cancel := context.WithCancel(stream)
 	stop := context.AfterFunc(server, cancel)
 	return ctx, func() { stop(); cancel() }
-}
-
-// receive reads a stream's requests in their own goroutine and hands them
-// over on the returned channel, which is closed when recv fails (the
-// stream ended) or done is closed (streamContext).
-func receive[T any](done <-chan struct{}, recv func() (T, error)) <-chan T {
-	ch := make(chan T)
-	go func() {
-		defer close(ch)
-		for {
-			req, err := recv()
-			if err != nil {
-				return
-			}
-			select {
-			case ch <- req:
-			case <-done:
-				return
-			}
-		}
-	}()
-	return ch
 }

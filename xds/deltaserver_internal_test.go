@@ -79,10 +79,10 @@ func (l *watchLog) events() []string {
 	return slices.Clone(l.ev)
 }
 
-func (w *recordingWatcher) watchDelta(req *discovery.DeltaDiscoveryRequest, sub deltaSub, ch chan<- *deltaResponse) (func(), error) {
+func (w *recordingWatcher) watchDelta(req *discovery.DeltaDiscoveryRequest, sub deltaSub, q deltaQueue) (func(), error) {
 	w.log.add("watch %s %v", req.GetTypeUrl(), sub.IsWildcard())
 	resp := &deltaResponse{req: req, resp: &discovery.DeltaDiscoveryResponse{TypeUrl: req.GetTypeUrl()}, w: &watch{}, next: &deltaHeld{compact: true}}
-	ch <- resp // answered at once, as the cache does under its lock (the buffer has room)
+	q.put(resp) // answered at once, as the cache does under its lock (the buffer has room)
 	var once sync.Once
 	return func() { once.Do(func() { w.log.add("cancel %s", req.GetTypeUrl()) }) }, nil
 }

@@ -36,14 +36,16 @@
 //	 watchDelta│watchSotw                  │ deltaResponse, sotwResponse
 //	 (request, │state held)                │ (response + next state),
 //	           │                           ▼ channel per stream
-//	 stream handlers: deltaserver.go, sotwserver.go, one goroutine per
-//	 stream; per type the subscription and the client state (deltaHeld,
-//	 sotwHeld), installed when a response is sent
+//	 stream handlers: deltaserver.go (a stream's requests handled as
+//	 read, its queued responses sent on a wake-up, under its lock),
+//	 sotwserver.go (one goroutine per stream); per type the subscription
+//	 and the client state (deltaHeld, sotwHeld), installed when a
+//	 response is sent
 //	           ▲                           │
 //	 Server: guard (limits), authorization, keepalive ◀──▶ Envoy, grpc-go
 //
 // What a client holds of a type is a Go value owned by its stream's
-// handler: deltaHeld for a delta stream (a generation, the rest of a split
+// handler (a delta stream's under its lock): deltaHeld for a delta stream (a generation, the rest of a split
 // response, the responses in flight by nonce and what each carried, the
 // plan of a NACK's halving, the resources rejected alone; delta.go),
 // sotwHeld for a sotw stream (name → version, and per name what a NACK

@@ -120,7 +120,7 @@ func TestSentAssignmentsThroughTheCache(t *testing.T) {
 					}
 				}
 				var err error
-				cancel, err = c.watchDelta(req, sub, ch)
+				cancel, err = c.watchDelta(req, sub, deltaQueue{ch: ch})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -36,7 +36,7 @@ func (d *DeltaDriver) Watch(req *discovery.DeltaDiscoveryRequest) (cancel func()
 	} else {
 		d.sub.update(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
 	}
-	return d.c.watchDelta(req, d.sub, d.ch)
+	return d.c.watchDelta(req, d.sub, deltaQueue{ch: d.ch})
 }
 
 // Take sends the response queued, if any: it gives it the next nonce

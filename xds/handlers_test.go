@@ -47,11 +47,11 @@ func (s *spy) watchSotw(req *discovery.DiscoveryRequest, sub sotwSub, ch chan<- 
 	return s.Cache.watchSotw(req, sub, ch)
 }
 
-func (s *spy) watchDelta(req *discovery.DeltaDiscoveryRequest, sub deltaSub, ch chan<- *deltaResponse) (func(), error) {
+func (s *spy) watchDelta(req *discovery.DeltaDiscoveryRequest, sub deltaSub, q deltaQueue) (func(), error) {
 	h := *sub.held
 	h.versions, h.inflight = maps.Clone(h.versions), slices.Clone(h.inflight)
 	s.record(snapshot{delta: h})
-	return s.Cache.watchDelta(req, sub, ch)
+	return s.Cache.watchDelta(req, sub, q)
 }
 
 func (s *spy) last(t *testing.T, n int) snapshot {

@@ -48,7 +48,7 @@ func TestRearmDeltaWatchWithQueuedResponse(t *testing.T) {
 		return w
 	}
 	first := &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesSubscribe: []string{"a"}}
-	w, _, err := c.newDeltaWatch(key, first, sub, ch)
+	w, _, err := c.newDeltaWatch(key, first, sub, deltaQueue{ch: ch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func watchAssignmentA(t *testing.T, c *Cache, ch chan *deltaResponse) (*watch, d
 	t.Helper()
 	sub := newDeltaSub([]string{"a"}, nil, nil, nil)
 	first := &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesSubscribe: []string{"a"}}
-	w, _, err := c.newDeltaWatch(streamKey{true, 1}, first, sub, ch)
+	w, _, err := c.newDeltaWatch(streamKey{true, 1}, first, sub, deltaQueue{ch: ch})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func answeringACKAllocations(t *testing.T, commits int, clusters bool) uint64 {
 			t.Fatal(err)
 		}
 		sub := newDeltaSub(nil, nil, nil, nil)
-		if _, _, err := c.newDeltaWatch(streamKey{true, 1}, &discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType}, sub, ch); err != nil {
+		if _, _, err := c.newDeltaWatch(streamKey{true, 1}, &discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType}, sub, deltaQueue{ch: ch}); err != nil {
 			t.Fatal(err)
 		}
 		r := <-ch

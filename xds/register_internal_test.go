@@ -21,7 +21,7 @@ func TestUnregisteredStreamRefusedOnceStreamsRegister(t *testing.T) {
 	sub := func() deltaSub { return newDeltaSub([]string{"a"}, nil, nil, nil) }
 
 	// Before any registration, a stream's state is made with its watch.
-	if _, cancel, err := c.newDeltaWatch(streamKey{true, 1}, req(), sub(), make(chan *deltaResponse, 2)); err != nil {
+	if _, cancel, err := c.newDeltaWatch(streamKey{true, 1}, req(), sub(), deltaQueue{ch: make(chan *deltaResponse, 2)}); err != nil {
 		t.Fatalf("unregistered stream before registration: %v", err)
 	} else {
 		cancel()
@@ -30,7 +30,7 @@ func TestUnregisteredStreamRefusedOnceStreamsRegister(t *testing.T) {
 
 	c.openStream(streamKey{true, 2}, nil) // may read everything
 	ch := make(chan *deltaResponse, 2)
-	_, cancel, err := c.newDeltaWatch(streamKey{true, 2}, req(), sub(), ch)
+	_, cancel, err := c.newDeltaWatch(streamKey{true, 2}, req(), sub(), deltaQueue{ch: ch})
 	if err != nil {
 		t.Fatalf("registered stream: %v", err)
 	}
@@ -44,7 +44,7 @@ func TestUnregisteredStreamRefusedOnceStreamsRegister(t *testing.T) {
 		t.Error("registered stream got no response")
 	}
 
-	if _, _, err := c.newDeltaWatch(streamKey{true, 3}, req(), sub(), make(chan *deltaResponse, 2)); err == nil {
+	if _, _, err := c.newDeltaWatch(streamKey{true, 3}, req(), sub(), deltaQueue{ch: make(chan *deltaResponse, 2)}); err == nil {
 		t.Error("a delta watch of a stream never registered was created")
 	}
 	sreq := &discovery.DiscoveryRequest{TypeUrl: EndpointType, ResourceNames: []string{"a"}}

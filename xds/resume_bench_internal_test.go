@@ -103,7 +103,7 @@ func BenchmarkResume(b *testing.B) {
 				b.StartTimer()
 				cpu -= processCPU()
 				sub := newDeltaSub(m.ResourceNamesSubscribe, m.ResourceNamesUnsubscribe, m.InitialResourceVersions, r)
-				cancel, err := c.watchDelta(m, sub, ch)
+				cancel, err := c.watchDelta(m, sub, deltaQueue{ch: ch})
 				if err != nil {
 					b.Fatal(err)
 				}

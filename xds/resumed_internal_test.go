@@ -140,7 +140,7 @@ func resumeRound(t *testing.T, r *rand.Rand, c *Cache, typ string, universe []st
 		t.Helper()
 		ch := make(chan *deltaResponse, 2)
 		sub := newDeltaSub(m.ResourceNamesSubscribe, m.ResourceNamesUnsubscribe, m.InitialResourceVersions, resumed)
-		cancel, err := c.watchDelta(m, sub, ch)
+		cancel, err := c.watchDelta(m, sub, deltaQueue{ch: ch})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -207,14 +207,14 @@ func TestResumeBeforeReadySubscribesMore(t *testing.T) {
 	}
 	ch := make(chan *deltaResponse, 2)
 	sub := newDeltaSub(first.ResourceNamesSubscribe, first.ResourceNamesUnsubscribe, first.InitialResourceVersions, r)
-	cancel, err := c.watchDelta(first, sub, ch)
+	cancel, err := c.watchDelta(first, sub, deltaQueue{ch: ch})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cancel() // not answered: the cache is not ready
 	second, _ := decode(&discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesSubscribe: []string{"c"}})
 	sub.update(second.ResourceNamesSubscribe, second.ResourceNamesUnsubscribe)
-	if _, err := c.watchDelta(second, sub, ch); err != nil {
+	if _, err := c.watchDelta(second, sub, deltaQueue{ch: ch}); err != nil {
 		t.Fatal(err)
 	}
 	c.MarkReady()

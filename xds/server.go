@@ -359,7 +359,8 @@ type responseCounters interface {
 // streamResponses counts one stream's responses: its client's count
 // (ClientStatus.Responses, read through clientInfo.responses) and the push
 // counter of each type, resolved at the type's first response. Written by
-// the stream's goroutine; until registered (on), it counts nothing.
+// the stream's handler (a delta stream's under its lock); until registered
+// (on), it counts nothing.
 type streamResponses struct {
 	n      atomic.Uint64
 	on     bool

@@ -295,3 +295,25 @@ func (ss *sotwStream) send(resp *sotwResponse) error {
 	}
 	return ss.str.Send(out)
 }
+
+// receive reads a stream's requests in their own goroutine and hands them
+// over on the returned channel, which is closed when recv fails (the
+// stream ended) or done is closed (streamContext).
+func receive[T any](done <-chan struct{}, recv func() (T, error)) <-chan T {
+	ch := make(chan T)
+	go func() {
+		defer close(ch)
+		for {
+			req, err := recv()
+			if err != nil {
+				return
+			}
+			select {
+			case ch <- req:
+			case <-done:
+				return
+			}
+		}
+	}()
+	return ch
+}

@@ -134,7 +134,7 @@ func TestUpdateOrderVirtualHostAfterRoute(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := c.vhdsOpen(ctx, make(chan *deltaResponse, 4))
+	s := c.vhdsOpen(ctx, deltaQueue{ch: make(chan *deltaResponse, 4)})
 	defer s.close()
 	s.request(&discovery.DeltaDiscoveryRequest{ResourceNamesSubscribe: []string{"eg/api"}}, true)
 	if r := s.next(); r != nil {

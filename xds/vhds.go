@@ -44,7 +44,8 @@ import (
 // what changed is sent nothing.
 //
 // The hooks in the delta stream handler (deltaserver.go): processDelta
-// opens and closes a stream's vhdsStream; request hands VirtualHost
+// opens and closes a stream's vhdsStream, whose pump puts wake-ups on the
+// stream's queue (deltaQueue); request hands VirtualHost
 // requests to vhdsRequest and renames route subscriptions (vhdsStream.
 // toStub); send renames the stub back (vhdsStream.sending); process hands
 // a wake-up to vhdsWoken. PublishServices calls vhdsPublish; visibility.

@@ -26,7 +26,7 @@ func vhdsTestStream(t *testing.T) (*Cache, *vhdsStream, chan *deltaResponse) {
 	vhdsTestPublish(t, c, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan *deltaResponse, 4)
-	s := c.vhdsOpen(ctx, ch)
+	s := c.vhdsOpen(ctx, deltaQueue{ch: ch})
 	t.Cleanup(func() { s.close(); cancel() })
 	s.sending(&discovery.DeltaDiscoveryResponse{TypeUrl: RouteType, Resources: []*discovery.Resource{{Name: translate.VHDSStubName("eg")}}})
 	// The stub was sent: the stream's pump may hand it a wake-up.

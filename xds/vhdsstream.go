@@ -11,8 +11,8 @@ import (
 )
 
 // vhdsStream is what one delta stream subscribed to over VHDS and holds.
-// The stream's goroutine calls request, sending and next; the publisher
-// calls tableChanged.
+// The stream calls request, sending and next under its lock
+// (deltaStream.mu); the publisher calls tableChanged.
 type vhdsStream struct {
 	t    *vhdsTable
 	wake chan struct{} // a table change the stream may need (cap 1)
@@ -37,9 +37,9 @@ type vhdsStream struct {
 }
 
 // vhdsOpen registers a delta stream; its pump hands table changes to
-// the stream's goroutine through responses (as vhdsWakeResponse). Nil when the
-// cache serves no VHDS.
-func (c *Cache) vhdsOpen(ctx context.Context, responses chan<- *deltaResponse) *vhdsStream {
+// the stream through its queue (as vhdsWakeResponse). Nil when the cache
+// serves no VHDS.
+func (c *Cache) vhdsOpen(ctx context.Context, q deltaQueue) *vhdsStream {
 	t := c.vhds.Load()
 	if t == nil {
 		return nil
@@ -55,7 +55,8 @@ func (c *Cache) vhdsOpen(ctx context.Context, responses chan<- *deltaResponse) *
 			select {
 			case <-s.wake:
 				select {
-				case responses <- vhdsWakeResponse:
+				case q.ch <- vhdsWakeResponse:
+					q.queued()
 				case <-s.done:
 					return
 				case <-ctx.Done():

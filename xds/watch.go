@@ -19,9 +19,10 @@ type subscription interface {
 
 // watch is one request's wait for a response: the server creates one per
 // request of a stream and type, and the cache answers it at most once.
-// Guarded by Cache.mu, but installed, which the stream's handler sets in
-// the stream's goroutine (deltaResponse.install) and only that goroutine
-// reads (Cache.cancel).
+// Guarded by Cache.mu, but installed, which the stream's handler sets
+// under the stream's lock (deltaResponse.install) and only the handler
+// reads, under it or once the stream is closing (Cache.cancel,
+// rearmDelta).
 type watch struct {
 	id    uint64
 	ts    *typeState
@@ -31,7 +32,7 @@ type watch struct {
 	sub   subscription
 	dsub  deltaSub // a delta watch's subscription, which sub points to (armDelta)
 	sch   chan<- *sotwResponse
-	dch   chan<- *deltaResponse
+	dch   deltaQueue
 	ds    deltaState // read from the delta client's state at creation
 	ss    sotwState  // likewise for sotw
 	// sheld: a sotw client's state as its stream handed it (sotw.go).
@@ -60,11 +61,11 @@ type watch struct {
 	cancelFn, forgetFn func()
 }
 
-// armDelta makes w the delta watch of req, for sub, on ch: every field
+// armDelta makes w the delta watch of req, for sub, on q: every field
 // of w is set anew. The subscription is held in w (dsub), not in a value
 // of its own.
-func (w *watch) armDelta(ts *typeState, req *discovery.DeltaDiscoveryRequest, sub deltaSub, ch chan<- *deltaResponse) {
-	*w = watch{ts: ts, delta: true, dreq: req, dsub: sub, known: sub.held, dch: ch}
+func (w *watch) armDelta(ts *typeState, req *discovery.DeltaDiscoveryRequest, sub deltaSub, q deltaQueue) {
+	*w = watch{ts: ts, delta: true, dreq: req, dsub: sub, known: sub.held, dch: q}
 	w.sub = &w.dsub
 }
 

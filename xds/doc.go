@@ -45,15 +45,15 @@
 //	 Server: guard (limits), authorization, keepalive ◀──▶ Envoy, grpc-go
 //
 // What a client holds of a type is a Go value owned by its stream's
-// handler (a delta stream's under its lock): deltaHeld for a delta stream (a generation, the rest of a split
-// response, the responses in flight by nonce and what each carried, the
-// plan of a NACK's halving, the resources rejected alone; delta.go),
-// sotwHeld for a sotw stream (name → version, and per name what a NACK
-// rolls back to, a rejection, a halving; sotw.go). The handler hands it to
-// each watch (Cache.newDeltaWatch, or Cache.rearmDelta for an ACK;
-// Cache.watchSotw); the cache computes the response and the state the
-// response installs, and the handler installs that state when it sends
-// the response. So the state goes with the
+// handler (a delta stream's under its lock): deltaHeld for a delta stream
+// (a generation, the rest of a split response, the responses in flight by
+// nonce and what each carried, the plan of a NACK's halving, the resources
+// rejected alone; delta.go), sotwHeld for a sotw stream (name → version,
+// and per name what a NACK rolls back to, a rejection, a halving;
+// sotw.go). The handler hands it to each watch (Cache.newDeltaWatch, or
+// Cache.rearmDelta for an ACK; Cache.watchSotw); the cache computes the
+// response and the state the response installs, and the handler installs
+// that state when it sends the response. So the state goes with the
 // stream, and the cache keeps nothing per client but what it follows for
 // ordering and status (order.go). The rules the cache relies on in the
 // handlers are stated in their doc comments (deltaserver.go,
@@ -64,7 +64,10 @@
 // The store's lock comes first: a watch is computed against one instant
 // of the store (Cache.lock takes both), and a commit reaches the watches
 // through the observer with the store's lock held, so a commit answers
-// the watches it wakes before the next commit.
+// the watches it wakes before the next commit. A delta stream's own lock
+// (deltaStream.mu, under which its requests are handled and its responses
+// sent) comes before both; nothing that holds them waits for it (the
+// cache puts a response on the stream's channel without blocking).
 // updateOrder (updateorder.go) is the one order of types: the order of
 // Apply's steps and publications, MarkReady's answers, and the hold rule
 // of each type's responses.

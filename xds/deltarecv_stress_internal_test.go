@@ -175,6 +175,25 @@ func (w *lockedWatcher) commit(typ string) {
 	}
 }
 
+// untilStopped runs step in a goroutine of wg, again and again, until
+// stop is closed or step returns false.
+func untilStopped(wg *sync.WaitGroup, stop <-chan struct{}, step func() bool) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if !step() {
+				return
+			}
+		}
+	}()
+}
+
 // TestDeltaStreamRequestErrorEndsStream: a request the receive goroutine
 // fails to handle (ADS without a type URL) ends the stream with its
 // error, even while commits keep waking the handler goroutine.
@@ -189,24 +208,16 @@ func TestDeltaStreamRequestErrorEndsStream(t *testing.T) {
 		str.reqs <- &discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType}
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				w.commit(ClusterType)
-				// The client re-subscribes, as an ACK would re-arm.
-				select {
-				case str.reqs <- &discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType, ResponseNonce: "1"}:
-				case <-stop:
-					return
-				}
+		untilStopped(&wg, stop, func() bool {
+			w.commit(ClusterType)
+			// The client re-subscribes, as an ACK would re-arm.
+			select {
+			case str.reqs <- &discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType, ResponseNonce: "1"}:
+				return true
+			case <-stop:
+				return false
 			}
-		}()
+		})
 		time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
 		bad := make(chan struct{})
 		go func() {
@@ -257,34 +268,26 @@ func TestDeltaStreamShutdownUnderLoad(t *testing.T) {
 		}()
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				w.commit(ClusterType)
-				w.commit(EndpointType)
-				time.Sleep(time.Duration(rand.IntN(30)) * time.Microsecond)
+		untilStopped(&wg, stop, func() bool {
+			w.commit(ClusterType)
+			w.commit(EndpointType)
+			time.Sleep(time.Duration(rand.IntN(30)) * time.Microsecond)
+			return true
+		})
+		i := 0
+		untilStopped(&wg, stop, func() bool {
+			typ := ClusterType
+			if i%2 == 1 {
+				typ = EndpointType
 			}
-		}()
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				typ := ClusterType
-				if i%2 == 1 {
-					typ = EndpointType
-				}
-				select {
-				case str.reqs <- &discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResponseNonce: "1"}:
-				case <-stop:
-					return
-				}
+			i++
+			select {
+			case str.reqs <- &discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResponseNonce: "1"}:
+				return true
+			case <-stop:
+				return false
 			}
-		}()
+		})
 		time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
 		scancel()
 		select {

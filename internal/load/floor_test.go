@@ -3,7 +3,6 @@ package load
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net"
 	"strings"
@@ -40,32 +39,14 @@ func TestFloorTargetConverges(t *testing.T) {
 			t.Logf("%s: %d changes, %d applied in %d batches, %d responses, %d (change, client) pairs, %d missing, ack p50 %.1f ms p99 %.1f ms, %d encodings for %d versions",
 				tr.Target, tr.Changes, tr.Applied, tr.Batches, tr.Responses, tr.Ack.N, tr.Ack.Missing, tr.Ack.P50, tr.Ack.P99, tr.Encodings, tr.Versions)
 		}
-		if !fl.Converged || len(fl.Errors) > 0 {
-			t.Errorf("floor: converged %v, errors %v", fl.Converged, fl.Errors)
-		}
-		if fl.Changes == 0 || fl.Applied != int64(fl.Changes) {
-			t.Errorf("floor: %d changes made, %d applied", fl.Changes, fl.Applied)
-		}
-		if fl.Ack.Missing != 0 || fl.Ack.N == 0 {
-			t.Errorf("floor: %d (change, client) pairs observed, %d missing", fl.Ack.N, fl.Ack.Missing)
-		}
-		if len(fl.Modes) != 2 {
-			t.Errorf("floor: modes %v, want delta and sotw", fl.Modes)
-		}
+		checkTargetRun(t, fl)
 		if fl.Storm == nil || !fl.Storm.Converged {
 			t.Errorf("floor: the storm did not converge")
 		}
 		if fl.Versions == 0 || fl.Encodings != fl.Versions {
 			t.Errorf("floor: %d encodings for %d resource versions, want one each", fl.Encodings, fl.Versions)
 		}
-		b, err := json.Marshal(rep)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var back Report
-		if err := json.Unmarshal(b, &back); err != nil {
-			t.Fatal(err)
-		}
+		back := reportRoundTrip(t, rep)
 		if back.RatiosFloor["cpu_per_change"] == 0 {
 			t.Errorf("report JSON: ratios_floor %v", back.RatiosFloor)
 		}

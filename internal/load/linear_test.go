@@ -2,7 +2,6 @@ package load
 
 import (
 	"bytes"
-	"encoding/json"
 	"io"
 	"strings"
 	"testing"
@@ -32,18 +31,7 @@ func TestLinearTargetSmoke(t *testing.T) {
 		for _, tr := range rep.Targets {
 			t.Logf("%s: %d changes, %d applied in %d batches, %d (change, client) pairs, %d missing, ack p50 %.1f ms p99 %.1f ms, %.2f encodings per version, %.3f ms CPU per change",
 				tr.Target, tr.Changes, tr.Applied, tr.Batches, tr.Ack.N, tr.Ack.Missing, tr.Ack.P50, tr.Ack.P99, tr.EncPerVer, tr.CPUPerChange)
-			if !tr.Converged || len(tr.Errors) > 0 {
-				t.Errorf("%s: converged %v, errors %v", tr.Target, tr.Converged, tr.Errors)
-			}
-			if tr.Changes == 0 || tr.Applied != int64(tr.Changes) {
-				t.Errorf("%s: %d changes made, %d applied", tr.Target, tr.Changes, tr.Applied)
-			}
-			if tr.Ack.Missing != 0 || tr.Ack.N == 0 {
-				t.Errorf("%s: %d (change, client) pairs observed, %d missing", tr.Target, tr.Ack.N, tr.Ack.Missing)
-			}
-			if len(tr.Modes) != 2 {
-				t.Errorf("%s: modes %v, want delta and sotw", tr.Target, tr.Modes)
-			}
+			checkTargetRun(t, tr)
 			if tr.Storm == nil || !tr.Storm.Converged {
 				t.Errorf("%s: storm %+v", tr.Target, tr.Storm)
 			}
@@ -62,14 +50,7 @@ func TestLinearTargetSmoke(t *testing.T) {
 			t.Errorf("linear: sotw clients got %.1f bytes per relevant change, the bridge's %.1f: more than the changed resources",
 				ls.BytesPerRelevantChange, bs.BytesPerRelevantChange)
 		}
-		b, err := json.Marshal(rep)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var back Report
-		if err := json.Unmarshal(b, &back); err != nil {
-			t.Fatal(err)
-		}
+		back := reportRoundTrip(t, rep)
 		if back.Ratios["cpu_per_change"] == 0 || back.RatiosLinear["cpu_per_change"] == 0 || back.RatiosLinear["bytes_per_change_per_client_sotw"] == 0 {
 			t.Errorf("report JSON: ratios %v, ratios_linear %v", back.Ratios, back.RatiosLinear)
 		}

@@ -62,18 +62,7 @@ func TestSmallScenarioSmoke(t *testing.T) {
 			t.Fatalf("targets: %d, want 2", len(rep.Targets))
 		}
 		for _, tr := range rep.Targets {
-			if !tr.Converged || len(tr.Errors) > 0 {
-				t.Errorf("%s: converged %v, errors %v", tr.Target, tr.Converged, tr.Errors)
-			}
-			if tr.Changes == 0 || tr.Applied != int64(tr.Changes) {
-				t.Errorf("%s: %d changes made, %d applied", tr.Target, tr.Changes, tr.Applied)
-			}
-			if tr.Ack.Missing != 0 || tr.Ack.N == 0 {
-				t.Errorf("%s: %d (change, client) pairs observed, %d missing", tr.Target, tr.Ack.N, tr.Ack.Missing)
-			}
-			if len(tr.Modes) != 2 {
-				t.Errorf("%s: modes %v, want delta and sotw", tr.Target, tr.Modes)
-			}
+			checkTargetRun(t, tr)
 			if tr.Storm == nil || !tr.Storm.Converged || tr.Storm.PeakRSSBefore <= 0 || tr.Storm.PeakRSS < tr.Storm.PeakRSSBefore {
 				t.Errorf("%s: storm %+v", tr.Target, tr.Storm)
 			}
@@ -137,4 +126,36 @@ func TestSmallScenarioSmoke(t *testing.T) {
 		}
 		PrintTable(io.Discard, rep)
 	})
+}
+
+// checkTargetRun fails t unless tr converged without errors, applied
+// every change made, saw every (change, client) pair and ran both modes.
+func checkTargetRun(t *testing.T, tr *TargetReport) {
+	t.Helper()
+	if !tr.Converged || len(tr.Errors) > 0 {
+		t.Errorf("%s: converged %v, errors %v", tr.Target, tr.Converged, tr.Errors)
+	}
+	if tr.Changes == 0 || tr.Applied != int64(tr.Changes) {
+		t.Errorf("%s: %d changes made, %d applied", tr.Target, tr.Changes, tr.Applied)
+	}
+	if tr.Ack.Missing != 0 || tr.Ack.N == 0 {
+		t.Errorf("%s: %d (change, client) pairs observed, %d missing", tr.Target, tr.Ack.N, tr.Ack.Missing)
+	}
+	if len(tr.Modes) != 2 {
+		t.Errorf("%s: modes %v, want delta and sotw", tr.Target, tr.Modes)
+	}
+}
+
+// reportRoundTrip is rep written as JSON and read back.
+func reportRoundTrip(t *testing.T, rep *Report) Report {
+	t.Helper()
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	return back
 }

@@ -42,22 +42,34 @@ type Scenario struct {
 	Storm            bool          `json:"storm"`
 	StormWindow      time.Duration `json:"storm_window_ns"`
 	StreamsPerConn   int           `json:"streams_per_conn"`
-	InProcess        bool          `json:"in_process"`
-	Seed             uint64        `json:"seed"`
-	Timeout          time.Duration `json:"timeout_ns"`
-	Targets          []string      `json:"targets"`
-	CPUProfileDir    string        `json:"-"`
+	// DeltaWindow is the HTTP/2 flow-control window, of each stream and
+	// of the connection, that the delta clients' connections advertise:
+	// Envoy's default (Http2ProtocolOptions initial_stream_window_size and
+	// initial_connection_window_size) is EnvoyWindow. 0: grpc-go's
+	// default (64 KiB, grown by its bandwidth-delay estimate), which the
+	// sotw clients' connections always use. A server writes to a client
+	// with a small window in smaller pieces, between its window updates.
+	DeltaWindow   int           `json:"delta_window_bytes"`
+	InProcess     bool          `json:"in_process"`
+	Seed          uint64        `json:"seed"`
+	Timeout       time.Duration `json:"timeout_ns"`
+	Targets       []string      `json:"targets"`
+	CPUProfileDir string        `json:"-"`
 }
+
+// EnvoyWindow is Envoy's default HTTP/2 flow-control window, of a stream
+// and of a connection: 256 MiB.
+const EnvoyWindow = 256 << 20
 
 // Scenarios are the named workloads (-scenario); flags override their
 // sizes.
 var Scenarios = map[string]Scenario{
 	"small": {Name: "small", Services: 100, Endpoints: 10, Clients: 100, SotwShare: 0.2, SotwClusters: 10,
-		Rate: 20, Duration: 10 * time.Second},
+		Rate: 20, Duration: 10 * time.Second, DeltaWindow: EnvoyWindow},
 	"large": {Name: "large", Services: 5000, Endpoints: 10, Clients: 1000, SotwShare: 0.2, SotwClusters: 10,
-		Rate: 100, Duration: 60 * time.Second},
+		Rate: 100, Duration: 60 * time.Second, DeltaWindow: EnvoyWindow},
 	"storm": {Name: "storm", Services: 5000, Endpoints: 10, Clients: 1000, SotwShare: 0.2, SotwClusters: 10,
-		Storm: true, StormWindow: 2 * time.Second},
+		Storm: true, StormWindow: 2 * time.Second, DeltaWindow: EnvoyWindow},
 }
 
 func (sc *Scenario) defaults() {
@@ -195,26 +207,40 @@ func runTarget(sc Scenario, name string) (*TargetReport, error) {
 	defer tg.Close()
 
 	fl := newFleet(sc.Services)
-	nconns := (sc.Clients + sc.StreamsPerConn - 1) / sc.StreamsPerConn
-	conns := make([]*grpc.ClientConn, nconns)
-	for i := range conns {
-		cc, err := grpc.NewClient(tg.Addr(),
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
-		if err != nil {
-			return nil, err
-		}
-		defer cc.Close()
-		conns[i] = cc
-	}
-	rng := rand.New(rand.NewPCG(sc.Seed, 7))
-	clients := make([]*client, sc.Clients)
 	sotwEvery := 0
 	if sc.SotwShare > 0 {
 		sotwEvery = int(math.Round(1 / sc.SotwShare))
 	}
+	isDelta := func(i int) bool { return sotwEvery == 0 || i%sotwEvery != sotwEvery-1 }
+	// The delta clients share connections among themselves, the sotw
+	// clients among themselves: each kind's with its HTTP/2 windows.
+	var nDelta int
+	for i := range sc.Clients {
+		if isDelta(i) {
+			nDelta++
+		}
+	}
+	deltaConns, err := dialAll(tg.Addr(), nDelta, sc.StreamsPerConn, sc.DeltaWindow)
+	defer closeAll(deltaConns)
+	if err != nil {
+		return nil, err
+	}
+	sotwConns, err := dialAll(tg.Addr(), sc.Clients-nDelta, sc.StreamsPerConn, 0)
+	defer closeAll(sotwConns)
+	if err != nil {
+		return nil, err
+	}
+	rng := rand.New(rand.NewPCG(sc.Seed, 7))
+	clients := make([]*client, sc.Clients)
+	var kinds [2]int // the clients made so far of each kind: sotw, delta
 	for i := range clients {
-		delta := sotwEvery == 0 || i%sotwEvery != sotwEvery-1
+		delta := isDelta(i)
+		conns := sotwConns
+		if delta {
+			conns = deltaConns
+		}
+		conn := conns[kinds[b2i(delta)]%len(conns)]
+		kinds[b2i(delta)]++
 		var subset []int
 		if !delta && sc.SotwClusters > 0 && sc.SotwClusters < sc.Services {
 			for j := range sc.SotwClusters {
@@ -223,7 +249,7 @@ func runTarget(sc Scenario, name string) (*TargetReport, error) {
 			sort.Ints(subset)
 			subset = dedup(subset)
 		}
-		clients[i] = newClient(i, delta, conns[i%nconns], fl, subset)
+		clients[i] = newClient(i, delta, conn, fl, subset)
 	}
 	defer func() {
 		for _, c := range clients {
@@ -423,4 +449,39 @@ func waitFor(timeout time.Duration, cond func() bool, clients []*client) error {
 func claSize(endpoints int) int {
 	r, _ := translate.Service(service(1, endpoints, 1))
 	return proto.Size(r.Load)
+}
+
+// dialAll makes the connections of n clients, perConn streams each, with
+// HTTP/2 windows of window bytes (0: grpc-go's default, with its
+// bandwidth-delay estimate).
+func dialAll(addr string, n, perConn, window int) ([]*grpc.ClientConn, error) {
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256 << 20)),
+	}
+	if window > 0 {
+		opts = append(opts, grpc.WithInitialWindowSize(int32(window)), grpc.WithInitialConnWindowSize(int32(window)))
+	}
+	conns := make([]*grpc.ClientConn, 0, (n+perConn-1)/perConn)
+	for range cap(conns) {
+		cc, err := grpc.NewClient(addr, opts...)
+		if err != nil {
+			return conns, err
+		}
+		conns = append(conns, cc)
+	}
+	return conns, nil
+}
+
+func closeAll(conns []*grpc.ClientConn) {
+	for _, cc := range conns {
+		cc.Close()
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -155,6 +155,12 @@ func Run(sc Scenario, log io.Writer) (*Report, error) {
 	if sc.Rate > 0 && sc.Rate*sc.Duration.Seconds() > maxChanges-1 {
 		return nil, fmt.Errorf("at most %d changes per run", maxChanges-1)
 	}
+	// grpc-go ignores a window under HTTP/2's initial 65,535 bytes (and
+	// still turns its bandwidth-delay estimate off), and int32 wraps one
+	// over 2^31-1: either would run with a static 64 KiB window.
+	if w := sc.DeltaWindow; w != 0 && (w < 65535 || w > math.MaxInt32) {
+		return nil, fmt.Errorf("delta window %d: 0 (grpc-go's default) or 65535..%d bytes", w, math.MaxInt32)
+	}
 	rep := &Report{Scenario: sc, Machine: describeMachine(), Started: time.Now().UTC(), CLABytes: claSize(sc.Endpoints)}
 	for _, t := range sc.Targets {
 		fmt.Fprintf(log, "xdsload: %s: %s (%d services × %d endpoints, %d clients)\n", sc.Name, t, sc.Services, sc.Endpoints, sc.Clients)

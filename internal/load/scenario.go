@@ -213,40 +213,15 @@ func runTarget(sc Scenario, name string) (*TargetReport, error) {
 	defer tg.Close()
 
 	fl := newFleet(sc.Services)
-	sotwEvery := 0
-	if sc.SotwShare > 0 {
-		sotwEvery = int(math.Round(1 / sc.SotwShare))
-	}
-	isDelta := func(i int) bool { return sotwEvery == 0 || i%sotwEvery != sotwEvery-1 }
-	// The delta clients share connections among themselves, the sotw
-	// clients among themselves: each kind's with its HTTP/2 windows.
-	var nDelta int
-	for i := range sc.Clients {
-		if isDelta(i) {
-			nDelta++
-		}
-	}
-	deltaConns, err := dialAll(tg.Addr(), nDelta, sc.StreamsPerConn, sc.DeltaWindow)
-	defer closeAll(deltaConns)
-	if err != nil {
-		return nil, err
-	}
-	sotwConns, err := dialAll(tg.Addr(), sc.Clients-nDelta, sc.StreamsPerConn, 0)
-	defer closeAll(sotwConns)
+	isDelta, connOf, conns, err := dialClients(tg.Addr(), sc)
+	defer closeAll(conns)
 	if err != nil {
 		return nil, err
 	}
 	rng := rand.New(rand.NewPCG(sc.Seed, 7))
 	clients := make([]*client, sc.Clients)
-	var kinds [2]int // the clients made so far of each kind: sotw, delta
 	for i := range clients {
-		delta := isDelta(i)
-		conns := sotwConns
-		if delta {
-			conns = deltaConns
-		}
-		conn := conns[kinds[b2i(delta)]%len(conns)]
-		kinds[b2i(delta)]++
+		delta, conn := isDelta[i], connOf[i]
 		var subset []int
 		if !delta && sc.SotwClusters > 0 && sc.SotwClusters < sc.Services {
 			for j := range sc.SotwClusters {
@@ -455,6 +430,47 @@ func waitFor(timeout time.Duration, cond func() bool, clients []*client) error {
 func claSize(endpoints int) int {
 	r, _ := translate.Service(service(1, endpoints, 1))
 	return proto.Size(r.Load)
+}
+
+// dialClients makes the clients' connections: isDelta[i] is whether
+// client i is a delta client, connOf[i] its connection. The delta clients
+// share connections among themselves, with HTTP/2 windows of
+// sc.DeltaWindow; the sotw clients theirs, with grpc-go's default. conns
+// is every connection made (to close, also with an error).
+func dialClients(addr string, sc Scenario) (isDelta []bool, connOf, conns []*grpc.ClientConn, err error) {
+	sotwEvery := 0
+	if sc.SotwShare > 0 {
+		sotwEvery = int(math.Round(1 / sc.SotwShare))
+	}
+	isDelta = make([]bool, sc.Clients)
+	var nDelta int
+	for i := range isDelta {
+		isDelta[i] = sotwEvery == 0 || i%sotwEvery != sotwEvery-1
+		if isDelta[i] {
+			nDelta++
+		}
+	}
+	deltaConns, err := dialAll(addr, nDelta, sc.StreamsPerConn, sc.DeltaWindow)
+	conns = append(conns, deltaConns...)
+	if err != nil {
+		return nil, nil, conns, err
+	}
+	sotwConns, err := dialAll(addr, sc.Clients-nDelta, sc.StreamsPerConn, 0)
+	conns = append(conns, sotwConns...)
+	if err != nil {
+		return nil, nil, conns, err
+	}
+	connOf = make([]*grpc.ClientConn, sc.Clients)
+	var kinds [2]int // the clients given a connection so far of each kind: sotw, delta
+	for i, delta := range isDelta {
+		cs := sotwConns
+		if delta {
+			cs = deltaConns
+		}
+		connOf[i] = cs[kinds[b2i(delta)]%len(cs)]
+		kinds[b2i(delta)]++
+	}
+	return isDelta, connOf, conns, nil
 }
 
 // dialAll makes the connections of n clients, perConn streams each, with

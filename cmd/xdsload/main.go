@@ -55,6 +55,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	stormOn := fs.Bool("storm", false, "after the change phase, drop and reconnect every client")
 	stormWindow := fs.Duration("storm-window", 0, "clients reconnect at random times within this window")
 	spc := fs.Int("streams-per-conn", 16, "ADS streams per gRPC client connection")
+	window := fs.Int("delta-window", load.EnvoyWindow, windowUsage)
 	targets := fs.String("targets", load.TargetBridge+","+load.TargetBaseline, "targets to run, in order: bridge, baseline (or snapshot: SnapshotCache), linear (LinearCache), floor (the least a gRPC server does for these clients: a lower bound)")
 	inproc := fs.Bool("inprocess", false, "run the serving side in this process (CPU/RSS then include the clients)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up waiting for convergence after this")
@@ -109,6 +110,7 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		sc.StormWindow = *stormWindow
 	}
 	sc.StreamsPerConn, sc.InProcess, sc.Timeout = *spc, *inproc, *timeout
+	sc.DeltaWindow = *window
 	sc.Targets = strings.Split(*targets, ",")
 	sc.CPUProfileDir = *profDir
 	rep, err := load.Run(sc, stderr)
@@ -132,6 +134,9 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// windowUsage describes -delta-window.
+const windowUsage = "HTTP/2 flow-control window (bytes) of each stream and connection of the delta clients: Envoy's default, 256 MiB; 0: grpc-go's default (64 KiB, grown by its bandwidth-delay estimate), which the sotw clients use"
+
 // curvesMain runs "xdsload curves": the large scenario's shape once per
 // point of a sweep of clients or services, and writes the curve's JSON,
 // one PNG per figure, and a Markdown table to stdout.
@@ -148,6 +153,7 @@ func curvesMain(args []string, stdout, stderr io.Writer) int {
 	rate := fs.Float64("rate", def.Rate, "changes per second")
 	duration := fs.Duration("duration", def.Duration, "change phase duration per point")
 	spc := fs.Int("streams-per-conn", 16, "ADS streams per gRPC client connection")
+	window := fs.Int("delta-window", def.DeltaWindow, windowUsage)
 	targets := fs.String("targets", load.TargetBridge, "targets to run at each point: bridge, baseline (snapshot), linear, floor")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up waiting for convergence after this")
 	out := fs.String("out", "", "write curve-<param>.json and the PNGs to this directory")
@@ -166,7 +172,7 @@ func curvesMain(args []string, stdout, stderr io.Writer) int {
 	sc := def
 	sc.Services, sc.Clients, sc.Endpoints = *services, *clients, *endpoints
 	sc.SotwShare, sc.SotwClusters, sc.Rate, sc.Duration = *sotw, *sotwClusters, *rate, *duration
-	sc.StreamsPerConn, sc.Timeout = *spc, *timeout
+	sc.StreamsPerConn, sc.Timeout, sc.DeltaWindow = *spc, *timeout, *window
 	sc.Targets = strings.Split(*targets, ",")
 	c, err := load.RunCurve(sc, param, values, stderr)
 	if err != nil {

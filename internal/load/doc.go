@@ -22,7 +22,10 @@
 //     its CPU seconds and peak RSS are its own (getrusage). The clients run
 //     in the harness process, many ADS streams per gRPC connection
 //     (Scenario.StreamsPerConn), on the same cores, so they compete with the
-//     server.
+//     server. The delta clients share connections among themselves, whose
+//     HTTP/2 windows are Scenario.DeltaWindow (the named scenarios: Envoy's,
+//     256 MiB); the sotw clients theirs, with grpc-go's (64 KiB, grown by
+//     its bandwidth-delay estimate).
 //   - Changes are applied at the serving side in-process (translate and the
 //     cache's PublishServices, no source, no merge-loop debounce); changes
 //     queued while the previous one is applied are applied together (the

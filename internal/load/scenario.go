@@ -42,22 +42,34 @@ type Scenario struct {
 	Storm            bool          `json:"storm"`
 	StormWindow      time.Duration `json:"storm_window_ns"`
 	StreamsPerConn   int           `json:"streams_per_conn"`
-	InProcess        bool          `json:"in_process"`
-	Seed             uint64        `json:"seed"`
-	Timeout          time.Duration `json:"timeout_ns"`
-	Targets          []string      `json:"targets"`
-	CPUProfileDir    string        `json:"-"`
+	// DeltaWindow is the HTTP/2 flow-control window, of each stream and
+	// of the connection, that the delta clients' connections advertise:
+	// Envoy's default (Http2ProtocolOptions initial_stream_window_size and
+	// initial_connection_window_size) is EnvoyWindow. 0: grpc-go's
+	// default (64 KiB, grown by its bandwidth-delay estimate), which the
+	// sotw clients' connections always use. A server writes to a client
+	// with a small window in smaller pieces, between its window updates.
+	DeltaWindow   int           `json:"delta_window_bytes"`
+	InProcess     bool          `json:"in_process"`
+	Seed          uint64        `json:"seed"`
+	Timeout       time.Duration `json:"timeout_ns"`
+	Targets       []string      `json:"targets"`
+	CPUProfileDir string        `json:"-"`
 }
+
+// EnvoyWindow is Envoy's default HTTP/2 flow-control window, of a stream
+// and of a connection: 256 MiB.
+const EnvoyWindow = 256 << 20
 
 // Scenarios are the named workloads (-scenario); flags override their
 // sizes.
 var Scenarios = map[string]Scenario{
 	"small": {Name: "small", Services: 100, Endpoints: 10, Clients: 100, SotwShare: 0.2, SotwClusters: 10,
-		Rate: 20, Duration: 10 * time.Second},
+		Rate: 20, Duration: 10 * time.Second, DeltaWindow: EnvoyWindow},
 	"large": {Name: "large", Services: 5000, Endpoints: 10, Clients: 1000, SotwShare: 0.2, SotwClusters: 10,
-		Rate: 100, Duration: 60 * time.Second},
+		Rate: 100, Duration: 60 * time.Second, DeltaWindow: EnvoyWindow},
 	"storm": {Name: "storm", Services: 5000, Endpoints: 10, Clients: 1000, SotwShare: 0.2, SotwClusters: 10,
-		Storm: true, StormWindow: 2 * time.Second},
+		Storm: true, StormWindow: 2 * time.Second, DeltaWindow: EnvoyWindow},
 }
 
 func (sc *Scenario) defaults() {
@@ -143,6 +155,12 @@ func Run(sc Scenario, log io.Writer) (*Report, error) {
 	if sc.Rate > 0 && sc.Rate*sc.Duration.Seconds() > maxChanges-1 {
 		return nil, fmt.Errorf("at most %d changes per run", maxChanges-1)
 	}
+	// grpc-go ignores a window under HTTP/2's initial 65,535 bytes (and
+	// still turns its bandwidth-delay estimate off), and int32 wraps one
+	// over 2^31-1: either would run with a static 64 KiB window.
+	if w := sc.DeltaWindow; w != 0 && (w < 65535 || w > math.MaxInt32) {
+		return nil, fmt.Errorf("delta window %d: 0 (grpc-go's default) or 65535..%d bytes", w, math.MaxInt32)
+	}
 	rep := &Report{Scenario: sc, Machine: describeMachine(), Started: time.Now().UTC(), CLABytes: claSize(sc.Endpoints)}
 	for _, t := range sc.Targets {
 		fmt.Fprintf(log, "xdsload: %s: %s (%d services × %d endpoints, %d clients)\n", sc.Name, t, sc.Services, sc.Endpoints, sc.Clients)
@@ -195,26 +213,15 @@ func runTarget(sc Scenario, name string) (*TargetReport, error) {
 	defer tg.Close()
 
 	fl := newFleet(sc.Services)
-	nconns := (sc.Clients + sc.StreamsPerConn - 1) / sc.StreamsPerConn
-	conns := make([]*grpc.ClientConn, nconns)
-	for i := range conns {
-		cc, err := grpc.NewClient(tg.Addr(),
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
-		if err != nil {
-			return nil, err
-		}
-		defer cc.Close()
-		conns[i] = cc
+	isDelta, connOf, conns, err := dialClients(tg.Addr(), sc)
+	defer closeAll(conns)
+	if err != nil {
+		return nil, err
 	}
 	rng := rand.New(rand.NewPCG(sc.Seed, 7))
 	clients := make([]*client, sc.Clients)
-	sotwEvery := 0
-	if sc.SotwShare > 0 {
-		sotwEvery = int(math.Round(1 / sc.SotwShare))
-	}
 	for i := range clients {
-		delta := sotwEvery == 0 || i%sotwEvery != sotwEvery-1
+		delta, conn := isDelta[i], connOf[i]
 		var subset []int
 		if !delta && sc.SotwClusters > 0 && sc.SotwClusters < sc.Services {
 			for j := range sc.SotwClusters {
@@ -223,7 +230,7 @@ func runTarget(sc Scenario, name string) (*TargetReport, error) {
 			sort.Ints(subset)
 			subset = dedup(subset)
 		}
-		clients[i] = newClient(i, delta, conns[i%nconns], fl, subset)
+		clients[i] = newClient(i, delta, conn, fl, subset)
 	}
 	defer func() {
 		for _, c := range clients {
@@ -423,4 +430,80 @@ func waitFor(timeout time.Duration, cond func() bool, clients []*client) error {
 func claSize(endpoints int) int {
 	r, _ := translate.Service(service(1, endpoints, 1))
 	return proto.Size(r.Load)
+}
+
+// dialClients makes the clients' connections: isDelta[i] is whether
+// client i is a delta client, connOf[i] its connection. The delta clients
+// share connections among themselves, with HTTP/2 windows of
+// sc.DeltaWindow; the sotw clients theirs, with grpc-go's default. conns
+// is every connection made (to close, also with an error).
+func dialClients(addr string, sc Scenario) (isDelta []bool, connOf, conns []*grpc.ClientConn, err error) {
+	sotwEvery := 0
+	if sc.SotwShare > 0 {
+		sotwEvery = int(math.Round(1 / sc.SotwShare))
+	}
+	isDelta = make([]bool, sc.Clients)
+	var nDelta int
+	for i := range isDelta {
+		isDelta[i] = sotwEvery == 0 || i%sotwEvery != sotwEvery-1
+		if isDelta[i] {
+			nDelta++
+		}
+	}
+	deltaConns, err := dialAll(addr, nDelta, sc.StreamsPerConn, sc.DeltaWindow)
+	conns = append(conns, deltaConns...)
+	if err != nil {
+		return nil, nil, conns, err
+	}
+	sotwConns, err := dialAll(addr, sc.Clients-nDelta, sc.StreamsPerConn, 0)
+	conns = append(conns, sotwConns...)
+	if err != nil {
+		return nil, nil, conns, err
+	}
+	connOf = make([]*grpc.ClientConn, sc.Clients)
+	var kinds [2]int // the clients given a connection so far of each kind: sotw, delta
+	for i, delta := range isDelta {
+		cs := sotwConns
+		if delta {
+			cs = deltaConns
+		}
+		connOf[i] = cs[kinds[b2i(delta)]%len(cs)]
+		kinds[b2i(delta)]++
+	}
+	return isDelta, connOf, conns, nil
+}
+
+// dialAll makes the connections of n clients, perConn streams each, with
+// HTTP/2 windows of window bytes (0: grpc-go's default, with its
+// bandwidth-delay estimate).
+func dialAll(addr string, n, perConn, window int) ([]*grpc.ClientConn, error) {
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256 << 20)),
+	}
+	if window > 0 {
+		opts = append(opts, grpc.WithInitialWindowSize(int32(window)), grpc.WithInitialConnWindowSize(int32(window)))
+	}
+	conns := make([]*grpc.ClientConn, 0, (n+perConn-1)/perConn)
+	for range cap(conns) {
+		cc, err := grpc.NewClient(addr, opts...)
+		if err != nil {
+			return conns, err
+		}
+		conns = append(conns, cc)
+	}
+	return conns, nil
+}
+
+func closeAll(conns []*grpc.ClientConn) {
+	for _, cc := range conns {
+		cc.Close()
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -212,7 +212,7 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 	}
 	resp := p.response(send, next)
 	c.handed(w, resp, ts.newestGen(p.changed, p.removed))
-	w.sch <- &sotwResponse{req: w.sreq, resp: resp, next: next}
+	w.sch.put(&sotwResponse{req: w.sreq, resp: resp, next: next})
 	switch ts.URL {
 	case ClusterType:
 		c.sentCDS(w, nil, resp)

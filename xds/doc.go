@@ -76,7 +76,8 @@
 // alone ends the stream: it marks the stream closed under the lock before
 // it cancels the watches, after which the receive goroutine handles
 // nothing. The cache puts responses from the goroutine of the commit or
-// the request that answers a watch.
+// the request that answers a watch (and a delta stream's VHDS pump, from
+// its own).
 // updateOrder (updateorder.go) is the one order of types: the order of
 // Apply's steps and publications, MarkReady's answers, and the hold rule
 // of each type's responses.

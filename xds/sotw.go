@@ -29,8 +29,8 @@ import (
 // is not sent again.
 
 // sotwHeld is what a sotw client holds of one type, as the response that
-// computed it left it. The stream handler (sotwserver.go) owns it, in the
-// stream's goroutine: it keeps the one its type's last response installed
+// computed it left it. The stream handler (sotwserver.go) owns it, under
+// the stream's lock: it keeps the one its type's last response installed
 // (sotwSub.held) and hands it to each watch. A request that lists names,
 // and not "*", makes the handler keep only those names' entries and drop
 // complete (sotwSub.set), so what must survive such a request (what to

@@ -205,14 +205,14 @@ var _ watcher = (*Cache)(nil)
 
 // watchSotw creates the watch of a sotw stream's request, from the state
 // its type's last response installed (sub.held): its response, when there
-// is one to send, is sent on ch (sotwserver.go). The returned function
+// is one to send, is put on q (sotwserver.go). The returned function
 // cancels it.
-func (c *Cache) watchSotw(req *discovery.DiscoveryRequest, sub sotwSub, ch chan<- *sotwResponse) (func(), error) {
+func (c *Cache) watchSotw(req *discovery.DiscoveryRequest, sub sotwSub, q sotwQueue) (func(), error) {
 	ts, ok := c.types[req.GetTypeUrl()]
 	if !ok {
 		return nil, fmt.Errorf("type %s is not served", req.GetTypeUrl())
 	}
-	return c.create(&watch{ts: ts, sreq: req, sub: sub, sheld: sub.held, sch: ch})
+	return c.create(&watch{ts: ts, sreq: req, sub: sub, sheld: sub.held, sch: q})
 }
 
 // watchDelta creates the watch of a delta stream's request, from the

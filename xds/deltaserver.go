@@ -46,7 +46,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"sync"
 	"sync/atomic"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -62,58 +61,6 @@ import (
 // deltaWatcher is the cache as the delta stream handler reaches it.
 type deltaWatcher interface {
 	watchDelta(req *discovery.DeltaDiscoveryRequest, sub deltaSub, q deltaQueue) (func(), error)
-}
-
-// deltaQueue is where a delta stream's responses are put: its response
-// channel, its wake channel (capacity 1), on which the stream's handler
-// goroutine takes them off, and whether the receive goroutine is draining
-// the channel (drain; nil: never), which a response put then needs no
-// wake-up for.
-type deltaQueue struct {
-	ch    chan<- *deltaResponse
-	wake  chan<- struct{}
-	drain *atomic.Int32
-}
-
-// The states of deltaQueue.drain.
-const (
-	queueIdle     int32 = iota // a response put wakes the handler goroutine
-	queueDraining              // the receive goroutine drains the channel before it lets the stream's lock go
-	queueRefilled              // and a response was put since it last looked (deltaStream.sendQueued)
-)
-
-// put queues r and wakes the stream. It blocks only if the channel is
-// full, which the cache's puts never find (the channel holds two
-// responses per type).
-func (q deltaQueue) put(r *deltaResponse) {
-	q.ch <- r
-	q.queued()
-}
-
-// queued tells the stream a response was put on its channel: the receive
-// goroutine, if it is draining it (it looks again), else the handler
-// goroutine (signal).
-func (q deltaQueue) queued() {
-	for q.drain != nil {
-		s := q.drain.Load()
-		if s == queueIdle {
-			break
-		}
-		// Written even when already refilled, so that the receive
-		// goroutine's next look (a Swap) reads this put's write.
-		if q.drain.CompareAndSwap(s, queueRefilled) {
-			return
-		}
-	}
-	q.signal()
-}
-
-// signal wakes the stream's handler goroutine, if it is not woken yet.
-func (q deltaQueue) signal() {
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
 }
 
 // deltaServer serves delta streams (delta.Server).
@@ -144,12 +91,12 @@ func (w *deltaWatch) Cancel() {
 	}
 }
 
-// processDelta serves a delta stream in two goroutines: its requests are
-// read and handled in one (receiveDelta), and the responses the cache and
-// the VHDS pump queue for it are sent in the other, the handler's, when
-// the queue wakes it. Both send and touch the stream's state under ds.mu
-// only. The handler's alone returns, which ends the stream: when done is
-// closed, when reading a request fails, or when handling one or sending a
+// processDelta serves a delta stream in two goroutines (streamloop.go):
+// its requests are read and handled in one (receiveRequests), and the
+// responses the cache and the VHDS pump queue for it are sent in the
+// other, the handler's (streamLoop.serve), when the queue wakes it. The
+// handler's alone returns, which ends the stream: when done is closed,
+// when reading a request fails, or when handling one or sending a
 // response does (that error).
 func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{}, recv func() (*discovery.DeltaDiscoveryRequest, error), defaultTypeURL string) error {
 	ds := &deltaStream{
@@ -160,11 +107,10 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{},
 		// The buffer releases the goroutines that fill it: a response can
 		// come from a commit and one from a request, per type.
 		responses: make(chan *deltaResponse, int(types.UnknownType)*2),
-		wake:      make(chan struct{}, 1),
 		node:      &core.Node{},
 		acct:      streamAcctOf(str.Context()),
 	}
-	ds.queue = deltaQueue{ch: ds.responses, wake: ds.wake, drain: &ds.drain}
+	ds.queue = queueOf(&ds.streamLoop, ds.responses)
 	if c, ok := s.cache.(*Cache); ok {
 		ds.cache = c
 		ds.vhds = c.vhdsOpen(str.Context(), ds.queue)
@@ -173,9 +119,7 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{},
 	defer func() {
 		// From here the receive goroutine handles no request: the
 		// state is this goroutine's, and nothing is sent.
-		ds.mu.Lock()
-		ds.closed = true
-		ds.mu.Unlock()
+		ds.close()
 		for _, w := range ds.watches.all() {
 			w.Cancel()
 		}
@@ -199,97 +143,32 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{},
 	}
 
 	ended := make(chan error, 1)
-	go ds.receiveDelta(recv, ended)
-	for {
-		select {
-		case <-done:
-			return nil
-		case err := <-ended:
-			return err
-		case <-ds.wake:
-			// Taken off the channel under the lock only: a response taken
-			// while a request is handled would be sent after those the
-			// request's watch queued.
-			ds.mu.Lock()
-			err := ds.processAll()
-			ds.mu.Unlock()
-			if err != nil {
-				return err
-			}
-		}
-	}
+	go receiveRequests(&ds.streamLoop, recv, ds.handle, ds.processAll, ended)
+	return ds.serve(done, ended, ds.processAll)
 }
 
-// receiveDelta reads the stream's requests and handles each under ds.mu:
-// the responses queued first, the request, then the response its watch
-// answered at once (an ACK of a response while changes came) and any
-// other put meanwhile, which wake no other goroutine (sendQueued), so an
-// ACK wakes this goroutine alone. It ends, telling ended (nil: the stream
-// ended), when reading or handling a request fails, and without a word
-// once the stream's handler is closing it (ds.closed).
-func (ds *deltaStream) receiveDelta(recv func() (*discovery.DeltaDiscoveryRequest, error), ended chan<- error) {
-	for {
-		req, err := recv()
-		if err != nil {
-			ended <- nil
-			return
-		}
-		ds.mu.Lock()
-		if ds.closed {
-			ds.mu.Unlock()
-			return
-		}
-		ds.drain.Store(queueDraining)
-		if req == nil {
-			err = status.Errorf(codes.Unavailable, "empty request")
-		} else {
-			err = ds.request(req)
-		}
-		if err == nil {
-			err = ds.sendQueued()
-		}
-		ds.drain.Store(queueIdle)
-		ds.mu.Unlock()
-		if err != nil {
-			ended <- err
-			return
-		}
+// handle handles a request the receive goroutine read (receiveRequests):
+// the responses queued first, the request, then (sendQueued) the response
+// its watch answered at once (an ACK of a response while changes came).
+// Under ds.mu.
+func (ds *deltaStream) handle(req *discovery.DeltaDiscoveryRequest) error {
+	if req == nil {
+		return status.Errorf(codes.Unavailable, "empty request")
 	}
-}
-
-// sendQueued sends the responses queued until none was put since it last
-// looked, and leaves the queue idle: a response put after that wakes the
-// handler goroutine. Under ds.mu, the queue draining.
-func (ds *deltaStream) sendQueued() error {
-	for {
-		// A Swap, not a Store: it reads the write of the puts that
-		// refilled the queue, so the look that follows sees them.
-		ds.drain.Swap(queueDraining)
-		if err := ds.processAll(); err != nil {
-			return err
-		}
-		if ds.drain.CompareAndSwap(queueDraining, queueIdle) {
-			return nil
-		}
-	}
+	return ds.request(req)
 }
 
 // deltaStream is one delta stream's state in the server: its watches (one
 // per type), the responses the cache queued for it, and the nonce of its
-// last response. Its two goroutines (processDelta, receiveDelta) touch the
-// state, send, and take responses off the channel under mu only; the
-// cache and the VHDS pump put responses on it, from any goroutine, through
-// queue.
+// last response. Its two goroutines (processDelta's and its receive
+// goroutine) touch the state, send, and take responses off the channel
+// under mu (streamLoop) only; the cache and the VHDS pump put responses
+// on it, from any goroutine, through queue.
 type deltaStream struct {
-	mu sync.Mutex
-	// closed: the handler is closing the stream (processDelta's cleanup);
-	// the receive goroutine handles no more requests.
-	closed bool
-	// queue: responses, wake and drain, as the stream's watches and its
-	// VHDS pump put responses.
+	streamLoop
+	// queue: responses, woken and drained by streamLoop, as the stream's
+	// watches and its VHDS pump put responses.
 	queue          deltaQueue
-	wake           chan struct{}
-	drain          atomic.Int32
 	s              *deltaServer
 	str            stream.DeltaStream
 	id             int64

@@ -36,16 +36,15 @@
 //	 watchDelta│watchSotw                  │ deltaResponse, sotwResponse
 //	 (request, │state held)                │ (response + next state),
 //	           │                           ▼ channel per stream
-//	 stream handlers: deltaserver.go (a stream's requests handled as
-//	 read, its queued responses sent on a wake-up, under its lock),
-//	 sotwserver.go (one goroutine per stream); per type the subscription
-//	 and the client state (deltaHeld, sotwHeld), installed when a
-//	 response is sent
+//	 stream handlers: deltaserver.go, sotwserver.go (a stream's requests
+//	 handled as read, its queued responses sent on a wake-up, under its
+//	 lock: streamloop.go); per type the subscription and the client
+//	 state (deltaHeld, sotwHeld), installed when a response is sent
 //	           ▲                           │
 //	 Server: guard (limits), authorization, keepalive ◀──▶ Envoy, grpc-go
 //
 // What a client holds of a type is a Go value owned by its stream's
-// handler (a delta stream's under its lock): deltaHeld for a delta stream
+// handler, under the stream's lock: deltaHeld for a delta stream
 // (a generation, the rest of a split response, the responses in flight by
 // nonce and what each carried, the plan of a NACK's halving, the resources
 // rejected alone; delta.go), sotwHeld for a sotw stream (name → version,
@@ -64,10 +63,21 @@
 // The store's lock comes first: a watch is computed against one instant
 // of the store (Cache.lock takes both), and a commit reaches the watches
 // through the observer with the store's lock held, so a commit answers
-// the watches it wakes before the next commit. A delta stream's own lock
-// (deltaStream.mu, under which its requests are handled and its responses
-// sent) comes before both; nothing that holds them waits for it (the
-// cache puts a response on the stream's channel without blocking).
+// the watches it wakes before the next commit. A stream's own lock
+// (streamLoop.mu of a delta or sotw stream, under which its requests are
+// handled and its responses sent) comes before both; nothing that holds
+// them waits for it (the cache puts a response on the stream's channel
+// without blocking).
+//
+// Goroutines: each stream has two (streamloop.go). Its receive goroutine
+// reads its requests and handles each under the stream's lock, sending
+// the responses queued meanwhile; the handler's goroutine sends what is
+// queued while no request is being handled, when the queue wakes it, and
+// alone ends the stream: it marks the stream closed under the lock before
+// it cancels the watches, after which the receive goroutine handles
+// nothing. The cache puts responses from the goroutine of the commit or
+// the request that answers a watch (and a delta stream's VHDS pump, from
+// its own).
 // updateOrder (updateorder.go) is the one order of types: the order of
 // Apply's steps and publications, MarkReady's answers, and the hold rule
 // of each type's responses.

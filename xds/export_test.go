@@ -94,7 +94,7 @@ func (d *SotwDriver) Watch(req *discovery.DiscoveryRequest) (cancel func(), err 
 	} else {
 		d.sub.set(req.GetResourceNames())
 	}
-	return d.c.watchSotw(req, d.sub, d.ch)
+	return d.c.watchSotw(req, d.sub, sotwQueue{ch: d.ch})
 }
 
 // Take sends the response queued, if any: it gives it the next nonce

@@ -40,11 +40,11 @@ func (s *spy) record(st snapshot) {
 	s.states = append(s.states, st)
 }
 
-func (s *spy) watchSotw(req *discovery.DiscoveryRequest, sub sotwSub, ch chan<- *sotwResponse) (func(), error) {
+func (s *spy) watchSotw(req *discovery.DiscoveryRequest, sub sotwSub, q sotwQueue) (func(), error) {
 	h := *sub.held
 	h.versions, h.marks = maps.Clone(h.versions), maps.Clone(h.marks)
 	s.record(snapshot{sotw: h})
-	return s.Cache.watchSotw(req, sub, ch)
+	return s.Cache.watchSotw(req, sub, q)
 }
 
 func (s *spy) watchDelta(req *discovery.DeltaDiscoveryRequest, sub deltaSub, q deltaQueue) (func(), error) {

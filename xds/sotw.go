@@ -29,8 +29,8 @@ import (
 // is not sent again.
 
 // sotwHeld is what a sotw client holds of one type, as the response that
-// computed it left it. The stream handler (sotwserver.go) owns it, in the
-// stream's goroutine: it keeps the one its type's last response installed
+// computed it left it. The stream handler (sotwserver.go) owns it, under
+// the stream's lock: it keeps the one its type's last response installed
 // (sotwSub.held) and hands it to each watch. A request that lists names,
 // and not "*", makes the handler keep only those names' entries and drop
 // complete (sotwSub.set), so what must survive such a request (what to
@@ -212,7 +212,7 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 	}
 	resp := p.response(send, next)
 	c.handed(w, resp, ts.newestGen(p.changed, p.removed))
-	w.sch <- &sotwResponse{req: w.sreq, resp: resp, next: next}
+	w.sch.put(&sotwResponse{req: w.sreq, resp: resp, next: next})
 	switch ts.URL {
 	case ClusterType:
 		c.sentCDS(w, nil, resp)

@@ -30,6 +30,13 @@ package xds
 //     the type a new request is for is dropped (the next watch's state is
 //     the right one). The channel holds one response per type, so the
 //     cache sends under its lock without blocking.
+//   - A request is handled in the goroutine that reads it, under the
+//     stream's lock (streamLoop.mu, streamloop.go): the watch cancelled,
+//     the queued responses dropped or sent, and the next watch created in
+//     one hold of it. A response is taken off the channel under the lock
+//     only, and sent before the lock is let go, so the responses leave in
+//     the order they were queued and a request's watch is answered after
+//     those queued before it.
 
 import (
 	"context"
@@ -116,7 +123,7 @@ var _ sotw.Server = (*sotwServer)(nil)
 
 // sotwWatcher is the cache as the sotw stream handler reaches it.
 type sotwWatcher interface {
-	watchSotw(req *discovery.DiscoveryRequest, sub sotwSub, ch chan<- *sotwResponse) (func(), error)
+	watchSotw(req *discovery.DiscoveryRequest, sub sotwSub, q sotwQueue) (func(), error)
 }
 
 func newSotwServer(ctx context.Context, c sotwWatcher, cb sotw.Callbacks) *sotwServer {
@@ -131,10 +138,15 @@ type sotwWatch struct {
 	sub    sotwSub
 }
 
-// sotwStream is one sotw stream's state in the server. It is owned by the
-// stream's goroutine (StreamHandler); only the cache writes to responses,
-// from any goroutine.
+// sotwStream is one sotw stream's state in the server: its watches (one
+// per type), the responses the cache queued for it, and the nonce of its
+// last response. Its two goroutines (StreamHandler's and its receive
+// goroutine, streamloop.go) touch the state, send, and take responses off
+// the channel under mu (streamLoop) only; the cache puts responses on it,
+// from any goroutine, through queue.
 type sotwStream struct {
+	streamLoop
+	queue          sotwQueue
 	s              *sotwServer
 	str            stream.Stream
 	id             int64
@@ -150,11 +162,16 @@ type sotwStream struct {
 }
 
 // StreamHandler serves one sotw stream of type typeURL (resource.AnyType
-// for ADS).
+// for ADS), in two goroutines (streamloop.go): its requests are read and
+// handled in one (receiveRequests), so an ACK wakes that goroutine alone,
+// and the responses the cache queues for it otherwise are sent in this
+// one (streamLoop.serve), when the queue wakes it. This one alone returns,
+// which ends the stream: when the stream's or the server's context is
+// done, when reading a request fails, or when handling one or sending a
+// response does (that error).
 func (s *sotwServer) StreamHandler(str stream.Stream, typeURL string) error {
 	ctx, cancel := streamContext(s.ctx, str.Context())
 	defer cancel()
-	reqCh := receive(ctx.Done(), str.Recv)
 	ss := &sotwStream{
 		s:              s,
 		str:            str,
@@ -164,46 +181,57 @@ func (s *sotwServer) StreamHandler(str stream.Stream, typeURL string) error {
 		responses:      make(chan *sotwResponse, int(types.UnknownType)),
 		node:           &core.Node{},
 	}
+	ss.queue = queueOf(&ss.streamLoop, ss.responses)
 	defer ss.shutdown()
 	if s.callbacks != nil {
 		if err := s.callbacks.OnStreamOpen(str.Context(), ss.id, typeURL); err != nil {
 			return err
 		}
 	}
-	return ss.run(ctx.Done(), reqCh)
+	ended := make(chan error, 1)
+	go receiveRequests(&ss.streamLoop, str.Recv, ss.handle, ss.sendAll, ended)
+	return ss.serve(ctx.Done(), ended, ss.sendAll)
 }
 
-func (ss *sotwStream) run(done <-chan struct{}, reqCh <-chan *discovery.DiscoveryRequest) error {
-	for {
-		select {
-		case <-done:
-			return nil
-		case resp := <-ss.responses:
-			if err := ss.send(resp); err != nil {
-				return status.Errorf(codes.Unavailable, "%s", err.Error())
-			}
-		case req, more := <-reqCh:
-			if !more {
-				return nil
-			}
-			if req == nil {
-				return status.Errorf(codes.Unavailable, "empty request")
-			}
-			if err := ss.request(req); err != nil {
-				return err
-			}
-		}
-	}
-}
-
+// shutdown closes the stream: from here the receive goroutine handles no
+// request, so the state is this goroutine's; the watches are cancelled,
+// so nothing more is queued or sent.
 func (ss *sotwStream) shutdown() {
+	ss.close()
 	for _, w := range ss.watches {
 		if w.cancel != nil {
 			w.cancel()
 		}
 	}
+	close(ss.responses)
 	if cb := ss.s.callbacks; cb != nil {
 		cb.OnStreamClosed(ss.id, ss.node)
+	}
+}
+
+// handle handles a request the receive goroutine read (receiveRequests),
+// before the responses queued meanwhile are sent (sendAll, through
+// streamLoop.sendQueued). Under ss.mu.
+func (ss *sotwStream) handle(req *discovery.DiscoveryRequest) error {
+	if req == nil {
+		return status.Errorf(codes.Unavailable, "empty request")
+	}
+	return ss.request(req)
+}
+
+// sendAll sends the responses queued, after a request is handled and when
+// the queue wakes the handler; a send that fails ends the stream
+// (Unavailable). Under ss.mu.
+func (ss *sotwStream) sendAll() error {
+	for {
+		select {
+		case resp := <-ss.responses:
+			if err := ss.send(resp); err != nil {
+				return status.Errorf(codes.Unavailable, "%s", err.Error())
+			}
+		default:
+			return nil
+		}
 	}
 }
 
@@ -249,7 +277,7 @@ func (ss *sotwStream) request(req *discovery.DiscoveryRequest) error {
 		w = &sotwWatch{sub: newSotwSub(req.GetResourceNames())}
 		ss.watches[typeURL] = w
 	}
-	cancel, err := ss.s.cache.watchSotw(req, w.sub, ss.responses)
+	cancel, err := ss.s.cache.watchSotw(req, w.sub, ss.queue)
 	if err != nil {
 		return err
 	}
@@ -258,6 +286,7 @@ func (ss *sotwStream) request(req *discovery.DiscoveryRequest) error {
 }
 
 // sendAllExcept sends the responses queued, dropping those of typeURL.
+// Under ss.mu.
 func (ss *sotwStream) sendAllExcept(typeURL string) error {
 	for {
 		select {
@@ -294,26 +323,4 @@ func (ss *sotwStream) send(resp *sotwResponse) error {
 		cb.OnStreamResponse(ss.str.Context(), ss.id, resp.req, out)
 	}
 	return ss.str.Send(out)
-}
-
-// receive reads a stream's requests in their own goroutine and hands them
-// over on the returned channel, which is closed when recv fails (the
-// stream ended) or done is closed (streamContext).
-func receive[T any](done <-chan struct{}, recv func() (T, error)) <-chan T {
-	ch := make(chan T)
-	go func() {
-		defer close(ch)
-		for {
-			req, err := recv()
-			if err != nil {
-				return
-			}
-			select {
-			case ch <- req:
-			case <-done:
-				return
-			}
-		}
-	}()
-	return ch
 }

@@ -31,7 +31,7 @@ type watch struct {
 	dreq  *discovery.DeltaDiscoveryRequest
 	sub   subscription
 	dsub  deltaSub // a delta watch's subscription, which sub points to (armDelta)
-	sch   chan<- *sotwResponse
+	sch   sotwQueue
 	dch   deltaQueue
 	ds    deltaState // read from the delta client's state at creation
 	ss    sotwState  // likewise for sotw

@@ -1,0 +1,175 @@
+package xds
+
+// What the delta and sotw stream handlers (deltaserver.go, sotwserver.go)
+// share: the queue the cache puts a stream's responses on, and the two
+// goroutines that serve a stream. A stream's requests are read and
+// handled in one, its receive goroutine (receiveRequests), so an ACK
+// wakes that goroutine alone; the responses queued for it otherwise are
+// sent in the other, its handler's (streamLoop.serve), when the queue
+// wakes it. Both touch the stream's state, send, and take responses off
+// its channel under the stream's lock (streamLoop.mu) only.
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// respQueue is where a stream's responses are put: its response channel,
+// its wake channel (capacity 1), on which the stream's handler goroutine
+// takes them off, and whether the receive goroutine is draining the
+// channel (drain; nil: never), which a response put then needs no wake-up
+// for.
+type respQueue[R any] struct {
+	ch    chan<- R
+	wake  chan<- struct{}
+	drain *atomic.Int32
+}
+
+// deltaQueue and sotwQueue are the queues of delta and sotw streams.
+type (
+	deltaQueue = respQueue[*deltaResponse]
+	sotwQueue  = respQueue[*sotwResponse]
+)
+
+// The states of respQueue.drain.
+const (
+	queueIdle     int32 = iota // a response put wakes the handler goroutine
+	queueDraining              // the receive goroutine drains the channel before it lets the stream's lock go
+	queueRefilled              // and a response was put since it last looked (streamLoop.sendQueued)
+)
+
+// put queues r and wakes the stream. It blocks only if the channel is
+// full, which the cache's puts never find (each stream's channel holds
+// what its watches may put at once).
+func (q respQueue[R]) put(r R) {
+	q.ch <- r
+	q.queued()
+}
+
+// queued tells the stream a response was put on its channel: the receive
+// goroutine, if it is draining it (it looks again), else the handler
+// goroutine (signal).
+func (q respQueue[R]) queued() {
+	for q.drain != nil {
+		s := q.drain.Load()
+		if s == queueIdle {
+			break
+		}
+		// Written even when already refilled, so that the receive
+		// goroutine's next look (a Swap) reads this put's write.
+		if q.drain.CompareAndSwap(s, queueRefilled) {
+			return
+		}
+	}
+	q.signal()
+}
+
+// signal wakes the stream's handler goroutine, if it is not woken yet.
+func (q respQueue[R]) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// streamLoop is a stream's lock and what its two goroutines share besides
+// its state: the wake channel of its queue, the queue's drain state, and
+// whether the stream is closing.
+type streamLoop struct {
+	mu sync.Mutex
+	// closed: the handler is closing the stream (close); the receive
+	// goroutine handles no more requests.
+	closed bool
+	wake   chan struct{}
+	drain  atomic.Int32
+}
+
+// queueOf makes l's wake channel and returns the queue of ch, woken and
+// drained by l.
+func queueOf[R any](l *streamLoop, ch chan<- R) respQueue[R] {
+	l.wake = make(chan struct{}, 1)
+	return respQueue[R]{ch: ch, wake: l.wake, drain: &l.drain}
+}
+
+// serve is the handler goroutine's loop: it sends the responses queued
+// (sendAll, under l.mu) whenever the queue wakes it, until done is closed
+// (nil), the receive goroutine ends (its word on ended), or sendAll fails
+// (its error). Returning ends the stream.
+func (l *streamLoop) serve(done <-chan struct{}, ended <-chan error, sendAll func() error) error {
+	for {
+		select {
+		case <-done:
+			return nil
+		case err := <-ended:
+			return err
+		case <-l.wake:
+			// Taken off the channel under the lock only: a response taken
+			// while a request is handled would be sent after those the
+			// request's watch queued.
+			l.mu.Lock()
+			err := sendAll()
+			l.mu.Unlock()
+			if err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// close marks the stream closing: from here the receive goroutine handles
+// no request, so the stream's state is the handler goroutine's, and
+// nothing is sent once it cancels the watches.
+func (l *streamLoop) close() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+}
+
+// receiveRequests is a stream's receive goroutine: it reads the requests
+// (recv) and handles each under l.mu (handle), then sends the responses
+// its watch answered at once and any other put meanwhile (sendAll, through
+// sendQueued), which wake no other goroutine. It ends, telling ended (nil:
+// the stream ended), when reading or handling a request fails, and
+// without a word once the handler is closing the stream (l.closed).
+func receiveRequests[Req any](l *streamLoop, recv func() (Req, error), handle func(Req) error, sendAll func() error, ended chan<- error) {
+	for {
+		req, err := recv()
+		if err != nil {
+			ended <- nil
+			return
+		}
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			return
+		}
+		l.drain.Store(queueDraining)
+		err = handle(req)
+		if err == nil {
+			err = l.sendQueued(sendAll)
+		}
+		l.drain.Store(queueIdle)
+		l.mu.Unlock()
+		if err != nil {
+			ended <- err
+			return
+		}
+	}
+}
+
+// sendQueued sends the responses queued (sendAll) until none was put
+// since it last looked, and leaves the queue idle: a response put after
+// that wakes the handler goroutine. Under l.mu, the queue draining.
+func (l *streamLoop) sendQueued(sendAll func() error) error {
+	for {
+		// A Swap, not a Store: it reads the write of the puts that
+		// refilled the queue, so the look that follows sees them.
+		l.drain.Swap(queueDraining)
+		if err := sendAll(); err != nil {
+			return err
+		}
+		if l.drain.CompareAndSwap(queueDraining, queueIdle) {
+			return nil
+		}
+	}
+}

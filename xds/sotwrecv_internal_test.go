@@ -11,8 +11,6 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // fakeSotwStream is a sotw stream whose sends take no time (but now and
@@ -271,39 +269,8 @@ func TestSotwStreamRequestErrorEndsStream(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- s.StreamHandler(str, resource.AnyType) }()
 		str.reqs <- &discovery.DiscoveryRequest{TypeUrl: ClusterType}
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		untilStopped(&wg, stop, func() bool {
-			w.commit(ClusterType)
-			// The client answers, which re-arms the watch.
-			select {
-			case str.reqs <- str.ack(ClusterType):
-				return true
-			case <-stop:
-				return false
-			}
-		})
-		time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
-		bad := make(chan struct{})
-		go func() {
-			defer close(bad)
-			select {
-			case str.reqs <- &discovery.DiscoveryRequest{}:
-			case <-time.After(5 * time.Second):
-			}
-		}()
-		select {
-		case err := <-done:
-			if status.Code(err) != codes.InvalidArgument {
-				t.Fatalf("stream ended with %v, want InvalidArgument", err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("the stream did not end on the request's error")
-		}
-		close(stop)
-		wg.Wait()
-		cancel()
-		<-bad
+		ack := func() *discovery.DiscoveryRequest { return str.ack(ClusterType) }
+		endsOnBadRequest(t, str.reqs, func() { w.commit(ClusterType) }, ack, &discovery.DiscoveryRequest{}, done, cancel)
 	}
 }
 
@@ -331,44 +298,7 @@ func TestSotwStreamShutdownUnderLoad(t *testing.T) {
 			returned.Store(true)
 			done <- err
 		}()
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		untilStopped(&wg, stop, func() bool {
-			w.commit(ClusterType)
-			w.commit(EndpointType)
-			time.Sleep(time.Duration(rand.IntN(30)) * time.Microsecond)
-			return true
-		})
-		i := 0
-		untilStopped(&wg, stop, func() bool {
-			typ := ClusterType
-			if i%2 == 1 {
-				typ = EndpointType
-			}
-			i++
-			select {
-			case str.reqs <- str.ack(typ):
-				return true
-			case <-stop:
-				return false
-			}
-		})
-		time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
-		scancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("the handler did not return")
-		}
-		close(stop)
-		wg.Wait()
-		// Nothing is put after the watches were cancelled; a late
-		// commit finds none.
-		w.commit(ClusterType)
-		w.commit(EndpointType)
+		shutsDownUnderLoad(t, str.reqs, w.commit, str.ack, scancel, done)
 		cancel()
 		if n := late.Load(); n > 0 {
 			t.Fatalf("%d responses sent after the handler returned", n)

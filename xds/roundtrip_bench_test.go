@@ -25,6 +25,31 @@ import (
 // (the process's CPU per client reached) counts them too; allocations and
 // CPU compared between two builds show what the server's share became.
 func BenchmarkDeltaChangeRoundTrip(b *testing.B) {
+	benchChangeRoundTrip(b, func(ctx context.Context, cc *grpc.ClientConn, node string, names []string) (roundTripClient, error) {
+		str, err := discovery.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
+		if err != nil {
+			return nil, err
+		}
+		err = str.Send(&discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: node}, TypeUrl: xds.EndpointType, ResourceNamesSubscribe: names})
+		return func() (int, error) {
+			r, err := str.Recv()
+			if err != nil {
+				return 0, err
+			}
+			return len(r.GetResources()), str.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: r.GetTypeUrl(), ResponseNonce: r.GetNonce()})
+		}, err
+	})
+}
+
+// roundTripClient reads a client's next response and answers it (an ACK);
+// it returns how many resources the response carried.
+type roundTripClient func() (int, error)
+
+// benchChangeRoundTrip runs a change round trip benchmark of 64 clients,
+// on connections of 16 streams as the load harness's, each subscribed
+// (open) to the assignments of 200 services: one op is one assignment
+// changed, and every client's response with it answered.
+func benchChangeRoundTrip(b *testing.B, open func(ctx context.Context, cc *grpc.ClientConn, node string, names []string) (roundTripClient, error)) {
 	const services, clients = 200, 64
 	c, names := benchCache(b, services)
 	// Requests not paced: a client ACKs each change.
@@ -36,7 +61,6 @@ func BenchmarkDeltaChangeRoundTrip(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx, lis) }()
-	// Connections of 16 streams, as the load harness's.
 	var conns []*grpc.ClientConn
 	var wg sync.WaitGroup
 	defer func() {
@@ -56,11 +80,8 @@ func BenchmarkDeltaChangeRoundTrip(b *testing.B) {
 			}
 			conns = append(conns, cc)
 		}
-		str, err := discovery.NewAggregatedDiscoveryServiceClient(conns[len(conns)-1]).DeltaAggregatedResources(ctx)
+		next, err := open(ctx, conns[len(conns)-1], fmt.Sprintf("n%d", i), names)
 		if err != nil {
-			b.Fatal(err)
-		}
-		if err := str.Send(&discovery.DeltaDiscoveryRequest{Node: &core.Node{Id: fmt.Sprintf("n%d", i)}, TypeUrl: xds.EndpointType, ResourceNamesSubscribe: names}); err != nil {
 			b.Fatal(err)
 		}
 		synced := make(chan struct{})
@@ -69,19 +90,16 @@ func BenchmarkDeltaChangeRoundTrip(b *testing.B) {
 			defer wg.Done()
 			got := 0
 			for {
-				r, err := str.Recv()
+				n, err := next()
 				if err != nil {
 					return
 				}
 				if got < services {
-					if got += len(r.GetResources()); got == services {
+					if got += n; got == services {
 						close(synced)
 					}
 				} else {
 					received <- struct{}{}
-				}
-				if str.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: r.GetTypeUrl(), ResponseNonce: r.GetNonce()}) != nil {
-					return
 				}
 			}
 		}()

@@ -138,40 +138,16 @@ func TestDeltaStreamQueueNoLostPut(t *testing.T) {
 	t.Logf("%d puts by the request's own watch", hookPuts.Load())
 }
 
-// lockedWatcher is a cache in miniature: its watches are answered by
-// commit under its lock, and a watch cancelled is answered no more.
-type lockedWatcher struct {
-	mu    sync.Mutex
-	live  map[*int]deltaQueue
-	types map[*int]string
-}
+// lockedWatcher is a cache in miniature for delta streams
+// (lockedQueues).
+type lockedWatcher struct{ lockedQueues[*deltaResponse] }
 
 func (w *lockedWatcher) watchDelta(req *discovery.DeltaDiscoveryRequest, sub deltaSub, q deltaQueue) (func(), error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.live == nil {
-		w.live, w.types = map[*int]deltaQueue{}, map[*int]string{}
-	}
-	k := new(int)
-	w.live[k], w.types[k] = q, req.GetTypeUrl()
-	return func() {
-		w.mu.Lock()
-		delete(w.live, k)
-		w.mu.Unlock()
-	}, nil
+	return w.add(req.GetTypeUrl(), q), nil
 }
 
 // commit answers the live watches of typ.
-func (w *lockedWatcher) commit(typ string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for k, q := range w.live {
-		if w.types[k] == typ {
-			delete(w.live, k) // answered once
-			q.put(answerOf(typ))
-		}
-	}
-}
+func (w *lockedWatcher) commit(typ string) { w.answer(typ, answerOf) }
 
 // untilStopped runs step in a goroutine of wg, again and again, until
 // stop is closed or step returns false.

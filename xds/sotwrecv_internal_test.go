@@ -221,41 +221,16 @@ func TestSotwStreamClosedWhileRequestHandled(t *testing.T) {
 	}
 }
 
-// lockedSotwWatcher is a cache in miniature for sotw streams: its watches
-// are answered by commit under its lock, and a watch cancelled is
-// answered no more.
-type lockedSotwWatcher struct {
-	mu    sync.Mutex
-	live  map[*int]sotwQueue
-	types map[*int]string
-}
+// lockedSotwWatcher is a cache in miniature for sotw streams
+// (lockedQueues).
+type lockedSotwWatcher struct{ lockedQueues[*sotwResponse] }
 
 func (w *lockedSotwWatcher) watchSotw(req *discovery.DiscoveryRequest, sub sotwSub, q sotwQueue) (func(), error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.live == nil {
-		w.live, w.types = map[*int]sotwQueue{}, map[*int]string{}
-	}
-	k := new(int)
-	w.live[k], w.types[k] = q, req.GetTypeUrl()
-	return func() {
-		w.mu.Lock()
-		delete(w.live, k)
-		w.mu.Unlock()
-	}, nil
+	return w.add(req.GetTypeUrl(), q), nil
 }
 
 // commit answers the live watches of typ.
-func (w *lockedSotwWatcher) commit(typ string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for k, q := range w.live {
-		if w.types[k] == typ {
-			delete(w.live, k) // answered once
-			q.put(sotwAnswerOf(typ))
-		}
-	}
-}
+func (w *lockedSotwWatcher) commit(typ string) { w.answer(typ, sotwAnswerOf) }
 
 // TestSotwStreamRequestErrorEndsStream: a request the receive goroutine
 // fails to handle (ADS without a type URL) ends the stream with its

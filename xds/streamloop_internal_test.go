@@ -14,6 +14,45 @@ import (
 // sotwrecv_internal_test.go) drive alike: a stream's handler, started,
 // ending under load.
 
+// lockedQueues is a cache in miniature: the queues of its live watches,
+// answered by answer under its lock, each once; a watch cancelled is
+// answered no more.
+type lockedQueues[R any] struct {
+	mu    sync.Mutex
+	live  map[*int]respQueue[R]
+	types map[*int]string
+}
+
+// add makes a watch of typ whose responses go on q, and returns its
+// cancel.
+func (w *lockedQueues[R]) add(typ string, q respQueue[R]) func() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.live == nil {
+		w.live, w.types = map[*int]respQueue[R]{}, map[*int]string{}
+	}
+	k := new(int)
+	w.live[k], w.types[k] = q, typ
+	return func() {
+		w.mu.Lock()
+		delete(w.live, k)
+		w.mu.Unlock()
+	}
+}
+
+// answer puts a response of typ (mk) on the queue of each live watch of
+// typ.
+func (w *lockedQueues[R]) answer(typ string, mk func(typ string) R) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k, q := range w.live {
+		if w.types[k] == typ {
+			delete(w.live, k) // answered once
+			q.put(mk(typ))
+		}
+	}
+}
+
 // endsOnBadRequest has a client answer its type's responses (ack, sent on
 // reqs) while commit answers its watch, then send bad, a request the
 // receive goroutine fails to handle: the handler (done) must end with

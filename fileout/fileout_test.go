@@ -201,7 +201,10 @@ func TestNoPartialFile(t *testing.T) {
 							break
 						}
 						if time.Now().After(deadline) {
-							t.Fatalf("clusters file never had %d clusters", n)
+							// The writer's counters and the file as it is
+							// tell a lost wake-up from a failing round.
+							got, rerr := os.ReadFile(paths[0])
+							t.Fatalf("clusters file never had %d clusters: writer %+v; the file (read error %v), %d bytes: %.300s", n, w.Stats(), rerr, len(got), got)
 						}
 						time.Sleep(2 * time.Millisecond)
 					}

@@ -39,7 +39,8 @@ import (
 // The store (package store) holds the resources; the Cache is the
 // server: it follows the store's commits (commitObserver) and reaches the
 // store through the Store interface (storeobserver.go). The files:
-// watch.go (watches), delta.go and deltarespond.go, sotw.go,
+// watch.go (watches), interest.go (which watches a commit wakes),
+// delta.go and deltarespond.go, sotw.go,
 // updateorder.go (the order of responses on a stream: one table, and the
 // hold rule of each type), order.go (what the cache follows per stream:
 // clusters before their assignments), routehold.go (routes after their

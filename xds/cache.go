@@ -39,7 +39,8 @@ import (
 // The store (package store) holds the resources; the Cache is the
 // server: it follows the store's commits (commitObserver) and reaches the
 // store through the Store interface (storeobserver.go). The files:
-// watch.go (watches), delta.go and deltarespond.go, sotw.go,
+// watch.go (watches), interest.go (which watches a commit wakes),
+// delta.go and deltarespond.go, sotw.go,
 // updateorder.go (the order of responses on a stream: one table, and the
 // hold rule of each type), order.go (what the cache follows per stream:
 // clusters before their assignments), routehold.go (routes after their
@@ -77,6 +78,9 @@ type Cache struct {
 	// minCursor: from how many sorted names a delta pass finds their
 	// resources with a store.Cursor (finder); minCursor unless a test sets it.
 	minCursor int
+	// maxNarrow: the most names of a watch indexed by name (interest.go);
+	// maxNarrowNames unless a test sets it (-1: none).
+	maxNarrow int
 	// passNames: the room a delta pass collects the names it sends in,
 	// taken by a pass and given back when it is done (deltaPass.names).
 	passNames []string
@@ -152,7 +156,7 @@ func WithMaxResponseBytes(n int) Option {
 // NewCache returns an empty cache: a store of the types served and the
 // server's state, registered as the store's observer. It starts nothing.
 func NewCache(opts ...Option) *Cache {
-	c := &Cache{maxBytes: DefaultMaxResponseBytes, minCursor: minCursor, routeHold: DefaultRouteHold, mbbSettle: DefaultMakeBeforeBreakSettle, requests: map[any]*streamState{}, streams: map[streamKey]*streamState{}}
+	c := &Cache{maxBytes: DefaultMaxResponseBytes, minCursor: minCursor, maxNarrow: maxNarrowNames, routeHold: DefaultRouteHold, mbbSettle: DefaultMakeBeforeBreakSettle, requests: map[any]*streamState{}, streams: map[streamKey]*streamState{}}
 	WithTypes(DefaultTypes...)(c)
 	for _, o := range opts {
 		o(c)
@@ -161,7 +165,7 @@ func NewCache(opts ...Option) *Cache {
 	c.store = c.st
 	c.types = make(map[string]*typeState, len(c.typeURLs))
 	for _, u := range c.typeURLs {
-		c.types[u] = &typeState{Type: c.store.Type(u), watches: map[*watch]struct{}{}}
+		c.types[u] = &typeState{Type: c.store.Type(u), watches: map[*watch]struct{}{}, interest: newInterest()}
 	}
 	c.store.Observe(commitObserver{c})
 	return c
@@ -171,12 +175,10 @@ func NewCache(opts ...Option) *Cache {
 // under the store's lock) and the type's open watches (under Cache.mu).
 type typeState struct {
 	*store.Type
-	// watches are the type's open watches. A change is offered to each:
-	// checking a watch's interest in the changed names costs a few map
-	// lookups per name, while an index by name would have to be rebuilt
-	// under every subscribed name on every ACK (5,000 names for an Envoy
-	// with 5,000 clusters).
-	watches map[*watch]struct{}
+	// watches are the type's open watches; interest, the same as a
+	// commit wakes them (interest.go).
+	watches  map[*watch]struct{}
+	interest interest
 	// version: Gen as a string, for versionGen (under Cache.mu).
 	version    string
 	versionGen uint64

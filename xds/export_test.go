@@ -115,6 +115,11 @@ func (d *SotwDriver) Take() *discovery.DiscoveryResponse {
 // more with a store.Cursor (0: every pass), for tests of the cursor.
 func WithMinCursor(n int) Option { return func(c *Cache) { c.minCursor = n } }
 
+// WithNarrowNames makes commits wake sotw assignment watches of n names
+// or fewer by name only (-1: every watch is offered every commit), for
+// tests of the index (interest.go).
+func WithNarrowNames(n int) Option { return func(c *Cache) { c.maxNarrow = n } }
+
 // LockClients holds the server's lock over its clients (Server.mu) until
 // the returned function is called.
 func (s *Server) LockClients() (unlock func()) {

@@ -64,13 +64,14 @@ func (c *Cache) unlock() {
 // store's next commit, as both run with the store's lock held.
 type commitObserver struct{ c *Cache }
 
-// Committed offers the changed names to each open watch of t's type.
+// Committed offers the changed names to the open watches of t's type
+// that may want them (interest.go), in the order of their creation.
 func (o commitObserver) Committed(t *store.Type, changed []string) {
 	c := o.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ts := c.types[t.URL]
-	for _, w := range slices.SortedFunc(maps.Keys(ts.watches), watchOrder) {
+	for _, w := range ts.interest.woken(changed) {
 		c.tryRespond(w, changed)
 		if ts.URL == ClusterType && !w.done {
 			c.cdsCurrent(w) // nothing of interest changed for it

@@ -47,6 +47,10 @@ type watch struct {
 
 	stream   *streamState // nil: not known (see order.go)
 	heldBack []string     // sorted: assignments held back until their cluster is sent (routes: see routehold.go)
+	// narrow: tracked under narrowNames, the names it lists, which alone
+	// wake it (interest.go).
+	narrow      bool
+	narrowNames []string
 
 	// An RDS watch holding routes back (routehold.go): the timer that
 	// bounds the hold, and whether it fired.
@@ -125,6 +129,7 @@ func (c *Cache) createLocked(w *watch) (func(), error) {
 		return w.forgetFn, nil
 	}
 	w.ts.watches[w] = struct{}{}
+	w.ts.interest.add(w, c.maxNarrow)
 	if w.stream != nil {
 		switch w.ts.URL {
 		case EndpointType:
@@ -200,9 +205,13 @@ func (c *Cache) respond(w *watch, woken bool, evenIfEmpty bool, changed ...strin
 		}
 		responded = c.respondSotw(w, names, full, evenIfEmpty)
 	}
-	if responded {
+	switch {
+	case responded:
 		c.untrack(w)
-	} else if woken {
+	case w.narrow && len(w.heldBack) > 0:
+		w.ts.interest.widen(w)
+	}
+	if !responded && woken {
 		c.routeHeld(w)
 	}
 	return responded
@@ -210,6 +219,7 @@ func (c *Cache) respond(w *watch, woken bool, evenIfEmpty bool, changed ...strin
 
 func (c *Cache) untrack(w *watch) {
 	delete(w.ts.watches, w)
+	w.ts.interest.remove(w)
 	if w.stream != nil && w.stream.eds == w {
 		w.stream.eds = nil
 	}

@@ -1,0 +1,336 @@
+package xds
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/xdsbridge/xdsbridge/xds/store"
+)
+
+// diffSotwStream drives one sotw ADS stream (CDS and EDS) through a cache
+// as sotwserver.go and the server's callbacks do: each request noted,
+// its type's watch cancelled, the queued responses of its type dropped,
+// the subscription set, a new watch; a response taken gets the stream's
+// next nonce, installs its state, and is told to the cache (sotwSent).
+type diffSotwStream struct {
+	c       *Cache
+	key     streamKey
+	ch      chan *sotwResponse
+	subs    map[string]*sotwSub
+	cancels map[string]func()
+	wnonce  map[string]string // server side: nonce of the type's last response sent
+	nonce   int
+	// client side: the last response of each type, and its version
+	// accepted.
+	lastNonce, lastVersion map[string]string
+	sent                   []*discovery.DiscoveryResponse
+}
+
+func newDiffSotwStream(c *Cache, id int64) *diffSotwStream {
+	return &diffSotwStream{c: c, key: streamKey{false, id}, ch: make(chan *sotwResponse, 8),
+		subs: map[string]*sotwSub{}, cancels: map[string]func(){}, wnonce: map[string]string{},
+		lastNonce: map[string]string{}, lastVersion: map[string]string{}}
+}
+
+func (s *diffSotwStream) request(t *testing.T, req *discovery.DiscoveryRequest) {
+	s.c.noteRequest(req, s.key, req.GetTypeUrl())
+	typ := req.GetTypeUrl()
+	sub, ok := s.subs[typ]
+	if ok {
+		if wn := s.wnonce[typ]; wn != "" && req.GetResponseNonce() != wn {
+			return
+		}
+		if cancel := s.cancels[typ]; cancel != nil {
+			cancel()
+		}
+		// The responses queued are sent, but those of typ (dropped).
+		var keep []*sotwResponse
+		for len(s.ch) > 0 {
+			r := <-s.ch
+			if r.req.GetTypeUrl() == typ {
+				continue
+			}
+			keep = append(keep, r)
+		}
+		for _, r := range keep {
+			s.sent = append(s.sent, s.send(r))
+		}
+		s.wnonce[typ] = ""
+		sub.set(req.GetResourceNames())
+	} else {
+		ns := newSotwSub(req.GetResourceNames())
+		sub = &ns
+		s.subs[typ] = sub
+	}
+	cancel, err := s.c.watchSotw(req, *sub, sotwQueue{ch: s.ch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cancels[typ] = cancel
+}
+
+func (s *diffSotwStream) send(r *sotwResponse) *discovery.DiscoveryResponse {
+	s.nonce++
+	out := r.resp
+	out.Nonce = fmt.Sprint(s.nonce)
+	typ := r.req.GetTypeUrl()
+	s.subs[typ].held = r.next
+	s.wnonce[typ] = out.Nonce
+	s.c.sotwSent(s.key, out)
+	s.c.responseSent(s.key, typ, out, out.Nonce)
+	s.lastNonce[typ] = out.Nonce
+	return out
+}
+
+func (s *diffSotwStream) takeAll() []*discovery.DiscoveryResponse {
+	for len(s.ch) > 0 {
+		s.sent = append(s.sent, s.send(<-s.ch))
+	}
+	out := s.sent
+	s.sent = nil
+	return out
+}
+
+// TestSotwNarrowDifferentialWithStreams: sotw ADS streams of clusters and
+// assignments (assignments held back until their clusters are sent, NACKs,
+// small responses), served by a cache that wakes assignment watches by
+// name and by one that offers every commit to every watch, send the same.
+func TestSotwNarrowDifferentialWithStreams(t *testing.T) {
+	for seed := range diffSeeds() {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { sotwNarrowDiffStreams(t, seed) })
+	}
+}
+
+func sotwNarrowDiffStreams(t *testing.T, seed uint64) {
+	const services, clients, steps = 12, 6, 400
+	rng := rand.New(rand.NewPCG(seed, 4747))
+	name := func(i int) string { return fmt.Sprintf("svc-%02d", i) }
+	maxBytes := 0
+	if seed%2 == 1 {
+		maxBytes = 200 + rng.IntN(400)
+	}
+	caches := [2]*Cache{
+		NewCache(WithTypes(ClusterType, EndpointType), WithMaxResponseBytes(maxBytes)),
+		NewCache(WithTypes(ClusterType, EndpointType), WithMaxResponseBytes(maxBytes)),
+	}
+	caches[1].maxNarrow = -1
+	ver := 0
+	clusterOf := func(n string) store.Resource {
+		ver++
+		return store.Resource{Name: n, Msg: &cluster.Cluster{Name: n, AltStatName: fmt.Sprint(ver)}}
+	}
+	assignmentOf := func(n string) store.Resource {
+		ver++
+		la := &endpoint.ClusterLoadAssignment{ClusterName: n}
+		for i := range 1 + rng.IntN(6) {
+			la.Endpoints = append(la.Endpoints, &endpoint.LocalityLbEndpoints{Priority: uint32(i + ver%3)})
+		}
+		return store.Resource{Name: n, Msg: la, DependsOn: &store.Dep{TypeURL: ClusterType, Name: n}}
+	}
+	apply := func(chs ...store.Change) {
+		for _, c := range caches {
+			// Each cache gets its own copies: the store owns what it is given.
+			var cp []store.Change
+			for _, ch := range chs {
+				n := store.Change{TypeURL: ch.TypeURL, Deletes: slices.Clone(ch.Deletes)}
+				for _, u := range ch.Upserts {
+					u.Msg = proto.Clone(u.Msg)
+					n.Upserts = append(n.Upserts, u)
+				}
+				cp = append(cp, n)
+			}
+			if err := c.Apply(cp...); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var cls, eps []store.Resource
+	for i := range services {
+		cls = append(cls, clusterOf(name(i)))
+		eps = append(eps, assignmentOf(name(i)))
+	}
+	apply(store.Change{TypeURL: ClusterType, Upserts: cls}, store.Change{TypeURL: EndpointType, Upserts: eps})
+	for _, c := range caches {
+		c.MarkReady()
+	}
+	pick := func() []string {
+		var names []string
+		for range 1 + rng.IntN(5) {
+			names = append(names, name(rng.IntN(services)))
+		}
+		switch rng.IntN(10) {
+		case 0:
+			names = append(names, "*")
+		case 1:
+			return nil // legacy wildcard (first request), else nothing
+		}
+		return names
+	}
+	type client struct {
+		s     [2]*diffSotwStream
+		names map[string][]string
+	}
+	var cl []*client
+	for i := range clients {
+		c := &client{names: map[string][]string{ClusterType: nil, EndpointType: pick()}}
+		if rng.IntN(2) == 0 {
+			c.names[ClusterType] = pick()
+		}
+		for k := range caches {
+			c.s[k] = newDiffSotwStream(caches[k], int64(i+1))
+			if seed%4 >= 2 {
+				var vis *visibility
+				if i%2 == 0 {
+					vis = &visibility{patterns: []string{"*[0-4]"}}
+				}
+				caches[k].openStream(c.s[k].key, vis)
+			}
+		}
+		cl = append(cl, c)
+	}
+	request := func(c *client, typ string, nack bool) {
+		for k := range caches {
+			s := c.s[k]
+			req := &discovery.DiscoveryRequest{TypeUrl: typ, ResourceNames: slices.Clone(c.names[typ]),
+				VersionInfo: s.lastVersion[typ], ResponseNonce: s.lastNonce[typ]}
+			if nack && s.lastNonce[typ] != "" {
+				req.ErrorDetail = &status.Status{Message: "no"}
+			}
+			s.request(t, req)
+		}
+	}
+	for _, c := range cl {
+		request(c, ClusterType, false)
+		request(c, EndpointType, false)
+	}
+	compare := func(step int, c *client) {
+		checkInterest(t, caches[0])
+		a, b := c.s[0].takeAll(), c.s[1].takeAll()
+		if len(a) != len(b) {
+			t.Fatalf("seed %d step %d: by name sent %d responses %v, every commit %d %v", seed, step, len(a), a, len(b), b)
+		}
+		for i := range a {
+			if !proto.Equal(a[i], b[i]) {
+				t.Fatalf("seed %d step %d: response %d: by name\n%v\nevery commit\n%v", seed, step, i, a[i], b[i])
+			}
+			typ := a[i].GetTypeUrl()
+			for k := range caches {
+				// the client accepts unless it NACKs next
+				c.s[k].lastVersion[typ] = a[i].GetVersionInfo()
+			}
+		}
+	}
+	for step := range steps {
+		switch r := rng.IntN(12); {
+		case r < 4:
+			i := rng.IntN(services)
+			var chs []store.Change
+			switch rng.IntN(5) {
+			case 0:
+				chs = append(chs, store.Change{TypeURL: ClusterType, Upserts: []store.Resource{clusterOf(name(i))}})
+			case 1:
+				chs = append(chs, store.Change{TypeURL: ClusterType, Upserts: []store.Resource{clusterOf(name(i))}},
+					store.Change{TypeURL: EndpointType, Upserts: []store.Resource{assignmentOf(name(i))}})
+			case 2:
+				if rng.IntN(3) == 0 {
+					chs = append(chs, store.Change{TypeURL: EndpointType, Deletes: []string{name(i)}})
+				} else {
+					chs = append(chs, store.Change{TypeURL: EndpointType, Upserts: []store.Resource{assignmentOf(name(i))}})
+				}
+			default:
+				var ups []store.Resource
+				seen := map[int]bool{}
+				for range 1 + rng.IntN(4) {
+					j := rng.IntN(services)
+					if !seen[j] {
+						seen[j] = true
+						ups = append(ups, assignmentOf(name(j)))
+					}
+				}
+				chs = append(chs, store.Change{TypeURL: EndpointType, Upserts: ups})
+			}
+			apply(chs...)
+		default:
+			c := cl[rng.IntN(clients)]
+			compare(step, c)
+			typ := EndpointType
+			if rng.IntN(3) == 0 {
+				typ = ClusterType
+			}
+			if rng.IntN(5) == 0 {
+				c.names[typ] = pick()
+				if typ == ClusterType && rng.IntN(2) == 0 {
+					c.names[typ] = nil
+				}
+			}
+			// Version of a NACK: the last accepted; here the client
+			// accepted everything it took unless it NACKs now.
+			nack := rng.IntN(4) == 0
+			request(c, typ, nack)
+		}
+	}
+	for _, c := range cl {
+		compare(steps, c)
+	}
+}
+
+func diffSeeds() uint64 {
+	if testing.Short() {
+		return 50
+	}
+	return 300
+}
+
+// checkInterest fails t unless every type's index holds its open watches,
+// each once, a narrow one under exactly the names it lists.
+func checkInterest(t *testing.T, c *Cache) {
+	t.Helper()
+	c.lock()
+	defer c.unlock()
+	for _, ts := range c.types {
+		in := map[*watch]int{}
+		for w := range ts.interest.broad {
+			if w.narrow {
+				t.Fatalf("%s: narrow watch %d among the broad", ts.URL, w.id)
+			}
+			in[w]++
+		}
+		for n, ws := range ts.interest.byName {
+			if len(ws) == 0 {
+				t.Fatalf("%s: empty entry for %q", ts.URL, n)
+			}
+			for w := range ws {
+				if _, ok := w.sub.SubscribedResources()[n]; !ok || !w.narrow {
+					t.Fatalf("%s: watch %d under %q it does not list", ts.URL, w.id, n)
+				}
+				if _, broad := ts.interest.broad[w]; broad {
+					t.Fatalf("%s: watch %d both broad and narrow", ts.URL, w.id)
+				}
+				in[w] = 1
+			}
+		}
+		for w := range ts.watches {
+			if w.narrow && len(w.narrowNames) == 0 {
+				in[w] = 1 // lists nothing: nothing wakes it
+			}
+			if in[w] != 1 {
+				t.Fatalf("%s: open watch %d in the index %d times", ts.URL, w.id, in[w])
+			}
+			if w.narrow && len(w.narrowNames) != len(w.sub.SubscribedResources()) {
+				t.Fatalf("%s: narrow watch %d indexed under %d names, lists %d", ts.URL, w.id, len(w.narrowNames), len(w.sub.SubscribedResources()))
+			}
+			delete(in, w)
+		}
+		if len(in) > 0 {
+			t.Fatalf("%s: %d watches in the index not open", ts.URL, len(in))
+		}
+	}
+}

@@ -197,14 +197,16 @@ func TestNoPartialFile(t *testing.T) {
 					deadline := time.Now().Add(10 * time.Second)
 					for {
 						b, err := os.ReadFile(paths[0])
-						if err == nil && strings.Contains(string(b), fmt.Sprintf("c%03d", n-1)) && (!strings.Contains(string(b), fmt.Sprintf("c%03d", n))) {
+						if err == nil && hasClusters(paths[0], b, n) {
 							break
 						}
 						if time.Now().After(deadline) {
 							// The writer's counters and the file as it is
 							// tell a lost wake-up from a failing round.
 							got, rerr := os.ReadFile(paths[0])
-							t.Fatalf("clusters file never had %d clusters: writer %+v; the file (read error %v), %d bytes: %.300s", n, w.Stats(), rerr, len(got), got)
+							resp, derr := decodeFile(paths[0], got)
+							names, nerr := clusterNames(resp, derr)
+							t.Fatalf("clusters file never had %d clusters: writer %+v; the file (read error %v, %d bytes) has version_info %q and clusters %v (error %v)", n, w.Stats(), rerr, len(got), resp.GetVersionInfo(), names, nerr)
 						}
 						time.Sleep(2 * time.Millisecond)
 					}

@@ -183,3 +183,31 @@ func TestFilesOutputStaysInItsDirectory(t *testing.T) {
 		})
 	}
 }
+
+// TestWatchedDirectoryRepairsLinksAfterFailedRound: a round of mode
+// watched_directory that swaps ..data but cannot make a top-level link
+// (a directory in the way of its temporary name) fails; the next round,
+// with nothing changed in the catalog, makes the link, and the directory
+// holds exactly the served files.
+func TestWatchedDirectoryRepairsLinksAfterFailedRound(t *testing.T) {
+	dir := t.TempDir()
+	c := xds.NewCache()
+	c.MarkReady()
+	cfg := fileout.Config{Dir: dir, Mode: fileout.ModeWatchedDirectory, EnvoyDir: "/etc/envoy/xds"}
+	w := newWriter(t, c, cfg)
+	publishClusters(t, c, 3)
+	blocker := filepath.Join(dir, "clusters"+fileout.Ext(cfg.Format)+"_tmp")
+	if err := os.MkdirAll(filepath.Join(blocker, "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteOnce(); err == nil {
+		t.Fatal("a directory in the way of the clusters link: the round did not fail")
+	}
+	if err := os.RemoveAll(blocker); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteOnce(); err != nil {
+		t.Fatalf("the round after: %v", err)
+	}
+	sameTree(t, readTree(t, dir), wantTree(t, c, cfg))
+}

@@ -594,6 +594,11 @@ func (w *Writer) swap(root *os.Root, files []file, res *Result) error {
 		}
 	}
 	if same {
+		if w.failing {
+			// The last round may have swapped ..data and failed after:
+			// its links and clean-up are made again.
+			return linkTop(root, topNames(w.cur))
+		}
 		return nil
 	}
 	res.Written = slices.DeleteFunc(res.Written, func(rel string) bool { return carried[rel] })
@@ -636,6 +641,24 @@ func (w *Writer) swap(root *os.Root, files []file, res *Result) error {
 		return err
 	}
 	w.cur, w.carried = next, carried
+	return linkTop(root, top)
+}
+
+// topNames are the top-level names of the files of cur, and the
+// endpoints directory.
+func topNames(cur map[string][]byte) map[string]bool {
+	top := map[string]bool{EndpointsDir: true}
+	for rel := range cur {
+		if !strings.Contains(rel, string(filepath.Separator)) {
+			top[rel] = true
+		}
+	}
+	return top
+}
+
+// linkTop makes each name of top a link into ..data, removes the links of
+// files no longer served, and the old generations.
+func linkTop(root *os.Root, top map[string]bool) error {
 	for name := range top {
 		want := filepath.Join(dataLink, name)
 		if got, err := root.Readlink(name); err == nil && got == want {

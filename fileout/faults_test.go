@@ -183,3 +183,92 @@ func TestFilesOutputStaysInItsDirectory(t *testing.T) {
 		})
 	}
 }
+
+// TestWatchedDirectoryRepairsLinksAfterFailedRound: a round of mode
+// watched_directory that swaps ..data but cannot make a top-level link
+// (a directory in the way of its temporary name) fails; the next round,
+// with nothing changed in the catalog, makes the link, and the directory
+// holds exactly the served files.
+func TestWatchedDirectoryRepairsLinksAfterFailedRound(t *testing.T) {
+	dir := t.TempDir()
+	c := xds.NewCache()
+	c.MarkReady()
+	cfg := fileout.Config{Dir: dir, Mode: fileout.ModeWatchedDirectory, EnvoyDir: "/etc/envoy/xds"}
+	w := newWriter(t, c, cfg)
+	publishClusters(t, c, 3)
+	blocker := filepath.Join(dir, "clusters"+fileout.Ext(cfg.Format)+"_tmp")
+	if err := os.MkdirAll(filepath.Join(blocker, "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteOnce(); err == nil {
+		t.Fatal("a directory in the way of the clusters link: the round did not fail")
+	}
+	if err := os.RemoveAll(blocker); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteOnce(); err != nil {
+		t.Fatalf("the round after: %v", err)
+	}
+	sameTree(t, readTree(t, dir), wantTree(t, c, cfg))
+}
+
+// TestWatchedDirectoryRepairsLinksAfterRestart: a round swaps ..data and
+// fails to make the clusters link; the process restarts (a new Writer,
+// w.cur read from disk) and its first round, with nothing changed, must
+// make the link.
+func TestWatchedDirectoryRepairsLinksAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	c := xds.NewCache()
+	c.MarkReady()
+	cfg := fileout.Config{Dir: dir, Mode: fileout.ModeWatchedDirectory, EnvoyDir: "/etc/envoy/xds"}
+	w := newWriter(t, c, cfg)
+	publishClusters(t, c, 3)
+	blocker := filepath.Join(dir, "clusters"+fileout.Ext(cfg.Format)+"_tmp")
+	if err := os.MkdirAll(filepath.Join(blocker, "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteOnce(); err == nil {
+		t.Fatal("a directory in the way of the clusters link: the round did not fail")
+	}
+	if err := os.RemoveAll(blocker); err != nil {
+		t.Fatal(err)
+	}
+	w2 := newWriter(t, c, cfg) // restarted
+	if _, err := w2.WriteOnce(); err != nil {
+		t.Fatalf("the first round after restart: %v", err)
+	}
+	sameTree(t, readTree(t, dir), wantTree(t, c, cfg))
+}
+
+// TestWatchedDirectoryCleanupFailureDoesNotBlockUpdates: an old
+// generation that cannot be removed (here: busy, a mount point inside;
+// on NFS, a reader's open file) fails the clean-up of every round. The
+// changed catalog must still be served: the retry with nothing changed
+// must not keep the writer "failing" so that the next change is stopped
+// by removeGenerations(root, 1) before its generation is written.
+func TestWatchedDirectoryCleanupFailureDoesNotBlockUpdates(t *testing.T) {
+	dir := t.TempDir()
+	c := xds.NewCache()
+	c.MarkReady()
+	cfg := fileout.Config{Dir: dir, Mode: fileout.ModeWatchedDirectory, EnvoyDir: "/etc/envoy/xds"}
+	w := newWriter(t, c, cfg)
+	publishClusters(t, c, 3)
+	if _, err := w.WriteOnce(); err != nil {
+		t.Fatal(err)
+	}
+	old := filepath.Join(dir, "..2000_01_01_00_00_00.000000000", "m")
+	if err := os.MkdirAll(old, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", old).CombinedOutput(); err != nil {
+		t.Skipf("mount tmpfs (needs root): %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", old).Run() })
+	publishClusters(t, c, 4)
+	w.WriteOnce() // served; the clean-up fails
+	sameTree(t, readTree(t, dir), wantTree(t, c, cfg))
+	w.WriteOnce() // Run's retry a second later, nothing changed
+	publishClusters(t, c, 5)
+	w.WriteOnce()
+	sameTree(t, readTree(t, dir), wantTree(t, c, cfg))
+}

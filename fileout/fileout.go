@@ -228,7 +228,7 @@ func (w *Writer) writeOnce() (Result, error) {
 	}
 	res := Result{Versions: versions}
 	if w.cfg.Mode == ModeWatchedDirectory {
-		err = w.swap(root, files, &res)
+		err = w.swap(root, files, &res, first)
 	} else if err = w.replace(root, files, &res); err == nil && first {
 		// Left by mode watched_directory: ..data and its generations.
 		ents, _ := fs.ReadDir(root.FS(), ".")
@@ -570,7 +570,11 @@ func writeAtomic(root *os.Root, rel string, data []byte) error {
 // previous one). After a failed round every generation but the current
 // one is removed before the next is written, to free the space a full
 // disk needs.
-func (w *Writer) swap(root *os.Root, files []file, res *Result) error {
+//
+// first is the first round of the writer (w.cur read from disk): a
+// previous process may have swapped ..data and stopped or failed before
+// its links, so they are made again as after a failed round.
+func (w *Writer) swap(root *os.Root, files []file, res *Result, first bool) error {
 	// The assignment of a removed cluster stays one generation more:
 	// on the swap every subscription of the directory reads again, the
 	// removed cluster's EDS perhaps before CDS removes the cluster, and it
@@ -594,6 +598,11 @@ func (w *Writer) swap(root *os.Root, files []file, res *Result) error {
 		}
 	}
 	if same {
+		if w.failing || first {
+			// The last round may have swapped ..data and failed after:
+			// its links and clean-up are made again.
+			return linkTop(root, topNames(w.cur))
+		}
 		return nil
 	}
 	res.Written = slices.DeleteFunc(res.Written, func(rel string) bool { return carried[rel] })
@@ -608,8 +617,10 @@ func (w *Writer) swap(root *os.Root, files []file, res *Result) error {
 	}
 	sort.Strings(res.Removed)
 	if w.failing {
+		// Best effort: an old generation that cannot be removed must not
+		// stop the new one (if space is short, its write fails by itself).
 		if err := removeGenerations(root, 1); err != nil {
-			return err
+			w.log.Warn("filesystem output: removing old generations", "dir", w.dir, "err", err)
 		}
 	}
 	gen, err := w.newGeneration(root)
@@ -636,6 +647,24 @@ func (w *Writer) swap(root *os.Root, files []file, res *Result) error {
 		return err
 	}
 	w.cur, w.carried = next, carried
+	return linkTop(root, top)
+}
+
+// topNames are the top-level names of the files of cur, and the
+// endpoints directory.
+func topNames(cur map[string][]byte) map[string]bool {
+	top := map[string]bool{EndpointsDir: true}
+	for rel := range cur {
+		if !strings.Contains(rel, string(filepath.Separator)) {
+			top[rel] = true
+		}
+	}
+	return top
+}
+
+// linkTop makes each name of top a link into ..data, removes the links of
+// files no longer served, and the old generations.
+func linkTop(root *os.Root, top map[string]bool) error {
 	for name := range top {
 		want := filepath.Join(dataLink, name)
 		if got, err := root.Readlink(name); err == nil && got == want {

@@ -184,60 +184,47 @@ func TestFilesOutputStaysInItsDirectory(t *testing.T) {
 	}
 }
 
-// TestWatchedDirectoryRepairsLinksAfterFailedRound: a round of mode
-// watched_directory that swaps ..data but cannot make a top-level link
-// (a directory in the way of its temporary name) fails; the next round,
-// with nothing changed in the catalog, makes the link, and the directory
-// holds exactly the served files.
-func TestWatchedDirectoryRepairsLinksAfterFailedRound(t *testing.T) {
-	dir := t.TempDir()
+// watchedDirectory returns a writer of mode watched_directory into a new
+// directory, its cache serving 3 clusters.
+func watchedDirectory(t *testing.T) (string, *xds.Cache, fileout.Config, *fileout.Writer) {
+	t.Helper()
 	c := xds.NewCache()
 	c.MarkReady()
-	cfg := fileout.Config{Dir: dir, Mode: fileout.ModeWatchedDirectory, EnvoyDir: "/etc/envoy/xds"}
+	cfg := fileout.Config{Dir: t.TempDir(), Mode: fileout.ModeWatchedDirectory, EnvoyDir: "/etc/envoy/xds"}
 	w := newWriter(t, c, cfg)
 	publishClusters(t, c, 3)
-	blocker := filepath.Join(dir, "clusters"+fileout.Ext(cfg.Format)+"_tmp")
-	if err := os.MkdirAll(filepath.Join(blocker, "x"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.WriteOnce(); err == nil {
-		t.Fatal("a directory in the way of the clusters link: the round did not fail")
-	}
-	if err := os.RemoveAll(blocker); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.WriteOnce(); err != nil {
-		t.Fatalf("the round after: %v", err)
-	}
-	sameTree(t, readTree(t, dir), wantTree(t, c, cfg))
+	return cfg.Dir, c, cfg, w
 }
 
-// TestWatchedDirectoryRepairsLinksAfterRestart: a round swaps ..data and
-// fails to make the clusters link; the process restarts (a new Writer,
-// w.cur read from disk) and its first round, with nothing changed, must
-// make the link.
-func TestWatchedDirectoryRepairsLinksAfterRestart(t *testing.T) {
-	dir := t.TempDir()
-	c := xds.NewCache()
-	c.MarkReady()
-	cfg := fileout.Config{Dir: dir, Mode: fileout.ModeWatchedDirectory, EnvoyDir: "/etc/envoy/xds"}
-	w := newWriter(t, c, cfg)
-	publishClusters(t, c, 3)
-	blocker := filepath.Join(dir, "clusters"+fileout.Ext(cfg.Format)+"_tmp")
-	if err := os.MkdirAll(filepath.Join(blocker, "x"), 0o755); err != nil {
-		t.Fatal(err)
+// TestWatchedDirectoryRepairsLinks: a round of mode watched_directory
+// swaps ..data but cannot make a top-level link (a directory in the way
+// of its temporary name) and fails. The next round, with nothing changed
+// in the catalog, makes the link, whether it is the same writer's retry
+// or the first round of a writer restarted (w.cur read from disk); the
+// directory then holds exactly the served files.
+func TestWatchedDirectoryRepairsLinks(t *testing.T) {
+	for _, restart := range []bool{false, true} {
+		t.Run(map[bool]string{false: "retry", true: "restart"}[restart], func(t *testing.T) {
+			dir, c, cfg, w := watchedDirectory(t)
+			blocker := filepath.Join(dir, "clusters"+fileout.Ext(cfg.Format)+"_tmp")
+			if err := os.MkdirAll(filepath.Join(blocker, "x"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.WriteOnce(); err == nil {
+				t.Fatal("a directory in the way of the clusters link: the round did not fail")
+			}
+			if err := os.RemoveAll(blocker); err != nil {
+				t.Fatal(err)
+			}
+			if restart {
+				w = newWriter(t, c, cfg)
+			}
+			if _, err := w.WriteOnce(); err != nil {
+				t.Fatalf("the round after: %v", err)
+			}
+			sameTree(t, readTree(t, dir), wantTree(t, c, cfg))
+		})
 	}
-	if _, err := w.WriteOnce(); err == nil {
-		t.Fatal("a directory in the way of the clusters link: the round did not fail")
-	}
-	if err := os.RemoveAll(blocker); err != nil {
-		t.Fatal(err)
-	}
-	w2 := newWriter(t, c, cfg) // restarted
-	if _, err := w2.WriteOnce(); err != nil {
-		t.Fatalf("the first round after restart: %v", err)
-	}
-	sameTree(t, readTree(t, dir), wantTree(t, c, cfg))
 }
 
 // TestWatchedDirectoryCleanupFailureDoesNotBlockUpdates: an old
@@ -247,12 +234,7 @@ func TestWatchedDirectoryRepairsLinksAfterRestart(t *testing.T) {
 // must not keep the writer "failing" so that the next change is stopped
 // by removeGenerations(root, 1) before its generation is written.
 func TestWatchedDirectoryCleanupFailureDoesNotBlockUpdates(t *testing.T) {
-	dir := t.TempDir()
-	c := xds.NewCache()
-	c.MarkReady()
-	cfg := fileout.Config{Dir: dir, Mode: fileout.ModeWatchedDirectory, EnvoyDir: "/etc/envoy/xds"}
-	w := newWriter(t, c, cfg)
-	publishClusters(t, c, 3)
+	dir, c, cfg, w := watchedDirectory(t)
 	if _, err := w.WriteOnce(); err != nil {
 		t.Fatal(err)
 	}

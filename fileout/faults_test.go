@@ -254,3 +254,35 @@ func TestWatchedDirectoryCleanupFailureDoesNotBlockUpdates(t *testing.T) {
 	w.WriteOnce()
 	sameTree(t, readTree(t, dir), wantTree(t, c, cfg))
 }
+
+// TestWatchedDirectoryCountsInstalledRounds: rounds of mode
+// watched_directory that fail before ..data points to their generation
+// (a directory in the way of its temporary link) report nothing written
+// and add nothing to the written counter; the round that installs the
+// files counts each once.
+func TestWatchedDirectoryCountsInstalledRounds(t *testing.T) {
+	dir, _, _, w := watchedDirectory(t)
+	blocker := filepath.Join(dir, "..data_tmp")
+	if err := os.MkdirAll(filepath.Join(blocker, "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		res, err := w.WriteOnce()
+		if err == nil {
+			t.Fatal("a directory in the way of ..data: the round did not fail")
+		}
+		if len(res.Written)+len(res.Removed) != 0 {
+			t.Fatalf("a round that installed nothing reports written %v, removed %v", res.Written, res.Removed)
+		}
+	}
+	if err := os.RemoveAll(blocker); err != nil {
+		t.Fatal(err)
+	}
+	res, err := w.WriteOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := w.Stats(); st.Written != uint64(len(res.Written)) || st.Failures != 3 {
+		t.Fatalf("written %d (the installing round wrote %d), failures %d (want 3)", st.Written, len(res.Written), st.Failures)
+	}
+}

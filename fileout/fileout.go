@@ -574,7 +574,16 @@ func writeAtomic(root *os.Root, rel string, data []byte) error {
 // first is the first round of the writer (w.cur read from disk): a
 // previous process may have swapped ..data and stopped or failed before
 // its links, so they are made again as after a failed round.
-func (w *Writer) swap(root *os.Root, files []file, res *Result, first bool) error {
+//
+// A round that fails before ..data points to its generation wrote
+// nothing a reader sees: it reports nothing written or removed.
+func (w *Writer) swap(root *os.Root, files []file, res *Result, first bool) (err error) {
+	installed := false
+	defer func() {
+		if err != nil && !installed {
+			res.Written, res.Removed = nil, nil
+		}
+	}()
 	// The assignment of a removed cluster stays one generation more:
 	// on the swap every subscription of the directory reads again, the
 	// removed cluster's EDS perhaps before CDS removes the cluster, and it
@@ -646,6 +655,7 @@ func (w *Writer) swap(root *os.Root, files []file, res *Result, first bool) erro
 		root.RemoveAll(gen)
 		return err
 	}
+	installed = true
 	w.cur, w.carried = next, carried
 	return linkTop(root, top)
 }

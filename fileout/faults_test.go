@@ -201,7 +201,9 @@ func watchedDirectory(t *testing.T) (string, *xds.Cache, fileout.Config, *fileou
 // of its temporary name) and fails. The next round, with nothing changed
 // in the catalog, makes the link, whether it is the same writer's retry
 // or the first round of a writer restarted (w.cur read from disk); the
-// directory then holds exactly the served files.
+// directory then holds exactly the served files. The failed round served
+// its files (..data points to them): it reports and counts them; the
+// round that repairs the link writes and counts nothing again.
 func TestWatchedDirectoryRepairsLinks(t *testing.T) {
 	for _, restart := range []bool{false, true} {
 		t.Run(map[bool]string{false: "retry", true: "restart"}[restart], func(t *testing.T) {
@@ -210,17 +212,26 @@ func TestWatchedDirectoryRepairsLinks(t *testing.T) {
 			if err := os.MkdirAll(filepath.Join(blocker, "x"), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := w.WriteOnce(); err == nil {
+			res, err := w.WriteOnce()
+			if err == nil {
 				t.Fatal("a directory in the way of the clusters link: the round did not fail")
+			}
+			if len(res.Written) != 4 {
+				t.Fatalf("the round that swapped ..data reports written %v; want the clusters and 3 assignments", res.Written)
 			}
 			if err := os.RemoveAll(blocker); err != nil {
 				t.Fatal(err)
 			}
+			written, failures := uint64(4), uint64(1)
 			if restart {
 				w = newWriter(t, c, cfg)
+				written, failures = 0, 0
 			}
-			if _, err := w.WriteOnce(); err != nil {
-				t.Fatalf("the round after: %v", err)
+			if res, err = w.WriteOnce(); err != nil || len(res.Written)+len(res.Removed) != 0 {
+				t.Fatalf("the round after: written %v, removed %v, error %v", res.Written, res.Removed, err)
+			}
+			if st := w.Stats(); st.Written != written || st.Failures != failures {
+				t.Fatalf("written %d, failures %d; want %d, %d", st.Written, st.Failures, written, failures)
 			}
 			sameTree(t, readTree(t, dir), wantTree(t, c, cfg))
 		})

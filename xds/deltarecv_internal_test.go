@@ -135,13 +135,8 @@ func TestDeltaStreamClosedWhileRequestHandled(t *testing.T) {
 	scancel() // the stream ends: the handler closes it, once the request is handled
 	time.Sleep(5 * time.Millisecond)
 	close(release)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the handler did not return")
+	if err := handlerReturned(t, done); err != nil {
+		t.Fatal(err)
 	}
 	// The stream's context is still live, so Recv reads another request:
 	// the receive goroutine must see the stream closed and stop.

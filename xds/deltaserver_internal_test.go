@@ -158,12 +158,7 @@ func TestDeltaServerStreamLife(t *testing.T) {
 				time.Sleep(20 * time.Millisecond)
 				scancel()
 			}
-			var err error
-			select {
-			case err = <-done:
-			case <-time.After(5 * time.Second):
-				t.Fatal("the handler did not return")
-			}
+			err := handlerReturned(t, done)
 			if (err != nil) != (how == "callback error") {
 				t.Fatalf("handler returned %v", err)
 			}

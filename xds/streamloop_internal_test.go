@@ -124,13 +124,8 @@ func shutsDownUnderLoad[R any](t *testing.T, reqs chan<- R, commit func(typ stri
 	})
 	time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
 	stopServer()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the handler did not return")
+	if err := handlerReturned(t, done); err != nil {
+		t.Fatal(err)
 	}
 	close(stop)
 	wg.Wait()
@@ -138,4 +133,17 @@ func shutsDownUnderLoad[R any](t *testing.T, reqs chan<- R, commit func(typ stri
 	// finds none.
 	commit(ClusterType)
 	commit(EndpointType)
+}
+
+// handlerReturned returns what a stream handler started with done
+// returned, failing the test if it does not return within 5 s.
+func handlerReturned(t *testing.T, done <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handler did not return")
+		return nil
+	}
 }

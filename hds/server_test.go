@@ -293,44 +293,76 @@ func TestHDSMajorityIgnoresLoneDissenter(t *testing.T) {
 // endpoints to the others; verdicts do not flap meanwhile.
 func TestHDSCheckerLossReassigns(t *testing.T) {
 	ts := targets(30, healthcheck.TypeHTTP)
-	h := startServer(t, Options{K: 2, ReportInterval: 50 * time.Millisecond, Silence: 300 * time.Millisecond}, ts)
+	h := startServer(t, Options{K: 2, ReportInterval: 50 * time.Millisecond, Silence: 500 * time.Millisecond}, ts)
 	fs := []*fakeChecker{h.connect("e0", "z1"), h.connect("e1", "z1"), h.connect("e2", "z2"), h.connect("e3", "z2")}
+	// The checkers report every interval, as Envoys do: a single report
+	// would let a slow test miss the silence limit and lose its targets.
+	rep := reportEvery(50*time.Millisecond, fs...)
+	defer rep.stop()
 	waitFor(t, "full coverage", covered(len(ts), 2, fs...))
-	for _, f := range fs {
-		f.report(all(corev3.HealthStatus_HEALTHY))
-	}
 	waitFor(t, "every target healthy", func() bool { return len(h.transitions()) == len(ts) })
 
 	// e0's stream ends.
+	rep.set(fs[1:]...)
 	fs[0].cancel()
 	waitFor(t, "coverage by the three others", covered(len(ts), 2, fs[1:]...))
 
 	// e1 goes quiet while e2 and e3 keep reporting.
-	stop := make(chan struct{})
-	var reporting sync.WaitGroup
-	defer reporting.Wait()
-	defer close(stop)
-	reporting.Go(func() {
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				_ = fs[2].send(all(corev3.HealthStatus_HEALTHY))
-				_ = fs[3].send(all(corev3.HealthStatus_HEALTHY))
-			}
-		}
-	})
+	rep.set(fs[2:]...)
 	start := time.Now()
 	waitFor(t, "coverage by e2 and e3", covered(len(ts), 2, fs[2:]...))
 	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("reassigned after %v (silence 300ms)", d)
+		t.Errorf("reassigned after %v (silence 500ms)", d)
 	}
 	if trs := h.transitions(); len(trs) != len(ts) {
 		t.Errorf("verdicts changed while checkers came and went: %v", trs[len(ts):])
 	}
+}
+
+// reporter sends, every interval, a report of every target healthy for
+// each checker in its set that holds targets. A checker that holds none
+// sends nothing, the least an Envoy does.
+type reporter struct {
+	mu   sync.Mutex
+	fs   []*fakeChecker
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+func reportEvery(every time.Duration, fs ...*fakeChecker) *reporter {
+	r := &reporter{fs: fs, done: make(chan struct{})}
+	r.wg.Go(func() {
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-r.done:
+				return
+			case <-tick.C:
+				r.mu.Lock()
+				fs := r.fs
+				r.mu.Unlock()
+				for _, f := range fs {
+					if len(f.endpoints()) > 0 {
+						_ = f.send(all(corev3.HealthStatus_HEALTHY))
+					}
+				}
+			}
+		}
+	})
+	return r
+}
+
+// set replaces the checkers that report.
+func (r *reporter) set(fs ...*fakeChecker) {
+	r.mu.Lock()
+	r.fs = fs
+	r.mu.Unlock()
+}
+
+func (r *reporter) stop() {
+	close(r.done)
+	r.wg.Wait()
 }
 
 func TestHDSUnassignedWithoutCheckers(t *testing.T) {
@@ -351,35 +383,25 @@ func TestHDSUnassignedWithoutCheckers(t *testing.T) {
 // not cost it the targets it is given later.
 func TestHDSIdleCheckerStaysAvailable(t *testing.T) {
 	ts := targets(1, healthcheck.TypeTCP)
-	h := startServer(t, Options{K: 1, ReportInterval: 50 * time.Millisecond, Silence: 200 * time.Millisecond}, ts)
+	h := startServer(t, Options{K: 1, ReportInterval: 50 * time.Millisecond, Silence: 400 * time.Millisecond}, ts)
 	a, b := h.connect("envoy-a", "z"), h.connect("envoy-b", "z")
+	rep := reportEvery(50*time.Millisecond, a, b)
 	var holder, idle *fakeChecker
-	waitFor(t, "the target assigned", func() bool {
+	assigned := func() bool {
 		switch {
-		case len(a.endpoints()) == 1:
+		case len(a.endpoints()) == 1 && len(b.endpoints()) == 0:
 			holder, idle = a, b
-		case len(b.endpoints()) == 1:
+		case len(b.endpoints()) == 1 && len(a.endpoints()) == 0:
 			holder, idle = b, a
+		default:
+			return false
 		}
-		return holder != nil
-	})
-	stop := make(chan struct{})
-	var reporting sync.WaitGroup
-	reporting.Go(func() {
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				_ = holder.send(all(corev3.HealthStatus_HEALTHY))
-			}
-		}
-	})
-	time.Sleep(600 * time.Millisecond) // 3 × the silence: idle has said nothing
-	close(stop)
-	reporting.Wait()
+		return true
+	}
+	waitFor(t, "the target assigned", assigned)
+	time.Sleep(1200 * time.Millisecond) // 3 × the silence: idle has said nothing
+	rep.stop()
+	waitFor(t, "the target assigned", assigned)
 	holder.cancel()
 	waitFor(t, "the idle checker to take the target", func() bool { return len(idle.endpoints()) == 1 })
 }

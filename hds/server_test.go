@@ -227,12 +227,20 @@ func TestHDSAssignsEachTargetToKCheckersInTwoZones(t *testing.T) {
 		zone[node] = z
 		fs = append(fs, h.connect(node, z))
 	}
-	waitFor(t, "every endpoint at 2 checkers", covered(len(ts), 2, fs...))
-	for ep, nodes := range coverage(fs...) {
-		if zone[nodes[0]] == zone[nodes[1]] {
-			t.Errorf("%s: both checkers in %s: %v", ep, zone[nodes[0]], nodes)
+	// The checkers connect one by one, and the first two in one zone hold
+	// everything until the others are there: wait for the last specifiers.
+	atTwo := covered(len(ts), 2, fs...)
+	waitFor(t, "every endpoint at 2 checkers, one in each zone", func() bool {
+		if !atTwo() {
+			return false
 		}
-	}
+		for _, nodes := range coverage(fs...) {
+			if len(nodes) != 2 || zone[nodes[0]] == zone[nodes[1]] {
+				return false
+			}
+		}
+		return true
+	})
 	if u := h.s.Unassigned(); len(u) != 0 {
 		t.Errorf("unassigned: %v", u)
 	}

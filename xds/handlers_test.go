@@ -167,8 +167,9 @@ func TestDeltaHandlerInstallsSentState(t *testing.T) {
 }
 
 // TestSotwHandlerStateAndStaleNonce: on a request that names resources the
-// sotw handler makes the state incomplete but keeps the names' entries as
-// the cache wrote them, and it ignores a request with a stale nonce.
+// sotw handler keeps the names' entries as the cache wrote them, and the
+// state complete unless the request asks for a name it did not; it ignores
+// a request with a stale nonce.
 func TestSotwHandlerStateAndStaleNonce(t *testing.T) {
 	sp, client := startContract(t)
 	st, err := client.StreamAggregatedResources(context.Background())
@@ -192,8 +193,8 @@ func TestSotwHandlerStateAndStaleNonce(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := sp.last(t, 2).sotw
-	if got.complete {
-		t.Fatalf("a named sotw request kept the state complete: %+v", got)
+	if !got.complete {
+		t.Fatalf("an ACK listing the same names made the state incomplete: %+v", got)
 	}
 	if m, ok := got.marks["a"]; !ok || !m.sent {
 		t.Fatalf("the mark the cache wrote for a was not kept: %+v", got)
@@ -204,6 +205,19 @@ func TestSotwHandlerStateAndStaleNonce(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if n := sp.count(); n != 2 {
 		t.Fatalf("%d watches: the request with a stale nonce was not ignored", n)
+	}
+	// Fewer names keep it complete; a name added does not.
+	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: EndpointType, ResourceNames: []string{"a"}, ResponseNonce: r.Nonce, VersionInfo: r.VersionInfo}); err != nil {
+		t.Fatal(err)
+	}
+	if got := sp.last(t, 3).sotw; !got.complete || len(got.versions) != 1 {
+		t.Fatalf("a request listing fewer names: %+v, want complete with a only", got)
+	}
+	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: EndpointType, ResourceNames: []string{"a", "c"}, ResponseNonce: r.Nonce, VersionInfo: r.VersionInfo}); err != nil {
+		t.Fatal(err)
+	}
+	if got := sp.last(t, 4).sotw; got.complete {
+		t.Fatalf("a request adding a name kept the state complete: %+v", got)
 	}
 }
 

@@ -32,11 +32,12 @@ import (
 // computed it left it. The stream handler (sotwserver.go) owns it, under
 // the stream's lock: it keeps the one its type's last response installed
 // (sotwSub.held) and hands it to each watch. A request that lists names,
-// and not "*", makes the handler keep only those names' entries and drop
-// complete (sotwSub.set), so what must survive such a request (what to
-// roll back on a NACK) is kept per name. The cache reads a state under its
-// lock and never changes one it handed over; the handler changes one only
-// between a watch's cancellation and the next watch.
+// and not "*", makes the handler keep only those names' entries, and one
+// that asks for anything new makes it drop complete (sotwSub.set), so what
+// must survive such a request (what to roll back on a NACK) is kept per
+// name. The cache reads a state under its lock and never changes one it
+// handed over; the handler changes one only between a watch's
+// cancellation and the next watch.
 type sotwHeld struct {
 	// complete: the response left nothing out, at generation gen.
 	complete bool
@@ -103,9 +104,8 @@ type sotwState struct {
 // answer to the last response (a sotw NACK is of the latest response,
 // sotwserver.go), and decides the names to look at: those changed since
 // the state's generation. It looks at everything of interest when the
-// request lists names (the interest may have changed; the server drops
-// complete from the state for such a request unless it lists "*"), and
-// after a rejection.
+// state is not complete (the server drops complete from the state for a
+// request that asks for anything new), and after a rejection.
 func (c *Cache) readSotwState(w *watch) {
 	ts, ss := w.ts, &w.ss
 	known := w.sheld
@@ -132,9 +132,7 @@ func (c *Cache) readSotwState(w *watch) {
 	if len(ss.plan) > 0 {
 		ss.limit = ss.plan[0]
 	}
-	// A request that lists names (even only "*", which keeps the state
-	// complete) may have changed the interest: checked in full.
-	if !known.complete || w.sreq.GetResponseNonce() == "" || len(w.sreq.GetResourceNames()) > 0 || len(rejected) > 0 || len(ss.suspects) > 0 {
+	if !known.complete || w.sreq.GetResponseNonce() == "" || len(rejected) > 0 || len(ss.suspects) > 0 {
 		ss.full = true
 		return
 	}
@@ -288,6 +286,11 @@ func (p *sotwPass) consider(n string) {
 				w.heldBack = append(w.heldBack, n)
 				return
 			}
+		}
+		if !exists && isSub && !p.ts.FullState {
+			// A response cannot remove it: the client holds it until
+			// it no longer lists it (sotwSub.set), and so does the state.
+			return
 		}
 		p.removed = append(p.removed, n)
 	}

@@ -42,7 +42,7 @@ func (s *spy) record(st snapshot) {
 
 func (s *spy) watchSotw(req *discovery.DiscoveryRequest, sub sotwSub, q sotwQueue) (func(), error) {
 	h := *sub.held
-	h.versions, h.marks = maps.Clone(h.versions), maps.Clone(h.marks)
+	h.versions, h.marks = h.versions.clone(), maps.Clone(h.marks)
 	s.record(snapshot{sotw: h})
 	return s.Cache.watchSotw(req, sub, q)
 }
@@ -199,7 +199,7 @@ func TestSotwHandlerStateAndStaleNonce(t *testing.T) {
 	if m, ok := got.marks["a"]; !ok || !m.sent {
 		t.Fatalf("the mark the cache wrote for a was not kept: %+v", got)
 	}
-	if _, ok := got.versions["b"]; !ok {
+	if _, ok := got.versions.get("b"); !ok {
 		t.Fatalf("the request with a stale nonce was taken: %+v", got)
 	}
 	time.Sleep(100 * time.Millisecond)
@@ -210,7 +210,7 @@ func TestSotwHandlerStateAndStaleNonce(t *testing.T) {
 	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: EndpointType, ResourceNames: []string{"a"}, ResponseNonce: r.Nonce, VersionInfo: r.VersionInfo}); err != nil {
 		t.Fatal(err)
 	}
-	if got := sp.last(t, 3).sotw; !got.complete || len(got.versions) != 1 {
+	if got := sp.last(t, 3).sotw; !got.complete || got.versions.len() != 1 {
 		t.Fatalf("a request listing fewer names: %+v, want complete with a only", got)
 	}
 	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: EndpointType, ResourceNames: []string{"a", "c"}, ResponseNonce: r.Nonce, VersionInfo: r.VersionInfo}); err != nil {

@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -44,7 +43,7 @@ type sotwHeld struct {
 	gen      uint64
 	// versions: name → version held; "" for a name of marks the client
 	// holds nothing of.
-	versions map[string]string
+	versions versions
 	// marks: what more the cache follows of some names (each also in
 	// versions).
 	marks map[string]sotwMark
@@ -72,12 +71,13 @@ func (h *sotwHeld) mark(n, version string, m sotwMark) {
 	if h.marks == nil {
 		h.marks = map[string]sotwMark{}
 	}
-	h.versions[n], h.marks[n] = version, m
+	h.versions.put(n, version)
+	h.marks[n] = m
 }
 
 // set notes that the client holds version of n, with no mark.
 func (h *sotwHeld) set(n, version string) {
-	h.versions[n] = version
+	h.versions.put(n, version)
 	delete(h.marks, n)
 }
 
@@ -91,7 +91,7 @@ type sotwResponse struct {
 
 // sotwState is a sotw client's state as read when its watch is created.
 type sotwState struct {
-	held     map[string]string // name → version held (the state, or a view of it with answers applied)
+	held     versions          // name → version held (the state, or a view of it with answers applied)
 	rejected map[string]string // name → version rejected alone
 	plan     plan              // sizes of the next responses, while a rejected one is halved
 	limit    int               // plan[0]: resources in the next response; 0: no limit
@@ -109,9 +109,9 @@ type sotwState struct {
 func (c *Cache) readSotwState(w *watch) {
 	ts, ss := w.ts, &w.ss
 	known := w.sheld
-	ss.held = known.versions
+	ss.held = known.versions // read only, unless made a copy
 	if len(known.marks) > 0 {
-		ss.held = maps.Clone(known.versions)
+		ss.held = known.versions.clone()
 	}
 	nack := w.sreq.GetErrorDetail() != nil && w.sreq.GetResponseNonce() != ""
 	rejected, accepted, sentCount := ss.readMarks(known, nack)
@@ -149,7 +149,7 @@ func (c *Cache) readSotwState(w *watch) {
 // (sentCount).
 func (ss *sotwState) readMarks(known *sotwHeld, nack bool) (rejected []string, accepted, sentCount int) {
 	for n, m := range known.marks {
-		cur := known.versions[n]
+		cur := known.versions.at(n)
 		switch {
 		case m.rejected != "":
 			if ss.rejected == nil {
@@ -173,9 +173,9 @@ func (ss *sotwState) readMarks(known *sotwHeld, nack bool) (rejected []string, a
 			ss.rejected[n], cur = cur, m.prev // undone unless alone
 		}
 		if cur == "" {
-			delete(ss.held, n)
+			ss.held.del(n)
 		} else {
-			ss.held[n] = cur
+			ss.held.put(n, cur)
 		}
 	}
 	return rejected, accepted, sentCount
@@ -240,7 +240,12 @@ type sotwPass struct {
 // collect considers names (everything of interest if full), each once.
 func (p *sotwPass) collect(names []string, full bool) {
 	if full {
-		p.w.fullCheck(p.ss.held, p.consider)
+		covered := p.w.checkInterest(p.consider)
+		for n := range p.ss.held.all() {
+			if !covered(n) {
+				p.consider(n)
+			}
+		}
 		return
 	}
 	seen := make(map[string]struct{}, len(names))
@@ -260,7 +265,7 @@ func (p *sotwPass) consider(n string) {
 	e, exists := w.lookup(n)
 	_, isSub := p.subscribed[n]
 	interested := p.wild || isSub
-	kv, isKnown := ss.held[n]
+	kv, isKnown := ss.held.get(n)
 	switch {
 	case exists && interested:
 		if rv, ok := ss.rejected[n]; ok && rv == e.Version {
@@ -320,21 +325,20 @@ func (p *sotwPass) bound() (cut bool) {
 // a halving), complete when the response leaves nothing out.
 func (p *sotwPass) nextState(cut bool) *sotwHeld {
 	ts, ss := p.ts, p.ss
-	next := &sotwHeld{versions: make(map[string]string, len(ss.held)+len(p.changed))}
-	maps.Copy(next.versions, ss.held)
+	next := &sotwHeld{versions: ss.held.clone()}
 	for _, n := range p.removed {
-		delete(next.versions, n)
+		next.versions.del(n)
 	}
 	for n, v := range ss.rejected {
 		if e, ok := ts.Resources[n]; ok && e.Version == v {
-			next.mark(n, ss.held[n], sotwMark{rejected: v})
+			next.mark(n, ss.held.at(n), sotwMark{rejected: v})
 		}
 	}
 	if len(ss.plan) > 0 {
 		// Suspects not sent yet keep the plan for the next responses.
 		for _, n := range ss.suspects {
-			if e, ok := ts.Resources[n]; ok && e.Version != ss.held[n] {
-				next.mark(n, ss.held[n], sotwMark{suspect: true, plan: ss.plan})
+			if e, ok := ts.Resources[n]; ok && e.Version != ss.held.at(n) {
+				next.mark(n, ss.held.at(n), sotwMark{suspect: true, plan: ss.plan})
 			}
 		}
 	}
@@ -347,7 +351,7 @@ func (p *sotwPass) nextState(cut bool) *sotwHeld {
 		if im, ok := p.interims[n]; ok {
 			v = im.version
 		}
-		next.mark(n, v, sotwMark{sent: true, prev: ss.held[n], count: len(p.changed)})
+		next.mark(n, v, sotwMark{sent: true, prev: ss.held.at(n), count: len(p.changed)})
 	}
 	// Else the next request checks in full.
 	next.complete = !cut && len(p.w.heldBack) == 0 && len(p.interims) == 0
@@ -424,7 +428,7 @@ func (c *Cache) sotwVersion(w *watch, next *sotwHeld) uint64 {
 		return w.ts.Aggregate
 	}
 	var v uint64
-	for n := range next.versions {
+	for n := range next.versions.all() {
 		if e, ok := w.lookup(n); ok {
 			v ^= e.VerHash
 		}

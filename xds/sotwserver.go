@@ -74,7 +74,7 @@ type sotwSub struct {
 
 func newSotwSub(names []string) sotwSub {
 	s := sotwSub{wildcard: len(names) == 0, allowLegacyWildcard: true,
-		names: map[string]struct{}{}, held: &sotwHeld{versions: map[string]string{}}}
+		names: map[string]struct{}{}, held: &sotwHeld{}}
 	s.set(names)
 	return s
 }
@@ -112,11 +112,15 @@ func (s *sotwSub) set(names []string) {
 		h.complete = false
 	}
 	if !wildcard {
-		for n := range h.versions {
+		var gone []string
+		for n := range h.versions.all() {
 			if _, ok := subscribed[n]; !ok {
-				delete(h.versions, n)
-				delete(h.marks, n)
+				gone = append(gone, n)
 			}
+		}
+		for _, n := range gone {
+			h.versions.del(n)
+			delete(h.marks, n)
 		}
 	}
 	s.wildcard, s.names, s.listed = wildcard, subscribed, slices.Clone(names)

@@ -140,7 +140,28 @@ func (c *Cache) readSotwState(w *watch) {
 		ss.full = true
 		return
 	}
+	// A full check of a subscription by name looks at its names (the
+	// state holds no others, sotwSub.set); the log since the state may
+	// name far more (a client of a few names whose last response is old,
+	// while the rest of the type changed): the cheaper of the two, which
+	// leave the same state.
+	if !w.sub.IsWildcard() && sinceLogExceeds(ts, known.gen, len(w.sub.SubscribedResources())+len(ss.held)) {
+		ss.full = true
+		return
+	}
 	ss.names = ts.SinceLog(known.gen)
+}
+
+// sinceLogExceeds reports whether the change log after generation gen
+// names more than limit names (counting at most limit+1 of them).
+func sinceLogExceeds(ts *typeState, gen uint64, limit int) bool {
+	n := 0
+	for i := len(ts.Log) - 1; i >= 0 && ts.Log[i].Gen > gen; i-- {
+		if n += len(ts.Log[i].Names); n > limit {
+			return true
+		}
+	}
+	return false
 }
 
 // readMarks applies the request's answer to the marked names of the state:

@@ -145,7 +145,7 @@ func (c *Cache) readSotwState(w *watch) {
 	// name far more (a client of a few names whose last response is old,
 	// while the rest of the type changed): the cheaper of the two, which
 	// leave the same state.
-	if !w.sub.IsWildcard() && sinceLogExceeds(ts, known.gen, len(w.sub.SubscribedResources())+len(ss.held)) {
+	if !w.sub.IsWildcard() && sinceLogExceeds(ts, known.gen, len(w.sub.SubscribedResources())+ss.held.len()) {
 		ss.full = true
 		return
 	}

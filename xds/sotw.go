@@ -292,7 +292,14 @@ func (p *sotwPass) consider(n string) {
 		if rv, ok := ss.rejected[n]; ok && rv == e.Version {
 			return // rejected alone: not sent again
 		}
-		if !isKnown || kv != e.Version {
+		// Deleted and created again since the state, at the version the
+		// state holds (of a type whose responses cannot remove it, so the
+		// state keeps a name the client lists): the client may have
+		// dropped it meanwhile (a name it stopped listing in a request
+		// skipped for its stale nonce), so it is sent again.
+		_, deleted := p.ts.DeletedAt[n]
+		again := isKnown && kv == e.Version && !p.ts.FullState && deleted && e.Gen > w.sheld.gen
+		if !isKnown || kv != e.Version || again {
 			if p.hold.holds(e) {
 				w.heldBack = append(w.heldBack, n)
 				return

@@ -45,8 +45,15 @@ func (m *versions) at(n string) string {
 	return v
 }
 
+// put notes v as n's version. A name already at v is left as it is: a
+// response of a type that carries everything sets every name it carries
+// (sotwPass.everything), and over holds only those that changed.
 func (m *versions) put(n, v string) {
-	if _, ok := m.get(n); !ok {
+	old, ok := m.get(n)
+	if ok && old == v {
+		return
+	}
+	if !ok {
 		m.n++
 	}
 	if m.over == nil {

@@ -123,8 +123,9 @@ func (a *streamAcct) decodeSotw(b []byte, m *discovery.DiscoveryRequest) error {
 
 // decodeSotwRepeat decodes b into m, with list as its names, if b holds
 // a version, names (list, as sameNames found), a type URL and a nonce
-// only, each valid UTF-8. It reports false, and leaves m as it was, for
-// any other field (a node, an error: the runtime decodes those).
+// only, each occurrence valid UTF-8. It reports false, and leaves m as
+// it was, for any other field (a node, an error: the runtime decodes
+// those).
 func decodeSotwRepeat(b []byte, m *discovery.DiscoveryRequest, list []string) bool {
 	var version, typeURL, nonce []byte
 	for len(b) > 0 {
@@ -136,7 +137,12 @@ func decodeSotwRepeat(b []byte, m *discovery.DiscoveryRequest, list []string) bo
 		if k < 0 {
 			return false
 		}
-		// A field repeated: the last one is the message's.
+		// A field repeated: the last one is the message's, but the
+		// runtime refuses any occurrence that is not UTF-8 (a name is
+		// one of list's, decoded by the runtime).
+		if num != sotwResourceNames && !utf8.Valid(v) {
+			return false
+		}
 		switch num {
 		case sotwVersionInfo:
 			version = v
@@ -149,9 +155,6 @@ func decodeSotwRepeat(b []byte, m *discovery.DiscoveryRequest, list []string) bo
 			return false
 		}
 		b = b[n+k:]
-	}
-	if !utf8.Valid(version) || !utf8.Valid(typeURL) || !utf8.Valid(nonce) {
-		return false
 	}
 	m.Reset()
 	m.VersionInfo, m.ResourceNames, m.TypeUrl, m.ResponseNonce = string(version), list, servedTypeURL(typeURL), string(nonce)

@@ -213,6 +213,7 @@ func FuzzDecodeSotwRepeat(f *testing.F) {
 	f.Add(prev, append(slices.Clone(ack), ack...))
 	f.Add(prev, append(slices.Clone(ack), 0x2a, 0x01, 0xff)) // a nonce not UTF-8
 	f.Add(prev, append(slices.Clone(ack), 0x28, 0x01))       // field 5 a varint
+	f.Add(prev, append([]byte{0x2a, 0x01, 0xff}, ack...))    // a nonce not UTF-8, then a nonce
 	f.Add(ack, prev)
 	f.Fuzz(func(t *testing.T, prev, b []byte) {
 		var p discovery.DiscoveryRequest

@@ -483,7 +483,8 @@ func (a *streamAcct) takeResumed(req *discovery.DeltaDiscoveryRequest) *resumedV
 // the subscription set's map entry, the request's string header and the
 // guard's hash set entry. (Made-up names are the stream's own: the shared
 // sets of nameset.go save nothing on them, and the estimate counts no
-// sharing.)
+// sharing.) A sotw stream also keeps, per type, the string headers of its
+// last request's names (guardsotw.go), 16 bytes a name.
 const (
 	PerStreamOverheadBytes = 23 << 10
 	NameBytesFactor        = 2

@@ -115,7 +115,9 @@ func (a *streamAcct) decodeSotw(b []byte, m *discovery.DiscoveryRequest) error {
 	if typeURL == "" {
 		typeURL = string(a.defType)
 	}
-	if tn := a.types.at(typeURL); tn != nil {
+	if tn := a.types.at(typeURL); tn != nil && tn.extra == 0 {
+		// A list of repeated names is not kept: what is kept is at most
+		// max_names_per_stream names.
 		tn.list = slices.Clone(m.GetResourceNames())
 	}
 	return nil

@@ -10,7 +10,7 @@ import (
 	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
-// TestSotwFullStateStateHoldsWhatChanged (review): a sotw CDS response
+// TestSotwFullStateStateHoldsWhatChanged: a sotw CDS response
 // (a type whose responses carry everything) after one cluster changed
 // installs a state whose names changed since its base are that one
 // cluster, not every cluster the response carries: otherwise the state

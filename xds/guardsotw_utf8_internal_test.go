@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// FuzzSotwAcctSequence (review): any sequence of requests a stream
+// FuzzSotwAcctSequence: any sequence of requests a stream
 // decodes (the stream ends at the first the runtime refuses) decodes as
 // the runtime decodes it and leaves the model's names and bytes, each
 // request sent twice so that the second takes the kept list.
@@ -50,7 +50,7 @@ func FuzzSotwAcctSequence(f *testing.F) {
 	})
 }
 
-// TestDecodeSotwRepeatRefusesAnyFieldNotUTF8 (review): a string field
+// TestDecodeSotwRepeatRefusesAnyFieldNotUTF8: a string field
 // given twice, the first not UTF-8, is refused by the runtime (it checks
 // every occurrence, not only the last, which the message keeps); so must
 // the repeat decoder be, and the stream's decoding.

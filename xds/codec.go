@@ -186,5 +186,8 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 		}
 		return err
 	}
+	if sr, ok := m.(*discovery.DiscoveryRequest); ok && guarded {
+		return gm.a.decodeSotw(buf.ReadOnlyData(), sr)
+	}
 	return proto.Unmarshal(buf.ReadOnlyData(), m)
 }

@@ -3,6 +3,7 @@ package xds
 import (
 	"iter"
 	"maps"
+	"reflect"
 	"slices"
 	"time"
 )
@@ -34,6 +35,10 @@ type sentAssignments struct {
 	within *nameSet
 
 	at map[string]time.Time // sotw
+	// atWithin: a sotw subscription's names (the map itself, which a
+	// request that changes them replaces, sotwSub.set) that hold every
+	// name in at; nil: none known.
+	atWithin map[string]struct{}
 }
 
 // minFold is the overlay size below which extra is not folded into the
@@ -139,7 +144,8 @@ func (s *sentAssignments) remove(names []string) {
 // shared set, on a delta stream, and grewFrom, the set it grew from
 // without removals, if it did). Nothing is looked at on a delta stream
 // whose subscription is the one last kept to or grew from it, or whose set
-// is the subscription's.
+// is the subscription's, nor on a sotw stream whose names are the map last
+// kept to.
 func (s *sentAssignments) keep(sub map[string]struct{}, subSet, grewFrom *nameSet) {
 	if s.set != nil {
 		if subSet != nil && (subSet == s.within || (grewFrom != nil && grewFrom == s.within) || (subSet == s.set && s.extra.len() == 0)) {
@@ -162,16 +168,20 @@ func (s *sentAssignments) keep(sub map[string]struct{}, subSet, grewFrom *nameSe
 		s.settle()
 		return
 	}
+	if s.atWithin != nil && reflect.ValueOf(sub).UnsafePointer() == reflect.ValueOf(s.atWithin).UnsafePointer() {
+		return // a sotw ACK listing the same names
+	}
 	for n := range s.at {
 		if _, ok := sub[n]; !ok {
 			delete(s.at, n)
 		}
 	}
+	s.atWithin = sub
 }
 
 // unbounded notes that names outside any subscription may be sent (a
 // wildcard subscription): the next keep looks at every name.
-func (s *sentAssignments) unbounded() { s.within = nil }
+func (s *sentAssignments) unbounded() { s.within, s.atWithin = nil, nil }
 
 // overlay is a delta stream's names sent and not yet folded into its
 // shared set. In a first sync an Envoy is sent its assignments in

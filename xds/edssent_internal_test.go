@@ -177,3 +177,69 @@ func TestSentAssignmentsAddSortedNames(t *testing.T) {
 		}
 	}
 }
+
+// TestSentAssignmentsSotwModel checks a sotw stream's record of the
+// assignments sent against a plain map, over random histories of sends,
+// removals and requests (sotwSub.set: the names listed again, as an ACK
+// does, or changed; a wildcard lets anything be sent).
+func TestSentAssignmentsSotwModel(t *testing.T) {
+	for seed := range uint64(300) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 13))
+			universe := make([]string, 10+r.IntN(60))
+			for i := range universe {
+				universe[i] = fmt.Sprintf("c%03d", i)
+			}
+			var s sentAssignments
+			model := map[string]bool{}
+			listed := []string{universe[0]}
+			sub := newSotwSub(listed)
+			for step := range 200 {
+				switch op := r.IntN(10); {
+				case op < 5: // a response sends some names of interest
+					var names []string
+					for range 1 + r.IntN(10) {
+						n := universe[r.IntN(len(universe))]
+						if _, ok := sub.SubscribedResources()[n]; ok || sub.IsWildcard() {
+							names = append(names, n)
+						}
+					}
+					s.add(false, names, time.Time{})
+					for _, n := range names {
+						model[n] = true
+					}
+				case op < 6: // a response reports names removed
+					n := universe[r.IntN(len(universe))]
+					s.remove([]string{n})
+					delete(model, n)
+				default: // a request: the same names (an ACK), or others
+					if r.IntN(2) == 0 {
+						listed = nil
+						for range 1 + r.IntN(len(universe)) {
+							listed = append(listed, universe[r.IntN(len(universe))])
+						}
+						if r.IntN(8) == 0 {
+							listed = append(listed, explicitWildcard)
+						}
+					}
+					sub.set(slices.Clone(listed))
+					if sub.IsWildcard() {
+						s.unbounded()
+						continue
+					}
+					s.keep(sub.SubscribedResources(), nil, nil)
+					for n := range model {
+						if _, ok := sub.SubscribedResources()[n]; !ok {
+							delete(model, n)
+						}
+					}
+				}
+				for _, n := range universe {
+					if s.has(n) != model[n] {
+						t.Fatalf("step %d: has(%s) = %v, the model says %v", step, n, s.has(n), model[n])
+					}
+				}
+			}
+		})
+	}
+}

@@ -45,6 +45,10 @@ type streamAcct struct {
 	// resumed: what the decoder found current of the initial versions of
 	// requests decoded and not yet handled (resumed.go).
 	resumed map[*discovery.DeltaDiscoveryRequest]*resumedVersions
+	// repeat: the names of the request being decoded, when they are its
+	// type's last request's (guardsotw.go); set by the accounting, taken
+	// by the decoder.
+	repeat []string
 
 	// names and bytes are the stream's totals, also in conn's; read by
 	// Server.Clients.
@@ -74,6 +78,11 @@ type typeNames struct {
 	// client ACKs) and of its last request (held until the next).
 	ivFirst, ivLast int
 	requests        int
+	// A sotw type's last request: its names as decoded (nil: unknown),
+	// never written once kept, and the bytes of those it repeated
+	// (guardsotw.go).
+	list  []string
+	extra int
 }
 
 // pace takes a token from the stream's bucket, waiting for it if there is
@@ -126,6 +135,7 @@ func (a *streamAcct) checkWireScan(m any, b []byte, sc *deltaScan) error {
 	default:
 		return nil
 	}
+	a.repeat = nil
 	a.err = a.apply(delta, b, sc)
 	return a.err
 }
@@ -356,52 +366,6 @@ func (a *streamAcct) deltaNames(tn *typeNames, b []byte, subs subList, nsubs, un
 	return dn, db, extra
 }
 
-// sotwNames replaces the type's set with a sotw request's list;
-// unchanged (the common ACK), nothing is rebuilt. It returns the change in
-// names and bytes, and the bytes (as encoded) of the names repeated.
-func (a *streamAcct) sotwNames(tn *typeNames, b []byte) (dn, db, extra int) {
-	n, same := 0, true
-	var sum uint64
-	fields(b, func(num protowire.Number, v []byte, _ int) {
-		if num == sotwResourceNames {
-			n++
-			if same {
-				h := maphash.Bytes(a.g.seed, v)
-				same = tn.set.has(h)
-				sum += h
-			}
-		}
-	})
-	// As many names as the set, each in it, and the same sum of hashes:
-	// the set's names, none repeated (a repeat would leave one of the
-	// set's out, and the sums differ).
-	if same && n == tn.set.len() && sum == tn.set.h {
-		return 0, 0, 0
-	}
-	dn -= tn.set.len()
-	db -= tn.bytes
-	tn.bytes = 0
-	var hs []uint64
-	seen := make(map[uint64]struct{}, min(n, a.g.lim.MaxNamesPerStream+1))
-	fields(b, func(num protowire.Number, v []byte, size int) {
-		if num != sotwResourceNames {
-			return
-		}
-		h := maphash.Bytes(a.g.seed, v)
-		if _, ok := seen[h]; ok {
-			extra += size
-			return
-		}
-		seen[h] = struct{}{}
-		hs = append(hs, h)
-		tn.bytes += len(v)
-		dn++
-		db += len(v)
-	})
-	tn.set = hashSets.empty.derive(hs, nil)
-	return dn, db, extra
-}
-
 // account adds a request's change in names (dn), bytes (db) and initial
 // version bytes (div) to the stream's, its connection's and the server's
 // totals, and returns the error of the first limit they pass.
@@ -519,7 +483,8 @@ func (a *streamAcct) takeResumed(req *discovery.DeltaDiscoveryRequest) *resumedV
 // the subscription set's map entry, the request's string header and the
 // guard's hash set entry. (Made-up names are the stream's own: the shared
 // sets of nameset.go save nothing on them, and the estimate counts no
-// sharing.)
+// sharing.) A sotw stream also keeps, per type, the string headers of its
+// last request's names (guardsotw.go), 16 bytes a name.
 const (
 	PerStreamOverheadBytes = 23 << 10
 	NameBytesFactor        = 2

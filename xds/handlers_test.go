@@ -42,7 +42,7 @@ func (s *spy) record(st snapshot) {
 
 func (s *spy) watchSotw(req *discovery.DiscoveryRequest, sub sotwSub, q sotwQueue) (func(), error) {
 	h := *sub.held
-	h.versions, h.marks = maps.Clone(h.versions), maps.Clone(h.marks)
+	h.versions, h.marks = h.versions.clone(), maps.Clone(h.marks)
 	s.record(snapshot{sotw: h})
 	return s.Cache.watchSotw(req, sub, q)
 }
@@ -167,8 +167,9 @@ func TestDeltaHandlerInstallsSentState(t *testing.T) {
 }
 
 // TestSotwHandlerStateAndStaleNonce: on a request that names resources the
-// sotw handler makes the state incomplete but keeps the names' entries as
-// the cache wrote them, and it ignores a request with a stale nonce.
+// sotw handler keeps the names' entries as the cache wrote them, and the
+// state complete unless the request asks for a name it did not; it ignores
+// a request with a stale nonce.
 func TestSotwHandlerStateAndStaleNonce(t *testing.T) {
 	sp, client := startContract(t)
 	st, err := client.StreamAggregatedResources(context.Background())
@@ -192,18 +193,31 @@ func TestSotwHandlerStateAndStaleNonce(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := sp.last(t, 2).sotw
-	if got.complete {
-		t.Fatalf("a named sotw request kept the state complete: %+v", got)
+	if !got.complete {
+		t.Fatalf("an ACK listing the same names made the state incomplete: %+v", got)
 	}
 	if m, ok := got.marks["a"]; !ok || !m.sent {
 		t.Fatalf("the mark the cache wrote for a was not kept: %+v", got)
 	}
-	if _, ok := got.versions["b"]; !ok {
+	if _, ok := got.versions.get("b"); !ok {
 		t.Fatalf("the request with a stale nonce was taken: %+v", got)
 	}
 	time.Sleep(100 * time.Millisecond)
 	if n := sp.count(); n != 2 {
 		t.Fatalf("%d watches: the request with a stale nonce was not ignored", n)
+	}
+	// Fewer names keep it complete; a name added does not.
+	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: EndpointType, ResourceNames: []string{"a"}, ResponseNonce: r.Nonce, VersionInfo: r.VersionInfo}); err != nil {
+		t.Fatal(err)
+	}
+	if got := sp.last(t, 3).sotw; !got.complete || got.versions.len() != 1 {
+		t.Fatalf("a request listing fewer names: %+v, want complete with a only", got)
+	}
+	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: EndpointType, ResourceNames: []string{"a", "c"}, ResponseNonce: r.Nonce, VersionInfo: r.VersionInfo}); err != nil {
+		t.Fatal(err)
+	}
+	if got := sp.last(t, 4).sotw; got.complete {
+		t.Fatalf("a request adding a name kept the state complete: %+v", got)
 	}
 }
 

@@ -32,6 +32,11 @@ type diffSotwStream struct {
 	// accepted.
 	lastNonce, lastVersion map[string]string
 	sent                   []*discovery.DiscoveryResponse
+	// everyName: every request that lists names makes the state
+	// incomplete, so the watch looks at every name of interest, not only
+	// at those changed since the state (the reference a kept complete
+	// state is checked against).
+	everyName bool
 }
 
 func newDiffSotwStream(c *Cache, id int64) *diffSotwStream {
@@ -65,6 +70,9 @@ func (s *diffSotwStream) request(t *testing.T, req *discovery.DiscoveryRequest) 
 		}
 		s.wnonce[typ] = ""
 		sub.set(req.GetResourceNames())
+		if s.everyName && len(req.GetResourceNames()) > 0 {
+			sub.held.complete = false
+		}
 	} else {
 		ns := newSotwSub(req.GetResourceNames())
 		sub = &ns
@@ -101,8 +109,11 @@ func (s *diffSotwStream) takeAll() []*discovery.DiscoveryResponse {
 
 // TestSotwNarrowDifferentialWithStreams: sotw ADS streams of clusters and
 // assignments (assignments held back until their clusters are sent, NACKs,
-// small responses), served by a cache that wakes assignment watches by
-// name and by one that offers every commit to every watch, send the same.
+// small responses, names listed again, fewer or more), served by a cache
+// that wakes assignment watches by name and keeps a state complete across
+// requests that ask for nothing new, and by one that offers every commit
+// to every watch and looks at every name of interest on every request
+// that lists names, send the same.
 func TestSotwNarrowDifferentialWithStreams(t *testing.T) {
 	for seed := range diffSeeds() {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { sotwNarrowDiffStreams(t, seed) })
@@ -186,6 +197,7 @@ func sotwNarrowDiffStreams(t *testing.T, seed uint64) {
 		}
 		for k := range caches {
 			c.s[k] = newDiffSotwStream(caches[k], int64(i+1))
+			c.s[k].everyName = k == 1
 			if seed%4 >= 2 {
 				var vis *visibility
 				if i%2 == 0 {
@@ -265,11 +277,16 @@ func sotwNarrowDiffStreams(t *testing.T, seed uint64) {
 			if rng.IntN(3) == 0 {
 				typ = ClusterType
 			}
-			if rng.IntN(5) == 0 {
+			switch ns := c.names[typ]; {
+			case rng.IntN(5) == 0:
 				c.names[typ] = pick()
 				if typ == ClusterType && rng.IntN(2) == 0 {
 					c.names[typ] = nil
 				}
+			case len(ns) > 0 && rng.IntN(8) == 0:
+				// one name fewer
+				j := rng.IntN(len(ns))
+				c.names[typ] = slices.Delete(slices.Clone(ns), j, j+1)
 			}
 			// Version of a NACK: the last accepted; here the client
 			// accepted everything it took unless it NACKs now.

@@ -36,7 +36,7 @@ func TestInterestIndexesSotwAssignmentWatchesByName(t *testing.T) {
 		}
 		for _, n := range held {
 			if e, ok := ts.Resources[n]; ok {
-				sub.held.versions[n] = e.Version
+				sub.held.versions.put(n, e.Version)
 			}
 		}
 		req := &discovery.DiscoveryRequest{TypeUrl: EndpointType, ResourceNames: names, VersionInfo: "1", ResponseNonce: "1"}

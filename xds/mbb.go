@@ -176,7 +176,7 @@ func (c *Cache) forgetRoutes(w *watch) {
 			delete(st.routes, n)
 			continue
 		}
-		held := w.ss.held[n]
+		held := w.ss.held.at(n)
 		for v := range m {
 			if v != held {
 				delete(m, v)
@@ -231,7 +231,7 @@ type interim struct {
 // timer to look again when only the settle time is missing.
 func (c *Cache) awaitsInterim(w *watch, e *store.Entry, clusters, loads *typeState, now time.Time) bool {
 	st := w.stream
-	kv, ok := w.ss.held[e.Name]
+	kv, ok := w.ss.held.get(e.Name)
 	if !ok || kv == e.Version {
 		return false
 	}

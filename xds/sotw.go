@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -32,18 +31,19 @@ import (
 // computed it left it. The stream handler (sotwserver.go) owns it, under
 // the stream's lock: it keeps the one its type's last response installed
 // (sotwSub.held) and hands it to each watch. A request that lists names,
-// and not "*", makes the handler keep only those names' entries and drop
-// complete (sotwSub.set), so what must survive such a request (what to
-// roll back on a NACK) is kept per name. The cache reads a state under its
-// lock and never changes one it handed over; the handler changes one only
-// between a watch's cancellation and the next watch.
+// and not "*", makes the handler keep only those names' entries, and one
+// that asks for anything new makes it drop complete (sotwSub.set), so what
+// must survive such a request (what to roll back on a NACK) is kept per
+// name. The cache reads a state under its lock and never changes one it
+// handed over; the handler changes one only between a watch's
+// cancellation and the next watch.
 type sotwHeld struct {
 	// complete: the response left nothing out, at generation gen.
 	complete bool
 	gen      uint64
 	// versions: name → version held; "" for a name of marks the client
 	// holds nothing of.
-	versions map[string]string
+	versions versions
 	// marks: what more the cache follows of some names (each also in
 	// versions).
 	marks map[string]sotwMark
@@ -71,12 +71,13 @@ func (h *sotwHeld) mark(n, version string, m sotwMark) {
 	if h.marks == nil {
 		h.marks = map[string]sotwMark{}
 	}
-	h.versions[n], h.marks[n] = version, m
+	h.versions.put(n, version)
+	h.marks[n] = m
 }
 
 // set notes that the client holds version of n, with no mark.
 func (h *sotwHeld) set(n, version string) {
-	h.versions[n] = version
+	h.versions.put(n, version)
 	delete(h.marks, n)
 }
 
@@ -90,7 +91,7 @@ type sotwResponse struct {
 
 // sotwState is a sotw client's state as read when its watch is created.
 type sotwState struct {
-	held     map[string]string // name → version held (the state, or a view of it with answers applied)
+	held     versions          // name → version held (the state, or a view of it with answers applied)
 	rejected map[string]string // name → version rejected alone
 	plan     plan              // sizes of the next responses, while a rejected one is halved
 	limit    int               // plan[0]: resources in the next response; 0: no limit
@@ -103,15 +104,14 @@ type sotwState struct {
 // answer to the last response (a sotw NACK is of the latest response,
 // sotwserver.go), and decides the names to look at: those changed since
 // the state's generation. It looks at everything of interest when the
-// request lists names (the interest may have changed; the server drops
-// complete from the state for such a request unless it lists "*"), and
-// after a rejection.
+// state is not complete (the server drops complete from the state for a
+// request that asks for anything new), and after a rejection.
 func (c *Cache) readSotwState(w *watch) {
 	ts, ss := w.ts, &w.ss
 	known := w.sheld
-	ss.held = known.versions
+	ss.held = known.versions // read only, unless made a copy
 	if len(known.marks) > 0 {
-		ss.held = maps.Clone(known.versions)
+		ss.held = known.versions.clone()
 	}
 	nack := w.sreq.GetErrorDetail() != nil && w.sreq.GetResponseNonce() != ""
 	rejected, accepted, sentCount := ss.readMarks(known, nack)
@@ -132,9 +132,7 @@ func (c *Cache) readSotwState(w *watch) {
 	if len(ss.plan) > 0 {
 		ss.limit = ss.plan[0]
 	}
-	// A request that lists names (even only "*", which keeps the state
-	// complete) may have changed the interest: checked in full.
-	if !known.complete || w.sreq.GetResponseNonce() == "" || len(w.sreq.GetResourceNames()) > 0 || len(rejected) > 0 || len(ss.suspects) > 0 {
+	if !known.complete || w.sreq.GetResponseNonce() == "" || len(rejected) > 0 || len(ss.suspects) > 0 {
 		ss.full = true
 		return
 	}
@@ -142,7 +140,28 @@ func (c *Cache) readSotwState(w *watch) {
 		ss.full = true
 		return
 	}
+	// A full check of a subscription by name looks at its names (the
+	// state holds no others, sotwSub.set); the log since the state may
+	// name far more (a client of a few names whose last response is old,
+	// while the rest of the type changed): the cheaper of the two, which
+	// leave the same state.
+	if !w.sub.IsWildcard() && sinceLogExceeds(ts, known.gen, len(w.sub.SubscribedResources())+ss.held.len()) {
+		ss.full = true
+		return
+	}
 	ss.names = ts.SinceLog(known.gen)
+}
+
+// sinceLogExceeds reports whether the change log after generation gen
+// names more than limit names (counting at most limit+1 of them).
+func sinceLogExceeds(ts *typeState, gen uint64, limit int) bool {
+	n := 0
+	for i := len(ts.Log) - 1; i >= 0 && ts.Log[i].Gen > gen; i-- {
+		if n += len(ts.Log[i].Names); n > limit {
+			return true
+		}
+	}
+	return false
 }
 
 // readMarks applies the request's answer to the marked names of the state:
@@ -151,7 +170,7 @@ func (c *Cache) readSotwState(w *watch) {
 // (sentCount).
 func (ss *sotwState) readMarks(known *sotwHeld, nack bool) (rejected []string, accepted, sentCount int) {
 	for n, m := range known.marks {
-		cur := known.versions[n]
+		cur := known.versions.at(n)
 		switch {
 		case m.rejected != "":
 			if ss.rejected == nil {
@@ -175,9 +194,9 @@ func (ss *sotwState) readMarks(known *sotwHeld, nack bool) (rejected []string, a
 			ss.rejected[n], cur = cur, m.prev // undone unless alone
 		}
 		if cur == "" {
-			delete(ss.held, n)
+			ss.held.del(n)
 		} else {
-			ss.held[n] = cur
+			ss.held.put(n, cur)
 		}
 	}
 	return rejected, accepted, sentCount
@@ -242,7 +261,12 @@ type sotwPass struct {
 // collect considers names (everything of interest if full), each once.
 func (p *sotwPass) collect(names []string, full bool) {
 	if full {
-		p.w.fullCheck(p.ss.held, p.consider)
+		covered := p.w.checkInterest(p.consider)
+		for n := range p.ss.held.all() {
+			if !covered(n) {
+				p.consider(n)
+			}
+		}
 		return
 	}
 	seen := make(map[string]struct{}, len(names))
@@ -262,13 +286,20 @@ func (p *sotwPass) consider(n string) {
 	e, exists := w.lookup(n)
 	_, isSub := p.subscribed[n]
 	interested := p.wild || isSub
-	kv, isKnown := ss.held[n]
+	kv, isKnown := ss.held.get(n)
 	switch {
 	case exists && interested:
 		if rv, ok := ss.rejected[n]; ok && rv == e.Version {
 			return // rejected alone: not sent again
 		}
-		if !isKnown || kv != e.Version {
+		// Deleted and created again since the state, at the version the
+		// state holds (of a type whose responses cannot remove it, so the
+		// state keeps a name the client lists): the client may have
+		// dropped it meanwhile (a name it stopped listing in a request
+		// skipped for its stale nonce), so it is sent again.
+		_, deleted := p.ts.DeletedAt[n]
+		again := isKnown && kv == e.Version && !p.ts.FullState && deleted && e.Gen > w.sheld.gen
+		if !isKnown || kv != e.Version || again {
 			if p.hold.holds(e) {
 				w.heldBack = append(w.heldBack, n)
 				return
@@ -288,6 +319,11 @@ func (p *sotwPass) consider(n string) {
 				w.heldBack = append(w.heldBack, n)
 				return
 			}
+		}
+		if !exists && isSub && !p.ts.FullState {
+			// A response cannot remove it: the client holds it until
+			// it no longer lists it (sotwSub.set), and so does the state.
+			return
 		}
 		p.removed = append(p.removed, n)
 	}
@@ -317,21 +353,20 @@ func (p *sotwPass) bound() (cut bool) {
 // a halving), complete when the response leaves nothing out.
 func (p *sotwPass) nextState(cut bool) *sotwHeld {
 	ts, ss := p.ts, p.ss
-	next := &sotwHeld{versions: make(map[string]string, len(ss.held)+len(p.changed))}
-	maps.Copy(next.versions, ss.held)
+	next := &sotwHeld{versions: ss.held.clone()}
 	for _, n := range p.removed {
-		delete(next.versions, n)
+		next.versions.del(n)
 	}
 	for n, v := range ss.rejected {
 		if e, ok := ts.Resources[n]; ok && e.Version == v {
-			next.mark(n, ss.held[n], sotwMark{rejected: v})
+			next.mark(n, ss.held.at(n), sotwMark{rejected: v})
 		}
 	}
 	if len(ss.plan) > 0 {
 		// Suspects not sent yet keep the plan for the next responses.
 		for _, n := range ss.suspects {
-			if e, ok := ts.Resources[n]; ok && e.Version != ss.held[n] {
-				next.mark(n, ss.held[n], sotwMark{suspect: true, plan: ss.plan})
+			if e, ok := ts.Resources[n]; ok && e.Version != ss.held.at(n) {
+				next.mark(n, ss.held.at(n), sotwMark{suspect: true, plan: ss.plan})
 			}
 		}
 	}
@@ -344,7 +379,7 @@ func (p *sotwPass) nextState(cut bool) *sotwHeld {
 		if im, ok := p.interims[n]; ok {
 			v = im.version
 		}
-		next.mark(n, v, sotwMark{sent: true, prev: ss.held[n], count: len(p.changed)})
+		next.mark(n, v, sotwMark{sent: true, prev: ss.held.at(n), count: len(p.changed)})
 	}
 	// Else the next request checks in full.
 	next.complete = !cut && len(p.w.heldBack) == 0 && len(p.interims) == 0
@@ -421,7 +456,7 @@ func (c *Cache) sotwVersion(w *watch, next *sotwHeld) uint64 {
 		return w.ts.Aggregate
 	}
 	var v uint64
-	for n := range next.versions {
+	for n := range next.versions.all() {
 		if e, ok := w.lookup(n); ok {
 			v ^= e.VerHash
 		}

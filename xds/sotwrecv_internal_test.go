@@ -96,7 +96,7 @@ func (w *hookSotwWatcher) watchSotw(req *discovery.DiscoveryRequest, sub sotwSub
 // state.
 func sotwAnswerOf(typ string) *sotwResponse {
 	return &sotwResponse{req: &discovery.DiscoveryRequest{TypeUrl: typ},
-		resp: &discovery.DiscoveryResponse{TypeUrl: typ}, next: &sotwHeld{versions: map[string]string{}}}
+		resp: &discovery.DiscoveryResponse{TypeUrl: typ}, next: &sotwHeld{}}
 }
 
 // sendSotwRequest hands r to the stream's Recv, failing t if it is not

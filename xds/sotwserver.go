@@ -17,9 +17,10 @@ package xds
 //   - The state the cache hands with a response (sotwHeld) becomes the
 //     type's once the response is sent, and is handed back with the next
 //     watch. For a request that lists names and not "*", every name's
-//     entry not among them is deleted and the state is no longer complete
-//     (sotwSub.set); the state that must survive (what to roll back on a
-//     NACK) is kept per name.
+//     entry not among them is deleted; a request that asks for anything
+//     new (a name, or the wildcard dropped or taken) makes the state
+//     incomplete (sotwSub.set); the state that must survive (what to roll
+//     back on a NACK) is kept per name.
 //   - A request whose nonce is not the latest response's is skipped while
 //     that response is unanswered (once a request is taken, the next is
 //     taken whatever its nonce): a NACK the cache sees is of the latest
@@ -41,6 +42,7 @@ package xds
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync/atomic"
 
@@ -62,6 +64,9 @@ type sotwSub struct {
 	// no name was ever requested, so an empty request is a wildcard.
 	wildcard, allowLegacyWildcard bool
 	names                         map[string]struct{}
+	// listed: the names of the request that set names, as it listed them
+	// (a copy).
+	listed []string
 	// held: the client's state as its type's last response installed it,
 	// less the names a request since no longer lists (unless it lists "*").
 	held *sotwHeld
@@ -69,15 +74,18 @@ type sotwSub struct {
 
 func newSotwSub(names []string) sotwSub {
 	s := sotwSub{wildcard: len(names) == 0, allowLegacyWildcard: true,
-		names: map[string]struct{}{}, held: &sotwHeld{versions: map[string]string{}}}
+		names: map[string]struct{}{}, held: &sotwHeld{}}
 	s.set(names)
 	return s
 }
 
 // set applies the names of a request (go-control-plane's
 // SetResourceSubscription): they replace the subscription, and the state
-// keeps only their entries, and is no longer complete, unless the request
-// lists the wildcard.
+// keeps only their entries, unless the request lists the wildcard. The
+// state stays complete only if the request asks for nothing it did not
+// (the same wildcard, no name added): a sotw client's ACK lists its names
+// again, and the cache then looks only at what changed since the state's
+// generation (readSotwState).
 func (s *sotwSub) set(names []string) {
 	if s.allowLegacyWildcard {
 		// Only a request that lists names ends the legacy wildcard.
@@ -85,6 +93,10 @@ func (s *sotwSub) set(names []string) {
 			return
 		}
 		s.allowLegacyWildcard = false
+	} else if slices.Equal(names, s.listed) {
+		// An ACK listing the names again, in the same order: the
+		// subscription and the state stay as they are.
+		return
 	}
 	subscribed := make(map[string]struct{}, len(names))
 	wildcard := false
@@ -95,17 +107,36 @@ func (s *sotwSub) set(names []string) {
 		}
 		subscribed[n] = struct{}{}
 	}
-	if !wildcard {
-		h := s.held
+	h := s.held
+	if wildcard != s.wildcard || !subset(subscribed, s.names) {
 		h.complete = false
-		for n := range h.versions {
+	}
+	if !wildcard {
+		var gone []string
+		for n := range h.versions.all() {
 			if _, ok := subscribed[n]; !ok {
-				delete(h.versions, n)
-				delete(h.marks, n)
+				gone = append(gone, n)
 			}
 		}
+		for _, n := range gone {
+			h.versions.del(n)
+			delete(h.marks, n)
+		}
 	}
-	s.wildcard, s.names = wildcard, subscribed
+	s.wildcard, s.names, s.listed = wildcard, subscribed, slices.Clone(names)
+}
+
+// subset reports whether every name of a is in b.
+func subset(a, b map[string]struct{}) bool {
+	if len(a) > len(b) {
+		return false
+	}
+	for n := range a {
+		if _, ok := b[n]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 func (s sotwSub) SubscribedResources() map[string]struct{} { return s.names }

@@ -211,9 +211,9 @@ func (w *watch) heldOf(e *store.Entry) (held string, rejected bool) {
 	if !w.delta {
 		ss := &w.ss
 		if v, ok := ss.rejected[n]; ok && v == e.Version {
-			return ss.held[n], true
+			return ss.held.at(n), true
 		}
-		return ss.held[n], false
+		return ss.held.at(n), false
 	}
 	ds := &w.ds
 	rest := ds.rest

@@ -322,6 +322,18 @@ func (w *watch) covered() func(n string) bool {
 // name the client is known to hold besides. It returns whether a name was
 // among the first.
 func (w *watch) fullCheck(known map[string]string, fn func(n string)) (covered func(n string) bool) {
+	covered = w.checkInterest(fn)
+	for n := range known {
+		if !covered(n) {
+			fn(n)
+		}
+	}
+	return covered
+}
+
+// checkInterest is the first part of fullCheck: it calls fn for every
+// resource of interest, and returns whether a name is among them.
+func (w *watch) checkInterest(fn func(n string)) (covered func(n string) bool) {
 	ts, sub, vis := w.ts, w.sub, w.vis()
 	subscribed, wild := sub.SubscribedResources(), sub.IsWildcard()
 	covered = w.covered()
@@ -335,11 +347,6 @@ func (w *watch) fullCheck(known map[string]string, fn func(n string)) (covered f
 		}
 	} else {
 		for n := range subscribed {
-			fn(n)
-		}
-	}
-	for n := range known {
-		if !covered(n) {
 			fn(n)
 		}
 	}

@@ -9,6 +9,13 @@ import (
 	"github.com/xdsbridge/xdsbridge/xds/store"
 )
 
+// testAssignment is the assignment of cluster name, of one locality at
+// priority prio.
+func testAssignment(name string, prio uint32) store.Resource {
+	return store.Resource{Name: name, Msg: &endpoint.ClusterLoadAssignment{ClusterName: name,
+		Endpoints: []*endpoint.LocalityLbEndpoints{{Priority: prio}}}}
+}
+
 // TestSotwRelistedAfterSkippedUnlistIsSent: an EDS stream of its own (an
 // Envoy whose CDS comes on another stream) holds A and B. A's assignment
 // is deleted while B's changes (one commit), and the response carrying B
@@ -17,16 +24,11 @@ import (
 // then it re-adds cluster A, and its answer to the response lists A
 // again. A's assignment is re-created as it was. The client unsubscribed
 // A (Envoy forgets the assignment with the cluster; the re-created
-// cluster warms until it gets it): A must be sent. On main the response
-// that saw A deleted dropped it from the state, and A was sent again;
-// keeping a deleted name the client lists (sotwPass.consider) leaves it
-// held at its old version, and it is never sent.
+// cluster warms until it gets it): A must be sent, though the state keeps
+// a deleted name the client lists at its old version (sotwPass.consider).
 func TestSotwRelistedAfterSkippedUnlistIsSent(t *testing.T) {
 	c := NewCache(WithTypes(EndpointType))
-	load := func(name string, prio uint32) store.Resource {
-		return store.Resource{Name: name, Msg: &endpoint.ClusterLoadAssignment{ClusterName: name,
-			Endpoints: []*endpoint.LocalityLbEndpoints{{Priority: prio}}}}
-	}
+	load := testAssignment
 	if err := c.Apply(store.Change{TypeURL: EndpointType, Upserts: []store.Resource{load("A", 0), load("B", 0)}}); err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"testing"
 
-	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	"github.com/xdsbridge/xdsbridge/xds/store"
@@ -21,10 +20,7 @@ import (
 // request would cost what changed in the whole fleet, not what it lists.
 func TestSotwRequestLooksAtNoMoreThanItsInterest(t *testing.T) {
 	c := NewCache(WithTypes(EndpointType))
-	load := func(name string, prio uint32) store.Resource {
-		return store.Resource{Name: name, Msg: &endpoint.ClusterLoadAssignment{ClusterName: name,
-			Endpoints: []*endpoint.LocalityLbEndpoints{{Priority: prio}}}}
-	}
+	load := testAssignment
 	var res []store.Resource
 	for i := range 2000 {
 		res = append(res, load(fmt.Sprintf("c%05d", i), 0))

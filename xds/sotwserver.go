@@ -54,6 +54,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // sotwSub is a sotw stream's subscription to one type, and what its
@@ -65,8 +66,9 @@ type sotwSub struct {
 	wildcard, allowLegacyWildcard bool
 	names                         map[string]struct{}
 	// listed: the names of the request that set names, as it listed them
-	// (a copy).
-	listed []string
+	// (a copy); listedBytes, their size in the request (sotwPartBytes).
+	listed      []string
+	listedBytes int
 	// held: the client's state as its type's last response installed it,
 	// less the names a request since no longer lists (unless it lists "*").
 	held *sotwHeld
@@ -124,6 +126,10 @@ func (s *sotwSub) set(names []string) {
 		}
 	}
 	s.wildcard, s.names, s.listed = wildcard, subscribed, slices.Clone(names)
+	s.listedBytes = 0
+	for _, n := range names {
+		s.listedBytes += protowire.SizeTag(sotwResourceNames) + protowire.SizeBytes(len(n))
+	}
 }
 
 // subset reports whether every name of a is in b.

@@ -15,8 +15,8 @@ import (
 // carries at least sotwPartNames times the bytes of those names, up to
 // maxSotwPartBytes: the requests that acknowledge a first sync cost a few
 // times its names, not n²/k (a sotw Envoy listing 5,000 assignments of
-// 242 bytes gets 3 parts of 480 KB, not 42 of 32 KiB, each answered by a
-// 60 KB request).
+// 242 bytes under names of 10 characters gets 3 parts of up to 480 KB,
+// not 42 of 32 KiB, each answered by a request of 60 KB).
 const (
 	sotwPartNames    = 8
 	maxSotwPartBytes = 1 << 20

@@ -51,6 +51,7 @@ func (s *diffSotwStream) request(t *testing.T, req *discovery.DiscoveryRequest) 
 	sub, ok := s.subs[typ]
 	if ok {
 		if wn := s.wnonce[typ]; wn != "" && req.GetResponseNonce() != wn {
+			sub.skipped(req.GetResourceNames())
 			return
 		}
 		if cancel := s.cancels[typ]; cancel != nil {

@@ -72,6 +72,10 @@ type sotwSub struct {
 	// held: the client's state as its type's last response installed it,
 	// less the names a request since no longer lists (unless it lists "*").
 	held *sotwHeld
+	// unlisted: names of the subscription that a request skipped for its
+	// stale nonce did not list (skipped); the next request taken drops
+	// them from held (set).
+	unlisted map[string]struct{}
 }
 
 func newSotwSub(names []string) sotwSub {
@@ -89,6 +93,20 @@ func newSotwSub(names []string) sotwSub {
 // again, and the cache then looks only at what changed since the state's
 // generation (readSotwState).
 func (s *sotwSub) set(names []string) {
+	if len(s.unlisted) > 0 {
+		// The client may have dropped them (grpc-go forgets a resource
+		// it stops watching, and ignores one a response carries that it
+		// does not watch): one listed again is sent again.
+		h := s.held
+		for n := range s.unlisted {
+			if _, ok := h.versions.get(n); ok {
+				h.versions.del(n)
+				delete(h.marks, n)
+				h.complete = false
+			}
+		}
+		s.unlisted = nil
+	}
 	if s.allowLegacyWildcard {
 		// Only a request that lists names ends the legacy wildcard.
 		if len(names) == 0 {
@@ -129,6 +147,29 @@ func (s *sotwSub) set(names []string) {
 	s.listedBytes = 0
 	for _, n := range names {
 		s.listedBytes += protowire.SizeTag(sotwResourceNames) + protowire.SizeBytes(len(n))
+	}
+}
+
+// skipped notes the names of a request skipped for its stale nonce: the
+// server does not answer it (the client has not seen the type's last
+// response yet, and answers that next), but a name it no longer lists,
+// the client may have dropped, so the next request taken forgets that the
+// client holds it (set), and one listed again is sent again.
+func (s *sotwSub) skipped(names []string) {
+	if len(s.names) == 0 || (s.allowLegacyWildcard && len(names) == 0) || slices.Contains(names, explicitWildcard) {
+		return
+	}
+	listed := make(map[string]struct{}, len(names))
+	for _, n := range names {
+		listed[n] = struct{}{}
+	}
+	for n := range s.names {
+		if _, ok := listed[n]; !ok {
+			if s.unlisted == nil {
+				s.unlisted = map[string]struct{}{}
+			}
+			s.unlisted[n] = struct{}{}
+		}
 	}
 }
 
@@ -274,7 +315,8 @@ func (ss *sotwStream) sendAll() error {
 
 // request handles one request. A request whose nonce is not that of its
 // type's last response is skipped (the client has not seen that response
-// yet; its answer follows). Otherwise the type's watch is cancelled, the
+// yet; its answer follows), but for the names it no longer lists, which
+// the next request taken forgets the client holds (sotwSub.skipped). Otherwise the type's watch is cancelled, the
 // responses queued are sent but those of its type, which the new watch
 // supersedes, and a new watch is created.
 func (ss *sotwStream) request(req *discovery.DiscoveryRequest) error {
@@ -299,6 +341,7 @@ func (ss *sotwStream) request(req *discovery.DiscoveryRequest) error {
 	w, ok := ss.watches[typeURL]
 	if ok {
 		if w.nonce != "" && req.GetResponseNonce() != w.nonce {
+			w.sub.skipped(req.GetResourceNames())
 			return nil
 		}
 		if w.cancel != nil {

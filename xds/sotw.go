@@ -238,6 +238,17 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 		// The rest was looked at whole: a commit waking the watch looks
 		// at what it changed only.
 		w.ss.rest = p.restLeft
+		if len(p.removed) > 0 {
+			// What this pass found no longer held, a later pass of the
+			// watch (woken by a commit, looking at what it changed) would
+			// not find again: the state it installs drops them too, as a
+			// full check's would.
+			held := w.ss.held.clone()
+			for _, n := range p.removed {
+				held.del(n)
+			}
+			w.ss.held = held
+		}
 		return false
 	}
 	sort.Strings(p.changed)

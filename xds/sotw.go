@@ -14,7 +14,8 @@ import (
 // response superseded by a request, and sotw clients subscribe by name to a
 // few resources, or to every cluster, which a full-state response carries
 // anyway. A state complete at generation G was computed at G, so an ACK
-// looks only at what changed since.
+// looks only at what changed since, and at the names a response cut by
+// the size bound left for the next ones (sotwHeld.rest, sotwparts.go).
 //
 // For the types whose responses need not carry every resource (EDS, RDS),
 // a response's names are marked sent until the client answers: a NACK
@@ -112,7 +113,8 @@ type sotwState struct {
 // readSotwState reads the state for a new sotw watch: applies the request's
 // answer to the last response (a sotw NACK is of the latest response,
 // sotwserver.go), and decides the names to look at: those changed since
-// the state's generation. It looks at everything of interest when the
+// the state's generation, and the state's rest. It looks at everything of
+// interest when the
 // state is not complete (the server drops complete from the state for a
 // request that asks for anything new), and after a rejection.
 func (c *Cache) readSotwState(w *watch) {
@@ -218,7 +220,8 @@ func (ss *sotwState) readMarks(known *sotwHeld, nack bool) (rejected []string, a
 }
 
 // respondSotw computes and sends the response for a sotw watch, looking
-// only at names unless full. It reports whether a response was sent.
+// only at names and the state's rest (in order, up to the bound) unless
+// full. It reports whether a response was sent.
 func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bool {
 	ts := w.ts
 	p := &sotwPass{

@@ -13,20 +13,21 @@ import (
 // every name it subscribes to again: a client of n assignments, its
 // response split into parts of k, sends n/k requests of n names. So a part
 // carries at least sotwPartNames times the bytes of those names, up to
-// maxSotwPartBytes: the requests that acknowledge a first sync cost a few
-// times its names, not n²/k (a sotw Envoy listing 5,000 assignments of
-// 242 bytes under names of 10 characters gets 3 parts of up to 480 KB,
-// not 42 of 32 KiB, each answered by a request of 60 KB).
+// maxSotwPartFactor times the cache's bound (1 MiB at the default): the
+// requests that acknowledge a first sync cost a few times its names, not
+// n²/k (a sotw Envoy listing 5,000 assignments of 242 bytes under names of
+// 9 characters gets 3 parts of up to 440 KB, not 42 of 32 KiB, each
+// answered by a request of 55 KB).
 const (
-	sotwPartNames    = 8
-	maxSotwPartBytes = 1 << 20
+	sotwPartNames     = 8
+	maxSotwPartFactor = 32
 )
 
 // sotwPartBytes is the bound of a sotw response's part for a client
 // listing names of listedBytes (encoded), the cache's bound being
-// maxBytes.
+// maxBytes (> 0).
 func sotwPartBytes(maxBytes, listedBytes int) int {
-	return max(maxBytes, min(sotwPartNames*listedBytes, maxSotwPartBytes))
+	return max(maxBytes, min(sotwPartNames*listedBytes, maxSotwPartFactor*maxBytes))
 }
 
 // walkRest considers the names of the state's rest not among seen, in

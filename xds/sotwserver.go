@@ -72,10 +72,13 @@ type sotwSub struct {
 	// held: the client's state as its type's last response installed it,
 	// less the names a request since no longer lists (unless it lists "*").
 	held *sotwHeld
-	// unlisted: names of the subscription that a request skipped for its
-	// stale nonce did not list (skipped); the next request taken drops
-	// them from held (set).
-	unlisted map[string]struct{}
+	// skipping: a request was skipped for its stale nonce since the last
+	// request taken; kept: the names of the subscription every such
+	// request listed (skipped). The next request taken drops the others
+	// from held (set). Kept as the names listed, not those unlisted, so
+	// that a skipped request costs what it lists, not the subscription.
+	skipping bool
+	kept     map[string]struct{}
 }
 
 func newSotwSub(names []string) sotwSub {
@@ -93,19 +96,25 @@ func newSotwSub(names []string) sotwSub {
 // again, and the cache then looks only at what changed since the state's
 // generation (readSotwState).
 func (s *sotwSub) set(names []string) {
-	if len(s.unlisted) > 0 {
-		// The client may have dropped them (grpc-go forgets a resource
-		// it stops watching, and ignores one a response carries that it
-		// does not watch): one listed again is sent again.
-		h := s.held
-		for n := range s.unlisted {
-			if _, ok := h.versions.get(n); ok {
-				h.versions.del(n)
-				delete(h.marks, n)
-				h.complete = false
+	if s.skipping {
+		// The client may have dropped the names a skipped request did not
+		// list (grpc-go forgets a resource it stops watching, and ignores
+		// one a response carries that it does not watch): one listed
+		// again is sent again.
+		if len(s.kept) < len(s.names) {
+			h := s.held
+			for n := range s.names {
+				if _, ok := s.kept[n]; ok {
+					continue
+				}
+				if _, ok := h.versions.get(n); ok {
+					h.versions.del(n)
+					delete(h.marks, n)
+					h.complete = false
+				}
 			}
 		}
-		s.unlisted = nil
+		s.skipping, s.kept = false, nil
 	}
 	if s.allowLegacyWildcard {
 		// Only a request that lists names ends the legacy wildcard.
@@ -159,18 +168,17 @@ func (s *sotwSub) skipped(names []string) {
 	if len(s.names) == 0 || (s.allowLegacyWildcard && len(names) == 0) || slices.Contains(names, explicitWildcard) {
 		return
 	}
-	listed := make(map[string]struct{}, len(names))
+	kept := make(map[string]struct{}, min(len(names), len(s.names)))
 	for _, n := range names {
-		listed[n] = struct{}{}
-	}
-	for n := range s.names {
-		if _, ok := listed[n]; !ok {
-			if s.unlisted == nil {
-				s.unlisted = map[string]struct{}{}
-			}
-			s.unlisted[n] = struct{}{}
+		if _, ok := s.names[n]; !ok {
+			continue
 		}
+		if _, ok := s.kept[n]; s.skipping && !ok {
+			continue
+		}
+		kept[n] = struct{}{}
 	}
+	s.skipping, s.kept = true, kept
 }
 
 // subset reports whether every name of a is in b.

@@ -108,7 +108,11 @@ func (s *sotwSub) set(names []string) {
 					continue
 				}
 				if _, ok := h.versions.get(n); ok {
-					h.versions.del(n)
+					// Held at no version: sent again if it exists, and
+					// removed by a full-state response (CDS, LDS) if it
+					// does not, as the client may hold it still (it
+					// listed it again before the response came).
+					h.versions.put(n, "")
 					delete(h.marks, n)
 					h.complete = false
 				}

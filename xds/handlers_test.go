@@ -220,7 +220,7 @@ func TestSotwHandlerStateAndStaleNonce(t *testing.T) {
 		t.Fatalf("a request adding a name kept the state complete: %+v", got)
 	}
 	// A name a skipped request no longer lists, the client may have
-	// dropped: the next request taken forgets that the client holds it,
+	// dropped: the next request taken holds it at no version,
 	// and sends it again when listed again.
 	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: EndpointType, ResourceNames: []string{"a", "b"}, ResponseNonce: r.Nonce, VersionInfo: r.VersionInfo}); err != nil {
 		t.Fatal(err)

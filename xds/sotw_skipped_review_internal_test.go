@@ -69,7 +69,7 @@ func TestSotwSkippedCostsItsRequest(t *testing.T) {
 		}
 		s := newSotwSub(slices.Clone(names))
 		const calls = 200
-		best := time.Duration(1<<62)
+		best := time.Duration(1 << 62)
 		for range 3 {
 			start := time.Now()
 			for range calls {

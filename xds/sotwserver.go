@@ -70,7 +70,8 @@ type sotwSub struct {
 	listed      []string
 	listedBytes int
 	// held: the client's state as its type's last response installed it,
-	// less the names a request since no longer lists (unless it lists "*").
+	// less the names a request since no longer lists (unless it lists "*"),
+	// and with those a skipped request did not list at no version ("").
 	held *sotwHeld
 	// skipping: a request was skipped for its stale nonce since the last
 	// request taken; kept: the names of the subscription every such
@@ -166,8 +167,9 @@ func (s *sotwSub) set(names []string) {
 // skipped notes the names of a request skipped for its stale nonce: the
 // server does not answer it (the client has not seen the type's last
 // response yet, and answers that next), but a name it no longer lists,
-// the client may have dropped, so the next request taken forgets that the
-// client holds it (set), and one listed again is sent again.
+// the client may have dropped, so the next request taken holds it at no
+// version (set): one listed again is sent again, and a full-state
+// response removes one deleted meanwhile.
 func (s *sotwSub) skipped(names []string) {
 	if len(s.names) == 0 || (s.allowLegacyWildcard && len(names) == 0) || slices.Contains(names, explicitWildcard) {
 		return
@@ -328,7 +330,7 @@ func (ss *sotwStream) sendAll() error {
 // request handles one request. A request whose nonce is not that of its
 // type's last response is skipped (the client has not seen that response
 // yet; its answer follows), but for the names it no longer lists, which
-// the next request taken forgets the client holds (sotwSub.skipped). Otherwise the type's watch is cancelled, the
+// the next request taken holds at no version (sotwSub.skipped). Otherwise the type's watch is cancelled, the
 // responses queued are sent but those of its type, which the new watch
 // supersedes, and a new watch is created.
 func (ss *sotwStream) request(req *discovery.DiscoveryRequest) error {

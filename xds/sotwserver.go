@@ -70,12 +70,16 @@ type sotwSub struct {
 	listed      []string
 	listedBytes int
 	// held: the client's state as its type's last response installed it,
-	// less the names a request since no longer lists (unless it lists "*").
+	// less the names a request since no longer lists (unless it lists "*"),
+	// and with those a skipped request did not list at no version ("").
 	held *sotwHeld
-	// unlisted: names of the subscription that a request skipped for its
-	// stale nonce did not list (skipped); the next request taken drops
-	// them from held (set).
-	unlisted map[string]struct{}
+	// skipping: a request was skipped for its stale nonce since the last
+	// request taken; kept: the names of the subscription every such
+	// request listed (skipped). The next request taken drops the others
+	// from held (set). Kept as the names listed, not those unlisted, so
+	// that a skipped request costs what it lists, not the subscription.
+	skipping bool
+	kept     map[string]struct{}
 }
 
 func newSotwSub(names []string) sotwSub {
@@ -93,19 +97,29 @@ func newSotwSub(names []string) sotwSub {
 // again, and the cache then looks only at what changed since the state's
 // generation (readSotwState).
 func (s *sotwSub) set(names []string) {
-	if len(s.unlisted) > 0 {
-		// The client may have dropped them (grpc-go forgets a resource
-		// it stops watching, and ignores one a response carries that it
-		// does not watch): one listed again is sent again.
-		h := s.held
-		for n := range s.unlisted {
-			if _, ok := h.versions.get(n); ok {
-				h.versions.del(n)
-				delete(h.marks, n)
-				h.complete = false
+	if s.skipping {
+		// The client may have dropped the names a skipped request did not
+		// list (grpc-go forgets a resource it stops watching, and ignores
+		// one a response carries that it does not watch): one listed
+		// again is sent again.
+		if len(s.kept) < len(s.names) {
+			h := s.held
+			for n := range s.names {
+				if _, ok := s.kept[n]; ok {
+					continue
+				}
+				if _, ok := h.versions.get(n); ok {
+					// Held at no version: sent again if it exists, and
+					// removed by a full-state response (CDS, LDS) if it
+					// does not, as the client may hold it still (it
+					// listed it again before the response came).
+					h.versions.put(n, "")
+					delete(h.marks, n)
+					h.complete = false
+				}
 			}
 		}
-		s.unlisted = nil
+		s.skipping, s.kept = false, nil
 	}
 	if s.allowLegacyWildcard {
 		// Only a request that lists names ends the legacy wildcard.
@@ -153,24 +167,24 @@ func (s *sotwSub) set(names []string) {
 // skipped notes the names of a request skipped for its stale nonce: the
 // server does not answer it (the client has not seen the type's last
 // response yet, and answers that next), but a name it no longer lists,
-// the client may have dropped, so the next request taken forgets that the
-// client holds it (set), and one listed again is sent again.
+// the client may have dropped, so the next request taken holds it at no
+// version (set): one listed again is sent again, and a full-state
+// response removes one deleted meanwhile.
 func (s *sotwSub) skipped(names []string) {
 	if len(s.names) == 0 || (s.allowLegacyWildcard && len(names) == 0) || slices.Contains(names, explicitWildcard) {
 		return
 	}
-	listed := make(map[string]struct{}, len(names))
+	kept := make(map[string]struct{}, min(len(names), len(s.names)))
 	for _, n := range names {
-		listed[n] = struct{}{}
-	}
-	for n := range s.names {
-		if _, ok := listed[n]; !ok {
-			if s.unlisted == nil {
-				s.unlisted = map[string]struct{}{}
-			}
-			s.unlisted[n] = struct{}{}
+		if _, ok := s.names[n]; !ok {
+			continue
 		}
+		if _, ok := s.kept[n]; s.skipping && !ok {
+			continue
+		}
+		kept[n] = struct{}{}
 	}
+	s.skipping, s.kept = true, kept
 }
 
 // subset reports whether every name of a is in b.
@@ -316,7 +330,7 @@ func (ss *sotwStream) sendAll() error {
 // request handles one request. A request whose nonce is not that of its
 // type's last response is skipped (the client has not seen that response
 // yet; its answer follows), but for the names it no longer lists, which
-// the next request taken forgets the client holds (sotwSub.skipped). Otherwise the type's watch is cancelled, the
+// the next request taken holds at no version (sotwSub.skipped). Otherwise the type's watch is cancelled, the
 // responses queued are sent but those of its type, which the new watch
 // supersedes, and a new watch is created.
 func (ss *sotwStream) request(req *discovery.DiscoveryRequest) error {

@@ -330,9 +330,10 @@ func (ss *sotwStream) sendAll() error {
 // request handles one request. A request whose nonce is not that of its
 // type's last response is skipped (the client has not seen that response
 // yet; its answer follows), but for the names it no longer lists, which
-// the next request taken holds at no version (sotwSub.skipped). Otherwise the type's watch is cancelled, the
-// responses queued are sent but those of its type, which the new watch
-// supersedes, and a new watch is created.
+// the next request taken holds at no version (sotwSub.skipped). Otherwise
+// the type's watch is cancelled, the responses queued are sent but those
+// of its type, which the new watch supersedes, and a new watch is
+// created.
 func (ss *sotwStream) request(req *discovery.DiscoveryRequest) error {
 	// The node may come with the first request only.
 	if req.GetNode() != nil {

@@ -119,9 +119,10 @@ type Cache struct {
 }
 
 // DefaultMaxResponseBytes bounds the encoded size of one delta response
-// (and of a sotw response of a type whose responses need not carry every
-// resource): its resources with their envelopes, and the response's own
-// fields (envelope). A new Envoy subscribed to 5,000 assignments would
+// (and, scaled to the names its client lists, of a sotw response of a type
+// whose responses need not carry every resource: sotwPartBytes): its
+// resources with their envelopes, and the response's own fields
+// (envelope). A new Envoy subscribed to 5,000 assignments would
 // otherwise get them in one 2 MB message, encoded and held by gRPC for
 // every stream that connects at once; above the bound the rest follows
 // each ACK. A part fits a 32 KiB buffer of the server's pool (counting the
@@ -147,8 +148,10 @@ func WithTypes(typeURLs ...string) Option {
 // WithMaxResponseBytes bounds the encoded size of one response (n <= 0:
 // no bound; default DefaultMaxResponseBytes). Above it a delta response
 // carries a first part and the rest follows each ACK; so does a sotw
-// response of a type that need not carry every resource (EDS, RDS). A
-// resource larger than the bound is sent alone.
+// response of a type that need not carry every resource (EDS, RDS), whose
+// parts carry at least eight times the bytes of the names its client
+// lists (each part is acknowledged by a request listing them all), up to
+// 32 times n. A resource larger than the bound is sent alone.
 func WithMaxResponseBytes(n int) Option {
 	return func(c *Cache) { c.maxBytes = max(n, 0) }
 }

@@ -6,6 +6,10 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 )
 
+// SotwPartBytes is the bound of a sotw response's part for a client
+// listing names of listedBytes (sotwPartBytes).
+func SotwPartBytes(maxBytes, listedBytes int) int { return sotwPartBytes(maxBytes, listedBytes) }
+
 // ResumePlacesHeld is the number of places taken in the server's resume
 // gate (resumegate.go), for tests of package xds_test.
 func (s *Server) ResumePlacesHeld() int { return len(s.guard.resumes.places) }

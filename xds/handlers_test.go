@@ -186,7 +186,7 @@ func TestSotwHandlerStateAndStaleNonce(t *testing.T) {
 	}
 	// While the response is unanswered, a request with another nonce is
 	// ignored.
-	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: EndpointType, ResourceNames: []string{"a"}, ResponseNonce: "stale"}); err != nil {
+	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: EndpointType, ResourceNames: []string{"a", "b"}, ResponseNonce: "stale"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: EndpointType, ResourceNames: []string{"a", "b"}, ResponseNonce: r.Nonce, VersionInfo: r.VersionInfo}); err != nil {
@@ -218,6 +218,33 @@ func TestSotwHandlerStateAndStaleNonce(t *testing.T) {
 	}
 	if got := sp.last(t, 4).sotw; got.complete {
 		t.Fatalf("a request adding a name kept the state complete: %+v", got)
+	}
+	// A name a skipped request no longer lists, the client may have
+	// dropped: the next request taken holds it at no version,
+	// and sends it again when listed again.
+	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: EndpointType, ResourceNames: []string{"a", "b"}, ResponseNonce: r.Nonce, VersionInfo: r.VersionInfo}); err != nil {
+		t.Fatal(err)
+	}
+	r2, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: EndpointType, ResourceNames: []string{"b"}, ResponseNonce: r.Nonce, VersionInfo: r.VersionInfo}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: EndpointType, ResourceNames: []string{"a", "b"}, ResponseNonce: r2.Nonce, VersionInfo: r2.VersionInfo}); err != nil {
+		t.Fatal(err)
+	}
+	if got := sp.last(t, 6).sotw; got.complete || got.versions.at("a") != "" {
+		t.Fatalf("a name a skipped request did not list is still held at its version: %+v", got)
+	}
+	r3, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var la endpoint.ClusterLoadAssignment
+	if len(r3.GetResources()) != 1 || r3.GetResources()[0].UnmarshalTo(&la) != nil || la.GetClusterName() != "a" {
+		t.Fatalf("the response to a name listed again after a skipped request: %v, want a", r3.GetResources())
 	}
 }
 

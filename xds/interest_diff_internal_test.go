@@ -3,7 +3,9 @@ package xds
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -37,6 +39,10 @@ type diffSotwStream struct {
 	// at those changed since the state (the reference a kept complete
 	// state is checked against).
 	everyName bool
+	// everyRequest: every request makes the state incomplete (a full
+	// check on every request, the reference a state's rest is checked
+	// against).
+	everyRequest bool
 }
 
 func newDiffSotwStream(c *Cache, id int64) *diffSotwStream {
@@ -51,6 +57,7 @@ func (s *diffSotwStream) request(t *testing.T, req *discovery.DiscoveryRequest) 
 	sub, ok := s.subs[typ]
 	if ok {
 		if wn := s.wnonce[typ]; wn != "" && req.GetResponseNonce() != wn {
+			sub.skipped(req.GetResourceNames())
 			return
 		}
 		if cancel := s.cancels[typ]; cancel != nil {
@@ -70,7 +77,7 @@ func (s *diffSotwStream) request(t *testing.T, req *discovery.DiscoveryRequest) 
 		}
 		s.wnonce[typ] = ""
 		sub.set(req.GetResourceNames())
-		if s.everyName && len(req.GetResourceNames()) > 0 {
+		if s.everyRequest || (s.everyName && len(req.GetResourceNames()) > 0) {
 			sub.held.complete = false
 		}
 	} else {
@@ -300,6 +307,11 @@ func sotwNarrowDiffStreams(t *testing.T, seed uint64) {
 }
 
 func diffSeeds() uint64 {
+	if s := os.Getenv("XDSBRIDGE_DIFF_SEEDS"); s != "" {
+		if n, err := strconv.ParseUint(s, 10, 64); err == nil {
+			return n
+		}
+	}
 	if testing.Short() {
 		return 50
 	}

@@ -87,19 +87,26 @@ func TestDeltaPartsFitTheBound(t *testing.T) {
 }
 
 // TestSotwEDSPartsFitTheBound: the same for a sotw EDS client (its
-// parts follow each ACK).
+// parts follow each ACK), whose bound grows with the names it lists
+// (xds.SotwPartBytes).
 func TestSotwEDSPartsFitTheBound(t *testing.T) {
 	c := xds.NewCache(xds.WithTypes(xds.EndpointType))
 	var all []store.Resource
 	var names []string
+	listed := 0
 	for i := range 2000 {
 		n := fmt.Sprintf("service-%05d", i)
 		eps := 1 + i%7
 		if i == 777 {
-			eps = 3000
+			eps = 20000 // over the bound
 		}
 		all = append(all, assignmentWithEndpoints(n, eps))
 		names = append(names, n)
+		listed += 2 + len(n)
+	}
+	bound := xds.SotwPartBytes(xds.DefaultMaxResponseBytes, listed)
+	if bound <= xds.DefaultMaxResponseBytes || proto.Size(all[777].Msg) <= bound {
+		t.Fatalf("bound %d: not above the cache's, or not below the large assignment's %d bytes", bound, proto.Size(all[777].Msg))
 	}
 	if err := c.Apply(store.Change{TypeURL: xds.EndpointType, Upserts: all}); err != nil {
 		t.Fatal(err)
@@ -140,8 +147,8 @@ func TestSotwEDSPartsFitTheBound(t *testing.T) {
 		if slices.Contains(got, "service-00777") && len(got) != 1 {
 			t.Fatalf("the large assignment went with %d others", len(got)-1)
 		}
-		if size := proto.Size(dr); len(got) > 1 && size > xds.DefaultMaxResponseBytes {
-			t.Fatalf("part %d: %d resources, %d bytes encoded, bound %d", parts, len(got), size, xds.DefaultMaxResponseBytes)
+		if size := proto.Size(dr); len(got) > 1 && size > bound {
+			t.Fatalf("part %d: %d resources, %d bytes encoded, bound %d", parts, len(got), size, bound)
 		}
 		version, nonce = dr.VersionInfo, dr.Nonce
 		cancel()

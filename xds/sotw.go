@@ -14,7 +14,8 @@ import (
 // response superseded by a request, and sotw clients subscribe by name to a
 // few resources, or to every cluster, which a full-state response carries
 // anyway. A state complete at generation G was computed at G, so an ACK
-// looks only at what changed since.
+// looks only at what changed since, and at the names a response cut by
+// the size bound left for the next ones (sotwHeld.rest, sotwparts.go).
 //
 // For the types whose responses need not carry every resource (EDS, RDS),
 // a response's names are marked sent until the client answers: a NACK
@@ -38,9 +39,17 @@ import (
 // handed over; the handler changes one only between a watch's
 // cancellation and the next watch.
 type sotwHeld struct {
-	// complete: the response left nothing out, at generation gen.
+	// complete: at generation gen, the client holds every resource of
+	// interest at its version, but the names of rest: the response left
+	// nothing else out.
 	complete bool
 	gen      uint64
+	// rest: sorted, the names a response cut by the size bound left for
+	// the next ones (to send, as at gen); a request that checks since the
+	// state looks at them with the names changed since, in order, up to
+	// the next response's bound, so a first sync of n names in parts of
+	// k costs about n, not n²/k.
+	rest []string
 	// versions: name → version held; "" for a name of marks the client
 	// holds nothing of.
 	versions versions
@@ -97,22 +106,21 @@ type sotwState struct {
 	limit    int               // plan[0]: resources in the next response; 0: no limit
 	suspects []string          // names of a rejected response not sent again yet
 	names    []string          // the names to look at
+	rest     []string          // and the state's rest, in order up to the bound (sotwHeld.rest)
 	full     bool              // look at everything of interest instead
 }
 
 // readSotwState reads the state for a new sotw watch: applies the request's
 // answer to the last response (a sotw NACK is of the latest response,
 // sotwserver.go), and decides the names to look at: those changed since
-// the state's generation. It looks at everything of interest when the
+// the state's generation, and the state's rest. It looks at everything of
+// interest when the
 // state is not complete (the server drops complete from the state for a
 // request that asks for anything new), and after a rejection.
 func (c *Cache) readSotwState(w *watch) {
 	ts, ss := w.ts, &w.ss
 	known := w.sheld
-	ss.held = known.versions // read only, unless made a copy
-	if len(known.marks) > 0 {
-		ss.held = known.versions.clone()
-	}
+	ss.held = known.versions // read only: readMarks copies it before a change
 	nack := w.sreq.GetErrorDetail() != nil && w.sreq.GetResponseNonce() != ""
 	rejected, accepted, sentCount := ss.readMarks(known, nack)
 	// The plan of halving a rejected response goes on as for delta.
@@ -149,7 +157,7 @@ func (c *Cache) readSotwState(w *watch) {
 		ss.full = true
 		return
 	}
-	ss.names = ts.SinceLog(known.gen)
+	ss.names, ss.rest = ts.SinceLog(known.gen), known.rest
 }
 
 // sinceLogExceeds reports whether the change log after generation gen
@@ -169,6 +177,9 @@ func sinceLogExceeds(ts *typeState, gen uint64, limit int) bool {
 // of resources of the response it accepts (accepted) or rejects
 // (sentCount).
 func (ss *sotwState) readMarks(known *sotwHeld, nack bool) (rejected []string, accepted, sentCount int) {
+	// ss.held shares known's maps until a name's version changes (an ACK
+	// of the last response changes none).
+	copied := false
 	for n, m := range known.marks {
 		cur := known.versions.at(n)
 		switch {
@@ -193,6 +204,12 @@ func (ss *sotwState) readMarks(known *sotwHeld, nack bool) (rejected []string, a
 			}
 			ss.rejected[n], cur = cur, m.prev // undone unless alone
 		}
+		if v, ok := ss.held.get(n); (cur == "" && !ok) || (cur != "" && ok && v == cur) {
+			continue
+		}
+		if !copied {
+			ss.held, copied = ss.held.clone(), true
+		}
 		if cur == "" {
 			ss.held.del(n)
 		} else {
@@ -203,13 +220,17 @@ func (ss *sotwState) readMarks(known *sotwHeld, nack bool) (rejected []string, a
 }
 
 // respondSotw computes and sends the response for a sotw watch, looking
-// only at names unless full. It reports whether a response was sent.
+// only at names and the state's rest (in order, up to the bound) unless
+// full. It reports whether a response was sent.
 func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bool {
 	ts := w.ts
 	p := &sotwPass{
 		c: c, w: w, ts: ts, ss: &w.ss,
 		subscribed: w.sub.SubscribedResources(), wild: w.sub.IsWildcard(),
-		hold: c.holder(w, 0), keep: c.keepCluster(w),
+		hold: c.holder(w, 0), keep: c.keepCluster(w), maxBytes: c.maxBytes,
+	}
+	if sub, ok := w.sub.(sotwSub); ok && c.maxBytes > 0 {
+		p.maxBytes = sotwPartBytes(c.maxBytes, sub.listedBytes)
 	}
 	w.heldBack = nil
 	p.collect(names, full)
@@ -217,12 +238,26 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 	if len(p.changed) == 0 && !evenIfEmpty && (len(p.removed) == 0 || !ts.FullState) {
 		// Nothing to send; and sotw cannot express the removal of an
 		// EDS/RDS resource: the client keeps it until it unsubscribes.
+		// The rest was looked at whole: a commit waking the watch looks
+		// at what it changed only.
+		w.ss.rest = p.restLeft
+		if len(p.removed) > 0 {
+			// What this pass found no longer held, a later pass of the
+			// watch (woken by a commit, looking at what it changed) would
+			// not find again: the state it installs drops them too, as a
+			// full check's would.
+			held := w.ss.held.clone()
+			for _, n := range p.removed {
+				held.del(n)
+			}
+			w.ss.held = held
+		}
 		return false
 	}
 	sort.Strings(p.changed)
 	sort.Strings(p.removed)
 	cut := p.bound()
-	next := p.nextState(cut)
+	next := p.nextState(mergeNames(cut, p.restLeft))
 	w.done = true
 
 	send := p.changed
@@ -256,6 +291,8 @@ type sotwPass struct {
 	kept       []*store.Entry              // deleted clusters the stream's routes still name (mbb.go)
 	changed    []string                    // to send
 	removed    []string                    // no longer held
+	restLeft   []string                    // of the state's rest, the names not looked at (walkRest)
+	maxBytes   int                         // the response's bound (sotwPartBytes)
 }
 
 // collect considers names (everything of interest if full), each once.
@@ -277,6 +314,7 @@ func (p *sotwPass) collect(names []string, full bool) {
 		seen[n] = struct{}{}
 		p.consider(n)
 	}
+	p.walkRest(seen)
 }
 
 // consider looks at name n: to send (or its interim), held back, kept,
@@ -329,29 +367,11 @@ func (p *sotwPass) consider(n string) {
 	}
 }
 
-// bound cuts the changed names of a type that need not carry everything
-// as a delta response is bounded, and reports whether it did; what it
-// leaves out is found by the next full check.
-func (p *sotwPass) bound() (cut bool) {
-	if p.ts.FullState {
-		return false
-	}
-	maxBytes, limit := p.c.maxBytes, p.ss.limit
-	total := envelope(p.ts.URL)
-	for i, n := range p.changed {
-		total += p.ts.Resources[n].AnySize
-		if i > 0 && ((maxBytes > 0 && total > maxBytes) || (limit > 0 && i >= limit)) {
-			p.changed = p.changed[:i]
-			return true
-		}
-	}
-	return false
-}
-
 // nextState is the state the response installs: name → version held
 // (with what a NACK rolls back to, the rejected versions and the plan of
-// a halving), complete when the response leaves nothing out.
-func (p *sotwPass) nextState(cut bool) *sotwHeld {
+// a halving), complete but for rest (sorted: the names the bound left
+// out) when the response leaves out nothing else.
+func (p *sotwPass) nextState(rest []string) *sotwHeld {
 	ts, ss := p.ts, p.ss
 	next := &sotwHeld{versions: ss.held.clone()}
 	for _, n := range p.removed {
@@ -382,7 +402,10 @@ func (p *sotwPass) nextState(cut bool) *sotwHeld {
 		next.mark(n, v, sotwMark{sent: true, prev: ss.held.at(n), count: len(p.changed)})
 	}
 	// Else the next request checks in full.
-	next.complete = !cut && len(p.w.heldBack) == 0 && len(p.interims) == 0
+	next.complete = len(p.w.heldBack) == 0 && len(p.interims) == 0
+	if next.complete {
+		next.rest = rest
+	}
 	next.gen = ts.Gen
 	return next
 }

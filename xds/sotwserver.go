@@ -54,6 +54,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // sotwSub is a sotw stream's subscription to one type, and what its
@@ -65,11 +66,20 @@ type sotwSub struct {
 	wildcard, allowLegacyWildcard bool
 	names                         map[string]struct{}
 	// listed: the names of the request that set names, as it listed them
-	// (a copy).
-	listed []string
+	// (a copy); listedBytes, their size in the request (sotwPartBytes).
+	listed      []string
+	listedBytes int
 	// held: the client's state as its type's last response installed it,
-	// less the names a request since no longer lists (unless it lists "*").
+	// less the names a request since no longer lists (unless it lists "*"),
+	// and with those a skipped request did not list at no version ("").
 	held *sotwHeld
+	// skipping: a request was skipped for its stale nonce since the last
+	// request taken; kept: the names of the subscription every such
+	// request listed (skipped). The next request taken drops the others
+	// from held (set). Kept as the names listed, not those unlisted, so
+	// that a skipped request costs what it lists, not the subscription.
+	skipping bool
+	kept     map[string]struct{}
 }
 
 func newSotwSub(names []string) sotwSub {
@@ -87,6 +97,30 @@ func newSotwSub(names []string) sotwSub {
 // again, and the cache then looks only at what changed since the state's
 // generation (readSotwState).
 func (s *sotwSub) set(names []string) {
+	if s.skipping {
+		// The client may have dropped the names a skipped request did not
+		// list (grpc-go forgets a resource it stops watching, and ignores
+		// one a response carries that it does not watch): one listed
+		// again is sent again.
+		if len(s.kept) < len(s.names) {
+			h := s.held
+			for n := range s.names {
+				if _, ok := s.kept[n]; ok {
+					continue
+				}
+				if _, ok := h.versions.get(n); ok {
+					// Held at no version: sent again if it exists, and
+					// removed by a full-state response (CDS, LDS) if it
+					// does not, as the client may hold it still (it
+					// listed it again before the response came).
+					h.versions.put(n, "")
+					delete(h.marks, n)
+					h.complete = false
+				}
+			}
+		}
+		s.skipping, s.kept = false, nil
+	}
 	if s.allowLegacyWildcard {
 		// Only a request that lists names ends the legacy wildcard.
 		if len(names) == 0 {
@@ -124,6 +158,33 @@ func (s *sotwSub) set(names []string) {
 		}
 	}
 	s.wildcard, s.names, s.listed = wildcard, subscribed, slices.Clone(names)
+	s.listedBytes = 0
+	for _, n := range names {
+		s.listedBytes += protowire.SizeTag(sotwResourceNames) + protowire.SizeBytes(len(n))
+	}
+}
+
+// skipped notes the names of a request skipped for its stale nonce: the
+// server does not answer it (the client has not seen the type's last
+// response yet, and answers that next), but a name it no longer lists,
+// the client may have dropped, so the next request taken holds it at no
+// version (set): one listed again is sent again, and a full-state
+// response removes one deleted meanwhile.
+func (s *sotwSub) skipped(names []string) {
+	if len(s.names) == 0 || (s.allowLegacyWildcard && len(names) == 0) || slices.Contains(names, explicitWildcard) {
+		return
+	}
+	kept := make(map[string]struct{}, min(len(names), len(s.names)))
+	for _, n := range names {
+		if _, ok := s.names[n]; !ok {
+			continue
+		}
+		if _, ok := s.kept[n]; s.skipping && !ok {
+			continue
+		}
+		kept[n] = struct{}{}
+	}
+	s.skipping, s.kept = true, kept
 }
 
 // subset reports whether every name of a is in b.
@@ -268,9 +329,11 @@ func (ss *sotwStream) sendAll() error {
 
 // request handles one request. A request whose nonce is not that of its
 // type's last response is skipped (the client has not seen that response
-// yet; its answer follows). Otherwise the type's watch is cancelled, the
-// responses queued are sent but those of its type, which the new watch
-// supersedes, and a new watch is created.
+// yet; its answer follows), but for the names it no longer lists, which
+// the next request taken holds at no version (sotwSub.skipped). Otherwise
+// the type's watch is cancelled, the responses queued are sent but those
+// of its type, which the new watch supersedes, and a new watch is
+// created.
 func (ss *sotwStream) request(req *discovery.DiscoveryRequest) error {
 	// The node may come with the first request only.
 	if req.GetNode() != nil {
@@ -293,6 +356,7 @@ func (ss *sotwStream) request(req *discovery.DiscoveryRequest) error {
 	w, ok := ss.watches[typeURL]
 	if ok {
 		if w.nonce != "" && req.GetResponseNonce() != w.nonce {
+			w.sub.skipped(req.GetResourceNames())
 			return nil
 		}
 		if w.cancel != nil {

@@ -21,7 +21,8 @@ import (
 // gRPC encodes a message whole when the stream sends it, and holds the
 // encoding until the connection's writer has copied it out, however long
 // the writer or the peer's flow-control window takes. In a first sync
-// every stream has a part of its state (a 32 KiB response) in flight; when
+// every stream has a part of its state (a response of 32 KiB, or more for
+// a sotw client listing many names) in flight; when
 // the parts are encoded faster than the writers drain them, nearly every
 // stream's part waits encoded at once: at 2,000 clients those buffers were
 // 100 MB of a 217 MB live heap at the peak, which the collector's goal

@@ -153,23 +153,7 @@ func sotwNarrowDiffStreams(t *testing.T, seed uint64) {
 		}
 		return store.Resource{Name: n, Msg: la, DependsOn: &store.Dep{TypeURL: ClusterType, Name: n}}
 	}
-	apply := func(chs ...store.Change) {
-		for _, c := range caches {
-			// Each cache gets its own copies: the store owns what it is given.
-			var cp []store.Change
-			for _, ch := range chs {
-				n := store.Change{TypeURL: ch.TypeURL, Deletes: slices.Clone(ch.Deletes)}
-				for _, u := range ch.Upserts {
-					u.Msg = proto.Clone(u.Msg)
-					n.Upserts = append(n.Upserts, u)
-				}
-				cp = append(cp, n)
-			}
-			if err := c.Apply(cp...); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	apply := func(chs ...store.Change) { applyCopies(t, caches, chs...) }
 	var cls, eps []store.Resource
 	for i := range services {
 		cls = append(cls, clusterOf(name(i)))
@@ -215,37 +199,14 @@ func sotwNarrowDiffStreams(t *testing.T, seed uint64) {
 		}
 		cl = append(cl, c)
 	}
-	request := func(c *client, typ string, nack bool) {
-		for k := range caches {
-			s := c.s[k]
-			req := &discovery.DiscoveryRequest{TypeUrl: typ, ResourceNames: slices.Clone(c.names[typ]),
-				VersionInfo: s.lastVersion[typ], ResponseNonce: s.lastNonce[typ]}
-			if nack && s.lastNonce[typ] != "" {
-				req.ErrorDetail = &status.Status{Message: "no"}
-			}
-			s.request(t, req)
-		}
-	}
+	request := func(c *client, typ string, nack bool) { requestPair(t, c.s, typ, c.names[typ], nack, false) }
 	for _, c := range cl {
 		request(c, ClusterType, false)
 		request(c, EndpointType, false)
 	}
 	compare := func(step int, c *client) {
 		checkInterest(t, caches[0])
-		a, b := c.s[0].takeAll(), c.s[1].takeAll()
-		if len(a) != len(b) {
-			t.Fatalf("seed %d step %d: by name sent %d responses %v, every commit %d %v", seed, step, len(a), a, len(b), b)
-		}
-		for i := range a {
-			if !proto.Equal(a[i], b[i]) {
-				t.Fatalf("seed %d step %d: response %d: by name\n%v\nevery commit\n%v", seed, step, i, a[i], b[i])
-			}
-			typ := a[i].GetTypeUrl()
-			for k := range caches {
-				// the client accepts unless it NACKs next
-				c.s[k].lastVersion[typ] = a[i].GetVersionInfo()
-			}
-		}
+		comparePair(t, c.s, fmt.Sprintf("seed %d step %d", seed, step), "by name", "every commit")
 	}
 	for step := range steps {
 		switch r := rng.IntN(12); {
@@ -265,15 +226,7 @@ func sotwNarrowDiffStreams(t *testing.T, seed uint64) {
 					chs = append(chs, store.Change{TypeURL: EndpointType, Upserts: []store.Resource{assignmentOf(name(i))}})
 				}
 			default:
-				var ups []store.Resource
-				seen := map[int]bool{}
-				for range 1 + rng.IntN(4) {
-					j := rng.IntN(services)
-					if !seen[j] {
-						seen[j] = true
-						ups = append(ups, assignmentOf(name(j)))
-					}
-				}
+				ups := someOf(rng, services, 4, func(j int) store.Resource { return assignmentOf(name(j)) })
 				chs = append(chs, store.Change{TypeURL: EndpointType, Upserts: ups})
 			}
 			apply(chs...)
@@ -304,6 +257,81 @@ func sotwNarrowDiffStreams(t *testing.T, seed uint64) {
 	for _, c := range cl {
 		compare(steps, c)
 	}
+}
+
+// applyCopies applies chs to each cache, each with its own copies (the
+// store owns what it is given).
+func applyCopies(t *testing.T, caches [2]*Cache, chs ...store.Change) {
+	t.Helper()
+	for _, c := range caches {
+		var cp []store.Change
+		for _, ch := range chs {
+			n := store.Change{TypeURL: ch.TypeURL, Deletes: slices.Clone(ch.Deletes)}
+			for _, u := range ch.Upserts {
+				u.Msg = proto.Clone(u.Msg)
+				n.Upserts = append(n.Upserts, u)
+			}
+			cp = append(cp, n)
+		}
+		if err := c.Apply(cp...); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// requestPair sends one client's request to both of its streams: names,
+// the version it accepted last, the nonce of its last response ("0" if
+// stale), and a NACK of that response if nack.
+func requestPair(t *testing.T, s [2]*diffSotwStream, typ string, names []string, nack, stale bool) {
+	t.Helper()
+	for _, st := range s {
+		nonce := st.lastNonce[typ]
+		if stale && nonce != "" {
+			nonce = "0"
+		}
+		req := &discovery.DiscoveryRequest{TypeUrl: typ, ResourceNames: slices.Clone(names),
+			VersionInfo: st.lastVersion[typ], ResponseNonce: nonce}
+		if nack && st.lastNonce[typ] != "" {
+			req.ErrorDetail = &status.Status{Message: "no"}
+		}
+		st.request(t, req)
+	}
+}
+
+// comparePair fails t unless both streams of a client sent the same
+// responses since the last call (a and b name them), and notes each
+// response's version as accepted (the client accepts unless it NACKs
+// next).
+func comparePair(t *testing.T, s [2]*diffSotwStream, at, a, b string) {
+	t.Helper()
+	ra, rb := s[0].takeAll(), s[1].takeAll()
+	if len(ra) != len(rb) {
+		t.Fatalf("%s: %s sent %d responses %v, %s %d %v", at, a, len(ra), ra, b, len(rb), rb)
+	}
+	for i := range ra {
+		if !proto.Equal(ra[i], rb[i]) {
+			t.Fatalf("%s: response %d: %s\n%v\n%s\n%v", at, i, a, ra[i], b, rb[i])
+		}
+		typ := ra[i].GetTypeUrl()
+		for _, st := range s {
+			st.lastVersion[typ] = ra[i].GetVersionInfo()
+		}
+	}
+}
+
+// someOf returns of(j) for 1 to most random j among services, each once
+// (the rng drawn as many times as most allows).
+func someOf(rng *rand.Rand, services, most int, of func(j int) store.Resource) []store.Resource {
+	var out []store.Resource
+	seen := map[int]bool{}
+	for range 1 + rng.IntN(most) {
+		j := rng.IntN(services)
+		if !seen[j] {
+			seen[j] = true
+			out = append(out, of(j))
+		}
+	}
+	return out
 }
 
 func diffSeeds() uint64 {

@@ -10,9 +10,6 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/xdsbridge/xdsbridge/xds/store"
 )
@@ -70,22 +67,7 @@ func sotwRestDiff(t *testing.T, seed uint64) {
 		last[n] = r
 		return r
 	}
-	apply := func(chs ...store.Change) {
-		for _, c := range caches {
-			var cp []store.Change
-			for _, ch := range chs {
-				n := store.Change{TypeURL: ch.TypeURL, Deletes: slices.Clone(ch.Deletes)}
-				for _, u := range ch.Upserts {
-					u.Msg = proto.Clone(u.Msg)
-					n.Upserts = append(n.Upserts, u)
-				}
-				cp = append(cp, n)
-			}
-			if err := c.Apply(cp...); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	apply := func(chs ...store.Change) { applyCopies(t, caches, chs...) }
 	var cls, eps []store.Resource
 	for i := range services {
 		cls = append(cls, clusterOf(name(i)))
@@ -136,21 +118,7 @@ func sotwRestDiff(t *testing.T, seed uint64) {
 		}
 		cl = append(cl, c)
 	}
-	request := func(c *client, typ string, nack, stale bool) {
-		for k := range caches {
-			s := c.s[k]
-			nonce := s.lastNonce[typ]
-			if stale && nonce != "" {
-				nonce = "0"
-			}
-			req := &discovery.DiscoveryRequest{TypeUrl: typ, ResourceNames: slices.Clone(c.names[typ]),
-				VersionInfo: s.lastVersion[typ], ResponseNonce: nonce}
-			if nack && s.lastNonce[typ] != "" {
-				req.ErrorDetail = &status.Status{Message: "no"}
-			}
-			s.request(t, req)
-		}
-	}
+	request := func(c *client, typ string, nack, stale bool) { requestPair(t, c.s, typ, c.names[typ], nack, stale) }
 	for _, c := range cl {
 		if withCDS {
 			request(c, ClusterType, false, false)
@@ -158,19 +126,7 @@ func sotwRestDiff(t *testing.T, seed uint64) {
 		request(c, EndpointType, false, false)
 	}
 	compare := func(step int, c *client) {
-		a, b := c.s[0].takeAll(), c.s[1].takeAll()
-		if len(a) != len(b) {
-			t.Fatalf("seed %d step %d: with rest sent %d responses %v, in full %d %v", seed, step, len(a), a, len(b), b)
-		}
-		for i := range a {
-			if !proto.Equal(a[i], b[i]) {
-				t.Fatalf("seed %d step %d: response %d: with rest\n%v\nin full\n%v", seed, step, i, a[i], b[i])
-			}
-			typ := a[i].GetTypeUrl()
-			for k := range caches {
-				c.s[k].lastVersion[typ] = a[i].GetVersionInfo()
-			}
-		}
+		comparePair(t, c.s, fmt.Sprintf("seed %d step %d", seed, step), "with rest", "in full")
 	}
 	for step := range steps {
 		switch r := rng.IntN(12); {
@@ -193,15 +149,7 @@ func sotwRestDiff(t *testing.T, seed uint64) {
 				n := name(rng.IntN(services))
 				chs = append(chs, store.Change{TypeURL: EndpointType, Upserts: []store.Resource{last[n]}})
 			default:
-				var ups []store.Resource
-				seen := map[int]bool{}
-				for range 1 + rng.IntN(8) {
-					j := rng.IntN(services)
-					if !seen[j] {
-						seen[j] = true
-						ups = append(ups, assignmentOf(name(j)))
-					}
-				}
+				ups := someOf(rng, services, 8, func(j int) store.Resource { return assignmentOf(name(j)) })
 				chs = append(chs, store.Change{TypeURL: EndpointType, Upserts: ups})
 			}
 			if len(chs) > 0 {

@@ -114,9 +114,9 @@ type sotwState struct {
 // answer to the last response (a sotw NACK is of the latest response,
 // sotwserver.go), and decides the names to look at: those changed since
 // the state's generation, and the state's rest. It looks at everything of
-// interest when the
-// state is not complete (the server drops complete from the state for a
-// request that asks for anything new), and after a rejection.
+// interest when the state is not complete (the server drops complete from
+// the state for a request that asks for anything new), and after a
+// rejection.
 func (c *Cache) readSotwState(w *watch) {
 	ts, ss := w.ts, &w.ss
 	known := w.sheld

@@ -75,9 +75,10 @@ type sotwSub struct {
 	held *sotwHeld
 	// skipping: a request was skipped for its stale nonce since the last
 	// request taken; kept: the names of the subscription every such
-	// request listed (skipped). The next request taken drops the others
-	// from held (set). Kept as the names listed, not those unlisted, so
-	// that a skipped request costs what it lists, not the subscription.
+	// request listed (skipped). The next request taken holds the others
+	// at no version (set). Kept as the names listed, not those unlisted,
+	// so that a skipped request costs what it lists, not the
+	// subscription.
 	skipping bool
 	kept     map[string]struct{}
 }

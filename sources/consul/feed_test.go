@@ -211,8 +211,7 @@ func TestHintedModeRegistrationReadsOnlyItsService(t *testing.T) {
 	if d := s.DebugInfo().(Debug); d.Datacenters[0].Feed == nil {
 		t.Fatalf("not in hinted mode: %+v", d.Datacenters[0])
 	}
-	time.Sleep(500 * time.Millisecond) // the start-up reads settle
-	pc.take()
+	pc.settle() // the start-up reads end
 	a.Register(ttlService("s2-2", "s2", "127.0.3.2", 1002, nil, nil, api.HealthPassing))
 	waitFor(t, "s2's second instance", func() bool {
 		u, ok := sink.Last()
@@ -243,10 +242,13 @@ func registerTTLServices(a *agent, n int) {
 }
 
 // startHintedSource runs a source on a with 4 query slots (hinted mode
-// from 2 services on) and a counter of its requests by path.
+// from 2 services on) and a counter of its requests by path. Its
+// hinted_refresh is 24h: with the default (5m, first refresh uniformly
+// within it) a service's refresh read would land in a test's window a
+// few times in a hundred runs and be counted as a read the feed caused.
 func startHintedSource(t *testing.T, a *agent) (*Source, *sourcestest.Sink, *pathCounter) {
 	pc := &pathCounter{n: map[string]int{}}
-	s, sink := startSourceWith(t, baseConfig(a.Addr(), `, "max_concurrent_queries": 4, "services": {"exclude": ["consul"]}`), func(s *Source) {
+	s, sink := startSourceWith(t, baseConfig(a.Addr(), `, "max_concurrent_queries": 4, "hinted_refresh": "24h", "services": {"exclude": ["consul"]}`), func(s *Source) {
 		s.wrapRoundTripper = func(next http.RoundTripper) http.RoundTripper { pc.next = next; return pc }
 	})
 	return s, sink, pc
@@ -406,8 +408,7 @@ func TestHintedModeFlipsWithoutServiceRead(t *testing.T) {
 	if d := s.DebugInfo().(Debug); d.Datacenters[0].Feed == nil {
 		t.Fatalf("not in hinted mode: %+v", d.Datacenters[0])
 	}
-	time.Sleep(500 * time.Millisecond) // the start-up reads settle
-	pc.take()
+	pc.settle() // the start-up reads end
 	a.TTL("s3-1-ttl", api.HealthCritical)
 	waitService(t, sink, "s3", want(sources.HealthUnhealthy))
 	a.TTL("s3-1-ttl", api.HealthPassing)

@@ -187,6 +187,8 @@ type typeState struct {
 	// commit wakes them (interest.go).
 	watches  map[*watch]struct{}
 	interest interest
+	// sotwBases: the bases of the sotw states of the type (sotwversions.go).
+	sotwBases sharedBases
 	// version: Gen as a string, for versionGen (under Cache.mu).
 	version    string
 	versionGen uint64

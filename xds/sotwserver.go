@@ -64,9 +64,13 @@ type sotwSub struct {
 	// wildcard: the subscription holds the wildcard; allowLegacyWildcard:
 	// no name was ever requested, so an empty request is a wildcard.
 	wildcard, allowLegacyWildcard bool
-	names                         map[string]struct{}
+	// names: shared by the streams that subscribe to the same names
+	// (nameset.go), as sotwNames derived it.
+	names *nameSet
 	// listed: the names of the request that set names, as it listed them
-	// (a copy); listedBytes, their size in the request (sotwPartBytes).
+	// (but "*"): a copy shared by the streams that list the same names in
+	// the same order (sharedSet.deriveListed), never written;
+	// listedBytes, their size in the request (sotwPartBytes).
 	listed      []string
 	listedBytes int
 	// held: the client's state as its type's last response installed it,
@@ -85,7 +89,7 @@ type sotwSub struct {
 
 func newSotwSub(names []string) sotwSub {
 	s := sotwSub{wildcard: len(names) == 0, allowLegacyWildcard: true,
-		names: map[string]struct{}{}, held: &sotwHeld{}}
+		names: sotwNames, held: &sotwHeld{}}
 	s.set(names)
 	return s
 }
@@ -103,9 +107,9 @@ func (s *sotwSub) set(names []string) {
 		// list (grpc-go forgets a resource it stops watching, and ignores
 		// one a response carries that it does not watch): one listed
 		// again is sent again.
-		if len(s.kept) < len(s.names) {
+		if len(s.kept) < s.names.len() {
 			h := s.held
-			for n := range s.names {
+			for n := range s.names.m {
 				if _, ok := s.kept[n]; ok {
 					continue
 				}
@@ -128,22 +132,20 @@ func (s *sotwSub) set(names []string) {
 			return
 		}
 		s.allowLegacyWildcard = false
-	} else if slices.Equal(names, s.listed) {
+	} else if !s.wildcard && slices.Equal(names, s.listed) {
 		// An ACK listing the names again, in the same order: the
-		// subscription and the state stay as they are.
+		// subscription and the state stay as they are. (listed leaves "*"
+		// out: a request of the wildcard takes the way below.)
 		return
 	}
-	subscribed := make(map[string]struct{}, len(names))
-	wildcard := false
-	for _, n := range names {
-		if n == explicitWildcard {
-			wildcard = true
-			continue
-		}
-		subscribed[n] = struct{}{}
+	listing, wildcard := names, slices.Contains(names, explicitWildcard)
+	if wildcard {
+		listing = slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == explicitWildcard })
 	}
+	set, listed := sotwNames.deriveListed(listing)
+	subscribed := set.m
 	h := s.held
-	if wildcard != s.wildcard || !subset(subscribed, s.names) {
+	if wildcard != s.wildcard || !subset(subscribed, s.names.m) {
 		h.complete = false
 	}
 	if !wildcard {
@@ -158,7 +160,7 @@ func (s *sotwSub) set(names []string) {
 			delete(h.marks, n)
 		}
 	}
-	s.wildcard, s.names, s.listed = wildcard, subscribed, slices.Clone(names)
+	s.wildcard, s.names, s.listed = wildcard, set, listed
 	s.listedBytes = 0
 	for _, n := range names {
 		s.listedBytes += protowire.SizeTag(sotwResourceNames) + protowire.SizeBytes(len(n))
@@ -172,12 +174,12 @@ func (s *sotwSub) set(names []string) {
 // version (set): one listed again is sent again, and a full-state
 // response removes one deleted meanwhile.
 func (s *sotwSub) skipped(names []string) {
-	if len(s.names) == 0 || (s.allowLegacyWildcard && len(names) == 0) || slices.Contains(names, explicitWildcard) {
+	if s.names.len() == 0 || (s.allowLegacyWildcard && len(names) == 0) || slices.Contains(names, explicitWildcard) {
 		return
 	}
-	kept := make(map[string]struct{}, min(len(names), len(s.names)))
+	kept := make(map[string]struct{}, min(len(names), s.names.len()))
 	for _, n := range names {
-		if _, ok := s.names[n]; !ok {
+		if !s.names.has(n) {
 			continue
 		}
 		if _, ok := s.kept[n]; s.skipping && !ok {
@@ -201,7 +203,7 @@ func subset(a, b map[string]struct{}) bool {
 	return true
 }
 
-func (s sotwSub) SubscribedResources() map[string]struct{} { return s.names }
+func (s sotwSub) SubscribedResources() map[string]struct{} { return s.names.m }
 func (s sotwSub) IsWildcard() bool                         { return s.wildcard }
 
 // sotwServer serves sotw streams (sotw.Server).

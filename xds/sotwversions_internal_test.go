@@ -69,7 +69,9 @@ func TestSotwVersionsModel(t *testing.T) {
 						before = slices.Clone(bases.recent)
 					}
 					c := &state{v: s.v.clone(bases), model: maps.Clone(s.model)}
-					same := func(a, b map[string]string) bool { return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer() }
+					same := func(a, b map[string]string) bool {
+						return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+					}
 					if c.v.base != nil && !same(c.v.base, s.v.base) && slices.ContainsFunc(before, func(b map[string]string) bool { return same(b, c.v.base) }) {
 						taken++
 					}

@@ -85,6 +85,9 @@ type sotwSub struct {
 	// subscription.
 	skipping bool
 	kept     map[string]struct{}
+	// wildDropped: such a request dropped the wildcard the subscription
+	// held: every name held may have been dropped, not only those of names.
+	wildDropped bool
 }
 
 func newSotwSub(names []string) sotwSub {
@@ -107,24 +110,38 @@ func (s *sotwSub) set(names []string) {
 		// list (grpc-go forgets a resource it stops watching, and ignores
 		// one a response carries that it does not watch): one listed
 		// again is sent again.
-		if len(s.kept) < s.names.len() {
-			h := s.held
-			for n := range s.names.m {
-				if _, ok := s.kept[n]; ok {
-					continue
-				}
-				if _, ok := h.versions.get(n); ok {
-					// Held at no version: sent again if it exists, and
-					// removed by a full-state response (CDS, LDS) if it
-					// does not, as the client may hold it still (it
-					// listed it again before the response came).
-					h.versions.put(n, "")
-					delete(h.marks, n)
-					h.complete = false
-				}
+		h := s.held
+		drop := func(n string) {
+			if _, ok := s.kept[n]; ok {
+				return
+			}
+			if _, ok := h.versions.get(n); ok {
+				// Held at no version: sent again if it exists, and
+				// removed by a full-state response (CDS, LDS) if it
+				// does not, as the client may hold it still (it
+				// listed it again before the response came).
+				h.versions.put(n, "")
+				delete(h.marks, n)
+				h.complete = false
 			}
 		}
-		s.skipping, s.kept = false, nil
+		switch {
+		case s.wildDropped:
+			// What the client held through the wildcard, it may have
+			// dropped with it: every name held but those kept.
+			var held []string
+			for n := range h.versions.all() {
+				held = append(held, n)
+			}
+			for _, n := range held {
+				drop(n)
+			}
+		case len(s.kept) < s.names.len():
+			for n := range s.names.m {
+				drop(n)
+			}
+		}
+		s.skipping, s.kept, s.wildDropped = false, nil, false
 	}
 	if s.allowLegacyWildcard {
 		// Only a request that lists names ends the legacy wildcard.
@@ -173,13 +190,22 @@ func (s *sotwSub) set(names []string) {
 // the client may have dropped, so the next request taken holds it at no
 // version (set): one listed again is sent again, and a full-state
 // response removes one deleted meanwhile.
+//
+// A request that drops the wildcard (it lists names and no "*") may have
+// dropped with it whatever the client held through it: the next request
+// taken holds at no version every name held but those every skipped
+// request listed (wildDropped).
 func (s *sotwSub) skipped(names []string) {
-	if s.names.len() == 0 || (s.allowLegacyWildcard && len(names) == 0) || slices.Contains(names, explicitWildcard) {
+	if (s.allowLegacyWildcard && len(names) == 0) || slices.Contains(names, explicitWildcard) {
 		return
 	}
-	kept := make(map[string]struct{}, min(len(names), s.names.len()))
+	dropsWild := s.wildcard
+	if s.names.len() == 0 && !dropsWild {
+		return
+	}
+	kept := make(map[string]struct{}, min(len(names), max(s.names.len(), s.held.versions.len())))
 	for _, n := range names {
-		if !s.names.has(n) {
+		if !dropsWild && !s.names.has(n) {
 			continue
 		}
 		if _, ok := s.kept[n]; s.skipping && !ok {
@@ -188,6 +214,7 @@ func (s *sotwSub) skipped(names []string) {
 		kept[n] = struct{}{}
 	}
 	s.skipping, s.kept = true, kept
+	s.wildDropped = s.wildDropped || dropsWild
 }
 
 // subset reports whether every name of a is in b.

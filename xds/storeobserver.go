@@ -56,7 +56,9 @@ var _ Store = (*store.Store)(nil)
 // once ACKs at once (4,000 delta clients that follow every change), and
 // in one queue with them a commit would wait behind every ACK, first come
 // first served once the lock's waiters starve (sync.Mutex), and the
-// changes made meanwhile with it.
+// changes made meanwhile with it. In turn, commits made back to back
+// would let the server's paths through about one per commit: commits
+// come from the one merge loop, which debounces them (bridge/loop.go).
 func (c *Cache) lock() {
 	c.lane.Lock()
 	c.store.Lock()

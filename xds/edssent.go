@@ -37,9 +37,9 @@ type sentAssignments struct {
 	// at: sotw, when each name was sent (sentEpoch's monotonic clock: 8
 	// bytes a name, not a time.Time's 24).
 	at map[string]time.Duration
-	// atWithin: a sotw subscription's names (the map itself, which a
-	// request that changes them replaces, sotwSub.set) that hold every
-	// name in at; nil: none known.
+	// atWithin: a sotw subscription's names (the map itself: a request
+	// that changes them replaces it, sotwSub.set, and equal sets are one
+	// map, nameset.go) that hold every name in at; nil: none known.
 	atWithin map[string]struct{}
 }
 

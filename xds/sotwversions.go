@@ -6,8 +6,9 @@ import (
 )
 
 // versions is name → version, as a sotw state holds it (sotwHeld): a base
-// map shared by the states made from one another, never changed once
-// made, and the names changed since (over). Each response makes a state
+// map shared by the states made from one another, and by those of other
+// clients that took it (sharedBases), never changed once made, and the
+// names changed since (over). Each response makes a state
 // from the last, and an ACK a working copy (readSotwState): a copy costs
 // the names changed since the base, not the names held. Once those are
 // about √(2n) of a base of n, a copy makes a new base: a change then costs
@@ -15,7 +16,9 @@ import (
 //
 // The zero value is empty. A versions is not safe for concurrent use; the
 // states that share a base are each read and changed under their owner's
-// lock (sotw.go).
+// lock (sotw.go), the states of other streams under theirs: a base is
+// read by many goroutines at once, which is safe only as it is never
+// written.
 type versions struct {
 	base map[string]string // shared: never written
 	over map[string]verOver

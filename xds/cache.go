@@ -63,7 +63,12 @@ type Cache struct {
 	// (types), the streams, the counters. Taken after the store's lock
 	// (lock), or in the store's commit hooks (commitObserver), which run
 	// with the store's lock held.
-	mu    sync.Mutex
+	mu sync.Mutex
+	// lane: taken before the store's lock by every path of the server
+	// (lock), never by a commit, so that a commit waits for at most the
+	// one path holding the store's lock, not for every stream queued for
+	// it (see lock).
+	lane  sync.Mutex
 	ready bool // the store's MarkReady was called (commitObserver.Readied)
 	// types: per type the store's Type and the server's watches of it.
 	types    map[string]*typeState
@@ -182,6 +187,8 @@ type typeState struct {
 	// commit wakes them (interest.go).
 	watches  map[*watch]struct{}
 	interest interest
+	// sotwBases: the bases of the sotw states of the type (sotwversions.go).
+	sotwBases sharedBases
 	// version: Gen as a string, for versionGen (under Cache.mu).
 	version    string
 	versionGen uint64

@@ -61,13 +61,15 @@
 // Locks: the store's mutex guards the resources; Cache.mu guards the
 // server's state (the watches, the streams' ordering state, counters).
 // The store's lock comes first: a watch is computed against one instant
-// of the store (Cache.lock takes both), and a commit reaches the watches
-// through the observer with the store's lock held, so a commit answers
-// the watches it wakes before the next commit. A stream's own lock
-// (streamLoop.mu of a delta or sotw stream, under which its requests are
-// handled and its responses sent) comes before both; nothing that holds
-// them waits for it (the cache puts a response on the stream's channel
-// without blocking).
+// of the store (Cache.lock takes both, after Cache.lane, the server's own
+// queue for the store's lock, which commits do not take: a commit waits
+// for at most the one server path holding the store's lock), and a commit
+// reaches the watches through the observer with the store's lock held, so
+// a commit answers the watches it wakes before the next commit. A
+// stream's own lock (streamLoop.mu of a delta or sotw stream, under which
+// its requests are handled and its responses sent) comes before all
+// three; nothing that holds them waits for it (the cache puts a response
+// on the stream's channel without blocking).
 //
 // Goroutines: each stream has two (streamloop.go). Its receive goroutine
 // reads its requests and handles each under the stream's lock, sending

@@ -34,10 +34,12 @@ type sentAssignments struct {
 	// nil: none known.
 	within *nameSet
 
-	at map[string]time.Time // sotw
-	// atWithin: a sotw subscription's names (the map itself, which a
-	// request that changes them replaces, sotwSub.set) that hold every
-	// name in at; nil: none known.
+	// at: sotw, when each name was sent (sentEpoch's monotonic clock: 8
+	// bytes a name, not a time.Time's 24).
+	at map[string]time.Duration
+	// atWithin: a sotw subscription's names (the map itself: a request
+	// that changes them replaces it, sotwSub.set, and equal sets are one
+	// map, nameset.go) that hold every name in at; nil: none known.
 	atWithin map[string]struct{}
 }
 
@@ -62,9 +64,12 @@ func (s *sentAssignments) sentAt(n string) (time.Time, bool) {
 	if s.set != nil {
 		return time.Time{}, s.has(n)
 	}
-	t, ok := s.at[n]
-	return t, ok
+	d, ok := s.at[n]
+	return sentEpoch.Add(d), ok
 }
+
+// sentEpoch is the origin of sentAssignments.at.
+var sentEpoch = time.Now()
 
 // len is the number of names sent.
 func (s *sentAssignments) len() int {
@@ -102,10 +107,11 @@ func (s *sentAssignments) add(delta bool, names []string, now time.Time) {
 		return
 	}
 	if s.at == nil {
-		s.at = map[string]time.Time{}
+		s.at = map[string]time.Duration{}
 	}
+	d := now.Sub(sentEpoch)
 	for _, n := range names {
-		s.at[n] = now
+		s.at[n] = d
 	}
 }
 

@@ -42,7 +42,7 @@ func (s *spy) record(st snapshot) {
 
 func (s *spy) watchSotw(req *discovery.DiscoveryRequest, sub sotwSub, q sotwQueue) (func(), error) {
 	h := *sub.held
-	h.versions, h.marks = h.versions.clone(), maps.Clone(h.marks)
+	h.versions, h.marks = h.versions.clone(nil), maps.Clone(h.marks)
 	s.record(snapshot{sotw: h})
 	return s.Cache.watchSotw(req, sub, q)
 }

@@ -107,6 +107,12 @@ var (
 	hashSets = newSetTable(func(h uint64) uint64 { return h })
 	// emptyNames is the empty set of names.
 	emptyNames = nameSets.empty
+	// sotwNames is the empty set the sets of sotw subscriptions derive
+	// from, each from a request's list (sotwSub.set): the same sets as the
+	// delta streams' (one table), but derivations remembered apart, so
+	// that the lists of many sotw clients do not push the delta streams'
+	// first steps out of emptyNames's memo (maxMemo).
+	sotwNames = &nameSet{m: map[string]struct{}{}, tab: nameSets.empty.tab}
 )
 
 // maxMemo bounds the derivations a set remembers.
@@ -260,6 +266,33 @@ func forgetCalls[K comparable](wp weak.Pointer[sharedSet[K]]) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	maps.DeleteFunc(s.calls, func(_ callKey, cl *call[K]) bool { return cl.result.Value() == nil })
+}
+
+// deriveListed is derive(add, nil), for the set of a list of names (a
+// sotw request's), with the copy of the list the derivation is
+// remembered by: the streams that list the same names in the same order
+// share one copy (never write it), as they share the set.
+func (s *sharedSet[K]) deriveListed(add []K) (*sharedSet[K], []K) {
+	ck := s.callKey(add, nil)
+	called := func() *call[K] {
+		s.mu.Lock()
+		cl := s.calls[ck]
+		s.mu.Unlock()
+		if cl != nil && len(cl.remove) == 0 && slices.Equal(cl.add, add) {
+			return cl
+		}
+		return nil
+	}
+	if cl := called(); cl != nil {
+		if c := cl.result.Value(); c != nil {
+			return c, cl.add
+		}
+	}
+	c := s.derive(add, nil)
+	if cl := called(); cl != nil && cl.result.Value() == c {
+		return c, cl.add
+	}
+	return c, slices.Clone(add)
 }
 
 // deriveAdded returns s ∪ added, where none of added is in s nor

@@ -216,3 +216,42 @@ func watchAssignmentA(t *testing.T, c *Cache, ch chan *deltaResponse) (*watch, d
 	}
 	return w, sub, <-ch
 }
+
+// TestCommitPassesServerPathsQueuedInTheLane: a commit does not queue
+// with the server's paths (Cache.lane): with the lane held, as by the
+// ACKs of a fleet waiting their turn, a commit is applied and answers the
+// open watch it wakes.
+func TestCommitPassesServerPathsQueuedInTheLane(t *testing.T) {
+	c := NewCache(WithTypes(EndpointType))
+	c.MarkReady()
+	setAssignmentA(t, c, 1)
+	ch := make(chan *deltaResponse, 4)
+	w, sub, r := watchAssignmentA(t, c, ch)
+	r.resp.Nonce = "1"
+	sub.held = r.install("1")
+	ack := &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResponseNonce: "1"}
+	if _, _, err := c.rearmDelta(w, ack, sub); err != nil {
+		t.Fatal(err)
+	}
+	c.lane.Lock()
+	committed := make(chan struct{})
+	go func() {
+		defer close(committed)
+		setAssignmentA(t, c, 2)
+	}()
+	select {
+	case <-committed:
+	case <-time.After(time.Minute):
+		c.lane.Unlock()
+		t.Fatal("a commit waited for the server's lane")
+	}
+	c.lane.Unlock()
+	select {
+	case r := <-ch:
+		if got := r.resp.GetResources(); len(got) != 1 || got[0].GetName() != "a" {
+			t.Fatalf("the commit answered with %v, want a", got)
+		}
+	default:
+		t.Fatal("the commit did not answer the open watch")
+	}
+}

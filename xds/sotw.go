@@ -122,7 +122,7 @@ func (c *Cache) readSotwState(w *watch) {
 	known := w.sheld
 	ss.held = known.versions // read only: readMarks copies it before a change
 	nack := w.sreq.GetErrorDetail() != nil && w.sreq.GetResponseNonce() != ""
-	rejected, accepted, sentCount := ss.readMarks(known, nack)
+	rejected, accepted, sentCount := ss.readMarks(known, nack, &ts.sotwBases)
 	// The plan of halving a rejected response goes on as for delta.
 	switch k := max(len(rejected), sentCount); {
 	case k == 1:
@@ -176,7 +176,7 @@ func sinceLogExceeds(ts *typeState, gen uint64, limit int) bool {
 // it returns the names of the response it rejects (rejected), the number
 // of resources of the response it accepts (accepted) or rejects
 // (sentCount).
-func (ss *sotwState) readMarks(known *sotwHeld, nack bool) (rejected []string, accepted, sentCount int) {
+func (ss *sotwState) readMarks(known *sotwHeld, nack bool, bases *sharedBases) (rejected []string, accepted, sentCount int) {
 	// ss.held shares known's maps until a name's version changes (an ACK
 	// of the last response changes none).
 	copied := false
@@ -208,7 +208,7 @@ func (ss *sotwState) readMarks(known *sotwHeld, nack bool) (rejected []string, a
 			continue
 		}
 		if !copied {
-			ss.held, copied = ss.held.clone(), true
+			ss.held, copied = ss.held.clone(bases), true
 		}
 		if cur == "" {
 			ss.held.del(n)
@@ -246,7 +246,7 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 			// watch (woken by a commit, looking at what it changed) would
 			// not find again: the state it installs drops them too, as a
 			// full check's would.
-			held := w.ss.held.clone()
+			held := w.ss.held.clone(&ts.sotwBases)
 			for _, n := range p.removed {
 				held.del(n)
 			}
@@ -264,6 +264,7 @@ func (c *Cache) respondSotw(w *watch, names []string, full, evenIfEmpty bool) bo
 	if ts.FullState {
 		send = p.everything(next)
 	}
+	next.versions.compact(&ts.sotwBases)
 	resp := p.response(send, next)
 	c.handed(w, resp, ts.newestGen(p.changed, p.removed))
 	w.sch.put(&sotwResponse{req: w.sreq, resp: resp, next: next})
@@ -373,7 +374,7 @@ func (p *sotwPass) consider(n string) {
 // out) when the response leaves out nothing else.
 func (p *sotwPass) nextState(rest []string) *sotwHeld {
 	ts, ss := p.ts, p.ss
-	next := &sotwHeld{versions: ss.held.clone()}
+	next := &sotwHeld{versions: ss.held.clone(&ts.sotwBases)}
 	for _, n := range p.removed {
 		next.versions.del(n)
 	}

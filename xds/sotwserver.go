@@ -64,9 +64,13 @@ type sotwSub struct {
 	// wildcard: the subscription holds the wildcard; allowLegacyWildcard:
 	// no name was ever requested, so an empty request is a wildcard.
 	wildcard, allowLegacyWildcard bool
-	names                         map[string]struct{}
+	// names: shared by the streams that subscribe to the same names
+	// (nameset.go), as sotwNames derived it.
+	names *nameSet
 	// listed: the names of the request that set names, as it listed them
-	// (a copy); listedBytes, their size in the request (sotwPartBytes).
+	// (but "*"): a copy shared by the streams that list the same names in
+	// the same order (sharedSet.deriveListed), never written;
+	// listedBytes, their size in the request (sotwPartBytes).
 	listed      []string
 	listedBytes int
 	// held: the client's state as its type's last response installed it,
@@ -81,11 +85,14 @@ type sotwSub struct {
 	// subscription.
 	skipping bool
 	kept     map[string]struct{}
+	// wildDropped: such a request dropped the wildcard the subscription
+	// held: every name held may have been dropped, not only those of names.
+	wildDropped bool
 }
 
 func newSotwSub(names []string) sotwSub {
 	s := sotwSub{wildcard: len(names) == 0, allowLegacyWildcard: true,
-		names: map[string]struct{}{}, held: &sotwHeld{}}
+		names: sotwNames, held: &sotwHeld{}}
 	s.set(names)
 	return s
 }
@@ -103,24 +110,38 @@ func (s *sotwSub) set(names []string) {
 		// list (grpc-go forgets a resource it stops watching, and ignores
 		// one a response carries that it does not watch): one listed
 		// again is sent again.
-		if len(s.kept) < len(s.names) {
-			h := s.held
-			for n := range s.names {
-				if _, ok := s.kept[n]; ok {
-					continue
-				}
-				if _, ok := h.versions.get(n); ok {
-					// Held at no version: sent again if it exists, and
-					// removed by a full-state response (CDS, LDS) if it
-					// does not, as the client may hold it still (it
-					// listed it again before the response came).
-					h.versions.put(n, "")
-					delete(h.marks, n)
-					h.complete = false
-				}
+		h := s.held
+		drop := func(n string) {
+			if _, ok := s.kept[n]; ok {
+				return
+			}
+			if _, ok := h.versions.get(n); ok {
+				// Held at no version: sent again if it exists, and
+				// removed by a full-state response (CDS, LDS) if it
+				// does not, as the client may hold it still (it
+				// listed it again before the response came).
+				h.versions.put(n, "")
+				delete(h.marks, n)
+				h.complete = false
 			}
 		}
-		s.skipping, s.kept = false, nil
+		switch {
+		case s.wildDropped:
+			// What the client held through the wildcard, it may have
+			// dropped with it: every name held but those kept.
+			var held []string
+			for n := range h.versions.all() {
+				held = append(held, n)
+			}
+			for _, n := range held {
+				drop(n)
+			}
+		case len(s.kept) < s.names.len():
+			for n := range s.names.m {
+				drop(n)
+			}
+		}
+		s.skipping, s.kept, s.wildDropped = false, nil, false
 	}
 	if s.allowLegacyWildcard {
 		// Only a request that lists names ends the legacy wildcard.
@@ -128,22 +149,20 @@ func (s *sotwSub) set(names []string) {
 			return
 		}
 		s.allowLegacyWildcard = false
-	} else if slices.Equal(names, s.listed) {
+	} else if !s.wildcard && slices.Equal(names, s.listed) {
 		// An ACK listing the names again, in the same order: the
-		// subscription and the state stay as they are.
+		// subscription and the state stay as they are. (listed leaves "*"
+		// out: a request of the wildcard takes the way below.)
 		return
 	}
-	subscribed := make(map[string]struct{}, len(names))
-	wildcard := false
-	for _, n := range names {
-		if n == explicitWildcard {
-			wildcard = true
-			continue
-		}
-		subscribed[n] = struct{}{}
+	listing, wildcard := names, slices.Contains(names, explicitWildcard)
+	if wildcard {
+		listing = slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == explicitWildcard })
 	}
+	set, listed := sotwNames.deriveListed(listing)
+	subscribed := set.m
 	h := s.held
-	if wildcard != s.wildcard || !subset(subscribed, s.names) {
+	if wildcard != s.wildcard || !subset(subscribed, s.names.m) {
 		h.complete = false
 	}
 	if !wildcard {
@@ -158,7 +177,7 @@ func (s *sotwSub) set(names []string) {
 			delete(h.marks, n)
 		}
 	}
-	s.wildcard, s.names, s.listed = wildcard, subscribed, slices.Clone(names)
+	s.wildcard, s.names, s.listed = wildcard, set, listed
 	s.listedBytes = 0
 	for _, n := range names {
 		s.listedBytes += protowire.SizeTag(sotwResourceNames) + protowire.SizeBytes(len(n))
@@ -171,13 +190,22 @@ func (s *sotwSub) set(names []string) {
 // the client may have dropped, so the next request taken holds it at no
 // version (set): one listed again is sent again, and a full-state
 // response removes one deleted meanwhile.
+//
+// A request that drops the wildcard (it lists names and no "*") may have
+// dropped with it whatever the client held through it: the next request
+// taken holds at no version every name held but those every skipped
+// request listed (wildDropped).
 func (s *sotwSub) skipped(names []string) {
-	if len(s.names) == 0 || (s.allowLegacyWildcard && len(names) == 0) || slices.Contains(names, explicitWildcard) {
+	if (s.allowLegacyWildcard && len(names) == 0) || slices.Contains(names, explicitWildcard) {
 		return
 	}
-	kept := make(map[string]struct{}, min(len(names), len(s.names)))
+	dropsWild := s.wildcard
+	if s.names.len() == 0 && !dropsWild {
+		return
+	}
+	kept := make(map[string]struct{}, min(len(names), max(s.names.len(), s.held.versions.len())))
 	for _, n := range names {
-		if _, ok := s.names[n]; !ok {
+		if !dropsWild && !s.names.has(n) {
 			continue
 		}
 		if _, ok := s.kept[n]; s.skipping && !ok {
@@ -186,6 +214,7 @@ func (s *sotwSub) skipped(names []string) {
 		kept[n] = struct{}{}
 	}
 	s.skipping, s.kept = true, kept
+	s.wildDropped = s.wildDropped || dropsWild
 }
 
 // subset reports whether every name of a is in b.
@@ -201,7 +230,7 @@ func subset(a, b map[string]struct{}) bool {
 	return true
 }
 
-func (s sotwSub) SubscribedResources() map[string]struct{} { return s.names }
+func (s sotwSub) SubscribedResources() map[string]struct{} { return s.names.m }
 func (s sotwSub) IsWildcard() bool                         { return s.wildcard }
 
 // sotwServer serves sotw streams (sotw.Server).

@@ -4,16 +4,25 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"reflect"
+	"slices"
 	"testing"
 )
 
 // TestSotwVersionsModel checks versions against plain maps over random
 // histories of puts, deletions and copies, each copy changed on its own:
-// no state sees another's changes, whether it shares the base or not.
+// no state sees another's changes, whether it shares the base or not,
+// and whether the copies of even seeds take the bases other states made
+// (sharedBases) or not. Some copies must take one.
 func TestSotwVersionsModel(t *testing.T) {
+	taken := 0
 	for seed := range uint64(200) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 17))
+			var bases *sharedBases
+			if seed%2 == 0 {
+				bases = &sharedBases{}
+			}
 			universe := 5 + r.IntN(300)
 			name := func() string { return fmt.Sprintf("n%03d", r.IntN(universe)) }
 			type state struct {
@@ -55,7 +64,18 @@ func TestSotwVersionsModel(t *testing.T) {
 					s.v.del(n)
 					delete(s.model, n)
 				default:
-					states = append(states, &state{v: s.v.clone(), model: maps.Clone(s.model)})
+					var before []map[string]string
+					if bases != nil {
+						before = slices.Clone(bases.recent)
+					}
+					c := &state{v: s.v.clone(bases), model: maps.Clone(s.model)}
+					same := func(a, b map[string]string) bool {
+						return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+					}
+					if c.v.base != nil && !same(c.v.base, s.v.base) && slices.ContainsFunc(before, func(b map[string]string) bool { return same(b, c.v.base) }) {
+						taken++
+					}
+					states = append(states, c)
 					if len(states) > 6 {
 						states = states[1:]
 					}
@@ -64,4 +84,8 @@ func TestSotwVersionsModel(t *testing.T) {
 			}
 		})
 	}
+	if taken == 0 {
+		t.Error("no copy took a base another state made")
+	}
+	t.Logf("%d copies took a base another state made", taken)
 }

@@ -49,7 +49,18 @@ var _ Store = (*store.Store)(nil)
 // practice only ever contended through the store's lock, and reads of a
 // Type's fields always happen with the store's lock held (but its URL,
 // which never changes).
+//
+// The server's paths queue for the store's lock in a lane of their own
+// (Cache.lane), which a commit (Store.Apply) does not take: one path at a
+// time waits for the store's lock beside the commits. A fleet answered at
+// once ACKs at once (4,000 delta clients that follow every change), and
+// in one queue with them a commit would wait behind every ACK, first come
+// first served once the lock's waiters starve (sync.Mutex), and the
+// changes made meanwhile with it. In turn, commits made back to back
+// would let the server's paths through about one per commit: commits
+// come from the one merge loop, which debounces them (bridge/loop.go).
 func (c *Cache) lock() {
+	c.lane.Lock()
 	c.store.Lock()
 	c.mu.Lock()
 }
@@ -57,6 +68,7 @@ func (c *Cache) lock() {
 func (c *Cache) unlock() {
 	c.mu.Unlock()
 	c.store.Unlock()
+	c.lane.Unlock()
 }
 
 // commitObserver is how the store tells the cache of its commits

@@ -165,7 +165,11 @@ func (c *Cache) cancel(w *watch) {
 
 // cancelLocked is cancel under c.mu.
 func (c *Cache) cancelLocked(w *watch) {
-	c.untrack(w)
+	if !w.done {
+		// An answered watch was untracked as it was answered (respond):
+		// the ACK of every response cancels one.
+		c.untrack(w)
+	}
 	c.forgetLast(w)
 	st := w.stream
 	if !w.delta || st == nil {

@@ -178,14 +178,7 @@ func setAssignmentA(t *testing.T, c *Cache, v int) {
 // delta pass, no response, no allocation (an Envoy ACKs every response;
 // under 1,000 of them this is the common request).
 func TestRearmDeltaIdleACKAllocatesNothing(t *testing.T) {
-	c := NewCache(WithTypes(EndpointType))
-	c.MarkReady()
-	setAssignmentA(t, c, 1)
-	ch := make(chan *deltaResponse, 4)
-	w, sub, r := watchAssignmentA(t, c, ch)
-	r.resp.Nonce = "1"
-	sub.held = r.install("1")
-	ack := &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResponseNonce: "1"}
+	c, ch, w, sub, ack := answeredWatchA(t)
 	rearm := func() {
 		next, _, err := c.rearmDelta(w, ack, sub)
 		if err != nil || next != w {
@@ -201,6 +194,21 @@ func TestRearmDeltaIdleACKAllocatesNothing(t *testing.T) {
 		t.Fatalf("an idle ACK answered with %v", r.resp.GetResources())
 	default:
 	}
+}
+
+// answeredWatchA makes a cache of assignment "a" and stream 1's delta
+// watch of it, answered on ch and its response installed (nonce "1"),
+// and returns them, the watch's subscription and the ACK of the response.
+func answeredWatchA(t *testing.T) (*Cache, chan *deltaResponse, *watch, deltaSub, *discovery.DeltaDiscoveryRequest) {
+	t.Helper()
+	c := NewCache(WithTypes(EndpointType))
+	c.MarkReady()
+	setAssignmentA(t, c, 1)
+	ch := make(chan *deltaResponse, 4)
+	w, sub, r := watchAssignmentA(t, c, ch)
+	r.resp.Nonce = "1"
+	sub.held = r.install("1")
+	return c, ch, w, sub, &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResponseNonce: "1"}
 }
 
 // watchAssignmentA arms stream 1's delta watch of assignment "a" on c,
@@ -222,14 +230,7 @@ func watchAssignmentA(t *testing.T, c *Cache, ch chan *deltaResponse) (*watch, d
 // ACKs of a fleet waiting their turn, a commit is applied and answers the
 // open watch it wakes.
 func TestCommitPassesServerPathsQueuedInTheLane(t *testing.T) {
-	c := NewCache(WithTypes(EndpointType))
-	c.MarkReady()
-	setAssignmentA(t, c, 1)
-	ch := make(chan *deltaResponse, 4)
-	w, sub, r := watchAssignmentA(t, c, ch)
-	r.resp.Nonce = "1"
-	sub.held = r.install("1")
-	ack := &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResponseNonce: "1"}
+	c, ch, w, sub, ack := answeredWatchA(t)
 	if _, _, err := c.rearmDelta(w, ack, sub); err != nil {
 		t.Fatal(err)
 	}

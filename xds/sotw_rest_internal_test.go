@@ -17,16 +17,8 @@ import (
 // order, and a change to a name already sent goes with the next part.
 func TestSotwPartsFollowTheRest(t *testing.T) {
 	const services = 2000
-	c := NewCache(WithTypes(EndpointType), WithMaxResponseBytes(4096))
-	name := func(i int) string { return fmt.Sprintf("c%05d", i) }
-	var res []store.Resource
-	for i := range services {
-		res = append(res, testAssignment(name(i), 0))
-	}
-	if err := c.Apply(store.Change{TypeURL: EndpointType, Upserts: res}); err != nil {
-		t.Fatal(err)
-	}
-	c.MarkReady()
+	c, names := cacheOfAssignments(t, services, 4096)
+	name := func(i int) string { return names[i] }
 	s := newDiffSotwStream(c, 1)
 	// No names: the legacy wildcard, whose parts are of the cache's bound.
 	s.request(t, &discovery.DiscoveryRequest{TypeUrl: EndpointType})
@@ -92,4 +84,23 @@ func TestSotwPartsFollowTheRest(t *testing.T) {
 			t.Fatalf("%s sent %d times", n, k)
 		}
 	}
+}
+
+// cacheOfAssignments returns a ready cache of n assignments c00000,
+// c00001… at version 0, responses bound to maxBytes, and their names in
+// order.
+func cacheOfAssignments(t *testing.T, n, maxBytes int) (*Cache, []string) {
+	t.Helper()
+	c := NewCache(WithTypes(EndpointType), WithMaxResponseBytes(maxBytes))
+	var res []store.Resource
+	var names []string
+	for i := range n {
+		names = append(names, fmt.Sprintf("c%05d", i))
+		res = append(res, testAssignment(names[i], 0))
+	}
+	if err := c.Apply(store.Change{TypeURL: EndpointType, Upserts: res}); err != nil {
+		t.Fatal(err)
+	}
+	c.MarkReady()
+	return c, names
 }

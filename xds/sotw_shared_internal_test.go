@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"fmt"
 	"reflect"
 	"slices"
 	"testing"
@@ -17,18 +16,8 @@ import (
 // changed on its own, and a client listing other names shares none of it.
 func TestSotwClientsOfTheSameNamesShareTheirState(t *testing.T) {
 	const services = 400
-	c := NewCache(WithTypes(EndpointType), WithMaxResponseBytes(4096))
-	name := func(i int) string { return fmt.Sprintf("c%05d", i) }
-	var res []store.Resource
-	var names []string
-	for i := range services {
-		res = append(res, testAssignment(name(i), 0))
-		names = append(names, name(i))
-	}
-	if err := c.Apply(store.Change{TypeURL: EndpointType, Upserts: res}); err != nil {
-		t.Fatal(err)
-	}
-	c.MarkReady()
+	c, names := cacheOfAssignments(t, services, 4096)
+	name := func(i int) string { return names[i] }
 	sync := func(s *diffSotwStream, names []string) {
 		t.Helper()
 		s.request(t, &discovery.DiscoveryRequest{TypeUrl: EndpointType, ResourceNames: slices.Clone(names)})

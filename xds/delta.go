@@ -27,7 +27,8 @@ import (
 //
 // The state also records what each response not yet answered carried
 // (inflight). A response counts as held once it is sent, and stops
-// counting if the client rejects it (NACK): what it carried joins the
+// counting if the client rejects it (NACK): what it carried, but what a
+// response sent after it carries again (whose answer tells), joins the
 // rest, to be sent again in two halves (plan: the sizes of the next
 // responses), a rejected half halved again, until the resource the client
 // refuses is alone: log2(n)+1 rejections for one bad resource among n, and
@@ -362,19 +363,24 @@ func (c *Cache) takeQueued(w *watch) (heldBack []string) {
 // answered reads the responses a request answers: those it does not
 // (sent after the one it answers) are carried over; an accepted one
 // advances the plan; a rejected one gives back the names it carried
-// (nacked), and the resource rejected alone, if it was (isolated).
+// (nacked) but those a response sent after it carries again, and the
+// resource rejected alone, if it was (isolated).
 func (ds *deltaState) answered(ts *typeState, inflight []*deltaSent, nonce string, nack bool) (nacked []string, isolated string) {
+	var rejected *deltaSent
 	for _, s := range inflight {
 		// The response answered first: the ACK of the newest response
 		// compares no numbers.
 		switch {
 		case s.nonce == nonce && nonce != "" && nack:
-			nacked, isolated = ds.rejectResponse(ts, s)
+			rejected = s
 		case s.nonce == nonce && nonce != "":
 			ds.plan.took(len(s.changed))
 		case nonce == "" || nonceBefore(nonce, s.nonce):
 			ds.carry = append(ds.carry, s)
 		}
+	}
+	if rejected != nil {
+		nacked, isolated = ds.rejectResponse(ts, rejected)
 	}
 	if len(ds.plan) > 0 {
 		ds.limit = ds.plan[0]
@@ -473,6 +479,14 @@ func mergeNames(a, b []string) []string {
 // changed and came back to the version sent since (an assignment whose
 // cluster went A → B → A is re-versioned back to the same version) is the
 // same content, which the client rejects again.
+//
+// A name that a response sent after the rejected one carries again (sent
+// or reported removed: ds.carry, and ds.pred, queued) is not given back:
+// the state installed since counts that response held, and its own
+// answer tells whether the client took it. Given back, the name would go
+// out again while that response is on its way, and a client answering in
+// order rejects a bad resource once per response that carries it: two
+// pipelined rejections of it would each halve their way to it.
 func (ds *deltaState) rejectResponse(ts *typeState, sent *deltaSent) (names []string, isolated string) {
 	names = slices.Concat(sent.changed, sent.removed)
 	switch count := len(sent.changed); {
@@ -490,7 +504,33 @@ func (ds *deltaState) rejectResponse(ts *typeState, sent *deltaSent) (names []st
 		ds.plan.took(count)
 		ds.plan = append(plan{(count + 1) / 2, count / 2}, ds.plan...)
 	}
-	return names, isolated
+	return ds.notCarriedAgain(names), isolated
+}
+
+// notCarriedAgain returns names but those a response sent after the
+// rejected one carries (ds.carry, ds.pred): names itself if there are
+// none, else a new slice.
+func (ds *deltaState) notCarriedAgain(names []string) []string {
+	later := ds.carry
+	if p := ds.pred; p != nil && p.sent != nil {
+		later = append(slices.Clip(later), p.sent)
+	}
+	if len(later) == 0 || len(names) == 0 {
+		return names
+	}
+	again := map[string]struct{}{}
+	for _, s := range later {
+		for _, n := range s.changed {
+			again[n] = struct{}{}
+		}
+		for _, n := range s.removed {
+			again[n] = struct{}{}
+		}
+	}
+	if !slices.ContainsFunc(names, func(n string) bool { _, ok := again[n]; return ok }) {
+		return names
+	}
+	return slices.DeleteFunc(slices.Clone(names), func(n string) bool { _, ok := again[n]; return ok })
 }
 
 // plan is the sizes of the next responses while a rejected response is

@@ -2,6 +2,7 @@ package xds_test
 
 import (
 	"fmt"
+	"maps"
 	"math/bits"
 	"testing"
 	"time"
@@ -177,7 +178,7 @@ func TestSotwNACKIsolatesTheBadResource(t *testing.T) {
 	cur := func() map[string]string { return current(h.cache, eds) }
 	poison := "s05"
 	pv := cur()[poison]
-	held := map[string]string{}
+	held := map[string]string{} // what the responses after the NACKs sent
 	nacks, poisonSent := 0, 0
 	c := h.sotw()
 	c.send(&discovery.DiscoveryRequest{TypeUrl: eds, ResourceNames: subscribe})
@@ -252,5 +253,57 @@ func TestDeltaNACKOfAVersionThatCameBack(t *testing.T) {
 	eq(t, "a new version", []string{"a"}, names(r))
 	if versions(r)["a"] == poison {
 		t.Fatalf("a new version was published, the rejected one %s sent", poison)
+	}
+}
+
+// TestDeltaNACKLeavesToALaterResponseWhatItCarriesAgain: a NACK gives back
+// what the rejected response carried, but for the names a response sent
+// after it, not answered yet, carries again: that response's answer tells
+// whether the client holds them. Here a client that re-subscribes to an
+// assignment gets it again while the response carrying its rejected
+// version is unanswered, and rejects both (as a client answers pipelined
+// responses, in order): the poison is sent twice, once per response that
+// carried it, not a third time by the first NACK's halving, and the other
+// assignment of the first response is sent again.
+func TestDeltaNACKLeavesToALaterResponseWhatItCarriesAgain(t *testing.T) {
+	h := newHarness(t, true)
+	h.publish([]translate.Resources{svc("b", 1001), svc("c", 1002)})
+	c := h.delta("n1")
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"b", "c"}})
+	r := c.recv()
+	eq(t, "first", []string{"b", "c"}, names(r))
+	c.ack(r)
+	h.waitWatches(1, eds)
+
+	h.publish([]translate.Resources{svc("b", 2001), svc("c", 2002)})
+	r2 := c.recv()
+	eq(t, "the change", []string{"b", "c"}, names(r2))
+	poison := versions(r2)["b"]
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"b"}})
+	r3 := c.recv()
+	eq(t, "the re-subscription's answer", map[string]string{"b": poison}, versions(r3))
+
+	nack := func(r *discovery.DeltaDiscoveryResponse) {
+		c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResponseNonce: r.Nonce, ErrorDetail: &status.Status{Code: 3, Message: "Unable to unpack"}})
+	}
+	nack(r2)
+	nack(r3)
+	held := map[string]string{} // what the responses after the NACKs sent
+	for {
+		var r *discovery.DeltaDiscoveryResponse
+		select {
+		case r = <-c.resp:
+		case <-c.ended:
+			t.Fatalf("stream ended: %v", c.err)
+		case <-timeAfter():
+			eq(t, "sent again: the other assignment, not the poison", map[string]string{"c": versions(r2)["c"]}, held)
+			return
+		}
+		res := versions(r)
+		if res["b"] == poison {
+			t.Fatalf("poison sent a third time, in %v, after the two responses that carried it were rejected", names(r))
+		}
+		maps.Copy(held, res)
+		c.ack(r)
 	}
 }

@@ -73,7 +73,8 @@ type deltaHeld struct {
 }
 
 // deltaSent is what one delta response carried, kept until the client
-// answers it, so that a NACK puts it back to be sent again.
+// answers it, so that a NACK puts it back to be sent again (but what a
+// response sent after it carries again: rejectResponse).
 type deltaSent struct {
 	nonce   string // set by the stream handler when it sends the response
 	changed []string

@@ -120,15 +120,7 @@ func TestDeltaNACKIsolatesTheBadResource(t *testing.T) {
 	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: subscribe})
 	drain := func() {
 		t.Helper()
-		for {
-			var r *discovery.DeltaDiscoveryResponse
-			select {
-			case r = <-c.resp:
-			case <-c.ended:
-				t.Fatalf("stream ended: %v", c.err)
-			case <-timeAfter():
-				return
-			}
+		untilQuiet(t, c, func(r *discovery.DeltaDiscoveryResponse) {
 			res := versions(r)
 			for n, v := range res {
 				p.sentAt[n+"@"+v]++
@@ -136,7 +128,7 @@ func TestDeltaNACKIsolatesTheBadResource(t *testing.T) {
 			if p.rejects(res) {
 				p.nacks++
 				c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResponseNonce: r.Nonce, ErrorDetail: &status.Status{Code: 3, Message: "Unable to unpack"}})
-				continue
+				return
 			}
 			for n, v := range res {
 				p.held[n] = v
@@ -145,7 +137,7 @@ func TestDeltaNACKIsolatesTheBadResource(t *testing.T) {
 				delete(p.held, n)
 			}
 			c.ack(r)
-		}
+		})
 	}
 	drain()
 	want := cur()
@@ -289,21 +281,72 @@ func TestDeltaNACKLeavesToALaterResponseWhatItCarriesAgain(t *testing.T) {
 	nack(r2)
 	nack(r3)
 	held := map[string]string{} // what the responses after the NACKs sent
-	for {
-		var r *discovery.DeltaDiscoveryResponse
-		select {
-		case r = <-c.resp:
-		case <-c.ended:
-			t.Fatalf("stream ended: %v", c.err)
-		case <-timeAfter():
-			eq(t, "sent again: the other assignment, not the poison", map[string]string{"c": versions(r2)["c"]}, held)
-			return
-		}
+	untilQuiet(t, c, func(r *discovery.DeltaDiscoveryResponse) {
 		res := versions(r)
 		if res["b"] == poison {
 			t.Fatalf("poison sent a third time, in %v, after the two responses that carried it were rejected", names(r))
 		}
 		maps.Copy(held, res)
 		c.ack(r)
+	})
+	eq(t, "sent again: the other assignment, not the poison", map[string]string{"c": versions(r2)["c"]}, held)
+}
+
+// TestDeltaNACKChainOfPipelinedResponses: three pipelined responses carry
+// the poison, each later one re-carrying names of the earlier; every one
+// is rejected. The good assignments still end up held at their current
+// versions, and the poison is not sent again once the responses that
+// carried it were rejected.
+func TestDeltaNACKChainOfPipelinedResponses(t *testing.T) {
+	h := newHarness(t, true)
+	h.publish([]translate.Resources{svc("b", 1001), svc("c", 1002), svc("d", 1003)})
+	c := h.delta("n1")
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"b", "c", "d"}})
+	r := c.recv()
+	held := versions(r)
+	c.ack(r)
+	h.waitWatches(1, eds)
+
+	h.publish([]translate.Resources{svc("b", 2001), svc("c", 2002), svc("d", 2003)})
+	r2 := c.recv()
+	eq(t, "the change", []string{"b", "c", "d"}, names(r2))
+	want := versions(r2)
+	poison := want["c"]
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"b", "c"}})
+	r3 := c.recv()
+	eq(t, "r3", []string{"b", "c"}, names(r3))
+	c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResourceNamesSubscribe: []string{"c"}})
+	r4 := c.recv()
+	eq(t, "r4", []string{"c"}, names(r4))
+
+	for _, r := range []*discovery.DeltaDiscoveryResponse{r2, r3, r4} {
+		c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResponseNonce: r.Nonce, ErrorDetail: &status.Status{Code: 3, Message: "bad"}})
+	}
+	untilQuiet(t, c, func(r *discovery.DeltaDiscoveryResponse) {
+		res := versions(r)
+		if res["c"] == poison {
+			t.Fatalf("poison sent again in %v", names(r))
+		}
+		maps.Copy(held, res)
+		c.ack(r)
+	})
+	delete(want, "c")
+	delete(held, "c")
+	eq(t, "held at the end", want, held)
+}
+
+// untilQuiet hands fn each response c receives, until none comes for a
+// while (timeAfter); the stream ending fails the test.
+func untilQuiet(t *testing.T, c *deltaClient, fn func(r *discovery.DeltaDiscoveryResponse)) {
+	t.Helper()
+	for {
+		select {
+		case r := <-c.resp:
+			fn(r)
+		case <-c.ended:
+			t.Fatalf("stream ended: %v", c.err)
+		case <-timeAfter():
+			return
+		}
 	}
 }

@@ -95,8 +95,9 @@ func (s *sentAssignments) add(delta bool, names []string, now time.Time, window 
 	if s.set == nil {
 		s.set = emptyNames
 		if !delta {
-			// Derived apart from the delta streams' sets (sotwNames).
-			s.set = sotwNames
+			// Derived apart from the delta streams' sets and the sotw
+			// subscriptions' lists (sotwSentNames).
+			s.set = sotwSentNames
 		}
 	}
 	has := s.set.has

@@ -113,6 +113,11 @@ var (
 	// that the lists of many sotw clients do not push the delta streams'
 	// first steps out of emptyNames's memo (maxMemo).
 	sotwNames = &nameSet{m: map[string]struct{}{}, tab: nameSets.empty.tab}
+	// sotwSentNames is the empty set the records of the assignments sent
+	// on sotw streams fold from (sentAssignments.add): apart from
+	// sotwNames, so that their folds do not push the subscriptions' lists
+	// out of its memo (the lists' shared copies, sotwSub.listed).
+	sotwSentNames = &nameSet{m: map[string]struct{}{}, tab: nameSets.empty.tab}
 )
 
 // maxMemo bounds the derivations a set remembers.

@@ -7,12 +7,12 @@ import (
 	"time"
 )
 
-// TestSotwSentFoldKeepsListsShared (review51s): a sotw stream's record of
-// the assignments sent, folded from sotwNames in its first sync, must not
-// push the sotw subscriptions' lists out of sotwNames's memo (maxMemo):
-// with 15 lists alive and one stream mid-sync, a 16th list clears the
-// memo, and the next client of list 0 gets a copy of its own instead of
-// the shared one (and so does its accounting, keptList).
+// TestSotwSentFoldKeepsListsShared: a sotw stream's record of the
+// assignments sent, folded in its first sync, does not push the sotw
+// subscriptions' lists out of sotwNames's memo (maxMemo): with 15 lists
+// alive and one stream mid-sync, a 16th list would clear the memo, and the
+// next client of list 0 would get a copy of its own instead of the shared
+// one (and so would its accounting, keptList).
 func TestSotwSentFoldKeepsListsShared(t *testing.T) {
 	list := func(k int) []string {
 		names := make([]string, 300)

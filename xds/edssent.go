@@ -3,18 +3,16 @@ package xds
 import (
 	"iter"
 	"maps"
-	"reflect"
 	"slices"
 	"time"
 )
 
 // sentAssignments are the assignments sent on a stream since it last
-// subscribed to them (routehold.go), by cluster name. A delta stream keeps
-// the names as a shared nameSet (nameset.go) and a private overlay: an
-// Envoy sent every assignment it subscribes to holds the set its
-// subscription is, not a map of its own. A sotw stream also keeps when
-// each was sent, which make before break reads (mbb.go); grpc-go clients
-// subscribe to few.
+// subscribed to them (routehold.go), by cluster name, kept as a shared
+// nameSet (nameset.go) and a private overlay: an Envoy sent every
+// assignment it subscribes to holds the set its subscription is, not a
+// map of its own. A sotw stream also keeps when its recent sends were
+// made, which make before break reads (mbb.go).
 //
 // The overlay is what keeps an Envoy's first sync linear: its 5,000
 // assignments come in ~60 parts, and deriving a shared set per part
@@ -27,20 +25,27 @@ import (
 // was sent is always within the subscription last checked (keep), so
 // equal sizes are equal sets.
 type sentAssignments struct {
-	// Delta: set ∪ extra, disjoint; set nil: none sent yet.
+	// set ∪ extra, disjoint; set nil: none sent yet.
 	set   *nameSet
 	extra overlay
 	// within: a subscription that holds every name sent (set by keep);
 	// nil: none known.
 	within *nameSet
 
-	// at: sotw, when each name was sent (sentEpoch's monotonic clock: 8
-	// bytes a name, not a time.Time's 24).
-	at map[string]time.Duration
-	// atWithin: a sotw subscription's names (the map itself: a request
-	// that changes them replaces it, sotwSub.set, and equal sets are one
-	// map, nameset.go) that hold every name in at; nil: none known.
-	atWithin map[string]struct{}
+	// recent: a sotw stream's sends of the last settle window, oldest
+	// first (add). Make before break waits for a send until the settle
+	// time after it (Cache.awaitsInterim), so an older one, whatever its
+	// names, is as good as one long ago, and is dropped: a sotw Envoy
+	// keeps when its assignments were sent while they matter, not a time
+	// per name for its life.
+	recent []sentBatch
+}
+
+// sentBatch is one sotw send: its names, sorted (the response's, never
+// written), and when.
+type sentBatch struct {
+	at    time.Time
+	names []string
 }
 
 // minFold is the overlay size below which extra is not folded into the
@@ -49,69 +54,86 @@ type sentAssignments struct {
 const minFold = 64
 
 func (s *sentAssignments) has(n string) bool {
-	if s.set != nil {
-		if s.set.has(n) {
-			return true
-		}
-		return s.extra.has(n)
+	if s.set == nil {
+		return false
 	}
-	_, ok := s.at[n]
-	return ok
+	return s.set.has(n) || s.extra.has(n)
 }
 
-// sentAt is when n was sent, on a sotw stream.
+// sentAt is when n was sent, on a sotw stream: the time of its latest
+// recent send, or the zero time for one before the settle window.
 func (s *sentAssignments) sentAt(n string) (time.Time, bool) {
-	if s.set != nil {
-		return time.Time{}, s.has(n)
+	if !s.has(n) {
+		return time.Time{}, false
 	}
-	d, ok := s.at[n]
-	return sentEpoch.Add(d), ok
+	for i := len(s.recent) - 1; i >= 0; i-- {
+		if _, ok := slices.BinarySearch(s.recent[i].names, n); ok {
+			return s.recent[i].at, true
+		}
+	}
+	return time.Time{}, true
 }
-
-// sentEpoch is the origin of sentAssignments.at.
-var sentEpoch = time.Now()
 
 // len is the number of names sent.
 func (s *sentAssignments) len() int {
-	if s.set != nil {
-		return s.set.len() + s.extra.len()
+	if s.set == nil {
+		return 0
 	}
-	return len(s.at)
+	return s.set.len() + s.extra.len()
 }
 
-// add records names as sent; now is when, kept for a sotw stream only (a
-// delta stream's caller need not read the clock).
-func (s *sentAssignments) add(delta bool, names []string, now time.Time) {
-	if delta {
-		if s.set == nil {
-			s.set = emptyNames
+// add records names as sent. On a sotw stream (!delta) it also keeps the
+// send, made at now, for the settle window (recent; none when window is
+// 0): names must then be sorted, and are kept as they are.
+func (s *sentAssignments) add(delta bool, names []string, now time.Time, window time.Duration) {
+	if !delta {
+		s.expire(now, window)
+		if window > 0 && len(names) > 0 {
+			s.recent = append(s.recent, sentBatch{at: now, names: names})
 		}
-		has := s.set.has
-		if len(names) >= minCursor {
-			// A response's names are sorted: a walk of the set's sorted
-			// names costs less than a lookup each in its map (namesorted.go).
-			has = newNameCursor(s.set).has
+	}
+	if s.set == nil {
+		s.set = emptyNames
+		if !delta {
+			// Derived apart from the delta streams' sets and the sotw
+			// subscriptions' lists (sotwSentNames).
+			s.set = sotwSentNames
 		}
-		// A slice or map made for the overlay is as large as names: the
-		// names a subscription holds beyond those sent need never be
-		// sent (no assignment, or removed), and an overlay made as large
-		// as the set or that gap would be held, per stream, until a fold
-		// that may never come (append doubles as a first sync goes on).
-		size := len(names)
-		for _, n := range names {
-			if !has(n) {
-				s.extra.add(n, size)
-			}
+	}
+	has := s.set.has
+	if len(names) >= minCursor {
+		// A response's names are sorted: a walk of the set's sorted
+		// names costs less than a lookup each in its map (namesorted.go).
+		has = newNameCursor(s.set).has
+	}
+	// A slice or map made for the overlay is as large as names: the
+	// names a subscription holds beyond those sent need never be
+	// sent (no assignment, or removed), and an overlay made as large
+	// as the set or that gap would be held, per stream, until a fold
+	// that may never come (append doubles as a first sync goes on).
+	size := len(names)
+	for _, n := range names {
+		if !has(n) {
+			s.extra.add(n, size)
 		}
-		s.settle()
+	}
+	s.settle()
+}
+
+// expire drops the sends of recent made a settle window (window) or more
+// before now: they hold nothing back any more.
+func (s *sentAssignments) expire(now time.Time, window time.Duration) {
+	i := 0
+	for i < len(s.recent) && !now.Before(s.recent[i].at.Add(window)) {
+		i++
+	}
+	if i == 0 {
 		return
 	}
-	if s.at == nil {
-		s.at = map[string]time.Duration{}
-	}
-	d := now.Sub(sentEpoch)
-	for _, n := range names {
-		s.at[n] = d
+	clear(s.recent[:i])
+	s.recent = s.recent[i:]
+	if len(s.recent) == 0 {
+		s.recent = nil
 	}
 }
 
@@ -129,67 +151,55 @@ func (s *sentAssignments) settle() {
 }
 
 func (s *sentAssignments) remove(names []string) {
-	if s.set != nil {
-		var inSet []string
-		for _, n := range s.extra.remove(names) {
-			if s.set.has(n) {
-				inSet = append(inSet, n)
-			}
-		}
-		if len(inSet) > 0 {
-			s.set = s.set.derive(nil, inSet)
-		}
+	if s.set == nil {
 		return
 	}
-	for _, n := range names {
-		delete(s.at, n)
+	var inSet []string
+	for _, n := range s.extra.remove(names) {
+		if s.set.has(n) {
+			inSet = append(inSet, n)
+		}
+	}
+	if len(inSet) > 0 {
+		s.set = s.set.derive(nil, inSet)
 	}
 }
 
-// keep forgets the names not in sub (a subscription's names; subSet, its
-// shared set, on a delta stream, and grewFrom, the set it grew from
-// without removals, if it did). Nothing is looked at on a delta stream
-// whose subscription is the one last kept to or grew from it, or whose set
-// is the subscription's, nor on a sotw stream whose names are the map last
-// kept to.
+// keep forgets the names not in sub (a subscription's names; subSet,
+// its shared set, and grewFrom, the set it grew from without removals, if
+// it did). Nothing is looked at when the subscription is the one last
+// kept to or grew from it, or its set is the one sent, nor when nothing
+// was sent.
 func (s *sentAssignments) keep(sub map[string]struct{}, subSet, grewFrom *nameSet) {
-	if s.set != nil {
-		if subSet != nil && (subSet == s.within || (grewFrom != nil && grewFrom == s.within) || (subSet == s.set && s.extra.len() == 0)) {
-			s.within = subSet
-			return
-		}
-		var gone []string
-		for n := range s.set.m {
-			if _, ok := sub[n]; !ok {
-				gone = append(gone, n)
-			}
-		}
-		for n := range s.extra.all() {
-			if _, ok := sub[n]; !ok {
-				gone = append(gone, n)
-			}
-		}
-		s.remove(gone)
+	if s.set == nil {
 		s.within = subSet
-		s.settle()
 		return
 	}
-	if s.atWithin != nil && reflect.ValueOf(sub).UnsafePointer() == reflect.ValueOf(s.atWithin).UnsafePointer() {
-		return // a sotw ACK listing the same names
+	if subSet != nil && (subSet == s.within || (grewFrom != nil && grewFrom == s.within) || (subSet == s.set && s.extra.len() == 0)) {
+		s.within = subSet
+		return
 	}
-	for n := range s.at {
+	var gone []string
+	for n := range s.set.m {
 		if _, ok := sub[n]; !ok {
-			delete(s.at, n)
+			gone = append(gone, n)
 		}
 	}
-	s.atWithin = sub
+	for n := range s.extra.all() {
+		if _, ok := sub[n]; !ok {
+			gone = append(gone, n)
+		}
+	}
+	s.remove(gone)
+	s.within = subSet
+	s.settle()
 }
 
 // unbounded notes that names outside any subscription may be sent (a
 // wildcard subscription): the next keep looks at every name.
-func (s *sentAssignments) unbounded() { s.within, s.atWithin = nil, nil }
+func (s *sentAssignments) unbounded() { s.within = nil }
 
-// overlay is a delta stream's names sent and not yet folded into its
+// overlay is a stream's names sent and not yet folded into its
 // shared set. In a first sync an Envoy is sent its assignments in
 // ascending order (a response's names are sorted, and its parts follow
 // each other), so the names are kept as a sorted slice, each appended,

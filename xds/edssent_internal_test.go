@@ -36,7 +36,7 @@ func TestSentAssignmentsModel(t *testing.T) {
 							names = append(names, n)
 						}
 					}
-					s.add(true, names, time.Time{})
+					s.add(true, names, time.Time{}, 0)
 					for _, n := range names {
 						model[n] = true
 					}
@@ -114,7 +114,7 @@ func TestSentAssignmentsSyncLinear(t *testing.T) {
 		}
 		for p := range slices.Chunk(names, part) {
 			for _, s := range ss {
-				s.add(true, p, time.Time{})
+				s.add(true, p, time.Time{}, 0)
 				s.keep(sub.m, sub, sub) // the part's ACK, a new watch
 			}
 		}
@@ -163,7 +163,7 @@ func TestSentAssignmentsAddSortedNames(t *testing.T) {
 		names(130, 135), // a few, all held
 		rev,             // not sorted
 	} {
-		s.add(true, part, time.Time{})
+		s.add(true, part, time.Time{}, 0)
 		for _, n := range part {
 			want[n] = true
 		}
@@ -179,10 +179,16 @@ func TestSentAssignmentsAddSortedNames(t *testing.T) {
 }
 
 // TestSentAssignmentsSotwModel checks a sotw stream's record of the
-// assignments sent against a plain map, over random histories of sends,
-// removals and requests (sotwSub.set: the names listed again, as an ACK
-// does, or changed; a wildcard lets anything be sent).
+// assignments sent against a plain map of when each was last sent, over
+// random histories of sends, removals and requests (sotwSub.set: the
+// names listed again, as an ACK does, or changed; a wildcard lets
+// anything be sent), on a clock that moves by up to 60 ms a step against
+// a settle window of 100 ms: the record says a name was sent as the map
+// does, and the time it gives holds a route back (mbb.go) exactly when
+// the time of the map does; a send past the window is dropped by the
+// next.
 func TestSentAssignmentsSotwModel(t *testing.T) {
+	const window = 100 * time.Millisecond
 	for seed := range uint64(300) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 13))
@@ -191,10 +197,13 @@ func TestSentAssignmentsSotwModel(t *testing.T) {
 				universe[i] = fmt.Sprintf("c%03d", i)
 			}
 			var s sentAssignments
-			model := map[string]bool{}
+			model := map[string]time.Time{}
 			listed := []string{universe[0]}
 			sub := newSotwSub(listed)
+			s.keep(sub.SubscribedResources(), sub.names, nil)
+			now := time.Unix(1000, 0)
 			for step := range 200 {
+				now = now.Add(time.Duration(r.IntN(60)) * time.Millisecond)
 				switch op := r.IntN(10); {
 				case op < 5: // a response sends some names of interest
 					var names []string
@@ -204,9 +213,14 @@ func TestSentAssignmentsSotwModel(t *testing.T) {
 							names = append(names, n)
 						}
 					}
-					s.add(false, names, time.Time{})
+					slices.Sort(names)
+					names = slices.Compact(names)
+					s.add(false, names, now, window)
 					for _, n := range names {
-						model[n] = true
+						model[n] = now
+					}
+					if n := len(s.recent); n > 0 && !now.Before(s.recent[0].at.Add(window)) {
+						t.Fatalf("step %d: a send of %v kept at %v, past the settle window", step, s.recent[0].at, now)
 					}
 				case op < 6: // a response reports names removed
 					n := universe[r.IntN(len(universe))]
@@ -227,16 +241,22 @@ func TestSentAssignmentsSotwModel(t *testing.T) {
 						s.unbounded()
 						continue
 					}
-					s.keep(sub.SubscribedResources(), nil, nil)
+					s.keep(sub.SubscribedResources(), sub.names, nil)
 					for n := range model {
 						if _, ok := sub.SubscribedResources()[n]; !ok {
 							delete(model, n)
 						}
 					}
 				}
+				check := now.Add(time.Duration(r.IntN(120)) * time.Millisecond)
 				for _, n := range universe {
-					if s.has(n) != model[n] {
-						t.Fatalf("step %d: has(%s) = %v, the model says %v", step, n, s.has(n), model[n])
+					at, sent := s.sentAt(n)
+					want, wantSent := model[n]
+					if s.has(n) != wantSent || sent != wantSent {
+						t.Fatalf("step %d: has(%s) = %v, sentAt says %v, the model says %v", step, n, s.has(n), sent, wantSent)
+					}
+					if sent && check.Before(at.Add(window)) != check.Before(want.Add(window)) {
+						t.Fatalf("step %d: %s sent at %v by the record, %v by the model: at %v the settle window differs", step, n, at, want, check)
 					}
 				}
 			}

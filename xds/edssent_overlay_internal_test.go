@@ -33,7 +33,7 @@ func TestSentAssignmentsOverlayModel(t *testing.T) {
 			wild := false
 			sendable := func(n string) bool { return wild || ds.names.has(n) }
 			send := func(names []string) {
-				s.add(true, names, time.Time{})
+				s.add(true, names, time.Time{}, 0)
 				for _, n := range names {
 					model[n] = true
 				}

@@ -23,23 +23,23 @@ func TestSentAssignmentsOverlaySizedToNames(t *testing.T) {
 	var s sentAssignments
 	s.keep(ds.names.m, ds.names, ds.grewFrom)
 	// Half the subscription has assignments, sent in one response.
-	s.add(true, names[:n/2], time.Time{})
+	s.add(true, names[:n/2], time.Time{}, 0)
 	s.keep(ds.names.m, ds.names, ds.grewFrom) // the Envoy's next request (an ACK)
 	if s.extra.len() != 0 {
 		t.Fatalf("after the first response: %d names in the overlay, want them folded", s.extra.len())
 	}
 	// One more assignment appears.
-	s.add(true, names[n/2:n/2+1], time.Time{})
+	s.add(true, names[n/2:n/2+1], time.Time{}, 0)
 	if c := cap(s.extra.asc); c > 2*minFold {
 		t.Errorf("one name sent: the overlay's slice has capacity %d (%d bytes held per stream), want at most %d", c, c*16, 2*minFold)
 	}
 	// The same after a mass removal from a stream that had everything.
 	var r sentAssignments
 	r.keep(ds.names.m, ds.names, ds.grewFrom)
-	r.add(true, names, time.Time{})
+	r.add(true, names, time.Time{}, 0)
 	r.keep(ds.names.m, ds.names, ds.grewFrom)
 	r.remove(names[:n/2])
-	r.add(true, names[:1], time.Time{})
+	r.add(true, names[:1], time.Time{}, 0)
 	if c := cap(r.extra.asc); c > 2*minFold {
 		t.Fatalf("one name sent again after a removal: the overlay's slice has capacity %d (%d bytes held per stream), want at most %d", c, c*16, 2*minFold)
 	}

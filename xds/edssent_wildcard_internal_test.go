@@ -45,7 +45,7 @@ func TestSentAssignmentsWildcardModel(t *testing.T) {
 							names = append(names, n)
 						}
 					}
-					s.add(true, names, time.Time{})
+					s.add(true, names, time.Time{}, 0)
 					for _, n := range names {
 						model[n] = true
 					}

@@ -118,9 +118,20 @@ func (a *streamAcct) decodeSotw(b []byte, m *discovery.DiscoveryRequest) error {
 	if tn := a.types.at(typeURL); tn != nil && tn.extra == 0 {
 		// A list of repeated names is not kept: what is kept is at most
 		// max_names_per_stream names.
-		tn.list = slices.Clone(m.GetResourceNames())
+		tn.list = keptList(m.GetResourceNames())
 	}
 	return nil
+}
+
+// keptList is the copy of a sotw request's names the accounting keeps:
+// the copy the streams that listed the same names share (sotwSub.listed),
+// if one is alive, else its own. A fleet of clients listing 5,000 names
+// then holds one list, and the names' strings of one request.
+func keptList(names []string) []string {
+	if _, shared := sotwNames.listed(names); shared != nil {
+		return shared
+	}
+	return slices.Clone(names)
 }
 
 // decodeSotwRepeat decodes b into m, with list as its names, if b holds

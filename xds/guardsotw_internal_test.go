@@ -3,6 +3,7 @@ package xds
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -195,6 +196,40 @@ func TestSotwRepeatedNamesDecodeWithoutCopies(t *testing.T) {
 	if err := a.decodeSotw(bad, &m); err == nil {
 		t.Errorf("a nonce not UTF-8 decoded: %q", m.ResponseNonce)
 	}
+}
+
+// TestSotwAccountingKeepsTheSharedList: the accounting of a stream whose
+// request lists the names another stream's subscription listed, in the
+// same order, keeps the subscription's shared copy of the list
+// (sotwSub.listed), not one of its own; other names, its own copy.
+func TestSotwAccountingKeepsTheSharedList(t *testing.T) {
+	g := newGuard(Limits{}.WithDefaults(), newGuardMetrics())
+	names := make([]string, 300)
+	for i := range names {
+		names[i] = fmt.Sprintf("shared-list-%04d", i)
+	}
+	sub := newSotwSub(slices.Clone(names)) // another stream's, alive
+	kept := func(list []string) []string {
+		a := newTestStreamAcct(g)
+		b, _ := proto.Marshal(&discovery.DiscoveryRequest{TypeUrl: EndpointType, ResourceNames: list})
+		var m discovery.DiscoveryRequest
+		if err := a.checkWireScan(&m, b, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.decodeSotw(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		return a.types.at(EndpointType).list
+	}
+	if got := kept(names); !unsafeSame(got, sub.listed) || !slices.Equal(got, names) {
+		t.Errorf("the same names in the same order: the accounting keeps its own list (shared: %v)", unsafeSame(got, sub.listed))
+	}
+	reversed := slices.Clone(names)
+	slices.Reverse(reversed)
+	if got := kept(reversed); unsafeSame(got, sub.listed) || !slices.Equal(got, reversed) {
+		t.Errorf("the same names in another order: kept %d names, shared %v", len(got), unsafeSame(got, sub.listed))
+	}
+	runtime.KeepAlive(sub.names)
 }
 
 // unsafeSame reports whether two slices share their first element: the

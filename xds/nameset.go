@@ -113,6 +113,11 @@ var (
 	// that the lists of many sotw clients do not push the delta streams'
 	// first steps out of emptyNames's memo (maxMemo).
 	sotwNames = &nameSet{m: map[string]struct{}{}, tab: nameSets.empty.tab}
+	// sotwSentNames is the empty set the records of the assignments sent
+	// on sotw streams fold from (sentAssignments.add): apart from
+	// sotwNames, so that their folds do not push the subscriptions' lists
+	// out of its memo (the lists' shared copies, sotwSub.listed).
+	sotwSentNames = &nameSet{m: map[string]struct{}{}, tab: nameSets.empty.tab}
 )
 
 // maxMemo bounds the derivations a set remembers.
@@ -273,26 +278,34 @@ func forgetCalls[K comparable](wp weak.Pointer[sharedSet[K]]) {
 // remembered by: the streams that list the same names in the same order
 // share one copy (never write it), as they share the set.
 func (s *sharedSet[K]) deriveListed(add []K) (*sharedSet[K], []K) {
-	ck := s.callKey(add, nil)
-	called := func() *call[K] {
-		s.mu.Lock()
-		cl := s.calls[ck]
-		s.mu.Unlock()
-		if cl != nil && len(cl.remove) == 0 && slices.Equal(cl.add, add) {
-			return cl
-		}
-		return nil
-	}
-	if cl := called(); cl != nil {
-		if c := cl.result.Value(); c != nil {
-			return c, cl.add
-		}
+	if c, list := s.listed(add); list != nil {
+		return c, list
 	}
 	c := s.derive(add, nil)
-	if cl := called(); cl != nil && cl.result.Value() == c {
-		return c, cl.add
+	if got, list := s.listed(add); list != nil && got == c {
+		return c, list
 	}
 	return c, slices.Clone(add)
+}
+
+// listed returns the set a derivation from s by add alone gave, and the
+// copy of add it is remembered by (deriveListed), if the set is alive;
+// nil, nil if none is known.
+func (s *sharedSet[K]) listed(add []K) (*sharedSet[K], []K) {
+	if len(add) == 0 {
+		return nil, nil
+	}
+	ck := s.callKey(add, nil)
+	s.mu.Lock()
+	cl := s.calls[ck]
+	s.mu.Unlock()
+	if cl == nil || len(cl.remove) != 0 || !slices.Equal(cl.add, add) {
+		return nil, nil
+	}
+	if c := cl.result.Value(); c != nil {
+		return c, cl.add
+	}
+	return nil, nil
 }
 
 // deriveAdded returns s ∪ added, where none of added is in s nor

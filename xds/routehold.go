@@ -122,6 +122,8 @@ func (c *Cache) edsInterest(w *watch) {
 	var subSet, grewFrom *nameSet
 	if w.delta {
 		subSet, grewFrom = w.dsub.names, w.dsub.grewFrom
+	} else if ss, ok := w.sub.(sotwSub); ok {
+		subSet = ss.names
 	}
 	st.edsSent.keep(w.sub.SubscribedResources(), subSet, grewFrom)
 }
@@ -138,7 +140,12 @@ func (c *Cache) sentEDS(w *watch, sent, removed []string, resp *discovery.Discov
 			if st.pendingEDS == nil {
 				st.pendingEDS = map[*discovery.DiscoveryResponse][]string{}
 			}
-			st.pendingEDS[resp] = slices.Clone(sent)
+			// Sorted, as a sotw send is kept (sentAssignments.add).
+			names := slices.Clone(sent)
+			if !slices.IsSorted(names) {
+				slices.Sort(names)
+			}
+			st.pendingEDS[resp] = names
 		}
 		return
 	}
@@ -168,11 +175,17 @@ func (c *Cache) edsDelivered(st *streamState, sent []string) {
 	if len(sent) == 0 {
 		return
 	}
-	var now time.Time // read by make before break, on sotw streams only
+	// When a sotw send was made is read by make before break, for its
+	// settle time (mbb.go).
+	var now time.Time
+	var window time.Duration
 	if !st.key.delta {
 		now = time.Now()
+		if !c.noMBB {
+			window = c.mbbSettle
+		}
 	}
-	st.edsSent.add(st.key.delta, sent, now)
+	st.edsSent.add(st.key.delta, sent, now, window)
 	c.wakeRDS(st)
 }
 

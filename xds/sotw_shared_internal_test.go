@@ -55,6 +55,13 @@ func TestSotwClientsOfTheSameNamesShareTheirState(t *testing.T) {
 	if same(va.base, vo.base) {
 		t.Error("a client holding other names shares the base")
 	}
+	// The record of the assignments sent is the subscription's set.
+	c.lock()
+	ea, eb := c.streams[streamKey{false, 1}].edsSent, c.streams[streamKey{false, 2}].edsSent
+	c.unlock()
+	if ea.set != sa.names || eb.set != sb.names || ea.extra.len() != 0 || eb.extra.len() != 0 {
+		t.Errorf("the assignments sent are recorded apart: sets of %d and %d names (the subscription's: %v, %v), %d and %d names beside", ea.set.len(), eb.set.len(), ea.set == sa.names, eb.set == sb.names, ea.extra.len(), eb.extra.len())
+	}
 	if err := c.Apply(store.Change{TypeURL: EndpointType, Upserts: []store.Resource{testAssignment(name(7), 1)}}); err != nil {
 		t.Fatal(err)
 	}

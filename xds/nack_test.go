@@ -281,14 +281,7 @@ func TestDeltaNACKLeavesToALaterResponseWhatItCarriesAgain(t *testing.T) {
 	nack(r2)
 	nack(r3)
 	held := map[string]string{} // what the responses after the NACKs sent
-	untilQuiet(t, c, func(r *discovery.DeltaDiscoveryResponse) {
-		res := versions(r)
-		if res["b"] == poison {
-			t.Fatalf("poison sent a third time, in %v, after the two responses that carried it were rejected", names(r))
-		}
-		maps.Copy(held, res)
-		c.ack(r)
-	})
+	ackUntilQuiet(t, c, held, "b", poison)
 	eq(t, "sent again: the other assignment, not the poison", map[string]string{"c": versions(r2)["c"]}, held)
 }
 
@@ -322,17 +315,26 @@ func TestDeltaNACKChainOfPipelinedResponses(t *testing.T) {
 	for _, r := range []*discovery.DeltaDiscoveryResponse{r2, r3, r4} {
 		c.send(&discovery.DeltaDiscoveryRequest{TypeUrl: eds, ResponseNonce: r.Nonce, ErrorDetail: &status.Status{Code: 3, Message: "bad"}})
 	}
+	ackUntilQuiet(t, c, held, "c", poison)
+	delete(want, "c")
+	delete(held, "c")
+	eq(t, "held at the end", want, held)
+}
+
+// ackUntilQuiet ACKs each response c receives until none comes for a
+// while, adding what it sent to held; one that sends name at version
+// poison, after the responses that carried it were rejected, fails the
+// test.
+func ackUntilQuiet(t *testing.T, c *deltaClient, held map[string]string, name, poison string) {
+	t.Helper()
 	untilQuiet(t, c, func(r *discovery.DeltaDiscoveryResponse) {
 		res := versions(r)
-		if res["c"] == poison {
-			t.Fatalf("poison sent again in %v", names(r))
+		if res[name] == poison {
+			t.Fatalf("poison %s sent again, in %v, after the responses that carried it were rejected", name, names(r))
 		}
 		maps.Copy(held, res)
 		c.ack(r)
 	})
-	delete(want, "c")
-	delete(held, "c")
-	eq(t, "held at the end", want, held)
 }
 
 // untilQuiet hands fn each response c receives, until none comes for a

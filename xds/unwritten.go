@@ -1,9 +1,7 @@
 package xds
 
 import (
-	"container/list"
 	"context"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,7 +36,7 @@ import (
 // to the pool (the writer copied it out), or when the response's stream
 // ends: gRPC then puts the buffer back, or writes it after the stream's
 // last message, or drops it with its connection (closed with the message
-// queued), where only the collector frees it. Responses below gRPC's
+// queued) and never puts it back. Responses below gRPC's
 // pooling threshold (1 KiB: most responses carrying a change) are not
 // counted. Delta and sotw responses share the budget. A response's bytes
 // count for unwrittenWait at most: those of a response its client does
@@ -56,7 +54,7 @@ type unwrittenBudget struct {
 	mu    sync.Mutex
 	used  int64
 	queue []*unwrittenCharge // the waiting, in arrival order
-	held  list.List          // the charges counted, oldest first
+	held  chargeList         // the charges counted, oldest first
 	// expiry expires the held bytes when the oldest are due while
 	// responses wait (expireWaiting): one timer for all the waiters.
 	// expiryAt is when it fires; zero: not armed.
@@ -70,7 +68,7 @@ const unwrittenWait = time.Second
 
 func newUnwrittenBudget(limit int64, wait time.Duration, m *guardMetrics) *unwrittenBudget {
 	v := m.responsesWaited
-	return &unwrittenBudget{limit: limit, wait: wait, inUse: m.unwrittenBytes,
+	return &unwrittenBudget{limit: limit, wait: wait, inUse: m.unwrittenBytes, held: chargeList{counted: true},
 		waitedRoom: v.WithLabelValues("room"), waitedExpired: v.WithLabelValues("expired"), waitedEnded: v.WithLabelValues("ended")}
 }
 
@@ -79,7 +77,7 @@ func (b *unwrittenBudget) fits(n int64) bool { return b.used == 0 || b.used+n <=
 // count counts c's bytes (under mu).
 func (b *unwrittenBudget) count(c *unwrittenCharge) {
 	c.at = time.Now()
-	c.elem = b.held.PushBack(c)
+	b.held.push(c)
 	b.used += c.n
 	b.inUse.Set(float64(b.used))
 }
@@ -89,10 +87,7 @@ func (b *unwrittenBudget) uncount(c *unwrittenCharge) {
 	if !c.done.CompareAndSwap(false, true) {
 		return
 	}
-	if c.elem != nil {
-		b.held.Remove(c.elem)
-		c.elem = nil
-	}
+	b.held.remove(c)
 	b.used -= c.n
 	b.inUse.Set(float64(b.used))
 }
@@ -100,8 +95,7 @@ func (b *unwrittenBudget) uncount(c *unwrittenCharge) {
 // expire stops counting the bytes counted for wait or longer, and
 // returns when the oldest left will be (under mu).
 func (b *unwrittenBudget) expire(now time.Time) (next time.Time) {
-	for e := b.held.Front(); e != nil; e = b.held.Front() {
-		c := e.Value.(*unwrittenCharge)
+	for c := b.held.first; c != nil; c = b.held.first {
 		if now.Sub(c.at) < b.wait {
 			return c.at.Add(b.wait)
 		}
@@ -201,7 +195,10 @@ func (b *unwrittenBudget) take(ctx context.Context, n int) (*unwrittenCharge, er
 }
 
 // unwrittenCharge is one response's bytes in the budget, counted from at
-// until given back (or expired), once.
+// until given back (or expired), once. It is the only allocation the
+// budget makes for a response that does not wait: the lists it is on
+// (the budget's held, its stream's) link through it, and it is the pool
+// its buffer goes back to (pool).
 type unwrittenCharge struct {
 	// ready is closed when the charge, which waited its turn, is granted
 	// (counted); granted and expired (bytes expired to let it go: the
@@ -209,15 +206,74 @@ type unwrittenCharge struct {
 	ready            chan struct{}
 	granted, expired bool
 
-	b       *unwrittenBudget
-	n       int64
-	at      time.Time
-	elem    *list.Element // in b.held, while counted
-	done    atomic.Bool
-	encoded bool // into a buffer that gives the charge back (pool)
+	b  *unwrittenBudget
+	n  int64
+	at time.Time
+	// held: its links in b.held while counted (under b.mu).
+	held chargeLinks
+	done atomic.Bool
+	// encoded: into a buffer that gives the charge back (pool); cp: that
+	// buffer's pool.
+	encoded bool
+	cp      chargedPool
 	// of: the stream's charges, which give it back when the stream ends
-	// (nil: not among them).
-	of *streamCharges
+	// (nil: not among them); open: its links in of's list while there
+	// (under of.mu).
+	of   *streamCharges
+	open chargeLinks
+}
+
+// chargeLinks are a charge's links in one list: in, and its neighbours.
+type chargeLinks struct {
+	in         bool
+	prev, next *unwrittenCharge
+}
+
+// chargeList is a doubly linked list of charges, oldest first, through
+// their links: it allocates nothing. The zero value is an empty list of a
+// stream's charges (through open); the budget's (through held) is made
+// with counted. Guarded by its owner's lock.
+type chargeList struct {
+	first, last *unwrittenCharge
+	counted     bool
+}
+
+func (l *chargeList) of(c *unwrittenCharge) *chargeLinks {
+	if l.counted {
+		return &c.held
+	}
+	return &c.open
+}
+
+// push appends c, which is not in l.
+func (l *chargeList) push(c *unwrittenCharge) {
+	k := l.of(c)
+	k.in, k.prev, k.next = true, l.last, nil
+	if l.last != nil {
+		l.of(l.last).next = c
+	} else {
+		l.first = c
+	}
+	l.last = c
+}
+
+// remove takes c out of l, if it is in it.
+func (l *chargeList) remove(c *unwrittenCharge) {
+	k := l.of(c)
+	if !k.in {
+		return
+	}
+	if k.prev != nil {
+		l.of(k.prev).next = k.next
+	} else {
+		l.first = k.next
+	}
+	if k.next != nil {
+		l.of(k.next).prev = k.prev
+	} else {
+		l.last = k.prev
+	}
+	*k = chargeLinks{}
 }
 
 // give gives the bytes back (once; none if they expired).
@@ -230,10 +286,11 @@ func (c *unwrittenCharge) give() {
 
 // streamCharges are a stream's charges not given back yet, which its end
 // gives back (end): one registration with the stream's end for all of them
-// (streamAcct.end), not one per response with its context.
+// (streamAcct.end), not one per response with its context. The zero value
+// is a stream's, open.
 type streamCharges struct {
 	mu    sync.Mutex
-	open  map[*unwrittenCharge]struct{}
+	open  chargeList
 	ended bool
 }
 
@@ -244,17 +301,14 @@ func (sc *streamCharges) add(c *unwrittenCharge) bool {
 	if sc.ended {
 		return false
 	}
-	if sc.open == nil {
-		sc.open = map[*unwrittenCharge]struct{}{}
-	}
-	sc.open[c] = struct{}{}
+	sc.open.push(c)
 	c.of = sc
 	return true
 }
 
 func (sc *streamCharges) remove(c *unwrittenCharge) {
 	sc.mu.Lock()
-	delete(sc.open, c)
+	sc.open.remove(c)
 	sc.mu.Unlock()
 }
 
@@ -263,17 +317,19 @@ func (sc *streamCharges) remove(c *unwrittenCharge) {
 func (sc *streamCharges) end() {
 	sc.mu.Lock()
 	sc.ended = true
-	open := sc.open
-	sc.open = nil
+	var open []*unwrittenCharge
+	for c := sc.open.first; c != nil; c = sc.open.first {
+		sc.open.remove(c)
+		open = append(open, c)
+	}
 	sc.mu.Unlock()
-	for c := range open {
+	for _, c := range open {
 		c.ended()
 	}
 }
 
 // ended gives the bytes back when the response's stream ended (see
-// unwrittenBudget), or its buffer was collected: a buffer dropped with its
-// connection would otherwise keep others' responses waiting until then.
+// unwrittenBudget).
 func (c *unwrittenCharge) ended() {
 	if c.done.Load() {
 		return
@@ -286,13 +342,14 @@ func (c *unwrittenCharge) ended() {
 }
 
 // pool returns the pool to give the response's buffer back to: to of,
-// and the charge back with it, or when the collector frees a buffer gRPC
-// dropped.
+// and the charge back with it. A buffer gRPC drops without putting it
+// back (with its connection) is given back by its stream's end, which
+// comes with the connection's; and its bytes stop counting after
+// unwrittenWait in any case.
 func (c *unwrittenCharge) pool(of mem.BufferPool) mem.BufferPool {
 	c.encoded = true
-	p := &chargedPool{BufferPool: of, c: c}
-	runtime.AddCleanup(p, (*unwrittenCharge).ended, c)
-	return p
+	c.cp = chargedPool{BufferPool: of, c: c}
+	return &c.cp
 }
 
 // chargedPool is the pool of one buffer whose bytes are charged.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,8 +22,8 @@ import (
 // TestUnwrittenBudgetTurns: responses go in the order they came while
 // their bytes fit; one larger than the budget goes alone; a wait given up
 // (its stream ended) lets the next go; bytes not written out within the
-// wait stop counting; bytes of a buffer gRPC dropped come back when it is
-// collected.
+// wait stop counting; bytes of a buffer gRPC dropped come back when its
+// stream ends, and bytes given back once are not given back again.
 func TestUnwrittenBudgetTurns(t *testing.T) {
 	m := newGuardMetrics()
 	b := newUnwrittenBudget(100, time.Hour, m)
@@ -128,20 +127,41 @@ func TestUnwrittenBudgetTurns(t *testing.T) {
 		t.Fatalf("in use %d, want the 50 counted", got)
 	}
 	next.give()
-	// A buffer dropped without being put back.
+	// Buffers of a stream, one put back and one dropped without being put
+	// back; the stream then ends.
 	b.wait = time.Hour
-	c, _ := b.take(ctx, 20)
 	before := used()
-	func() {
-		p := c.pool(bufferPool)
-		_ = p.Get(2048)
-	}()
-	c = nil
-	for deadline := time.Now().Add(5 * time.Second); used() != before-20; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("in use %d: a dropped buffer's bytes did not come back", used())
+	var sc streamCharges
+	put, _ := b.take(ctx, 20)
+	dropped, _ := b.take(ctx, 30)
+	for _, c := range []*unwrittenCharge{put, dropped} {
+		if !sc.add(c) {
+			t.Fatal("a charge of a stream not ended was refused")
 		}
-		runtime.GC()
+	}
+	p := put.pool(bufferPool)
+	p.Put(p.Get(2048))
+	if got := used(); got != before+30 {
+		t.Fatalf("in use %d after a buffer was put back, want %d", got, before+30)
+	}
+	_ = dropped.pool(bufferPool).Get(2048)
+	sc.end()
+	if got := used(); got != before {
+		t.Fatalf("in use %d after the stream ended, want %d: a dropped buffer's bytes did not come back", got, before)
+	}
+	if sc.open.first != nil || sc.open.last != nil {
+		t.Fatal("the ended stream still lists charges")
+	}
+	// A charge of the ended stream is refused (its sender gives it back),
+	// and a late put of a buffer given back gives nothing back twice.
+	late, _ := b.take(ctx, 10)
+	if sc.add(late) {
+		t.Fatal("a charge of an ended stream was taken")
+	}
+	late.ended()
+	p.Put(p.Get(2048))
+	if got := used(); got != before {
+		t.Fatalf("in use %d, want %d: bytes given back twice", got, before)
 	}
 }
 
@@ -249,14 +269,13 @@ func unwrittenBounded(t *testing.T, c *Cache, services int, delta bool) {
 	}
 	// allGiven waits for every response's bytes to come back: a buffer
 	// put back, or one gRPC dropped with its connection (never put
-	// back, still held by the counting pool) when collected.
+	// back, still held by the counting pool) when its stream ends.
 	allGiven := func(when string) {
 		t.Helper()
 		for deadline := time.Now().Add(10 * time.Second); inUse() > 0; time.Sleep(5 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s: %d bytes in the budget", when, inUse())
 			}
-			runtime.GC()
 		}
 	}
 	// readAll reads a whole state of clusters; the largest response's size.
@@ -332,5 +351,29 @@ func adsStarted[Req any, Res proto.Message](t *testing.T, st interface {
 			t.Fatal(err)
 		}
 		return proto.Size(r), count(r)
+	}
+}
+
+// TestUnwrittenChargeAllocatesOnce: a response that does not wait costs
+// the budget one allocation, its charge, from take to the put of its
+// buffer: the lists it is on link through it, and it is its buffer's pool.
+func TestUnwrittenChargeAllocatesOnce(t *testing.T) {
+	b := newUnwrittenBudget(1<<20, time.Hour, newGuardMetrics())
+	var sc streamCharges
+	buf := bufferPool.Get(4096)
+	allocs := testing.AllocsPerRun(200, func() {
+		c, err := b.take(context.Background(), 4096)
+		if err != nil || !sc.add(c) {
+			t.Fatal("charge refused")
+		}
+		p := c.pool(bufferPool)
+		p.Put(buf)
+		buf = bufferPool.Get(4096)
+	})
+	if allocs > 1 {
+		t.Errorf("%.1f allocations per charged response, want 1", allocs)
+	}
+	if b.used != 0 || sc.open.first != nil || b.held.first != nil {
+		t.Errorf("after every buffer was put back: %d bytes in use, listed %v %v", b.used, sc.open.first, b.held.first)
 	}
 }

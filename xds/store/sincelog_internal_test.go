@@ -80,8 +80,11 @@ func TestSinceLogMatchesModel(t *testing.T) {
 			if len(want) == 0 && got != nil {
 				t.Fatalf("generation %d: SinceLog %q, want nil", g, got)
 			}
-			if sorted := ts.SortedSince(g); !slices.Equal(sorted, slices.Sorted(maps.Keys(want))) {
-				t.Fatalf("generation %d: SortedSince %q, want %q", g, sorted, slices.Sorted(maps.Keys(want)))
+			// Twice: the second from what the first built, until a commit.
+			for range 2 {
+				if sorted := ts.SortedSince(g); !slices.Equal(sorted, slices.Sorted(maps.Keys(want))) {
+					t.Fatalf("generation %d: SortedSince %q, want %q", g, sorted, slices.Sorted(maps.Keys(want)))
+				}
 			}
 		}
 	}
@@ -133,7 +136,9 @@ func TestSinceLogMatchesModel(t *testing.T) {
 		if ts.Floor > 0 {
 			forgot++
 		}
-		if step%100 == 0 || len(ts.Log) >= maxLogGens-2 {
+		// Some checks in a row: what SortedSince built before a commit
+		// must not be given after it.
+		if step%100 < 3 || len(ts.Log) >= maxLogGens-2 {
 			check()
 		}
 	}
@@ -143,4 +148,46 @@ func TestSinceLogMatchesModel(t *testing.T) {
 // different variant is a different version.
 func clusterVariant(n string, v int) *cluster.Cluster {
 	return &cluster.Cluster{Name: n, ConnectTimeout: durationpb.New(time.Duration(v+1) * time.Millisecond)}
+}
+
+// TestSortedSinceShared: between two commits, the callers asking for the
+// names changed after one generation share one slice, built once; a commit
+// makes it stale, and the next caller gets the names of the new commit too.
+func TestSortedSinceShared(t *testing.T) {
+	s := New(func(string) int { return 0 }, resource.ClusterType)
+	ts := s.types[resource.ClusterType]
+	apply := func(i int) {
+		n := fmt.Sprintf("c%02d", i)
+		if err := s.Apply(Change{TypeURL: resource.ClusterType, Upserts: []Resource{{Name: n, Msg: clusterVariant(n, i)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 6 {
+		apply(5 - i)
+	}
+	gens := []uint64{ts.Log[0].Gen, ts.Log[1].Gen, ts.Log[2].Gen, ts.Log[3].Gen}
+	first := ts.SortedSince(gens[0])
+	if want := []string{"c00", "c01", "c02", "c03", "c04"}; !slices.Equal(first, want) {
+		t.Fatalf("SortedSince %q, want %q", first, want)
+	}
+	for _, g := range gens {
+		ts.SortedSince(g)
+	}
+	if a := testing.AllocsPerRun(50, func() {
+		for _, g := range gens {
+			ts.SortedSince(g)
+		}
+	}); a != 0 {
+		t.Errorf("%v allocations for slices built before, want 0", a)
+	}
+	if again := ts.SortedSince(gens[0]); &again[0] != &first[0] {
+		t.Error("a second caller at the same generation got a slice of its own")
+	}
+	apply(9)
+	if got, want := ts.SortedSince(gens[0]), []string{"c00", "c01", "c02", "c03", "c04", "c09"}; !slices.Equal(got, want) {
+		t.Fatalf("after a commit, SortedSince %q, want %q", got, want)
+	}
+	if len(first) != 5 || first[4] != "c04" {
+		t.Fatalf("a slice given out was written: %q", first)
+	}
 }

@@ -106,6 +106,22 @@ type Type struct {
 	// (nil: a free slot), which a Cursor reads.
 	slots  slots
 	bySlot []*Entry
+	// since: the slices SortedSince built at generation sinceAt, by the
+	// generation they start after; a commit makes them stale. A fleet
+	// answering the responses of one change asks for the names changed
+	// after the same few generations, once per stream.
+	sinceAt uint64
+	since   [sinceMemo]sinceNames
+	sinceN  int // since's next slot to fill, round robin
+}
+
+// sinceMemo is how many slices SortedSince keeps per type.
+const sinceMemo = 4
+
+// sinceNames is the names changed after generation gen, sorted.
+type sinceNames struct {
+	gen   uint64
+	names []string
 }
 
 // GenChange is one generation of the change log: the names it changed.
@@ -358,18 +374,35 @@ func (s *Store) commit(ts *Type, changed []string) {
 }
 
 // SortedSince returns the names changed after generation gen (which must
-// not be older than the log) sorted, each once: the log's own slice when
-// they are the newest generation's alone (an ACK of a response the last
-// commit came after), as the observer was given it (Committed), which the
-// caller must not write; else a new slice.
+// not be older than the log) sorted, each once, in a slice the caller
+// must not write: the log's own when they are the newest generation's
+// alone (an ACK of a response the last commit came after), as the
+// observer was given it (Committed); else one built once per generation
+// and commit, shared by the callers until the next commit (since). Under
+// the store's lock, which it writes.
 func (ts *Type) SortedSince(gen uint64) []string {
 	if i := len(ts.Log); i > 0 && ts.Log[i-1].Gen > gen && (i == 1 || ts.Log[i-2].Gen <= gen) {
 		names := ts.Log[i-1].Names // sorted, each once (commit)
 		return names[:len(names):len(names)]
 	}
+	if ts.sinceAt != ts.Gen {
+		ts.since, ts.sinceN, ts.sinceAt = [sinceMemo]sinceNames{}, 0, ts.Gen
+	}
+	for _, m := range ts.since {
+		if m.names != nil && m.gen == gen {
+			return m.names
+		}
+	}
 	names := ts.SinceLog(gen)
+	if names == nil {
+		return nil
+	}
 	slices.Sort(names)
-	return slices.Compact(names)
+	names = slices.Compact(names)
+	names = names[:len(names):len(names)]
+	ts.since[ts.sinceN] = sinceNames{gen, names}
+	ts.sinceN = (ts.sinceN + 1) % sinceMemo
+	return names
 }
 
 // SinceLog returns the names changed after generation gen, which must not

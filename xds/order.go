@@ -83,8 +83,9 @@ type streamType struct {
 	// stream's watches name their stream themselves).
 	noted any
 	// sync: what was sent and answered, for the sync status; a record
-	// only once sync.made (rec): a type only noted has none. Inline, and
-	// the record never dropped, so &sync is stable while the lock is held.
+	// only once sync.made (rec): a type only noted has none. Inline (one
+	// miss less per ACK); the record is never dropped or moved, so &sync
+	// stays valid with it, though no reader keeps it past c.mu.
 	sync syncRec
 }
 

@@ -273,13 +273,13 @@ func (c *Cache) rearmDelta(w *watch, req *discovery.DeltaDiscoveryRequest, sub d
 	c.lock()
 	defer c.unlock()
 	c.cancelLocked(w)
-	next, st := w, w.stream
+	next, st, t := w, w.stream, w.st
 	if (w.done && !w.installed) || w.ts.URL == RouteType {
 		next = &watch{}
 	}
 	cancelFn, forgetFn := next.cancelFn, next.forgetFn // nil for a new watch
 	next.armDelta(w.ts, req, sub, w.dch)
-	next.stream, next.cancelFn, next.forgetFn = st, cancelFn, forgetFn
+	next.stream, next.st, next.cancelFn, next.forgetFn = st, t, cancelFn, forgetFn
 	cancel, err := c.createLocked(next)
 	return next, cancel, err
 }

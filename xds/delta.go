@@ -320,11 +320,11 @@ func (ds *deltaState) subscribes(n string) bool {
 // stream's response of its type that is queued but not installed, if
 // any, and returns what the watch it replaced held back.
 func (c *Cache) takeQueued(w *watch) (heldBack []string) {
-	st, ts, ds := w.stream, w.ts, &w.ds
-	if st == nil {
+	t, ds := w.st, &w.ds
+	if t == nil {
 		return nil
 	}
-	if p := st.inflight.at(ts.URL); p != nil {
+	if p := t.inflight; p != nil {
 		// The previous watch's response is queued but not installed: it
 		// will be, before this watch's response. A copy: the server adds
 		// the response's record when it installs it, while this watch may
@@ -339,7 +339,7 @@ func (c *Cache) takeQueued(w *watch) (heldBack []string) {
 		// says the server "can simply ignore") is not marked: marking it
 		// resent it at the version held, and reported a name that does
 		// not exist removed.
-		st.inflight.delete(ts.URL)
+		t.inflight = nil
 		marked := w.known.versions
 		next := *p.next
 		next.versions = maps.Clone(next.versions)
@@ -356,8 +356,7 @@ func (c *Cache) takeQueued(w *watch) (heldBack []string) {
 		}
 		w.known, ds.pred = &next, p
 	}
-	heldBack = st.held.at(ts.URL)
-	st.held.delete(ts.URL)
+	heldBack, t.held = t.held, nil
 	return heldBack
 }
 

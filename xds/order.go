@@ -45,14 +45,8 @@ type streamState struct {
 	// A sotw CDS response handed to the server, until it is sent.
 	pendingCDS  *sentClusters
 	pendingResp *discovery.DiscoveryResponse
-	// noted: per type, the sotw request noted and not yet taken by a
-	// watch (a delta stream's watches name their stream themselves).
-	noted byType[any]
-	// inflight: per type, a delta response queued but not installed when
-	// the server replaced its watch; held: per type, what a delta watch
-	// the server replaced had held back (see Cache.cancel).
-	inflight byType[*deltaResponse]
-	held     byType[[]string]
+	// types: per type, the stream's record of it (streamType).
+	types byType[*streamType]
 	// Routes after their clusters' assignments (routehold.go): the
 	// assignments sent on the stream (by name), those of sotw responses
 	// handed to the server and not sent yet, whether the stream ever
@@ -65,10 +59,45 @@ type streamState struct {
 	// and was last sent, for make before break (mbb.go).
 	routes map[string]map[string]*sentRoute
 	cdsw   *watch // the open sotw CDS watch (mbb.go)
-	// Sync status (syncstatus.go): per type, what was sent and answered,
-	// and the latest watch (until cancelled), whose state the status reads.
-	sync byType[*syncRec]
-	last byType[*watch]
+}
+
+// streamType is what the cache follows of one stream's type, in one
+// record: an ACK (rearmDelta: cancelLocked, then createLocked) reads and
+// writes it through its watch (watch.st), with no lookup by type URL.
+// Owned by the stream's state (streamState.types) and guarded by
+// Cache.mu, as it is. A record is made when the stream's type is first
+// noted (noteRequest) or watched (createLocked), and never dropped: a
+// stream has a few types, and its records go with it. A field's zero
+// value is "none", as a missing entry of the maps it replaces was.
+type streamType struct {
+	// last: the latest watch (until cancelled), whose state the sync
+	// status reads (syncstatus.go).
+	last *watch
+	// inflight: a delta response queued but not installed when the server
+	// replaced its watch; held: what a delta watch the server replaced had
+	// held back (see Cache.cancel). Both taken by the next watch
+	// (takeQueued).
+	inflight *deltaResponse
+	held     []string
+	// noted: the sotw request noted and not yet taken by a watch (a delta
+	// stream's watches name their stream themselves).
+	noted any
+	// sync: what was sent and answered, for the sync status; a record
+	// only once sync.made (rec): a type only noted has none. Inline (one
+	// miss less per ACK); the record is never dropped or moved, so &sync
+	// stays valid with it, though no reader keeps it past c.mu.
+	sync syncRec
+}
+
+// typ returns the stream's record of type url, made if it has none.
+// Under c.mu.
+func (st *streamState) typ(url string) *streamType {
+	if t := st.types.at(url); t != nil {
+		return t
+	}
+	t := &streamType{}
+	st.types.set(url, t)
+	return t
 }
 
 // sentClusters says which cluster versions a stream was sent: every
@@ -93,10 +122,11 @@ func (c *Cache) noteRequest(req any, key streamKey, typeURL string) {
 	if st == nil {
 		return
 	}
-	if old, ok := st.noted.get(typeURL); ok {
-		delete(c.requests, old)
+	t := st.typ(typeURL)
+	if t.noted != nil {
+		delete(c.requests, t.noted)
 	}
-	st.noted.set(typeURL, req)
+	t.noted = req
 	c.requests[req] = st
 }
 
@@ -138,8 +168,10 @@ func (c *Cache) streamClosed(key streamKey) {
 	c.lock()
 	defer c.unlock()
 	if st := c.streams[key]; st != nil {
-		for _, req := range st.noted.all() {
-			delete(c.requests, req)
+		for _, t := range st.types.all() {
+			if t.noted != nil {
+				delete(c.requests, t.noted)
+			}
 		}
 		delete(c.streams, key)
 	}
@@ -156,9 +188,9 @@ func (c *Cache) stream(w *watch) *streamState {
 		return nil
 	}
 	delete(c.requests, req)
-	for t, r := range st.noted.all() {
-		if r == req {
-			st.noted.delete(t) // (then leaves the loop: a request is noted once)
+	for _, t := range st.types.all() {
+		if t.noted == req {
+			t.noted = nil // (then leaves the loop: a request is noted once)
 			break
 		}
 	}

@@ -53,7 +53,7 @@ func TestSotwPartsFollowTheRest(t *testing.T) {
 		}
 		s.request(t, &discovery.DiscoveryRequest{TypeUrl: EndpointType, ResponseNonce: r.Nonce, VersionInfo: r.VersionInfo})
 		c.lock()
-		w := c.streams[s.key].last.at(EndpointType)
+		w := c.streams[s.key].types.at(EndpointType).last
 		full, looked, restNames := w.ss.full, len(w.ss.names), w.ss.rest
 		c.unlock()
 		rest := len(restNames)

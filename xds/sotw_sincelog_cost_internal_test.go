@@ -50,7 +50,7 @@ func TestSotwRequestLooksAtNoMoreThanItsInterest(t *testing.T) {
 	for _, nm := range [][]string{{"c00003", "c00002", "c00001"}, {"c00003", "c00001"}} {
 		s.request(t, &discovery.DiscoveryRequest{TypeUrl: EndpointType, ResourceNames: nm, ResponseNonce: r.Nonce, VersionInfo: r.VersionInfo})
 		c.lock()
-		w := c.streams[s.key].last.at(EndpointType)
+		w := c.streams[s.key].types.at(EndpointType).last
 		looked := len(w.ss.names)
 		full := w.ss.full
 		c.unlock()

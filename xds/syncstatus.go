@@ -41,6 +41,7 @@ type syncRec struct {
 	pendGen  uint64
 	pendMax  uint64
 	everSent bool
+	made     bool   // the record exists (streamType.rec): its type is shown
 	lastGen  uint64 // of the latest response handed
 	// The latest response sent: its nonce, generation, newest commit
 	// generation, and whether the client answered it.
@@ -79,24 +80,20 @@ func (r *syncRec) sent(nonce string) {
 	r.nonce, r.sentGen, r.sentMax, r.answered, r.pend = nonce, r.pendGen, r.pendMax, false, nil
 }
 
-func (st *streamState) rec(url string) *syncRec {
-	r := st.sync.at(url)
-	if r == nil {
-		r = &syncRec{}
-		st.sync.set(url, r)
-	}
-	return r
+// rec returns the sync record of t, made if it has none.
+func (t *streamType) rec() *syncRec {
+	t.sync.made = true
+	return &t.sync
 }
 
 // noteAnswer records, when w is created, what its request answers: the
 // latest response sent on its stream and type (an ACK, or a NACK with its
 // detail), or an older one (nothing). Under c.mu.
 func (c *Cache) noteAnswer(w *watch) {
-	st := w.stream
-	if st == nil {
+	if w.st == nil {
 		return
 	}
-	r := st.rec(w.ts.URL)
+	r := w.st.rec()
 	r.settle()
 	r.subscribed, r.wildcard = len(w.sub.SubscribedResources()), w.sub.IsWildcard()
 	if r.wildcard {
@@ -148,11 +145,10 @@ func (c *Cache) noteAnswer(w *watch) {
 // response is told by the server's callback, responseSent); maxGen is the
 // newest commit generation among what it carries. Under c.mu.
 func (c *Cache) handed(w *watch, resp any, maxGen uint64) {
-	st := w.stream
-	if st == nil {
+	if w.st == nil {
 		return
 	}
-	r := st.rec(w.ts.URL)
+	r := w.st.rec()
 	r.settle()
 	if !r.outstanding() {
 		r.outstandingSince = time.Now()
@@ -166,11 +162,11 @@ func (c *Cache) responseSent(key streamKey, typeURL string, resp any, nonce stri
 	c.lock()
 	defer c.unlock()
 	st := c.streams[key]
-	if st == nil || st.sync.at(typeURL) == nil {
+	if st == nil {
 		return
 	}
-	if r := st.sync.at(typeURL); r.pend == resp {
-		r.sent(nonce)
+	if t := st.types.at(typeURL); t != nil && t.sync.made && t.sync.pend == resp {
+		t.sync.sent(nonce)
 	}
 }
 
@@ -286,9 +282,9 @@ func (c *Cache) streamSyncStatus(k streamKey, detail bool, out map[streamKey][]T
 	if st == nil {
 		return
 	}
-	types := make([]*typeState, 0, st.sync.len())
-	for u := range st.sync.all() {
-		if ts := c.types[u]; ts != nil {
+	types := make([]*typeState, 0, st.types.len())
+	for u, t := range st.types.all() {
+		if ts := c.types[u]; ts != nil && t.sync.made {
 			types = append(types, ts)
 		}
 	}
@@ -303,7 +299,8 @@ func (c *Cache) streamSyncStatus(k streamKey, detail bool, out map[streamKey][]T
 }
 
 func (c *Cache) typeStatus(st *streamState, ts *typeState, detail bool) (TypeStatus, []ResourceSync) {
-	r := st.sync.at(ts.URL)
+	rec := st.types.at(ts.URL)
+	r := &rec.sync
 	r.settle()
 	t := TypeStatus{Type: ShortType(ts.URL), TypeURL: ts.URL, Subscribed: r.subscribed, Wildcard: r.wildcard,
 		Current: strconv.FormatUint(ts.Gen, 10)}
@@ -326,7 +323,7 @@ func (c *Cache) typeStatus(st *streamState, ts *typeState, detail bool) (TypeSta
 	var rsync []ResourceSync
 	var rejected bool
 	oldest := uint64(0)
-	w := st.last.at(ts.URL)
+	w := rec.last
 	if w != nil {
 		w.interest(func(e *store.Entry) {
 			held, rej := w.heldOf(e)
@@ -373,8 +370,8 @@ func (c *Cache) typeStatus(st *streamState, ts *typeState, detail bool) (TypeSta
 
 // trackLast makes w its stream's latest watch of its type. Under c.mu.
 func (c *Cache) trackLast(w *watch) {
-	if st := w.stream; st != nil {
-		st.last.set(w.ts.URL, w)
+	if w.st != nil {
+		w.st.last = w
 	}
 }
 
@@ -382,7 +379,7 @@ func (c *Cache) trackLast(w *watch) {
 // next (sotwserver.go, deltaserver.go), which the status must no longer
 // read.
 func (c *Cache) forgetLast(w *watch) {
-	if st := w.stream; st != nil && st.last.at(w.ts.URL) == w {
-		st.last.delete(w.ts.URL)
+	if w.st != nil && w.st.last == w {
+		w.st.last = nil
 	}
 }

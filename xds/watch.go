@@ -45,8 +45,11 @@ type watch struct {
 	installed bool
 	resp      *deltaResponse // the response sent
 
-	stream   *streamState // nil: not known (see order.go)
-	heldBack []string     // sorted: assignments held back until their cluster is sent (routes: see routehold.go)
+	stream *streamState // nil: not known (see order.go)
+	// st: the stream's record of the watch's type (nil when stream is),
+	// set by createLocked and kept by a re-armed watch (rearmDelta).
+	st       *streamType
+	heldBack []string // sorted: assignments held back until their cluster is sent (routes: see routehold.go)
 	// narrow: tracked under narrowNames, the names it lists, which alone
 	// wake it (interest.go).
 	narrow      bool
@@ -82,12 +85,16 @@ func (c *Cache) create(w *watch) (func(), error) {
 // createLocked creates w, a new watch (or one re-armed: rearmDelta), and
 // answers it if anything is to be sent. Its stream is the one of its
 // request as noted (noteRequest), unless already known (w.stream: the
-// delta stream handler's watches). Under c.mu.
+// delta stream handler's watches); its record of its type (w.st) is
+// looked up once, and kept by a re-armed watch. Under c.mu.
 func (c *Cache) createLocked(w *watch) (func(), error) {
 	c.nextID++
 	w.id = c.nextID
 	if w.stream == nil {
 		w.stream = c.stream(w)
+	}
+	if w.stream != nil && w.st == nil {
+		w.st = w.stream.typ(w.ts.URL)
 	}
 	if w.stream == nil && c.registered {
 		// Fail closed: the server registers every stream as it opens and
@@ -171,15 +178,15 @@ func (c *Cache) cancelLocked(w *watch) {
 		c.untrack(w)
 	}
 	c.forgetLast(w)
-	st := w.stream
-	if !w.delta || st == nil {
+	t := w.st
+	if !w.delta || t == nil {
 		return
 	}
 	switch {
 	case w.done && !w.installed:
-		st.inflight.set(w.ts.URL, w.resp)
+		t.inflight = w.resp
 	case !w.done && len(w.heldBack) > 0:
-		st.held.set(w.ts.URL, append(st.held.at(w.ts.URL), w.heldBack...))
+		t.held = append(t.held, w.heldBack...)
 	}
 }
 

@@ -55,6 +55,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/server/delta/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 )
 
@@ -113,6 +114,7 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{},
 	ds.queue = queueOf(&ds.streamLoop, ds.responses)
 	if c, ok := s.cache.(*Cache); ok {
 		ds.cache = c
+		ds.inline = ds.sendInline
 		ds.vhds = c.vhdsOpen(str.Context(), ds.queue)
 	}
 
@@ -176,10 +178,13 @@ type deltaStream struct {
 	nonce          int64
 	watches        byType[deltaWatch] // by type URL (bytype.go: an ACK's is the cache's own string)
 	responses      chan *deltaResponse
-	node           *core.Node
-	vhds           *vhdsStream // nil: the cache serves no VHDS (vhds.go)
-	cache          *Cache      // s.cache, when it is a *Cache (ACKs re-arm its watches)
-	acct           *streamAcct // the guard's accounting of the stream (nil: not guarded)
+	// head: a response taken off the channel to be sent inline that
+	// would have waited (sendInline), sent first by the next processAll.
+	head  *deltaResponse
+	node  *core.Node
+	vhds  *vhdsStream // nil: the cache serves no VHDS (vhds.go)
+	cache *Cache      // s.cache, when it is a *Cache (ACKs re-arm its watches)
+	acct  *streamAcct // the guard's accounting of the stream (nil: not guarded)
 	// counter counts the responses sent, if the callbacks registered it
 	// (else they count them, if they do).
 	counter streamResponses
@@ -240,6 +245,12 @@ func (ds *deltaStream) process(resp *deltaResponse) error {
 // processAll sends the responses queued, before a request is handled and
 // after, and when the queue wakes the handler. Under ds.mu.
 func (ds *deltaStream) processAll() error {
+	if resp := ds.head; resp != nil {
+		ds.head = nil
+		if err := ds.process(resp); err != nil {
+			return err
+		}
+	}
 	for {
 		select {
 		case resp := <-ds.responses:
@@ -250,6 +261,62 @@ func (ds *deltaStream) processAll() error {
 			return nil
 		}
 	}
+}
+
+// sendInline sends the response a commit queued from the committing
+// goroutine (streamLoop.inline, handOff), if its send cannot wait, and
+// reports whether the channel is left empty. gRPC's SendMsg waits for
+// nothing but the stream's write quota (flow control: 64 KiB unwritten
+// per stream), which is whole when the client answered every response
+// the stream sent (the writer gives a response's quota back before its
+// bytes go out), and the unwritten budget, which counts responses from
+// gRPC's pooling threshold (1 KiB) up. So one response goes inline, below
+// that size, to a stream whose responses are all answered; anything else
+// is left to the handler goroutine. Under ds.mu.
+func (ds *deltaStream) sendInline() (bool, error) {
+	if ds.head != nil || !ds.answeredAll() {
+		return false, nil
+	}
+	select {
+	case resp := <-ds.responses:
+		if resp == vhdsWakeResponse || !ds.small(resp) {
+			ds.head = resp
+			return false, nil
+		}
+		if err := ds.process(resp); err != nil {
+			return false, err
+		}
+		return len(ds.responses) == 0, nil
+	default:
+		return true, nil
+	}
+}
+
+// answeredAll reports whether the client answered the last response the
+// stream sent of each type (VHDS's are not followed: a stream that sent
+// one is never found answered).
+func (ds *deltaStream) answeredAll() bool {
+	for _, w := range ds.watches.all() {
+		if w.nonce != "" && w.nonce != w.sub.answered {
+			return false
+		}
+	}
+	return true
+}
+
+// maxNonceSize is the most a nonce adds to a response's encoding: a
+// field tag, a length and 19 digits.
+const maxNonceSize = 1 + 1 + 19
+
+// small reports whether resp, as send sends it, is encoded within gRPC's
+// pooling threshold, which the unwritten budget does not count.
+func (ds *deltaStream) small(resp *deltaResponse) bool {
+	if ds.vhds != nil && resp.resp.GetTypeUrl() == RouteType {
+		return false // vhdsStream.sending may rewrite it
+	}
+	d := wiredDelta{DeltaDiscoveryResponse: resp.resp, wire: resp.wire}
+	n, ok := d.size()
+	return ok && mem.IsBelowBufferPoolingThreshold(n+maxNonceSize)
 }
 
 // request handles one request: the responses queued first, then its

@@ -41,6 +41,10 @@ type Observer interface {
 	Committed(t *Type, changed []string)
 	// Readied tells that MarkReady was called (once).
 	Readied()
+	// Applied tells that Apply ended (its commits, if any, were told),
+	// after it released the store's lock: in Apply's goroutine, before
+	// Apply returns.
+	Applied()
 }
 
 // New returns an empty store of the given type URLs. rank orders the

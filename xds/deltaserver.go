@@ -95,7 +95,8 @@ func (w *deltaWatch) Cancel() {
 // processDelta serves a delta stream in two goroutines (streamloop.go):
 // its requests are read and handled in one (receiveRequests), and the
 // responses the cache and the VHDS pump queue for it are sent in the
-// other, the handler's (streamLoop.serve), when the queue wakes it. The
+// other, the handler's (streamLoop.serve), when the queue wakes it, or,
+// a commit's, by the goroutine that committed it (handOff, sendInline). The
 // handler's alone returns, which ends the stream: when done is closed,
 // when reading a request fails, or when handling one or sending a
 // response does (that error).
@@ -163,7 +164,8 @@ func (ds *deltaStream) handle(req *discovery.DeltaDiscoveryRequest) error {
 // deltaStream is one delta stream's state in the server: its watches (one
 // per type), the responses the cache queued for it, and the nonce of its
 // last response. Its two goroutines (processDelta's and its receive
-// goroutine) touch the state, send, and take responses off the channel
+// goroutine), and a committing goroutine handing it a response
+// (handOff), touch the state, send, and take responses off the channel
 // under mu (streamLoop) only; the cache and the VHDS pump put responses
 // on it, from any goroutine, through queue.
 type deltaStream struct {
@@ -188,6 +190,9 @@ type deltaStream struct {
 	// counter counts the responses sent, if the callbacks registered it
 	// (else they count them, if they do).
 	counter streamResponses
+	// written: the responses gRPC has not written out yet (encoded by the
+	// server's codec; sendInline).
+	written writtenPool
 }
 
 // send gives resp the stream's next nonce and sends it.
@@ -216,7 +221,7 @@ func (ds *deltaStream) send(resp *deltaResponse) (string, error) {
 	if now := resp.resp.Resources; len(now) != len(built) || (len(now) > 0 && &now[0] != &built[0]) {
 		wire = nil
 	}
-	resp.out = wiredDelta{DeltaDiscoveryResponse: resp.resp, wire: wire, room: &resp.room}
+	resp.out = wiredDelta{DeltaDiscoveryResponse: resp.resp, wire: wire, room: &resp.room, written: &ds.written}
 	err := ds.str.SendMsg(&resp.out)
 	resp.out, resp.wires = wiredDelta{}, [1][]byte{}
 	return resp.resp.GetNonce(), err
@@ -267,14 +272,16 @@ func (ds *deltaStream) processAll() error {
 // goroutine (streamLoop.inline, handOff), if its send cannot wait, and
 // reports whether the channel is left empty. gRPC's SendMsg waits for
 // nothing but the stream's write quota (flow control: 64 KiB unwritten
-// per stream), which is whole when the client answered every response
-// the stream sent (the writer gives a response's quota back before its
-// bytes go out), and the unwritten budget, which counts responses from
-// gRPC's pooling threshold (1 KiB) up. So one response goes inline, below
-// that size, to a stream whose responses are all answered; anything else
-// is left to the handler goroutine. Under ds.mu.
+// per stream), which is whole once gRPC has written out every response
+// the stream sent (ds.written: its writer gives a response's quota back
+// before it puts the response's buffer back; a client's ACK proves
+// nothing, as it can name a nonce it never read), and the unwritten
+// budget, which counts responses from gRPC's pooling threshold (1 KiB)
+// up. So one response goes inline, below that size, to a stream whose
+// responses are all written out; anything else is left to the handler
+// goroutine. Under ds.mu.
 func (ds *deltaStream) sendInline() (bool, error) {
-	if ds.head != nil || !ds.answeredAll() {
+	if ds.head != nil || !ds.written.writtenOut() {
 		return false, nil
 	}
 	select {
@@ -290,18 +297,6 @@ func (ds *deltaStream) sendInline() (bool, error) {
 	default:
 		return true, nil
 	}
-}
-
-// answeredAll reports whether the client answered the last response the
-// stream sent of each type (VHDS's are not followed: a stream that sent
-// one is never found answered).
-func (ds *deltaStream) answeredAll() bool {
-	for _, w := range ds.watches.all() {
-		if w.nonce != "" && w.nonce != w.sub.answered {
-			return false
-		}
-	}
-	return true
 }
 
 // maxNonceSize is the most a nonce adds to a response's encoding: a

@@ -82,9 +82,11 @@
 // its own). A commit's delta responses are handed to their streams once
 // the store's lock is released (commitObserver.Applied, handOff): the
 // committing goroutine sends one itself, under the stream's lock if it
-// is free, when the send cannot wait (the client answered every response
-// of the stream, and the response is below the unwritten budget's
-// threshold); else it wakes the handler's goroutine.
+// is free, when the send cannot wait (gRPC has written out every
+// response of the stream, which gives its whole write quota back, and the
+// response is below the unwritten budget's threshold); else it wakes the
+// handler's goroutine. What the client says is not trusted for it: an
+// ACK can name a nonce it never read.
 // updateOrder (updateorder.go) is the one order of types: the order of
 // Apply's steps and publications, MarkReady's answers, and the hold rule
 // of each type's responses.

@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"sync/atomic"
 	"unicode/utf8"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -72,6 +73,46 @@ type wiredDelta struct {
 	charge *unwrittenCharge
 	// room: where the encoding is handed to gRPC from (nil: allocated).
 	room *encodedRoom
+	// written: the stream's count of encodings gRPC has not written out
+	// (nil: not followed).
+	written *writtenPool
+}
+
+// writtenPool follows a stream's encodings until gRPC has written them:
+// each is counted when it is encoded into a buffer of the pool (over),
+// and no longer once gRPC puts the buffer back, which its writer does
+// when the last byte went out, after it gave those bytes' write quota
+// back to the stream. None counted: gRPC's flow control has the whole
+// write quota of the stream (64 KiB), and a send does not wait for it,
+// whatever the client did or said (an ACK can name a nonce it never
+// read). An encoding gRPC never puts back (dropped with its connection)
+// stays counted, as does one made without the pool (untracked).
+type writtenPool struct {
+	mem.BufferPool // the codec's, set by the stream's first encoding
+	unwritten      atomic.Int64
+}
+
+// over counts an encoding made into the pool returned, which gives its
+// buffer to pool. The stream's encodings are made one at a time (under
+// its lock), and all into the same pool (the server codec's).
+func (p *writtenPool) over(pool mem.BufferPool) mem.BufferPool {
+	if p.BufferPool == nil {
+		p.BufferPool = pool
+	}
+	p.unwritten.Add(1)
+	return p
+}
+
+// untracked counts, for good, an encoding gRPC is handed without the
+// pool: from then on the stream is never found written out.
+func (p *writtenPool) untracked() { p.unwritten.Add(1) }
+
+// writtenOut reports whether gRPC has written out every encoding counted.
+func (p *writtenPool) writtenOut() bool { return p.unwritten.Load() == 0 }
+
+func (p *writtenPool) Put(buf *[]byte) {
+	p.BufferPool.Put(buf)
+	p.unwritten.Add(-1)
 }
 
 // encodedRoom is room for a response's encoding as gRPC is handed it (a

@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
-	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/xdsbridge/xdsbridge/xds/store"
@@ -26,6 +26,10 @@ import (
 // type, nonce, first resource's version, and whether it was sent inline
 // by a commit (handOffPart: the goroutine that committed the change, or
 // one it shared the streams with), not by a goroutine of the stream's.
+// A send encodes the response with the server's codec, as gRPC does, and
+// puts its buffers back at once (written out), or, while the client does
+// not read (hold), keeps them and, as gRPC's stream write quota does,
+// waits while the bytes kept reach 64 KiB, until the stream ends.
 type handOffStream struct {
 	grpc.ServerStream
 	ctx  context.Context
@@ -40,6 +44,29 @@ type handOffStream struct {
 	overlap bool
 	sent    []handOffSent
 	cond    *sync.Cond
+	hold    bool
+	held    []mem.BufferSlice
+}
+
+// writeQuota is gRPC's stream write quota (64 KiB) less the bytes held.
+func (s *handOffStream) writeQuota() int {
+	q := 64 << 10
+	for _, b := range s.held {
+		q -= b.Len()
+	}
+	return q
+}
+
+// read has the client read what it was sent: the buffers held are put
+// back, and from now on at once.
+func (s *handOffStream) read() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range s.held {
+		b.Free()
+	}
+	s.held, s.hold = nil, false
+	s.cond.Broadcast()
 }
 
 type handOffSent struct {
@@ -50,6 +77,11 @@ type handOffSent struct {
 func newHandOffStream(ctx context.Context) *handOffStream {
 	s := &handOffStream{ctx: ctx, reqs: make(chan *discovery.DeltaDiscoveryRequest), recvs: make(chan struct{}, 1)}
 	s.cond = sync.NewCond(&s.mu)
+	context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	})
 	return s
 }
 
@@ -67,8 +99,24 @@ func (s *handOffStream) SendMsg(m any) error {
 	}
 	buf := make([]byte, 64<<10)
 	inline := strings.Contains(string(buf[:runtime.Stack(buf, false)]), "xds.handOffPart(")
+	data, err := codec{}.Marshal(m)
+	if err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for s.hold && s.writeQuota() <= 0 {
+		if s.ctx.Err() != nil {
+			data.Free()
+			return s.ctx.Err()
+		}
+		s.cond.Wait()
+	}
+	if s.hold {
+		s.held = append(s.held, data)
+	} else {
+		data.Free()
+	}
 	if s.sending {
 		s.overlap = true
 	}
@@ -212,31 +260,79 @@ func TestCommitResponseSentByCommitter(t *testing.T) {
 	}
 }
 
-// TestCommitResponseUnansweredLeftToHandler: a stream with a response
-// its client has not answered (of another type) may have no write quota
-// left in gRPC's flow control, so the commit's response is left to the
-// stream's handler goroutine, which sends it.
-func TestCommitResponseUnansweredLeftToHandler(t *testing.T) {
-	c, str, _ := answeredAssignment(t, ClusterType)
-	err := c.Apply(store.Change{TypeURL: ClusterType, Upserts: []store.Resource{{Name: "a", Msg: &cluster.Cluster{Name: "a"}}}})
-	if err != nil {
-		t.Fatal(err)
+// TestCommitResponseUnwrittenLeftToHandler: while gRPC has not written
+// out a response of the stream (its client is not reading), the stream's
+// write quota may be spent, so a commit's response is left to the
+// stream's handler goroutine, whatever the client answered; once all is
+// written out, the next goes inline again.
+func TestCommitResponseUnwrittenLeftToHandler(t *testing.T) {
+	c, str, _ := answeredAssignment(t)
+	str.mu.Lock()
+	str.hold = true
+	str.mu.Unlock()
+	commitAssignment(t, c, "a", 2, 1) // written out before: inline, then held
+	second := str.waitSent(t, 2)[1]
+	if !second.inline {
+		t.Fatalf("sent %+v, want it inline", second)
 	}
-	str.request(t, &discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType, ResourceNamesSubscribe: []string{"a"}})
-	cds := str.waitSent(t, 2)[1]
-	if cds.typ != ClusterType {
-		t.Fatalf("sent %+v, want the cluster", cds)
+	str.request(t, &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResponseNonce: second.nonce})
+	commitAssignment(t, c, "a", 3, 1)
+	third := str.waitSent(t, 3)[2]
+	if third.inline {
+		t.Fatalf("sent %+v inline, with a response not written out", third)
 	}
-	commitAssignment(t, c, "a", 2, 1) // the cluster's response unanswered
-	eds := str.waitSent(t, 3)[2]
-	if eds.typ != EndpointType || eds.inline {
-		t.Fatalf("sent %+v, want the assignment sent by the stream's handler", eds)
-	}
-	str.request(t, &discovery.DeltaDiscoveryRequest{TypeUrl: ClusterType, ResponseNonce: cds.nonce})
-	str.request(t, &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResponseNonce: eds.nonce})
-	commitAssignment(t, c, "a", 3, 1) // all answered
+	str.request(t, &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResponseNonce: third.nonce})
+	str.read()
+	commitAssignment(t, c, "a", 4, 1)
 	if sent := str.sentNow(); len(sent) != 4 || !sent[3].inline {
 		t.Fatalf("sent %+v, want the fourth sent inline", sent)
+	}
+}
+
+// TestCommitResponseForgedACKDoesNotBlockCommit: a client that stopped
+// reading, its stream's write quota spent by a large response, answers
+// the nonce it was sent without having read it (nonces can be counted).
+// The next commit's response is not sent inline, where gRPC's SendMsg
+// would wait for quota for as long as the client likes, and with it the
+// commit and every stream handed after this one: Apply returns, and a
+// stream served after it gets its response.
+func TestCommitResponseForgedACKDoesNotBlockCommit(t *testing.T) {
+	c, stuck, _ := answeredAssignment(t)
+	honest, _ := handOffServed(t, c)
+	honest.request(t, &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesSubscribe: []string{"a"}})
+	honest.request(t, &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResponseNonce: honest.waitSent(t, 1)[0].nonce})
+	stuck.mu.Lock()
+	stuck.hold = true
+	stuck.mu.Unlock()
+	commitAssignment(t, c, "a", 2, 3000) // over the quota
+	big := stuck.waitSent(t, 2)[1]
+	stuck.mu.Lock()
+	quota := stuck.writeQuota()
+	stuck.mu.Unlock()
+	if quota > 0 {
+		t.Fatalf("write quota %d left after the large response", quota)
+	}
+	honest.request(t, &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResponseNonce: honest.waitSent(t, 2)[1].nonce})
+	stuck.request(t, &discovery.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResponseNonce: big.nonce}) // forged
+	applied := make(chan struct{})
+	go func() {
+		defer close(applied)
+		commitAssignment(t, c, "a", 3, 1)
+	}()
+	select {
+	case <-applied:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Apply blocked in a send to a stream with no write quota")
+	}
+	want := c.st.Type(EndpointType).Resources["a"].Version
+	if sent := honest.waitSent(t, 3)[2]; sent.version != want {
+		t.Fatalf("the honest stream was sent %+v, want version %s", sent, want)
+	}
+	stuck.mu.Lock()
+	n := len(stuck.sent)
+	stuck.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("the stuck stream sent %d responses, want 2 (the third waits for quota)", n)
 	}
 }
 
@@ -381,5 +477,31 @@ func TestCommitResponsesEveryVersionReached(t *testing.T) {
 	t.Logf("%d responses for %d commits, %d inline", len(sent), commits, inline)
 	if inline == 0 || inline == len(sent)-1 {
 		t.Fatalf("%d of %d responses inline: the run did not mix the two ways", inline, len(sent))
+	}
+}
+
+// TestWrittenPoolCountsUntilPutBack: a response the codec encodes for a
+// followed stream, a small one too, is counted until gRPC puts its
+// buffer back (what gRPC does once the writer wrote its last byte).
+func TestWrittenPoolCountsUntilPutBack(t *testing.T) {
+	if mem.IsBelowBufferPoolingThreshold(minFollowed) {
+		t.Fatalf("a buffer of %d bytes gets no pool to go back to", minFollowed)
+	}
+	var w writtenPool
+	r := &discovery.DeltaDiscoveryResponse{TypeUrl: EndpointType, Nonce: "1"}
+	data, err := codec{}.Marshal(&wiredDelta{DeltaDiscoveryResponse: r, written: &w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.writtenOut() {
+		t.Fatal("a response handed to gRPC is counted written out")
+	}
+	var back discovery.DeltaDiscoveryResponse
+	if err := proto.Unmarshal(data.Materialize(), &back); err != nil || back.GetNonce() != "1" {
+		t.Fatalf("encoded %v, %v", &back, err)
+	}
+	data.Free()
+	if !w.writtenOut() {
+		t.Fatal("a response whose buffer gRPC put back is still counted")
 	}
 }

@@ -127,9 +127,10 @@ func handOffPart(loops []*streamLoop, i, parts int) {
 	}
 }
 
-// streamLoop is a stream's lock and what its two goroutines share besides
-// its state: the wake channel of its queue, the queue's drain state, and
-// whether the stream is closing.
+// streamLoop is a stream's lock and what its two goroutines (and a
+// committing goroutine handing it a response, handOff) share besides its
+// state: the wake channel of its queue, the queue's drain state, whether
+// the stream is closing, and how it sends a commit's response inline.
 type streamLoop struct {
 	mu sync.Mutex
 	// closed: the handler is closing the stream (close); the receive

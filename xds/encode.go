@@ -107,8 +107,13 @@ func (p *writtenPool) over(pool mem.BufferPool) mem.BufferPool {
 // pool: from then on the stream is never found written out.
 func (p *writtenPool) untracked() { p.unwritten.Add(1) }
 
-// writtenOut reports whether gRPC has written out every encoding counted.
-func (p *writtenPool) writtenOut() bool { return p.unwritten.Load() == 0 }
+// writtenOut reports whether gRPC has written out every encoding counted,
+// and the stream's encodings are followed: the server's codec encoded one
+// (a gRPC server with a codec of its own counts none, and the stream is
+// never found written out). Under the stream's lock, as over.
+func (p *writtenPool) writtenOut() bool {
+	return p.BufferPool != nil && p.unwritten.Load() == 0
+}
 
 func (p *writtenPool) Put(buf *[]byte) {
 	p.BufferPool.Put(buf)

@@ -505,3 +505,13 @@ func TestWrittenPoolCountsUntilPutBack(t *testing.T) {
 		t.Fatal("a response whose buffer gRPC put back is still counted")
 	}
 }
+
+// TestWrittenPoolUnfollowedNeverWrittenOut: a stream none of whose
+// encodings the server's codec made (a gRPC server with its own codec)
+// is never found written out, so nothing is sent to it inline.
+func TestWrittenPoolUnfollowedNeverWrittenOut(t *testing.T) {
+	var w writtenPool
+	if w.writtenOut() {
+		t.Fatal("a stream with no encoding followed is found written out")
+	}
+}

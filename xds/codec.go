@@ -48,11 +48,13 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	switch d := v.(type) {
 	case *wiredDelta:
 		if size, ok := d.size(); ok {
-			if d.written == nil {
-				return encodeDeltaResponseIn(d.room, pool, size, d.DeltaDiscoveryResponse, d.wire, d.charge), nil
+			bufs := encodeDeltaResponseIn(d.room, pool, size, d.DeltaDiscoveryResponse, d.wire, d.charge)
+			if d.written != nil {
+				// Last: gRPC puts it back after every byte before it
+				// was written (writtenPool).
+				bufs = append(bufs, d.written.sentinel())
 			}
-			// Into a buffer gRPC puts back once written, even a small one.
-			return encodeDeltaResponseInto(d.room, d.written.over(pool), max(size, minFollowed), d.DeltaDiscoveryResponse, d.wire, d.charge), nil
+			return bufs, nil
 		}
 		if d.written != nil {
 			d.written.untracked()
@@ -104,11 +106,6 @@ func encodeDeltaResponse(pool mem.BufferPool, size int, r *discovery.DeltaDiscov
 	return encodeDeltaResponseIn(nil, pool, size, r, wire, charge)
 }
 
-// minFollowed is the least room a followed encoding (writtenPool) is made
-// in: gRPC gives a buffer of its pooling threshold (1 KiB) or less no pool
-// to go back to (mem.NewBuffer); TestMinFollowedOverPoolingThreshold.
-const minFollowed = 1<<10 + 1
-
 // encodeDeltaResponseIn is encodeDeltaResponse, handing the encoding over
 // from room (nil or used: from allocations of its own).
 func encodeDeltaResponseIn(room *encodedRoom, pool mem.BufferPool, size int, r *discovery.DeltaDiscoveryResponse, wire [][]byte, charge *unwrittenCharge) mem.BufferSlice {
@@ -122,17 +119,7 @@ func encodeDeltaResponseIn(room *encodedRoom, pool mem.BufferPool, size int, r *
 		}
 		room.used, room.small = true, b
 		room.bufs[0] = &room.small // a pointer: no allocation for the interface
-		return room.bufs[:]
-	}
-	return encodeDeltaResponseInto(room, pool, size, r, wire, charge)
-}
-
-// encodeDeltaResponseInto encodes r into a buffer of at least room bytes
-// from pool, which gRPC puts back once written (room above the pooling
-// threshold).
-func encodeDeltaResponseInto(room *encodedRoom, pool mem.BufferPool, size int, r *discovery.DeltaDiscoveryResponse, wire [][]byte, charge *unwrittenCharge) mem.BufferSlice {
-	if room != nil && room.used {
-		room = nil
+		return room.bufs[:1]
 	}
 	buf := pool.Get(size)
 	*buf = appendDeltaResponse((*buf)[:0], r, wire)
@@ -143,7 +130,7 @@ func encodeDeltaResponseInto(room *encodedRoom, pool mem.BufferPool, size int, r
 		return mem.BufferSlice{mem.NewBuffer(buf, pool)}
 	}
 	room.used, room.bufs[0] = true, mem.NewBuffer(buf, pool)
-	return room.bufs[:]
+	return room.bufs[:1]
 }
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {

@@ -78,47 +78,57 @@ type wiredDelta struct {
 	written *writtenPool
 }
 
-// writtenPool follows a stream's encodings until gRPC has written them:
-// each is counted when it is encoded into a buffer of the pool (over),
-// and no longer once gRPC puts the buffer back, which its writer does
-// when the last byte went out, after it gave those bytes' write quota
-// back to the stream. None counted: gRPC's flow control has the whole
-// write quota of the stream (64 KiB), and a send does not wait for it,
-// whatever the client did or said (an ACK can name a nonce it never
-// read). An encoding gRPC never puts back (dropped with its connection)
-// stays counted, as does one made without the pool (untracked).
+// writtenPool follows a stream's encodings until gRPC has written them
+// out: the codec ends each with a sentinel (sentinel), a buffer of no
+// bytes whose pool this is, counted until gRPC puts it back. gRPC's
+// writer puts a message's buffers back once it wrote the last byte, after
+// it gave those bytes' write quota back to the stream, and a buffer of no
+// bytes last in the message goes back then, not before (mem.Reader skips
+// no empty buffer before the end). None counted: gRPC's flow control has
+// the stream's whole write quota (64 KiB), and a send does not wait for
+// it, whatever the client did or said (an ACK can name a nonce it never
+// read). A message gRPC never puts back (dropped with its connection)
+// stays counted, as does one the codec encoded without a sentinel
+// (untracked).
 type writtenPool struct {
-	mem.BufferPool // the codec's, set by the stream's first encoding
-	unwritten      atomic.Int64
+	// followed: the server's codec encoded one of the stream's messages
+	// (one with a codec of its own counts none). Under the stream's lock.
+	followed  bool
+	unwritten atomic.Int64
 }
 
-// over counts an encoding made into the pool returned, which gives its
-// buffer to pool. The stream's encodings are made one at a time (under
-// its lock), and all into the same pool (the server codec's).
-func (p *writtenPool) over(pool mem.BufferPool) mem.BufferPool {
-	if p.BufferPool == nil {
-		p.BufferPool = pool
-	}
+// sentinelRoom backs every sentinel: no bytes, and room over gRPC's
+// pooling threshold, under which a buffer has no pool to go back to
+// (mem.NewBuffer). Never written, and never given to a pool.
+var sentinelRoom = make([]byte, 0, 1<<10+1)
+
+// sentinel returns a counted sentinel, to end an encoding. Under the
+// stream's lock (its messages are encoded one at a time).
+func (p *writtenPool) sentinel() mem.Buffer {
+	p.followed = true
 	p.unwritten.Add(1)
-	return p
+	return mem.NewBuffer(&sentinelRoom, p)
 }
 
-// untracked counts, for good, an encoding gRPC is handed without the
-// pool: from then on the stream is never found written out.
+// untracked counts, for good, a message encoded without a sentinel: from
+// then on the stream is never found written out.
 func (p *writtenPool) untracked() { p.unwritten.Add(1) }
 
-// writtenOut reports whether gRPC has written out every encoding counted,
-// and the stream's encodings are followed: the server's codec encoded one
-// (a gRPC server with a codec of its own counts none, and the stream is
-// never found written out). Under the stream's lock, as over.
+// writtenOut reports whether gRPC has written out every message counted,
+// and the stream's messages are followed. Under the stream's lock.
 func (p *writtenPool) writtenOut() bool {
-	return p.BufferPool != nil && p.unwritten.Load() == 0
+	return p.followed && p.unwritten.Load() == 0
 }
 
-func (p *writtenPool) Put(buf *[]byte) {
-	p.BufferPool.Put(buf)
-	p.unwritten.Add(-1)
+// Get makes a buffer: gRPC takes none from a sentinel's pool (it is
+// never split into pooled copies), but a pool must have one.
+func (p *writtenPool) Get(n int) *[]byte {
+	b := make([]byte, n)
+	return &b
 }
+
+// Put takes a sentinel back.
+func (p *writtenPool) Put(*[]byte) { p.unwritten.Add(-1) }
 
 // encodedRoom is room for a response's encoding as gRPC is handed it (a
 // buffer slice of one buffer, and a small encoding's buffer value) in the
@@ -127,8 +137,10 @@ func (p *writtenPool) Put(buf *[]byte) {
 // a room is used once (a response is sent once; one sent again encodes
 // into allocations of its own).
 type encodedRoom struct {
-	used  bool
-	bufs  [1]mem.Buffer
+	used bool
+	// bufs: the encoding, and the stream's written-out sentinel after it
+	// (writtenPool.sentinel).
+	bufs  [2]mem.Buffer
 	small mem.SliceBuffer
 }
 

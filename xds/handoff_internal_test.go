@@ -481,12 +481,10 @@ func TestCommitResponsesEveryVersionReached(t *testing.T) {
 }
 
 // TestWrittenPoolCountsUntilPutBack: a response the codec encodes for a
-// followed stream, a small one too, is counted until gRPC puts its
-// buffer back (what gRPC does once the writer wrote its last byte).
+// followed stream, a small one too, ends with a sentinel of no bytes,
+// counted until gRPC puts the message's buffers back (what its writer
+// does once it wrote the last byte).
 func TestWrittenPoolCountsUntilPutBack(t *testing.T) {
-	if mem.IsBelowBufferPoolingThreshold(minFollowed) {
-		t.Fatalf("a buffer of %d bytes gets no pool to go back to", minFollowed)
-	}
 	var w writtenPool
 	r := &discovery.DeltaDiscoveryResponse{TypeUrl: EndpointType, Nonce: "1"}
 	data, err := codec{}.Marshal(&wiredDelta{DeltaDiscoveryResponse: r, written: &w})
@@ -499,6 +497,9 @@ func TestWrittenPoolCountsUntilPutBack(t *testing.T) {
 	var back discovery.DeltaDiscoveryResponse
 	if err := proto.Unmarshal(data.Materialize(), &back); err != nil || back.GetNonce() != "1" {
 		t.Fatalf("encoded %v, %v", &back, err)
+	}
+	if last := data[len(data)-1]; last.Len() != 0 || len(data) != 2 {
+		t.Fatalf("encoded as %d buffers, the last of %d bytes; want the encoding and an empty sentinel", len(data), last.Len())
 	}
 	data.Free()
 	if !w.writtenOut() {

@@ -89,6 +89,12 @@ type Cache struct {
 	// passNames: the room a delta pass collects the names it sends in,
 	// taken by a pass and given back when it is done (deltaPass.names).
 	passNames []string
+	// committing: a commit offers its changes to the watches
+	// (commitObserver.Committed); the delta responses they queue are
+	// handed to their streams once the store's lock is released
+	// (handOffs, commitObserver.Applied), not by waking each stream.
+	committing bool
+	handOffs   []*streamLoop
 
 	// routeHold bounds an RDS hold (routehold.go); routeHolds and
 	// routeHoldTimeouts count the RDS watches that held routes back, and

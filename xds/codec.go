@@ -48,7 +48,16 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	switch d := v.(type) {
 	case *wiredDelta:
 		if size, ok := d.size(); ok {
-			return encodeDeltaResponseIn(d.room, pool, size, d.DeltaDiscoveryResponse, d.wire, d.charge), nil
+			bufs := encodeDeltaResponseIn(d.room, pool, size, d.DeltaDiscoveryResponse, d.wire, d.charge)
+			if d.written != nil {
+				// Last: gRPC puts it back after every byte before it
+				// was written (writtenPool).
+				bufs = append(bufs, d.written.sentinel())
+			}
+			return bufs, nil
+		}
+		if d.written != nil {
+			d.written.untracked()
 		}
 		v = d.DeltaDiscoveryResponse
 	case *sizedMsg:
@@ -110,7 +119,7 @@ func encodeDeltaResponseIn(room *encodedRoom, pool mem.BufferPool, size int, r *
 		}
 		room.used, room.small = true, b
 		room.bufs[0] = &room.small // a pointer: no allocation for the interface
-		return room.bufs[:]
+		return room.bufs[:1]
 	}
 	buf := pool.Get(size)
 	*buf = appendDeltaResponse((*buf)[:0], r, wire)
@@ -121,7 +130,7 @@ func encodeDeltaResponseIn(room *encodedRoom, pool mem.BufferPool, size int, r *
 		return mem.BufferSlice{mem.NewBuffer(buf, pool)}
 	}
 	room.used, room.bufs[0] = true, mem.NewBuffer(buf, pool)
-	return room.bufs[:]
+	return room.bufs[:1]
 }
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {

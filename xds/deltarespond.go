@@ -88,8 +88,13 @@ func (c *Cache) respondDelta(w *watch, seq, oldRest []string, fromRest, full, ev
 	w.resp = r
 	c.handed(w, w.resp, newest)
 	// Sent under c.mu: this does not block (the stream's channel holds
-	// two responses per type, deltaserver.go).
-	w.dch.put(w.resp)
+	// two responses per type, deltaserver.go). A commit's response is
+	// handed to its stream after the commit (commitObserver.Applied).
+	if !c.committing {
+		w.dch.put(w.resp)
+	} else if l := w.dch.putHanded(w.resp); l != nil {
+		c.handOffs = append(c.handOffs, l)
+	}
 	switch ts.URL {
 	case ClusterType:
 		c.sentCDS(w, rest, nil)

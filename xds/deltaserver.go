@@ -55,6 +55,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/server/delta/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 )
 
@@ -94,7 +95,8 @@ func (w *deltaWatch) Cancel() {
 // processDelta serves a delta stream in two goroutines (streamloop.go):
 // its requests are read and handled in one (receiveRequests), and the
 // responses the cache and the VHDS pump queue for it are sent in the
-// other, the handler's (streamLoop.serve), when the queue wakes it. The
+// other, the handler's (streamLoop.serve), when the queue wakes it, or,
+// a commit's, by the goroutine that committed it (handOff, sendInline). The
 // handler's alone returns, which ends the stream: when done is closed,
 // when reading a request fails, or when handling one or sending a
 // response does (that error).
@@ -113,6 +115,7 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{},
 	ds.queue = queueOf(&ds.streamLoop, ds.responses)
 	if c, ok := s.cache.(*Cache); ok {
 		ds.cache = c
+		ds.inline = ds.sendInline
 		ds.vhds = c.vhdsOpen(str.Context(), ds.queue)
 	}
 
@@ -161,7 +164,8 @@ func (ds *deltaStream) handle(req *discovery.DeltaDiscoveryRequest) error {
 // deltaStream is one delta stream's state in the server: its watches (one
 // per type), the responses the cache queued for it, and the nonce of its
 // last response. Its two goroutines (processDelta's and its receive
-// goroutine) touch the state, send, and take responses off the channel
+// goroutine), and a committing goroutine handing it a response
+// (handOff), touch the state, send, and take responses off the channel
 // under mu (streamLoop) only; the cache and the VHDS pump put responses
 // on it, from any goroutine, through queue.
 type deltaStream struct {
@@ -176,13 +180,19 @@ type deltaStream struct {
 	nonce          int64
 	watches        byType[deltaWatch] // by type URL (bytype.go: an ACK's is the cache's own string)
 	responses      chan *deltaResponse
-	node           *core.Node
-	vhds           *vhdsStream // nil: the cache serves no VHDS (vhds.go)
-	cache          *Cache      // s.cache, when it is a *Cache (ACKs re-arm its watches)
-	acct           *streamAcct // the guard's accounting of the stream (nil: not guarded)
+	// head: a response taken off the channel to be sent inline that
+	// would have waited (sendInline), sent first by the next processAll.
+	head  *deltaResponse
+	node  *core.Node
+	vhds  *vhdsStream // nil: the cache serves no VHDS (vhds.go)
+	cache *Cache      // s.cache, when it is a *Cache (ACKs re-arm its watches)
+	acct  *streamAcct // the guard's accounting of the stream (nil: not guarded)
 	// counter counts the responses sent, if the callbacks registered it
 	// (else they count them, if they do).
 	counter streamResponses
+	// written: the responses gRPC has not written out yet (encoded by the
+	// server's codec; sendInline).
+	written writtenPool
 }
 
 // send gives resp the stream's next nonce and sends it.
@@ -211,7 +221,7 @@ func (ds *deltaStream) send(resp *deltaResponse) (string, error) {
 	if now := resp.resp.Resources; len(now) != len(built) || (len(now) > 0 && &now[0] != &built[0]) {
 		wire = nil
 	}
-	resp.out = wiredDelta{DeltaDiscoveryResponse: resp.resp, wire: wire, room: &resp.room}
+	resp.out = wiredDelta{DeltaDiscoveryResponse: resp.resp, wire: wire, room: &resp.room, written: &ds.written}
 	err := ds.str.SendMsg(&resp.out)
 	resp.out, resp.wires = wiredDelta{}, [1][]byte{}
 	return resp.resp.GetNonce(), err
@@ -240,6 +250,12 @@ func (ds *deltaStream) process(resp *deltaResponse) error {
 // processAll sends the responses queued, before a request is handled and
 // after, and when the queue wakes the handler. Under ds.mu.
 func (ds *deltaStream) processAll() error {
+	if resp := ds.head; resp != nil {
+		ds.head = nil
+		if err := ds.process(resp); err != nil {
+			return err
+		}
+	}
 	for {
 		select {
 		case resp := <-ds.responses:
@@ -250,6 +266,52 @@ func (ds *deltaStream) processAll() error {
 			return nil
 		}
 	}
+}
+
+// sendInline sends the response a commit queued from the committing
+// goroutine (streamLoop.inline, handOff), if its send cannot wait, and
+// reports whether the channel is left empty. gRPC's SendMsg waits for
+// nothing but the stream's write quota (flow control: 64 KiB unwritten
+// per stream), which is whole once gRPC has written out every response
+// the stream sent (ds.written: its writer gives a response's quota back
+// before it puts the response's buffer back; a client's ACK proves
+// nothing, as it can name a nonce it never read), and the unwritten
+// budget, which counts responses from gRPC's pooling threshold (1 KiB)
+// up. So one response goes inline, below that size, to a stream whose
+// responses are all written out; anything else is left to the handler
+// goroutine. Under ds.mu.
+func (ds *deltaStream) sendInline() (bool, error) {
+	if ds.head != nil || !ds.written.writtenOut() {
+		return false, nil
+	}
+	select {
+	case resp := <-ds.responses:
+		if resp == vhdsWakeResponse || !ds.small(resp) {
+			ds.head = resp
+			return false, nil
+		}
+		if err := ds.process(resp); err != nil {
+			return false, err
+		}
+		return len(ds.responses) == 0, nil
+	default:
+		return true, nil
+	}
+}
+
+// maxNonceSize is the most a nonce adds to a response's encoding: a
+// field tag, a length and 19 digits.
+const maxNonceSize = 1 + 1 + 19
+
+// small reports whether resp, as send sends it, is encoded within gRPC's
+// pooling threshold, which the unwritten budget does not count.
+func (ds *deltaStream) small(resp *deltaResponse) bool {
+	if ds.vhds != nil && resp.resp.GetTypeUrl() == RouteType {
+		return false // vhdsStream.sending may rewrite it
+	}
+	d := wiredDelta{DeltaDiscoveryResponse: resp.resp, wire: resp.wire}
+	n, ok := d.size()
+	return ok && mem.IsBelowBufferPoolingThreshold(n+maxNonceSize)
 }
 
 // request handles one request: the responses queued first, then its

@@ -79,7 +79,14 @@
 // it cancels the watches, after which the receive goroutine handles
 // nothing. The cache puts responses from the goroutine of the commit or
 // the request that answers a watch (and a delta stream's VHDS pump, from
-// its own).
+// its own). A commit's delta responses are handed to their streams once
+// the store's lock is released (commitObserver.Applied, handOff): the
+// committing goroutine sends one itself, under the stream's lock if it
+// is free, when the send cannot wait (gRPC has written out every
+// response of the stream, which gives its whole write quota back, and the
+// response is below the unwritten budget's threshold); else it wakes the
+// handler's goroutine. What the client says is not trusted for it: an
+// ACK can name a nonce it never read.
 // updateOrder (updateorder.go) is the one order of types: the order of
 // Apply's steps and publications, MarkReady's answers, and the hold rule
 // of each type's responses.

@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"sync/atomic"
 	"unicode/utf8"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -72,7 +73,62 @@ type wiredDelta struct {
 	charge *unwrittenCharge
 	// room: where the encoding is handed to gRPC from (nil: allocated).
 	room *encodedRoom
+	// written: the stream's count of encodings gRPC has not written out
+	// (nil: not followed).
+	written *writtenPool
 }
+
+// writtenPool follows a stream's encodings until gRPC has written them
+// out: the codec ends each with a sentinel (sentinel), a buffer of no
+// bytes whose pool this is, counted until gRPC puts it back. gRPC's
+// writer puts a message's buffers back once it wrote the last byte, after
+// it gave those bytes' write quota back to the stream, and a buffer of no
+// bytes last in the message goes back then, not before (mem.Reader skips
+// no empty buffer before the end). None counted: gRPC's flow control has
+// the stream's whole write quota (64 KiB), and a send does not wait for
+// it, whatever the client did or said (an ACK can name a nonce it never
+// read). A message gRPC never puts back (dropped with its connection)
+// stays counted, as does one the codec encoded without a sentinel
+// (untracked).
+type writtenPool struct {
+	// followed: the server's codec encoded one of the stream's messages
+	// (one with a codec of its own counts none). Under the stream's lock.
+	followed  bool
+	unwritten atomic.Int64
+}
+
+// sentinelRoom backs every sentinel: no bytes, and room over gRPC's
+// pooling threshold, under which a buffer has no pool to go back to
+// (mem.NewBuffer). Never written, and never given to a pool.
+var sentinelRoom = make([]byte, 0, 1<<10+1)
+
+// sentinel returns a counted sentinel, to end an encoding. Under the
+// stream's lock (its messages are encoded one at a time).
+func (p *writtenPool) sentinel() mem.Buffer {
+	p.followed = true
+	p.unwritten.Add(1)
+	return mem.NewBuffer(&sentinelRoom, p)
+}
+
+// untracked counts, for good, a message encoded without a sentinel: from
+// then on the stream is never found written out.
+func (p *writtenPool) untracked() { p.unwritten.Add(1) }
+
+// writtenOut reports whether gRPC has written out every message counted,
+// and the stream's messages are followed. Under the stream's lock.
+func (p *writtenPool) writtenOut() bool {
+	return p.followed && p.unwritten.Load() == 0
+}
+
+// Get makes a buffer: gRPC takes none from a sentinel's pool (it is
+// never split into pooled copies), but a pool must have one.
+func (p *writtenPool) Get(n int) *[]byte {
+	b := make([]byte, n)
+	return &b
+}
+
+// Put takes a sentinel back.
+func (p *writtenPool) Put(*[]byte) { p.unwritten.Add(-1) }
 
 // encodedRoom is room for a response's encoding as gRPC is handed it (a
 // buffer slice of one buffer, and a small encoding's buffer value) in the
@@ -81,8 +137,10 @@ type wiredDelta struct {
 // a room is used once (a response is sent once; one sent again encodes
 // into allocations of its own).
 type encodedRoom struct {
-	used  bool
-	bufs  [1]mem.Buffer
+	used bool
+	// bufs: the encoding, and the stream's written-out sentinel after it
+	// (writtenPool.sentinel).
+	bufs  [2]mem.Buffer
 	small mem.SliceBuffer
 }
 

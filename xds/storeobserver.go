@@ -82,6 +82,8 @@ func (o commitObserver) Committed(t *store.Type, changed []string) {
 	c := o.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.committing = true
+	defer func() { c.committing = false }()
 	ts := c.types[t.URL]
 	for _, w := range ts.interest.woken(changed) {
 		c.tryRespond(w, changed)
@@ -89,6 +91,19 @@ func (o commitObserver) Committed(t *store.Type, changed []string) {
 			c.cdsCurrent(w) // nothing of interest changed for it
 		}
 	}
+}
+
+// Applied hands the delta responses the commits of an Apply queued to
+// their streams (handOff), with the store's lock released: each is sent
+// from this goroutine if its stream can send it without waiting, else its
+// stream's handler goroutine is woken to.
+func (o commitObserver) Applied() {
+	c := o.c
+	c.mu.Lock()
+	loops := c.handOffs
+	c.handOffs = nil
+	c.mu.Unlock()
+	handOff(loops)
 }
 
 // Readied answers the watches held until MarkReady, from the current

@@ -11,7 +11,8 @@
 //
 // It knows nothing of clients. A server follows it through one Observer,
 // registered with Observe, which the store tells of each commit (the type
-// and the names it changed) and of MarkReady; other readers follow it
+// and the names it changed), of the end of each Apply (after the lock is
+// released) and of MarkReady; other readers follow it
 // through Subscribe (a coalescing wake-up) or Read (the content of one
 // instant with the channel the next commit closes).
 //
@@ -22,14 +23,16 @@
 //	                                 │            │            │     │
 //	        Observer.Committed(t, changed)  Subscribe     Read(...)  │ Wire()
 //	        Observer.Readied()  (lock held)  (coalesced)  (one      │ (own
-//	                                 ▼            ▼        instant)  ▼  RWMutex)
+//	        Observer.Applied()  (released)        │        instant)  │  RWMutex)
+//	                                 ▼            ▼                  ▼
 //	        xds server: watches, ordering   fileout    REST   request decoder
 //
 // Thread-safety: a Store is safe for concurrent use. One mutex guards
 // everything but the wire index (which has its own read-write lock, so
 // that requests are decoded outside the store's lock). Apply and
 // MarkReady hold the mutex while they call the observer: the observer
-// runs with the store's lock held, may read the store's types (Type and
+// runs with the store's lock held (but Applied, called after Apply
+// released it), may read the store's types (Type and
 // the fields of Type and Entry) but must not call a method of the store
 // that locks (Apply, MarkReady, Read, Get, List, Snapshot, Subscribe,
 // Lock). A reader that needs several reads to be of one instant (a

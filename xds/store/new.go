@@ -30,10 +30,11 @@ type Store struct {
 }
 
 // Observer follows a store's commits: a server answering its clients'
-// watches. Its methods run with the store's lock held, in the goroutine
-// of Apply or MarkReady, one at a time; they may read the store's types
-// (Store.Type, the fields of Type and Entry) and must not call a method of
-// the store that locks.
+// watches. Its methods run in the goroutine of Apply or MarkReady;
+// Committed and Readied with the store's lock held, one at a time: they
+// may read the store's types (Store.Type, the fields of Type and Entry)
+// and must not call a method of the store that locks. Applied runs after
+// the lock is released, and may run beside another Apply's commits.
 type Observer interface {
 	// Committed tells of a commit of t: the names whose resource was
 	// added, changed or removed (sorted, each once), at t.Gen. It is
@@ -41,6 +42,10 @@ type Observer interface {
 	Committed(t *Type, changed []string)
 	// Readied tells that MarkReady was called (once).
 	Readied()
+	// Applied tells that Apply ended (its commits, if any, were told),
+	// after it released the store's lock: in Apply's goroutine, before
+	// Apply returns.
+	Applied()
 }
 
 // New returns an empty store of the given type URLs. rank orders the

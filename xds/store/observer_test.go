@@ -28,6 +28,8 @@ func (r *commitRecorder) Committed(t *Type, changed []string) {
 
 func (r *commitRecorder) Readied() { r.calls = append(r.calls, "ready") }
 
+func (r *commitRecorder) Applied() {}
+
 func typeRank(u string) int {
 	return slices.Index([]string{resource.ClusterType, resource.EndpointType}, u)
 }

@@ -138,8 +138,15 @@ type GenChange struct {
 // that depend on a changed resource (an EDS resource on its cluster) are
 // re-versioned and sent with the next step of their own type, or at the end.
 func (s *Store) Apply(changes ...Change) error {
+	var o Observer
+	defer func() {
+		if o != nil {
+			o.Applied() // after the lock is released
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	o = s.observer
 	pendingDeps := map[*Type][]string{}
 	// On an error, the steps before the failing one stay applied and
 	// committed (with the dependents they re-versioned); nothing of the

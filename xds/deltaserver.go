@@ -54,7 +54,9 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/delta/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 )
@@ -115,7 +117,9 @@ func (s *deltaServer) processDelta(str stream.DeltaStream, done <-chan struct{},
 	ds.queue = queueOf(&ds.streamLoop, ds.responses)
 	if c, ok := s.cache.(*Cache); ok {
 		ds.cache = c
-		ds.inline = ds.sendInline
+		if sendUncompressed(str.Context()) {
+			ds.inline = ds.sendInline
+		}
 		ds.vhds = c.vhdsOpen(str.Context(), ds.queue)
 	}
 
@@ -297,6 +301,23 @@ func (ds *deltaStream) sendInline() (bool, error) {
 	default:
 		return true, nil
 	}
+}
+
+// sendUncompressed has the stream's responses sent uncompressed, and
+// reports whether they are: only then does gRPC write the codec's buffers
+// themselves, and put the sentinel that ends each back once it wrote the
+// message (writtenPool). A message gRPC compresses (for a client asking
+// for a compressor registered in the process) goes from buffers of
+// gRPC's own, and the codec's go back before it is written: such a
+// stream would be found written out with its write quota spent. (The
+// server sets no RPCCompressor, gRPC's deprecated option that would
+// compress regardless.) A stream not served by gRPC (a test's) compresses
+// nothing.
+func sendUncompressed(ctx context.Context) bool {
+	if grpc.ServerTransportStreamFromContext(ctx) == nil {
+		return true
+	}
+	return grpc.SetSendCompressor(ctx, encoding.Identity) == nil
 }
 
 // maxNonceSize is the most a nonce adds to a response's encoding: a

@@ -8,8 +8,9 @@ import "github.com/xdsbridge/xdsbridge/xds/store"
 
 // minCursor is the number of sorted names from which their resources are
 // found with a store.Cursor (Cache.minCursor): fewer, they are few among
-// the type's and far apart, and a map lookup costs less than a search (and
-// than sorting the type's names again, after a name came or went).
+// the type's and far apart, which a cursor finds in the type's map too,
+// and the cursor would cost a sort of the type's names after a name came
+// or went.
 const minCursor = 32
 
 // finder returns how to find the resources of count names, sorted: with a

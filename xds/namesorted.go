@@ -67,7 +67,7 @@ func (s *sharedSet[K]) keysSorted() []K {
 // walkWorth reports whether count sorted names are asked of a set of
 // size names with a nameCursor rather than in the set's map: from least
 // names (minCursor; 0, a test's, walks every pass), when they are dense
-// enough among the set's, at least three in four of them. A cursor answers
+// enough among the set's: as many as three in four of its names. A cursor answers
 // the name after the last one asked with a comparison and any other with
 // a search, the map every name with a lookup
 // (BenchmarkSortedNamesInSet: 8 ns a name for neighbours, 40–120 ns for

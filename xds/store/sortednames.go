@@ -98,7 +98,7 @@ func (sn *SortedNames) runAt(names []string) (int, bool) {
 func (sn *SortedNames) All() []string { return sn.names }
 
 // Cursor finds resources by name among a type's sorted names, each
-// search starting where the last one ended. Names that neighbour in the
+// find starting after the last name found. Names that neighbour in the
 // type's order (a client subscribing to the part of the type a split
 // response sent it) then cost a comparison of string headers each (the
 // names the request decoder hands out are the store's strings), read in

@@ -8,8 +8,9 @@ import "github.com/xdsbridge/xdsbridge/xds/store"
 
 // minCursor is the number of sorted names from which their resources are
 // found with a store.Cursor (Cache.minCursor): fewer, they are few among
-// the type's and far apart, and a map lookup costs less than a search (and
-// than sorting the type's names again, after a name came or went).
+// the type's and far apart, which a cursor finds in the type's map too,
+// and the cursor would cost a sort of the type's names after a name came
+// or went.
 const minCursor = 32
 
 // finder returns how to find the resources of count names, sorted: with a
@@ -39,12 +40,12 @@ func (f *resourceFinder) find(n string) (*store.Entry, bool) {
 }
 
 // subscriptionHas returns how the pass tells a name subscribed by name:
-// a pass of sorted names, from c.minCursor of them, walks the
-// subscription's sorted names (nameCursor); other passes look names up in
-// its map.
+// a pass of sorted names, from c.minCursor of them and dense among the
+// subscription's (walkWorth), walks the subscription's sorted names
+// (nameCursor); other passes look names up in its map.
 func (p *deltaPass) subscriptionHas() subscribedCheck {
 	w := p.w
-	if !p.wild && !p.full && p.walk.len() >= p.c.minCursor && w.sub == subscription(&w.dsub) {
+	if !p.wild && !p.full && w.sub == subscription(&w.dsub) && walkWorth(p.walk.len(), w.dsub.names.len(), p.c.minCursor) {
 		return subscribedCheck{cursor: true, cur: *newNameCursor(w.dsub.names)}
 	}
 	return subscribedCheck{subscribed: p.subscribed}

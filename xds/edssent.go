@@ -101,9 +101,10 @@ func (s *sentAssignments) add(delta bool, names []string, now time.Time, window 
 		}
 	}
 	has := s.set.has
-	if len(names) >= minCursor {
+	if walkWorth(len(names), s.set.len(), minCursor) {
 		// A response's names are sorted: a walk of the set's sorted
-		// names costs less than a lookup each in its map (namesorted.go).
+		// names costs less than a lookup each in its map when they are
+		// many of its names (namesorted.go).
 		has = newNameCursor(s.set).has
 	}
 	// A slice or map made for the overlay is as large as names: the

@@ -73,6 +73,12 @@ func TestSmallScenarioSmoke(t *testing.T) {
 			if tr.Reached != tr.Ack.N+tr.Ack.Missing || tr.CPUPerReach <= 0 {
 				t.Errorf("%s: %d pairs reached (%d observed, %d missing), %.2f µs each", tr.Target, tr.Reached, tr.Ack.N, tr.Ack.Missing, tr.CPUPerReach)
 			}
+			// The harness's CPU is counted apart only when the server
+			// runs in a process of its own; the cores busy are both.
+			if harness := tr.HarnessCPUSeconds > 0; harness == sc.InProcess || tr.CoresBusy <= 0 ||
+				tr.CoresBusy > 1.1*float64(rep.Machine.Cores) {
+				t.Errorf("%s: change phase: harness %.3f CPU s, %.3f cores busy of %d", tr.Target, tr.HarnessCPUSeconds, tr.CoresBusy, rep.Machine.Cores)
+			}
 			if tr.InitCPUSeconds <= 0 || tr.InitCPUPerClientR <= 0 {
 				t.Errorf("%s: initial sync: %.3f CPU s, %.3f µs per (client × resource)", tr.Target, tr.InitCPUSeconds, tr.InitCPUPerClientR)
 			}

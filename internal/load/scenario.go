@@ -304,6 +304,7 @@ func runTarget(sc Scenario, name string) (*TargetReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	h0 := cpuSeconds()
 	rep.Server = append(rep.Server, st0)
 	b0, r0 := counters(clients)
 	final := make([]int32, sc.Services)
@@ -339,6 +340,7 @@ func runTarget(sc Scenario, name string) (*TargetReport, error) {
 	}
 	rep.ConvergeS = round3(time.Since(lastChange).Seconds())
 	rep.ChangePhase = round3(time.Since(start).Seconds())
+	h1 := cpuSeconds()
 	st1, err := tg.Stats()
 	if err != nil {
 		return nil, err
@@ -349,6 +351,14 @@ func runTarget(sc Scenario, name string) (*TargetReport, error) {
 	rep.Applied = st1.Changes - st0.Changes
 	rep.Batches = st1.Batches - st0.Batches
 	rep.CPUSeconds = round3(st1.CPUSeconds - st0.CPUSeconds)
+	busy := rep.CPUSeconds // in process: the harness's too
+	if !st0.InProcess {
+		rep.HarnessCPUSeconds = round3(h1 - h0)
+		busy += rep.HarnessCPUSeconds
+	}
+	if rep.ChangePhase > 0 {
+		rep.CoresBusy = round3(busy / rep.ChangePhase)
+	}
 	rep.Encodings = st1.Encodings - st0.Encodings
 	rep.Versions = st1.Versions - st0.Versions
 	if rep.Versions > 0 {

@@ -138,6 +138,11 @@ type StormReport struct {
 	Samples            []CPUSample `json:"cpu_samples"`
 }
 
+// minBusyPhase is the shortest change phase whose cores busy a report
+// gives: over less, a few milliseconds of CPU either side of it would
+// weigh as cores.
+const minBusyPhase = 0.1 // seconds
+
 // TargetReport is one target's run of the scenario.
 type TargetReport struct {
 	Target string  `json:"target"`
@@ -165,16 +170,18 @@ type TargetReport struct {
 	// carries one change or several, as they coalesce).
 	Responses      int64   `json:"responses"`
 	CPUPerResponse float64 `json:"cpu_us_per_response"`
-	// HarnessCPUSeconds: the harness's own CPU seconds (its clients')
-	// over the change phase, beside the serving process's CPUSeconds
-	// (none when the target serves in the harness's process, whose
-	// CPUSeconds are both). CoresBusy: the two together over the change
-	// phase's wall time, in cores: near the machine's cores, the clients
-	// and the server share a saturated machine, a response made cheaper
-	// shows as responses carrying fewer changes each, and the latencies
-	// measure the machine as much as the server.
+	// HarnessCPUSeconds: the harness process's own CPU seconds over the
+	// change phase (its clients, and its driving and checking of them),
+	// beside the serving process's CPUSeconds (none when the target serves
+	// in the harness's process, whose CPUSeconds are both). CoresBusy:
+	// the two together over the change phase's wall time, in cores (none
+	// for a phase of no changes, or shorter than minBusyPhase): near the
+	// machine's cores, the harness and the server share a saturated
+	// machine, a response made cheaper shows as responses carrying fewer
+	// changes each, and the latencies measure the machine as much as the
+	// server.
 	HarnessCPUSeconds float64 `json:"harness_cpu_seconds,omitempty"`
-	CoresBusy         float64 `json:"cores_busy"`
+	CoresBusy         float64 `json:"cores_busy,omitempty"`
 	PeakRSS           int64   `json:"peak_rss_bytes"`
 	Goroutines        int     `json:"goroutines"`
 	Encodings         uint64  `json:"encodings"`
@@ -412,9 +419,14 @@ func PrintTable(w io.Writer, rep *Report) {
 			float64(t.PeakRSS)/(1<<20), t.Goroutines, t.EncPerVer, t.Fleet.P50, t.Fleet.P99, t.Converged)
 	}
 	for _, t := range rep.Targets {
-		if t.HarnessCPUSeconds > 0 {
-			fmt.Fprintf(w, "%-9s change phase: %.2f of %d cores busy (%.2f cpu s serving, %.2f the harness's clients, over %.2fs)\n",
+		switch {
+		case t.CoresBusy == 0:
+		case t.HarnessCPUSeconds > 0:
+			fmt.Fprintf(w, "%-9s change phase: %.2f of %d cores busy (%.2f cpu s serving, %.2f the harness, over %.2fs)\n",
 				t.Target, t.CoresBusy, rep.Machine.Cores, t.CPUSeconds, t.HarnessCPUSeconds, t.ChangePhase)
+		default:
+			fmt.Fprintf(w, "%-9s change phase: %.2f of %d cores busy (%.2f cpu s serving and the harness, in one process, over %.2fs)\n",
+				t.Target, t.CoresBusy, rep.Machine.Cores, t.CPUSeconds, t.ChangePhase)
 		}
 	}
 	for _, t := range rep.Targets {

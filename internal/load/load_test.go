@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -73,6 +75,16 @@ func TestSmallScenarioSmoke(t *testing.T) {
 			if tr.Reached != tr.Ack.N+tr.Ack.Missing || tr.CPUPerReach <= 0 {
 				t.Errorf("%s: %d pairs reached (%d observed, %d missing), %.2f µs each", tr.Target, tr.Reached, tr.Ack.N, tr.Ack.Missing, tr.CPUPerReach)
 			}
+			// The harness's CPU is counted apart only when the server
+			// runs in a process of its own; the cores busy are both,
+			// over the phase (the same rounded figures, to the rounding of
+			// the quotient).
+			busy := (tr.CPUSeconds + tr.HarnessCPUSeconds) / tr.ChangePhase
+			if harness := tr.HarnessCPUSeconds > 0; harness == sc.InProcess || tr.CoresBusy <= 0 ||
+				math.Abs(tr.CoresBusy-busy) > 0.001 || tr.CoresBusy > 1.1*float64(rep.Machine.Cores) {
+				t.Errorf("%s: change phase of %.3f s: %.3f CPU s serving, harness %.3f, %.3f cores busy of %d", tr.Target, tr.ChangePhase,
+					tr.CPUSeconds, tr.HarnessCPUSeconds, tr.CoresBusy, rep.Machine.Cores)
+			}
 			if tr.InitCPUSeconds <= 0 || tr.InitCPUPerClientR <= 0 {
 				t.Errorf("%s: initial sync: %.3f CPU s, %.3f µs per (client × resource)", tr.Target, tr.InitCPUSeconds, tr.InitCPUPerClientR)
 			}
@@ -124,7 +136,19 @@ func TestSmallScenarioSmoke(t *testing.T) {
 		if st, err := os.Stat(pp); err != nil || st.Size() == 0 {
 			t.Errorf("plot: %v", err)
 		}
-		PrintTable(io.Discard, rep)
+		var table strings.Builder
+		PrintTable(&table, rep)
+		// A line per target under the table, naming the harness's CPU
+		// apart when the server has a process of its own.
+		for _, tr := range rep.Targets {
+			want := fmt.Sprintf("%-9s change phase: %.2f of %d cores busy (%.2f cpu s serving, %.2f the harness,", tr.Target, tr.CoresBusy, rep.Machine.Cores, tr.CPUSeconds, tr.HarnessCPUSeconds)
+			if sc.InProcess {
+				want = fmt.Sprintf("%-9s change phase: %.2f of %d cores busy (%.2f cpu s serving and the harness, in one process,", tr.Target, tr.CoresBusy, rep.Machine.Cores, tr.CPUSeconds)
+			}
+			if !strings.Contains(table.String(), want) {
+				t.Errorf("the table has no line %q:\n%s", want, table.String())
+			}
+		}
 	})
 }
 

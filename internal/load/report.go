@@ -138,6 +138,11 @@ type StormReport struct {
 	Samples            []CPUSample `json:"cpu_samples"`
 }
 
+// minBusyPhase is the shortest change phase whose cores busy a report
+// gives: over less, a few milliseconds of CPU either side of it would
+// weigh as cores.
+const minBusyPhase = 0.1 // seconds
+
 // TargetReport is one target's run of the scenario.
 type TargetReport struct {
 	Target string  `json:"target"`
@@ -165,11 +170,23 @@ type TargetReport struct {
 	// carries one change or several, as they coalesce).
 	Responses      int64   `json:"responses"`
 	CPUPerResponse float64 `json:"cpu_us_per_response"`
-	PeakRSS        int64   `json:"peak_rss_bytes"`
-	Goroutines     int     `json:"goroutines"`
-	Encodings      uint64  `json:"encodings"`
-	Versions       uint64  `json:"resource_versions"`
-	EncPerVer      float64 `json:"encodings_per_resource_version"`
+	// HarnessCPUSeconds: the harness process's own CPU seconds over the
+	// change phase (its clients, and its driving and checking of them),
+	// beside the serving process's CPUSeconds (none when the target serves
+	// in the harness's process, whose CPUSeconds are both). CoresBusy:
+	// the two together over the change phase's wall time, in cores (none
+	// for a phase of no changes, or shorter than minBusyPhase): near the
+	// machine's cores, the harness and the server share a saturated
+	// machine, a response made cheaper shows as responses carrying fewer
+	// changes each, and the latencies measure the machine as much as the
+	// server.
+	HarnessCPUSeconds float64 `json:"harness_cpu_seconds,omitempty"`
+	CoresBusy         float64 `json:"cores_busy,omitempty"`
+	PeakRSS           int64   `json:"peak_rss_bytes"`
+	Goroutines        int     `json:"goroutines"`
+	Encodings         uint64  `json:"encodings"`
+	Versions          uint64  `json:"resource_versions"`
+	EncPerVer         float64 `json:"encodings_per_resource_version"`
 	// Fleet: per change, the time until every following client ACKed it.
 	Fleet Latency `json:"fleet_ack_latency"`
 	// All clients, all modes.
@@ -400,6 +417,17 @@ func PrintTable(w io.Writer, rep *Report) {
 		fmt.Fprintf(w, "%-9s %8.2f %10.2f %9.2f %8d %8d %9.2f %8.2fms %10.2f %9.2f %8.0fMB %9d %10.2f %8.1fms %7.1fms %9v\n",
 			t.Target, t.InitS, t.InitCPUSeconds, t.InitCPUPerClientR, t.Changes, t.Batches, t.CPUSeconds, t.CPUPerChange, t.CPUPerReach, t.CPUPerResponse,
 			float64(t.PeakRSS)/(1<<20), t.Goroutines, t.EncPerVer, t.Fleet.P50, t.Fleet.P99, t.Converged)
+	}
+	for _, t := range rep.Targets {
+		switch {
+		case t.CoresBusy == 0:
+		case t.HarnessCPUSeconds > 0:
+			fmt.Fprintf(w, "%-9s change phase: %.2f of %d cores busy (%.2f cpu s serving, %.2f the harness, over %.2fs)\n",
+				t.Target, t.CoresBusy, rep.Machine.Cores, t.CPUSeconds, t.HarnessCPUSeconds, t.ChangePhase)
+		default:
+			fmt.Fprintf(w, "%-9s change phase: %.2f of %d cores busy (%.2f cpu s serving and the harness, in one process, over %.2fs)\n",
+				t.Target, t.CoresBusy, rep.Machine.Cores, t.CPUSeconds, t.ChangePhase)
+		}
 	}
 	for _, t := range rep.Targets {
 		if s := t.Storm; s != nil {

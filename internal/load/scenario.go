@@ -306,6 +306,15 @@ func runTarget(sc Scenario, name string) (*TargetReport, error) {
 	}
 	rep.Server = append(rep.Server, st0)
 	b0, r0 := counters(clients)
+	// The phase's CPU, the serving process's and the harness's, is read
+	// over the phase's wall time: Usage, not the statistics, whose heap
+	// profile and memory statistics cost the serving process CPU after
+	// they read it.
+	u0, err := tg.Usage()
+	if err != nil {
+		return nil, err
+	}
+	h0 := cpuSeconds()
 	final := make([]int32, sc.Services)
 	var changes []changeRec
 	var changedSvcs []int
@@ -339,6 +348,11 @@ func runTarget(sc Scenario, name string) (*TargetReport, error) {
 	}
 	rep.ConvergeS = round3(time.Since(lastChange).Seconds())
 	rep.ChangePhase = round3(time.Since(start).Seconds())
+	h1 := cpuSeconds()
+	u1, err := tg.Usage()
+	if err != nil {
+		return nil, err
+	}
 	st1, err := tg.Stats()
 	if err != nil {
 		return nil, err
@@ -348,7 +362,15 @@ func runTarget(sc Scenario, name string) (*TargetReport, error) {
 	rep.Changes = len(changes)
 	rep.Applied = st1.Changes - st0.Changes
 	rep.Batches = st1.Batches - st0.Batches
-	rep.CPUSeconds = round3(st1.CPUSeconds - st0.CPUSeconds)
+	rep.CPUSeconds = round3(u1.CPUSeconds - u0.CPUSeconds)
+	busy := rep.CPUSeconds // in process: the harness's too
+	if !u0.InProcess {
+		rep.HarnessCPUSeconds = round3(h1 - h0)
+		busy += rep.HarnessCPUSeconds
+	}
+	if len(changes) > 0 && rep.ChangePhase >= minBusyPhase {
+		rep.CoresBusy = round3(busy / rep.ChangePhase)
+	}
 	rep.Encodings = st1.Encodings - st0.Encodings
 	rep.Versions = st1.Versions - st0.Versions
 	if rep.Versions > 0 {

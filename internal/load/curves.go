@@ -219,7 +219,7 @@ func RunCurve(sc Scenario, param string, values []int, log io.Writer) (*Curve, e
 					base[t.Target] = cp
 				}
 			}
-			fmt.Fprintf(log, "xdsload: curve %s=%d %s: converged %v, ack p50 %.1f ms p99 %.1f ms, %.3f ms CPU per change, peak RSS %.1f MB, initial sync %.2f s\n",
+			fmt.Fprintf(log, "xdsload: curve %s=%d %s: converged %v, ack p50 %.1f ms p99 %.1f ms, %.3f ms CPU per change, peak RSS %.1f MiB, initial sync %.2f s\n",
 				param, v, t.Target, cp.Converged, cp.AckP50, cp.AckP99, cp.CPUPerChg, cp.PeakRSSMB, cp.InitS)
 			c.Points = append(c.Points, cp)
 		}
@@ -280,7 +280,7 @@ var curvePlots = []struct {
 }{
 	{"latency", "change → ACK latency", "latency (ms)", "ms", []string{MetricAckP50, MetricAckP99}},
 	{"cpu", "CPU per change", "serving CPU per change (ms)", "ms", []string{MetricCPU}},
-	{"rss", "peak RSS", "serving process peak RSS (MB)", "MB", []string{MetricRSS}},
+	{"rss", "peak RSS", "serving process peak RSS (MiB)", "MiB", []string{MetricRSS}},
 	{"sync", "initial sync", "initial sync of the fleet (s)", "s", []string{MetricInit}},
 }
 
@@ -321,7 +321,7 @@ func (c *Curve) per() string {
 	return "service"
 }
 
-// fitText is "0.31 MB per client + 120 MB".
+// fitText is "0.31 MiB per client + 120 MiB".
 func (c *Curve) fitText(f Fit, unit string) string {
 	sign, b := "+", f.Intercept
 	if b < 0 {
@@ -417,18 +417,18 @@ func PrintCurveTable(w io.Writer, c *Curve) {
 	fmt.Fprintf(w, "| target | %s | converged | ack p50 | ack p99 | CPU/change | peak RSS | %s | initial sync |\n", c.Param, perCol)
 	fmt.Fprintln(w, "|---|---:|---|---:|---:|---:|---:|---:|---:|")
 	for _, p := range c.Points {
-		per := fmt.Sprintf("%.3f MB", p.RSSPerClientMB)
+		per := fmt.Sprintf("%.3f MiB", p.RSSPerClientMB)
 		if c.Param == SweepServices {
-			per = fmt.Sprintf("%.1f KB", p.RSSPerServiceMB*1024)
+			per = fmt.Sprintf("%.1f KiB", p.RSSPerServiceMB*1024)
 			if p.RSSPerServiceMB == 0 {
 				per = "–"
 			}
 		}
-		fmt.Fprintf(w, "| %s | %d | %v | %.1f ms | %.1f ms | %.3f ms | %.1f MB | %s | %.2f s |\n",
+		fmt.Fprintf(w, "| %s | %d | %v | %.1f ms | %.1f ms | %.3f ms | %.1f MiB | %s | %.2f s |\n",
 			p.Target, p.X, p.Converged, p.AckP50, p.AckP99, p.CPUPerChg, p.PeakRSSMB, per, p.InitS)
 	}
 	fmt.Fprintf(w, "\nFitted growth (least squares over the points):\n\n| target | figure | growth | R² |\n|---|---|---|---:|\n")
-	units := map[string]string{MetricAckP50: "ms", MetricAckP99: "ms", MetricCPU: "ms", MetricRSS: "MB", MetricInit: "s"}
+	units := map[string]string{MetricAckP50: "ms", MetricAckP99: "ms", MetricCPU: "ms", MetricRSS: "MiB", MetricInit: "s"}
 	names := map[string]string{MetricAckP50: "ack p50", MetricAckP99: "ack p99", MetricCPU: "CPU per change", MetricRSS: "peak RSS", MetricInit: "initial sync"}
 	for _, t := range c.targets() {
 		for _, m := range curveMetrics {

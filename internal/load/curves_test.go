@@ -79,7 +79,7 @@ func TestCurvesSmoke(t *testing.T) {
 				t.Fatalf("%d points, want %d", len(c.Points), len(tc.values))
 			}
 			for i, p := range c.Points {
-				t.Logf("%s=%d %s: %d changes, %d pairs missing, ack p50 %.1f ms p99 %.1f ms, %.3f ms CPU per change, peak RSS %.1f MB, initial sync %.2f s",
+				t.Logf("%s=%d %s: %d changes, %d pairs missing, ack p50 %.1f ms p99 %.1f ms, %.3f ms CPU per change, peak RSS %.1f MiB, initial sync %.2f s",
 					tc.param, p.X, p.Target, p.Changes, p.Missing, p.AckP50, p.AckP99, p.CPUPerChg, p.PeakRSSMB, p.InitS)
 				if p.X != tc.values[i] || p.Target != TargetBridge {
 					t.Errorf("point %d: %s=%d target %s, want %d bridge", i, tc.param, p.X, p.Target, tc.values[i])

@@ -414,14 +414,14 @@ func PrintTable(w io.Writer, rep *Report) {
 	fmt.Fprintf(w, "\n%-9s %8s %10s %9s %8s %8s %9s %10s %10s %9s %10s %9s %10s %10s %9s %9s\n",
 		"target", "init s", "init cpu s", "µs/cl·res", "changes", "batches", "cpu s", "cpu/chg", "µs/reach", "µs/resp", "peak RSS", "gorout.", "enc/ver", "fleet p50", "fleet p99", "conv.")
 	for _, t := range rep.Targets {
-		fmt.Fprintf(w, "%-9s %8.2f %10.2f %9.2f %8d %8d %9.2f %8.2fms %10.2f %9.2f %8.0fMB %9d %10.2f %8.1fms %7.1fms %9v\n",
+		fmt.Fprintf(w, "%-9s %8.2f %10.2f %9.2f %8d %8d %9.2f %8.2fms %10.2f %9.2f %7.0fMiB %9d %10.2f %8.1fms %7.1fms %9v\n",
 			t.Target, t.InitS, t.InitCPUSeconds, t.InitCPUPerClientR, t.Changes, t.Batches, t.CPUSeconds, t.CPUPerChange, t.CPUPerReach, t.CPUPerResponse,
 			float64(t.PeakRSS)/(1<<20), t.Goroutines, t.EncPerVer, t.Fleet.P50, t.Fleet.P99, t.Converged)
 	}
 	for _, t := range rep.Targets {
 		switch {
 		case t.CoresBusy == 0:
-		case t.HarnessCPUSeconds > 0:
+		case !sc.InProcess:
 			fmt.Fprintf(w, "%-9s change phase: %.2f of %d cores busy (%.2f cpu s serving, %.2f the harness, over %.2fs)\n",
 				t.Target, t.CoresBusy, rep.Machine.Cores, t.CPUSeconds, t.HarnessCPUSeconds, t.ChangePhase)
 		default:
@@ -431,7 +431,7 @@ func PrintTable(w io.Writer, rep *Report) {
 	}
 	for _, t := range rep.Targets {
 		if s := t.Storm; s != nil {
-			fmt.Fprintf(w, "%-9s storm: %d clients reconnect within %.1fs: %d resynced in %.2fs (cpu s: harness %.2f, server %.2f), converged %v in %.2fs; change made at %.2fs, acked by all in %.2fs (%.2fs from the drop); resent %v of the initial bytes, %.2f cpu s, peak RSS %.0fMB (%.0fMB before)\n",
+			fmt.Fprintf(w, "%-9s storm: %d clients reconnect within %.1fs: %d resynced in %.2fs (cpu s: harness %.2f, server %.2f), converged %v in %.2fs; change made at %.2fs, acked by all in %.2fs (%.2fs from the drop); resent %v of the initial bytes, %.2f cpu s, peak RSS %.0fMiB (%.0fMiB before)\n",
 				t.Target, s.Clients, s.Window, s.Resynced, s.ResyncS, s.HarnessCPUToResync, s.ServerCPUToResync, s.Converged, s.ConvergedS,
 				s.ChangeAtS, s.ChangeS, s.ChangeAckedS, s.ResentFraction, s.CPUSeconds, float64(s.PeakRSS)/(1<<20), float64(s.PeakRSSBefore)/(1<<20))
 		}

@@ -239,7 +239,12 @@ func runTarget(sc Scenario, name string) (*TargetReport, error) {
 	}()
 
 	// Initial sync.
-	stInit, err := tg.Stats()
+	// The phases' CPU is read with Usage: the statistics cost the serving
+	// process a heap profile (when profiled) after they read its CPU.
+	if _, err := tg.Stats(); err != nil {
+		return nil, err
+	}
+	uInit, err := tg.Usage()
 	if err != nil {
 		return nil, err
 	}
@@ -268,11 +273,14 @@ func runTarget(sc Scenario, name string) (*TargetReport, error) {
 		return nil, fmt.Errorf("%s: initial sync: %w: %d clients not ready, e.g. %s", name, err, notReady, example)
 	}
 	rep.InitS = round3(time.Since(t0).Seconds())
-	stSynced, err := tg.Stats()
+	uSynced, err := tg.Usage()
 	if err != nil {
 		return nil, err
 	}
-	rep.InitCPUSeconds = round3(stSynced.CPUSeconds - stInit.CPUSeconds)
+	if _, err := tg.Stats(); err != nil { // the synced heap's profile
+		return nil, err
+	}
+	rep.InitCPUSeconds = round3(uSynced.CPUSeconds - uInit.CPUSeconds)
 	clientResources := 0
 	for _, c := range clients {
 		clientResources += 2 * c.expected() // its clusters and assignments
@@ -306,10 +314,8 @@ func runTarget(sc Scenario, name string) (*TargetReport, error) {
 	}
 	rep.Server = append(rep.Server, st0)
 	b0, r0 := counters(clients)
-	// The phase's CPU, the serving process's and the harness's, is read
-	// over the phase's wall time: Usage, not the statistics, whose heap
-	// profile and memory statistics cost the serving process CPU after
-	// they read it.
+	// The phase's CPU, the serving process's and the harness's, over the
+	// phase's wall time.
 	u0, err := tg.Usage()
 	if err != nil {
 		return nil, err

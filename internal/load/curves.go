@@ -126,6 +126,7 @@ type CurvePoint struct {
 	AckP99    float64 `json:"ack_p99_ms"`
 	FleetP99  float64 `json:"fleet_p99_ms"`
 	CPUPerChg float64 `json:"cpu_ms_per_change"`
+	// The RSS figures (…MB, "_mb") are MiB: bytes / 2^20.
 	PeakRSSMB float64 `json:"peak_rss_mb"`
 	// RSSPerClientMB is peak RSS over clients (the average, fixed cost
 	// included; the fit's slope is the marginal cost).

@@ -108,7 +108,7 @@ func TestSmallScenarioSmoke(t *testing.T) {
 				// Every client is answered on its reconnected
 				// streams, before the change is made.
 				if s := tr.Storm; s.Resynced != sc.Clients || s.ResyncS <= 0 || s.ResyncS > s.ChangeAtS || s.ConvergedS != s.ResyncS ||
-					s.ChangeS <= 0 || s.ChangeAckedS < s.ChangeAtS || len(s.Samples) == 0 || s.ServerCPUToResync <= 0 {
+					s.ChangeS <= 0 || s.ChangeAckedS < s.ChangeAtS || len(s.Samples) == 0 || s.ServerCPUToResync <= 0 || s.CPUSeconds+0.002 < s.ServerCPUToResync {
 					t.Errorf("bridge: storm %+v", s)
 				}
 			}

@@ -239,8 +239,7 @@ func runTarget(sc Scenario, name string) (*TargetReport, error) {
 	}()
 
 	// Initial sync.
-	// The phases' CPU is read with Usage: the statistics cost the serving
-	// process a heap profile (when profiled) after they read its CPU.
+	// Each phase's CPU is read with Usage (see target.Usage).
 	if _, err := tg.Stats(); err != nil {
 		return nil, err
 	}
@@ -370,7 +369,7 @@ func runTarget(sc Scenario, name string) (*TargetReport, error) {
 	rep.Batches = st1.Batches - st0.Batches
 	rep.CPUSeconds = round3(u1.CPUSeconds - u0.CPUSeconds)
 	busy := rep.CPUSeconds // in process: the harness's too
-	if !u0.InProcess {
+	if !sc.InProcess {
 		rep.HarnessCPUSeconds = round3(h1 - h0)
 		busy += rep.HarnessCPUSeconds
 	}

@@ -22,9 +22,7 @@ func storm(sc Scenario, tg target, clients []*client, rng *rand.Rand, seq int, i
 	if err != nil {
 		return nil, err
 	}
-	// The storm's CPU from Usage: the statistics cost the serving process
-	// a heap profile (when profiled) after they read its CPU.
-	u0, err := tg.Usage()
+	u0, err := tg.Usage() // the storm's CPU (see target.Usage)
 	if err != nil {
 		return nil, err
 	}

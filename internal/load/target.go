@@ -23,7 +23,9 @@ type target interface {
 	// Usage is the CPU seconds of Stats only, without the heap profile
 	// (after a collection) a profiled child writes at each Stats, nor the
 	// memory statistics (a stop of the world): for samples taken while the
-	// server works, and the CPU at each phase's bounds.
+	// server works, and the CPU at each phase's bounds (Stats reads the CPU
+	// before the profile's collection, which would count in the phase
+	// after it).
 	Usage() (ServerStats, error)
 	// Profile ends the serving process's CPU profile and starts one into
 	// path ("": none), so that each phase of a run has its own.

@@ -268,6 +268,15 @@ health_checks:
 		}
 		return nil
 	}
+	// All four connected first: the checkers start together, and one that
+	// connects after the others' reports count takes hosts over with no
+	// report of its own yet.
+	waitFor(t, 20*time.Second, "the four checkers connected", func() error {
+		if m := br.adminPage(t, "/metrics"); !strings.Contains(m, "\nxdsbridge_hds_checkers 4\n") {
+			return fmt.Errorf("xdsbridge_hds_checkers is not 4")
+		}
+		return nil
+	})
 	waitFor(t, 20*time.Second, "every backend assigned to 2 checkers in 2 zones, healthy", func() error { return assignedOK(bs, "") })
 
 	// Which checker said what: in /debug/hosts, on the status page, and
